@@ -1,0 +1,31 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace tasksup::app {
+
+/// Exit statuses of the tasksup program, documented in the README.
+namespace exit_status {
+/// Success (for `run`: the task succeeded).
+inline constexpr int ok = 0;
+/// Bad input: unreadable or invalid file, bad flag; nothing was run.
+inline constexpr int bad_input = 2;
+/// The node could not be reached or refused the request.
+inline constexpr int unavailable = 3;
+/// The user stopped the task (cancel or kill), like a shell's 128+SIGINT.
+inline constexpr int stopped = 130;
+} // namespace exit_status
+
+/// Adds one subcommand to `app`. The subcommand's callback stores the
+/// program's exit status in `status`.
+using command_setup = std::function<void(CLI::App& app, int& status)>;
+
+/// Registers a subcommand at static-initialisation time; `order` sorts the
+/// `--help` listing. Each `<name>_command.cpp` holds one registrar.
+struct command_registrar {
+  command_registrar(int order, command_setup setup);
+};
+
+} // namespace tasksup::app

@@ -1,0 +1,44 @@
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace tasksup {
+
+/// One agent an attempt can run (SPEC §2).
+struct agent_spec {
+  /// Unique within its environment.
+  std::string agent_id;
+  /// Command name (looked up in PATH) or path.
+  std::string agent_cli;
+  /// Optional host directory passed to the agent (mounted into containers,
+  /// exported as TASKSUP_AGENT_CONFIG_DIR for processes); `~` is expanded at
+  /// load time.
+  std::string config_dir;
+  /// The flags as written in the config file, kept for display.
+  std::string cli_flags;
+  /// `cli_flags` split like a POSIX shell (see shlex.hpp), at load time.
+  std::vector<std::string> args;
+  /// When false the prompt is not appended as the last argument (for agents
+  /// that read it from TASKSUP_PROMPT instead). Default true.
+  bool prompt_as_argument = true;
+};
+
+/// How the starting agent is picked (SPEC §2).
+enum class selection_mode {
+  /// Always start with `agents[0]`.
+  fallback,
+  /// The registry rotates the starting agent across tasks of an environment.
+  round_robin,
+};
+
+/// The ordered agents of a task or environment and their fallback links.
+struct agent_selection {
+  std::vector<agent_spec> agents;
+  /// agent_id -> agent_id to fall back to.
+  std::map<std::string, std::string> agent_fallbacks;
+  selection_mode mode = selection_mode::fallback;
+};
+
+} // namespace tasksup

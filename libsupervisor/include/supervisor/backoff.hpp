@@ -1,0 +1,71 @@
+#pragma once
+
+#include "supervisor/error_class.hpp"
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <random>
+#include <string_view>
+#include <vector>
+
+namespace tasksup {
+
+/// Randomness for jitter comes from the caller, seeded, so tests are
+/// deterministic (as in gRPC's backoff).
+using backoff_rng = std::mt19937_64;
+
+/// How a computed delay is randomised (AWS architecture blog's terms).
+enum class jitter { none, full, equal, decorrelated };
+
+std::string_view to_string(jitter x) noexcept;
+std::optional<jitter> parse_jitter(std::string_view str) noexcept;
+
+/// The delay schedule for one error class.
+struct backoff_spec {
+  enum class kind_t { table, exponential };
+  kind_t kind = kind_t::table;
+  /// For `table`: the delay of retry 0, 1, 2, ...; the last entry repeats.
+  std::vector<double> table_s;
+  /// For `exponential`: initial_s * multiplier^retry_count.
+  double initial_s = 5.0;
+  double multiplier = 3.0;
+  /// Cap for every delay of this class, hint included. Never exceeded.
+  double max_s = 45.0;
+  jitter jit = jitter::none;
+};
+
+/// The seed's standard schedule: base x {1, 3, 9}, capped at base x 9
+/// (5, 15, 45 for base 5).
+backoff_spec standard_backoff(double base_s);
+
+/// The seed's rate-limit schedule: base x {1, 2, 5}, capped at base x 5
+/// (60, 120, 300 for base 60).
+backoff_spec rate_limit_backoff(double base_s);
+
+/// Per-class backoff: `rate_limit` uses the rate-limit schedule, every other
+/// class the standard one, unless overridden per class.
+class backoff_policy {
+public:
+  backoff_policy(double backoff_base_s = 5.0, double rate_limit_base_s = 60.0,
+                 std::map<error_class, backoff_spec> overrides = {});
+
+  /// The spec in force for `cls`.
+  const backoff_spec& spec(error_class cls) const;
+
+  /// The delay before retry `retry_count` (0 for the first retry) of a failure
+  /// of class `cls`, in seconds, within [0, spec(cls).max_s].
+  /// `previous_s` is the previous delay of this task (for decorrelated jitter;
+  /// 0 for the first). A `hint_s` (retry-after) replaces the computed delay,
+  /// still capped by max_s.
+  double delay_s(int retry_count, error_class cls, double previous_s,
+                 backoff_rng& rng,
+                 std::optional<double> hint_s = std::nullopt) const;
+
+private:
+  backoff_spec standard_;
+  backoff_spec rate_limit_;
+  std::map<error_class, backoff_spec> overrides_;
+};
+
+} // namespace tasksup

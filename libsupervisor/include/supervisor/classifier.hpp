@@ -1,0 +1,88 @@
+#pragma once
+
+#include "supervisor/error_class.hpp"
+#include "supervisor/expected.hpp"
+#include "supervisor/outcome.hpp"
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tasksup {
+
+/// One classification rule (SPEC §3). A rule matches an outcome when any of
+/// its criteria matches (`match_all` = false, the default) or when every
+/// criterion it sets matches (`match_all` = true). Unset criteria are ignored.
+struct classifier_rule {
+  /// Shown in explanations and events, unique within a rule set.
+  std::string id;
+  error_class cls = error_class::retryable;
+  /// Matches when the exit code is one of these.
+  std::vector<int> exit_codes;
+  /// Matches when the outcome's OOM flag equals this.
+  std::optional<bool> oom_killed;
+  /// Matches when the process was killed by one of these signals.
+  std::vector<int> signals;
+  /// RE2 patterns, case-insensitive, searched in each of the last
+  /// `window_lines` output lines. `{agent_cli}` is replaced by the quoted
+  /// agent command name (its basename).
+  std::vector<std::string> patterns;
+  /// How many lines from the end of the output the patterns see; 0 = all.
+  std::size_t window_lines = 50;
+  /// Require every set criterion instead of any.
+  bool match_all = false;
+};
+
+/// Why an outcome got its class: the class, the id of the rule that matched
+/// and the output line that matched (empty when the rule matched on exit
+/// code, signal or OOM flag), plus the retry-after hint found in the output.
+struct classification {
+  error_class cls = error_class::retryable;
+  std::string rule;
+  std::string line;
+  std::optional<double> retry_after_s;
+};
+
+/// The default rules of SPEC §3, in priority order: container_crash,
+/// rate_limit (last 100 lines), fatal (last 50), agent_failure (last 50).
+/// Anything else non-zero falls through to `retryable` (rule id "default").
+std::vector<classifier_rule> default_classifier_rules();
+
+/// Finds a "come back later" hint in one line: `Retry-After: 30`,
+/// `retry after 20s`, `try again in 1m30s`, `retry in 500ms`, ... Returns
+/// seconds, or nullopt when the line has none.
+std::optional<double> parse_retry_after(std::string_view line);
+
+/// Classifies attempt outcomes with a compiled rule set. Matching runs in time
+/// linear in the output (RE2) and does not allocate per line per pattern.
+/// Immutable after construction; safe to share between threads.
+class classifier {
+public:
+  /// Compiles `rules`; an error names the rule index and the bad pattern.
+  static expected<classifier> make(std::vector<classifier_rule> rules);
+
+  /// Classifies a failed outcome. An outcome with `infrastructure_error`
+  /// classifies as infrastructure (rule "infrastructure"); otherwise the first
+  /// matching rule wins; otherwise retryable (rule "default"). Must not be
+  /// called for a successful outcome.
+  classification classify(const attempt_outcome& outcome,
+                          std::string_view agent_cli) const;
+
+  const std::vector<classifier_rule>& rules() const noexcept;
+
+  classifier(classifier&&) noexcept;
+  classifier& operator=(classifier&&) noexcept;
+  classifier(const classifier&);
+  classifier& operator=(const classifier&);
+  ~classifier();
+
+private:
+  struct impl;
+  explicit classifier(std::shared_ptr<const impl> ptr);
+  std::shared_ptr<const impl> impl_;
+};
+
+} // namespace tasksup

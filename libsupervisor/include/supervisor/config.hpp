@@ -1,0 +1,96 @@
+#pragma once
+
+#include "supervisor/agent.hpp"
+#include "supervisor/circuit_breaker.hpp"
+#include "supervisor/classifier.hpp"
+#include "supervisor/expected.hpp"
+#include "supervisor/supervisor_config.hpp"
+#include "supervisor/task_spec.hpp"
+
+#include <boost/json/value.hpp>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tasksup {
+
+/// An agent environment (`config/environments/*.json` or the `environments`
+/// object of `config/environments.json`): its agents and defaults.
+struct environment_config {
+  std::string name;
+  agent_selection selection;
+  /// Supervisor settings for tasks of this environment (over the globals).
+  std::optional<boost::json::object> supervisor_overrides;
+  std::optional<std::vector<classifier_rule>> classifier_rules;
+};
+
+/// Node-wide settings (`config/node.json`): registry limits.
+struct node_config {
+  /// Attempts running at once on this node; further ones queue (FIFO).
+  int max_concurrent = 4;
+  circuit_breaker_config breaker;
+  /// Retry budget; unlimited when unset.
+  std::optional<double> retry_budget_capacity;
+  double retry_budget_refill_per_s = 1.0;
+  /// The agent used when a task names none.
+  agent_spec default_agent;
+  /// "process" or "docker".
+  std::string default_runtime = "process";
+};
+
+/// Everything under a config directory, validated.
+struct config_set {
+  supervisor_config supervisor;
+  std::vector<classifier_rule> classifier_rules;
+  std::map<std::string, environment_config> environments;
+  node_config node;
+};
+
+// Each parse function takes the document and a `where` (file name or label)
+// for its errors; unknown keys are errors; every error carries the JSON
+// pointer of the offending value and what was expected there.
+
+/// Parses supervisor settings over `base` (a partial object overrides only the
+/// keys it names).
+expected<supervisor_config>
+parse_supervisor_config(const boost::json::value& doc, std::string_view where,
+                        const supervisor_config& base = {});
+
+/// Parses `{"rules": [...]}`.
+expected<std::vector<classifier_rule>>
+parse_classifier_rules(const boost::json::value& doc, std::string_view where);
+
+/// Parses one environment object (`agents`, `agent_fallbacks`,
+/// `selection_mode`, `supervisor`, `classifier`).
+expected<environment_config>
+parse_environment(const boost::json::value& doc, std::string_view where,
+                  std::string name);
+
+/// Parses node settings.
+expected<node_config> parse_node_config(const boost::json::value& doc,
+                                        std::string_view where);
+
+/// Parses a task (SPEC §12) against the loaded config: environment defaults
+/// and supervisor overrides are merged; an unknown environment is an error.
+expected<task_spec> parse_task(const boost::json::value& doc,
+                               std::string_view where, const config_set& cfg);
+
+/// Reads and parses JSON text; syntax errors name line and column.
+expected<boost::json::value> parse_json_text(std::string_view text,
+                                             std::string_view where);
+
+/// Reads a file and parses it as JSON; errors name the file.
+expected<boost::json::value> read_json_file(const std::string& path);
+
+/// Loads a config directory: supervisor.json, classifier.json, node.json and
+/// environments (each optional; built-in defaults where absent).
+expected<config_set> load_config_dir(const std::string& dir);
+
+/// Loads a task file against `cfg`.
+expected<task_spec> load_task_file(const std::string& path,
+                                   const config_set& cfg);
+
+} // namespace tasksup

@@ -1,0 +1,62 @@
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace tasksup {
+
+/// What kind of failure an attempt ended in (SPEC §3). Each value documents
+/// whether and how to recover; `default_action` is that table as code.
+enum class error_class : uint8_t {
+  /// OOM-killed, SIGKILL (exit 137) or a crash signal: retry in a clean
+  /// container, at most `max_crash_restarts` times per task.
+  container_crash,
+  /// API rate limit or quota: retry with the long backoff (or the hint).
+  rate_limit,
+  /// Authentication, invalid key, permission: fail now, no retry, no fallback.
+  fatal,
+  /// The agent is not installed or not executable: fall back at once.
+  agent_failure,
+  /// Any other non-zero exit, assumed transient: retry with standard backoff.
+  retryable,
+  /// The runtime could not start or watch the attempt (engine unreachable,
+  /// spawn failed, worker died): retry with standard backoff.
+  infrastructure,
+};
+
+/// Every class, in the declaration order above.
+inline constexpr std::array<error_class, 6> all_error_classes{
+  error_class::container_crash, error_class::rate_limit,
+  error_class::fatal,           error_class::agent_failure,
+  error_class::retryable,       error_class::infrastructure,
+};
+
+/// The snake_case name used in config files and events.
+std::string_view to_string(error_class x) noexcept;
+
+/// Parses the snake_case name; nullopt for anything else.
+std::optional<error_class> parse_error_class(std::string_view str) noexcept;
+
+/// What the supervisor does with a failure of a given class.
+enum class action : uint8_t {
+  /// Retry the same agent (after backoff) while it has retries left.
+  retry,
+  /// Abandon the current agent and move to the next one in the chain.
+  fallback,
+  /// Terminal failure: no retry, no fallback.
+  fail,
+};
+
+/// "retry", "fallback" or "fail".
+std::string_view to_string(action x) noexcept;
+
+/// Parses "retry", "fallback" or "fail"; nullopt for anything else.
+std::optional<action> parse_action(std::string_view str) noexcept;
+
+/// The default action per class (SPEC §3): fatal -> fail, agent_failure ->
+/// fallback, everything else -> retry.
+action default_action(error_class x) noexcept;
+
+} // namespace tasksup

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace tasksup {
+
+/// How one attempt ended, as reported by a runtime (SPEC §2).
+struct attempt_outcome {
+  /// Exit code; a process killed by signal N reports 128+N.
+  int exit_code = 0;
+  /// The signal that killed the process, 0 when it exited normally.
+  int signal = 0;
+  /// True when the kernel or the engine killed it for exceeding its memory.
+  bool oom_killed = false;
+  /// The last lines of its combined output, oldest first; bounded by the
+  /// runtime (each line truncated, at most a few hundred lines).
+  std::vector<std::string> tail;
+  /// Wall time from start to exit, in seconds.
+  double duration_s = 0;
+  /// Host paths of the files the attempt left in its artifacts directory.
+  std::vector<std::string> artifacts;
+  /// Non-empty when the runtime itself failed to start or watch the attempt
+  /// (engine unreachable, spawn failure other than a missing agent, worker
+  /// died); such an outcome classifies as `infrastructure` with this text.
+  std::string infrastructure_error;
+  /// Where the full output of this attempt was saved, empty if nowhere.
+  std::string log_path;
+
+  /// Exit 0 without an infrastructure error: success, never classified.
+  bool succeeded() const noexcept {
+    return exit_code == 0 && infrastructure_error.empty() && !oom_killed;
+  }
+};
+
+} // namespace tasksup

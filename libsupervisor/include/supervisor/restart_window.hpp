@@ -1,0 +1,29 @@
+#pragma once
+
+#include <cstddef>
+#include <deque>
+
+namespace tasksup {
+
+/// Restart intensity as in OTP's supervisor: remembers restart times and
+/// answers whether one more restart stays within `max_restarts` per `period_s`.
+/// Time is passed in (seconds on any monotonic scale), never read.
+class restart_window {
+public:
+  restart_window(int max_restarts = 10, double period_s = 3600.0);
+
+  /// Records a restart at `now_s` and returns true if it is allowed, i.e. at
+  /// most `max_restarts` restarts (this one included) fall within the last
+  /// `period_s` seconds; returns false (and records nothing) otherwise.
+  bool try_restart(double now_s);
+
+  /// Restarts counted within the period ending at `now_s`.
+  std::size_t count(double now_s) const;
+
+private:
+  int max_restarts_;
+  double period_s_;
+  std::deque<double> times_;
+};
+
+} // namespace tasksup

@@ -1,0 +1,36 @@
+#pragma once
+
+#include <optional>
+
+namespace tasksup {
+
+/// A pool of retry tokens shared by all tasks of a node (SPEC §8): each retry
+/// takes one; tokens refill at `refill_per_s` up to `capacity`. When empty,
+/// failures are not retried (they fall back or fail), so a burst of failures
+/// cannot become a retry storm. Unlimited when constructed without capacity.
+class retry_budget {
+public:
+  /// Unlimited budget.
+  retry_budget() = default;
+
+  retry_budget(double capacity, double refill_per_s);
+
+  /// Takes one token at `now_s`; false when none is left.
+  bool try_take(double now_s);
+
+  /// Tokens available at `now_s` (capacity when unlimited is infinite).
+  double available(double now_s) const;
+
+  bool unlimited() const noexcept {
+    return !capacity_.has_value();
+  }
+
+private:
+  void refill(double now_s);
+  std::optional<double> capacity_;
+  double refill_per_s_ = 0;
+  double tokens_ = 0;
+  double last_s_ = 0;
+};
+
+} // namespace tasksup

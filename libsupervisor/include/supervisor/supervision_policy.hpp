@@ -1,0 +1,108 @@
+#pragma once
+
+#include "supervisor/classifier.hpp"
+#include "supervisor/error_class.hpp"
+#include "supervisor/outcome.hpp"
+#include "supervisor/restart_window.hpp"
+#include "supervisor/supervisor_config.hpp"
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tasksup {
+
+/// Everything the supervisor has done so far for one task: a plain record,
+/// mutated only by `supervision_policy`.
+struct supervision_state {
+  /// Position in the agent chain.
+  std::size_t agent_index = 0;
+  /// Length of the agent chain (at least 1).
+  std::size_t chain_size = 1;
+  /// Retries of the current agent (0 after a switch).
+  int retry_count = 0;
+  /// Retries over the whole task.
+  int total_retries = 0;
+  /// Attempts started over the whole task.
+  int total_attempts = 0;
+  /// Agent switches over the whole task.
+  int fallback_count = 0;
+  /// Crash restarts over the whole task.
+  int crash_restarts = 0;
+  /// Restart times, for `permanent` tasks.
+  restart_window restarts;
+};
+
+/// The next thing the supervisor does after an attempt ended.
+enum class next_step {
+  /// Exit 0 and not `permanent`: the task succeeded.
+  succeed,
+  /// Start another attempt of the same agent after a backoff.
+  retry,
+  /// Move to `agent_index` in the chain and start at once.
+  switch_agent,
+  /// Terminal failure.
+  fail,
+};
+
+std::string_view to_string(next_step x) noexcept;
+
+/// A decision and why (the reason goes into events and the final error).
+struct decision {
+  next_step step = next_step::fail;
+  /// For `retry`: the retry number, 1-based, for `retrying (n/max)` and the
+  /// `retry_scheduled` event; the backoff index is `retry_count - 1`.
+  int retry_count = 0;
+  /// For `retry`: the class whose backoff schedule applies; nullopt for the
+  /// restart of a `permanent` task after exit 0 (no delay).
+  std::optional<error_class> backoff_class;
+  /// For `switch_agent`: the chain position to move to.
+  std::size_t agent_index = 0;
+  /// Human-readable reason, e.g. "retries exhausted (3/3)".
+  std::string reason;
+};
+
+/// The decision table of SPEC §5-§6 as a pure function of the task's state,
+/// its config, the outcome and `now`. The supervisor actor only carries out
+/// what this returns; every branch is unit-tested without an actor system.
+class supervision_policy {
+public:
+  explicit supervision_policy(supervisor_config cfg);
+
+  const supervisor_config& config() const noexcept {
+    return cfg_;
+  }
+
+  /// A fresh state for a chain of `chain_size` agents.
+  supervision_state initial_state(std::size_t chain_size) const;
+
+  /// Whether one more attempt may start (max_total_attempts). When true,
+  /// counts the attempt; when false the task fails with the returned reason.
+  std::optional<std::string> start_attempt(supervision_state& st) const;
+
+  /// Judges an attempt that ended at `now_s`. `cls` is the classification
+  /// of a failed outcome (nullopt when the outcome succeeded). Updates `st`
+  /// (retry counts, crash restarts, switches) to match the decision.
+  decision on_exit(supervision_state& st, const attempt_outcome& outcome,
+                   const std::optional<classification>& cls,
+                   double now_s) const;
+
+  /// The retry budget had no token for a `retry` decision: undo the retry in
+  /// `st` and decide as if the agent's retries were exhausted.
+  decision on_retry_denied(supervision_state& st) const;
+
+  /// The next agent's circuit breaker is open, or the user forced a
+  /// fallback: move past the current agent (switch or fail, never retry).
+  /// `reason` becomes part of the decision's reason.
+  decision skip_agent(supervision_state& st, std::string_view reason) const;
+
+private:
+  /// Switch to the next agent if fallback is enabled and one is left, else
+  /// fail with `why`.
+  decision fall_back(supervision_state& st, std::string why) const;
+
+  supervisor_config cfg_;
+};
+
+} // namespace tasksup

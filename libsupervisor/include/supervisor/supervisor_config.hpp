@@ -1,0 +1,79 @@
+#pragma once
+
+#include "supervisor/backoff.hpp"
+#include "supervisor/error_class.hpp"
+
+#include <map>
+#include <optional>
+#include <string_view>
+
+namespace tasksup {
+
+/// When a finished attempt is restarted (OTP's restart types).
+enum class restart_type {
+  /// Restart only after a failure; success ends the task. The default.
+  transient,
+  /// A long-running loop: restart even after exit 0, limited by `intensity`.
+  permanent,
+  /// Never restart: the first exit, success or failure, ends the task.
+  temporary,
+};
+
+std::string_view to_string(restart_type x) noexcept;
+std::optional<restart_type> parse_restart_type(std::string_view str) noexcept;
+
+/// Restart intensity for `permanent` tasks: at most `max_restarts` restarts
+/// within `period_s` seconds, else give up and escalate. An attempt that ran
+/// for at least `reset_after_s` seconds resets the per-agent retry count (and
+/// so the backoff) before its exit is judged.
+struct intensity_config {
+  int max_restarts = 10;
+  double period_s = 3600.0;
+  double reset_after_s = 300.0;
+};
+
+/// The supervision policy of one task (SPEC §5). Defaults live here and only
+/// here; `config/supervisor.json` must agree with them (a test checks it).
+struct supervisor_config {
+  /// Retries of one agent before falling back to the next.
+  int max_retries_per_agent = 3;
+  /// Whether exhausted or failed-over agents hand over to the next one.
+  bool enable_fallback = true;
+  /// Base of the standard schedule: base x {1, 3, 9}.
+  double backoff_base_seconds = 5.0;
+  /// Base of the rate-limit schedule: base x {1, 2, 5}.
+  double rate_limit_backoff_base = 60.0;
+  /// Hard stop against runaway loops, counting every attempt of the task.
+  int max_total_attempts = 30;
+  /// Container crashes restarted per task; after that a crash falls back like
+  /// an exhausted agent.
+  int max_crash_restarts = 1;
+  /// Action per class; every class has an entry (defaults per SPEC §3).
+  std::map<error_class, action> actions = default_actions();
+  restart_type restart = restart_type::transient;
+  intensity_config intensity;
+  /// Per-class backoff overrides (exponential/jitter/table); classes without
+  /// one use the standard or rate-limit schedule scaled by the bases above.
+  std::map<error_class, backoff_spec> backoff;
+  /// Optional per-task deadline in seconds; off unless set (SPEC §5: no hang
+  /// detection by default).
+  std::optional<double> deadline_s;
+  /// How long a cancelled attempt may take to stop before it is killed.
+  double stop_grace_s = 10.0;
+
+  /// The backoff policy these settings describe.
+  backoff_policy make_backoff() const {
+    return backoff_policy{backoff_base_seconds, rate_limit_backoff_base,
+                          backoff};
+  }
+
+  /// Every class mapped to `default_action`.
+  static std::map<error_class, action> default_actions() {
+    std::map<error_class, action> out;
+    for (auto cls : all_error_classes)
+      out.emplace(cls, default_action(cls));
+    return out;
+  }
+};
+
+} // namespace tasksup

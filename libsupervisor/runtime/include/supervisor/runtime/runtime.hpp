@@ -1,0 +1,96 @@
+#pragma once
+
+#include "supervisor/outcome.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tasksup::runtime {
+
+/// A host path made visible to the attempt.
+struct mount {
+  std::string host_path;
+  std::string container_path;
+  bool read_only = false;
+};
+
+/// Everything a runtime needs to start one attempt in a fresh container or
+/// process. Never reused: one spec, one attempt.
+struct attempt_spec {
+  std::string task_id;
+  int attempt = 1;
+  /// The agent's id, for labels, scripted runtimes and logs.
+  std::string agent_id;
+  /// argv[0] is the agent's command; never run through a shell.
+  std::vector<std::string> argv;
+  /// Extra environment (the runtime adds TASKSUP_TASK_ID, TASKSUP_ATTEMPT and
+  /// TASKSUP_ARTIFACTS_DIR).
+  std::map<std::string, std::string> env;
+  /// Host directory for this attempt's files (workspace/, artifacts/,
+  /// output.log); the runtime creates it. Must be unique per attempt.
+  std::string attempt_dir;
+  /// Working directory; empty means `<attempt_dir>/workspace`. For docker,
+  /// the directory inside the container.
+  std::string workdir;
+  std::vector<mount> mounts;
+  /// The agent's config directory, passed as TASKSUP_AGENT_CONFIG_DIR (and
+  /// mounted at the same path in containers); empty for none.
+  std::string config_dir;
+  std::optional<std::uint64_t> memory_limit_mb;
+  /// Container image (docker only).
+  std::string image;
+  /// Labels on the container (docker), e.g. tasksup.task_id, tasksup.attempt.
+  std::map<std::string, std::string> labels;
+};
+
+/// Where a running attempt reports. Both are called from the runtime's own
+/// thread (or synchronously from `start` for in-memory runtimes), never
+/// concurrently for one attempt; `on_exit` exactly once and last.
+struct attempt_callbacks {
+  /// One line of combined stdout/stderr, without the newline; long lines are
+  /// delivered in pieces of bounded size.
+  std::function<void(std::string_view line)> on_line;
+  /// The final outcome (tail, artifacts, log path filled in).
+  std::function<void(attempt_outcome outcome)> on_exit;
+};
+
+/// Control over a running attempt; safe to call from any thread, and after the
+/// attempt ended (then it does nothing).
+class attempt_handle {
+public:
+  virtual ~attempt_handle() = default;
+
+  /// Graceful stop: SIGTERM / the engine's stop, then kill after `grace`.
+  virtual void stop(std::chrono::milliseconds grace) = 0;
+
+  /// Force-kill at once, with everything the attempt started.
+  virtual void kill() = 0;
+
+  /// The container id or pid, for events.
+  virtual std::string id() const = 0;
+};
+
+/// A container runtime: process, docker or scripted.
+class container_runtime {
+public:
+  virtual ~container_runtime() = default;
+
+  /// "process", "docker" or "scripted".
+  virtual std::string_view name() const noexcept = 0;
+
+  /// Starts an attempt. A failure to start is not returned: it arrives as an
+  /// outcome through `cb.on_exit` (exit 127 for a missing agent, otherwise
+  /// `infrastructure_error` set), so callers have exactly one path.
+  virtual std::shared_ptr<attempt_handle> start(attempt_spec spec,
+                                                attempt_callbacks cb)
+    = 0;
+};
+
+} // namespace tasksup::runtime

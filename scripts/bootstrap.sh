@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs exactly what tasksup needs and is missing, from Debian's packages.
+# Idempotent: a second run installs nothing. Needs root (or sudo) only when
+# something is missing. Set TASKSUP_WITH_DOCKER=1 to include the Docker Engine
+# and busybox (for the docker runtime tests).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config clang-format
+  libcaf-dev libssl-dev
+  libboost1.81-dev libboost-json1.81-dev libboost-system1.81-dev
+  libspdlog-dev libfmt-dev catch2 libre2-dev libcli11-dev
+)
+if [[ "${TASKSUP_WITH_DOCKER:-0}" == 1 ]]; then
+  packages+=(docker.io busybox-static)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "tasksup: installing ${missing[*]}" >&2
+sudo=""
+if [[ $(id -u) != 0 ]]; then
+  command -v sudo >/dev/null || {
+    echo "tasksup: need root to install: ${missing[*]}" >&2
+    exit 1
+  }
+  sudo=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
