@@ -468,21 +468,6 @@ void read_supervisor(const reader& r, const json::value& v,
 
 // -- classifier rules ---------------------------------------------------------
 
-/// Compiles one pattern on its own so that a bad one is reported with its
-/// exact path; the classifier's own error text says what RE2 disliked.
-void check_pattern(const reader& r, const classifier_rule& rule,
-                   std::size_t index, const std::string& ptr) {
-  classifier_rule probe;
-  probe.id = rule.id;
-  probe.cls = rule.cls;
-  probe.patterns = {rule.patterns[index]};
-  probe.window_lines = rule.window_lines;
-  auto compiled = classifier::make({std::move(probe)});
-  if (!compiled)
-    r.fail(ptr, "invalid regular expression " + quote(rule.patterns[index]) +
-                  ": " + compiled.error().what);
-}
-
 classifier_rule read_rule(const reader& r, const json::value& v,
                           const std::string& path) {
   const auto& obj = r.object(v, path);
@@ -516,10 +501,8 @@ classifier_rule read_rule(const reader& r, const json::value& v,
   if (const auto* x = obj.if_contains("patterns")) {
     auto ptr = child(path, "patterns");
     const auto& arr = r.array(*x, ptr);
-    for (std::size_t i = 0; i < arr.size(); ++i) {
+    for (std::size_t i = 0; i < arr.size(); ++i)
       rule.patterns.push_back(r.nonempty_string(arr[i], child(ptr, i)));
-      check_pattern(r, rule, i, child(ptr, i));
-    }
   }
   if (rule.exit_codes.empty() && !rule.oom_killed && rule.signals.empty() &&
       rule.patterns.empty())
@@ -545,6 +528,10 @@ std::vector<classifier_rule> read_rules(const reader& r, const json::value& v,
                                            child(ptr, it->second) + ")");
     rules.push_back(std::move(rule));
   }
+  // The classifier compiles the patterns exactly as it will use them; its
+  // error path is relative to the rule array.
+  if (auto compiled = classifier::make(rules); !compiled)
+    r.fail(ptr + compiled.error().path, compiled.error().what);
   return rules;
 }
 
