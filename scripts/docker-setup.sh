@@ -8,19 +8,19 @@
 #     starts `dockerd` in the background (log: $TASKSUP_DOCKERD_LOG), first with
 #     the distribution defaults, then with fallbacks for sandboxes without
 #     iptables, bridges or overlayfs, and waits (bounded) until it answers.
-#  3. If the image tasksup/busybox:test is missing, builds a root filesystem
+#  3. If the test image (scripts/docker-test-image) is missing, builds a root filesystem
 #     from the static busybox binary and imports it. Nothing is ever pulled
 #     from a registry.
 #
 # Needs root to start dockerd. Environment:
-#   TASKSUP_DOCKER_IMAGE    image tag (default tasksup/busybox:test; the tests
-#                           use the same constant)
+#   TASKSUP_DOCKER_IMAGE    image tag (default: the one line of
+#                           scripts/docker-test-image, which the tests read too)
 #   TASKSUP_DOCKERD_LOG     dockerd log file (default /var/log/tasksup-dockerd.log)
 #   TASKSUP_DOCKERD_WAIT_S  seconds to wait for each dockerd attempt (default 60)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
-image=${TASKSUP_DOCKER_IMAGE:-tasksup/busybox:test}
+image=${TASKSUP_DOCKER_IMAGE:-$(head -n 1 "$root/scripts/docker-test-image")}
 log=${TASKSUP_DOCKERD_LOG:-/var/log/tasksup-dockerd.log}
 wait_s=${TASKSUP_DOCKERD_WAIT_S:-60}
 
