@@ -280,7 +280,28 @@ private:
       remove();
       return;
     }
+    // Attach before start, as `docker run` does: the attach stream carries
+    // every byte the container writes, including a last unterminated line
+    // that a followed log stream can miss when the container exits.
     phase_ = phase::starting;
+    logs_ = detail::async_engine_attach(
+      core_->io, core_->endpoint,
+      container_path() + "/attach?stream=1&stdout=1&stderr=1",
+      [self = shared_from_this()] {
+        if (self->phase_ != phase::done)
+          self->on_attached();
+      },
+      [self = shared_from_this()](std::string_view bytes) {
+        self->on_log_bytes(bytes);
+      },
+      [self = shared_from_this()](engine_response resp) {
+        if (self->phase_ != phase::done)
+          self->on_logs_end(std::move(resp));
+      });
+  }
+
+  void on_attached() {
+    attached_ = true;
     step_ = request(verb::post, container_path() + "/start", {},
                     core_->options.request_timeout,
                     [](docker_attempt& self, engine_response resp) {
@@ -304,16 +325,6 @@ private:
     }
     phase_ = phase::running;
     started_at_ = clock_type::now();
-    logs_ = detail::async_engine_stream(
-      core_->io, core_->endpoint,
-      container_path() + "/logs?follow=1&stdout=1&stderr=1",
-      [self = shared_from_this()](std::string_view bytes) {
-        self->on_log_bytes(bytes);
-      },
-      [self = shared_from_this()](engine_response resp) {
-        if (self->phase_ != phase::done)
-          self->on_logs_end(std::move(resp));
-      });
     wait_ = request(verb::post, container_path() + "/wait", {},
                     std::chrono::milliseconds{0},
                     [](docker_attempt& self, engine_response resp) {
@@ -353,10 +364,15 @@ private:
   void on_logs_end(engine_response resp) {
     if (logs_done_)
       return;
+    logs_done_ = true;
+    logs_.reset();
+    if (!attached_) {
+      fail("docker attach failed: " + engine_text(resp));
+      remove();
+      return;
+    }
     if (!resp.transport_error.empty())
-      fail("the container's log stream failed: " + resp.transport_error);
-    else if (!resp.ok())
-      fail("docker logs failed: " + engine_text(resp));
+      fail("the container's output stream failed: " + resp.transport_error);
     end_logs();
   }
 
@@ -382,8 +398,9 @@ private:
       fail(status.error().to_string());
     }
     if (!logs_done_) {
-      // The log stream ends with the container; bound how long it may lag.
-      drain_timer_.expires_after(core_->options.log_drain_timeout);
+      // The output stream ends with the container; bound how long it may
+      // lag behind.
+      drain_timer_.expires_after(core_->options.output_drain_timeout);
       drain_timer_.async_wait(
         [self = shared_from_this()](boost::system::error_code ec) {
           if (!ec && self->phase_ == phase::running)
@@ -526,6 +543,7 @@ private:
   std::shared_ptr<engine_exchange> wait_;
   std::shared_ptr<engine_exchange> logs_;
   std::vector<std::shared_ptr<engine_exchange>> controls_;
+  bool attached_ = false;
   bool wait_done_ = false;
   bool logs_done_ = false;
   std::string start_error_;
@@ -683,6 +701,20 @@ docker_engine_version(const docker_runtime_options& options) {
   if (!version || !version->is_string())
     return error{"docker engine response", "/Version", "expected a string"};
   return std::string{version->as_string()};
+}
+
+expected<bool> docker_image_present(const docker_runtime_options& options,
+                                    std::string_view image) {
+  auto resp =
+    sync_request(options, "/images/" + detail::url_encode(image) + "/json");
+  if (!resp.transport_error.empty())
+    return error{"docker engine", "", resp.transport_error};
+  if (resp.status == 404)
+    return false;
+  if (!resp.ok())
+    return error{"docker engine", "/images",
+                 detail::docker_error_message(resp.status, resp.body)};
+  return true;
 }
 
 expected<std::vector<docker_container_summary>>

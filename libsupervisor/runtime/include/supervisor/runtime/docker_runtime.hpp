@@ -40,9 +40,9 @@ struct docker_runtime_options {
   /// Bound on every short request (create, start, inspect, remove, kill);
   /// `stop` gets its grace period on top. Waiting for the exit has no bound.
   std::chrono::milliseconds request_timeout{60'000};
-  /// How long the log stream may lag behind the container's exit before it
+  /// How long the output stream may lag behind the container's exit before it
   /// is cut off and the outcome reported with the output seen so far.
-  std::chrono::milliseconds log_drain_timeout{10'000};
+  std::chrono::milliseconds output_drain_timeout{10'000};
   /// How long destroying the runtime waits for its containers to be killed
   /// and removed before it abandons them.
   std::chrono::milliseconds shutdown_timeout{30'000};
@@ -77,6 +77,11 @@ make_docker_runtime(docker_runtime_options options);
 /// The engine's version string (GET /version), or why it does not answer.
 expected<std::string>
 docker_engine_version(const docker_runtime_options& options);
+
+/// Whether the engine holds `image` locally (tasksup never pulls), or why
+/// the engine could not say.
+expected<bool> docker_image_present(const docker_runtime_options& options,
+                                    std::string_view image);
 
 /// One container as listed by the engine.
 struct docker_container_summary {
