@@ -7,11 +7,15 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <atomic>
+#include <cctype>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <mutex>
 #include <optional>
@@ -20,6 +24,9 @@
 #include <thread>
 #include <vector>
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 namespace {
@@ -130,6 +137,12 @@ public:
     return cb;
   }
 
+  /// Starts `spec` on `rt` and waits for its outcome.
+  attempt_outcome wait_outcome_of(container_runtime& rt, attempt_spec spec) {
+    rt.start(std::move(spec), callbacks());
+    return wait();
+  }
+
   attempt_outcome wait() {
     std::unique_lock<std::mutex> lock{mtx_};
     REQUIRE(cv_.wait_for(lock, attempt_bound, [this] { return exits_ > 0; }));
@@ -214,6 +227,165 @@ std::string lower(std::string text) {
     return static_cast<char>(std::tolower(c));
   });
   return text;
+}
+
+/// One request as the fake engine saw it.
+struct fake_request {
+  std::string method;
+  std::string target;
+  std::string body;
+};
+
+/// A stand-in for the Docker engine on a unix socket, answering each
+/// request with whatever the test's `respond` returns and then closing the
+/// connection. Serves connections one after another on its own thread, so
+/// its answers must not wait for later requests.
+class fake_engine {
+public:
+  using responder = std::function<std::string(const fake_request&)>;
+
+  fake_engine(const fs::path& socket_path, responder respond)
+    : path_(socket_path), respond_(std::move(respond)) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    auto path = path_.string();
+    REQUIRE(path.size() < sizeof(addr.sun_path));
+    std::copy(path.begin(), path.end(), addr.sun_path);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::listen(fd_, 16) == 0);
+    thread_ = std::thread{[this] { serve(); }};
+  }
+
+  ~fake_engine() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+
+  docker_runtime_options options() const {
+    docker_runtime_options opts;
+    opts.socket_path = path_.string();
+    return opts;
+  }
+
+  std::vector<fake_request> requests() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return requests_;
+  }
+
+private:
+  void serve() {
+    while (!stop_) {
+      pollfd pfd{fd_, POLLIN, 0};
+      // Bounded poll so the destructor's stop flag is seen promptly.
+      if (::poll(&pfd, 1, 50) <= 0)
+        continue;
+      int conn = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (conn < 0)
+        continue;
+      handle(conn);
+      ::close(conn);
+    }
+  }
+
+  void handle(int conn) {
+    std::string data;
+    char buf[4096];
+    std::size_t header_end = std::string::npos;
+    while ((header_end = data.find("\r\n\r\n")) == std::string::npos) {
+      auto n = ::read(conn, buf, sizeof(buf));
+      if (n <= 0)
+        return;
+      data.append(buf, static_cast<std::size_t>(n));
+    }
+    fake_request req;
+    auto first_line = data.substr(0, data.find("\r\n"));
+    auto sp1 = first_line.find(' ');
+    auto sp2 = first_line.find(' ', sp1 + 1);
+    req.method = first_line.substr(0, sp1);
+    req.target = first_line.substr(sp1 + 1, sp2 - sp1 - 1);
+    std::size_t length = 0;
+    auto headers = lower(data.substr(0, header_end));
+    if (auto pos = headers.find("content-length:"); pos != std::string::npos)
+      length = std::stoul(headers.substr(pos + 15));
+    req.body = data.substr(header_end + 4);
+    while (req.body.size() < length) {
+      auto n = ::read(conn, buf, sizeof(buf));
+      if (n <= 0)
+        return;
+      req.body.append(buf, static_cast<std::size_t>(n));
+    }
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      requests_.push_back(req);
+    }
+    auto answer = respond_(req);
+    std::size_t sent = 0;
+    while (sent < answer.size()) {
+      auto n =
+        ::send(conn, answer.data() + sent, answer.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0)
+        return;
+      sent += static_cast<std::size_t>(n);
+    }
+  }
+
+  fs::path path_;
+  responder respond_;
+  int fd_ = -1;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  mutable std::mutex mtx_;
+  std::vector<fake_request> requests_;
+};
+
+std::string http_answer(int status, const std::string& body) {
+  return "HTTP/1.1 " + std::to_string(status) +
+         " X\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
+
+/// A stdout frame of the engine's multiplexed stream.
+std::string stdout_frame(const std::string& payload) {
+  std::string out{'\1', '\0', '\0', '\0'};
+  auto n = static_cast<std::uint32_t>(payload.size());
+  for (int shift : {24, 16, 8, 0})
+    out += static_cast<char>((n >> shift) & 0xff);
+  return out + payload;
+}
+
+const std::string fake_id(64, 'a');
+
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+/// Answers like a healthy engine whose container printed `output` and
+/// exited 0; `override` may answer a request differently (non-empty).
+std::string healthy_answer(
+  const fake_request& req, const std::string& output,
+  const std::function<std::string(const fake_request&)>& override) {
+  if (auto special = override(req); !special.empty())
+    return special;
+  auto base = "/v1.41/containers/";
+  if (starts_with(req.target, "/v1.41/containers/create"))
+    return http_answer(201, R"({"Id":")" + fake_id + R"(","Warnings":[]})");
+  if (req.target.find("/attach?") != std::string::npos)
+    return "HTTP/1.1 101 UPGRADED\r\nContent-Type: "
+           "application/vnd.docker.raw-stream\r\nConnection: "
+           "Upgrade\r\nUpgrade: tcp\r\n\r\n" +
+           stdout_frame(output);
+  if (req.target == base + fake_id + "/start")
+    return http_answer(204, "");
+  if (req.target == base + fake_id + "/wait")
+    return http_answer(200, R"({"StatusCode":0})");
+  if (req.target == base + fake_id + "/json")
+    return http_answer(200, R"({"State":{"ExitCode":0,"OOMKilled":false}})");
+  if (req.method == "DELETE")
+    return http_answer(204, "");
+  return http_answer(404, R"({"message":"unexpected request"})");
 }
 
 } // namespace
@@ -591,4 +763,108 @@ TEST_CASE("docker: destroying the runtime kills and removes its containers",
   auto out = rec.wait();
   CHECK_THAT(out.infrastructure_error, Catch::Contains("shut down"));
   CHECK(containers_of(task_id).empty());
+}
+
+TEST_CASE("docker: a healthy fake engine sees the full request sequence",
+          "[docker][fake-engine]") {
+  temp_dir tmp;
+  fake_engine engine{tmp.path() / "engine.sock", [](const fake_request& req) {
+                       return healthy_answer(
+                         req, "hi\n",
+                         [](const fake_request&) { return std::string{}; });
+                     }};
+  auto rt = make_docker_runtime(engine.options());
+  recorder rec;
+  auto out =
+    rec.wait_outcome_of(*rt, shell_spec(tmp.path(), "fake-ok", "echo hi"));
+  CHECK(out.succeeded());
+  CHECK(out.tail == std::vector<std::string>{"hi"});
+  auto requests = engine.requests();
+  std::vector<std::string> seen;
+  for (auto& req : requests)
+    seen.push_back(req.method + " " +
+                   req.target.substr(0, req.target.find("?name=")));
+  auto path = "/v1.41/containers/" + fake_id;
+  std::vector<std::string> expected{"POST /v1.41/containers/create",
+                                    "POST " + path +
+                                      "/attach?stream=1&stdout=1&stderr=1",
+                                    "POST " + path + "/start",
+                                    "POST " + path + "/wait",
+                                    "GET " + path + "/json",
+                                    "DELETE " + path + "?force=1&v=1"};
+  CHECK(seen == expected);
+  // Named after the task, so `docker ps` shows what runs.
+  CHECK_THAT(
+    requests.front().target,
+    Catch::StartsWith("/v1.41/containers/create?name=tasksup-fake-ok-1-"));
+  CHECK_THAT(requests.front().body,
+             Catch::Contains(R"("Cmd":["sh","-c","echo hi"])"));
+}
+
+TEST_CASE("docker: a failing or lying engine ends the attempt as an "
+          "infrastructure error",
+          "[docker][fake-engine]") {
+  temp_dir tmp;
+  auto path = "/v1.41/containers/" + fake_id;
+  std::function<std::string(const fake_request&)> override;
+  std::string output = "hello\n";
+  std::string expected_error;
+  docker_runtime_options extra;
+  SECTION("start refused") {
+    override = [&](const fake_request& req) {
+      return req.target == path + "/start"
+               ? http_answer(500, R"({"message":"cgroup trouble"})")
+               : std::string{};
+    };
+    expected_error = "docker start failed: cgroup trouble (HTTP 500)";
+  }
+  SECTION("engine lost while waiting") {
+    override = [&](const fake_request& req) {
+      // Closing without an answer is what a crashing engine does.
+      return req.target == path + "/wait" ? std::string{"HTTP/1.1 "}
+                                          : std::string{};
+    };
+    expected_error = "lost the Docker engine while waiting";
+  }
+  SECTION("create answers with bad JSON") {
+    override = [&](const fake_request& req) {
+      return starts_with(req.target, "/v1.41/containers/create")
+               ? http_answer(201, "{\"Id\": [")
+               : std::string{};
+    };
+    expected_error = "invalid JSON";
+  }
+  SECTION("inspect answer larger than the limit") {
+    extra.max_response_bytes = 64 * 1024;
+    override = [&](const fake_request& req) {
+      return req.target == path + "/json"
+               ? http_answer(200, std::string(200 * 1024, ' '))
+               : std::string{};
+    };
+    expected_error = "larger than 65536 bytes";
+  }
+  SECTION("output stream that is not multiplexed") {
+    override = [&](const fake_request& req) {
+      return req.target.find("/attach?") != std::string::npos
+               ? std::string{"HTTP/1.1 101 UPGRADED\r\n\r\nraw tty text\n"}
+               : std::string{};
+    };
+    expected_error = "malformed log stream";
+  }
+  fake_engine engine{tmp.path() / "engine.sock", [&](const fake_request& req) {
+                       return healthy_answer(req, output, override);
+                     }};
+  auto options = engine.options();
+  options.max_response_bytes = extra.max_response_bytes;
+  auto rt = make_docker_runtime(options);
+  recorder rec;
+  auto out =
+    rec.wait_outcome_of(*rt, shell_spec(tmp.path(), "fake-fault", "true"));
+  CHECK_FALSE(out.succeeded());
+  CHECK_THAT(out.infrastructure_error, Catch::Contains(expected_error));
+  CHECK(rec.exits() == 1);
+  // Whatever went wrong after create, the container is removed.
+  auto requests = engine.requests();
+  REQUIRE_FALSE(requests.empty());
+  CHECK(requests.back().method == "DELETE");
 }
