@@ -834,6 +834,15 @@ TEST_CASE("docker: a failing or lying engine ends the attempt as an "
     };
     expected_error = "invalid JSON";
   }
+  SECTION("create refused for a reason other than the image") {
+    override = [&](const fake_request& req) {
+      return starts_with(req.target, "/v1.41/containers/create")
+               ? http_answer(404, R"({"message":"network agents not found"})")
+               : std::string{};
+    };
+    expected_error = "docker create failed: network agents not found (HTTP "
+                     "404)";
+  }
   SECTION("inspect answer larger than the limit") {
     extra.max_response_bytes = 64 * 1024;
     override = [&](const fake_request& req) {
@@ -866,5 +875,8 @@ TEST_CASE("docker: a failing or lying engine ends the attempt as an "
   // Whatever went wrong after create, the container is removed.
   auto requests = engine.requests();
   REQUIRE_FALSE(requests.empty());
-  CHECK(requests.back().method == "DELETE");
+  if (expected_error.find("network") == std::string::npos)
+    CHECK(requests.back().method == "DELETE");
+  else
+    CHECK(requests.size() == 1); // nothing was created
 }
