@@ -21,9 +21,9 @@ struct agent_chain {
 /// agent, reporting each as a warning. Example: agents [a, b, c], fallbacks
 /// {a: b, b: c} -> [a, b, c]. An unknown `start_agent_id` is a warning and
 /// the chain starts with agents[0].
-agent_chain build_agent_chain(const std::optional<agent_selection>& selection,
-                              const agent_spec& default_agent,
-                              const std::optional<std::string>& start_agent_id
-                              = std::nullopt);
+agent_chain build_agent_chain(
+  const std::optional<agent_selection>& selection,
+  const agent_spec& default_agent,
+  const std::optional<std::string>& start_agent_id = std::nullopt);
 
 } // namespace tasksup

@@ -18,20 +18,29 @@ using backoff_rng = std::mt19937_64;
 /// How a computed delay is randomised (AWS architecture blog's terms).
 enum class jitter { none, full, equal, decorrelated };
 
+/// "none", "full", "equal" or "decorrelated".
 std::string_view to_string(jitter x) noexcept;
+
+/// Parses the names above; nullopt for anything else.
 std::optional<jitter> parse_jitter(std::string_view str) noexcept;
 
 /// The delay schedule for one error class.
 struct backoff_spec {
+  /// A fixed table of delays, or an exponential curve.
   enum class kind_t { table, exponential };
+  /// Which of the two this spec is.
   kind_t kind = kind_t::table;
   /// For `table`: the delay of retry 0, 1, 2, ...; the last entry repeats.
+  /// An empty table means no delay (config validation rejects it).
   std::vector<double> table_s;
   /// For `exponential`: initial_s * multiplier^retry_count.
   double initial_s = 5.0;
+  /// Growth factor per retry of the exponential curve.
   double multiplier = 3.0;
   /// Cap for every delay of this class, hint included. Never exceeded.
   double max_s = 45.0;
+  /// How the delay is randomised. Decorrelated jitter draws from
+  /// [first delay, max(first delay, 3 x previous)], capped at max_s.
   jitter jit = jitter::none;
 };
 
@@ -47,6 +56,8 @@ backoff_spec rate_limit_backoff(double base_s);
 /// class the standard one, unless overridden per class.
 class backoff_policy {
 public:
+  /// The standard and rate-limit schedules scaled by their bases, with
+  /// per-class `overrides` taking precedence.
   backoff_policy(double backoff_base_s = 5.0, double rate_limit_base_s = 60.0,
                  std::map<error_class, backoff_spec> overrides = {});
 
@@ -57,7 +68,8 @@ public:
   /// of class `cls`, in seconds, within [0, spec(cls).max_s].
   /// `previous_s` is the previous delay of this task (for decorrelated jitter;
   /// 0 for the first). A `hint_s` (retry-after) replaces the computed delay,
-  /// still capped by max_s.
+  /// without jitter, still capped by max_s; a negative or NaN hint is
+  /// ignored. Safe for any retry count (the curve saturates at max_s).
   double delay_s(int retry_count, error_class cls, double previous_s,
                  backoff_rng& rng,
                  std::optional<double> hint_s = std::nullopt) const;

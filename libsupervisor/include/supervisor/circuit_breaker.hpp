@@ -17,20 +17,26 @@ struct circuit_breaker_config {
   double stale_after_s = 3600.0;
 };
 
+/// Closed: attempts run. Open: attempts skip the agent. Half-open: one probe
+/// attempt may run; its result closes or reopens the breaker.
 enum class breaker_state { closed, open, half_open };
 
+/// "closed", "open" or "half_open".
 std::string_view to_string(breaker_state x) noexcept;
 
 /// Circuit breakers keyed by agent id, shared by every task of a node. Time is
 /// passed in; nothing here reads a clock.
 class circuit_breaker {
 public:
+  /// Breakers with settings `cfg` (a `max_failures` below 1 counts as 1).
   explicit circuit_breaker(circuit_breaker_config cfg = {});
 
   /// Whether an attempt of `key` may start at `now_s`. Closed: yes. Open: no
   /// until `reset_timeout_s` has passed, then the breaker goes half-open and
   /// lets exactly one attempt through (this call returns true once; further
-  /// calls return false until that attempt reports).
+  /// calls return false until that attempt reports, or until another
+  /// `reset_timeout_s` passed without a report, so a lost probe cannot block
+  /// the agent forever).
   bool allow(const std::string& key, double now_s);
 
   /// An attempt of `key` succeeded: closes the breaker, clears the count.
@@ -54,6 +60,7 @@ private:
   struct entry {
     int failures = 0;
     breaker_state st = breaker_state::closed;
+    /// When it opened, or when the last half-open probe went out.
     double opened_at = 0;
     bool probe_in_flight = false;
     double last_used = 0;

@@ -36,9 +36,16 @@ struct classifier_rule {
   bool match_all = false;
 };
 
+/// Longest `classification::line`: a longer matching line is shown as this
+/// many bytes around the match, with "..." marking each cut.
+inline constexpr std::size_t max_display_line_bytes = 1000;
+
 /// Why an outcome got its class: the class, the id of the rule that matched
 /// and the output line that matched (empty when the rule matched on exit
 /// code, signal or OOM flag), plus the retry-after hint found in the output.
+/// When several lines match, the newest one (nearest the end) is reported.
+/// `retry_after_s` is set only for `rate_limit`: the first hint found scanning
+/// the matching rule's window from the newest line backwards.
 struct classification {
   error_class cls = error_class::retryable;
   std::string rule;
@@ -54,6 +61,19 @@ std::vector<classifier_rule> default_classifier_rules();
 /// Finds a "come back later" hint in one line: `Retry-After: 30`,
 /// `retry after 20s`, `try again in 1m30s`, `retry in 500ms`, ... Returns
 /// seconds, or nullopt when the line has none.
+///
+/// A hint is one of the phrases "retry after", "retry in", "retry delay",
+/// "try again in", "try again after" (case-insensitive; the words may be
+/// joined by spaces, '-', '_' or nothing, so `Retry-After`, `retry_after`
+/// and `retryDelay` count), then optional `:`, `=`, quotes or blanks, then a
+/// duration: a bare number of seconds (milliseconds after `Retry-After-Ms` /
+/// `retry_after_ms`), or number+unit components (`ms`, `s`/`sec`/`seconds`,
+/// `m`/`min`/`minutes`, `h`/`hr`/`hours`) such as `1.5s`, `2 minutes`,
+/// `1m30s`. The first valid hint in the line wins. Hints that are negative,
+/// longer than one day (86400 s, rejected rather than capped: such a number is
+/// almost always a timestamp, not a wait), HTTP dates, or a bare number that
+/// continues like a date or time (`2024-01-01`, `12:30`) are ignored.
+/// Runs in time linear in the line and never allocates.
 std::optional<double> parse_retry_after(std::string_view line);
 
 /// Classifies attempt outcomes with a compiled rule set. Matching runs in time
@@ -62,17 +82,31 @@ std::optional<double> parse_retry_after(std::string_view line);
 class classifier {
 public:
   /// Compiles `rules`; an error names the rule index and the bad pattern.
+  /// The error's `where` is "classifier rules" and its `path` a JSON pointer
+  /// relative to the rule array (`/2/patterns/0`, `/1/id`), so a config
+  /// loader can prefix its own file and path. Rejected: an empty or duplicate
+  /// id, a rule with no criterion, an empty pattern, a pattern RE2 does not
+  /// accept (its message is included) or one too large for the memory bound.
+  /// Patterns are compiled case-insensitive with Latin-1 encoding, so any
+  /// byte sequence in the output can be matched, and each rule's patterns
+  /// become one alternation scanned once per line.
   static expected<classifier> make(std::vector<classifier_rule> rules);
 
   /// Classifies a failed outcome. An outcome with `infrastructure_error`
   /// classifies as infrastructure (rule "infrastructure"); otherwise the first
   /// matching rule wins; otherwise retryable (rule "default"). Must not be
-  /// called for a successful outcome.
+  /// called for a successful outcome. `agent_cli` fills `{agent_cli}`
+  /// patterns (its basename, regex-quoted; when empty those patterns cannot
+  /// match); rules using it are compiled once per call, when first reached.
+  /// The `signals` criterion looks at `attempt_outcome::signal` only.
   classification classify(const attempt_outcome& outcome,
                           std::string_view agent_cli) const;
 
+  /// The rules this classifier was made from, in priority order.
   const std::vector<classifier_rule>& rules() const noexcept;
 
+  /// Copies and moves share the compiled rules; a moved-from classifier
+  /// stays valid.
   classifier(classifier&&) noexcept;
   classifier& operator=(classifier&&) noexcept;
   classifier(const classifier&);

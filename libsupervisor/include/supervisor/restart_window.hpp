@@ -10,15 +10,25 @@ namespace tasksup {
 /// Time is passed in (seconds on any monotonic scale), never read.
 class restart_window {
 public:
+  /// A window allowing `max_restarts` restarts per `period_s` seconds.
   restart_window(int max_restarts = 10, double period_s = 3600.0);
 
   /// Records a restart at `now_s` and returns true if it is allowed, i.e. at
   /// most `max_restarts` restarts (this one included) fall within the last
-  /// `period_s` seconds; returns false (and records nothing) otherwise.
+  /// `period_s` seconds, both ends inclusive (OTP's rule); returns false (and
+  /// records nothing) otherwise. `now_s` must not go backwards.
   bool try_restart(double now_s);
 
   /// Restarts counted within the period ending at `now_s`.
   std::size_t count(double now_s) const;
+
+  /// Forgets the most recently recorded restart, for a restart that was
+  /// granted but then did not happen (e.g. the retry budget denied it).
+  void undo_last();
+
+  int max_restarts() const noexcept { return max_restarts_; }
+
+  double period_s() const noexcept { return period_s_; }
 
 private:
   int max_restarts_;

@@ -13,6 +13,8 @@ public:
   /// Unlimited budget.
   retry_budget() = default;
 
+  /// A budget starting full with `capacity` tokens, refilling at
+  /// `refill_per_s` tokens per second (negative or NaN values count as 0).
   retry_budget(double capacity, double refill_per_s);
 
   /// Takes one token at `now_s`; false when none is left.
@@ -21,9 +23,8 @@ public:
   /// Tokens available at `now_s` (capacity when unlimited is infinite).
   double available(double now_s) const;
 
-  bool unlimited() const noexcept {
-    return !capacity_.has_value();
-  }
+  /// True when constructed without a capacity.
+  bool unlimited() const noexcept { return !capacity_.has_value(); }
 
 private:
   void refill(double now_s);
@@ -31,6 +32,8 @@ private:
   double refill_per_s_ = 0;
   double tokens_ = 0;
   double last_s_ = 0;
+  /// False until the first `try_take`; the budget starts full whenever that is.
+  bool started_ = false;
 };
 
 } // namespace tasksup

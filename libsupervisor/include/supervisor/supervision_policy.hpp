@@ -32,6 +32,20 @@ struct supervision_state {
   int crash_restarts = 0;
   /// Restart times, for `permanent` tasks.
   restart_window restarts;
+
+  /// What the last `retry` decision added to the counters, kept until the
+  /// next attempt starts so that a retry which never happens (retry budget
+  /// empty, user forced a fallback during the backoff) can be taken back.
+  struct pending_retry {
+    /// retry_count and total_retries were incremented.
+    bool counted = false;
+    /// crash_restarts was incremented.
+    bool crash = false;
+    /// A restart was recorded in `restarts`.
+    bool restart_recorded = false;
+  };
+  /// Set by a `retry` decision, cleared when the next attempt starts.
+  std::optional<pending_retry> pending;
 };
 
 /// The next thing the supervisor does after an attempt ended.
@@ -46,6 +60,7 @@ enum class next_step {
   fail,
 };
 
+/// "succeed", "retry", "switch_agent" or "fail".
 std::string_view to_string(next_step x) noexcept;
 
 /// A decision and why (the reason goes into events and the final error).
@@ -66,19 +81,25 @@ struct decision {
 /// The decision table of SPEC §5-§6 as a pure function of the task's state,
 /// its config, the outcome and `now`. The supervisor actor only carries out
 /// what this returns; every branch is unit-tested without an actor system.
+///
+/// Restart intensity applies to every retry of a `permanent` task, after
+/// success and after failure alike (as in OTP): a retry it does not allow
+/// fails the task with "restart intensity exceeded". Agent switches are not
+/// counted (the chain bounds them).
 class supervision_policy {
 public:
+  /// A policy applying `cfg`.
   explicit supervision_policy(supervisor_config cfg);
 
-  const supervisor_config& config() const noexcept {
-    return cfg_;
-  }
+  /// The settings this policy applies.
+  const supervisor_config& config() const noexcept { return cfg_; }
 
   /// A fresh state for a chain of `chain_size` agents.
   supervision_state initial_state(std::size_t chain_size) const;
 
-  /// Whether one more attempt may start (max_total_attempts). When true,
-  /// counts the attempt; when false the task fails with the returned reason.
+  /// Whether one more attempt may start (max_total_attempts). When it may,
+  /// counts the attempt and returns nullopt; otherwise returns the reason the
+  /// task fails with, e.g. "max_total_attempts (30) reached".
   std::optional<std::string> start_attempt(supervision_state& st) const;
 
   /// Judges an attempt that ended at `now_s`. `cls` is the classification
@@ -94,13 +115,31 @@ public:
 
   /// The next agent's circuit breaker is open, or the user forced a
   /// fallback: move past the current agent (switch or fail, never retry).
-  /// `reason` becomes part of the decision's reason.
+  /// A retry still pending is taken back first. Ignores `enable_fallback`
+  /// (the user or the breaker asked for it). `reason` becomes part of the
+  /// decision's reason.
   decision skip_agent(supervision_state& st, std::string_view reason) const;
 
 private:
   /// Switch to the next agent if fallback is enabled and one is left, else
   /// fail with `why`.
   decision fall_back(supervision_state& st, std::string why) const;
+
+  /// Moves `st` to the next agent (the caller checked one is left).
+  decision switch_to_next(supervision_state& st, std::string why) const;
+
+  /// A `retry` of the current agent for a failure of `cls` (nullopt: the
+  /// restart of a permanent task after success), or a failure when
+  /// max_total_attempts or the restart intensity does not allow it.
+  decision retry(supervision_state& st, std::optional<error_class> cls,
+                 std::string why, double now_s) const;
+
+  /// A failure when no further attempt may start, else nullopt.
+  std::optional<decision> attempts_exhausted(const supervision_state& st,
+                                             std::string_view why) const;
+
+  /// Takes back the counters of a retry that did not happen.
+  static void undo_pending(supervision_state& st);
 
   supervisor_config cfg_;
 };

@@ -89,8 +89,7 @@ public:
   /// outcome through `cb.on_exit` (exit 127 for a missing agent, otherwise
   /// `infrastructure_error` set), so callers have exactly one path.
   virtual std::shared_ptr<attempt_handle> start(attempt_spec spec,
-                                                attempt_callbacks cb)
-    = 0;
+                                                attempt_callbacks cb) = 0;
 };
 
 } // namespace tasksup::runtime

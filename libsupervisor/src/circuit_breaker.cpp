@@ -1,0 +1,105 @@
+#include "supervisor/circuit_breaker.hpp"
+
+#include <algorithm>
+
+namespace tasksup {
+
+namespace {
+
+constexpr std::string_view state_names[] = {"closed", "open", "half_open"};
+
+} // namespace
+
+std::string_view to_string(breaker_state x) noexcept {
+  return state_names[static_cast<std::size_t>(x)];
+}
+
+circuit_breaker::circuit_breaker(circuit_breaker_config cfg) : cfg_(cfg) {
+  cfg_.max_failures = std::max(cfg_.max_failures, 1);
+}
+
+bool circuit_breaker::allow(const std::string& key, double now_s) {
+  auto i = entries_.find(key);
+  // No entry means closed with no failures: nothing to record.
+  if (i == entries_.end())
+    return true;
+  auto& e = i->second;
+  e.last_used = now_s;
+  switch (e.st) {
+    case breaker_state::closed:
+      return true;
+    case breaker_state::open:
+      if (now_s - e.opened_at < cfg_.reset_timeout_s)
+        return false;
+      e.st = breaker_state::half_open;
+      e.probe_in_flight = true;
+      e.opened_at = now_s;
+      return true;
+    case breaker_state::half_open:
+      // A probe that never reported (its task was stopped, its node lost)
+      // must not block the agent forever: after another reset timeout a new
+      // probe may go.
+      if (e.probe_in_flight && now_s - e.opened_at < cfg_.reset_timeout_s)
+        return false;
+      e.probe_in_flight = true;
+      e.opened_at = now_s;
+      return true;
+  }
+  return false;
+}
+
+void circuit_breaker::record_success(const std::string& key, double) {
+  // A closed breaker without failures carries no state.
+  entries_.erase(key);
+}
+
+void circuit_breaker::record_failure(const std::string& key, double now_s) {
+  auto& e = entries_[key];
+  e.last_used = now_s;
+  switch (e.st) {
+    case breaker_state::closed:
+      if (++e.failures >= cfg_.max_failures) {
+        e.st = breaker_state::open;
+        e.opened_at = now_s;
+      }
+      break;
+    case breaker_state::open:
+      // A late report from an attempt started before the breaker opened:
+      // the breaker is already open, its timeout keeps running.
+      ++e.failures;
+      break;
+    case breaker_state::half_open:
+      ++e.failures;
+      e.st = breaker_state::open;
+      e.opened_at = now_s;
+      e.probe_in_flight = false;
+      break;
+  }
+}
+
+breaker_state circuit_breaker::state(const std::string& key,
+                                     double now_s) const {
+  auto i = entries_.find(key);
+  if (i == entries_.end())
+    return breaker_state::closed;
+  const auto& e = i->second;
+  if (e.st == breaker_state::open &&
+      now_s - e.opened_at >= cfg_.reset_timeout_s)
+    return breaker_state::half_open;
+  return e.st;
+}
+
+void circuit_breaker::drop_stale(double now_s) {
+  for (auto i = entries_.begin(); i != entries_.end();) {
+    if (now_s - i->second.last_used >= cfg_.stale_after_s)
+      i = entries_.erase(i);
+    else
+      ++i;
+  }
+}
+
+std::size_t circuit_breaker::size() const noexcept {
+  return entries_.size();
+}
+
+} // namespace tasksup

@@ -1,0 +1,97 @@
+#include "progress_view.hpp"
+
+#include <boost/json/parse.hpp>
+
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+using tasksup::app::human_duration;
+using tasksup::app::progress_view;
+
+namespace {
+
+std::vector<std::string> render(progress_view& view, const char* json) {
+  return view.render(boost::json::parse(json).as_object());
+}
+
+} // namespace
+
+TEST_CASE("an attempt, its classification and a retry read as a story") {
+  progress_view view;
+  auto started = render(view, R"({"event":"attempt_started","task_id":"t",
+    "attempt":1,"agent_id":"primary","agent_cli":"codex","container_id":"pid 42"})");
+  REQUIRE(started == std::vector<std::string>{
+                       "attempt 1: primary (codex) started, pid 42"});
+  auto exited = render(view, R"({"event":"attempt_exited","task_id":"t",
+    "attempt":1,"exit_code":1,"signal":0,"oom_killed":false,"duration_s":2.5})");
+  REQUIRE(exited ==
+          std::vector<std::string>{"attempt 1 exited with code 1 after 2.5s"});
+  auto classified = render(view, R"({"event":"classified","task_id":"t",
+    "attempt":1,"class":"rate_limit","rule":"rate_limit",
+    "line":"HTTP 429 Too Many Requests","retry_after_s":30})");
+  REQUIRE(classified == std::vector<std::string>{
+                          "classified as rate_limit by rule rate_limit: "
+                          "\"HTTP 429 Too Many Requests\" (retry after 30s)"});
+  auto retry = render(view, R"({"event":"retry_scheduled","task_id":"t",
+    "attempt":1,"retry_count":1,"max_retries":3,"agent":"primary",
+    "delay_s":15})");
+  REQUIRE(retry == std::vector<std::string>{"retrying (1/3) primary in 15s"});
+  REQUIRE(view.pending().has_value());
+  CHECK(view.pending()->delay_s == 15);
+  CHECK(view.pending()->text == "retrying (1/3)");
+  render(view, R"({"event":"attempt_started","task_id":"t","attempt":2,
+    "agent_id":"primary","agent_cli":"codex"})");
+  CHECK_FALSE(view.pending().has_value());
+}
+
+TEST_CASE("the final summary names outcome, agent, counts and artifacts") {
+  progress_view view;
+  auto lines = render(view, R"({"event":"task_done","task_id":"t",
+    "outcome":"succeeded","exit_code":0,"error":null,
+    "artifacts":["/tmp/a/result.patch"],"duration_s":75,
+    "log_dir":"/tmp/a",
+    "metadata":{"agent_used":"claude","agent_id":"backup","retry_count":2,
+                "total_attempts":4,"fallback_count":1}})");
+  REQUIRE(lines.size() == 6);
+  CHECK(lines[0] == "task succeeded (exit code 0)");
+  CHECK(lines[1] == "  agent used: claude (backup), attempts: 4, retries: 2, "
+                    "fallbacks: 1");
+  CHECK(lines[2] == "  duration: 1m15s");
+  CHECK(lines[3] == "  artifacts:");
+  CHECK(lines[4] == "    /tmp/a/result.patch");
+  CHECK(lines[5] == "  logs: /tmp/a");
+}
+
+TEST_CASE("agent output cannot inject terminal escape sequences") {
+  progress_view view;
+  auto lines = render(view, R"({"event":"log","task_id":"t","attempt":1,
+    "line":"\u001b[2Jgotcha\r"})");
+  REQUIRE(lines == std::vector<std::string>{"  | ?[2Jgotcha?"});
+}
+
+TEST_CASE("output lines are hidden when asked and tasks prefixed in streams") {
+  progress_view view{{false, true, false}};
+  CHECK(render(view, R"({"event":"log","task_id":"t","line":"x"})").empty());
+  auto lines = render(view, R"({"event":"agent_switched","task_id":"t",
+    "attempt":3,"from":"a","to":"b"})");
+  REQUIRE(lines == std::vector<std::string>{"[t] switching agent: a -> b"});
+}
+
+TEST_CASE("events with missing or mistyped keys still render") {
+  progress_view view;
+  auto lines = render(view, R"({"event":"attempt_exited","exit_code":"x"})");
+  REQUIRE(lines == std::vector<std::string>{"attempt ? exited with code ?"});
+  CHECK(render(view, R"({"event":"no_such_event"})").empty());
+}
+
+TEST_CASE("durations read like a person would write them") {
+  CHECK(human_duration(0.45) == "450ms");
+  CHECK(human_duration(1.5) == "1.5s");
+  CHECK(human_duration(15) == "15s");
+  CHECK(human_duration(90) == "1m30s");
+  CHECK(human_duration(120) == "2m");
+  CHECK(human_duration(7500) == "2h05m");
+  CHECK(human_duration(-3) == "0s");
+}

@@ -1,0 +1,59 @@
+#include "supervisor/restart_window.hpp"
+
+#include <catch2/catch.hpp>
+
+using namespace tasksup;
+
+TEST_CASE("restart window allows max_restarts per period") {
+  restart_window w{3, 10};
+  CHECK(w.try_restart(0));
+  CHECK(w.try_restart(1));
+  CHECK(w.try_restart(2));
+  CHECK(w.count(2) == 3);
+  CHECK_FALSE(w.try_restart(3));
+  CHECK(w.count(3) == 3); // a denied restart is not recorded
+  SECTION("a restart exactly one period ago still counts") {
+    CHECK_FALSE(w.try_restart(10));
+  }
+  SECTION("once the oldest restart is older than the period, one more fits") {
+    CHECK(w.try_restart(10.5));
+    CHECK_FALSE(w.try_restart(10.75));
+    CHECK(w.try_restart(11.5));
+    CHECK(w.count(11.5) == 3);
+  }
+  SECTION("count forgets restarts outside the period") {
+    CHECK(w.count(11) == 2);
+    CHECK(w.count(12) == 1);
+    CHECK(w.count(100) == 0);
+  }
+}
+
+TEST_CASE("restart window undo forgets the last restart") {
+  restart_window w{2, 100};
+  CHECK(w.try_restart(0));
+  CHECK(w.try_restart(1));
+  CHECK_FALSE(w.try_restart(2));
+  w.undo_last();
+  CHECK(w.count(2) == 1);
+  CHECK(w.try_restart(2));
+  restart_window empty;
+  empty.undo_last(); // harmless
+  CHECK(empty.count(0) == 0);
+}
+
+TEST_CASE("restart window with no restarts allowed never allows one") {
+  restart_window zero{0, 10};
+  CHECK_FALSE(zero.try_restart(0));
+  restart_window negative{-3, 10};
+  CHECK_FALSE(negative.try_restart(0));
+}
+
+TEST_CASE("restart window defaults are 10 per hour") {
+  restart_window w;
+  CHECK(w.max_restarts() == 10);
+  CHECK(w.period_s() == 3600);
+  for (int i = 0; i < 10; ++i)
+    CHECK(w.try_restart(i * 300.0));
+  CHECK_FALSE(w.try_restart(3000));
+  CHECK(w.try_restart(3600.5)); // the restart at 0 fell out
+}

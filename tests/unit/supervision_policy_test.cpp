@@ -1,0 +1,467 @@
+#include "supervisor/supervision_policy.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace tasksup;
+using Catch::Contains;
+
+namespace {
+
+attempt_outcome failed(int exit_code = 1, double duration_s = 1) {
+  attempt_outcome out;
+  out.exit_code = exit_code;
+  out.duration_s = duration_s;
+  return out;
+}
+
+attempt_outcome succeeded(double duration_s = 1) {
+  attempt_outcome out;
+  out.duration_s = duration_s;
+  return out;
+}
+
+classification classified(error_class cls, std::string rule = "r",
+                          std::string line = "") {
+  classification out;
+  out.cls = cls;
+  out.rule = std::move(rule);
+  out.line = std::move(line);
+  return out;
+}
+
+/// Starts an attempt and lets it fail with `cls` at `now`.
+decision fail_attempt(const supervision_policy& pol, supervision_state& st,
+                      error_class cls, double now = 0, double duration = 1) {
+  auto refused = pol.start_attempt(st);
+  REQUIRE_FALSE(refused);
+  return pol.on_exit(st, failed(1, duration), classified(cls), now);
+}
+
+supervisor_config config() {
+  return supervisor_config{};
+}
+
+} // namespace
+
+TEST_CASE("success ends a transient task") {
+  supervision_policy pol{config()};
+  auto st = pol.initial_state(2);
+  REQUIRE_FALSE(pol.start_attempt(st));
+  auto d = pol.on_exit(st, succeeded(), std::nullopt, 0);
+  CHECK(d.step == next_step::succeed);
+  CHECK_THAT(d.reason, Contains("exit 0"));
+  CHECK(st.total_attempts == 1);
+  CHECK(st.retry_count == 0);
+}
+
+TEST_CASE("retryable failures retry up to max_retries_per_agent, then fall "
+          "back") {
+  supervision_policy pol{config()};
+  auto st = pol.initial_state(3);
+  for (int i = 1; i <= 3; ++i) {
+    auto d = fail_attempt(pol, st, error_class::retryable);
+    REQUIRE(d.step == next_step::retry);
+    CHECK(d.retry_count == i);
+    CHECK(d.backoff_class == error_class::retryable);
+    CHECK(d.agent_index == 0);
+    CHECK_THAT(d.reason, Contains("retrying (" + std::to_string(i) + "/3)"));
+    CHECK(st.retry_count == i);
+    CHECK(st.total_retries == i);
+  }
+  auto d = fail_attempt(pol, st, error_class::retryable);
+  CHECK(d.step == next_step::switch_agent);
+  CHECK(d.agent_index == 1);
+  CHECK_THAT(d.reason, Contains("retries exhausted (3/3)"));
+  CHECK(st.agent_index == 1);
+  CHECK(st.retry_count == 0);
+  CHECK(st.total_retries == 3);
+  CHECK(st.fallback_count == 1);
+  CHECK(st.total_attempts == 4);
+  SECTION("the new agent gets its own retries") {
+    d = fail_attempt(pol, st, error_class::retryable);
+    CHECK(d.step == next_step::retry);
+    CHECK(d.retry_count == 1);
+    CHECK(st.total_retries == 4);
+  }
+  SECTION("the last agent exhausted fails the task") {
+    for (int i = 0; i < 3; ++i)
+      REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
+              next_step::retry);
+    REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
+            next_step::switch_agent);
+    for (int i = 0; i < 3; ++i)
+      REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
+              next_step::retry);
+    d = fail_attempt(pol, st, error_class::retryable);
+    CHECK(d.step == next_step::fail);
+    CHECK_THAT(d.reason, Contains("retries exhausted (3/3)") &&
+                           Contains("no agent left"));
+    CHECK(st.agent_index == 2);
+    CHECK(st.fallback_count == 2);
+    CHECK(st.total_attempts == 12);
+  }
+}
+
+TEST_CASE("default actions per class") {
+  supervision_policy pol{config()};
+  auto st = pol.initial_state(2);
+  SECTION("fatal fails at once, naming class, rule and line") {
+    REQUIRE_FALSE(pol.start_attempt(st));
+    auto d = pol.on_exit(
+      st, failed(1),
+      classified(error_class::fatal, "fatal", "Error: authentication failed"),
+      0);
+    CHECK(d.step == next_step::fail);
+    CHECK_THAT(d.reason, Contains("fatal") && Contains("\"fatal\"") &&
+                           Contains("authentication failed"));
+    CHECK(st.retry_count == 0);
+    CHECK(st.fallback_count == 0);
+  }
+  SECTION("agent_failure falls back at once") {
+    auto d = fail_attempt(pol, st, error_class::agent_failure);
+    CHECK(d.step == next_step::switch_agent);
+    CHECK(d.agent_index == 1);
+    CHECK_THAT(d.reason, Contains("agent_failure"));
+    CHECK(st.total_retries == 0);
+  }
+  SECTION("rate_limit retries with its own backoff class") {
+    auto d = fail_attempt(pol, st, error_class::rate_limit);
+    CHECK(d.step == next_step::retry);
+    CHECK(d.backoff_class == error_class::rate_limit);
+  }
+  SECTION("infrastructure retries with the standard backoff") {
+    auto d = fail_attempt(pol, st, error_class::infrastructure);
+    CHECK(d.step == next_step::retry);
+    CHECK(d.backoff_class == error_class::infrastructure);
+  }
+  SECTION("container_crash retries once") {
+    auto d = fail_attempt(pol, st, error_class::container_crash);
+    CHECK(d.step == next_step::retry);
+    CHECK(d.backoff_class == error_class::container_crash);
+    CHECK(st.crash_restarts == 1);
+  }
+  SECTION("a failure without classification is treated as retryable") {
+    REQUIRE_FALSE(pol.start_attempt(st));
+    auto d = pol.on_exit(st, failed(3), std::nullopt, 0);
+    CHECK(d.step == next_step::retry);
+    CHECK(d.backoff_class == error_class::retryable);
+  }
+}
+
+TEST_CASE("custom actions replace the defaults") {
+  auto cfg = config();
+  cfg.actions[error_class::retryable] = action::fail;
+  cfg.actions[error_class::fatal] = action::retry;
+  cfg.actions[error_class::rate_limit] = action::fallback;
+  supervision_policy pol{cfg};
+  auto st = pol.initial_state(2);
+  SECTION("retryable -> fail") {
+    auto d = fail_attempt(pol, st, error_class::retryable);
+    CHECK(d.step == next_step::fail);
+    CHECK_THAT(d.reason, Contains("retryable") && Contains("fail"));
+  }
+  SECTION("fatal -> retry") {
+    CHECK(fail_attempt(pol, st, error_class::fatal).step == next_step::retry);
+  }
+  SECTION("rate_limit -> fallback") {
+    auto d = fail_attempt(pol, st, error_class::rate_limit);
+    CHECK(d.step == next_step::switch_agent);
+    CHECK(st.fallback_count == 1);
+  }
+}
+
+TEST_CASE("max_retries_per_agent 0 falls back on the first failure") {
+  auto cfg = config();
+  cfg.max_retries_per_agent = 0;
+  supervision_policy pol{cfg};
+  auto st = pol.initial_state(2);
+  auto d = fail_attempt(pol, st, error_class::retryable);
+  CHECK(d.step == next_step::switch_agent);
+  CHECK_THAT(d.reason, Contains("retries exhausted (0/0)"));
+}
+
+TEST_CASE("with fallback disabled, exhaustion and fallback actions fail") {
+  auto cfg = config();
+  cfg.enable_fallback = false;
+  cfg.max_retries_per_agent = 1;
+  supervision_policy pol{cfg};
+  auto st = pol.initial_state(3);
+  SECTION("retries exhausted") {
+    REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
+            next_step::retry);
+    auto d = fail_attempt(pol, st, error_class::retryable);
+    CHECK(d.step == next_step::fail);
+    CHECK_THAT(d.reason, Contains("retries exhausted (1/1)") &&
+                           Contains("fallback is disabled"));
+    CHECK(st.agent_index == 0);
+  }
+  SECTION("agent_failure") {
+    auto d = fail_attempt(pol, st, error_class::agent_failure);
+    CHECK(d.step == next_step::fail);
+    CHECK(st.fallback_count == 0);
+  }
+}
+
+TEST_CASE("max_total_attempts stops the task at the exact boundary") {
+  auto cfg = config();
+  cfg.max_total_attempts = 3;
+  cfg.max_retries_per_agent = 10;
+  supervision_policy pol{cfg};
+  auto st = pol.initial_state(2);
+  CHECK(fail_attempt(pol, st, error_class::retryable).step == next_step::retry);
+  CHECK(fail_attempt(pol, st, error_class::retryable).step == next_step::retry);
+  CHECK(st.total_attempts == 2);
+  SECTION("the last allowed attempt fails instead of retrying") {
+    auto d = fail_attempt(pol, st, error_class::retryable);
+    CHECK(st.total_attempts == 3);
+    CHECK(d.step == next_step::fail);
+    CHECK_THAT(d.reason, Contains("max_total_attempts (3) reached"));
+    CHECK(st.retry_count == 2); // the refused retry is not counted
+    CHECK(st.total_retries == 2);
+  }
+  SECTION("nor falls back") {
+    auto d = fail_attempt(pol, st, error_class::agent_failure);
+    CHECK(d.step == next_step::fail);
+    CHECK_THAT(d.reason, Contains("max_total_attempts (3) reached"));
+    CHECK(st.agent_index == 0);
+    CHECK(st.fallback_count == 0);
+  }
+  SECTION("start_attempt refuses a fourth attempt") {
+    REQUIRE_FALSE(pol.start_attempt(st));
+    auto refused = pol.start_attempt(st);
+    REQUIRE(refused);
+    CHECK(*refused == "max_total_attempts (3) reached");
+    CHECK(st.total_attempts == 3);
+  }
+}
+
+TEST_CASE("container crashes restart at most max_crash_restarts per task") {
+  supervision_policy pol{config()};
+  auto st = pol.initial_state(3);
+  REQUIRE(fail_attempt(pol, st, error_class::container_crash).step ==
+          next_step::retry);
+  CHECK(st.crash_restarts == 1);
+  auto d = fail_attempt(pol, st, error_class::container_crash);
+  CHECK(d.step == next_step::switch_agent);
+  CHECK_THAT(d.reason, Contains("container crash restarts exhausted (1/1)"));
+  CHECK(st.agent_index == 1);
+  SECTION("the cap is per task: the next agent's crash falls back at once") {
+    d = fail_attempt(pol, st, error_class::container_crash);
+    CHECK(d.step == next_step::switch_agent);
+    CHECK(st.agent_index == 2);
+    d = fail_attempt(pol, st, error_class::container_crash);
+    CHECK(d.step == next_step::fail);
+    CHECK_THAT(d.reason, Contains("no agent left"));
+  }
+  SECTION("other classes still retry on the new agent") {
+    CHECK(fail_attempt(pol, st, error_class::retryable).step ==
+          next_step::retry);
+  }
+}
+
+TEST_CASE("max_crash_restarts 0 falls back on the first crash") {
+  auto cfg = config();
+  cfg.max_crash_restarts = 0;
+  supervision_policy pol{cfg};
+  auto st = pol.initial_state(2);
+  auto d = fail_attempt(pol, st, error_class::container_crash);
+  CHECK(d.step == next_step::switch_agent);
+  CHECK_THAT(d.reason, Contains("(0/0)"));
+}
+
+TEST_CASE("temporary tasks are never restarted") {
+  auto cfg = config();
+  cfg.restart = restart_type::temporary;
+  supervision_policy pol{cfg};
+  auto st = pol.initial_state(2);
+  SECTION("success succeeds") {
+    REQUIRE_FALSE(pol.start_attempt(st));
+    CHECK(pol.on_exit(st, succeeded(), std::nullopt, 0).step ==
+          next_step::succeed);
+  }
+  for (auto cls : all_error_classes) {
+    DYNAMIC_SECTION("a failure of class " << to_string(cls) << " fails") {
+      auto d = fail_attempt(pol, st, cls);
+      CHECK(d.step == next_step::fail);
+      CHECK_THAT(d.reason, Contains("temporary"));
+      CHECK(st.fallback_count == 0);
+    }
+  }
+}
+
+TEST_CASE("permanent tasks restart after success within the intensity") {
+  auto cfg = config();
+  cfg.restart = restart_type::permanent;
+  cfg.intensity.max_restarts = 2;
+  cfg.intensity.period_s = 100;
+  supervision_policy pol{cfg};
+  auto st = pol.initial_state(1);
+  auto run = [&](double now) {
+    REQUIRE_FALSE(pol.start_attempt(st));
+    return pol.on_exit(st, succeeded(), std::nullopt, now);
+  };
+  auto d = run(0);
+  CHECK(d.step == next_step::retry);
+  CHECK_FALSE(d.backoff_class); // no backoff after a clean exit
+  CHECK(st.retry_count == 0);
+  CHECK(st.total_retries == 0);
+  CHECK(run(1).step == next_step::retry);
+  SECTION("one restart too many within the period fails") {
+    d = run(2);
+    CHECK(d.step == next_step::fail);
+    CHECK_THAT(d.reason,
+               Contains("restart intensity exceeded (2 restarts in 100 s)"));
+  }
+  SECTION("restarts older than the period no longer count") {
+    CHECK(run(100.5).step == next_step::retry);
+    CHECK(run(101.5).step == next_step::retry);
+    CHECK(run(102).step == next_step::fail);
+  }
+  SECTION("failure retries count against the intensity too") {
+    d = fail_attempt(pol, st, error_class::retryable, 2);
+    CHECK(d.step == next_step::fail);
+    CHECK_THAT(d.reason, Contains("restart intensity exceeded"));
+    CHECK(st.retry_count == 0);
+  }
+}
+
+TEST_CASE("permanent tasks reset their retries after a stable run") {
+  auto cfg = config();
+  cfg.restart = restart_type::permanent;
+  cfg.intensity.reset_after_s = 300;
+  supervision_policy pol{cfg};
+  auto st = pol.initial_state(2);
+  REQUIRE(fail_attempt(pol, st, error_class::retryable, 0).step ==
+          next_step::retry);
+  REQUIRE(fail_attempt(pol, st, error_class::retryable, 10).step ==
+          next_step::retry);
+  CHECK(st.retry_count == 2);
+  SECTION("an attempt that ran reset_after_s starts the backoff over") {
+    auto d = fail_attempt(pol, st, error_class::retryable, 400, 300);
+    CHECK(d.step == next_step::retry);
+    CHECK(d.retry_count == 1);
+    CHECK(st.total_retries == 3);
+  }
+  SECTION("a shorter run does not") {
+    auto d = fail_attempt(pol, st, error_class::retryable, 400, 299.9);
+    CHECK(d.step == next_step::retry);
+    CHECK(d.retry_count == 3);
+    d = fail_attempt(pol, st, error_class::retryable, 500, 1);
+    CHECK(d.step == next_step::switch_agent);
+  }
+  SECTION("a transient task never resets") {
+    supervision_policy transient{config()};
+    auto ts = transient.initial_state(2);
+    for (int i = 0; i < 3; ++i)
+      REQUIRE(
+        fail_attempt(transient, ts, error_class::retryable, 0, 1000).step ==
+        next_step::retry);
+    CHECK(fail_attempt(transient, ts, error_class::retryable, 0, 1000).step ==
+          next_step::switch_agent);
+  }
+}
+
+TEST_CASE("a retry denied by the budget is taken back and falls back") {
+  supervision_policy pol{config()};
+  auto st = pol.initial_state(2);
+  REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
+          next_step::retry);
+  REQUIRE_FALSE(pol.start_attempt(st));
+  auto d =
+    pol.on_exit(st, failed(), classified(error_class::container_crash), 0);
+  REQUIRE(d.step == next_step::retry);
+  CHECK(st.retry_count == 2);
+  CHECK(st.crash_restarts == 1);
+  d = pol.on_retry_denied(st);
+  CHECK(d.step == next_step::switch_agent);
+  CHECK(d.agent_index == 1);
+  CHECK_THAT(d.reason, Contains("retry budget exhausted"));
+  CHECK(st.retry_count == 0);
+  CHECK(st.total_retries == 1);
+  CHECK(st.crash_restarts == 0);
+  CHECK(st.fallback_count == 1);
+  SECTION("on the last agent it fails") {
+    REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
+            next_step::retry);
+    d = pol.on_retry_denied(st);
+    CHECK(d.step == next_step::fail);
+    CHECK_THAT(d.reason, Contains("retry budget exhausted"));
+    CHECK(st.total_retries == 1);
+  }
+}
+
+TEST_CASE("a denied restart of a permanent task frees its intensity slot") {
+  auto cfg = config();
+  cfg.restart = restart_type::permanent;
+  cfg.intensity.max_restarts = 1;
+  supervision_policy pol{cfg};
+  auto st = pol.initial_state(2);
+  REQUIRE(fail_attempt(pol, st, error_class::retryable, 0).step ==
+          next_step::retry);
+  CHECK(st.restarts.count(0) == 1);
+  REQUIRE(pol.on_retry_denied(st).step == next_step::switch_agent);
+  CHECK(st.restarts.count(0) == 0);
+  CHECK(fail_attempt(pol, st, error_class::retryable, 1).step ==
+        next_step::retry);
+}
+
+TEST_CASE("skip_agent moves past the current agent") {
+  auto cfg = config();
+  cfg.enable_fallback = false;
+  supervision_policy pol{cfg};
+  auto st = pol.initial_state(2);
+  SECTION("even with fallback disabled") {
+    auto d = pol.skip_agent(st, "user forced a fallback");
+    CHECK(d.step == next_step::switch_agent);
+    CHECK(d.agent_index == 1);
+    CHECK_THAT(d.reason, Contains("user forced a fallback"));
+    CHECK(st.fallback_count == 1);
+    SECTION("and fails when no agent is left") {
+      d = pol.skip_agent(st, "circuit breaker of b is open");
+      CHECK(d.step == next_step::fail);
+      CHECK_THAT(d.reason, Contains("circuit breaker of b is open") &&
+                             Contains("no agent left"));
+      CHECK(st.agent_index == 1);
+    }
+  }
+  SECTION("a retry pending in its backoff is taken back") {
+    REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
+            next_step::retry);
+    CHECK(st.total_retries == 1);
+    auto d = pol.skip_agent(st, "user forced a fallback");
+    CHECK(d.step == next_step::switch_agent);
+    CHECK(st.total_retries == 0);
+    CHECK(st.retry_count == 0);
+  }
+  SECTION("a retry that already started is not taken back") {
+    REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
+            next_step::retry);
+    REQUIRE_FALSE(pol.start_attempt(st));
+    pol.skip_agent(st, "user forced a fallback");
+    CHECK(st.total_retries == 1);
+  }
+  SECTION("it respects max_total_attempts") {
+    auto capped = config();
+    capped.max_total_attempts = 1;
+    supervision_policy cp{capped};
+    auto cs = cp.initial_state(2);
+    REQUIRE_FALSE(cp.start_attempt(cs));
+    auto d = cp.skip_agent(cs, "breaker open");
+    CHECK(d.step == next_step::fail);
+    CHECK_THAT(d.reason, Contains("max_total_attempts (1) reached"));
+  }
+}
+
+TEST_CASE("initial state and step names") {
+  supervision_policy pol{config()};
+  auto st = pol.initial_state(0);
+  CHECK(st.chain_size == 1);
+  CHECK(st.total_attempts == 0);
+  CHECK(st.restarts.max_restarts() == 10);
+  CHECK(to_string(next_step::succeed) == "succeed");
+  CHECK(to_string(next_step::retry) == "retry");
+  CHECK(to_string(next_step::switch_agent) == "switch_agent");
+  CHECK(to_string(next_step::fail) == "fail");
+}
