@@ -458,6 +458,25 @@ TEST_CASE("docker: exit codes and failure output reach the outcome",
   }
 }
 
+TEST_CASE("docker: without an init, a missing agent still exits 127",
+          "[docker]") {
+  if (!engine_ready())
+    return;
+  temp_dir tmp;
+  auto options = engine_options();
+  // The engine itself then fails to exec the command at start.
+  options.init = false;
+  auto rt = make_docker_runtime(options);
+  recorder rec;
+  auto task_id = unique_task_id("noinit");
+  auto out = run_to_end(
+    *rt, make_spec(tmp.path(), task_id, {"/opt/no-such-agent"}), rec);
+  CHECK(out.exit_code == 127);
+  CHECK(out.infrastructure_error.empty());
+  REQUIRE_FALSE(out.tail.empty());
+  CHECK_THAT(lower(out.tail.back()), Catch::Contains("no such file"));
+}
+
 TEST_CASE("docker: exceeding the memory limit is a real OOM kill", "[docker]") {
   if (!engine_ready())
     return;

@@ -686,6 +686,8 @@ engine_response sync_request(const docker_runtime_options& options,
 
 expected<docker_runtime_options> docker_options_from_environment() {
   docker_runtime_options options;
+  if (const char* network = std::getenv("TASKSUP_DOCKER_NETWORK"))
+    options.network_mode = network;
   const char* host = std::getenv("DOCKER_HOST");
   if (host == nullptr || *host == '\0')
     return options;

@@ -56,8 +56,10 @@ struct docker_runtime_options {
 };
 
 /// Options for the engine named by DOCKER_HOST (only `unix://` sockets are
-/// supported), or the default socket when it is unset. Fails naming the
-/// variable when it points elsewhere.
+/// supported), or the default socket when it is unset, with `network_mode`
+/// from TASKSUP_DOCKER_NETWORK when set (e.g. "none" for an engine started
+/// without a bridge). Fails naming the variable when DOCKER_HOST points
+/// elsewhere.
 expected<docker_runtime_options> docker_options_from_environment();
 
 /// Creates the Docker Engine runtime: one I/O thread serving every attempt
@@ -67,10 +69,14 @@ expected<docker_runtime_options> docker_options_from_environment();
 /// `docker_workspace_dir`, `<attempt_dir>/artifacts` at
 /// `docker_artifacts_dir` (artifacts are listed from the host side of that
 /// bind mount), the config dir read-only at its own path, and
-/// `<attempt_dir>/output.log` holding the full output. The container is
-/// removed before `on_exit`. The image must already exist: tasksup never
-/// pulls. Destroying the runtime kills and removes its running containers
-/// (their outcomes carry an infrastructure error) and joins the thread.
+/// `<attempt_dir>/output.log` holding the full output (read through an
+/// attach made before start, so nothing is lost). The container is removed
+/// before `on_exit`. The image must already exist: tasksup never pulls.
+/// A stop or kill that arrives before the container started means it never
+/// starts (exit 143 or 137 is reported). The engine reports a signal death
+/// as exit 128+N, so exit codes 129..192 also set `signal`. Destroying the
+/// runtime kills and removes its running containers (their outcomes carry
+/// an infrastructure error) and joins the thread.
 std::shared_ptr<container_runtime>
 make_docker_runtime(docker_runtime_options options);
 
