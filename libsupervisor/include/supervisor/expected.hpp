@@ -30,54 +30,32 @@ struct error {
 
 /// Either a value or an `error`; errors cross layers as values, never as
 /// exceptions (STYLE.md 5).
-template <class T>
+template<class T>
 class expected {
 public:
-  expected(T value) : data_(std::move(value)) {
-  }
+  expected(T value) : data_(std::move(value)) {}
 
-  expected(tasksup::error err) : data_(std::move(err)) {
-  }
+  expected(tasksup::error err) : data_(std::move(err)) {}
 
-  explicit operator bool() const noexcept {
-    return data_.index() == 0;
-  }
+  explicit operator bool() const noexcept { return data_.index() == 0; }
 
-  bool has_value() const noexcept {
-    return data_.index() == 0;
-  }
+  bool has_value() const noexcept { return data_.index() == 0; }
 
-  T& value() & {
-    return std::get<0>(data_);
-  }
+  T& value() & { return std::get<0>(data_); }
 
-  const T& value() const& {
-    return std::get<0>(data_);
-  }
+  const T& value() const& { return std::get<0>(data_); }
 
-  T&& value() && {
-    return std::get<0>(std::move(data_));
-  }
+  T&& value() && { return std::get<0>(std::move(data_)); }
 
-  T& operator*() & {
-    return value();
-  }
+  T& operator*() & { return value(); }
 
-  const T& operator*() const& {
-    return value();
-  }
+  const T& operator*() const& { return value(); }
 
-  T* operator->() {
-    return &value();
-  }
+  T* operator->() { return &value(); }
 
-  const T* operator->() const {
-    return &value();
-  }
+  const T* operator->() const { return &value(); }
 
-  const tasksup::error& error() const {
-    return std::get<1>(data_);
-  }
+  const tasksup::error& error() const { return std::get<1>(data_); }
 
 private:
   std::variant<T, tasksup::error> data_;
