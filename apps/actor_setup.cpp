@@ -1,0 +1,29 @@
+#include "actor_setup.hpp"
+
+#include "tasksup/actors/protocol.hpp"
+
+#include <caf/atom.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/timespan.hpp>
+
+#include <chrono>
+#include <cstddef>
+
+namespace tasksup::app {
+
+void configure_actor_system(caf::actor_system_config& cfg, bool network) {
+  register_protocol(cfg);
+  // The sharing scheduler answers an in-process request in microseconds
+  // where work stealing's back-off sleeps add ~90 µs (CAF-NOTES); the actors
+  // of one node do little work per message, so two threads suffice.
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+  cfg.set("scheduler.max-threads", std::size_t{2});
+  if (network) {
+    cfg.load<caf::io::middleman>();
+    using namespace std::chrono;
+    cfg.set("middleman.heartbeat-interval", caf::timespan{seconds{1}});
+    cfg.set("middleman.connection-timeout", caf::timespan{seconds{10}});
+  }
+}
+
+} // namespace tasksup::app
