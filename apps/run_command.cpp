@@ -38,9 +38,6 @@ namespace tasksup::app {
 
 namespace {
 
-/// Signal watch thread -> the command's own actor: `(signal, count)`.
-using signal_atom = caf::atom_constant<caf::atom("signal")>;
-
 struct run_options {
   std::string task_file;
   std::string config_dir;
