@@ -20,9 +20,8 @@ void configure_actor_system(caf::actor_system_config& cfg, bool network) {
     "std::vector<tasksup::task_status>");
   // The sharing scheduler answers an in-process request in microseconds
   // where work stealing's back-off sleeps add ~90 µs (CAF-NOTES); the actors
-  // of one node do little work per message, so two threads suffice.
+  // of one node do little work per message.
   cfg.set("scheduler.policy", caf::atom("sharing"));
-  cfg.set("scheduler.max-threads", std::size_t{2});
   if (network) {
     cfg.load<caf::io::middleman>();
     using namespace std::chrono;
