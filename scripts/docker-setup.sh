@@ -83,9 +83,13 @@ if engine_answers; then
 else
   [[ $(id -u) == 0 ]] || die "no engine on $socket and not root: cannot start dockerd"
   [[ -e "$socket" ]] && rm -f "$socket" # stale socket from a dead daemon
-  if ! try_dockerd &&
-    ! try_dockerd --iptables=false --ip-masq=false --bridge=none &&
-    ! try_dockerd --iptables=false --ip-masq=false --bridge=none --storage-driver=vfs; then
+  if try_dockerd; then
+    :
+  elif try_dockerd --iptables=false --ip-masq=false --bridge=none ||
+    try_dockerd --iptables=false --ip-masq=false --bridge=none --storage-driver=vfs; then
+    say "the engine runs without a bridge network: containers need"
+    say "  export TASKSUP_DOCKER_NETWORK=none"
+  else
     die "could not start dockerd; see $log"
   fi
 fi

@@ -387,3 +387,60 @@ TEST_CASE_METHOD(supervisor_fixture,
   auto status = seen->of(event_kind::attempt_exited);
   CHECK(json_of(status.at(0)).at("duration_s").to_number<double>() == 30);
 }
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "a deadline cancels the running attempt and fails the task",
+                 "[task_supervisor]") {
+  runtime->script("a", {hangs()});
+  auto t = task_with("t1", {"a", "b"});
+  t.supervisor.deadline_s = 30;
+  t.supervisor.stop_grace_s = 5;
+  start(std::move(t));
+  advance(29.9);
+  REQUIRE(runtime->calls().size() == 1); // only the start
+  CHECK(seen->results.empty());
+  advance(0.2);
+  auto calls = runtime->calls();
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[1].what == runtime::scripted_call::kind::stop);
+  CHECK(calls[1].grace == std::chrono::milliseconds{5000});
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::failed);
+  REQUIRE(r.error);
+  CHECK(*r.error == "deadline exceeded (30 s)");
+  drain();
+  // Neither a retry of a nor a fallback to b followed.
+  CHECK(runtime->started() == 1);
+  CHECK(seen->of(event_kind::classified).empty());
+  CHECK(seen->of(event_kind::agent_switched).empty());
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "a deadline during the backoff ends the task at once",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(1), exits(0)});
+  auto t = task_with("t1", {"a"});
+  t.supervisor.deadline_s = 3; // the first backoff is 5 s
+  start(std::move(t));
+  REQUIRE(seen->of(event_kind::retry_scheduled).size() == 1);
+  advance(3);
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::failed);
+  REQUIRE(r.error);
+  CHECK(*r.error == "deadline exceeded (3 s)");
+  drain();
+  CHECK(runtime->started() == 1); // the stale backoff timer started nothing
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "without a deadline a long attempt is never stopped",
+                 "[task_supervisor]") {
+  runtime->script("a", {hangs()});
+  start(task_with("t1", {"a"}));
+  advance(7 * 24 * 3600.0);
+  CHECK(runtime->calls().size() == 1);
+  CHECK(seen->results.empty());
+  caf::anon_send(sup, stop_atom::value, stop_mode::kill);
+  run();
+  CHECK(result().outcome == task_outcome::stopped);
+}

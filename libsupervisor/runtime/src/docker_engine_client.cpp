@@ -1,5 +1,7 @@
 #include "docker_engine_client.hpp"
 
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/error.hpp>
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/beast/core/basic_stream.hpp>
@@ -31,11 +33,11 @@ class exchange_impl : public engine_exchange,
 public:
   exchange_impl(asio::io_context& io, engine_endpoint ep, http::verb verb,
                 std::string target, std::string body,
-                std::chrono::milliseconds timeout, engine_data_handler on_data,
-                engine_response_handler done)
+                std::chrono::milliseconds timeout, engine_open_handler on_open,
+                engine_data_handler on_data, engine_response_handler done)
     : stream_(io), ep_(std::move(ep)), timeout_(timeout),
-      streaming_(static_cast<bool>(on_data)), on_data_(std::move(on_data)),
-      done_(std::move(done)) {
+      streaming_(static_cast<bool>(on_data)), on_open_(std::move(on_open)),
+      on_data_(std::move(on_data)), done_(std::move(done)) {
     request_.method(verb);
     request_.target(ep_.path_prefix + target);
     request_.version(11);
@@ -44,6 +46,10 @@ public:
     if (!body.empty()) {
       request_.set(http::field::content_type, "application/json");
       request_.body() = std::move(body);
+    }
+    if (streaming_) {
+      request_.set(http::field::connection, "Upgrade");
+      request_.set(http::field::upgrade, "tcp");
     }
     request_.prepare_payload();
   }
@@ -74,6 +80,7 @@ public:
       return;
     finished_ = true;
     done_ = nullptr;
+    on_open_ = nullptr;
     on_data_ = nullptr;
     stream_.close();
   }
@@ -141,10 +148,62 @@ private:
       return;
     }
     status_ = parts_->get().result_int();
-    read_stream_part();
+    if (status_ != 101 && status_ != 200) {
+      read_refusal();
+      return;
+    }
+    // The connection now carries the raw stream; bytes read past the
+    // header are its beginning.
+    if (on_open_) {
+      auto on_open = std::move(on_open_);
+      on_open();
+      if (finished_)
+        return;
+    }
+    if (buffer_.size() > 0) {
+      auto data = buffer_.data();
+      std::string_view bytes{static_cast<const char*>(data.data()),
+                             data.size()};
+      on_data_(bytes);
+      if (finished_)
+        return;
+      buffer_.consume(buffer_.size());
+    }
+    read_raw();
   }
 
-  void read_stream_part() {
+  void read_raw() {
+    stream_.async_read_some(
+      asio::buffer(chunk_),
+      [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+        self->on_raw(ec, n);
+      });
+  }
+
+  void on_raw(beast::error_code ec, std::size_t n) {
+    if (finished_)
+      return;
+    if (n > 0) {
+      on_data_(std::string_view{chunk_.data(), n});
+      // on_data may have cancelled this exchange.
+      if (finished_)
+        return;
+    }
+    if (ec == asio::error::eof) {
+      engine_response resp;
+      resp.status = status_;
+      finish(std::move(resp));
+      return;
+    }
+    if (ec) {
+      fail("the Docker engine's stream broke: " + describe(ec));
+      return;
+    }
+    read_raw();
+  }
+
+  // Reads the body of a refused attach, bounded, for its message.
+  void read_refusal() {
     if (parts_->is_done()) {
       engine_response resp;
       resp.status = status_;
@@ -157,34 +216,25 @@ private:
     http::async_read_some(
       stream_, buffer_, *parts_,
       [self = shared_from_this()](beast::error_code ec, std::size_t) {
-        self->on_stream_part(ec);
+        self->on_refusal_part(ec);
       });
   }
 
-  void on_stream_part(beast::error_code ec) {
+  void on_refusal_part(beast::error_code ec) {
     if (finished_)
       return;
     if (ec && ec != http::error::need_buffer) {
-      fail("the Docker engine's stream broke: " + describe(ec));
+      fail("reading the Docker engine's answer failed: " + describe(ec));
       return;
     }
     auto n = chunk_.size() - parts_->get().body().size;
-    std::string_view bytes{chunk_.data(), n};
-    if (status_ >= 200 && status_ < 300) {
-      if (n > 0)
-        on_data_(bytes);
-      // on_data may have cancelled this exchange.
-      if (finished_)
-        return;
-    } else {
-      if (error_body_.size() + n > ep_.max_body_bytes) {
-        fail("the Docker engine's error answer exceeds " +
-             std::to_string(ep_.max_body_bytes) + " bytes");
-        return;
-      }
-      error_body_.append(bytes);
+    if (error_body_.size() + n > ep_.max_body_bytes) {
+      fail("the Docker engine's error answer exceeds " +
+           std::to_string(ep_.max_body_bytes) + " bytes");
+      return;
     }
-    read_stream_part();
+    error_body_.append(chunk_.data(), n);
+    read_refusal();
   }
 
   std::string describe(beast::error_code ec) const {
@@ -208,6 +258,7 @@ private:
     finished_ = true;
     stream_.close();
     auto done = std::move(done_);
+    on_open_ = nullptr;
     on_data_ = nullptr;
     if (done)
       done(std::move(resp));
@@ -217,6 +268,7 @@ private:
   engine_endpoint ep_;
   std::chrono::milliseconds timeout_;
   bool streaming_;
+  engine_open_handler on_open_;
   engine_data_handler on_data_;
   engine_response_handler done_;
   http::request<http::string_body> request_;
@@ -238,18 +290,19 @@ async_engine_request(asio::io_context& io, const engine_endpoint& ep,
                      engine_response_handler done) {
   auto ex = std::make_shared<exchange_impl>(io, ep, verb, std::move(target),
                                             std::move(body), timeout, nullptr,
-                                            std::move(done));
+                                            nullptr, std::move(done));
   ex->run();
   return ex;
 }
 
 std::shared_ptr<engine_exchange>
-async_engine_stream(asio::io_context& io, const engine_endpoint& ep,
-                    std::string target, engine_data_handler on_data,
-                    engine_response_handler done) {
+async_engine_attach(asio::io_context& io, const engine_endpoint& ep,
+                    std::string target, engine_open_handler on_open,
+                    engine_data_handler on_data, engine_response_handler done) {
   auto ex = std::make_shared<exchange_impl>(
-    io, ep, http::verb::get, std::move(target), std::string{},
-    std::chrono::milliseconds{0}, std::move(on_data), std::move(done));
+    io, ep, http::verb::post, std::move(target), std::string{},
+    std::chrono::milliseconds{0}, std::move(on_open), std::move(on_data),
+    std::move(done));
   ex->run();
   return ex;
 }

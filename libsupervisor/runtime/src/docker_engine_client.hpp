@@ -63,12 +63,17 @@ async_engine_request(boost::asio::io_context& io, const engine_endpoint& ep,
                      std::string body, std::chrono::milliseconds timeout,
                      engine_response_handler done);
 
-/// Sends GET `target` and streams a 2xx body to `on_data` as it arrives,
-/// without bound on its length or duration; `done` runs once at the end
-/// (with the body of a non-2xx answer, or the transport error).
+/// Called once a stream is established.
+using engine_open_handler = std::function<void()>;
+
+/// Sends POST `target` asking to take over the connection (an attach) and,
+/// once the engine agrees (101 or 200), calls `on_open` and then passes every
+/// byte of the raw stream to `on_data` until the engine closes it, without
+/// bound on length or duration. `done` runs once at the end: status 101/200
+/// after a clean end, the body of a refusal, or the transport error.
 std::shared_ptr<engine_exchange>
-async_engine_stream(boost::asio::io_context& io, const engine_endpoint& ep,
-                    std::string target, engine_data_handler on_data,
-                    engine_response_handler done);
+async_engine_attach(boost::asio::io_context& io, const engine_endpoint& ep,
+                    std::string target, engine_open_handler on_open,
+                    engine_data_handler on_data, engine_response_handler done);
 
 } // namespace tasksup::runtime::detail

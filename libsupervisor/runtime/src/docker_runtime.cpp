@@ -11,6 +11,7 @@
 #include <boost/json.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -43,6 +44,15 @@ detail::engine_endpoint endpoint_of(const docker_runtime_options& options) {
   ep.path_prefix = "/v" + options.api_version;
   ep.max_body_bytes = options.max_response_bytes;
   return ep;
+}
+
+/// True when a 404 body blames the image (not, say, a missing network).
+bool mentions_image(std::string_view body) {
+  auto text = detail::docker_error_message(404, body);
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) {
+    return static_cast<char>(std::tolower(c));
+  });
+  return text.find("image") != std::string::npos;
 }
 
 /// The container id, shared by an attempt and its handle so that `id()`
@@ -253,7 +263,7 @@ private:
       remove();
       return;
     }
-    if (resp.status == 404) {
+    if (resp.status == 404 && mentions_image(resp.body)) {
       fail("image " + spec_.image +
            " not found locally (tasksup never pulls): " +
            detail::docker_error_message(resp.status, resp.body));
@@ -274,13 +284,42 @@ private:
     container_id_ = std::move(*id);
     id_->set(container_id_);
     if (requested_ != user_request::none) {
-      // Stopped before it ran: never start it.
-      signal_ = requested_ == user_request::kill ? sigkill : sigterm;
-      exit_code_ = 128 + signal_;
-      remove();
+      end_unstarted();
       return;
     }
+    // Attach before start, as `docker run` does: the attach stream carries
+    // every byte the container writes, including a last unterminated line
+    // that a followed log stream can miss when the container exits.
     phase_ = phase::starting;
+    output_ = detail::async_engine_attach(
+      core_->io, core_->endpoint,
+      container_path() + "/attach?stream=1&stdout=1&stderr=1",
+      [self = shared_from_this()] {
+        if (self->phase_ != phase::done)
+          self->on_attached();
+      },
+      [self = shared_from_this()](std::string_view bytes) {
+        self->on_output_bytes(bytes);
+      },
+      [self = shared_from_this()](engine_response resp) {
+        if (self->phase_ != phase::done)
+          self->on_output_end(std::move(resp));
+      });
+  }
+
+  /// Stopped or killed before it ran: it is never started.
+  void end_unstarted() {
+    signal_ = requested_ == user_request::kill ? sigkill : sigterm;
+    exit_code_ = 128 + signal_;
+    remove();
+  }
+
+  void on_attached() {
+    attached_ = true;
+    if (requested_ != user_request::none) {
+      end_unstarted();
+      return;
+    }
     step_ = request(verb::post, container_path() + "/start", {},
                     core_->options.request_timeout,
                     [](docker_attempt& self, engine_response resp) {
@@ -304,16 +343,6 @@ private:
     }
     phase_ = phase::running;
     started_at_ = clock_type::now();
-    logs_ = detail::async_engine_stream(
-      core_->io, core_->endpoint,
-      container_path() + "/logs?follow=1&stdout=1&stderr=1",
-      [self = shared_from_this()](std::string_view bytes) {
-        self->on_log_bytes(bytes);
-      },
-      [self = shared_from_this()](engine_response resp) {
-        if (self->phase_ != phase::done)
-          self->on_logs_end(std::move(resp));
-      });
     wait_ = request(verb::post, container_path() + "/wait", {},
                     std::chrono::milliseconds{0},
                     [](docker_attempt& self, engine_response resp) {
@@ -341,30 +370,35 @@ private:
                                 [](docker_attempt&, engine_response) {}));
   }
 
-  void on_log_bytes(std::string_view bytes) {
-    if (phase_ == phase::done || logs_done_)
+  void on_output_bytes(std::string_view bytes) {
+    if (phase_ == phase::done || output_done_)
       return;
     if (!demux_->feed(bytes)) {
       fail(demux_->error());
-      end_logs();
+      end_output();
     }
   }
 
-  void on_logs_end(engine_response resp) {
-    if (logs_done_)
+  void on_output_end(engine_response resp) {
+    if (output_done_)
       return;
+    output_done_ = true;
+    output_.reset();
+    if (!attached_) {
+      fail("docker attach failed: " + engine_text(resp));
+      remove();
+      return;
+    }
     if (!resp.transport_error.empty())
-      fail("the container's log stream failed: " + resp.transport_error);
-    else if (!resp.ok())
-      fail("docker logs failed: " + engine_text(resp));
-    end_logs();
+      fail("the container's output stream failed: " + resp.transport_error);
+    end_output();
   }
 
-  void end_logs() {
-    logs_done_ = true;
-    if (logs_) {
-      logs_->cancel();
-      logs_.reset();
+  void end_output() {
+    output_done_ = true;
+    if (output_) {
+      output_->cancel();
+      output_.reset();
     }
     maybe_collect();
   }
@@ -381,20 +415,21 @@ private:
     } else {
       fail(status.error().to_string());
     }
-    if (!logs_done_) {
-      // The log stream ends with the container; bound how long it may lag.
-      drain_timer_.expires_after(core_->options.log_drain_timeout);
+    if (!output_done_) {
+      // The output stream ends with the container; bound how long it may
+      // lag behind.
+      drain_timer_.expires_after(core_->options.output_drain_timeout);
       drain_timer_.async_wait(
         [self = shared_from_this()](boost::system::error_code ec) {
           if (!ec && self->phase_ == phase::running)
-            self->end_logs();
+            self->end_output();
         });
     }
     maybe_collect();
   }
 
   void maybe_collect() {
-    if (phase_ != phase::running || !wait_done_ || !logs_done_)
+    if (phase_ != phase::running || !wait_done_ || !output_done_)
       return;
     drain_timer_.cancel();
     phase_ = phase::collecting;
@@ -472,7 +507,7 @@ private:
       return;
     phase_ = phase::done;
     drain_timer_.cancel();
-    for (auto* ex : {&step_, &wait_, &logs_})
+    for (auto* ex : {&step_, &wait_, &output_})
       if (*ex) {
         (*ex)->cancel();
         ex->reset();
@@ -524,10 +559,11 @@ private:
   std::string container_id_;
   std::shared_ptr<engine_exchange> step_;
   std::shared_ptr<engine_exchange> wait_;
-  std::shared_ptr<engine_exchange> logs_;
+  std::shared_ptr<engine_exchange> output_;
   std::vector<std::shared_ptr<engine_exchange>> controls_;
+  bool attached_ = false;
   bool wait_done_ = false;
-  bool logs_done_ = false;
+  bool output_done_ = false;
   std::string start_error_;
   int exit_code_ = 0;
   int signal_ = 0;
@@ -650,6 +686,8 @@ engine_response sync_request(const docker_runtime_options& options,
 
 expected<docker_runtime_options> docker_options_from_environment() {
   docker_runtime_options options;
+  if (const char* network = std::getenv("TASKSUP_DOCKER_NETWORK"))
+    options.network_mode = network;
   const char* host = std::getenv("DOCKER_HOST");
   if (host == nullptr || *host == '\0')
     return options;
@@ -683,6 +721,20 @@ docker_engine_version(const docker_runtime_options& options) {
   if (!version || !version->is_string())
     return error{"docker engine response", "/Version", "expected a string"};
   return std::string{version->as_string()};
+}
+
+expected<bool> docker_image_present(const docker_runtime_options& options,
+                                    std::string_view image) {
+  auto resp =
+    sync_request(options, "/images/" + detail::url_encode(image) + "/json");
+  if (!resp.transport_error.empty())
+    return error{"docker engine", "", resp.transport_error};
+  if (resp.status == 404)
+    return false;
+  if (!resp.ok())
+    return error{"docker engine", "/images",
+                 detail::docker_error_message(resp.status, resp.body)};
+  return true;
 }
 
 expected<std::vector<docker_container_summary>>

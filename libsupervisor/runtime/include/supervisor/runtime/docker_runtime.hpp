@@ -40,9 +40,9 @@ struct docker_runtime_options {
   /// Bound on every short request (create, start, inspect, remove, kill);
   /// `stop` gets its grace period on top. Waiting for the exit has no bound.
   std::chrono::milliseconds request_timeout{60'000};
-  /// How long the log stream may lag behind the container's exit before it
+  /// How long the output stream may lag behind the container's exit before it
   /// is cut off and the outcome reported with the output seen so far.
-  std::chrono::milliseconds log_drain_timeout{10'000};
+  std::chrono::milliseconds output_drain_timeout{10'000};
   /// How long destroying the runtime waits for its containers to be killed
   /// and removed before it abandons them.
   std::chrono::milliseconds shutdown_timeout{30'000};
@@ -56,8 +56,10 @@ struct docker_runtime_options {
 };
 
 /// Options for the engine named by DOCKER_HOST (only `unix://` sockets are
-/// supported), or the default socket when it is unset. Fails naming the
-/// variable when it points elsewhere.
+/// supported), or the default socket when it is unset, with `network_mode`
+/// from TASKSUP_DOCKER_NETWORK when set (e.g. "none" for an engine started
+/// without a bridge). Fails naming the variable when DOCKER_HOST points
+/// elsewhere.
 expected<docker_runtime_options> docker_options_from_environment();
 
 /// Creates the Docker Engine runtime: one I/O thread serving every attempt
@@ -67,16 +69,25 @@ expected<docker_runtime_options> docker_options_from_environment();
 /// `docker_workspace_dir`, `<attempt_dir>/artifacts` at
 /// `docker_artifacts_dir` (artifacts are listed from the host side of that
 /// bind mount), the config dir read-only at its own path, and
-/// `<attempt_dir>/output.log` holding the full output. The container is
-/// removed before `on_exit`. The image must already exist: tasksup never
-/// pulls. Destroying the runtime kills and removes its running containers
-/// (their outcomes carry an infrastructure error) and joins the thread.
+/// `<attempt_dir>/output.log` holding the full output (read through an
+/// attach made before start, so nothing is lost). The container is removed
+/// before `on_exit`. The image must already exist: tasksup never pulls.
+/// A stop or kill that arrives before the container started means it never
+/// starts (exit 143 or 137 is reported). The engine reports a signal death
+/// as exit 128+N, so exit codes 129..192 also set `signal`. Destroying the
+/// runtime kills and removes its running containers (their outcomes carry
+/// an infrastructure error) and joins the thread.
 std::shared_ptr<container_runtime>
 make_docker_runtime(docker_runtime_options options);
 
 /// The engine's version string (GET /version), or why it does not answer.
 expected<std::string>
 docker_engine_version(const docker_runtime_options& options);
+
+/// Whether the engine holds `image` locally (tasksup never pulls), or why
+/// the engine could not say.
+expected<bool> docker_image_present(const docker_runtime_options& options,
+                                    std::string_view image);
 
 /// One container as listed by the engine.
 struct docker_container_summary {
