@@ -2,10 +2,14 @@
 
 #include "tasksup_child.hpp"
 
+#include "supervisor/runtime/docker_runtime.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <csignal>
+#include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -258,4 +262,64 @@ TEST_CASE("run --help explains the command with an example") {
   CHECK(r.out.find("Example") != std::string::npos);
   CHECK(r.out.find("130") != std::string::npos);
   CHECK(r.out.find("TASKSUP_CONFIG_DIR") != std::string::npos);
+}
+
+namespace {
+
+/// The image the Docker tests use (scripts/docker-setup.sh builds it).
+std::string docker_test_image() {
+  if (const char* env = std::getenv("TASKSUP_DOCKER_IMAGE"); env && *env)
+    return env;
+  std::ifstream in{TASKSUP_SOURCE_DIR "/scripts/docker-test-image"};
+  std::string image;
+  std::getline(in, image);
+  return image.empty() ? "tasksup/busybox:test" : image;
+}
+
+/// Empty when the engine answers and holds the image, else why not.
+std::string docker_problem() {
+  using namespace tasksup::runtime;
+  auto options = docker_options_from_environment();
+  if (!options)
+    return options.error().to_string();
+  if (auto v = docker_engine_version(*options); !v)
+    return "no Docker engine: " + v.error().to_string();
+  auto present = docker_image_present(*options, docker_test_image());
+  if (!present)
+    return present.error().to_string();
+  return *present ? "" : "image " + docker_test_image() + " missing";
+}
+
+} // namespace
+
+TEST_CASE("run --runtime docker: attempts run in containers and the task's "
+          "exit code is the program's",
+          "[docker]") {
+  auto problem = docker_problem();
+  const char* ci = std::getenv("CI");
+  if (!problem.empty() && ci &&
+      (std::string{ci} == "true" || std::string{ci} == "1"))
+    FAIL("CI is set but the Docker engine is not usable: " << problem);
+  if (!problem.empty()) {
+    WARN("skipping: " << problem);
+    return;
+  }
+  scratch dir;
+  auto task = dir.write("dock.json", R"({"id": "dock", "prompt": "p",
+    "image": ")" + docker_test_image() +
+                                       R"(",
+    "agent_selection": {"agents": [{"agent_id": "bb", "agent_cli": "sh",
+      "cli_flags": "-c 'echo inside $TASKSUP_ATTEMPT; exit 3'"}]},
+    "supervisor": {"max_retries_per_agent": 1, "backoff_base_seconds": 0.1}})");
+  auto events = dir / "events.jsonl";
+  auto r = run_to_end(dir,
+                      {"run", "--runtime", "docker", "--config", config_dir(),
+                       "--events", events, "--work-dir", dir / "work", task},
+                      120s);
+  INFO(r.out << r.err);
+  REQUIRE(r.status == 3);
+  auto evs = json_lines(slurp(events));
+  CHECK(of_kind(evs, "attempt_started").size() == 2);
+  CHECK(r.out.find("inside 2") != std::string::npos);
+  CHECK(text(of_kind(evs, "task_done").at(0), "outcome") == "failed");
 }
