@@ -114,9 +114,12 @@ int run_task(const run_options& opts) {
   configure_actor_system(sys_cfg, false);
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
+  // Signals before this point found no actor to tell; replayed below.
+  int early_signals = 0;
   {
     std::lock_guard<std::mutex> guard{target_mutex};
     target = caf::actor_cast<caf::actor>(self);
+    early_signals = signals.count();
   }
   registry_options reg;
   reg.config = cfg->config;
@@ -175,6 +178,9 @@ int run_task(const run_options& opts) {
   // Attempt n of the task keeps its output in <log_dir>/attempt-<n>.
   auto log_dir = attempt_root + "/" + task_id;
   self->send(registry, await_atom::value, task_id);
+  // A Ctrl-C that came before this actor could take it still counts.
+  if (early_signals > 0)
+    self->send(self, signal_atom::value, early_signals);
 
   std::optional<task_result> result;
   bool done_shown = false;
