@@ -8,8 +8,9 @@ namespace tasksup::app {
 /// How commands find the config directory, for `--help` texts.
 inline constexpr const char* config_dir_rule =
   "The config directory is --config DIR if given, else $TASKSUP_CONFIG_DIR "
-  "if set, else the config/ directory of the source tree tasksup was built "
-  "from if it still exists, else none (built-in defaults).";
+  "if set, else ./config if the current directory has one, else the "
+  "config/ directory of the source tree tasksup was built from if it still "
+  "exists, else none (built-in defaults).";
 
 /// Applies `config_dir_rule`: `flag` is the --config value (empty when not
 /// given). Returns nullopt when no directory applies.

@@ -161,9 +161,10 @@ progress_view::render(const boost::json::object& event) {
   } else if (kind == "user_stop") {
     pending_.reset();
     auto mode = str(event, "mode", "cancel");
-    out.push_back(pre + paint(red, "user_" + printable(mode) + " requested"));
+    auto head = "user_" + printable(mode) + " requested";
+    out.push_back(pre + paint(red, head));
     auto message = str(event, "message");
-    if (!message.empty())
+    if (!message.empty() && message != head)
       out.push_back(pre + printable(message));
   } else if (kind == "warning") {
     out.push_back(pre + paint(yellow, "warning: ") +

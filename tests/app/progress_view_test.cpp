@@ -95,3 +95,15 @@ TEST_CASE("durations read like a person would write them") {
   CHECK(human_duration(7500) == "2h05m");
   CHECK(human_duration(-3) == "0s");
 }
+
+TEST_CASE("a user stop is said once, with a different message kept") {
+  progress_view view;
+  auto cancel = render(view, R"({"event":"user_stop","task_id":"t",
+    "attempt":1,"mode":"cancel","message":"user_cancel requested"})");
+  REQUIRE(cancel == std::vector<std::string>{"user_cancel requested"});
+  auto skipped = render(view, R"({"event":"user_stop","task_id":"t",
+    "attempt":1,"mode":"cancel","message":"retry skipped due to user stop"})");
+  REQUIRE(skipped ==
+          std::vector<std::string>{"user_cancel requested",
+                                   "retry skipped due to user stop"});
+}

@@ -1,0 +1,33 @@
+#include "actor_setup.hpp"
+
+#include "tasksup/actors/protocol.hpp"
+
+#include <caf/atom.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/timespan.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <vector>
+
+namespace tasksup::app {
+
+void configure_actor_system(caf::actor_system_config& cfg, bool network) {
+  register_protocol(cfg);
+  // `(status)` answers with a vector of records; across the network the
+  // vector needs a registered type name of its own.
+  cfg.add_message_type<std::vector<task_status>>(
+    "std::vector<tasksup::task_status>");
+  // The sharing scheduler answers an in-process request in microseconds
+  // where work stealing's back-off sleeps add ~90 µs (CAF-NOTES); the actors
+  // of one node do little work per message.
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+  if (network) {
+    cfg.load<caf::io::middleman>();
+    using namespace std::chrono;
+    cfg.set("middleman.heartbeat-interval", caf::timespan{seconds{1}});
+    cfg.set("middleman.connection-timeout", caf::timespan{seconds{10}});
+  }
+}
+
+} // namespace tasksup::app

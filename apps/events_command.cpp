@@ -1,0 +1,192 @@
+// `tasksup events [TASK]`: a node's events, as they happen with --follow.
+
+#include "actor_setup.hpp"
+#include "commands.hpp"
+#include "event_console.hpp"
+#include "node_client.hpp"
+
+#include "tasksup/actors/events.hpp"
+#include "tasksup/actors/protocol.hpp"
+
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <caf/system_messages.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tasksup::app {
+
+namespace {
+
+struct events_options {
+  std::string task_id;
+  std::string node;
+  bool follow = false;
+  bool json = false;
+  bool no_output = false;
+};
+
+/// The `task_done` event of a finished task, rebuilt from its status
+/// record (the node keeps results, not past events).
+std::string done_event_json(const task_status& s) {
+  boost::json::object out;
+  out["event"] = "task_done";
+  out["task_id"] = s.task_id;
+  out["attempt"] = s.attempt;
+  out["trace_id"] = s.trace_id;
+  if (s.result) {
+    boost::system::error_code ec;
+    auto result = boost::json::parse(result_to_json(*s.result), ec);
+    if (!ec && result.is_object())
+      for (auto& [key, value] : result.get_object())
+        out[key] = value;
+  }
+  return boost::json::serialize(out);
+}
+
+/// What the node still has: the final event of finished tasks and a line
+/// for each running one.
+int snapshot(node_session& s, event_console& console,
+             const events_options& opts) {
+  int rc = exit_status::ok;
+  auto show = [&](const std::vector<task_status>& all) {
+    for (auto& st : all) {
+      if (st.state == task_state::done)
+        console.write(done_event_json(st));
+      else if (!opts.json)
+        console.note("[" + st.task_id + "] " +
+                     std::string{to_string(st.state)} + ", attempt " +
+                     std::to_string(st.attempt) +
+                     (st.agent_id.empty() ? "" : " (" + st.agent_id + ")"));
+    }
+  };
+  auto on_error = [&](caf::error& err) {
+    rc = report_request_error(s, err, exit_status::unavailable);
+  };
+  if (opts.task_id.empty())
+    s.self->request(s.node, node_request_timeout, status_atom::value)
+      .receive([&](std::vector<task_status>& all) { show(all); }, on_error);
+  else
+    s.self
+      ->request(s.node, node_request_timeout, status_atom::value, opts.task_id)
+      .receive([&](task_status& st) { show({st}); }, on_error);
+  return rc;
+}
+
+/// Streams events until the task ends (with TASK), Ctrl-C, or the node
+/// goes away.
+int follow(node_session& s, event_console& console,
+           const events_options& opts) {
+  auto me = caf::actor_cast<caf::actor>(s.self);
+  int rc = exit_status::ok;
+  bool subscribed = false;
+  s.self->request(s.node, node_request_timeout, subscribe_atom::value, me)
+    .receive([&](bool) { subscribed = true; },
+             [&](caf::error& err) {
+               rc = report_request_error(s, err, exit_status::unavailable);
+             });
+  if (!subscribed)
+    return rc;
+  s.self->monitor(s.node);
+  // Subscribed first, then asked: a task that ends in between is seen
+  // either way.
+  if (!opts.task_id.empty()) {
+    std::optional<task_status> now;
+    s.self
+      ->request(s.node, node_request_timeout, status_atom::value, opts.task_id)
+      .receive([&](task_status& st) { now = std::move(st); },
+               [&](caf::error& err) {
+                 rc = report_request_error(s, err, exit_status::unavailable);
+               });
+    if (!now)
+      return rc;
+    if (now->state == task_state::done) {
+      console.write(done_event_json(*now));
+      return exit_status::ok;
+    }
+  }
+  bool running = true;
+  while (running) {
+    s.self->receive(
+      [&](event_atom, const event& ev) {
+        if (!opts.task_id.empty() && ev.task_id != opts.task_id)
+          return;
+        console.write(ev.json);
+        if (!opts.task_id.empty() && ev.kind == event_kind::task_done)
+          running = false;
+      },
+      [&](signal_atom, int) { running = false; },
+      [&](caf::down_msg&) {
+        console.clear_countdown();
+        std::cerr << "tasksup events: lost the connection to the node at "
+                  << s.address << '\n';
+        rc = exit_status::unavailable;
+        running = false;
+      },
+      [&](bool) {}, [&](caf::error&) {},
+      caf::after(std::chrono::milliseconds{250}) >> [&] { console.tick(); });
+  }
+  console.clear_countdown();
+  if (rc == exit_status::ok)
+    s.self->send(s.node, unsubscribe_atom::value, me);
+  return rc;
+}
+
+void setup_events(CLI::App& app, int& status) {
+  auto opts = std::make_shared<events_options>();
+  auto* cmd = app.add_subcommand(
+    "events", "Show a node's task events: attempts, classifications, "
+              "retries, agent switches and results.");
+  cmd->add_option("task", opts->task_id, "Only this task's events");
+  cmd->add_flag("--follow,-f", opts->follow,
+                "Stream events as they happen, until TASK ends (or, without "
+                "TASK, until Ctrl-C)");
+  cmd->add_flag("--json", opts->json,
+                "Print the events as JSON lines (SPEC §9) instead of the "
+                "progress view");
+  cmd->add_flag("--no-output", opts->no_output,
+                "Do not show the agents' own output lines");
+  add_node_option(cmd, opts->node);
+  cmd->footer(node_help() + R"(
+
+The node keeps no event history, only results: without --follow this prints
+the final task_done event of every finished task the node remembers (rebuilt
+from its result) and, except with --json, the state of the running ones.
+The full output of every attempt is in the node's attempt directories.
+
+Example:
+  tasksup events --follow demo-flaky
+  tasksup events --follow --json > events.jsonl)");
+  cmd->callback([opts, &status] {
+    status =
+      with_node("events", opts->node, opts->follow, [&](node_session& s) {
+        event_console::options copts;
+        copts.terminal = ::isatty(::fileno(stdout)) == 1;
+        copts.view.show_output = !opts->no_output;
+        copts.view.prefix_task = opts->task_id.empty();
+        copts.view.color = copts.terminal;
+        if (opts->json) {
+          copts.human = nullptr;
+          copts.json = stdout;
+        }
+        event_console console{copts};
+        return opts->follow ? follow(s, console, *opts)
+                            : snapshot(s, console, *opts);
+      });
+  });
+}
+
+command_registrar registrar{80, setup_events};
+
+} // namespace
+
+} // namespace tasksup::app

@@ -1,0 +1,37 @@
+#pragma once
+
+#include "supervisor/expected.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tasksup::app {
+
+/// The port `serve` listens on and the control commands connect to when
+/// neither `--listen`/`--node` nor $TASKSUP_NODE says otherwise.
+inline constexpr std::uint16_t default_node_port = 7420;
+
+/// A node's network address, `HOST:PORT` (`[v6]:PORT` for IPv6 literals).
+struct node_address {
+  std::string host;
+  std::uint16_t port = 0;
+
+  /// `host:port`, bracketing an IPv6 literal.
+  std::string to_string() const;
+};
+
+/// Parses `HOST:PORT` / `[V6]:PORT`; the port must be 0..65535 (0 only when
+/// `allow_port_zero`, for "pick a free port"). Errors say what was expected.
+expected<node_address> parse_node_address(std::string_view text,
+                                          bool allow_port_zero = false);
+
+/// The node the control commands talk to without `--node`: $TASKSUP_NODE,
+/// else 127.0.0.1:7420.
+std::string default_node_text();
+
+/// Whether `host` names only this machine: `localhost`, 127.0.0.0/8, ::1.
+/// Names are not resolved: anything else counts as remote.
+bool is_loopback_host(std::string_view host);
+
+} // namespace tasksup::app

@@ -1,0 +1,72 @@
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <caf/actor.hpp>
+#include <caf/error.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <chrono>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <utility>
+
+namespace tasksup::app {
+
+/// How long a control command waits for any one answer from the node.
+/// Requests to a node that died only end in their timeout (CAF-NOTES).
+inline constexpr std::chrono::seconds node_request_timeout{10};
+
+/// What a control command is given once it is connected.
+struct node_session {
+  /// The command's own actor (requests, subscriptions).
+  caf::scoped_actor& self;
+  /// The node's registry.
+  caf::actor node;
+  /// The address as the user wrote it, for messages.
+  std::string address;
+  /// The command name, for messages (`tasksup status`).
+  std::string command;
+};
+
+/// Adds `--node HOST:PORT` (default $TASKSUP_NODE, else 127.0.0.1:7420).
+void add_node_option(CLI::App* cmd, std::string& node);
+
+/// The `--help` text on how the node is chosen, for command footers.
+std::string node_help();
+
+/// Connects to the node at `node` and runs `body` with the session; returns
+/// its exit status. An unparsable address is bad input (2); an unreachable
+/// node is reported on stderr and gives `exit_status::unavailable` (3).
+/// With `watch_signals`, SIGINT/SIGTERM arrive at `self` as
+/// `(signal_atom, count)` instead of ending the program.
+int with_node(const std::string& command, const std::string& node,
+              bool watch_signals,
+              const std::function<int(node_session&)>& body);
+
+/// Reports a failed request on stderr and returns the exit status for it:
+/// a timeout or a lost connection is `unavailable` (3), a refusal by the
+/// node (`unknown_task`, `invalid_task`, ...) is as `refusal_status` says.
+int report_request_error(const node_session& s, const caf::error& err,
+                         int refusal_status);
+
+/// Sends a control request `xs...` answered with a bool and prints
+/// `done_text` or `noop_text`: shared by stop, kill, retry-now and
+/// fallback-now. Returns 0 when it took effect, 1 when it did not, 3 when
+/// the node refused (unknown task) or did not answer.
+template<class... Ts>
+int control_request(node_session& s, const std::string& done_text,
+                    const std::string& noop_text, Ts&&... xs) {
+  int rc = 0;
+  s.self->request(s.node, node_request_timeout, std::forward<Ts>(xs)...)
+    .receive(
+      [&](bool took_effect) {
+        std::cout << (took_effect ? done_text : noop_text) << '\n';
+        rc = took_effect ? 0 : 1;
+      },
+      [&](caf::error& err) { rc = report_request_error(s, err, 3); });
+  return rc;
+}
+
+} // namespace tasksup::app

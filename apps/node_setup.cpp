@@ -1,0 +1,82 @@
+#include "node_setup.hpp"
+
+#include "config_location.hpp"
+
+#include "supervisor/runtime/docker_runtime.hpp"
+#include "supervisor/runtime/process_runtime.hpp"
+
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <filesystem>
+#include <random>
+
+namespace tasksup::app {
+
+expected<loaded_config> load_node_config(const std::string& flag) {
+  loaded_config out;
+  auto dir = resolve_config_dir(flag);
+  if (!dir) {
+    out.config = builtin_config();
+    return out;
+  }
+  auto cfg = load_config_dir(*dir);
+  if (!cfg)
+    return cfg.error();
+  out.config = std::move(*cfg);
+  out.dir = *dir;
+  return out;
+}
+
+expected<std::shared_ptr<runtime::container_runtime>>
+make_named_runtime(std::string_view name) {
+  auto warn = [](std::string_view message) { spdlog::warn("{}", message); };
+  if (name == "process") {
+    runtime::process_runtime_options opts;
+    opts.on_warning = warn;
+    return runtime::make_process_runtime(std::move(opts));
+  }
+  if (name == "docker") {
+    auto opts = runtime::docker_options_from_environment();
+    if (!opts)
+      return opts.error();
+    return runtime::make_docker_runtime(std::move(*opts));
+  }
+  return error{{},
+               {},
+               "unknown runtime '" + std::string{name} + "' (expected " +
+                 runtime_names + ")"};
+}
+
+std::string fresh_work_dir(std::string_view kind) {
+  auto now =
+    std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &local);
+  auto base = std::filesystem::temp_directory_path() / "tasksup";
+  return (base /
+          (std::string{kind} + "-" + stamp + "-" + std::to_string(::getpid())))
+    .string();
+}
+
+std::uint64_t fresh_seed() {
+  std::random_device rd;
+  return (static_cast<std::uint64_t>(rd()) << 32) ^ rd() ^
+         static_cast<std::uint64_t>(
+           std::chrono::steady_clock::now().time_since_epoch().count());
+}
+
+void setup_logging(bool timestamps) {
+  auto logger = spdlog::stderr_logger_mt("tasksup");
+  logger->set_pattern(timestamps ? "%Y-%m-%d %H:%M:%S.%e tasksup %l: %v"
+                                 : "tasksup: %l: %v");
+  spdlog::set_default_logger(logger);
+}
+
+} // namespace tasksup::app

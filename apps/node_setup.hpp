@@ -1,0 +1,45 @@
+#pragma once
+
+#include "supervisor/config.hpp"
+#include "supervisor/expected.hpp"
+#include "supervisor/runtime/runtime.hpp"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tasksup::app {
+
+/// The runtimes `--runtime` accepts.
+inline constexpr const char* runtime_names = "process|docker";
+
+/// A loaded configuration and where it came from.
+struct loaded_config {
+  config_set config;
+  /// The directory used; empty when none applied (built-in defaults).
+  std::string dir;
+};
+
+/// Loads the config directory chosen by `resolve_config_dir(flag)`, or the
+/// built-in defaults when none applies. Errors name the file.
+expected<loaded_config> load_node_config(const std::string& flag);
+
+/// Creates the runtime named `name` ("process" or "docker"); warnings of the
+/// runtime go to the log. Errors say what is wrong (an unknown name, an
+/// unusable DOCKER_HOST).
+expected<std::shared_ptr<runtime::container_runtime>>
+make_named_runtime(std::string_view name);
+
+/// A fresh directory name for the attempts of one `run` or `serve`:
+/// `$TMPDIR/tasksup/<kind>-<local time>-<pid>` (not created here).
+std::string fresh_work_dir(std::string_view kind);
+
+/// A seed for trace ids and jitter that differs between runs.
+std::uint64_t fresh_seed();
+
+/// Sends spdlog's default logger to stderr as `tasksup: <level>: <text>`
+/// (with a timestamp when `timestamps`).
+void setup_logging(bool timestamps);
+
+} // namespace tasksup::app

@@ -1,0 +1,282 @@
+// `tasksup run TASK.json`: runs one task under full supervision in this
+// process and shows its progress.
+
+#include "actor_setup.hpp"
+#include "commands.hpp"
+#include "config_location.hpp"
+#include "event_console.hpp"
+#include "node_setup.hpp"
+#include "signal_watch.hpp"
+#include "task_input.hpp"
+
+#include "tasksup/actors/protocol.hpp"
+#include "tasksup/actors/registry_actor.hpp"
+
+#include "supervisor/config.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+namespace tasksup::app {
+
+namespace {
+
+struct run_options {
+  std::string task_file;
+  std::string config_dir;
+  std::string runtime;
+  std::string events;
+  std::string work_dir;
+  bool quiet = false;
+  bool no_output = false;
+};
+
+/// The program's exit status for a finished task.
+int exit_status_of(const task_result& r) {
+  switch (r.outcome) {
+    case task_outcome::succeeded:
+      return exit_status::ok;
+    case task_outcome::stopped:
+      return exit_status::stopped;
+    default:
+      // A shell can only see 1..255; 0 or unknown would read as success.
+      return r.exit_code > 0 && r.exit_code < 256 ? r.exit_code : 1;
+  }
+}
+
+int run_task(const run_options& opts) {
+  auto fail_input = [](const std::string& text) {
+    std::cerr << "tasksup run: " << text << '\n';
+    return exit_status::bad_input;
+  };
+  // Input first: a bad file must not start anything.
+  auto cfg = load_node_config(opts.config_dir);
+  if (!cfg)
+    return fail_input(cfg.error().to_string());
+  auto input = read_task_input(opts.task_file);
+  if (!input)
+    return fail_input(input.error().to_string());
+  auto task = parse_task(input->doc, opts.task_file, cfg->config);
+  if (!task)
+    return fail_input(task.error().to_string());
+  auto runtime_name = !opts.runtime.empty() ? opts.runtime
+                      : !task->runtime.empty()
+                        ? task->runtime
+                        : cfg->config.node.default_runtime;
+  // Events to stdout push the human view to stderr.
+  std::FILE* json_out = nullptr;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> json_file{nullptr,
+                                                            &std::fclose};
+  if (opts.events == "-") {
+    json_out = stdout;
+  } else if (!opts.events.empty()) {
+    json_file.reset(std::fopen(opts.events.c_str(), "w"));
+    if (!json_file)
+      return fail_input("cannot write events to " + opts.events + ": " +
+                        std::strerror(errno));
+    json_out = json_file.get();
+  }
+  std::FILE* human = json_out == stdout ? stderr : stdout;
+  bool terminal = ::isatty(::fileno(human)) == 1;
+
+  // Signals are taken by a thread of their own before any other thread
+  // starts, so every thread inherits the blocked mask.
+  std::mutex target_mutex;
+  caf::actor target;
+  signal_watch signals{{SIGINT, SIGTERM}, [&](int, int count) {
+                         std::lock_guard<std::mutex> guard{target_mutex};
+                         if (target)
+                           caf::anon_send(target, signal_atom::value, count);
+                       }};
+  setup_logging(false);
+  auto runtime = make_named_runtime(runtime_name);
+  if (!runtime)
+    return fail_input(runtime.error().to_string());
+
+  caf::actor_system_config sys_cfg;
+  configure_actor_system(sys_cfg, false);
+  caf::actor_system sys{sys_cfg};
+  caf::scoped_actor self{sys};
+  // Signals before this point found no actor to tell; replayed below.
+  int early_signals = 0;
+  {
+    std::lock_guard<std::mutex> guard{target_mutex};
+    target = caf::actor_cast<caf::actor>(self);
+    early_signals = signals.count();
+  }
+  registry_options reg;
+  reg.config = cfg->config;
+  reg.runtimes["*"] = *runtime;
+  reg.seed = fresh_seed();
+  auto attempt_root =
+    opts.work_dir.empty() ? fresh_work_dir("run") : opts.work_dir;
+  reg.attempt_root = attempt_root;
+  auto registry = spawn_registry(sys, std::move(reg));
+  auto shutdown = [&] {
+    {
+      std::lock_guard<std::mutex> guard{target_mutex};
+      target = nullptr;
+    }
+    self->send_exit(registry, caf::exit_reason::user_shutdown);
+  };
+
+  event_console::options console_opts;
+  console_opts.human = human;
+  console_opts.terminal = terminal;
+  console_opts.quiet = opts.quiet;
+  console_opts.view.show_output = !opts.no_output;
+  console_opts.view.color = terminal;
+  console_opts.json = json_out;
+  event_console console{console_opts};
+
+  // Subscribe before submitting so that no event is missed.
+  using namespace std::chrono_literals;
+  bool subscribed = false;
+  self
+    ->request(registry, 10s, subscribe_atom::value,
+              caf::actor_cast<caf::actor>(self))
+    .receive([&](bool) { subscribed = true; },
+             [&](caf::error& err) {
+               std::cerr << "tasksup run: cannot subscribe to events: "
+                         << error_text(err) << '\n';
+             });
+  if (!subscribed) {
+    shutdown();
+    return 1;
+  }
+  std::string task_id;
+  std::optional<int> rejected;
+  self->request(registry, 10s, submit_atom::value, *task)
+    .receive([&](std::string& id) { task_id = std::move(id); },
+             [&](caf::error& err) {
+               std::cerr << "tasksup run: " << opts.task_file
+                         << ": rejected: " << error_text(err) << '\n';
+               rejected = exit_status::bad_input;
+             });
+  if (rejected) {
+    shutdown();
+    return *rejected;
+  }
+  auto started = std::chrono::steady_clock::now();
+  // Attempt n of the task keeps its output in <log_dir>/attempt-<n>.
+  auto log_dir = attempt_root + "/" + task_id;
+  self->send(registry, await_atom::value, task_id);
+  // A Ctrl-C that came before this actor could take it still counts.
+  if (early_signals > 0)
+    self->send(self, signal_atom::value, early_signals);
+
+  std::optional<task_result> result;
+  bool done_shown = false;
+  std::optional<std::chrono::steady_clock::time_point> result_at;
+  while (!(result && done_shown)) {
+    // The end event comes before the awaited result; should it ever be
+    // lost, the result alone ends the run after a short grace.
+    if (result_at && std::chrono::steady_clock::now() - *result_at > 2s)
+      break;
+    self->receive(
+      [&](event_atom, const event& ev) {
+        if (ev.task_id != task_id)
+          return;
+        boost::json::object extra;
+        if (ev.kind == event_kind::task_done) {
+          extra["duration_s"] = std::chrono::duration<double>(
+                                  std::chrono::steady_clock::now() - started)
+                                  .count();
+          extra["log_dir"] = log_dir;
+          done_shown = true;
+        }
+        console.write(ev.json, extra);
+      },
+      [&](task_result& r) {
+        result = std::move(r);
+        result_at = std::chrono::steady_clock::now();
+      },
+      [&](signal_atom, int count) {
+        auto mode = count == 1 ? stop_mode::cancel : stop_mode::kill;
+        console.note(count == 1 ? "stopping the task (Ctrl-C again to kill it)"
+                                : "killing the task");
+        self->send(registry, stop_atom::value, task_id, mode);
+      },
+      [&](bool) {
+        // The answer to a stop request; the task's events tell the rest.
+      },
+      [&](caf::error& err) {
+        console.note("tasksup run: " + error_text(err));
+        if (!result) {
+          task_result r;
+          r.task_id = task_id;
+          r.error = error_text(err);
+          result = std::move(r);
+          result_at = std::chrono::steady_clock::now();
+        }
+      },
+      caf::after(std::chrono::milliseconds{250}) >> [&] { console.tick(); });
+  }
+  console.clear_countdown();
+  shutdown();
+  return exit_status_of(*result);
+}
+
+void setup_run(CLI::App& app, int& status) {
+  auto opts = std::make_shared<run_options>();
+  auto* cmd = app.add_subcommand(
+    "run", "Run one task under full supervision in this process and show its "
+           "progress; exits with the task's status.");
+  cmd->add_option("task", opts->task_file, "The task file (JSON, SPEC §12)")
+    ->required();
+  cmd->add_option("--config", opts->config_dir,
+                  "Config directory (supervisor.json, classifier.json, "
+                  "node.json, environments/)");
+  cmd
+    ->add_option("--runtime", opts->runtime,
+                 "Run attempts as local processes or in Docker containers "
+                 "(default: the task's `runtime`, else node.json's)")
+    ->check(CLI::IsMember({"process", "docker"}));
+  cmd->add_option("--events", opts->events,
+                  "Write every event as one JSON line to FILE, or to stdout "
+                  "with `-` (the progress view then goes to stderr)");
+  cmd->add_option("--work-dir", opts->work_dir,
+                  "Directory for the attempts' workspaces, artifacts and "
+                  "output logs (default: a fresh $TMPDIR/tasksup/run-...)");
+  cmd->add_flag("--quiet,-q", opts->quiet,
+                "Show only the final summary and warnings");
+  cmd->add_flag("--no-output", opts->no_output,
+                "Do not show the agents' own output lines");
+  cmd->footer(std::string{config_dir_rule} + R"(
+
+On a terminal the progress is live (with a countdown while a retry waits);
+otherwise it is plain lines. Ctrl-C stops the task gracefully (the agent gets
+SIGTERM, a pending retry is skipped); a second Ctrl-C kills it.
+
+Exit status: 0 the task succeeded; the task's last exit code when it failed
+(1 if that was 0 or unknown); 130 stopped by the user; 2 bad input (an
+unreadable or invalid task or config file: nothing was run).
+
+Example:
+  tasksup run --config config config/examples/demo-recovery.json
+  tasksup run task.json --events events.jsonl --no-output)");
+  cmd->callback([opts, &status] { status = run_task(*opts); });
+}
+
+command_registrar registrar{10, setup_run};
+
+} // namespace
+
+} // namespace tasksup::app

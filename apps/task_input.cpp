@@ -1,0 +1,55 @@
+#include "task_input.hpp"
+
+#include "supervisor/config.hpp"
+
+#include <boost/json/serialize.hpp>
+
+#include <filesystem>
+#include <system_error>
+
+namespace tasksup::app {
+
+namespace fs = std::filesystem;
+
+void resolve_agent_paths(boost::json::value& doc, const std::string& base_dir) {
+  auto* task = doc.if_object();
+  if (!task)
+    return;
+  auto* selection = task->if_contains("agent_selection");
+  if (!selection || !selection->is_object())
+    return;
+  auto* agents = selection->get_object().if_contains("agents");
+  if (!agents || !agents->is_array())
+    return;
+  for (auto& agent : agents->get_array()) {
+    if (!agent.is_object())
+      continue;
+    auto* cli = agent.get_object().if_contains("agent_cli");
+    if (!cli || !cli->is_string())
+      continue;
+    std::string command{cli->get_string()};
+    if (command.empty() || command.front() == '/' ||
+        command.find('/') == std::string::npos)
+      continue;
+    *cli = (fs::path{base_dir} / command).lexically_normal().string();
+  }
+}
+
+expected<task_input> read_task_input(const std::string& path) {
+  auto doc = read_json_file(path);
+  if (!doc)
+    return doc.error();
+  std::error_code ec;
+  auto dir = fs::absolute(fs::path{path}, ec).parent_path();
+  if (ec)
+    return error{
+      path, {}, "cannot resolve the file's directory: " + ec.message()};
+  task_input out;
+  out.path = path;
+  out.doc = std::move(*doc);
+  resolve_agent_paths(out.doc, dir.string());
+  out.text = boost::json::serialize(out.doc);
+  return out;
+}
+
+} // namespace tasksup::app

@@ -1,0 +1,85 @@
+#include "event_console.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <string>
+
+using namespace tasksup::app;
+
+namespace {
+
+/// A temporary stream whose text can be read back.
+struct captured {
+  std::FILE* file = std::tmpfile();
+  ~captured() { std::fclose(file); }
+  std::string text() const {
+    std::fflush(file);
+    std::rewind(file);
+    std::string out;
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof(buf), file)) > 0)
+      out.append(buf, n);
+    return out;
+  }
+};
+
+constexpr const char* retry = R"({"event":"retry_scheduled","task_id":"t",)"
+                              R"("attempt":1,"retry_count":1,"max_retries":3,)"
+                              R"("agent":"a","delay_s":15})";
+constexpr const char* done = R"({"event":"task_done","task_id":"t",)"
+                             R"("attempt":2,"outcome":"succeeded",)"
+                             R"("exit_code":0})";
+
+} // namespace
+
+TEST_CASE("events go to the JSON stream exactly as received") {
+  captured human;
+  captured json;
+  event_console console{{human.file, false, false, {}, json.file}};
+  boost::json::object extra;
+  extra["duration_s"] = 3.0;
+  console.write(retry);
+  console.write(done, extra);
+  CHECK(json.text() == std::string{retry} + "\n" + done + "\n");
+  auto view = human.text();
+  CHECK(view.find("retrying (1/3) a in 15s\n") != std::string::npos);
+  CHECK(view.find("duration: 3s") != std::string::npos);
+}
+
+TEST_CASE("off a terminal the view is whole lines: no countdown, no escapes") {
+  captured human;
+  event_console console{{human.file, false, false, {}, nullptr}};
+  console.write(retry);
+  console.tick();
+  console.tick();
+  auto view = human.text();
+  CHECK(view.find('\r') == std::string::npos);
+  CHECK(view.find('\x1b') == std::string::npos);
+}
+
+TEST_CASE("on a terminal a pending retry counts down in place") {
+  captured human;
+  event_console console{{human.file, true, false, {}, nullptr}};
+  console.write(retry);
+  console.tick();
+  auto view = human.text();
+  CHECK(view.find("\r\x1b[K  retrying (1/3) in 15s") != std::string::npos);
+  console.write(done);
+  view = human.text();
+  // The countdown line is cleared before the next line is printed.
+  CHECK(view.rfind("\r\x1b[K") < view.find("task succeeded"));
+}
+
+TEST_CASE("quiet shows only the summary; a non-object is a warning") {
+  captured human;
+  event_console console{{human.file, false, true, {}, nullptr}};
+  console.write(retry);
+  console.write(done);
+  console.write("not json");
+  auto view = human.text();
+  CHECK(view.find("retrying") == std::string::npos);
+  CHECK(view.find("task succeeded") != std::string::npos);
+  CHECK(view.find("warning") != std::string::npos);
+}
