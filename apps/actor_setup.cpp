@@ -14,10 +14,6 @@ namespace tasksup::app {
 
 void configure_actor_system(caf::actor_system_config& cfg, bool network) {
   register_protocol(cfg);
-  // `(status)` answers with a vector of records; across the network the
-  // vector needs a registered type name of its own.
-  cfg.add_message_type<std::vector<task_status>>(
-    "std::vector<tasksup::task_status>");
   // The sharing scheduler answers an in-process request in microseconds
   // where work stealing's back-off sleeps add ~90 µs (CAF-NOTES); the actors
   // of one node do little work per message.

@@ -84,6 +84,10 @@ void register_protocol(caf::actor_system_config& cfg) {
     .add_message_type<stop_mode>("tasksup::stop_mode")
     .add_message_type<task_result>("tasksup::task_result")
     .add_message_type<task_status>("tasksup::task_status")
+    .add_message_type<std::vector<task_status>>(
+      "std::vector<tasksup::task_status>")
+    .add_message_type<std::vector<classifier_rule>>(
+      "std::vector<tasksup::classifier_rule>")
     .add_message_type<event>("tasksup::event")
     .add_message_type<attempt_report>("tasksup::attempt_report")
     .add_message_type<classify_request>("tasksup::classify_request")

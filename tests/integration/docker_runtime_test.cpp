@@ -581,6 +581,10 @@ TEST_CASE("docker: containers carry the task's labels while they run",
   spec.agent_id = "agent-x";
   spec.labels["org.example.team"] = "a";
   auto handle = rt->start(std::move(spec), rec.callbacks());
+  // Named at once (attempt_started is emitted before the engine answers),
+  // by the name the container is created with.
+  auto early_id = handle->id();
+  CHECK(early_id.rfind("tasksup-" + task_id + "-3-", 0) == 0);
   rec.wait_for_line("ready");
   auto running = containers_of(task_id);
   REQUIRE(running.size() == 1);

@@ -75,7 +75,8 @@ struct id_box {
 class docker_attempt;
 
 /// State shared by the runtime object, its I/O thread, its attempts and
-/// their handles. Everything but `io` is touched on the I/O thread only.
+/// their handles. Everything but `io` and `container_name` (locked; called
+/// by `start` on the caller's thread) is touched on the I/O thread only.
 class docker_core {
 public:
   explicit docker_core(docker_runtime_options opts)
@@ -100,6 +101,7 @@ public:
   void attempt_finished(docker_attempt* attempt);
 
   std::string container_name(const attempt_spec& spec) {
+    std::lock_guard<std::mutex> guard{rng_mtx};
     std::string name = "tasksup-";
     for (char c : spec.task_id.substr(0, 40)) {
       bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -119,6 +121,7 @@ public:
   detail::engine_endpoint endpoint;
   asio::executor_work_guard<asio::io_context::executor_type> guard;
   asio::steady_timer shutdown_timer;
+  std::mutex rng_mtx;
   std::mt19937_64 rng;
   std::unordered_map<docker_attempt*, std::shared_ptr<docker_attempt>> live;
   bool shutting_down = false;
@@ -167,7 +170,9 @@ public:
     capture_.emplace(std::move(*capture));
     demux_.emplace(
       [this](int, std::string_view bytes) { capture_->feed(bytes); });
-    name_ = core_->container_name(spec_);
+    // Named by `start`, so `attempt_started` can name the container before
+    // the engine has answered the create.
+    name_ = id_->get();
     step_ = request(verb::post, "/containers/create?name=" + name_,
                     std::move(*body), core_->options.request_timeout,
                     [](docker_attempt& self, engine_response resp) {
@@ -654,6 +659,9 @@ public:
   std::shared_ptr<attempt_handle> start(attempt_spec spec,
                                         attempt_callbacks cb) override {
     auto id = std::make_shared<id_box>();
+    // Until the engine answers the create, the attempt is known by the name
+    // it will be created with (the engine accepts either).
+    id->set(core_->container_name(spec));
     auto attempt = std::make_shared<docker_attempt>(core_, std::move(spec),
                                                     std::move(cb), id);
     auto handle = std::make_shared<docker_handle>(core_, attempt, id);
