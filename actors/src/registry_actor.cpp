@@ -130,6 +130,11 @@ void record_result(registry_actor_t* self, task_result r) {
 
 caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
   auto& st = self->state;
+  // A typed task may come from another node or an embedding application:
+  // it gets the checks a task file gets before anything uses its id as a
+  // path or its numbers as durations.
+  if (auto valid = validate_task(task, "submitted task"); !valid)
+    return make_error(protocol_error::invalid_task, valid.error().to_string());
   if (task.id.empty()) {
     do
       task.id = "task-" + std::to_string(st.next_number++);

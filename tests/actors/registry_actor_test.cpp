@@ -13,6 +13,7 @@
 #include <boost/json/parse.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -300,4 +301,51 @@ TEST_CASE("10,000 tasks run to completion on the threaded scheduler",
     CHECK(rt->max_running() <= 64);
     self->send_exit(reg, caf::exit_reason::user_shutdown);
   }
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "a typed task from outside is validated like a task file",
+                 "[registry]") {
+  start(builtin_config());
+  auto refused = [&](task_spec t, const std::string& path) {
+    auto id = ask<std::string>(reg, submit_atom::value, std::move(t));
+    REQUIRE(id);
+    REQUIRE_FALSE(*id);
+    CHECK(id->error().code() ==
+          static_cast<std::uint8_t>(protocol_error::invalid_task));
+    auto text = error_text(id->error());
+    CHECK(text.find("submitted task") != std::string::npos);
+    CHECK(text.find(path) != std::string::npos);
+  };
+  // The id becomes a directory under the attempt root.
+  refused(task_with("../../etc", {"a"}), "/id");
+  refused(task_with("/tmp/x", {"a"}), "/id");
+  auto t = task_with("t1", {"a"});
+  t.prompt.clear();
+  refused(t, "/prompt");
+  t = task_with("t1", {"a"});
+  t.supervisor.stop_grace_s = 1e300; // would overflow the grace in ms
+  refused(t, "/supervisor/stop_grace_s");
+  t = task_with("t1", {"a"});
+  t.supervisor.max_total_attempts = 0;
+  refused(t, "/supervisor/max_total_attempts");
+  t = task_with("t1", {"a"});
+  t.supervisor.deadline_s = std::nan("");
+  refused(t, "/supervisor/deadline_s");
+  t = task_with("t1", {"a"});
+  t.selection->agents[0].agent_cli.clear();
+  refused(t, "/agent_selection/agents/0/agent_cli");
+  t = task_with("t1", {"a", "b"});
+  t.selection->agents[1].agent_id = "a";
+  refused(t, "/agent_selection/agents/1/agent_id");
+  t = task_with("t1", {"a"});
+  t.env["A=B"] = "x";
+  refused(t, "/env");
+  t = task_with("t1", {"a"});
+  t.workdir = "relative";
+  refused(t, "/workdir");
+  CHECK(runtime->started() == 0);
+  // Nothing was lost: a good task still runs.
+  submit(task_with("t1", {"a"}));
+  CHECK(await("t1").outcome == task_outcome::succeeded);
 }
