@@ -349,3 +349,44 @@ TEST_CASE_METHOD(registry_fixture,
   submit(task_with("t1", {"a"}));
   CHECK(await("t1").outcome == task_outcome::succeeded);
 }
+
+TEST_CASE_METHOD(registry_fixture,
+                 "an escalate from anyone but the task's supervisor is ignored",
+                 "[registry]") {
+  start(builtin_config());
+  runtime->script("a", {hangs()});
+  submit(task_with("t1", {"a"}));
+  task_result forged;
+  forged.task_id = "t1";
+  forged.outcome = task_outcome::succeeded;
+  forged.exit_code = 0;
+  caf::anon_send(reg, escalate_atom::value, forged);
+  caf::anon_send(reg, release_atom::value, std::string{"t1"});
+  run();
+  CHECK(status("t1").state == task_state::running);
+  // The real end still arrives and counts.
+  auto ok =
+    ask<bool>(reg, stop_atom::value, std::string{"t1"}, stop_mode::kill);
+  REQUIRE(ok);
+  CHECK(**ok);
+  CHECK(await("t1").outcome == task_outcome::stopped);
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "a registry that ends takes its tasks and their attempts "
+                 "with it",
+                 "[registry]") {
+  start(builtin_config());
+  runtime->script("a", {hangs()});
+  submit(task_with("t1", {"a"}));
+  submit(task_with("t2", {"a"}));
+  REQUIRE(runtime->running() == 2);
+  caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
+  run();
+  CHECK(runtime->running() == 0);
+  std::size_t kills = 0;
+  for (auto& c : runtime->calls())
+    if (c.what == runtime::scripted_call::kind::kill)
+      ++kills;
+  CHECK(kills == 2);
+}
