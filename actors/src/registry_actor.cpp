@@ -56,6 +56,9 @@ struct registry_state {
   /// Round-robin position per environment.
   std::map<std::string, std::size_t> rotation;
   std::vector<caf::actor> subscribers;
+  /// The supervisors of `active`, shared with the exit handler that stops
+  /// them when the registry ends.
+  std::shared_ptr<std::map<std::string, caf::actor>> supervisors;
   std::uint64_t next_number = 1;
   static inline const char* name = "tasksup.registry";
 };
@@ -113,6 +116,7 @@ void record_result(registry_actor_t* self, task_result r) {
   s.fallback_count = r.metadata.fallback_count;
   s.result = r;
   st.by_supervisor.erase(i->second.supervisor.address());
+  st.supervisors->erase(r.task_id);
   st.active.erase(i);
   release(self, r.task_id);
   if (auto w = st.awaiting.find(r.task_id); w != st.awaiting.end()) {
@@ -128,8 +132,27 @@ void record_result(registry_actor_t* self, task_result r) {
   }
 }
 
+/// True when the current message names `task_id`, a task of this registry,
+/// but comes from someone other than that task's supervisor (messages about
+/// tasks the registry does not run, e.g. an embedding application's own
+/// supervisors using it for slots, pass).
+bool from_other_supervisor(registry_actor_t* self, const std::string& task_id) {
+  auto& st = self->state;
+  auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+  if (auto i = st.active.find(task_id); i != st.active.end())
+    return i->second.supervisor.address() != sender;
+  // A supervisor of ours speaking for a task that is not its own.
+  auto j = st.by_supervisor.find(sender);
+  return j != st.by_supervisor.end() && j->second != task_id;
+}
+
 caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
   auto& st = self->state;
+  // A typed task may come from another node or an embedding application:
+  // it gets the checks a task file gets before anything uses its id as a
+  // path or its numbers as durations.
+  if (auto valid = validate_task(task, "submitted task"); !valid)
+    return make_error(protocol_error::invalid_task, valid.error().to_string());
   if (task.id.empty()) {
     do
       task.id = "task-" + std::to_string(st.next_number++);
@@ -189,6 +212,7 @@ caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
     self->system(), caf::actor_cast<caf::actor>(self), std::move(opts));
   self->monitor(sup);
   st.by_supervisor.emplace(sup.address(), id);
+  st.supervisors->emplace(id, sup);
   st.active.emplace(id, active_task{sup, env_name, trace});
   return id;
 }
@@ -251,11 +275,18 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
     rules = classifier::make(default_classifier_rules());
   st.classifier = spawn_classifier(self->system(), std::move(*rules));
   st.backoff = spawn_backoff(self->system(), st.ids->child_seed());
-  self->attach_functor(
-    [classifier = st.classifier, backoff = st.backoff](const caf::error&) {
-      caf::anon_send_exit(classifier, caf::exit_reason::user_shutdown);
-      caf::anon_send_exit(backoff, caf::exit_reason::user_shutdown);
-    });
+  // The registry is the parent of its task supervisors: when it goes, they
+  // go too (their workers then end their attempts), so a shut-down node
+  // leaves no attempt running and no actor the system would wait for.
+  auto supervisors = std::make_shared<std::map<std::string, caf::actor>>();
+  st.supervisors = supervisors;
+  self->attach_functor([classifier = st.classifier, backoff = st.backoff,
+                        supervisors](const caf::error&) {
+    for (auto& kv : *supervisors)
+      caf::anon_send_exit(kv.second, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(classifier, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(backoff, caf::exit_reason::user_shutdown);
+  });
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
     auto i = st.by_supervisor.find(dm.source);
@@ -335,9 +366,17 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
     },
     // -- task supervisors -------------------------------------------------
     [=](event_atom, const event& ev) { publish(self, ev); },
-    [=](escalate_atom, task_result& r) { record_result(self, std::move(r)); },
+    [=](escalate_atom, task_result& r) {
+      // Only a task's own supervisor ends it: a stray or forged escalate
+      // would orphan the running supervisor and free its slot.
+      if (!from_other_supervisor(self, r.task_id))
+        record_result(self, std::move(r));
+    },
     [=](slot_atom, const std::string& task_id) -> caf::result<slot_atom> {
       auto& st = self->state;
+      if (from_other_supervisor(self, task_id))
+        return make_error(protocol_error::unknown_task,
+                          "task '" + task_id + "' is not yours");
       auto limit = static_cast<std::size_t>(
         std::max(1, st.opts.config.node.max_concurrent));
       if (st.slot_holders.count(task_id) > 0)
@@ -350,7 +389,10 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       st.slot_queue.emplace_back(task_id, rp);
       return rp;
     },
-    [=](release_atom, const std::string& task_id) { release(self, task_id); },
+    [=](release_atom, const std::string& task_id) {
+      if (!from_other_supervisor(self, task_id))
+        release(self, task_id);
+    },
     [=](agent_ok_atom, const std::string& agent_id) {
       return self->state.breaker->allow(agent_id, now_s(self));
     },

@@ -120,3 +120,58 @@ TEST_CASE("trace and span ids have W3C sizes and follow the seed", "[events]") {
   CHECK(s.size() == 16);
   CHECK(s != a.span_id());
 }
+
+TEST_CASE("event values have the types SPEC §9 implies; absent means null",
+          "[events]") {
+  attempt_outcome out;
+  out.exit_code = 137;
+  out.signal = 9;
+  out.oom_killed = true;
+  out.duration_s = 1.5;
+  auto ex =
+    boost::json::parse(attempt_exited_event(head(), out).json).as_object();
+  CHECK(ex.at("exit_code").as_int64() == 137);
+  CHECK(ex.at("signal").as_int64() == 9);
+  CHECK(ex.at("oom_killed").as_bool());
+  CHECK(ex.at("duration_s").to_number<double>() == 1.5);
+  CHECK(ex.at("ts").to_number<double>() == 1700000000.5);
+  CHECK(ex.at("trace_id").as_string() == std::string(32, 'a'));
+  auto st =
+    boost::json::parse(attempt_started_event(head(), "a", "codex", "4242").json)
+      .as_object();
+  CHECK(st.at("container_id").as_string() == "4242");
+  auto rs = boost::json::parse(retry_scheduled_event(head(), 1, 3, "a", 5).json)
+              .as_object();
+  CHECK(rs.at("retry_count").as_int64() == 1);
+  CHECK(rs.at("agent").as_string() == "a");
+  CHECK(rs.at("delay_s").to_number<double>() == 5);
+  task_result ok;
+  ok.task_id = "t1";
+  ok.outcome = task_outcome::succeeded;
+  ok.exit_code = 0;
+  ok.metadata.agent_used = "codex";
+  ok.metadata.agent_id = "a";
+  ok.metadata.retry_count = 1;
+  ok.metadata.total_attempts = 2;
+  ok.metadata.fallback_count = 0;
+  auto done = boost::json::parse(task_done_event(head(), ok).json).as_object();
+  CHECK(done.at("outcome").as_string() == "succeeded");
+  CHECK(done.at("exit_code").as_int64() == 0);
+  CHECK(done.at("error").is_null()); // present, null on success
+  CHECK(done.at("artifacts").as_array().empty());
+  auto& meta = done.at("metadata").as_object();
+  CHECK(meta.at("agent_used").as_string() == "codex");
+  CHECK(meta.at("agent_id").as_string() == "a");
+  CHECK(meta.at("retry_count").as_int64() == 1);
+  CHECK(meta.at("total_attempts").as_int64() == 2);
+  CHECK(meta.at("fallback_count").as_int64() == 0);
+  ok.error = "boom";
+  ok.outcome = task_outcome::stopped;
+  auto stopped =
+    boost::json::parse(task_done_event(head(), ok).json).as_object();
+  CHECK(stopped.at("error").as_string() == "boom");
+  CHECK(stopped.at("outcome").as_string() == "stopped");
+  CHECK(boost::json::parse(user_stop_event(head(), stop_mode::kill, "m").json)
+          .at("mode")
+          .as_string() == "kill");
+}

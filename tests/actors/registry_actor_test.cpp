@@ -13,6 +13,7 @@
 #include <boost/json/parse.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -300,4 +301,228 @@ TEST_CASE("10,000 tasks run to completion on the threaded scheduler",
     CHECK(rt->max_running() <= 64);
     self->send_exit(reg, caf::exit_reason::user_shutdown);
   }
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "fatal failures do not feed the circuit breaker",
+                 "[registry]") {
+  auto cfg = builtin_config();
+  cfg.node.breaker.max_failures = 1;
+  start(cfg);
+  runtime->script("a", {exits(1, {"authentication failed"})});
+  runtime->script("b", {exits(0)});
+  CHECK(await(submit(task_with("t1", {"a", "b"}))).outcome ==
+        task_outcome::failed);
+  // A bad key says nothing about the agent's health: `a` is still tried.
+  submit(task_with("t2", {"a", "b"}));
+  CHECK(agents_started("t2") == std::vector<std::string>{"a"});
+  CHECK(seen->of(event_kind::agent_switched, "t2").empty());
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "a half-open breaker lets exactly one attempt through "
+                 "across tasks; its success closes it",
+                 "[registry]") {
+  auto cfg = builtin_config();
+  cfg.node.breaker.max_failures = 1;
+  cfg.node.breaker.reset_timeout_s = 300;
+  start(cfg);
+  runtime->script("a", {exits(1)});
+  runtime->script("b", {hangs()});
+  auto t1 = task_with("t1", {"a", "b"});
+  t1.supervisor.max_retries_per_agent = 0;
+  submit(t1);
+  CHECK(agents_started("t1") == std::vector<std::string>{"a", "b"});
+  advance(300);
+  // The probe: `a` runs for 10 s and succeeds.
+  runtime->script("a", {exits(0, {}, 10)});
+  submit(task_with("t2", {"a", "b"}));
+  submit(task_with("t3", {"a", "b"}));
+  CHECK(agents_started("t2") == std::vector<std::string>{"a"});
+  CHECK(agents_started("t3") == std::vector<std::string>{"b"});
+  advance(10);
+  CHECK(await("t2").outcome == task_outcome::succeeded);
+  submit(task_with("t4", {"a", "b"}));
+  CHECK(agents_started("t4") == std::vector<std::string>{"a"});
+}
+
+TEST_CASE_METHOD(registry_fixture, "the retry budget refills over time",
+                 "[registry]") {
+  auto cfg = builtin_config();
+  cfg.node.retry_budget_capacity = 1;
+  cfg.node.retry_budget_refill_per_s = 0.1; // one token per 10 s
+  start(cfg);
+  runtime->script("a", {exits(1)});
+  auto t = task_with("t1", {"a"});
+  t.supervisor.max_retries_per_agent = 2;
+  t.supervisor.backoff_base_seconds = 20; // delays 20, 60
+  submit(t);
+  // The first failure takes the only token; 20 s later one has come back.
+  advance(20);
+  CHECK(seen->of(event_kind::retry_scheduled, "t1").size() == 2);
+  advance(60);
+  auto r = await("t1");
+  CHECK(r.outcome == task_outcome::failed);
+  CHECK(r.metadata.total_attempts == 3);
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "a task stopped while queued leaves the queue; the others "
+                 "keep their order",
+                 "[registry]") {
+  auto cfg = builtin_config();
+  cfg.node.max_concurrent = 1;
+  start(cfg);
+  runtime->script("a", {exits(0, {}, 10)});
+  submit(task_with("t1", {"a"}));
+  submit(task_with("t2", {"a"}));
+  submit(task_with("t3", {"a"}));
+  REQUIRE(status("t2").state == task_state::queued);
+  auto ok =
+    ask<bool>(reg, stop_atom::value, std::string{"t2"}, stop_mode::cancel);
+  REQUIRE(ok);
+  CHECK(**ok);
+  CHECK(await("t2").outcome == task_outcome::stopped);
+  advance(10);
+  CHECK(runtime->started("t2") == 0);
+  CHECK(runtime->started("t3") == 1);
+  advance(10);
+  CHECK(await("t3").outcome == task_outcome::succeeded);
+}
+
+TEST_CASE_METHOD(registry_fixture, "round-robin rotates per environment",
+                 "[registry]") {
+  auto cfg = builtin_config();
+  for (auto name : {"one", "two"}) {
+    environment_config env;
+    env.name = name;
+    env.selection = task_with("x", {"a", "b", "c"}).selection.value();
+    env.selection.mode = selection_mode::round_robin;
+    cfg.environments[name] = env;
+  }
+  start(cfg);
+  std::vector<std::string> firsts;
+  for (auto [id, env] : std::vector<std::pair<std::string, std::string>>{
+         {"t1", "one"}, {"u1", "two"}, {"t2", "one"}, {"u2", "two"}}) {
+    task_spec t;
+    t.id = id;
+    t.prompt = "p";
+    t.environment = env;
+    submit(t);
+    firsts.push_back(agents_started(id).at(0));
+  }
+  CHECK(firsts == std::vector<std::string>{"a", "a", "b", "b"});
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "control messages for unknown tasks are answered with an "
+                 "error",
+                 "[registry]") {
+  start(builtin_config());
+  auto code = static_cast<std::uint8_t>(protocol_error::unknown_task);
+  auto stop =
+    ask<bool>(reg, stop_atom::value, std::string{"nope"}, stop_mode::kill);
+  REQUIRE(stop);
+  REQUIRE_FALSE(*stop);
+  CHECK(stop->error().code() == code);
+  auto fb = ask<bool>(reg, force_fallback_atom::value, std::string{"nope"});
+  REQUIRE(fb);
+  REQUIRE_FALSE(*fb);
+  CHECK(fb->error().code() == code);
+  auto st = ask<task_status>(reg, status_atom::value, std::string{"nope"});
+  REQUIRE(st);
+  REQUIRE_FALSE(*st);
+  CHECK(st->error().code() == code);
+  auto aw = ask<task_result>(reg, await_atom::value, std::string{"nope"});
+  REQUIRE(aw);
+  REQUIRE_FALSE(*aw);
+  CHECK(aw->error().code() == code);
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "a typed task from outside is validated like a task file",
+                 "[registry]") {
+  start(builtin_config());
+  auto refused = [&](task_spec t, const std::string& path) {
+    auto id = ask<std::string>(reg, submit_atom::value, std::move(t));
+    REQUIRE(id);
+    REQUIRE_FALSE(*id);
+    CHECK(id->error().code() ==
+          static_cast<std::uint8_t>(protocol_error::invalid_task));
+    auto text = error_text(id->error());
+    CHECK(text.find("submitted task") != std::string::npos);
+    CHECK(text.find(path) != std::string::npos);
+  };
+  // The id becomes a directory under the attempt root.
+  refused(task_with("../../etc", {"a"}), "/id");
+  refused(task_with("/tmp/x", {"a"}), "/id");
+  auto t = task_with("t1", {"a"});
+  t.prompt.clear();
+  refused(t, "/prompt");
+  t = task_with("t1", {"a"});
+  t.supervisor.stop_grace_s = 1e300; // would overflow the grace in ms
+  refused(t, "/supervisor/stop_grace_s");
+  t = task_with("t1", {"a"});
+  t.supervisor.max_total_attempts = 0;
+  refused(t, "/supervisor/max_total_attempts");
+  t = task_with("t1", {"a"});
+  t.supervisor.deadline_s = std::nan("");
+  refused(t, "/supervisor/deadline_s");
+  t = task_with("t1", {"a"});
+  t.selection->agents[0].agent_cli.clear();
+  refused(t, "/agent_selection/agents/0/agent_cli");
+  t = task_with("t1", {"a", "b"});
+  t.selection->agents[1].agent_id = "a";
+  refused(t, "/agent_selection/agents/1/agent_id");
+  t = task_with("t1", {"a"});
+  t.env["A=B"] = "x";
+  refused(t, "/env");
+  t = task_with("t1", {"a"});
+  t.workdir = "relative";
+  refused(t, "/workdir");
+  CHECK(runtime->started() == 0);
+  // Nothing was lost: a good task still runs.
+  submit(task_with("t1", {"a"}));
+  CHECK(await("t1").outcome == task_outcome::succeeded);
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "an escalate from anyone but the task's supervisor is ignored",
+                 "[registry]") {
+  start(builtin_config());
+  runtime->script("a", {hangs()});
+  submit(task_with("t1", {"a"}));
+  task_result forged;
+  forged.task_id = "t1";
+  forged.outcome = task_outcome::succeeded;
+  forged.exit_code = 0;
+  caf::anon_send(reg, escalate_atom::value, forged);
+  caf::anon_send(reg, release_atom::value, std::string{"t1"});
+  run();
+  CHECK(status("t1").state == task_state::running);
+  // The real end still arrives and counts.
+  auto ok =
+    ask<bool>(reg, stop_atom::value, std::string{"t1"}, stop_mode::kill);
+  REQUIRE(ok);
+  CHECK(**ok);
+  CHECK(await("t1").outcome == task_outcome::stopped);
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "a registry that ends takes its tasks and their attempts "
+                 "with it",
+                 "[registry]") {
+  start(builtin_config());
+  runtime->script("a", {hangs()});
+  submit(task_with("t1", {"a"}));
+  submit(task_with("t2", {"a"}));
+  REQUIRE(runtime->running() == 2);
+  caf::anon_send_exit(reg, caf::exit_reason::user_shutdown);
+  run();
+  CHECK(runtime->running() == 0);
+  std::size_t kills = 0;
+  for (auto& c : runtime->calls())
+    if (c.what == runtime::scripted_call::kind::kill)
+      ++kills;
+  CHECK(kills == 2);
 }

@@ -10,6 +10,7 @@
 #include <boost/json/parse.hpp>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -443,4 +444,57 @@ TEST_CASE_METHOD(supervisor_fixture,
   caf::anon_send(sup, stop_atom::value, stop_mode::kill);
   run();
   CHECK(result().outcome == task_outcome::stopped);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "every event of an attempt carries that attempt's span; "
+                 "task events carry the task's span",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(1, {"glitch"}), exits(0)});
+  start(task_with("t1", {"a"}));
+  drain();
+  REQUIRE(result().outcome == task_outcome::succeeded);
+  auto submitted = seen->of(event_kind::task_submitted).at(0);
+  CHECK(submitted.attempt == 0);
+  std::set<std::string> spans;
+  for (auto& ev : seen->events) {
+    CHECK(ev.trace_id == submitted.trace_id);
+    CHECK(ev.span_id.size() == 16);
+    CHECK(ev.span_id.find_first_not_of("0123456789abcdef") ==
+          std::string::npos);
+    auto attempt_event = ev.kind != event_kind::task_submitted &&
+                         ev.kind != event_kind::task_done &&
+                         ev.kind != event_kind::escalated;
+    if (!attempt_event) {
+      CHECK(ev.span_id == submitted.span_id);
+      continue;
+    }
+    auto started = seen->of(event_kind::attempt_started)
+                     .at(static_cast<std::size_t>(ev.attempt - 1));
+    CHECK(ev.span_id == started.span_id);
+    spans.insert(ev.span_id);
+    // The JSON line says the same as the fields.
+    auto o = json_of(ev);
+    CHECK(o.at("span_id").as_string() == ev.span_id);
+    CHECK(o.at("trace_id").as_string() == ev.trace_id);
+    CHECK(o.at("attempt").as_int64() == ev.attempt);
+  }
+  CHECK(spans.size() == 2);
+  CHECK(spans.count(submitted.span_id) == 0);
+}
+
+TEST_CASE_METHOD(supervisor_fixture, "a fallback cycle becomes a warning event",
+                 "[task_supervisor]") {
+  auto t = task_with("t1", {"a", "b"});
+  t.selection->agent_fallbacks["b"] = "a"; // a -> b -> a: a cycle
+  runtime->script("a", {exits(127)});
+  runtime->script("b", {exits(127)});
+  start(t);
+  auto warnings = seen->of(event_kind::warning);
+  REQUIRE(warnings.size() == 1);
+  CHECK(json_of(warnings[0]).at("message").as_string().size() > 0);
+  CHECK(seen->kinds().at(1) == event_kind::warning);
+  // The chain is [a, b]: b's fallback to a is cut.
+  CHECK(result().outcome == task_outcome::failed);
+  CHECK(runtime->started() == 2);
 }

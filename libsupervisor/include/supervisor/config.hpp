@@ -89,6 +89,13 @@ expected<node_config> parse_node_config(const boost::json::value& doc,
 expected<task_spec> parse_task(const boost::json::value& doc,
                                std::string_view where, const config_set& cfg);
 
+/// Checks a task that arrived already built (a typed `submit` from another
+/// node or an embedding application) against the limits `parse_task`
+/// enforces on JSON: ids, agents, supervisor numbers, classifier rules,
+/// paths, env. True when valid; the error names `where` and the JSON path of
+/// the offending field.
+expected<bool> validate_task(const task_spec& task, std::string_view where);
+
 /// Reads and parses JSON text; syntax errors name line and column.
 expected<boost::json::value> parse_json_text(std::string_view text,
                                              std::string_view where);
