@@ -169,8 +169,8 @@ void setup(CLI::App& app, int& status) {
   cmd->footer("Only the end of the log matters (each rule looks at its last "
               "window_lines lines), so the log is streamed and only its last "
               "lines are kept, each cut to 4096 bytes: any size of input, "
-              "binary included, is fine. Exit code 0 without --oom is "
-              "success and never classified. Exit status: 0 after "
+              "binary included, is fine. Exit code 0 is success and never "
+              "classified, even with --oom. Exit status: 0 after "
               "classifying, 2 for bad flags or an unreadable log or rules "
               "file.");
   cmd->callback([opts, &status] { status = run(*opts); });

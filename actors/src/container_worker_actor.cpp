@@ -51,6 +51,12 @@ void start_attempt(worker_actor* self) {
   // May throw (a broken runtime driver): the worker then dies and its
   // supervisor classifies the missing report as infrastructure.
   st.handle = st.opts.runtime->start(st.opts.spec, std::move(cb));
+  // However the worker ends (an exit message from an embedding application,
+  // a crash), its attempt must not outlive it: kill() after the attempt has
+  // ended does nothing, so a normal end is unaffected.
+  if (st.handle)
+    self->attach_functor(
+      [handle = st.handle](const caf::error&) { handle->kill(); });
   self->send(st.supervisor, event_atom::value,
              attempt_started_event(st.head(), st.opts.spec.agent_id,
                                    st.opts.agent_cli,

@@ -60,3 +60,41 @@ TEST_CASE_METHOD(fixture, "a worker passes stop and kill to the runtime",
   CHECK(calls[1].what == runtime::scripted_call::kind::stop);
   CHECK(calls[1].grace == std::chrono::milliseconds{2500});
 }
+
+TEST_CASE_METHOD(fixture, "a worker that is killed takes its attempt with it",
+                 "[container_worker]") {
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  runtime->script("a", {hangs()});
+  worker_options w;
+  w.spec.task_id = "t1";
+  w.spec.agent_id = "a";
+  w.runtime = runtime;
+  auto worker = spawn_container_worker(sys(), sup, w);
+  run();
+  REQUIRE(runtime->running() == 1);
+  caf::anon_send_exit(worker, caf::exit_reason::kill);
+  run();
+  auto calls = runtime->calls();
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[1].what == runtime::scripted_call::kind::kill);
+  CHECK(runtime->running() == 0);
+  CHECK(seen->reports.empty()); // nobody reports for a killed worker
+}
+
+TEST_CASE_METHOD(fixture, "a worker that ends normally kills nothing",
+                 "[container_worker]") {
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  runtime->script("a", {exits(0)});
+  worker_options w;
+  w.spec.task_id = "t1";
+  w.spec.agent_id = "a";
+  w.runtime = runtime;
+  spawn_container_worker(sys(), sup, w);
+  run();
+  REQUIRE(seen->reports.size() == 1);
+  auto calls = runtime->calls();
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].what == runtime::scripted_call::kind::start);
+}

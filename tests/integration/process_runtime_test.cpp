@@ -283,6 +283,7 @@ TEST_CASE("process runtime detects an OOM kill under a memory limit") {
     return;
   }
   CHECK(out.oom_killed);
+  CHECK(out.exit_code == 137); // tail was SIGKILLed by the OOM killer
   CHECK_FALSE(out.succeeded());
   CHECK(tail_has(out, "allocating"));
   // The attempt's cgroup is gone afterwards.

@@ -56,6 +56,16 @@ TEST_CASE("success ends a transient task") {
   CHECK(st.retry_count == 0);
 }
 
+TEST_CASE("exit 0 succeeds even when the memory cgroup saw an OOM kill") {
+  supervision_policy pol{config()};
+  auto st = pol.initial_state(2);
+  REQUIRE_FALSE(pol.start_attempt(st));
+  auto out = succeeded();
+  out.oom_killed = true; // a helper process was killed; the agent recovered
+  CHECK(out.succeeded());
+  CHECK(pol.on_exit(st, out, std::nullopt, 0).step == next_step::succeed);
+}
+
 TEST_CASE("retryable failures retry up to max_retries_per_agent, then fall "
           "back") {
   supervision_policy pol{config()};

@@ -27,9 +27,12 @@ struct attempt_outcome {
   /// Where the full output of this attempt was saved, empty if nowhere.
   std::string log_path;
 
-  /// Exit 0 without an infrastructure error: success, never classified.
+  /// Exit 0 without an infrastructure error: success, never classified
+  /// (SPEC §3), even when `oom_killed` is set: a memory cgroup reports an OOM
+  /// kill of any process in it, and an agent that recovered from a killed
+  /// helper and exited 0 has succeeded.
   bool succeeded() const noexcept {
-    return exit_code == 0 && infrastructure_error.empty() && !oom_killed;
+    return exit_code == 0 && infrastructure_error.empty();
   }
 };
 

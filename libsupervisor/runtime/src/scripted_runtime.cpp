@@ -109,7 +109,14 @@ public:
   }
 
 private:
+  /// Records a stop or kill that reaches a running attempt; like a real
+  /// runtime's, a call after the attempt ended does nothing.
   void record(scripted_call::kind what, std::chrono::milliseconds grace) {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (done_)
+        return;
+    }
     scripted_call call;
     call.what = what;
     call.task_id = spec_.task_id;
