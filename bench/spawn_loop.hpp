@@ -1,0 +1,43 @@
+#pragma once
+
+#include "bench_util.hpp"
+
+#include <cstdint>
+#include <string>
+
+#include <spawn.h>
+#include <sys/wait.h>
+
+extern char** environ;
+
+namespace tasksup::bench {
+
+/// What `spawn_loop` measured.
+struct spawn_loop_result {
+  bool ok = false;
+  double seconds = 0;
+};
+
+/// Spawns `binary` (no arguments, this process's environment) `n` times in a
+/// row with posix_spawn and waits for each with waitpid: the cheapest way to
+/// run a process repeatedly, the floor the process runtime is compared with.
+inline spawn_loop_result spawn_loop(const std::string& binary,
+                                    std::uint64_t n) {
+  spawn_loop_result result;
+  char* argv[] = {const_cast<char*>(binary.c_str()), nullptr};
+  auto start = bench_clock::now();
+  for (std::uint64_t i = 0; i < n; ++i) {
+    pid_t pid = 0;
+    if (posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv, environ) !=
+        0)
+      return result;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+    }
+  }
+  result.seconds = seconds_since(start);
+  result.ok = true;
+  return result;
+}
+
+} // namespace tasksup::bench
