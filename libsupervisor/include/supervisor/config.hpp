@@ -17,13 +17,15 @@
 
 namespace tasksup {
 
-/// An agent environment (`config/environments/*.json` or the `environments`
-/// object of `config/environments.json`): its agents and defaults.
+/// An agent environment (`config/environments/<name>.json`): its agents and
+/// defaults for the tasks that name it.
 struct environment_config {
   std::string name;
   agent_selection selection;
-  /// Supervisor settings for tasks of this environment (over the globals).
+  /// Supervisor settings for tasks of this environment (over the globals),
+  /// validated at load and kept as written so each task merges them.
   std::optional<boost::json::object> supervisor_overrides;
+  /// Rules replacing the global ones for tasks of this environment.
   std::optional<std::vector<classifier_rule>> classifier_rules;
 };
 
@@ -45,9 +47,14 @@ struct node_config {
 struct config_set {
   supervisor_config supervisor;
   std::vector<classifier_rule> classifier_rules;
+  /// Keyed by name (the file stem).
   std::map<std::string, environment_config> environments;
   node_config node;
 };
+
+/// The built-in defaults: what an empty config directory loads to (default
+/// supervisor settings, `default_classifier_rules()`, no environments).
+config_set builtin_config();
 
 // Each parse function takes the document and a `where` (file name or label)
 // for its errors; unknown keys are errors; every error carries the JSON
@@ -65,9 +72,9 @@ parse_classifier_rules(const boost::json::value& doc, std::string_view where);
 
 /// Parses one environment object (`agents`, `agent_fallbacks`,
 /// `selection_mode`, `supervisor`, `classifier`).
-expected<environment_config>
-parse_environment(const boost::json::value& doc, std::string_view where,
-                  std::string name);
+expected<environment_config> parse_environment(const boost::json::value& doc,
+                                               std::string_view where,
+                                               std::string name);
 
 /// Parses node settings.
 expected<node_config> parse_node_config(const boost::json::value& doc,
@@ -75,6 +82,10 @@ expected<node_config> parse_node_config(const boost::json::value& doc,
 
 /// Parses a task (SPEC §12) against the loaded config: environment defaults
 /// and supervisor overrides are merged; an unknown environment is an error.
+/// A task naming no environment uses the `default` environment when `cfg`
+/// has one. Supervisor settings merge global < environment < task; the
+/// selection and classifier rules are the task's own, else the
+/// environment's. `id` stays empty when the file has none.
 expected<task_spec> parse_task(const boost::json::value& doc,
                                std::string_view where, const config_set& cfg);
 
@@ -86,7 +97,8 @@ expected<boost::json::value> parse_json_text(std::string_view text,
 expected<boost::json::value> read_json_file(const std::string& path);
 
 /// Loads a config directory: supervisor.json, classifier.json, node.json and
-/// environments (each optional; built-in defaults where absent).
+/// environments/*.json (each optional; built-in defaults where absent).
+/// Errors name the file.
 expected<config_set> load_config_dir(const std::string& dir);
 
 /// Loads a task file against `cfg`.

@@ -1,0 +1,43 @@
+#pragma once
+
+#include "tasksup/actors/events.hpp"
+
+#include "supervisor/runtime/runtime.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+namespace tasksup {
+
+/// What one attempt runs and where it reports.
+struct worker_options {
+  /// The attempt to start; never reused.
+  runtime::attempt_spec spec;
+  std::shared_ptr<runtime::container_runtime> runtime;
+  /// Task, attempt, trace and span of the attempt's events (`ts` is set per
+  /// event).
+  event_head head;
+  /// For the `attempt_started` event.
+  std::string agent_cli;
+  /// Output lines forwarded as `log` events; further lines only go into the
+  /// tail (the runtime keeps the full output in its log file). Bounds the
+  /// event stream of a chatty agent.
+  std::size_t max_log_events = 10000;
+  /// Output lines kept for the outcome when the runtime reports no tail.
+  std::size_t tail_lines = 200;
+};
+
+/// Spawns a container worker for one attempt. It starts the attempt on the
+/// runtime, forwards `attempt_started` and per-line `log` events to
+/// `supervisor` as `(event, event)`, reports `(attempt_exited,
+/// attempt_report)` and quits. It obeys `(stop, stop_mode, grace_ms)`. If
+/// `supervisor` goes down first, it kills its attempt. If starting throws, the
+/// worker dies without a report (the supervisor sees a `down_msg`).
+caf::actor spawn_container_worker(caf::actor_system& sys, caf::actor supervisor,
+                                  worker_options opts);
+
+} // namespace tasksup

@@ -1,0 +1,105 @@
+#pragma once
+
+// Builders for the events of SPEC §9: one function per kind with that kind's
+// fixed keys. Each returns an `event` whose `json` is one JSON object with
+// `event`, `task_id`, `attempt`, `trace_id`, `span_id`, `ts` and the kind's
+// keys. Every string is checked: invalid UTF-8 (agent output is untrusted)
+// is replaced by U+FFFD and control characters are escaped by the serializer.
+
+#include "tasksup/actors/protocol.hpp"
+
+#include "supervisor/classifier.hpp"
+#include "supervisor/outcome.hpp"
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tasksup {
+
+/// Trace and span ids with W3C trace-context sizes, from a seeded generator
+/// (one per node, so a seed reproduces a run's ids).
+class trace_id_generator {
+public:
+  explicit trace_id_generator(std::uint64_t seed);
+
+  /// 32 lowercase hex digits, never all zero.
+  std::string trace_id();
+
+  /// 16 lowercase hex digits, never all zero.
+  std::string span_id();
+
+  /// A seed for a child generator (a task supervisor's span ids).
+  std::uint64_t child_seed();
+
+private:
+  std::mt19937_64 rng_;
+};
+
+/// The fields every event of one task attempt shares.
+struct event_head {
+  std::string task_id;
+  int attempt = 0;
+  std::string trace_id;
+  std::string span_id;
+  /// Seconds since the Unix epoch.
+  double ts = 0;
+};
+
+/// Seconds since the Unix epoch, now (for `event_head::ts`).
+double wall_clock_s();
+
+/// `task_submitted`: adds `environment` and the agent chain `agents` (ids).
+event task_submitted_event(const event_head& h, std::string_view environment,
+                           const std::vector<std::string>& agents);
+
+/// `attempt_started`: `agent_id`, `agent_cli`, `container_id`.
+event attempt_started_event(const event_head& h, std::string_view agent_id,
+                            std::string_view agent_cli,
+                            std::string_view container_id);
+
+/// `log`: one output `line` of the attempt.
+event log_event(const event_head& h, std::string_view line);
+
+/// `attempt_exited`: `exit_code`, `signal`, `oom_killed`, `duration_s`
+/// (plus `infrastructure_error` when the runtime failed).
+event attempt_exited_event(const event_head& h, const attempt_outcome& out);
+
+/// `classified`: `class`, `rule`, `line`, `retry_after_s` (null if none).
+event classified_event(const event_head& h, const classification& c);
+
+/// `retry_scheduled`: `retry_count`, `agent`, `delay_s` (plus
+/// `max_retries` for the `retrying (n/max)` view).
+event retry_scheduled_event(const event_head& h, int retry_count,
+                            int max_retries, std::string_view agent,
+                            double delay_s);
+
+/// `agent_switched`: `from`, `to` (plus the decision's `reason`).
+event agent_switched_event(const event_head& h, std::string_view from,
+                           std::string_view to, std::string_view reason);
+
+/// `user_stop`: `mode` (plus a human `message`, e.g. `user_cancel
+/// requested` or `retry skipped due to user stop`).
+event user_stop_event(const event_head& h, stop_mode mode,
+                      std::string_view message);
+
+/// `task_done`: `outcome`, `exit_code`, `error`, `artifacts`, `metadata`.
+event task_done_event(const event_head& h, const task_result& r);
+
+/// `escalated`: `outcome` and `parent` (the receiving actor's id).
+event escalated_event(const event_head& h, task_outcome outcome,
+                      std::string_view parent);
+
+/// `warning`: a problem that did not stop the task (`message`).
+event warning_event(const event_head& h, std::string_view message);
+
+/// The result as the JSON object `task_done` carries (without `event` keys),
+/// serialized; for `tasksup run` and status output.
+std::string result_to_json(const task_result& r);
+
+/// `s` with every invalid UTF-8 sequence replaced by U+FFFD.
+std::string sanitize_utf8(std::string_view s);
+
+} // namespace tasksup

@@ -1,0 +1,335 @@
+#pragma once
+
+// Every message and atom the tasksup actors exchange, in one place, and the
+// one call that registers them with an actor system config. Each type has an
+// `inspect` overload so the same messages can cross the network unchanged.
+
+#include "tasksup/actors/inspect.hpp"
+
+#include "supervisor/classifier.hpp"
+#include "supervisor/error_class.hpp"
+#include "supervisor/outcome.hpp"
+#include "supervisor/supervisor_config.hpp"
+#include "supervisor/task_spec.hpp"
+
+#include <caf/actor_system_config.hpp>
+#include <caf/atom.hpp>
+#include <caf/error.hpp>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tasksup {
+
+// -- atoms (10 characters at most)
+// ---------------------------------------------
+
+/// Client -> registry: `(submit, task_spec)` -> task id or error.
+using submit_atom = caf::atom_constant<caf::atom("submit")>;
+/// Client -> registry: `(submit_json, text)` -> task id or error; the node
+/// parses and validates the task against its own configuration.
+using submit_json_atom = caf::atom_constant<caf::atom("submitjson")>;
+/// Client -> registry `(stop, task_id, stop_mode)`, registry -> supervisor
+/// `(stop, stop_mode)`, supervisor -> worker `(stop, stop_mode, grace_ms)`.
+using stop_atom = caf::atom_constant<caf::atom("stop")>;
+/// Skip the remaining backoff: `(retry_now, task_id)` / `(retry_now)`.
+using retry_now_atom = caf::atom_constant<caf::atom("retrynow")>;
+/// Abandon the current agent: `(force_fb, task_id)` / `(force_fb)`.
+using force_fallback_atom = caf::atom_constant<caf::atom("forcefb")>;
+/// `(status)` -> vector<task_status>; `(status, task_id)` -> task_status.
+using status_atom = caf::atom_constant<caf::atom("status")>;
+/// `(subscribe, actor)`: stream every event to `actor` as `(event, event)`.
+using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
+/// `(unsubscribe, actor)`: stop streaming events to `actor`.
+using unsubscribe_atom = caf::atom_constant<caf::atom("unsubscr")>;
+/// `(await, task_id)` -> task_result once the task has finished.
+using await_atom = caf::atom_constant<caf::atom("await")>;
+/// Supervisor -> parent: `(escalate, task_result)`, the task's final result.
+using escalate_atom = caf::atom_constant<caf::atom("escalate")>;
+/// Any emitter -> its sink: `(event, event)`.
+using event_atom = caf::atom_constant<caf::atom("event")>;
+/// Worker -> supervisor: `(attempt_exited, attempt_report)`.
+using attempt_exited_atom = caf::atom_constant<caf::atom("attexited")>;
+/// A worker -> itself: `(start)` starts the attempt on the runtime.
+using start_atom = caf::atom_constant<caf::atom("start")>;
+/// Runtime callback -> worker: `(output, line)`.
+using output_atom = caf::atom_constant<caf::atom("output")>;
+/// Runtime callback -> worker: `(exit, attempt_outcome)`.
+using exit_atom = caf::atom_constant<caf::atom("exit")>;
+/// Supervisor -> classifier: `(classify, classify_request)` -> classification.
+using classify_atom = caf::atom_constant<caf::atom("classify")>;
+/// `(set_rules, rules)` replaces the classifier's default rules;
+/// `(set_rules, task_id, rules)` sets one task's rules. -> bool or error.
+using set_rules_atom = caf::atom_constant<caf::atom("setrules")>;
+/// `(drop_rules, task_id)`: forget one task's rules.
+using drop_rules_atom = caf::atom_constant<caf::atom("droprules")>;
+/// Supervisor -> backoff: `(delay, delay_request)` -> double seconds.
+using delay_atom = caf::atom_constant<caf::atom("delay")>;
+/// Supervisor -> itself: `(backoff_timer, generation)` ends a backoff wait.
+using backoff_timer_atom = caf::atom_constant<caf::atom("bofftimer")>;
+/// Supervisor -> registry: `(slot, task_id)` -> `(slot)` once an attempt
+/// slot is free (FIFO).
+using slot_atom = caf::atom_constant<caf::atom("slot")>;
+/// Supervisor -> registry: `(release, task_id)` frees the task's slot or
+/// leaves the queue.
+using release_atom = caf::atom_constant<caf::atom("release")>;
+/// Supervisor -> registry: `(agent_ok, agent_id)` -> bool (circuit breaker).
+using agent_ok_atom = caf::atom_constant<caf::atom("agentok")>;
+/// Supervisor -> registry: `(agent_result, agent_id, success)` feeds the
+/// agent's circuit breaker (fatal failures are not reported).
+using agent_result_atom = caf::atom_constant<caf::atom("agentres")>;
+/// Supervisor -> registry: `(retry_token, task_id)` -> bool (retry budget).
+using retry_token_atom = caf::atom_constant<caf::atom("retrytok")>;
+/// Internal timer messages of the scripted runtime's actor timer.
+using fire_atom = caf::atom_constant<caf::atom("fire")>;
+
+// -- enums
+// ---------------------------------------------------------------------
+
+/// How a user stops a task (SPEC §7).
+enum class stop_mode : std::uint8_t {
+  /// Graceful: SIGTERM / `docker stop`, then kill after the grace period.
+  cancel,
+  /// Force-kill at once.
+  kill,
+};
+
+/// "cancel" or "kill".
+std::string_view to_string(stop_mode x) noexcept;
+
+/// Parses "cancel" or "kill".
+std::optional<stop_mode> parse_stop_mode(std::string_view str) noexcept;
+
+/// Where a task is in its life.
+enum class task_state : std::uint8_t {
+  /// Waiting for an attempt slot (max_concurrent).
+  queued,
+  /// An attempt is running (or its exit is being judged).
+  running,
+  /// Waiting out a backoff delay before the next attempt.
+  backoff,
+  /// Finished; the result is final.
+  done,
+};
+
+/// "queued", "running", "backoff" or "done".
+std::string_view to_string(task_state x) noexcept;
+
+/// How a task ended (SPEC §9 `task_done.outcome`).
+enum class task_outcome : std::uint8_t { succeeded, failed, stopped };
+
+/// "succeeded", "failed" or "stopped".
+std::string_view to_string(task_outcome x) noexcept;
+
+/// Every event of SPEC §9, plus `warning` for agent chain problems.
+enum class event_kind : std::uint8_t {
+  task_submitted,
+  attempt_started,
+  log,
+  attempt_exited,
+  classified,
+  retry_scheduled,
+  agent_switched,
+  user_stop,
+  task_done,
+  escalated,
+  warning,
+};
+
+/// The event's JSON name, e.g. "attempt_started".
+std::string_view to_string(event_kind x) noexcept;
+
+// -- messages
+// ------------------------------------------------------------------
+
+/// The `metadata` of a result (SPEC §9).
+struct result_metadata {
+  /// The command of the last agent that ran.
+  std::string agent_used;
+  /// The id of the last agent that ran.
+  std::string agent_id;
+  /// Retries of the last agent.
+  int retry_count = 0;
+  int total_attempts = 0;
+  int fallback_count = 0;
+};
+
+/// A task's final result, escalated to its parent (SPEC §9).
+struct task_result {
+  std::string task_id;
+  task_outcome outcome = task_outcome::failed;
+  /// The last attempt's exit code (-1 when no attempt ran).
+  int exit_code = -1;
+  /// Why it failed or stopped; absent on success.
+  std::optional<std::string> error;
+  std::vector<std::string> artifacts;
+  result_metadata metadata;
+};
+
+/// A task as `status` reports it.
+struct task_status {
+  std::string task_id;
+  std::string environment;
+  task_state state = task_state::queued;
+  /// The agent of the current (or last) attempt.
+  std::string agent_id;
+  /// The current (or last) attempt number, 0 before the first.
+  int attempt = 0;
+  /// Retries of the current agent, for `retrying (n/max)`.
+  int retry_count = 0;
+  int max_retries = 0;
+  int total_attempts = 0;
+  int fallback_count = 0;
+  /// The trace id of the task's events.
+  std::string trace_id;
+  /// The final result once `state` is done.
+  std::optional<task_result> result;
+};
+
+/// One event: the fields a consumer filters on, plus the rendered JSON line
+/// with exactly SPEC §9's keys.
+struct event {
+  event_kind kind = event_kind::warning;
+  std::string task_id;
+  int attempt = 0;
+  /// 32 lowercase hex digits, one per task.
+  std::string trace_id;
+  /// 16 lowercase hex digits, one per attempt (the task's own span before
+  /// the first attempt).
+  std::string span_id;
+  /// Seconds since the Unix epoch.
+  double ts = 0;
+  /// One JSON object, no trailing newline.
+  std::string json;
+};
+
+/// A worker's report of its attempt's end.
+struct attempt_report {
+  int attempt = 0;
+  attempt_outcome outcome;
+  /// Container id or pid, as the runtime named it.
+  std::string container_id;
+};
+
+/// Asks the classifier to judge a failed outcome.
+struct classify_request {
+  /// Selects the task's own rules when it has some.
+  std::string task_id;
+  attempt_outcome outcome;
+  std::string agent_cli;
+};
+
+/// Asks the backoff actor for the delay of one retry.
+struct delay_request {
+  /// 0 for the first retry of the agent.
+  int retry_index = 0;
+  error_class cls = error_class::retryable;
+  /// The task's previous delay (decorrelated jitter), 0 for none.
+  double previous_s = 0;
+  /// A retry-after hint found in the output.
+  std::optional<double> hint_s;
+  /// The task's backoff settings.
+  double backoff_base_s = 5.0;
+  double rate_limit_base_s = 60.0;
+  std::map<error_class, backoff_spec> overrides;
+};
+
+// -- errors
+// --------------------------------------------------------------------
+
+/// Error codes of the `tasksup` error category, carried in caf::error with a
+/// text context that says what was wrong.
+enum class protocol_error : std::uint8_t {
+  /// The task was rejected by validation (the context names field and file).
+  invalid_task = 1,
+  /// A task with this id is known already.
+  duplicate_task,
+  /// No task with this id.
+  unknown_task,
+  /// The task names a runtime this node does not have.
+  unknown_runtime,
+  /// Classifier rules did not compile.
+  invalid_rules,
+};
+
+/// The name of a protocol error code.
+std::string_view to_string(protocol_error x) noexcept;
+
+/// The error category atom of `protocol_error`.
+inline constexpr caf::atom_value protocol_error_category = caf::atom("tasksup");
+
+/// Makes a caf::error of the tasksup category with `what` as its context.
+caf::error make_error(protocol_error code, std::string what);
+
+/// The context text of an error made by `make_error` (or CAF's rendering of
+/// any other error).
+std::string error_text(const caf::error& err);
+
+// -- inspect
+// -------------------------------------------------------------------
+
+/// Serializes result metadata.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, result_metadata& x) {
+  return f(caf::meta::type_name("result_metadata"), x.agent_used, x.agent_id,
+           x.retry_count, x.total_attempts, x.fallback_count);
+}
+
+/// Serializes a task result.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, task_result& x) {
+  return f(caf::meta::type_name("task_result"), x.task_id, x.outcome,
+           x.exit_code, detail::opt(x.error), x.artifacts, x.metadata);
+}
+
+/// Serializes a status record.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, task_status& x) {
+  return f(caf::meta::type_name("task_status"), x.task_id, x.environment,
+           x.state, x.agent_id, x.attempt, x.retry_count, x.max_retries,
+           x.total_attempts, x.fallback_count, x.trace_id,
+           detail::opt(x.result));
+}
+
+/// Serializes an event.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, event& x) {
+  return f(caf::meta::type_name("event"), x.kind, x.task_id, x.attempt,
+           x.trace_id, x.span_id, x.ts, x.json);
+}
+
+/// Serializes an attempt report.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attempt_report& x) {
+  return f(caf::meta::type_name("attempt_report"), x.attempt, x.outcome,
+           x.container_id);
+}
+
+/// Serializes a classify request.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, classify_request& x) {
+  return f(caf::meta::type_name("classify_request"), x.task_id, x.outcome,
+           x.agent_cli);
+}
+
+/// Serializes a delay request.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delay_request& x) {
+  return f(caf::meta::type_name("delay_request"), x.retry_index, x.cls,
+           x.previous_s, detail::opt(x.hint_s), x.backoff_base_s,
+           x.rate_limit_base_s, x.overrides);
+}
+
+// -- registration
+// --------------------------------------------------------------
+
+/// Registers every message type above (and the libsupervisor types they
+/// carry) and the `tasksup` error category with `cfg`. Call once per config,
+/// on every node, before the actor system is created.
+void register_protocol(caf::actor_system_config& cfg);
+
+} // namespace tasksup

@@ -1,0 +1,59 @@
+#pragma once
+
+#include "tasksup/actors/protocol.hpp"
+
+#include "supervisor/agent.hpp"
+#include "supervisor/runtime/runtime.hpp"
+#include "supervisor/task_spec.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace tasksup {
+
+/// Everything one task supervisor needs. Only `task`, `runtime` and a parent
+/// are required; the rest has working defaults for an embedding application.
+struct supervisor_options {
+  /// The validated task (its `supervisor` settings are the policy).
+  task_spec task;
+  /// The agent used when the task names none.
+  agent_spec default_agent;
+  /// The round-robin pick of the first agent; nullopt starts at agents[0].
+  std::optional<std::string> start_agent_id;
+  std::shared_ptr<runtime::container_runtime> runtime;
+  /// The classifier to ask; when null the supervisor spawns its own with the
+  /// task's rules (or the defaults) and stops it when it ends.
+  caf::actor classifier;
+  /// The backoff actor to ask; when null the supervisor spawns its own.
+  caf::actor backoff;
+  /// The node services (a registry): attempt slots, circuit breakers and the
+  /// retry budget. When null none of them applies (standalone supervisor).
+  caf::actor services;
+  /// The task's trace id (32 hex); generated from `seed` when empty.
+  std::string trace_id;
+  /// Seeds the span ids (and the trace id when generated).
+  std::uint64_t seed = 0;
+  /// Each attempt gets `<attempt_root>/<task id>/attempt-<n>` as its
+  /// directory; empty means the system's temporary directory + "/tasksup".
+  std::string attempt_root;
+  /// Whether the supervisor emits `task_submitted` when it starts.
+  bool emit_submitted = true;
+};
+
+/// Spawns the supervisor of one task (SPEC §6): it runs attempts through
+/// container workers, classifies failures, retries after backoff, falls back
+/// along the agent chain and honours `(stop, stop_mode)`, `(retry_now)` and
+/// `(force_fb)` (each answered with a bool: whether it took effect) and
+/// `(status)` (answered with a `task_status`). Every event goes to `parent`
+/// as `(event, event)`; at the end the full result goes to `parent` as
+/// `(escalate, task_result)` and the supervisor quits. `parent` may be any
+/// actor: a registry, or an embedding application's own actor.
+caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
+                                 supervisor_options opts);
+
+} // namespace tasksup

@@ -1,0 +1,119 @@
+#include "tasksup/actors/container_worker_actor.hpp"
+
+#include "tasksup/actors/protocol.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace tasksup {
+
+namespace {
+
+struct worker_state {
+  worker_options opts;
+  caf::actor supervisor;
+  std::shared_ptr<runtime::attempt_handle> handle;
+  std::deque<std::string> tail;
+  std::size_t log_events = 0;
+  static inline const char* name = "tasksup.container_worker";
+
+  event_head head() const {
+    auto h = opts.head;
+    h.ts = wall_clock_s();
+    return h;
+  }
+};
+
+using worker_actor = caf::stateful_actor<worker_state>;
+
+void start_attempt(worker_actor* self) {
+  auto& st = self->state;
+  // The callbacks hold a strong handle: the runtime may call them after the
+  // last message to this worker, from its own thread.
+  auto me = caf::actor_cast<caf::actor>(self);
+  runtime::attempt_callbacks cb;
+  cb.on_line = [me](std::string_view line) {
+    caf::anon_send(me, output_atom::value, std::string{line});
+  };
+  cb.on_exit = [me](attempt_outcome out) {
+    caf::anon_send(me, exit_atom::value, std::move(out));
+  };
+  // May throw (a broken runtime driver): the worker then dies and its
+  // supervisor classifies the missing report as infrastructure.
+  st.handle = st.opts.runtime->start(st.opts.spec, std::move(cb));
+  self->send(st.supervisor, event_atom::value,
+             attempt_started_event(st.head(), st.opts.spec.agent_id,
+                                   st.opts.agent_cli,
+                                   st.handle ? st.handle->id() : ""));
+}
+
+caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
+                                     worker_options opts) {
+  self->state.opts = std::move(opts);
+  self->state.supervisor = supervisor;
+  self->monitor(supervisor);
+  self->set_down_handler([=](const caf::down_msg& dm) {
+    if (dm.source != self->state.supervisor)
+      return;
+    // Nobody is left to report to: end the attempt, then quit.
+    if (self->state.handle)
+      self->state.handle->kill();
+    else
+      self->quit();
+  });
+  self->send(self, start_atom::value);
+  return {
+    [=](start_atom) { start_attempt(self); },
+    [=](output_atom, std::string& line) {
+      auto& st = self->state;
+      if (st.log_events < st.opts.max_log_events) {
+        ++st.log_events;
+        self->send(st.supervisor, event_atom::value,
+                   log_event(st.head(), line));
+      }
+      st.tail.push_back(std::move(line));
+      if (st.tail.size() > st.opts.tail_lines)
+        st.tail.pop_front();
+    },
+    [=](exit_atom, attempt_outcome& out) {
+      auto& st = self->state;
+      if (out.tail.empty())
+        out.tail.assign(st.tail.begin(), st.tail.end());
+      attempt_report report;
+      report.attempt = st.opts.spec.attempt;
+      report.outcome = std::move(out);
+      report.container_id = st.handle ? st.handle->id() : "";
+      self->send(st.supervisor, attempt_exited_atom::value, std::move(report));
+      self->quit();
+    },
+    [=](stop_atom, stop_mode mode, std::int64_t grace_ms) {
+      auto& st = self->state;
+      if (!st.handle)
+        return;
+      if (mode == stop_mode::kill)
+        st.handle->kill();
+      else
+        st.handle->stop(std::chrono::milliseconds{grace_ms});
+    },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_container_worker(caf::actor_system& sys, caf::actor supervisor,
+                                  worker_options opts) {
+  return sys.spawn(container_worker_actor, std::move(supervisor),
+                   std::move(opts));
+}
+
+} // namespace tasksup

@@ -1,0 +1,636 @@
+#include "tasksup/actors/task_supervisor_actor.hpp"
+
+#include "tasksup/actors/backoff_actor.hpp"
+#include "tasksup/actors/classifier_actor.hpp"
+#include "tasksup/actors/container_worker_actor.hpp"
+#include "tasksup/actors/events.hpp"
+
+#include "supervisor/agent_chain.hpp"
+#include "supervisor/supervision_policy.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tasksup {
+
+namespace {
+
+/// What the supervisor is waiting for.
+enum class phase {
+  /// Not started yet.
+  idle,
+  /// Waiting for an attempt slot from the node services.
+  queued,
+  /// Asking whether the agent's circuit breaker lets an attempt through.
+  checking,
+  /// An attempt is running.
+  running,
+  /// The attempt ended; waiting for classification, a retry token or a
+  /// delay.
+  judging,
+  /// Waiting out the backoff delay.
+  backoff,
+  /// Finished; the result was escalated.
+  done,
+};
+
+struct supervisor_state {
+  caf::actor parent;
+  supervisor_options opts;
+  std::optional<supervision_policy> policy;
+  supervision_state st;
+  agent_chain chain;
+  std::optional<trace_id_generator> ids;
+  /// The span of events outside attempts (submission, end of the task).
+  std::string task_span;
+  /// The span of the current attempt.
+  std::string span;
+  int attempt = 0;
+  phase ph = phase::idle;
+  caf::actor worker;
+  /// Helpers this supervisor spawned itself (stopped when it ends).
+  std::vector<caf::actor> owned;
+  bool holds_slot = false;
+  /// Invalidates pending timers and replies (stop, retry_now, fallback).
+  std::uint64_t generation = 0;
+  std::optional<stop_mode> stop_requested;
+  bool fallback_requested = false;
+  double previous_delay_s = 0;
+  std::optional<attempt_outcome> last_outcome;
+  static inline const char* name = "tasksup.task_supervisor";
+
+  const agent_spec& agent() const { return chain.agents[st.agent_index]; }
+
+  const std::string& task_id() const { return opts.task.id; }
+
+  event_head head(bool in_attempt = true) const {
+    event_head h;
+    h.task_id = opts.task.id;
+    h.attempt = attempt;
+    h.trace_id = opts.trace_id;
+    h.span_id = in_attempt && attempt > 0 ? span : task_span;
+    h.ts = wall_clock_s();
+    return h;
+  }
+};
+
+using supervisor_actor = caf::stateful_actor<supervisor_state>;
+
+double now_s(supervisor_actor* self) {
+  using namespace std::chrono;
+  return duration<double>(self->clock().now().time_since_epoch()).count();
+}
+
+void emit(supervisor_actor* self, event ev) {
+  self->send(self->state.parent, event_atom::value, std::move(ev));
+}
+
+void begin_attempt(supervisor_actor* self);
+/// Carries out a policy decision; `from` is the agent before the policy
+/// call (the decision may already have moved the task to the next agent).
+void act(supervisor_actor* self, decision d, std::optional<classification> cls,
+         const std::string& from);
+
+void release_slot(supervisor_actor* self) {
+  auto& st = self->state;
+  if (st.opts.services && (st.holds_slot || st.ph == phase::queued))
+    self->send(st.opts.services, release_atom::value, st.task_id());
+  st.holds_slot = false;
+}
+
+void finish(supervisor_actor* self, task_outcome outcome,
+            std::optional<std::string> error) {
+  auto& st = self->state;
+  if (st.ph == phase::done)
+    return;
+  release_slot(self);
+  st.ph = phase::done;
+  ++st.generation;
+  task_result r;
+  r.task_id = st.task_id();
+  r.outcome = outcome;
+  if (st.last_outcome) {
+    r.exit_code = st.last_outcome->exit_code;
+    r.artifacts = st.last_outcome->artifacts;
+  }
+  r.error = std::move(error);
+  r.metadata.agent_used = st.agent().agent_cli;
+  r.metadata.agent_id = st.agent().agent_id;
+  r.metadata.retry_count = st.st.retry_count;
+  r.metadata.total_attempts = st.st.total_attempts;
+  r.metadata.fallback_count = st.st.fallback_count;
+  emit(self, task_done_event(st.head(false), r));
+  if (st.opts.task.classifier_rules)
+    self->send(st.opts.classifier, drop_rules_atom::value, st.task_id());
+  self->send(st.parent, escalate_atom::value, r);
+  emit(self, escalated_event(st.head(false), outcome,
+                             caf::to_string(st.parent.address())));
+  self->quit();
+}
+
+void fail(supervisor_actor* self, std::string reason) {
+  finish(self, task_outcome::failed, std::move(reason));
+}
+
+/// Ends the task because of a user stop outside a running attempt.
+void stop_now(supervisor_actor* self, stop_mode mode, const char* message) {
+  emit(self, user_stop_event(self->state.head(), mode, message));
+  finish(self, task_outcome::stopped,
+         "stopped by user (" + std::string{to_string(mode)} + ")");
+}
+
+void start_worker(supervisor_actor* self) {
+  auto& st = self->state;
+  if (auto denied = st.policy->start_attempt(st.st)) {
+    fail(self, *denied);
+    return;
+  }
+  ++st.attempt;
+  st.span = st.ids->span_id();
+  const auto& task = st.opts.task;
+  const auto& agent = st.agent();
+  worker_options w;
+  auto& spec = w.spec;
+  spec.task_id = task.id;
+  spec.attempt = st.attempt;
+  spec.agent_id = agent.agent_id;
+  spec.argv.push_back(agent.agent_cli);
+  spec.argv.insert(spec.argv.end(), agent.args.begin(), agent.args.end());
+  spec.env = task.env;
+  if (agent.prompt_as_argument)
+    spec.argv.push_back(task.prompt);
+  else
+    spec.env["TASKSUP_PROMPT"] = task.prompt;
+  std::filesystem::path root = st.opts.attempt_root;
+  spec.attempt_dir =
+    (root / task.id / ("attempt-" + std::to_string(st.attempt))).string();
+  spec.workdir = task.workdir;
+  for (auto& m : task.mounts)
+    spec.mounts.push_back({m.host_path, m.container_path, m.read_only});
+  spec.config_dir = agent.config_dir;
+  spec.memory_limit_mb = task.memory_limit_mb;
+  spec.image = task.image;
+  spec.labels["tasksup.task_id"] = task.id;
+  spec.labels["tasksup.attempt"] = std::to_string(st.attempt);
+  spec.labels["tasksup.agent_id"] = agent.agent_id;
+  spec.labels["tasksup.trace_id"] = st.opts.trace_id;
+  w.runtime = st.opts.runtime;
+  w.head = st.head();
+  w.agent_cli = agent.agent_cli;
+  st.ph = phase::running;
+  st.worker = spawn_container_worker(
+    self->system(), caf::actor_cast<caf::actor>(self), std::move(w));
+  self->monitor(st.worker);
+}
+
+/// Asks the agent's circuit breaker, then starts.
+void check_agent(supervisor_actor* self) {
+  auto& st = self->state;
+  if (st.st.total_attempts >= st.policy->config().max_total_attempts) {
+    // start_attempt refuses and says why.
+    auto denied = st.policy->start_attempt(st.st);
+    fail(self, denied ? *denied : "max_total_attempts reached");
+    return;
+  }
+  if (!st.opts.services) {
+    start_worker(self);
+    return;
+  }
+  st.ph = phase::checking;
+  auto gen = st.generation;
+  self
+    ->request(st.opts.services, caf::infinite, agent_ok_atom::value,
+              st.agent().agent_id)
+    .then(
+      [=](bool allowed) {
+        auto& st = self->state;
+        if (st.ph != phase::checking || gen != st.generation)
+          return;
+        if (allowed) {
+          start_worker(self);
+          return;
+        }
+        auto from = st.agent().agent_id;
+        auto d =
+          st.policy->skip_agent(st.st, "circuit breaker open for " + from);
+        act(self, std::move(d), std::nullopt, from);
+      },
+      [=](caf::error&) {
+        // No node services: run without them rather than stall.
+        auto& st = self->state;
+        if (st.ph == phase::checking && gen == st.generation)
+          start_worker(self);
+      });
+}
+
+void begin_attempt(supervisor_actor* self) {
+  auto& st = self->state;
+  if (!st.opts.services || st.holds_slot) {
+    check_agent(self);
+    return;
+  }
+  st.ph = phase::queued;
+  auto gen = st.generation;
+  self->request(st.opts.services, caf::infinite, slot_atom::value, st.task_id())
+    .then(
+      [=](slot_atom) {
+        auto& st = self->state;
+        if (st.ph != phase::queued || gen != st.generation) {
+          // Granted after we stopped waiting: give it back.
+          if (st.ph != phase::queued)
+            self->send(st.opts.services, release_atom::value, st.task_id());
+          return;
+        }
+        st.holds_slot = true;
+        check_agent(self);
+      },
+      [=](caf::error& err) {
+        auto& st = self->state;
+        if (st.ph == phase::queued && gen == st.generation)
+          fail(self, "no attempt slot: " + error_text(err));
+      });
+}
+
+void schedule_retry(supervisor_actor* self, const decision& d,
+                    std::optional<classification> cls) {
+  auto& st = self->state;
+  if (!d.backoff_class) {
+    // A permanent task restarting after exit 0: no delay.
+    begin_attempt(self);
+    return;
+  }
+  delay_request req;
+  req.retry_index = d.retry_count - 1;
+  req.cls = *d.backoff_class;
+  req.previous_s = st.previous_delay_s;
+  // Only a rate-limit message's "come back in N s" sets the delay; other
+  // output that happens to mention a retry is not trusted for timing.
+  if (cls && cls->cls == error_class::rate_limit)
+    req.hint_s = cls->retry_after_s;
+  const auto& cfg = st.policy->config();
+  req.backoff_base_s = cfg.backoff_base_seconds;
+  req.rate_limit_base_s = cfg.rate_limit_backoff_base;
+  req.overrides = cfg.backoff;
+  st.ph = phase::judging;
+  auto gen = st.generation;
+  auto retry_count = d.retry_count;
+  self->request(st.opts.backoff, caf::infinite, delay_atom::value, req)
+    .then(
+      [=](double delay_s) {
+        auto& st = self->state;
+        if (st.ph != phase::judging || gen != st.generation)
+          return;
+        st.previous_delay_s = delay_s;
+        emit(self,
+             retry_scheduled_event(st.head(), retry_count,
+                                   st.policy->config().max_retries_per_agent,
+                                   st.agent().agent_id, delay_s));
+        st.ph = phase::backoff;
+        auto timer_gen = ++st.generation;
+        if (delay_s <= 0) {
+          self->send(self, backoff_timer_atom::value, timer_gen);
+        } else {
+          auto delay = std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::duration<double>(delay_s));
+          self->delayed_send(self, delay, backoff_timer_atom::value, timer_gen);
+        }
+      },
+      [=](caf::error& err) {
+        auto& st = self->state;
+        if (st.ph == phase::judging && gen == st.generation)
+          fail(self, "backoff unavailable: " + error_text(err));
+      });
+}
+
+void act(supervisor_actor* self, decision d, std::optional<classification> cls,
+         const std::string& from) {
+  auto& st = self->state;
+  switch (d.step) {
+    case next_step::succeed:
+      finish(self, task_outcome::succeeded, std::nullopt);
+      return;
+    case next_step::fail:
+      fail(self, d.reason);
+      return;
+    case next_step::switch_agent:
+      emit(self, agent_switched_event(st.head(), from, st.agent().agent_id,
+                                      d.reason));
+      begin_attempt(self);
+      return;
+    case next_step::retry:
+      if (!st.opts.services) {
+        schedule_retry(self, d, std::move(cls));
+        return;
+      }
+      st.ph = phase::judging;
+      {
+        auto gen = st.generation;
+        self
+          ->request(st.opts.services, caf::infinite, retry_token_atom::value,
+                    st.task_id())
+          .then(
+            [=](bool granted) {
+              auto& st = self->state;
+              if (st.ph != phase::judging || gen != st.generation)
+                return;
+              if (granted) {
+                schedule_retry(self, d, cls);
+                return;
+              }
+              auto from = st.agent().agent_id;
+              act(self, st.policy->on_retry_denied(st.st), std::nullopt, from);
+            },
+            [=](caf::error&) {
+              auto& st = self->state;
+              if (st.ph == phase::judging && gen == st.generation)
+                schedule_retry(self, d, cls);
+            });
+      }
+      return;
+  }
+}
+
+/// Judges an attempt's end (a report, or the worker's death).
+void on_attempt_end(supervisor_actor* self, attempt_outcome out) {
+  auto& st = self->state;
+  st.ph = phase::judging;
+  st.worker = nullptr;
+  release_slot(self);
+  emit(self, attempt_exited_event(st.head(), out));
+  st.last_outcome = out;
+  if (st.stop_requested) {
+    finish(self, task_outcome::stopped,
+           "stopped by user (" + std::string{to_string(*st.stop_requested)} +
+             ")");
+    return;
+  }
+  auto from = st.agent().agent_id;
+  if (st.fallback_requested) {
+    st.fallback_requested = false;
+    act(self, st.policy->skip_agent(st.st, "fallback forced by user"),
+        std::nullopt, from);
+    return;
+  }
+  if (out.succeeded()) {
+    if (st.opts.services)
+      self->send(st.opts.services, agent_result_atom::value, from, true);
+    act(self, st.policy->on_exit(st.st, out, std::nullopt, now_s(self)),
+        std::nullopt, from);
+    return;
+  }
+  classify_request req;
+  req.task_id = st.task_id();
+  req.outcome = out;
+  req.agent_cli = st.agent().agent_cli;
+  auto gen = st.generation;
+  self->request(st.opts.classifier, caf::infinite, classify_atom::value, req)
+    .then(
+      [=](classification& c) {
+        auto& st = self->state;
+        if (st.ph != phase::judging || gen != st.generation)
+          return;
+        emit(self, classified_event(st.head(), c));
+        // Fatal failures say nothing about the agent's health (a bad key).
+        if (st.opts.services && c.cls != error_class::fatal)
+          self->send(st.opts.services, agent_result_atom::value, from, false);
+        auto d = st.policy->on_exit(st.st, out, c, now_s(self));
+        act(self, std::move(d), std::move(c), from);
+      },
+      [=](caf::error& err) {
+        auto& st = self->state;
+        if (st.ph != phase::judging || gen != st.generation)
+          return;
+        // Without a classifier the failure is treated as transient.
+        classification c;
+        c.cls = error_class::retryable;
+        c.rule = "classifier_unavailable";
+        c.line = error_text(err);
+        emit(self, classified_event(st.head(), c));
+        auto d = st.policy->on_exit(st.st, out, c, now_s(self));
+        act(self, std::move(d), std::move(c), from);
+      });
+}
+
+bool on_stop(supervisor_actor* self, stop_mode mode) {
+  auto& st = self->state;
+  switch (st.ph) {
+    case phase::done:
+      return false;
+    case phase::running:
+      if (st.stop_requested) {
+        // A kill after a cancel escalates; anything else is a repeat.
+        if (mode != stop_mode::kill || *st.stop_requested == stop_mode::kill)
+          return true;
+      }
+      st.stop_requested = mode;
+      emit(self,
+           user_stop_event(st.head(), mode,
+                           mode == stop_mode::kill ? "user_kill requested"
+                                                   : "user_cancel requested"));
+      if (mode == stop_mode::kill) {
+        self->send(st.worker, stop_atom::value, mode, std::int64_t{0});
+      } else {
+        auto grace =
+          std::chrono::duration<double>(st.policy->config().stop_grace_s);
+        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(grace);
+        self->send(st.worker, stop_atom::value, mode,
+                   static_cast<std::int64_t>(ms.count()));
+      }
+      return true;
+    case phase::backoff:
+    case phase::judging:
+      stop_now(self, mode, "retry skipped due to user stop");
+      return true;
+    case phase::idle:
+    case phase::queued:
+    case phase::checking:
+      stop_now(self, mode,
+               mode == stop_mode::kill ? "user_kill requested"
+                                       : "user_cancel requested");
+      return true;
+  }
+  return false;
+}
+
+bool on_retry_now(supervisor_actor* self) {
+  auto& st = self->state;
+  if (st.ph != phase::backoff)
+    return false;
+  ++st.generation;
+  begin_attempt(self);
+  return true;
+}
+
+bool on_force_fallback(supervisor_actor* self) {
+  auto& st = self->state;
+  switch (st.ph) {
+    case phase::done:
+    case phase::idle:
+      return false;
+    case phase::running:
+      if (st.stop_requested)
+        return false;
+      // Stop the attempt; its exit then moves to the next agent.
+      st.fallback_requested = true;
+      self->send(
+        st.worker, stop_atom::value, stop_mode::cancel,
+        static_cast<std::int64_t>(st.policy->config().stop_grace_s * 1000));
+      return true;
+    case phase::queued:
+    case phase::checking:
+    case phase::judging:
+    case phase::backoff: {
+      // Whatever was pending (a slot grant keeps the slot) is superseded.
+      ++st.generation;
+      if (st.ph == phase::queued)
+        release_slot(self);
+      auto from = st.agent().agent_id;
+      act(self, st.policy->skip_agent(st.st, "fallback forced by user"),
+          std::nullopt, from);
+      return true;
+    }
+  }
+  return false;
+}
+
+task_status status_of(supervisor_actor* self) {
+  auto& st = self->state;
+  task_status s;
+  s.task_id = st.task_id();
+  s.environment = st.opts.task.environment;
+  switch (st.ph) {
+    case phase::idle:
+    case phase::queued:
+      s.state = task_state::queued;
+      break;
+    case phase::checking:
+    case phase::running:
+    case phase::judging:
+      s.state = task_state::running;
+      break;
+    case phase::backoff:
+      s.state = task_state::backoff;
+      break;
+    case phase::done:
+      s.state = task_state::done;
+      break;
+  }
+  s.agent_id = st.agent().agent_id;
+  s.attempt = st.attempt;
+  s.retry_count = st.st.retry_count;
+  s.max_retries = st.policy->config().max_retries_per_agent;
+  s.total_attempts = st.st.total_attempts;
+  s.fallback_count = st.st.fallback_count;
+  s.trace_id = st.opts.trace_id;
+  return s;
+}
+
+caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
+                                    supervisor_options opts) {
+  auto& st = self->state;
+  st.parent = std::move(parent);
+  st.opts = std::move(opts);
+  auto& task = st.opts.task;
+  st.ids.emplace(st.opts.seed);
+  if (st.opts.trace_id.empty())
+    st.opts.trace_id = st.ids->trace_id();
+  st.task_span = st.ids->span_id();
+  if (st.opts.attempt_root.empty())
+    st.opts.attempt_root =
+      (std::filesystem::temp_directory_path() / "tasksup").string();
+  st.chain = build_agent_chain(task.selection, st.opts.default_agent,
+                               st.opts.start_agent_id);
+  st.policy.emplace(task.supervisor);
+  st.st = st.policy->initial_state(st.chain.agents.size());
+  // Helpers this supervisor owns go down with it, however it ends.
+  auto spawn_owned = [&](caf::actor x) {
+    st.owned.push_back(x);
+    return x;
+  };
+  if (!st.opts.backoff)
+    st.opts.backoff = spawn_owned(spawn_backoff(self->system(), st.opts.seed));
+  if (!st.opts.classifier) {
+    auto rules = classifier::make(default_classifier_rules());
+    if (rules)
+      st.opts.classifier =
+        spawn_owned(spawn_classifier(self->system(), std::move(*rules)));
+  }
+  self->attach_functor([owned = st.owned](const caf::error&) {
+    for (auto& x : owned)
+      caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+  });
+  self->set_down_handler([=](const caf::down_msg& dm) {
+    auto& st = self->state;
+    if (!st.worker || dm.source != st.worker.address())
+      return;
+    // The worker died without reporting its exit: the machinery failed.
+    attempt_outcome out;
+    out.exit_code = -1;
+    out.infrastructure_error =
+      "container worker died: " + self->system().render(dm.reason);
+    on_attempt_end(self, std::move(out));
+  });
+  if (st.opts.emit_submitted) {
+    std::vector<std::string> ids;
+    for (auto& a : st.chain.agents)
+      ids.push_back(a.agent_id);
+    emit(self, task_submitted_event(st.head(false), task.environment, ids));
+  }
+  for (auto& w : st.chain.warnings)
+    emit(self, warning_event(st.head(false), w));
+  if (task.classifier_rules) {
+    self
+      ->request(st.opts.classifier, caf::infinite, set_rules_atom::value,
+                task.id, *task.classifier_rules)
+      .then([](bool) {},
+            [=](caf::error& err) {
+              auto& st = self->state;
+              if (st.ph != phase::done)
+                fail(self, "invalid classifier rules: " + error_text(err));
+            });
+  }
+  begin_attempt(self);
+  return {
+    [=](attempt_exited_atom, attempt_report& r) {
+      auto& st = self->state;
+      if (st.ph != phase::running || r.attempt != st.attempt)
+        return;
+      self->demonitor(st.worker);
+      on_attempt_end(self, std::move(r.outcome));
+    },
+    [=](event_atom, event& ev) {
+      // Worker events (attempt_started, log) pass through in order.
+      self->send(self->state.parent, event_atom::value, std::move(ev));
+    },
+    [=](backoff_timer_atom, std::uint64_t gen) {
+      auto& st = self->state;
+      if (st.ph == phase::backoff && gen == st.generation)
+        begin_attempt(self);
+    },
+    [=](stop_atom, stop_mode mode) { return on_stop(self, mode); },
+    [=](retry_now_atom) { return on_retry_now(self); },
+    [=](force_fallback_atom) { return on_force_fallback(self); },
+    [=](status_atom) { return status_of(self); },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
+                                 supervisor_options opts) {
+  return sys.spawn(task_supervisor_actor, std::move(parent), std::move(opts));
+}
+
+} // namespace tasksup
