@@ -85,7 +85,7 @@ public:
   }
 
   /// Adds `key=value`.
-  template <class T>
+  template<class T>
   result_line& add(std::string_view key, const T& value) {
     out_ << ' ' << key << '=' << value;
     return *this;

@@ -115,7 +115,7 @@ int naive_classify(const std::vector<naive_rule>& rules,
 
 /// Runs `fn` repeatedly for about `seconds` (at least `min_iters` times);
 /// returns seconds per call.
-template <class F>
+template<class F>
 double per_call(double seconds, std::uint64_t min_iters, F&& fn) {
   std::uint64_t iters = 0;
   auto start = bench_clock::now();
@@ -164,9 +164,8 @@ int main(int argc, char** argv) {
   });
   // The same without an agent name: the templated `{agent_cli}` pattern is
   // then skipped, which isolates the per-call compile of that rule.
-  auto re2_tail_noagent = per_call(tail_seconds, 100, [&] {
-    sink += cls.classify(tail100, "").rule.size();
-  });
+  auto re2_tail_noagent = per_call(
+    tail_seconds, 100, [&] { sink += cls.classify(tail100, "").rule.size(); });
   auto naive_tail = per_call(tail_seconds, 10, [&] {
     sink += static_cast<std::size_t>(naive_classify(naive, tail100.tail) + 1);
   });

@@ -28,8 +28,7 @@ inline spawn_loop_result spawn_loop(const std::string& binary,
   auto start = bench_clock::now();
   for (std::uint64_t i = 0; i < n; ++i) {
     pid_t pid = 0;
-    if (posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv, environ) !=
-        0)
+    if (posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv, environ) != 0)
       return result;
     int status = 0;
     while (waitpid(pid, &status, 0) < 0) {
