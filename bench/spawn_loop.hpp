@@ -7,6 +7,7 @@
 
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 extern char** environ;
 
@@ -30,6 +31,30 @@ inline spawn_loop_result spawn_loop(const std::string& binary,
     pid_t pid = 0;
     if (posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv, environ) != 0)
       return result;
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+    }
+  }
+  result.seconds = seconds_since(start);
+  result.ok = true;
+  return result;
+}
+
+/// The same loop with fork + execve instead of posix_spawn (which glibc runs
+/// as clone(CLONE_VM | CLONE_VFORK): no page tables copied). Shows how much
+/// of a runtime's cost is fork itself.
+inline spawn_loop_result fork_loop(const std::string& binary, std::uint64_t n) {
+  spawn_loop_result result;
+  char* argv[] = {const_cast<char*>(binary.c_str()), nullptr};
+  auto start = bench_clock::now();
+  for (std::uint64_t i = 0; i < n; ++i) {
+    pid_t pid = ::fork();
+    if (pid < 0)
+      return result;
+    if (pid == 0) {
+      ::execve(binary.c_str(), argv, environ);
+      ::_exit(127);
+    }
     int status = 0;
     while (waitpid(pid, &status, 0) < 0) {
     }
