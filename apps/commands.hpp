@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <map>
 
 namespace tasksup::app {
 
@@ -27,5 +28,10 @@ using command_setup = std::function<void(CLI::App& app, int& status)>;
 struct command_registrar {
   command_registrar(int order, command_setup setup);
 };
+
+/// Every registered subcommand, by `order`. Defined with the registrar in
+/// commands.cpp (part of the tasksup_cli object library, not main.cpp) so
+/// that tests linking the command objects link.
+const std::multimap<int, command_setup>& registered_commands();
 
 } // namespace tasksup::app

@@ -4,25 +4,6 @@
 
 #include <exception>
 #include <iostream>
-#include <map>
-#include <utility>
-
-namespace tasksup::app {
-
-namespace {
-
-std::multimap<int, command_setup>& registry() {
-  static std::multimap<int, command_setup> commands;
-  return commands;
-}
-
-} // namespace
-
-command_registrar::command_registrar(int order, command_setup setup) {
-  registry().emplace(order, std::move(setup));
-}
-
-} // namespace tasksup::app
 
 int main(int argc, char** argv) {
   using namespace tasksup::app;
@@ -32,7 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", std::string{"tasksup " TASKSUP_VERSION});
   int status = exit_status::ok;
-  for (auto& [order, setup] : registry())
+  for (auto& [order, setup] : registered_commands())
     setup(app, status);
   try {
     app.parse(argc, argv);

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -67,6 +68,8 @@ struct supervisor_state {
   std::uint64_t generation = 0;
   std::optional<stop_mode> stop_requested;
   bool fallback_requested = false;
+  /// The task's deadline passed while an attempt ran; its exit ends the task.
+  bool deadline_passed = false;
   double previous_delay_s = 0;
   std::optional<attempt_outcome> last_outcome;
   static inline const char* name = "tasksup.task_supervisor";
@@ -98,6 +101,7 @@ void emit(supervisor_actor* self, event ev) {
 }
 
 void begin_attempt(supervisor_actor* self);
+std::string deadline_reason(supervisor_actor* self);
 /// Carries out a policy decision; `from` is the agent before the policy
 /// call (the decision may already have moved the task to the next agent).
 void act(supervisor_actor* self, decision d, std::optional<classification> cls,
@@ -376,6 +380,10 @@ void on_attempt_end(supervisor_actor* self, attempt_outcome out) {
              ")");
     return;
   }
+  if (st.deadline_passed) {
+    fail(self, deadline_reason(self));
+    return;
+  }
   auto from = st.agent().agent_id;
   if (st.fallback_requested) {
     st.fallback_requested = false;
@@ -421,6 +429,39 @@ void on_attempt_end(supervisor_actor* self, attempt_outcome out) {
         auto d = st.policy->on_exit(st.st, out, c, now_s(self));
         act(self, std::move(d), std::move(c), from);
       });
+}
+
+std::string deadline_reason(supervisor_actor* self) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "deadline exceeded (%g s)",
+                self->state.policy->config().deadline_s.value_or(0));
+  return buf;
+}
+
+/// The task's optional deadline (SPEC §5, off unless set) is up: a running
+/// attempt is cancelled gracefully and its exit fails the task; anywhere
+/// else the task fails at once. Retry and fallback are bypassed.
+void on_deadline(supervisor_actor* self) {
+  auto& st = self->state;
+  if (st.ph == phase::done || st.deadline_passed)
+    return;
+  st.deadline_passed = true;
+  emit(self, warning_event(st.head(), deadline_reason(self) +
+                                        (st.ph == phase::running
+                                           ? ": stopping the attempt"
+                                           : ": no further attempt")));
+  if (st.ph == phase::running) {
+    if (st.stop_requested)
+      return; // already stopping; the user's stop decides the outcome
+    auto grace = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(st.policy->config().stop_grace_s));
+    self->send(st.worker, stop_atom::value, stop_mode::cancel,
+               static_cast<std::int64_t>(grace.count()));
+    return;
+  }
+  // Whatever was pending (a slot, a reply, a backoff timer) is superseded.
+  ++st.generation;
+  fail(self, deadline_reason(self));
 }
 
 bool on_stop(supervisor_actor* self, stop_mode mode) {
@@ -601,8 +642,14 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
                 fail(self, "invalid classifier rules: " + error_text(err));
             });
   }
+  if (auto deadline = task.supervisor.deadline_s; deadline && *deadline > 0)
+    self->delayed_send(self,
+                       std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::duration<double>(*deadline)),
+                       deadline_atom::value);
   begin_attempt(self);
   return {
+    [=](deadline_atom) { on_deadline(self); },
     [=](attempt_exited_atom, attempt_report& r) {
       auto& st = self->state;
       if (st.ph != phase::running || r.attempt != st.attempt)

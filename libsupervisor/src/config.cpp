@@ -825,6 +825,20 @@ std::string join_path(const std::string& dir, const std::string& name) {
 
 } // namespace
 
+void resolve_agent_paths(std::vector<agent_spec>& agents,
+                         const std::string& file) {
+  auto dir = fs::path{file}.parent_path();
+  for (auto& agent : agents) {
+    const auto& cli = agent.agent_cli;
+    if (cli.empty() || cli[0] == '/' || cli.find('/') == std::string::npos)
+      continue;
+    std::error_code ec;
+    auto full = fs::absolute(dir / cli, ec);
+    if (!ec)
+      agent.agent_cli = full.lexically_normal().string();
+  }
+}
+
 config_set builtin_config() {
   config_set cfg;
   cfg.classifier_rules = default_classifier_rules();
@@ -982,6 +996,9 @@ expected<config_set> load_config_dir(const std::string& dir) {
       if (!parsed)
         return parsed.error();
       cfg.node = std::move(*parsed);
+      std::vector<agent_spec> agents{std::move(cfg.node.default_agent)};
+      resolve_agent_paths(agents, path);
+      cfg.node.default_agent = std::move(agents.front());
     }
   }
   auto env_dir = join_path(dir, "environments");
@@ -1010,6 +1027,7 @@ expected<config_set> load_config_dir(const std::string& dir) {
       });
       if (!parsed)
         return parsed.error();
+      resolve_agent_paths(parsed->selection.agents, path);
       cfg.environments.emplace(std::move(name), std::move(*parsed));
     }
   }
@@ -1021,7 +1039,13 @@ expected<task_spec> load_task_file(const std::string& path,
   auto doc = read_json_file(path);
   if (!doc)
     return doc.error();
-  return parse_task(*doc, path, cfg);
+  auto task = parse_task(*doc, path, cfg);
+  // Only the task's own agents are relative to the task file; the
+  // environment's were resolved against theirs at load.
+  if (task && task->selection && doc->is_object() &&
+      doc->get_object().contains("agent_selection"))
+    resolve_agent_paths(task->selection->agents, path);
+  return task;
 }
 
 } // namespace tasksup

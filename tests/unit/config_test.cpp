@@ -1050,3 +1050,37 @@ TEST_CASE("load_task_file names the task file") {
   REQUIRE(res.has_value());
   CHECK(res->prompt == "p");
 }
+
+TEST_CASE("relative agent paths resolve against the file that names them") {
+  temp_dir dir;
+  auto path = dir.write("tasks/t.json", R"({"prompt": "p",
+    "agent_selection": {"agents": [
+      {"agent_id": "a", "agent_cli": "./agents/fake"},
+      {"agent_id": "b", "agent_cli": "../bin/other"},
+      {"agent_id": "c", "agent_cli": "codex"},
+      {"agent_id": "d", "agent_cli": "/usr/bin/claude"}]}})");
+  auto res = load_task_file(path, builtin_config());
+  REQUIRE(res.has_value());
+  const auto& agents = res->selection->agents;
+  CHECK(agents[0].agent_cli == dir.path() + "/tasks/agents/fake");
+  CHECK(agents[1].agent_cli == dir.path() + "/bin/other");
+  CHECK(agents[2].agent_cli == "codex");
+  CHECK(agents[3].agent_cli == "/usr/bin/claude");
+
+  dir.write("cfg/environments/e.json",
+            R"({"agents": [{"agent_id": "x", "agent_cli": "./x"}]})");
+  dir.write("cfg/node.json",
+            R"({"default_agent": {"agent_id": "n", "agent_cli": "bin/n"}})");
+  auto cfg = load_config_dir(dir.path() + "/cfg");
+  REQUIRE(cfg.has_value());
+  CHECK(cfg->environments.at("e").selection.agents.at(0).agent_cli ==
+        dir.path() + "/cfg/environments/x");
+  CHECK(cfg->node.default_agent.agent_cli == dir.path() + "/cfg/bin/n");
+  // A task taking the environment's agents keeps their resolved paths.
+  auto task_path =
+    dir.write("t2.json", R"({"prompt": "p", "environment": "e"})");
+  auto from_env = load_task_file(task_path, *cfg);
+  REQUIRE(from_env.has_value());
+  CHECK(from_env->selection->agents.at(0).agent_cli ==
+        dir.path() + "/cfg/environments/x");
+}

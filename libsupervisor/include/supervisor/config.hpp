@@ -101,7 +101,17 @@ expected<boost::json::value> read_json_file(const std::string& path);
 /// Errors name the file.
 expected<config_set> load_config_dir(const std::string& dir);
 
-/// Loads a task file against `cfg`.
+/// Makes each relative `agent_cli` that contains a `/` (`./agents/x`)
+/// absolute, relative to the directory of `file`, the config or task file
+/// that named it; bare command names (looked up in PATH) and absolute paths
+/// stay as they are.
+void resolve_agent_paths(std::vector<agent_spec>& agents,
+                         const std::string& file);
+
+/// Loads a task file against `cfg`. Relative agent paths of the task's own
+/// `agent_selection` are resolved against the task file's directory (see
+/// `resolve_agent_paths`); load_config_dir does the same for environments and
+/// node.json.
 expected<task_spec> load_task_file(const std::string& path,
                                    const config_set& cfg);
 

@@ -84,6 +84,8 @@ using agent_ok_atom = caf::atom_constant<caf::atom("agentok")>;
 using agent_result_atom = caf::atom_constant<caf::atom("agentres")>;
 /// Supervisor -> registry: `(retry_token, task_id)` -> bool (retry budget).
 using retry_token_atom = caf::atom_constant<caf::atom("retrytok")>;
+/// Supervisor -> itself: `(deadline)` when the task's `deadline_s` is up.
+using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 /// Internal timer messages of the scripted runtime's actor timer.
 using fire_atom = caf::atom_constant<caf::atom("fire")>;
 

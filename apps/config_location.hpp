@@ -1,0 +1,18 @@
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace tasksup::app {
+
+/// How commands find the config directory, for `--help` texts.
+inline constexpr const char* config_dir_rule =
+  "The config directory is --config DIR if given, else $TASKSUP_CONFIG_DIR "
+  "if set, else the config/ directory of the source tree tasksup was built "
+  "from if it still exists, else none (built-in defaults).";
+
+/// Applies `config_dir_rule`: `flag` is the --config value (empty when not
+/// given). Returns nullopt when no directory applies.
+std::optional<std::string> resolve_config_dir(const std::string& flag);
+
+} // namespace tasksup::app

@@ -1,0 +1,17 @@
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace tasksup::app {
+
+/// `str` as valid UTF-8, for JSON output: valid sequences are kept, every
+/// byte of an invalid one becomes the four characters `\xNN`. Linear time.
+std::string utf8_or_escaped(std::string_view str);
+
+/// `str` safe to print on a terminal: like `utf8_or_escaped`, and control
+/// characters (C0 except tab, DEL, C1) also become `\xNN` (C1 characters
+/// as their UTF-8 bytes), so output cannot move the cursor or change colours.
+std::string printable(std::string_view str);
+
+} // namespace tasksup::app

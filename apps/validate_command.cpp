@@ -1,0 +1,267 @@
+// `tasksup validate FILE|DIR...`: checks config directories, config files and
+// task files without running anything.
+
+#include "commands.hpp"
+#include "config_location.hpp"
+
+#include "supervisor/config.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace tasksup::app {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+/// What a file given to `validate` is, judged by its name.
+enum class file_kind { supervisor, classifier, node, environment, task };
+
+const char* kind_name(file_kind kind) {
+  switch (kind) {
+    case file_kind::supervisor:
+      return "supervisor settings";
+    case file_kind::classifier:
+      return "classifier rules";
+    case file_kind::node:
+      return "node settings";
+    case file_kind::environment:
+      return "environment";
+    default:
+      return "task";
+  }
+}
+
+file_kind detect_kind(const fs::path& path) {
+  auto name = path.filename().string();
+  if (name == "supervisor.json")
+    return file_kind::supervisor;
+  if (name == "classifier.json")
+    return file_kind::classifier;
+  if (name == "node.json")
+    return file_kind::node;
+  // `path` may be relative with no parent component ("x.json"): then the
+  // absolute form tells whether it sits in an environments/ directory.
+  std::error_code ec;
+  auto parent = fs::absolute(path, ec).parent_path().filename();
+  if (!ec && parent == "environments")
+    return file_kind::environment;
+  return file_kind::task;
+}
+
+/// Validates every argument, reporting each problem; remembers whether any
+/// failed.
+class validator {
+public:
+  explicit validator(std::string config_flag)
+    : config_flag_(std::move(config_flag)) {}
+
+  bool all_valid() const noexcept { return all_valid_; }
+
+  void check(const std::string& arg) {
+    std::error_code ec;
+    if (fs::is_directory(arg, ec))
+      check_dir(arg);
+    else
+      check_file(arg, detect_kind(arg), nullptr);
+  }
+
+private:
+  void report(const error& err) {
+    all_valid_ = false;
+    std::cerr << err.to_string() << '\n';
+  }
+
+  void ok(const std::string& path, const std::string& kind) {
+    std::cout << "ok: " << path << " (" << kind << ")\n";
+  }
+
+  /// Checks one file as `kind`; environments are checked over `global`
+  /// settings when given. Returns the parsed supervisor settings for a valid
+  /// supervisor file (the directory check merges environments over them).
+  std::optional<supervisor_config> check_file(const std::string& path,
+                                              file_kind kind,
+                                              const supervisor_config* global) {
+    auto doc = read_json_file(path);
+    if (!doc) {
+      report(doc.error());
+      return std::nullopt;
+    }
+    std::optional<error> err;
+    std::optional<supervisor_config> sup;
+    switch (kind) {
+      case file_kind::supervisor: {
+        auto res = parse_supervisor_config(*doc, path);
+        if (res)
+          sup = std::move(*res);
+        else
+          err = res.error();
+        break;
+      }
+      case file_kind::classifier:
+        if (auto res = parse_classifier_rules(*doc, path); !res)
+          err = res.error();
+        break;
+      case file_kind::node:
+        if (auto res = parse_node_config(*doc, path); !res)
+          err = res.error();
+        break;
+      case file_kind::environment:
+        err = check_environment(path, *doc, global);
+        break;
+      case file_kind::task:
+        err = check_task(path, *doc);
+        break;
+    }
+    if (err)
+      report(*err);
+    else
+      ok(path, kind_name(kind));
+    return sup;
+  }
+
+  std::optional<error> check_environment(const std::string& path,
+                                         const boost::json::value& doc,
+                                         const supervisor_config* global) {
+    auto name = fs::path{path}.stem().string();
+    auto res = parse_environment(doc, path, name);
+    if (!res)
+      return res.error();
+    // Its supervisor settings must also hold over the directory's globals.
+    if (global != nullptr && res->supervisor_overrides) {
+      auto merged = parse_supervisor_config(
+        boost::json::value(*res->supervisor_overrides), path, *global);
+      if (!merged) {
+        auto err = merged.error();
+        err.path = "/supervisor" + err.path;
+        return err;
+      }
+    }
+    return std::nullopt;
+  }
+
+  std::optional<error> check_task(const std::string& path,
+                                  const boost::json::value& doc) {
+    const config_set* cfg = task_config();
+    if (cfg == nullptr)
+      return error{path, "", "not checked: the config directory is invalid"};
+    if (auto res = parse_task(doc, path, *cfg); !res)
+      return res.error();
+    return std::nullopt;
+  }
+
+  /// The config tasks are checked against, loaded once; null (after
+  /// reporting why) when the config directory does not load.
+  const config_set* task_config() {
+    if (!task_config_loaded_) {
+      task_config_loaded_ = true;
+      auto dir = resolve_config_dir(config_flag_);
+      if (!dir) {
+        task_config_ = std::make_unique<config_set>(builtin_config());
+      } else if (auto cfg = load_config_dir(*dir); cfg) {
+        task_config_ = std::make_unique<config_set>(std::move(*cfg));
+      } else {
+        report(cfg.error());
+      }
+    }
+    return task_config_.get();
+  }
+
+  /// A config directory: each file on its own, so that every problem is
+  /// reported, then the directory as a whole.
+  void check_dir(const std::string& dir) {
+    bool before = all_valid_;
+    all_valid_ = true;
+    std::optional<supervisor_config> global;
+    for (auto [name, kind] :
+         {std::pair{"supervisor.json", file_kind::supervisor},
+          std::pair{"classifier.json", file_kind::classifier},
+          std::pair{"node.json", file_kind::node}}) {
+      auto path = (fs::path{dir} / name).string();
+      std::error_code ec;
+      if (!fs::exists(path, ec))
+        continue;
+      auto sup = check_file(path, kind, nullptr);
+      if (kind == file_kind::supervisor)
+        global = std::move(sup);
+    }
+    auto env_dir = fs::path{dir} / "environments";
+    std::error_code ec;
+    if (fs::is_directory(env_dir, ec)) {
+      std::vector<std::string> files;
+      for (fs::directory_iterator it{env_dir, ec}, end; !ec && it != end;
+           it.increment(ec))
+        if (it->path().extension() == ".json")
+          files.push_back(it->path().string());
+      if (ec)
+        report(error{env_dir.string(), "", "cannot list: " + ec.message()});
+      std::sort(files.begin(), files.end());
+      supervisor_config defaults;
+      for (const auto& file : files)
+        check_file(file, file_kind::environment, global ? &*global : &defaults);
+    }
+    if (all_valid_) {
+      // Per-file checks passed; loading the whole catches anything that
+      // only shows in combination.
+      if (auto cfg = load_config_dir(dir); cfg)
+        ok(dir, "config directory");
+      else
+        report(cfg.error());
+    }
+    all_valid_ = all_valid_ && before;
+  }
+
+  std::string config_flag_;
+  bool all_valid_ = true;
+  bool task_config_loaded_ = false;
+  std::unique_ptr<config_set> task_config_;
+};
+
+void setup(CLI::App& app, int& status) {
+  auto* cmd = app.add_subcommand(
+    "validate", "Check config directories, config files and task files "
+                "without running anything.");
+  cmd->footer(
+    std::string{
+      "A directory is checked as a config directory (supervisor.json, "
+      "classifier.json, node.json, environments/*.json). A file's kind comes "
+      "from its name: supervisor.json, classifier.json, node.json, any .json "
+      "file in an environments/ directory; anything else is a task file, "
+      "checked against the config directory. "} +
+    config_dir_rule +
+    "\nPrints `ok: FILE (kind)` for each valid file and `FILE: /json/path: "
+    "problem` on stderr for each invalid one. Exit status: 0 when all are "
+    "valid, 2 otherwise.");
+  struct options {
+    std::vector<std::string> paths;
+    std::string config;
+  };
+  auto opts = std::make_shared<options>();
+  cmd->add_option("paths", opts->paths, "Config directories or JSON files")
+    ->required()
+    ->type_name("FILE|DIR");
+  cmd
+    ->add_option("--config", opts->config,
+                 "Config directory that task files are checked against")
+    ->type_name("DIR");
+  cmd->callback([opts, &status] {
+    validator v{opts->config};
+    for (const auto& path : opts->paths)
+      v.check(path);
+    status = v.all_valid() ? exit_status::ok : exit_status::bad_input;
+  });
+}
+
+const command_registrar registrar{20, setup};
+
+} // namespace
+
+} // namespace tasksup::app

@@ -1,0 +1,53 @@
+#pragma once
+
+#include "supervisor/expected.hpp"
+#include "supervisor/runtime/docker_runtime.hpp"
+#include "supervisor/runtime/runtime.hpp"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tasksup::runtime::detail {
+
+/// The body of POST /containers/create for one attempt: image, argv as Cmd,
+/// env (with the TASKSUP_* variables), working directory, labels, mounts,
+/// memory limit (swap capped at the same value so the limit is real). Fails
+/// naming the attempt_spec field that cannot be expressed.
+expected<std::string> docker_create_body(const attempt_spec& spec,
+                                         const docker_runtime_options& options);
+
+/// The container id from a create response; rejects ids that are not plain
+/// hex (they end up in request paths).
+expected<std::string> parse_docker_create_response(std::string_view body);
+
+/// What inspect says about a finished container.
+struct docker_container_state {
+  /// State.ExitCode.
+  int exit_code = 0;
+  /// State.OOMKilled.
+  bool oom_killed = false;
+  /// State.Error, the engine's reason when it could not run the process.
+  std::string error;
+};
+
+/// The state from a GET /containers/{id}/json response.
+expected<docker_container_state> parse_docker_inspect(std::string_view body);
+
+/// StatusCode from a POST /containers/{id}/wait response; an Error.Message
+/// in it is an error.
+expected<int> parse_docker_wait(std::string_view body);
+
+/// Containers from a GET /containers/json response.
+expected<std::vector<docker_container_summary>>
+parse_docker_container_list(std::string_view body);
+
+/// The engine's explanation of a failed request: the JSON "message" when
+/// there is one, else the start of the body, else "HTTP <status>"; always
+/// short and printable.
+std::string docker_error_message(unsigned status, std::string_view body);
+
+/// `text` percent-encoded for a URL query value.
+std::string url_encode(std::string_view text);
+
+} // namespace tasksup::runtime::detail

@@ -1,0 +1,756 @@
+#include "supervisor/runtime/docker_runtime.hpp"
+
+#include "docker_engine_client.hpp"
+#include "supervisor/runtime/detail/docker_api.hpp"
+#include "supervisor/runtime/detail/docker_log_demux.hpp"
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <exception>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace tasksup::runtime {
+
+namespace {
+
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+using boost::beast::http::verb;
+using detail::engine_exchange;
+using detail::engine_response;
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr int sigkill = 9;
+constexpr int sigterm = 15;
+
+detail::engine_endpoint endpoint_of(const docker_runtime_options& options) {
+  detail::engine_endpoint ep;
+  ep.socket_path = options.socket_path;
+  ep.path_prefix = "/v" + options.api_version;
+  ep.max_body_bytes = options.max_response_bytes;
+  return ep;
+}
+
+/// True when a 404 body blames the image (not, say, a missing network).
+bool mentions_image(std::string_view body) {
+  auto text = detail::docker_error_message(404, body);
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) {
+    return static_cast<char>(std::tolower(c));
+  });
+  return text.find("image") != std::string::npos;
+}
+
+/// The container id, shared by an attempt and its handle so that `id()`
+/// works from any thread and after the attempt ended.
+struct id_box {
+  mutable std::mutex mtx;
+  std::string id;
+
+  void set(std::string value) {
+    std::lock_guard<std::mutex> guard{mtx};
+    id = std::move(value);
+  }
+
+  std::string get() const {
+    std::lock_guard<std::mutex> guard{mtx};
+    return id;
+  }
+};
+
+class docker_attempt;
+
+/// State shared by the runtime object, its I/O thread, its attempts and
+/// their handles. Everything but `io` is touched on the I/O thread only.
+class docker_core {
+public:
+  explicit docker_core(docker_runtime_options opts)
+    : options(std::move(opts)), endpoint(endpoint_of(options)),
+      guard(asio::make_work_guard(io)), shutdown_timer(io),
+      rng(std::random_device{}()) {}
+
+  /// Serves every attempt until shutdown finished.
+  void run() {
+    for (;;) {
+      try {
+        io.run();
+        return;
+      } catch (const std::exception&) {
+        // A throwing user callback must not take every other attempt down.
+      }
+    }
+  }
+
+  void begin_shutdown();
+
+  void attempt_finished(docker_attempt* attempt);
+
+  std::string container_name(const attempt_spec& spec) {
+    std::string name = "tasksup-";
+    for (char c : spec.task_id.substr(0, 40)) {
+      bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+      name += ok ? c : '-';
+    }
+    name += "-" + std::to_string(spec.attempt) + "-";
+    static constexpr char hex[] = "0123456789abcdef";
+    auto bits = rng();
+    for (int i = 0; i < 12; ++i, bits >>= 4)
+      name += hex[bits & 0xf];
+    return name;
+  }
+
+  asio::io_context io;
+  docker_runtime_options options;
+  detail::engine_endpoint endpoint;
+  asio::executor_work_guard<asio::io_context::executor_type> guard;
+  asio::steady_timer shutdown_timer;
+  std::mt19937_64 rng;
+  std::unordered_map<docker_attempt*, std::shared_ptr<docker_attempt>> live;
+  bool shutting_down = false;
+};
+
+/// One attempt: create, start, stream logs, wait, inspect, collect
+/// artifacts, remove — a chain of asynchronous engine requests on the
+/// core's I/O thread. Every path ends in `complete`, which calls on_exit
+/// exactly once.
+class docker_attempt : public std::enable_shared_from_this<docker_attempt> {
+public:
+  docker_attempt(std::shared_ptr<docker_core> core, attempt_spec spec,
+                 attempt_callbacks cb, std::shared_ptr<id_box> id)
+    : core_(std::move(core)), spec_(std::move(spec)), cb_(std::move(cb)),
+      id_(std::move(id)), drain_timer_(core_->io) {}
+
+  void begin() {
+    phase_ = phase::creating;
+    auto body = detail::docker_create_body(spec_, core_->options);
+    if (!body) {
+      fail(body.error().to_string());
+      complete();
+      return;
+    }
+    auto root = fs::path{spec_.attempt_dir};
+    for (auto* sub : {"workspace", "artifacts"}) {
+      std::error_code ec;
+      fs::create_directories(root / sub, ec);
+      if (ec) {
+        fail("cannot create " + (root / sub).string() + ": " + ec.message());
+        complete();
+        return;
+      }
+    }
+    auto capture = output_capture::create((root / "output.log").string(),
+                                          [this](std::string_view line) {
+                                            if (cb_.on_line)
+                                              cb_.on_line(line);
+                                          },
+                                          core_->options.output_limits);
+    if (!capture) {
+      fail(capture.error().to_string());
+      complete();
+      return;
+    }
+    capture_.emplace(std::move(*capture));
+    demux_.emplace(
+      [this](int, std::string_view bytes) { capture_->feed(bytes); });
+    name_ = core_->container_name(spec_);
+    step_ = request(verb::post, "/containers/create?name=" + name_,
+                    std::move(*body), core_->options.request_timeout,
+                    [](docker_attempt& self, engine_response resp) {
+                      self.on_created(std::move(resp));
+                    });
+  }
+
+  void request_stop(std::chrono::milliseconds grace) {
+    if (requested_ != user_request::none)
+      return;
+    requested_ = user_request::stop;
+    grace_ = std::max(grace, std::chrono::milliseconds{0});
+    if (phase_ == phase::running)
+      send_stop();
+  }
+
+  void request_kill() {
+    if (requested_ == user_request::kill)
+      return;
+    requested_ = user_request::kill;
+    if (phase_ == phase::running)
+      send_kill();
+  }
+
+  /// The runtime is being destroyed: kill and remove the container.
+  void shut_down() {
+    if (phase_ == phase::collecting || phase_ == phase::removing)
+      return; // the outcome is known; removal is under way
+    fail("the docker runtime shut down during the attempt");
+    request_kill();
+  }
+
+  /// Gives up at once, leaving whatever the engine still holds.
+  void abandon(const std::string& why) {
+    if (phase_ == phase::done)
+      return;
+    fail(why + (id_->get().empty()
+                  ? std::string{}
+                  : "; container " + id_->get() + " may remain"));
+    complete();
+  }
+
+private:
+  enum class phase {
+    idle,
+    creating,
+    starting,
+    running,
+    collecting,
+    removing,
+    done
+  };
+
+  enum class user_request { none, stop, kill };
+
+  using step_handler = void (*)(docker_attempt&, engine_response);
+
+  /// Sends one request whose answer goes to `handler` unless the attempt is
+  /// done by then.
+  std::shared_ptr<engine_exchange> request(verb method, std::string target,
+                                           std::string body,
+                                           std::chrono::milliseconds timeout,
+                                           step_handler handler) {
+    return detail::async_engine_request(
+      core_->io, core_->endpoint, method, std::move(target), std::move(body),
+      timeout, [self = shared_from_this(), handler](engine_response resp) {
+        if (self->phase_ != phase::done)
+          handler(*self, std::move(resp));
+      });
+  }
+
+  /// Records the first infrastructure failure; later ones are consequences.
+  void fail(std::string text) {
+    if (infra_error_.empty())
+      infra_error_ = std::move(text);
+  }
+
+  std::string engine_text(const engine_response& resp) const {
+    if (!resp.transport_error.empty())
+      return resp.transport_error;
+    return detail::docker_error_message(resp.status, resp.body) + " (HTTP " +
+           std::to_string(resp.status) + ")";
+  }
+
+  std::string container_path() const {
+    return "/containers/" + (container_id_.empty() ? name_ : container_id_);
+  }
+
+  void on_created(engine_response resp) {
+    if (!resp.transport_error.empty()) {
+      // The engine may have created it before the exchange broke.
+      fail("docker create failed: " + resp.transport_error);
+      remove();
+      return;
+    }
+    if (resp.status == 404 && mentions_image(resp.body)) {
+      fail("image " + spec_.image +
+           " not found locally (tasksup never pulls): " +
+           detail::docker_error_message(resp.status, resp.body));
+      complete();
+      return;
+    }
+    if (!resp.ok()) {
+      fail("docker create failed: " + engine_text(resp));
+      complete();
+      return;
+    }
+    auto id = detail::parse_docker_create_response(resp.body);
+    if (!id) {
+      fail(id.error().to_string());
+      remove();
+      return;
+    }
+    container_id_ = std::move(*id);
+    id_->set(container_id_);
+    if (requested_ != user_request::none) {
+      end_unstarted();
+      return;
+    }
+    // Attach before start, as `docker run` does: the attach stream carries
+    // every byte the container writes, including a last unterminated line
+    // that a followed log stream can miss when the container exits.
+    phase_ = phase::starting;
+    output_ = detail::async_engine_attach(
+      core_->io, core_->endpoint,
+      container_path() + "/attach?stream=1&stdout=1&stderr=1",
+      [self = shared_from_this()] {
+        if (self->phase_ != phase::done)
+          self->on_attached();
+      },
+      [self = shared_from_this()](std::string_view bytes) {
+        self->on_output_bytes(bytes);
+      },
+      [self = shared_from_this()](engine_response resp) {
+        if (self->phase_ != phase::done)
+          self->on_output_end(std::move(resp));
+      });
+  }
+
+  /// Stopped or killed before it ran: it is never started.
+  void end_unstarted() {
+    signal_ = requested_ == user_request::kill ? sigkill : sigterm;
+    exit_code_ = 128 + signal_;
+    remove();
+  }
+
+  void on_attached() {
+    attached_ = true;
+    if (requested_ != user_request::none) {
+      end_unstarted();
+      return;
+    }
+    step_ = request(verb::post, container_path() + "/start", {},
+                    core_->options.request_timeout,
+                    [](docker_attempt& self, engine_response resp) {
+                      self.on_started(std::move(resp));
+                    });
+  }
+
+  void on_started(engine_response resp) {
+    if (!resp.ok() && resp.status != 304) {
+      start_error_ = engine_text(resp);
+      if (!resp.transport_error.empty()) {
+        fail("docker start failed: " + start_error_);
+        remove();
+        return;
+      }
+      // The engine could not exec the command: inspect tells 126/127
+      // (agent missing or not executable) from other failures.
+      phase_ = phase::collecting;
+      inspect();
+      return;
+    }
+    phase_ = phase::running;
+    started_at_ = clock_type::now();
+    wait_ = request(verb::post, container_path() + "/wait", {},
+                    std::chrono::milliseconds{0},
+                    [](docker_attempt& self, engine_response resp) {
+                      self.on_waited(std::move(resp));
+                    });
+    if (requested_ == user_request::kill)
+      send_kill();
+    else if (requested_ == user_request::stop)
+      send_stop();
+  }
+
+  void send_stop() {
+    auto secs = (grace_.count() + 999) / 1000;
+    controls_.push_back(
+      request(verb::post, container_path() + "/stop?t=" + std::to_string(secs),
+              {}, core_->options.request_timeout + std::chrono::seconds{secs},
+              [](docker_attempt&, engine_response) {
+                // 304 (already stopped) and errors alike: wait reports the end.
+              }));
+  }
+
+  void send_kill() {
+    controls_.push_back(request(verb::post, container_path() + "/kill", {},
+                                core_->options.request_timeout,
+                                [](docker_attempt&, engine_response) {}));
+  }
+
+  void on_output_bytes(std::string_view bytes) {
+    if (phase_ == phase::done || output_done_)
+      return;
+    if (!demux_->feed(bytes)) {
+      fail(demux_->error());
+      end_output();
+    }
+  }
+
+  void on_output_end(engine_response resp) {
+    if (output_done_)
+      return;
+    output_done_ = true;
+    output_.reset();
+    if (!attached_) {
+      fail("docker attach failed: " + engine_text(resp));
+      remove();
+      return;
+    }
+    if (!resp.transport_error.empty())
+      fail("the container's output stream failed: " + resp.transport_error);
+    end_output();
+  }
+
+  void end_output() {
+    output_done_ = true;
+    if (output_) {
+      output_->cancel();
+      output_.reset();
+    }
+    maybe_collect();
+  }
+
+  void on_waited(engine_response resp) {
+    wait_done_ = true;
+    wait_.reset();
+    ended_at_ = clock_type::now();
+    if (!resp.ok()) {
+      fail("lost the Docker engine while waiting for the container: " +
+           engine_text(resp));
+    } else if (auto status = detail::parse_docker_wait(resp.body)) {
+      exit_code_ = *status;
+    } else {
+      fail(status.error().to_string());
+    }
+    if (!output_done_) {
+      // The output stream ends with the container; bound how long it may
+      // lag behind.
+      drain_timer_.expires_after(core_->options.output_drain_timeout);
+      drain_timer_.async_wait(
+        [self = shared_from_this()](boost::system::error_code ec) {
+          if (!ec && self->phase_ == phase::running)
+            self->end_output();
+        });
+    }
+    maybe_collect();
+  }
+
+  void maybe_collect() {
+    if (phase_ != phase::running || !wait_done_ || !output_done_)
+      return;
+    drain_timer_.cancel();
+    phase_ = phase::collecting;
+    inspect();
+  }
+
+  void inspect() {
+    step_ = request(verb::get, container_path() + "/json", {},
+                    core_->options.request_timeout,
+                    [](docker_attempt& self, engine_response resp) {
+                      self.on_inspected(std::move(resp));
+                    });
+  }
+
+  void on_inspected(engine_response resp) {
+    std::optional<detail::docker_container_state> state;
+    std::string inspect_error;
+    if (!resp.ok()) {
+      inspect_error = "docker inspect failed: " + engine_text(resp);
+    } else if (auto parsed = detail::parse_docker_inspect(resp.body)) {
+      state = std::move(*parsed);
+    } else {
+      inspect_error = parsed.error().to_string();
+    }
+    if (!start_error_.empty()) {
+      if (state && (state->exit_code == 126 || state->exit_code == 127)) {
+        // The agent is missing or not executable: shown to the classifier
+        // like a shell's "not found" message, with the engine's exit code.
+        capture_->feed("docker: " + start_error_ + "\n");
+      } else {
+        fail("docker start failed: " + start_error_);
+      }
+    }
+    if (state) {
+      exit_code_ = state->exit_code;
+      oom_killed_ = state->oom_killed;
+    } else {
+      fail(std::move(inspect_error));
+    }
+    collect_artifacts();
+    remove();
+  }
+
+  void collect_artifacts() {
+    auto dir = fs::path{spec_.attempt_dir} / "artifacts";
+    std::error_code ec;
+    fs::recursive_directory_iterator it{
+      dir, fs::directory_options::skip_permission_denied, ec};
+    for (; !ec && it != fs::recursive_directory_iterator{}; it.increment(ec)) {
+      // Regular files only: a symlink made inside the container may point
+      // anywhere on the host.
+      std::error_code sec;
+      if (it->symlink_status(sec).type() != fs::file_type::regular)
+        continue;
+      artifacts_.push_back(it->path().string());
+      if (artifacts_.size() >= core_->options.max_artifacts)
+        break;
+    }
+    std::sort(artifacts_.begin(), artifacts_.end());
+  }
+
+  void remove() {
+    phase_ = phase::removing;
+    step_ = request(verb::delete_, container_path() + "?force=1&v=1", {},
+                    core_->options.request_timeout,
+                    [](docker_attempt& self, engine_response) {
+                      // A container left behind is found again by its
+                      // labels (list_docker_containers).
+                      self.complete();
+                    });
+  }
+
+  void complete() {
+    if (phase_ == phase::done)
+      return;
+    phase_ = phase::done;
+    drain_timer_.cancel();
+    for (auto* ex : {&step_, &wait_, &output_})
+      if (*ex) {
+        (*ex)->cancel();
+        ex->reset();
+      }
+    for (auto& ex : controls_)
+      ex->cancel();
+    controls_.clear();
+    attempt_outcome out;
+    out.exit_code = exit_code_;
+    out.oom_killed = oom_killed_;
+    // The engine reports a signal death as 128+N, like a shell.
+    if (signal_ != 0)
+      out.signal = signal_;
+    else if (exit_code_ > 128 && exit_code_ < 128 + 65)
+      out.signal = exit_code_ - 128;
+    if (started_at_) {
+      auto end = ended_at_.value_or(clock_type::now());
+      out.duration_s =
+        std::chrono::duration<double>(end - *started_at_).count();
+    }
+    if (capture_) {
+      capture_->finish();
+      out.tail = capture_->tail();
+      out.log_path = capture_->log_path();
+    }
+    out.artifacts = std::move(artifacts_);
+    out.infrastructure_error = std::move(infra_error_);
+    auto on_exit = std::move(cb_.on_exit);
+    cb_ = {};
+    auto core = core_;
+    // Keep this alive through the callback even after the core forgets it.
+    auto self = shared_from_this();
+    core->attempt_finished(this);
+    if (on_exit)
+      on_exit(std::move(out));
+  }
+
+  std::shared_ptr<docker_core> core_;
+  attempt_spec spec_;
+  attempt_callbacks cb_;
+  std::shared_ptr<id_box> id_;
+  asio::steady_timer drain_timer_;
+  std::optional<output_capture> capture_;
+  std::optional<detail::docker_log_demux> demux_;
+  phase phase_ = phase::idle;
+  user_request requested_ = user_request::none;
+  std::chrono::milliseconds grace_{0};
+  std::string name_;
+  std::string container_id_;
+  std::shared_ptr<engine_exchange> step_;
+  std::shared_ptr<engine_exchange> wait_;
+  std::shared_ptr<engine_exchange> output_;
+  std::vector<std::shared_ptr<engine_exchange>> controls_;
+  bool attached_ = false;
+  bool wait_done_ = false;
+  bool output_done_ = false;
+  std::string start_error_;
+  int exit_code_ = 0;
+  int signal_ = 0;
+  bool oom_killed_ = false;
+  std::optional<clock_type::time_point> started_at_;
+  std::optional<clock_type::time_point> ended_at_;
+  std::vector<std::string> artifacts_;
+  std::string infra_error_;
+};
+
+void docker_core::begin_shutdown() {
+  shutting_down = true;
+  if (live.empty()) {
+    guard.reset();
+    return;
+  }
+  // Copy: shut_down may complete attempts, which erases them from `live`.
+  auto attempts = live;
+  for (auto& [ptr, attempt] : attempts)
+    attempt->shut_down();
+  shutdown_timer.expires_after(options.shutdown_timeout);
+  shutdown_timer.async_wait([this](boost::system::error_code ec) {
+    if (ec)
+      return;
+    auto rest = live;
+    for (auto& [ptr, attempt] : rest)
+      attempt->abandon("the Docker engine did not remove the container "
+                       "within the shutdown timeout");
+    guard.reset();
+  });
+}
+
+void docker_core::attempt_finished(docker_attempt* attempt) {
+  live.erase(attempt);
+  if (shutting_down && live.empty()) {
+    shutdown_timer.cancel();
+    guard.reset();
+  }
+}
+
+class docker_handle final : public attempt_handle {
+public:
+  docker_handle(std::shared_ptr<docker_core> core,
+                std::weak_ptr<docker_attempt> attempt,
+                std::shared_ptr<id_box> id)
+    : core_(std::move(core)), attempt_(std::move(attempt)), id_(std::move(id)) {
+  }
+
+  void stop(std::chrono::milliseconds grace) override {
+    asio::post(core_->io, [attempt = attempt_, grace] {
+      if (auto ptr = attempt.lock())
+        ptr->request_stop(grace);
+    });
+  }
+
+  void kill() override {
+    asio::post(core_->io, [attempt = attempt_] {
+      if (auto ptr = attempt.lock())
+        ptr->request_kill();
+    });
+  }
+
+  std::string id() const override { return id_->get(); }
+
+private:
+  std::shared_ptr<docker_core> core_;
+  std::weak_ptr<docker_attempt> attempt_;
+  std::shared_ptr<id_box> id_;
+};
+
+class docker_runtime final : public container_runtime {
+public:
+  explicit docker_runtime(docker_runtime_options options)
+    : core_(std::make_shared<docker_core>(std::move(options))) {
+    thread_ = std::thread{[core = core_] { core->run(); }};
+  }
+
+  ~docker_runtime() override {
+    asio::post(core_->io, [core = core_] { core->begin_shutdown(); });
+    if (thread_.get_id() == std::this_thread::get_id())
+      thread_.detach(); // destroyed from a callback: the thread finishes alone
+    else
+      thread_.join();
+  }
+
+  std::string_view name() const noexcept override { return "docker"; }
+
+  std::shared_ptr<attempt_handle> start(attempt_spec spec,
+                                        attempt_callbacks cb) override {
+    auto id = std::make_shared<id_box>();
+    auto attempt = std::make_shared<docker_attempt>(core_, std::move(spec),
+                                                    std::move(cb), id);
+    auto handle = std::make_shared<docker_handle>(core_, attempt, id);
+    asio::post(core_->io, [core = core_, attempt] {
+      core->live.emplace(attempt.get(), attempt);
+      attempt->begin();
+    });
+    return handle;
+  }
+
+private:
+  std::shared_ptr<docker_core> core_;
+  std::thread thread_;
+};
+
+/// Runs one request to completion on a private io_context.
+engine_response sync_request(const docker_runtime_options& options,
+                             std::string target) {
+  asio::io_context io;
+  engine_response out;
+  detail::async_engine_request(
+    io, endpoint_of(options), verb::get, std::move(target), {},
+    options.request_timeout,
+    [&out](engine_response resp) { out = std::move(resp); });
+  io.run();
+  return out;
+}
+
+} // namespace
+
+expected<docker_runtime_options> docker_options_from_environment() {
+  docker_runtime_options options;
+  if (const char* network = std::getenv("TASKSUP_DOCKER_NETWORK"))
+    options.network_mode = network;
+  const char* host = std::getenv("DOCKER_HOST");
+  if (host == nullptr || *host == '\0')
+    return options;
+  std::string_view value{host};
+  constexpr std::string_view scheme = "unix://";
+  if (value.substr(0, scheme.size()) != scheme || value.size() == scheme.size())
+    return error{"DOCKER_HOST", "",
+                 "only unix:// sockets are supported, got '" +
+                   std::string{value} + "'"};
+  options.socket_path = std::string{value.substr(scheme.size())};
+  return options;
+}
+
+std::shared_ptr<container_runtime>
+make_docker_runtime(docker_runtime_options options) {
+  return std::make_shared<docker_runtime>(std::move(options));
+}
+
+expected<std::string>
+docker_engine_version(const docker_runtime_options& options) {
+  auto resp = sync_request(options, "/version");
+  if (!resp.transport_error.empty())
+    return error{"docker engine", "", resp.transport_error};
+  if (!resp.ok())
+    return error{"docker engine", "/version",
+                 detail::docker_error_message(resp.status, resp.body)};
+  boost::system::error_code ec;
+  auto value = boost::json::parse(resp.body, ec);
+  auto* obj = ec ? nullptr : value.if_object();
+  auto* version = obj ? obj->if_contains("Version") : nullptr;
+  if (!version || !version->is_string())
+    return error{"docker engine response", "/Version", "expected a string"};
+  return std::string{version->as_string()};
+}
+
+expected<bool> docker_image_present(const docker_runtime_options& options,
+                                    std::string_view image) {
+  auto resp =
+    sync_request(options, "/images/" + detail::url_encode(image) + "/json");
+  if (!resp.transport_error.empty())
+    return error{"docker engine", "", resp.transport_error};
+  if (resp.status == 404)
+    return false;
+  if (!resp.ok())
+    return error{"docker engine", "/images",
+                 detail::docker_error_message(resp.status, resp.body)};
+  return true;
+}
+
+expected<std::vector<docker_container_summary>>
+list_docker_containers(const docker_runtime_options& options,
+                       std::string_view label) {
+  boost::json::object filters;
+  filters["label"] = boost::json::array{boost::json::string{label}};
+  auto resp = sync_request(
+    options, "/containers/json?all=1&filters=" +
+               detail::url_encode(boost::json::serialize(filters)));
+  if (!resp.transport_error.empty())
+    return error{"docker engine", "", resp.transport_error};
+  if (!resp.ok())
+    return error{"docker engine", "/containers/json",
+                 detail::docker_error_message(resp.status, resp.body)};
+  return detail::parse_docker_container_list(resp.body);
+}
+
+} // namespace tasksup::runtime

@@ -1,0 +1,106 @@
+// The protocol's types survive CAF's binary serialization (the wire format
+// between nodes), optionals and maps included.
+
+#include "tasksup/actors/protocol.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <caf/deep_to_string.hpp>
+
+#include <vector>
+
+using namespace tasksup;
+
+namespace {
+
+template<class T>
+T round_trip(caf::actor_system& sys, T x) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  REQUIRE_FALSE(sink(x));
+  T y;
+  caf::binary_deserializer source{sys, buf};
+  REQUIRE_FALSE(source(y));
+  return y;
+}
+
+} // namespace
+
+TEST_CASE("messages round-trip through the binary serializer", "[protocol]") {
+  caf::actor_system_config cfg;
+  register_protocol(cfg);
+  caf::actor_system sys{cfg};
+  task_spec t;
+  t.id = "t1";
+  t.prompt = "fix it";
+  t.environment = "team";
+  agent_selection sel;
+  agent_spec a;
+  a.agent_id = "a";
+  a.agent_cli = "codex";
+  a.args = {"exec", "--full-auto"};
+  sel.agents.push_back(a);
+  sel.agent_fallbacks["a"] = "b";
+  sel.mode = selection_mode::round_robin;
+  t.selection = sel;
+  t.supervisor.max_retries_per_agent = 7;
+  t.supervisor.deadline_s = 99.5;
+  t.supervisor.actions[error_class::fatal] = action::fallback;
+  backoff_spec b;
+  b.kind = backoff_spec::kind_t::exponential;
+  b.jit = jitter::full;
+  t.supervisor.backoff[error_class::retryable] = b;
+  classifier_rule rule;
+  rule.id = "r";
+  rule.oom_killed = true;
+  rule.patterns = {"x"};
+  t.classifier_rules = std::vector<classifier_rule>{rule};
+  t.env["K"] = "V";
+  t.mounts.push_back({"/h", "/c", true});
+  t.memory_limit_mb = 512;
+  auto u = round_trip(sys, t);
+  CHECK(u.id == "t1");
+  REQUIRE(u.selection);
+  CHECK(u.selection->agents.at(0).args == a.args);
+  CHECK(u.selection->agent_fallbacks.at("a") == "b");
+  CHECK(u.selection->mode == selection_mode::round_robin);
+  CHECK(u.supervisor.max_retries_per_agent == 7);
+  CHECK(u.supervisor.deadline_s == 99.5);
+  CHECK(u.supervisor.actions.at(error_class::fatal) == action::fallback);
+  CHECK(u.supervisor.backoff.at(error_class::retryable).jit == jitter::full);
+  REQUIRE(u.classifier_rules);
+  CHECK(u.classifier_rules->at(0).oom_killed == true);
+  CHECK(u.env.at("K") == "V");
+  CHECK(u.mounts.at(0).read_only);
+  CHECK(u.memory_limit_mb == 512u);
+  // Absent optionals stay absent.
+  task_spec empty;
+  auto e = round_trip(sys, empty);
+  CHECK_FALSE(e.selection);
+  CHECK_FALSE(e.memory_limit_mb);
+  task_status s;
+  s.task_id = "t1";
+  s.state = task_state::backoff;
+  task_result r;
+  r.outcome = task_outcome::stopped;
+  r.error = "stopped by user (kill)";
+  s.result = r;
+  auto s2 = round_trip(sys, s);
+  CHECK(s2.state == task_state::backoff);
+  REQUIRE(s2.result);
+  CHECK(s2.result->error == r.error);
+  CHECK(caf::deep_to_string(s).find("t1") != std::string::npos);
+}
+
+TEST_CASE("protocol errors carry their text", "[protocol]") {
+  auto err = make_error(protocol_error::unknown_task, "no task 'x'");
+  CHECK(err.category() == protocol_error_category);
+  CHECK(error_text(err) == "no task 'x'");
+  CHECK(parse_stop_mode("kill") == stop_mode::kill);
+  CHECK_FALSE(parse_stop_mode("stop"));
+  CHECK(to_string(event_kind::retry_scheduled) == "retry_scheduled");
+}

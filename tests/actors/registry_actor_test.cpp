@@ -1,0 +1,303 @@
+// The registry: shared agent health, the retry budget, the attempt queue,
+// round-robin, control messages and bad input, on simulated time; plus one
+// run of 10,000 tasks on the real threaded scheduler.
+
+#include "tasksup/actors/registry_actor.hpp"
+
+#include "actor_fixture.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <caf/scoped_actor.hpp>
+
+#include <boost/json/parse.hpp>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+using namespace tasksup;
+using namespace tasksup::test;
+
+namespace {
+
+struct registry_fixture : fixture {
+  std::shared_ptr<collected> seen = std::make_shared<collected>();
+  caf::actor events = collector(seen);
+  caf::actor reg;
+
+  void start(config_set cfg) {
+    registry_options opts;
+    opts.config = std::move(cfg);
+    opts.config.node.default_agent = agent("default");
+    opts.runtimes["*"] = runtime;
+    opts.seed = 7;
+    opts.attempt_root = "/tmp/tasksup-actor-tests";
+    reg = keep(spawn_registry(sys(), std::move(opts)));
+    run();
+    auto ok = ask<bool>(reg, subscribe_atom::value, events);
+    REQUIRE(ok);
+  }
+
+  std::string submit(task_spec t) {
+    auto id = ask<std::string>(reg, submit_atom::value, std::move(t));
+    REQUIRE(id);
+    REQUIRE(*id);
+    return **id;
+  }
+
+  task_status status(const std::string& id) {
+    auto s = ask<task_status>(reg, status_atom::value, id);
+    REQUIRE(s);
+    REQUIRE(*s);
+    return **s;
+  }
+
+  task_result await(const std::string& id) {
+    auto r = ask<task_result>(reg, await_atom::value, id);
+    REQUIRE(r);
+    REQUIRE(*r);
+    return **r;
+  }
+
+  /// Agent ids of the started attempts of `task_id`, in order.
+  std::vector<std::string> agents_started(const std::string& task_id) {
+    std::vector<std::string> out;
+    for (auto& c : runtime->calls())
+      if (c.what == runtime::scripted_call::kind::start && c.task_id == task_id)
+        out.push_back(c.agent_id);
+    return out;
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(registry_fixture,
+                 "a breaker opened by one task's failures makes another "
+                 "task skip the agent",
+                 "[registry]") {
+  auto cfg = builtin_config();
+  cfg.node.breaker.max_failures = 2;
+  cfg.node.breaker.reset_timeout_s = 300;
+  start(cfg);
+  runtime->script("a", {exits(1)});
+  runtime->script("b", {exits(0)});
+  auto t1 = task_with("t1", {"a", "b"});
+  t1.supervisor.max_retries_per_agent = 1;
+  submit(t1);
+  advance(5);
+  CHECK(await("t1").metadata.agent_id == "b");
+  CHECK(agents_started("t1") == std::vector<std::string>{"a", "a", "b"});
+  // Two consecutive failures of `a` opened its breaker.
+  submit(task_with("t2", {"a", "b"}));
+  CHECK(agents_started("t2") == std::vector<std::string>{"b"});
+  auto r2 = await("t2");
+  CHECK(r2.outcome == task_outcome::succeeded);
+  CHECK(r2.metadata.fallback_count == 1);
+  auto sw = seen->of(event_kind::agent_switched, "t2");
+  REQUIRE(sw.size() == 1);
+  CHECK(sw[0].json.find("circuit breaker") != std::string::npos);
+  // After the reset timeout one probe goes through again.
+  advance(300);
+  runtime->script("a", {exits(0)});
+  submit(task_with("t3", {"a", "b"}));
+  CHECK(agents_started("t3") == std::vector<std::string>{"a"});
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "an empty retry budget turns retries into fallbacks",
+                 "[registry]") {
+  auto cfg = builtin_config();
+  cfg.node.retry_budget_capacity = 1;
+  cfg.node.retry_budget_refill_per_s = 0;
+  start(cfg);
+  runtime->script("a", {exits(1)});
+  runtime->script("b", {exits(0)});
+  submit(task_with("t1", {"a", "b"}));
+  // The first failure takes the only token and waits 5 s.
+  CHECK(seen->of(event_kind::retry_scheduled, "t1").size() == 1);
+  advance(5);
+  // The second failure finds the budget dry: straight to `b`.
+  CHECK(agents_started("t1") == std::vector<std::string>{"a", "a", "b"});
+  CHECK(seen->of(event_kind::retry_scheduled, "t1").size() == 1);
+  auto r = await("t1");
+  CHECK(r.outcome == task_outcome::succeeded);
+  CHECK(r.metadata.agent_id == "b");
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "max_concurrent queues attempts in submission order",
+                 "[registry]") {
+  auto cfg = builtin_config();
+  cfg.node.max_concurrent = 1;
+  start(cfg);
+  runtime->script("a", {exits(0, {}, 10)});
+  submit(task_with("t1", {"a"}));
+  submit(task_with("t2", {"a"}));
+  submit(task_with("t3", {"a"}));
+  CHECK(runtime->started() == 1);
+  CHECK(runtime->started("t1") == 1);
+  CHECK(status("t2").state == task_state::queued);
+  CHECK(status("t1").state == task_state::running);
+  advance(9.9);
+  CHECK(runtime->started() == 1);
+  advance(0.1);
+  CHECK(runtime->started("t2") == 1);
+  CHECK(runtime->started("t3") == 0);
+  advance(10);
+  CHECK(runtime->started("t3") == 1);
+  advance(10);
+  CHECK(runtime->max_running() == 1);
+  std::vector<std::string> order;
+  for (auto& c : runtime->calls())
+    order.push_back(c.task_id);
+  CHECK(order == std::vector<std::string>{"t1", "t2", "t3"});
+  CHECK(status("t3").state == task_state::done);
+  CHECK(status("t3").result->outcome == task_outcome::succeeded);
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "round-robin rotates the first agent across tasks; a "
+                 "fallback does not move it",
+                 "[registry]") {
+  auto cfg = builtin_config();
+  environment_config env;
+  env.name = "team";
+  env.selection = task_with("x", {"a", "b", "c"}).selection.value();
+  env.selection.mode = selection_mode::round_robin;
+  cfg.environments["team"] = env;
+  start(cfg);
+  runtime->script("a", {exits(127)}); // falls back to b at once
+  std::vector<std::string> firsts;
+  for (auto id : {"t1", "t2", "t3", "t4"}) {
+    task_spec t;
+    t.id = id;
+    t.prompt = "p";
+    t.environment = "team";
+    submit(t);
+    firsts.push_back(agents_started(id).at(0));
+  }
+  CHECK(firsts == std::vector<std::string>{"a", "b", "c", "a"});
+  CHECK(agents_started("t1") == std::vector<std::string>{"a", "b"});
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "control messages reach the task; status and await answer",
+                 "[registry]") {
+  start(builtin_config());
+  runtime->script("a", {hangs()});
+  submit(task_with("t1", {"a"}));
+  CHECK(status("t1").state == task_state::running);
+  CHECK(status("t1").agent_id == "a");
+  auto ok =
+    ask<bool>(reg, stop_atom::value, std::string{"t1"}, stop_mode::kill);
+  REQUIRE(ok);
+  CHECK(**ok);
+  auto r = await("t1");
+  CHECK(r.outcome == task_outcome::stopped);
+  auto all = ask<std::vector<task_status>>(reg, status_atom::value);
+  REQUIRE(all);
+  REQUIRE((*all)->size() == 1);
+  CHECK((*all)->at(0).state == task_state::done);
+  // Unknown ids are errors; finished tasks refuse further control.
+  auto unknown = ask<bool>(reg, retry_now_atom::value, std::string{"nope"});
+  REQUIRE(unknown);
+  CHECK_FALSE(*unknown);
+  CHECK(unknown->error().code() ==
+        static_cast<std::uint8_t>(protocol_error::unknown_task));
+  auto late =
+    ask<bool>(reg, stop_atom::value, std::string{"t1"}, stop_mode::cancel);
+  REQUIRE(late);
+  CHECK_FALSE(**late);
+  // The subscriber saw the task's events, ending with escalated.
+  CHECK(seen->kinds("t1").back() == event_kind::escalated);
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "a bad submit_json is rejected and the registry keeps "
+                 "working",
+                 "[registry]") {
+  start(builtin_config());
+  auto bad = ask<std::string>(reg, submit_json_atom::value,
+                              std::string{R"({"id": "x", "prompt": 42})"});
+  REQUIRE(bad);
+  REQUIRE_FALSE(*bad);
+  CHECK(bad->error().code() ==
+        static_cast<std::uint8_t>(protocol_error::invalid_task));
+  auto text = error_text(bad->error());
+  CHECK(text.find("/prompt") != std::string::npos);
+  auto broken =
+    ask<std::string>(reg, submit_json_atom::value, std::string{"{not json"});
+  REQUIRE(broken);
+  CHECK_FALSE(*broken);
+  CHECK(runtime->started() == 0);
+  // A good one still runs.
+  auto good =
+    ask<std::string>(reg, submit_json_atom::value,
+                     std::string{R"({"id": "ok", "prompt": "hello"})"});
+  REQUIRE(good);
+  REQUIRE(*good);
+  CHECK(**good == "ok");
+  CHECK(await("ok").outcome == task_outcome::succeeded);
+  CHECK(agents_started("ok") == std::vector<std::string>{"default"});
+  // The same id twice is refused.
+  auto dup = ask<std::string>(reg, submit_json_atom::value,
+                              std::string{R"({"id": "ok", "prompt": "x"})"});
+  REQUIRE(dup);
+  CHECK_FALSE(*dup);
+}
+
+TEST_CASE("10,000 tasks run to completion on the threaded scheduler",
+          "[registry][threaded]") {
+  caf::actor_system_config cfg;
+  register_protocol(cfg);
+  cfg.set("scheduler.policy", caf::atom("sharing"));
+  caf::actor_system sys{cfg};
+  auto rt = std::make_shared<runtime::scripted_runtime>();
+  // Every third task starts with a missing agent and falls back to `a`.
+  rt->script("a", {exits(0, {"done"})});
+  rt->script("bad", {exits(127)});
+  registry_options opts;
+  opts.config = builtin_config();
+  opts.config.node.max_concurrent = 64;
+  // Keep `bad` tried by every task (an open breaker would skip it).
+  opts.config.node.breaker.max_failures = 1 << 30;
+  opts.config.node.default_agent = agent("default");
+  opts.runtimes["*"] = rt;
+  opts.history_limit = 20000;
+  auto reg = spawn_registry(sys, std::move(opts));
+  constexpr int n = 10000;
+  {
+    caf::scoped_actor self{sys};
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) {
+      auto t = i % 3 == 0 ? task_with("t" + std::to_string(i), {"bad", "a"})
+                          : task_with("t" + std::to_string(i), {"a"});
+      self->request(reg, std::chrono::seconds(30), submit_atom::value, t)
+        .receive([&](std::string& id) { ids.push_back(id); },
+                 [&](caf::error& err) { FAIL(error_text(err)); });
+    }
+    REQUIRE(ids.size() == n);
+    int checked = 0;
+    for (int i = 0; i < n; ++i) {
+      self
+        ->request(reg, std::chrono::seconds(60), await_atom::value,
+                  ids[static_cast<std::size_t>(i)])
+        .receive(
+          [&](task_result& r) {
+            bool fell_back = i % 3 == 0;
+            if (r.outcome == task_outcome::succeeded &&
+                r.metadata.agent_id == "a" &&
+                r.metadata.total_attempts == (fell_back ? 2 : 1) &&
+                r.metadata.fallback_count == (fell_back ? 1 : 0))
+              ++checked;
+          },
+          [&](caf::error& err) { FAIL(error_text(err)); });
+    }
+    CHECK(checked == n);
+    CHECK(rt->started() == n + (n + 2) / 3);
+    CHECK(rt->running() == 0);
+    CHECK(rt->max_running() <= 64);
+    self->send_exit(reg, caf::exit_reason::user_shutdown);
+  }
+}

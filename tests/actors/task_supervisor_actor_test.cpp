@@ -1,0 +1,446 @@
+// The task supervisor on its own, with a plain actor as its parent (as an
+// embedding application would spawn it): SPEC §6 and §7 on simulated time.
+
+#include "tasksup/actors/task_supervisor_actor.hpp"
+
+#include "actor_fixture.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json/parse.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+using namespace tasksup;
+using namespace tasksup::test;
+
+namespace {
+
+struct supervisor_fixture : fixture {
+  std::shared_ptr<collected> seen = std::make_shared<collected>();
+  caf::actor parent = collector(seen);
+  caf::actor sup;
+
+  void start(task_spec t) {
+    supervisor_options opts;
+    opts.task = std::move(t);
+    opts.default_agent = agent("default");
+    opts.runtime = runtime;
+    opts.seed = 42;
+    opts.attempt_root = "/tmp/tasksup-actor-tests";
+    sup = spawn_task_supervisor(sys(), parent, std::move(opts));
+    run();
+  }
+
+  const task_result& result() {
+    REQUIRE(seen->results.size() == 1);
+    return seen->results.front();
+  }
+
+  std::vector<double> delays() {
+    std::vector<double> out;
+    for (auto& ev : seen->of(event_kind::retry_scheduled))
+      out.push_back(boost::json::parse(ev.json)
+                      .as_object()
+                      .at("delay_s")
+                      .to_number<double>());
+    return out;
+  }
+
+  boost::json::object json_of(const event& ev) {
+    return boost::json::parse(ev.json).as_object();
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(supervisor_fixture, "success on the first attempt",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(0, {"all good"})});
+  start(task_with("t1", {"a", "b"}));
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::succeeded);
+  CHECK(r.exit_code == 0);
+  CHECK_FALSE(r.error);
+  CHECK(r.metadata.agent_id == "a");
+  CHECK(r.metadata.agent_used == "a-cli");
+  CHECK(r.metadata.total_attempts == 1);
+  CHECK(r.metadata.retry_count == 0);
+  CHECK(r.metadata.fallback_count == 0);
+  CHECK(seen->kinds() ==
+        std::vector<event_kind>{event_kind::task_submitted,
+                                event_kind::attempt_started, event_kind::log,
+                                event_kind::attempt_exited,
+                                event_kind::task_done, event_kind::escalated});
+  // W3C sizes; one trace per task, a new span for the attempt.
+  auto& first = seen->events.front();
+  CHECK(first.trace_id.size() == 32);
+  CHECK(first.span_id.size() == 16);
+  auto started = seen->of(event_kind::attempt_started).at(0);
+  CHECK(started.trace_id == first.trace_id);
+  CHECK(started.span_id != first.span_id);
+  CHECK(started.attempt == 1);
+  auto obj = json_of(started);
+  CHECK(obj.at("agent_cli").as_string() == "a-cli");
+  CHECK(std::string{obj.at("container_id").as_string().c_str()}.rfind(
+          "scripted-", 0) == 0);
+  // The prompt is the last argument.
+  auto calls = runtime->calls();
+  REQUIRE(calls.size() == 1);
+  CHECK(calls[0].spec.argv == std::vector<std::string>{"a-cli", "do it"});
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "retryable failures are retried three times after 5, 15 and "
+                 "45 s of simulated time",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(1, {"transient glitch"})});
+  start(task_with("t1", {"a"}));
+  CHECK(runtime->started() == 1);
+  for (auto [delay, before] :
+       std::vector<std::pair<double, std::size_t>>{{5, 1}, {15, 2}, {45, 3}}) {
+    advance(delay - 0.001);
+    CHECK(runtime->started() == before); // nothing starts early
+    advance(0.001);
+    CHECK(runtime->started() == before + 1); // and it starts on time
+  }
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::failed);
+  CHECK(r.exit_code == 1);
+  CHECK(r.metadata.total_attempts == 4);
+  CHECK(r.metadata.retry_count == 3);
+  CHECK(delays() == std::vector<double>{5, 15, 45});
+  auto sched = seen->of(event_kind::retry_scheduled);
+  REQUIRE(sched.size() == 3);
+  auto o = json_of(sched[2]);
+  CHECK(o.at("retry_count").as_int64() == 3);
+  CHECK(o.at("agent").as_string() == "a");
+  auto cls = json_of(seen->of(event_kind::classified).at(0));
+  CHECK(cls.at("class").as_string() == "retryable");
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "rate limits back off 60, 120, 300 s; a retry-after hint "
+                 "sets the delay",
+                 "[task_supervisor]") {
+  SECTION("the long schedule") {
+    runtime->script("a", {exits(1, {"Error: rate limit exceeded"})});
+    start(task_with("t1", {"a"}));
+    advance(59.9);
+    CHECK(runtime->started() == 1);
+    advance(0.1);
+    CHECK(runtime->started() == 2);
+    drain();
+    CHECK(delays() == std::vector<double>{60, 120, 300});
+    auto cls = json_of(seen->of(event_kind::classified).at(0));
+    CHECK(cls.at("class").as_string() == "rate_limit");
+    CHECK(cls.at("line").as_string() == "Error: rate limit exceeded");
+  }
+  SECTION("the hint") {
+    runtime->script(
+      "a",
+      {exits(1, {"HTTP 429 Too Many Requests", "Retry-After: 20"}), exits(0)});
+    start(task_with("t1", {"a"}));
+    advance(19.9);
+    CHECK(runtime->started() == 1);
+    advance(0.1);
+    CHECK(runtime->started() == 2);
+    CHECK(delays() == std::vector<double>{20});
+    CHECK(result().outcome == task_outcome::succeeded);
+    auto cls = json_of(seen->of(event_kind::classified).at(0));
+    CHECK(cls.at("retry_after_s").to_number<double>() == 20);
+  }
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "fatal ends at once: no retry, no fallback",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(1, {"authentication failed"})});
+  start(task_with("t1", {"a", "b"}));
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::failed);
+  CHECK(r.metadata.total_attempts == 1);
+  CHECK(seen->of(event_kind::retry_scheduled).empty());
+  CHECK(seen->of(event_kind::agent_switched).empty());
+  CHECK(runtime->started() == 1);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "an agent failure switches to the next agent immediately",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(127, {"a-cli: command not found"})});
+  runtime->script("b", {exits(0)});
+  start(task_with("t1", {"a", "b"}));
+  // No simulated time passed.
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::succeeded);
+  CHECK(r.metadata.agent_id == "b");
+  CHECK(r.metadata.fallback_count == 1);
+  auto sw = seen->of(event_kind::agent_switched);
+  REQUIRE(sw.size() == 1);
+  auto o = json_of(sw[0]);
+  CHECK(o.at("from").as_string() == "a");
+  CHECK(o.at("to").as_string() == "b");
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "the chain [a, b, c] exhausted, with its events in order",
+                 "[task_supervisor]") {
+  for (auto id : {"a", "b", "c"})
+    runtime->script(id, {exits(2, {"boom"})});
+  start(task_with("t1", {"a", "b", "c"}));
+  drain();
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::failed);
+  CHECK(r.exit_code == 2);
+  CHECK(r.error);
+  CHECK(r.metadata.agent_id == "c");
+  CHECK(r.metadata.agent_used == "c-cli");
+  CHECK(r.metadata.retry_count == 3);
+  CHECK(r.metadata.total_attempts == 12);
+  CHECK(r.metadata.fallback_count == 2);
+  // Per agent: 4 attempts, 3 retries; then a switch.
+  std::vector<event_kind> want{event_kind::task_submitted};
+  for (int agent = 0; agent < 3; ++agent) {
+    for (int i = 0; i < 4; ++i) {
+      want.insert(want.end(),
+                  {event_kind::attempt_started, event_kind::log,
+                   event_kind::attempt_exited, event_kind::classified});
+      if (i < 3)
+        want.push_back(event_kind::retry_scheduled);
+    }
+    if (agent < 2)
+      want.push_back(event_kind::agent_switched);
+  }
+  want.insert(want.end(), {event_kind::task_done, event_kind::escalated});
+  CHECK(seen->kinds() == want);
+  auto sw = seen->of(event_kind::agent_switched);
+  REQUIRE(sw.size() == 2);
+  CHECK(json_of(sw[1]).at("from").as_string() == "b");
+  CHECK(json_of(sw[1]).at("to").as_string() == "c");
+  // Attempt numbers run 1..12 and every attempt has its own span.
+  auto started = seen->of(event_kind::attempt_started);
+  REQUIRE(started.size() == 12);
+  for (int i = 0; i < 12; ++i)
+    CHECK(started[static_cast<std::size_t>(i)].attempt == i + 1);
+  CHECK(started[0].span_id != started[1].span_id);
+  auto done = json_of(seen->of(event_kind::task_done).at(0));
+  CHECK(done.at("outcome").as_string() == "failed");
+  CHECK(done.at("metadata").as_object().at("total_attempts").as_int64() == 12);
+}
+
+TEST_CASE_METHOD(supervisor_fixture, "max_total_attempts stops the task",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(1)});
+  runtime->script("b", {exits(1)});
+  auto t = task_with("t1", {"a", "b"});
+  t.supervisor.max_total_attempts = 5;
+  start(t);
+  drain();
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::failed);
+  CHECK(r.metadata.total_attempts == 5);
+  CHECK(runtime->started() == 5);
+  REQUIRE(r.error);
+  CHECK(r.error->find("max_total_attempts") != std::string::npos);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "a crash is restarted once, then the task falls back",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(137)});
+  runtime->script("b", {exits(0)});
+  start(task_with("t1", {"a", "b"}));
+  drain();
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::succeeded);
+  CHECK(r.metadata.agent_id == "b");
+  CHECK(r.metadata.total_attempts == 3);
+  CHECK(seen->of(event_kind::retry_scheduled).size() == 1);
+  CHECK(seen->of(event_kind::agent_switched).size() == 1);
+  auto cls = json_of(seen->of(event_kind::classified).at(0));
+  CHECK(cls.at("class").as_string() == "container_crash");
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "cancel and kill during an attempt stop it with no retry",
+                 "[task_supervisor]") {
+  runtime->script("a", {hangs()});
+  start(task_with("t1", {"a", "b"}));
+  REQUIRE(runtime->running() == 1);
+  auto mode = GENERATE(stop_mode::cancel, stop_mode::kill);
+  caf::anon_send(sup, stop_atom::value, mode);
+  run();
+  auto calls = runtime->calls();
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[1].what == (mode == stop_mode::kill
+                            ? runtime::scripted_call::kind::kill
+                            : runtime::scripted_call::kind::stop));
+  if (mode == stop_mode::cancel)
+    CHECK(calls[1].grace == std::chrono::milliseconds{10000});
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::stopped);
+  CHECK(r.exit_code == (mode == stop_mode::kill ? 137 : 143));
+  drain();
+  CHECK(runtime->started() == 1);
+  auto stops = seen->of(event_kind::user_stop);
+  REQUIRE(stops.size() == 1);
+  CHECK(json_of(stops[0]).at("mode").as_string() == to_string(mode));
+  CHECK(json_of(stops[0]).at("message").as_string() ==
+        (mode == stop_mode::kill ? "user_kill requested"
+                                 : "user_cancel requested"));
+  CHECK(seen->of(event_kind::classified).empty());
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "a stop during the backoff ends the task at once",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(1)});
+  start(task_with("t1", {"a"}));
+  advance(2);
+  REQUIRE(seen->results.empty());
+  caf::anon_send(sup, stop_atom::value, stop_mode::cancel);
+  run();
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::stopped);
+  auto stops = seen->of(event_kind::user_stop);
+  REQUIRE(stops.size() == 1);
+  CHECK(json_of(stops[0]).at("message").as_string() ==
+        "retry skipped due to user stop");
+  drain();
+  CHECK(runtime->started() == 1);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "retry_now skips the backoff; force_fallback moves on",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(1), exits(0)});
+  runtime->script("b", {exits(0)});
+  start(task_with("t1", {"a", "b"}));
+  REQUIRE(runtime->started() == 1);
+  SECTION("retry_now") {
+    auto ok = ask<bool>(sup, retry_now_atom::value);
+    REQUIRE(ok);
+    CHECK(**ok);
+    CHECK(runtime->started() == 2); // no simulated time passed
+    CHECK(result().metadata.agent_id == "a");
+    CHECK(result().outcome == task_outcome::succeeded);
+  }
+  SECTION("force_fallback") {
+    auto ok = ask<bool>(sup, force_fallback_atom::value);
+    REQUIRE(ok);
+    CHECK(**ok);
+    CHECK(runtime->started() == 2);
+    CHECK(result().metadata.agent_id == "b");
+    CHECK(result().metadata.fallback_count == 1);
+  }
+  // The stale backoff timer fires into nothing.
+  drain();
+  CHECK(runtime->started() == 2);
+  CHECK(seen->results.size() == 1);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "force_fallback during an attempt stops it and moves on",
+                 "[task_supervisor]") {
+  runtime->script("a", {hangs()});
+  runtime->script("b", {exits(0)});
+  start(task_with("t1", {"a", "b"}));
+  auto ok = ask<bool>(sup, force_fallback_atom::value);
+  REQUIRE(ok);
+  CHECK(**ok);
+  CHECK(result().outcome == task_outcome::succeeded);
+  CHECK(result().metadata.agent_id == "b");
+  CHECK(runtime->calls().at(1).what == runtime::scripted_call::kind::stop);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "a worker that dies without reporting is an infrastructure "
+                 "failure",
+                 "[task_supervisor]") {
+  runtime::scripted_step broken;
+  broken.throw_on_start = true;
+  runtime->script("a", {broken, exits(0)});
+  start(task_with("t1", {"a"}));
+  auto cls = seen->of(event_kind::classified);
+  REQUIRE(cls.size() == 1);
+  CHECK(json_of(cls[0]).at("class").as_string() == "infrastructure");
+  auto exited = json_of(seen->of(event_kind::attempt_exited).at(0));
+  CHECK(exited.contains("infrastructure_error"));
+  advance(5);
+  CHECK(result().outcome == task_outcome::succeeded);
+  CHECK(result().metadata.total_attempts == 2);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "scripted durations pass on the simulated clock",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(0, {}, 30)});
+  start(task_with("t1", {"a"}));
+  CHECK(runtime->running() == 1);
+  advance(29);
+  CHECK(seen->results.empty());
+  advance(1);
+  CHECK(result().outcome == task_outcome::succeeded);
+  auto status = seen->of(event_kind::attempt_exited);
+  CHECK(json_of(status.at(0)).at("duration_s").to_number<double>() == 30);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "a deadline cancels the running attempt and fails the task",
+                 "[task_supervisor]") {
+  runtime->script("a", {hangs()});
+  auto t = task_with("t1", {"a", "b"});
+  t.supervisor.deadline_s = 30;
+  t.supervisor.stop_grace_s = 5;
+  start(std::move(t));
+  advance(29.9);
+  REQUIRE(runtime->calls().size() == 1); // only the start
+  CHECK(seen->results.empty());
+  advance(0.2);
+  auto calls = runtime->calls();
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[1].what == runtime::scripted_call::kind::stop);
+  CHECK(calls[1].grace == std::chrono::milliseconds{5000});
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::failed);
+  REQUIRE(r.error);
+  CHECK(*r.error == "deadline exceeded (30 s)");
+  drain();
+  // Neither a retry of a nor a fallback to b followed.
+  CHECK(runtime->started() == 1);
+  CHECK(seen->of(event_kind::classified).empty());
+  CHECK(seen->of(event_kind::agent_switched).empty());
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "a deadline during the backoff ends the task at once",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(1), exits(0)});
+  auto t = task_with("t1", {"a"});
+  t.supervisor.deadline_s = 3; // the first backoff is 5 s
+  start(std::move(t));
+  REQUIRE(seen->of(event_kind::retry_scheduled).size() == 1);
+  advance(3);
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::failed);
+  REQUIRE(r.error);
+  CHECK(*r.error == "deadline exceeded (3 s)");
+  drain();
+  CHECK(runtime->started() == 1); // the stale backoff timer started nothing
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "without a deadline a long attempt is never stopped",
+                 "[task_supervisor]") {
+  runtime->script("a", {hangs()});
+  start(task_with("t1", {"a"}));
+  advance(7 * 24 * 3600.0);
+  CHECK(runtime->calls().size() == 1);
+  CHECK(seen->results.empty());
+  caf::anon_send(sup, stop_atom::value, stop_mode::kill);
+  run();
+  CHECK(result().outcome == task_outcome::stopped);
+}
