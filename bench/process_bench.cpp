@@ -1,14 +1,15 @@
 // Process runtime overhead (issue 6, item 3): one task whose agent is
 // `--binary` (/bin/false) restarted `--restarts` times with zero backoff under
 // the process runtime, against a plain posix_spawn + waitpid loop of the same
-// binary, the same number of times, in the same run. The loop runs before and
-// after the task and the two are averaged. Also reported: the process runtime
+// binary, the same number of times, in the same run. The variants take turns
+// in `--rounds` rounds (one task per round). Also reported: the process runtime
 // driven directly (start, wait for the exit, repeat; no actors), which
 // separates the runtime's own cost from the supervision around it, and a
 // fork + execve loop, since the process runtime forks where posix_spawn
 // uses vfork semantics.
 //
-//   bench_process [--restarts=1000] [--binary=/bin/false] [--policy=stealing]
+//   bench_process [--restarts=1000] [--rounds=5] [--binary=/bin/false]
+//                 [--tmp=/tmp] [--policy=stealing]
 
 #include "bench_util.hpp"
 #include "spawn_loop.hpp"
@@ -20,6 +21,7 @@
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
@@ -68,70 +70,85 @@ double direct_loop(runtime::container_runtime& rt, const std::string& binary,
 int main(int argc, char** argv) {
   auto restarts = arg_u64(argc, argv, "restarts", 1000);
   auto binary = arg_str(argc, argv, "binary", "/bin/false");
-  auto attempts = restarts + 1;
-  char root_template[] = "/tmp/tasksup-bench-process-XXXXXX";
-  if (mkdtemp(root_template) == nullptr) {
+  auto rounds = std::max<std::uint64_t>(arg_u64(argc, argv, "rounds", 5), 1);
+  // Each round runs every variant for its share of the attempts, so load
+  // from elsewhere on the machine falls on all of them alike.
+  auto per_round = std::max<std::uint64_t>((restarts + 1) / rounds, 2);
+  auto attempts = per_round * rounds;
+  // Where the attempt directories go (each attempt creates three
+  // directories and a log file there).
+  auto tmp = arg_str(argc, argv, "tmp", "/tmp");
+  auto root_template = tmp + "/tasksup-bench-process-XXXXXX";
+  if (mkdtemp(root_template.data()) == nullptr) {
     std::perror("bench_process: mkdtemp");
     return 1;
   }
   std::string root = root_template;
 
-  auto loop1 = spawn_loop(binary, attempts);
-
-  latency_recorder rec{1, restarts};
+  latency_recorder rec{rounds, attempts};
   auto process_rt = runtime::make_process_runtime();
   auto rt = std::make_shared<timing_runtime>(process_rt, rec);
   bench_config cfg{argc, argv};
-  parent_counts counts;
+  double loop_s = 0;
+  double fork_s = 0;
+  double direct_s = 0;
   double task_s = 0;
+  bool ok = true;
   {
     caf::actor_system sys{cfg};
-    std::promise<void> done;
-    auto parent = sys.spawn(parent_actor, &counts, std::uint64_t{1},
-                            std::uint64_t{0}, &done);
-    supervisor_options opts;
-    opts.task = bench_task(0, binary, static_cast<int>(restarts), 0.0);
-    opts.runtime = rt;
-    opts.seed = 1;
-    opts.attempt_root = root;
-    auto start = bench_clock::now();
-    spawn_task_supervisor(sys, parent, std::move(opts));
-    done.get_future().wait();
-    task_s = seconds_since(start);
-    caf::anon_send_exit(parent, caf::exit_reason::user_shutdown);
+    for (std::uint64_t r = 0; r < rounds; ++r) {
+      auto loop = spawn_loop(binary, per_round);
+      auto forked = fork_loop(binary, per_round);
+      ok = ok && loop.ok && forked.ok;
+      loop_s += loop.seconds;
+      fork_s += forked.seconds;
+      direct_s += direct_loop(*process_rt, binary,
+                              root + "/r" + std::to_string(r), per_round);
+      parent_counts counts;
+      std::promise<void> done;
+      auto parent = sys.spawn(parent_actor, &counts, std::uint64_t{1},
+                              std::uint64_t{0}, &done);
+      supervisor_options opts;
+      opts.task = bench_task(r, binary, static_cast<int>(per_round - 1), 0.0);
+      opts.runtime = rt;
+      opts.seed = r + 1;
+      opts.attempt_root = root;
+      auto start = bench_clock::now();
+      spawn_task_supervisor(sys, parent, std::move(opts));
+      done.get_future().wait();
+      task_s += seconds_since(start);
+      caf::anon_send_exit(parent, caf::exit_reason::user_shutdown);
+    }
   }
-  auto direct_s = direct_loop(*process_rt, binary, root, attempts);
-  auto forked = fork_loop(binary, attempts);
-  auto loop2 = spawn_loop(binary, attempts);
   process_rt.reset();
   std::filesystem::remove_all(root);
 
-  if (!loop1.ok || !loop2.ok || !forked.ok || rec.attempts() != attempts) {
+  if (!ok || rec.attempts() != attempts) {
     std::fprintf(stderr,
-                 "bench_process: expected %llu attempts, saw %llu (spawn "
-                 "loop ok: %d %d)\n",
+                 "bench_process: expected %llu supervised attempts, saw %llu "
+                 "(loops ok: %d)\n",
                  static_cast<unsigned long long>(attempts),
-                 static_cast<unsigned long long>(rec.attempts()), loop1.ok,
-                 loop2.ok);
+                 static_cast<unsigned long long>(rec.attempts()), ok);
     return 1;
   }
   auto n = static_cast<double>(attempts);
-  auto loop_us = (loop1.seconds + loop2.seconds) / 2 / n * 1e6;
+  auto loop_us = loop_s / n * 1e6;
   auto task_us = task_s / n * 1e6;
   auto direct_us = direct_s / n * 1e6;
-  auto fork_us = forked.seconds / n * 1e6;
+  auto fork_us = fork_s / n * 1e6;
   auto samples = rec.samples();
   auto p50 = percentile(samples, 0.50) / 1e3;
   auto p99 = percentile(samples, 0.99) / 1e3;
-  std::printf("%llu attempts of %s: plain loop %.1f / %.1f us, fork+exec "
-              "loop %.1f us, runtime direct %.1f us, supervised task %.1f us "
-              "per attempt\n",
+  std::printf("%llu attempts of %s in %llu rounds: posix_spawn loop %.1f us, "
+              "fork+exec loop %.1f us, runtime direct %.1f us, supervised "
+              "task %.1f us per attempt\n",
               static_cast<unsigned long long>(attempts), binary.c_str(),
-              loop1.seconds / n * 1e6, loop2.seconds / n * 1e6, fork_us,
+              static_cast<unsigned long long>(rounds), loop_us, fork_us,
               direct_us, task_us);
   result_line{"process"}
     .add("binary", binary)
     .add("attempts", attempts)
+    .add("tmp", tmp)
     .add("policy", cfg.policy())
     .fixed("plain_loop_us", loop_us, 1)
     .fixed("fork_exec_loop_us", fork_us, 1)
