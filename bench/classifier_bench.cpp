@@ -8,19 +8,28 @@
 // their windows widened to the whole log), which is the matching engine's
 // worst case.
 //
+// With --tasksup=<binary> it also times `tasksup classify` on the same log
+// written to a file (the command's own streaming tail, end to end).
+//
 //   bench_classifier [--tail-seconds=2] [--log-mb=10]
+//   [--tasksup=build/apps/tasksup]
 
 #include "bench_util.hpp"
+#include "spawn_loop.hpp"
 
 #include "supervisor/classifier.hpp"
 #include "supervisor/runtime/output_capture.hpp"
 
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <unistd.h>
 
 namespace {
 
@@ -137,6 +146,7 @@ int main(int argc, char** argv) {
   auto tail_seconds =
     static_cast<double>(arg_u64(argc, argv, "tail-seconds", 2));
   auto log_mb = arg_u64(argc, argv, "log-mb", 10);
+  auto tasksup_bin = arg_str(argc, argv, "tasksup", "");
   const std::string agent_cli = "codex";
 
   auto rules = default_classifier_rules();
@@ -255,6 +265,30 @@ int main(int argc, char** argv) {
   if (sink == 0)
     std::printf("(unreachable)\n");
 
+  // The real `tasksup classify` on the same log written to a file, when its
+  // binary is given: process start, config, reading through its bounded
+  // tail, classification and output, end to end.
+  double cli_ms = -1;
+  if (!tasksup_bin.empty()) {
+    auto path = std::filesystem::temp_directory_path() /
+                ("tasksup-bench-" + std::to_string(::getpid()) + ".log");
+    {
+      std::ofstream out{path, std::ios::binary};
+      out << log;
+    }
+    std::vector<std::string> cli = {tasksup_bin,  "classify",    "--exit-code",
+                                    "1",          "--agent-cli", agent_cli,
+                                    path.string()};
+    auto cli_start = bench_clock::now();
+    auto rc = run_quietly(cli);
+    cli_ms = seconds_since(cli_start) * 1e3;
+    std::filesystem::remove(path);
+    if (rc != 0)
+      die("tasksup classify exited " + std::to_string(rc));
+    std::printf("tasksup classify of the %.1f MB log file: %.1f ms\n",
+                static_cast<double>(log.size()) / 1e6, cli_ms);
+  }
+
   result_line{"classifier"}
     .fixed("tail100_us", re2_tail * 1e6, 2)
     .fixed("tail100_noagent_us", re2_tail_noagent * 1e6, 2)
@@ -267,6 +301,7 @@ int main(int argc, char** argv) {
     .fixed("log_all_lines_ms", full_s * 1e3, 1)
     .fixed("log_all_lines_stdregex_ms", naive_full_s * 1e3, 1)
     .fixed("log_all_lines_ratio", naive_full_s / full_s, 1)
+    .fixed("tasksup_classify_ms", cli_ms, 1)
     .print();
   return 0;
 }

@@ -10,6 +10,7 @@
 // (and TASKSUP_DOCKER_NETWORK for an engine without a bridge).
 
 #include "bench_util.hpp"
+#include "spawn_loop.hpp"
 
 #include "supervisor/runtime/docker_runtime.hpp"
 
@@ -20,41 +21,13 @@
 #include <string>
 #include <vector>
 
-#include <fcntl.h>
-#include <spawn.h>
 #include <stdlib.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-extern char** environ;
 
 namespace {
 
 using namespace tasksup;
 using namespace tasksup::bench;
-
-/// Runs `argv` with stdout and stderr on /dev/null; returns its exit status
-/// or -1 when it could not be started.
-int run_quietly(const std::vector<std::string>& argv) {
-  std::vector<char*> args;
-  for (auto& a : argv)
-    args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  auto rc =
-    posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0)
-    return -1;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 void unavailable(const std::string& why) {
   std::fprintf(stderr, "bench_docker: %s\n", why.c_str());

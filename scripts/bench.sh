@@ -22,7 +22,7 @@ generator=()
 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" -DTASKSUP_BUILD_TESTS=OFF \
   -DTASKSUP_WERROR=ON >/dev/null
-cmake --build "$build" -j "$(nproc)" --target bench_classifier \
+cmake --build "$build" -j "$(nproc)" --target tasksup bench_classifier \
   bench_spawn_loop bench_supervision bench_memory bench_process bench_docker
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -n 1)," \
@@ -43,7 +43,7 @@ run() {
 }
 
 # 4. Classifier: 100-line tail and a 10 MB log, RE2 against std::regex.
-run classifier "$bin/bench_classifier" --log-mb=10
+run classifier "$bin/bench_classifier" --log-mb=10 --tasksup="$build/apps/tasksup"
 
 # 1. Supervision throughput and latency (in-memory runtime, zero backoff).
 run supervision-1 "$bin/bench_supervision" --tasks=1 --failures=20000
