@@ -36,10 +36,15 @@ run() {
   shift
   [[ -z "$filter" || "$label" == *"$filter"* ]] || return 0
   echo
-  echo "== $label: ${*#"$root/"}   (uptime:$(uptime | sed 's/.*load average//'))"
-  local line
-  line=$("$@" | tee /dev/stderr | grep '^RESULT ' | tail -n 1) || true
-  results+=("$line")
+  echo "== $label: ${*#"$root/"}   (load average$(uptime | sed 's/.*load average//'))"
+  local log
+  log=$(mktemp)
+  if "$@" | tee "$log"; then
+    results+=("$(grep '^RESULT ' "$log" | tail -n 1)")
+  else
+    results+=("FAILED $label: $*")
+  fi
+  rm -f "$log"
 }
 
 # 4. Classifier: 100-line tail and a 10 MB log, RE2 against std::regex.
