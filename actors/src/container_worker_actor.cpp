@@ -100,6 +100,9 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       report.outcome = std::move(out);
       report.container_id = st.handle ? st.handle->id() : "";
       self->send(st.supervisor, attempt_exited_atom::value, std::move(report));
+      // The monitor leaves a weak reference in the supervisor, which would
+      // keep this worker's memory until the task ends: one block per attempt.
+      self->demonitor(st.supervisor);
       self->quit();
     },
     [=](stop_atom, stop_mode mode, std::int64_t grace_ms) {

@@ -16,13 +16,13 @@ namespace tasksup {
 
 namespace {
 
-std::string hex_digits(std::mt19937_64& rng, int words) {
+std::string hex_digits(trace_id_generator& rng, int words) {
   std::string out;
   for (;;) {
     out.clear();
     bool nonzero = false;
     for (int i = 0; i < words; ++i) {
-      auto x = rng();
+      auto x = rng.next();
       nonzero = nonzero || x != 0;
       char buf[17];
       std::snprintf(buf, sizeof(buf), "%016llx",
@@ -90,18 +90,25 @@ boost::json::object result_fields(const task_result& r) {
 
 } // namespace
 
-trace_id_generator::trace_id_generator(std::uint64_t seed) : rng_(seed) {}
+trace_id_generator::trace_id_generator(std::uint64_t seed) : state_(seed) {}
+
+std::uint64_t trace_id_generator::next() {
+  auto z = (state_ += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
 
 std::string trace_id_generator::trace_id() {
-  return hex_digits(rng_, 2);
+  return hex_digits(*this, 2);
 }
 
 std::string trace_id_generator::span_id() {
-  return hex_digits(rng_, 1);
+  return hex_digits(*this, 1);
 }
 
 std::uint64_t trace_id_generator::child_seed() {
-  return rng_();
+  return next();
 }
 
 double wall_clock_s() {

@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <utility>
 
 namespace tasksup {
@@ -362,11 +365,60 @@ struct compiled_rule {
   std::vector<std::string> templated;
 };
 
+/// Most agent-specific regexes kept at once. A node runs a handful of agents;
+/// beyond this many names the cache starts over rather than grow.
+constexpr std::size_t max_cached_agent_regexes = 256;
+
 struct classifier::impl {
   std::vector<classifier_rule> rules;
   std::vector<compiled_rule> compiled;
   RE2::Options options = regex_options();
+
+  /// Rules with `{agent_cli}` patterns, compiled per agent name (per rule
+  /// index): compiling costs far more than matching a tail, and a node asks
+  /// again and again for the same few agents. Not part of the classifier's
+  /// value; guarded so one classifier can still be shared between threads.
+  mutable std::mutex cache_mtx;
+  mutable std::vector<
+    std::map<std::string, std::shared_ptr<const RE2>, std::less<>>>
+    per_agent;
+  mutable std::size_t cached = 0;
+
+  /// Rule `index`'s regex with `{agent_cli}` filled in with `agent_name`,
+  /// regex-quoted; null when it does not compile.
+  std::shared_ptr<const RE2> agent_regex(std::size_t index,
+                                         std::string_view agent_name) const;
 };
+
+std::shared_ptr<const RE2>
+classifier::impl::agent_regex(std::size_t index,
+                              std::string_view agent_name) const {
+  {
+    std::lock_guard<std::mutex> guard{cache_mtx};
+    auto& by_name = per_agent[index];
+    if (auto i = by_name.find(agent_name); i != by_name.end())
+      return i->second;
+  }
+  const auto& rule = compiled[index];
+  auto quoted = RE2::QuoteMeta(piece(agent_name));
+  auto source = rule.fixed_source;
+  for (const auto& pattern : rule.templated)
+    append_branch(source, substitute_agent(pattern, quoted));
+  auto re = std::make_shared<const RE2>(piece(source), options);
+  // Only an absurdly long agent name can fail here (max_mem); the templated
+  // patterns then cannot match, the others still do.
+  if (!re->ok())
+    return nullptr;
+  std::lock_guard<std::mutex> guard{cache_mtx};
+  if (cached >= max_cached_agent_regexes) {
+    for (auto& by_name : per_agent)
+      by_name.clear();
+    cached = 0;
+  }
+  if (per_agent[index].emplace(std::string{agent_name}, re).second)
+    ++cached;
+  return re;
+}
 
 namespace {
 
@@ -436,6 +488,7 @@ expected<classifier> classifier::make(std::vector<classifier_rule> rules) {
     }
     ptr->compiled.push_back(std::move(out));
   }
+  ptr->per_agent.resize(rules.size());
   ptr->rules = std::move(rules);
   return classifier{std::move(ptr)};
 }
@@ -449,8 +502,6 @@ classification classifier::classify(const attempt_outcome& outcome,
     result.line = display_line(outcome.infrastructure_error, 0);
     return result;
   }
-  // Quoted once per call, and only if a templated pattern is reached.
-  std::optional<std::string> quoted_agent;
   auto agent_name = basename_of(agent_cli);
   const auto& tail = outcome.tail;
   for (std::size_t i = 0; i < impl_->rules.size(); ++i) {
@@ -484,18 +535,11 @@ classification classifier::classify(const attempt_outcome& outcome,
     } else {
       // The patterns decide: scan the window, newest line first.
       const RE2* re = compiled.fixed.get();
-      std::unique_ptr<RE2> per_call;
+      std::shared_ptr<const RE2> per_agent;
       if (!compiled.templated.empty() && !agent_name.empty()) {
-        if (!quoted_agent)
-          quoted_agent = RE2::QuoteMeta(piece(agent_name));
-        auto source = compiled.fixed_source;
-        for (const auto& pattern : compiled.templated)
-          append_branch(source, substitute_agent(pattern, *quoted_agent));
-        per_call = std::make_unique<RE2>(piece(source), impl_->options);
-        // Only an absurdly long agent name can fail here (max_mem); the
-        // templated patterns then cannot match, the others still do.
-        if (per_call->ok())
-          re = per_call.get();
+        per_agent = impl_->agent_regex(i, agent_name);
+        if (per_agent)
+          re = per_agent.get();
       }
       if (re != nullptr) {
         for (auto k = tail.size(); k > window_begin; --k) {

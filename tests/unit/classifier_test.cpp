@@ -556,6 +556,26 @@ TEST_CASE("classifier copies and moves share the rules, usable from threads",
   CHECK(wrong == std::vector<int>(4, 0));
 }
 
+TEST_CASE("agent-specific patterns stay right for many agent names",
+          "[classifier]") {
+  // More names than the classifier keeps compiled at once, then the first
+  // ones again: each name only ever matches its own "no such file" line.
+  auto cls = defaults();
+  int wrong = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 600; ++i) {
+      auto agent = "agent" + std::to_string(i);
+      auto next = "agent" + std::to_string(i + 1);
+      if (cls.classify(failed(1, {"no such file: " + agent}), agent).cls !=
+            error_class::agent_failure ||
+          cls.classify(failed(1, {"no such file: " + next}), agent).cls !=
+            error_class::retryable)
+        ++wrong;
+    }
+  }
+  CHECK(wrong == 0);
+}
+
 TEST_CASE("rate-limit classifications carry the newest retry-after hint",
           "[classifier]") {
   auto c = classify(failed(1, {"retry after 99s", "429 Too Many Requests",

@@ -97,7 +97,8 @@ public:
   /// matching rule wins; otherwise retryable (rule "default"). Must not be
   /// called for a successful outcome. `agent_cli` fills `{agent_cli}`
   /// patterns (its basename, regex-quoted; when empty those patterns cannot
-  /// match); rules using it are compiled once per call, when first reached.
+  /// match); a rule using it is compiled when first reached for an agent
+  /// name and kept in a small bounded cache shared by copies.
   /// The `signals` criterion looks at `attempt_outcome::signal` only.
   classification classify(const attempt_outcome& outcome,
                           std::string_view agent_cli) const;

@@ -12,7 +12,6 @@
 #include "supervisor/outcome.hpp"
 
 #include <cstdint>
-#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,8 +33,12 @@ public:
   /// A seed for a child generator (a task supervisor's span ids).
   std::uint64_t child_seed();
 
+  /// The next 64 random bits (SplitMix64: 8 bytes of state, where an
+  /// mt19937_64 would add 2.5 KB to every task supervisor).
+  std::uint64_t next();
+
 private:
-  std::mt19937_64 rng_;
+  std::uint64_t state_;
 };
 
 /// The fields every event of one task attempt shares.

@@ -1,0 +1,129 @@
+// Supervision throughput and latency (issue 6, item 1): `--tasks` task
+// supervisors run at once on an in-memory runtime whose attempts end at once;
+// each task fails `--failures` times (exit 1, classified retryable, zero
+// backoff) and then succeeds. Reports attempts per second over the whole run
+// (spawning the supervisors included) and the supervision latency p50/p99/max
+// from an attempt's exit to the same task's next attempt start.
+//
+//   bench_supervision [--tasks=1000] [--failures=3]
+//   [--runtime=instant|scripted]
+//                     [--helpers=shared|own] [--policy=stealing|sharing]
+//                     [--threads=0]
+//
+// --runtime=scripted uses the library's scripted_runtime (which records every
+// call) instead of the benchmark's record-free instant runtime.
+// --helpers=shared gives every supervisor the same classifier and backoff
+// actors (as a node's registry does); own lets each spawn its own.
+
+#include "bench_util.hpp"
+#include "supervision_harness.hpp"
+
+#include "tasksup/actors/backoff_actor.hpp"
+#include "tasksup/actors/classifier_actor.hpp"
+
+#include "supervisor/runtime/scripted_runtime.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+
+#include <cstdio>
+#include <future>
+#include <memory>
+#include <string>
+#include <vector>
+
+int main(int argc, char** argv) {
+  using namespace tasksup;
+  using namespace tasksup::bench;
+  auto tasks = arg_u64(argc, argv, "tasks", 1000);
+  auto failures = static_cast<int>(arg_u64(argc, argv, "failures", 3));
+  auto runtime_name = arg_str(argc, argv, "runtime", "instant");
+  auto helpers = arg_str(argc, argv, "helpers", "shared");
+  auto expected_attempts = tasks * static_cast<std::uint64_t>(failures + 1);
+
+  latency_recorder rec{tasks, tasks * static_cast<std::uint64_t>(failures)};
+  std::shared_ptr<runtime::container_runtime> inner;
+  if (runtime_name == "scripted") {
+    auto scripted = std::make_shared<runtime::scripted_runtime>();
+    std::vector<runtime::scripted_step> steps(
+      static_cast<std::size_t>(failures));
+    for (auto& s : steps)
+      s.exit_code = 1;
+    steps.emplace_back();
+    scripted->script("bench", std::move(steps));
+    inner = scripted;
+  } else {
+    inner = std::make_shared<instant_runtime>(failures);
+  }
+  auto rt = std::make_shared<timing_runtime>(inner, rec);
+
+  bench_config cfg{argc, argv};
+  double elapsed = 0;
+  parent_counts counts;
+  {
+    caf::actor_system sys{cfg};
+    std::promise<void> done;
+    auto parent =
+      sys.spawn(parent_actor, &counts, tasks, std::uint64_t{0}, &done);
+    caf::actor classifier_actor;
+    caf::actor backoff_actor;
+    if (helpers == "shared") {
+      classifier_actor =
+        spawn_classifier(sys, *classifier::make(default_classifier_rules()));
+      backoff_actor = spawn_backoff(sys, 1);
+    }
+    auto start = bench_clock::now();
+    for (std::uint64_t i = 0; i < tasks; ++i) {
+      supervisor_options opts;
+      opts.task = bench_task(i, "bench-agent", failures, 0.0);
+      opts.runtime = rt;
+      opts.classifier = classifier_actor;
+      opts.backoff = backoff_actor;
+      opts.seed = i + 1;
+      opts.attempt_root = "/tmp/tasksup-bench";
+      spawn_task_supervisor(sys, parent, std::move(opts));
+    }
+    done.get_future().wait();
+    elapsed = seconds_since(start);
+    caf::anon_send_exit(parent, caf::exit_reason::user_shutdown);
+    if (classifier_actor) {
+      caf::anon_send_exit(classifier_actor, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(backoff_actor, caf::exit_reason::user_shutdown);
+    }
+  }
+  auto attempts = rec.attempts();
+  auto samples = rec.samples();
+  if (attempts != expected_attempts || counts.failed.load() != 0) {
+    std::fprintf(stderr,
+                 "bench_supervision: expected %llu attempts and no failed "
+                 "task, saw %llu attempts, %llu failed\n",
+                 static_cast<unsigned long long>(expected_attempts),
+                 static_cast<unsigned long long>(attempts),
+                 static_cast<unsigned long long>(counts.failed.load()));
+    return 1;
+  }
+  auto p50 = percentile(samples, 0.50) / 1e3;
+  auto p99 = percentile(samples, 0.99) / 1e3;
+  auto max = samples.empty() ? 0.0 : samples.back() / 1e3;
+  std::printf("%llu tasks x %d failures: %llu attempts in %.3f s, "
+              "%llu events\n",
+              static_cast<unsigned long long>(tasks), failures,
+              static_cast<unsigned long long>(attempts), elapsed,
+              static_cast<unsigned long long>(counts.events.load()));
+  result_line{"supervision"}
+    .add("tasks", tasks)
+    .add("failures", failures)
+    .add("runtime", runtime_name)
+    .add("helpers", helpers)
+    .add("policy", cfg.policy())
+    .add("threads", cfg.threads())
+    .add("attempts", attempts)
+    .fixed("seconds", elapsed, 3)
+    .fixed("attempts_per_s", static_cast<double>(attempts) / elapsed, 0)
+    .fixed("latency_p50_us", p50, 1)
+    .fixed("latency_p99_us", p99, 1)
+    .fixed("latency_max_us", max, 1)
+    .print();
+  return 0;
+}
