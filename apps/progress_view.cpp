@@ -116,6 +116,10 @@ progress_view::render(const boost::json::object& event) {
   } else if (kind == "attempt_started") {
     pending_.reset();
     auto where = str(event, "container_id");
+    // The process runtime names an attempt by its pid; say so.
+    if (!where.empty() &&
+        where.find_first_not_of("0123456789") == std::string::npos)
+      where = "pid " + where;
     out.push_back(pre + "attempt " + attempt + ": " +
                   paint(bold, printable(str(event, "agent_id", "?"))) + " (" +
                   printable(str(event, "agent_cli", "?")) + ") started" +

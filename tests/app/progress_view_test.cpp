@@ -46,6 +46,16 @@ TEST_CASE("an attempt, its classification and a retry read as a story") {
   CHECK_FALSE(view.pending().has_value());
 }
 
+TEST_CASE("a process attempt is named by its pid, a container by its id") {
+  progress_view view;
+  CHECK(render(view, R"({"event":"attempt_started","attempt":1,
+    "agent_id":"a","agent_cli":"x","container_id":"4242"})") ==
+        std::vector<std::string>{"attempt 1: a (x) started, pid 4242"});
+  CHECK(render(view, R"({"event":"attempt_started","attempt":1,
+    "agent_id":"a","agent_cli":"x","container_id":"tasksup-t-1-ab12"})") ==
+        std::vector<std::string>{"attempt 1: a (x) started, tasksup-t-1-ab12"});
+}
+
 TEST_CASE("the final summary names outcome, agent, counts and artifacts") {
   progress_view view;
   auto lines = render(view, R"({"event":"task_done","task_id":"t",
