@@ -241,9 +241,7 @@ void setup_run(CLI::App& app, int& status) {
            "progress; exits with the task's status.");
   cmd->add_option("task", opts->task_file, "The task file (JSON, SPEC §12)")
     ->required();
-  cmd->add_option("--config", opts->config_dir,
-                  "Config directory (supervisor.json, classifier.json, "
-                  "node.json, environments/)");
+  add_config_option(*cmd, opts->config_dir);
   cmd
     ->add_option("--runtime", opts->runtime,
                  "Run attempts as local processes or in Docker containers "

@@ -227,9 +227,7 @@ void setup_serve(CLI::App& app, int& status) {
                  "Address and port to listen on, HOST:PORT (port 0 picks a "
                  "free one; the log says which)")
     ->capture_default_str();
-  cmd->add_option("--config", opts->config_dir,
-                  "Config directory (supervisor.json, classifier.json, "
-                  "node.json, environments/)");
+  add_config_option(*cmd, opts->config_dir);
   cmd
     ->add_option("--runtime", opts->runtime,
                  "Runtime for tasks that name none (default: node.json's "
