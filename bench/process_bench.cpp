@@ -5,8 +5,8 @@
 // in `--rounds` rounds (one task per round). Also reported: the process runtime
 // driven directly (start, wait for the exit, repeat; no actors), which
 // separates the runtime's own cost from the supervision around it, and a
-// fork + execve loop, since the process runtime forks where posix_spawn
-// uses vfork semantics.
+// fork + execve loop, for comparison with the clone(CLONE_VM|CLONE_VFORK)
+// the process runtime (like posix_spawn) uses.
 //
 //   bench_process [--restarts=1000] [--rounds=5] [--binary=/bin/false]
 //                 [--tmp=/tmp] [--policy=stealing]

@@ -20,11 +20,14 @@
 
 #include <fcntl.h>
 #include <linux/close_range.h>
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/pidfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,7 +84,14 @@ bool raise_fd(int& fd) {
   return true;
 }
 
-// ---- the child side of fork: async-signal-safe calls only ---------------
+// ---- the child side of the spawn ------------------------------------------
+//
+// The child is cloned with CLONE_VM | CLONE_VFORK, like glibc's posix_spawn:
+// no page tables are copied (fork's cost grows with the parent's size), and
+// the parent sleeps until the child has called execve or exited. The child
+// shares the parent's memory, so it runs on its own stack, makes only
+// async-signal-safe system calls, writes nothing of the parent's but its
+// report, and ends in execve or _exit.
 
 /// The step of starting the child that failed.
 enum child_stage : int {
@@ -107,13 +117,7 @@ const char* stage_text(int stage) {
   }
 }
 
-/// What the child writes to the error pipe when it cannot exec.
-struct child_report {
-  int stage;
-  int err;
-};
-
-/// Everything the child needs, prepared before fork.
+/// Everything the child needs, prepared before the spawn.
 struct child_plan {
   std::vector<char*> argv;
   std::vector<std::string> env_strings;
@@ -123,29 +127,47 @@ struct child_plan {
   std::string cwd;
   int stdin_fd = -1;
   int output_fd = -1;
-  int report_fd = -1;
   int cgroup_fd = -1;
   int max_fd = 1024;
+  /// The signal mask to give the agent.
+  sigset_t mask;
+  /// Written by the child (shared memory) when it cannot exec: the stage
+  /// that failed (0: none) and its errno.
+  int failed_stage = 0;
+  int failed_err = 0;
 };
 
-[[noreturn]] void child_fail(const child_plan& p, int stage, int err) {
-  child_report report{stage, err};
-  [[maybe_unused]] auto n = ::write(p.report_fd, &report, sizeof(report));
+/// Size of the child's stack; it runs a handful of system calls only.
+constexpr std::size_t child_stack_size = 64 * 1024;
+
+/// The kernel's struct sigaction (glibc's differs in layout); zeroed, it
+/// sets SIG_DFL.
+struct kernel_sigaction {
+  void (*handler)(int);
+  unsigned long flags;
+  void (*restorer)();
+  std::uint64_t mask;
+};
+
+[[noreturn]] void child_fail(child_plan& p, int stage, int err) {
+  p.failed_stage = stage;
+  p.failed_err = err;
   ::_exit(127);
 }
 
-[[noreturn]] void child_main(const child_plan& p) {
-  // Dispositions and mask are inherited through exec; the agent starts clean
-  // even when the supervisor ignores SIGPIPE or blocks signals.
-  struct sigaction dfl;
-  std::memset(&dfl, 0, sizeof(dfl));
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
+int child_main(void* arg) {
+  auto& p = *static_cast<child_plan*>(arg);
+  // Every signal is blocked (by the parent, across the clone). Handlers of
+  // the program must not run here, on this stack in shared memory, so they
+  // are reset before anything is unblocked; dispositions and mask are also
+  // inherited through exec, and the agent starts clean even when the
+  // supervisor ignores SIGPIPE. The handler table is the child's own copy
+  // (no CLONE_SIGHAND). The raw system call also resets the signals glibc
+  // reserves for itself.
+  kernel_sigaction dfl{};
   for (int sig = 1; sig < NSIG; ++sig)
-    ::sigaction(sig, &dfl, nullptr);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, NSIG / 8);
+  ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &p.mask, nullptr, NSIG / 8);
   if (p.cgroup_fd >= 0 && ::write(p.cgroup_fd, "0", 1) != 1)
     child_fail(p, stage_cgroup, errno);
   if (::setpgid(0, 0) != 0)
@@ -157,7 +179,7 @@ struct child_plan {
     child_fail(p, stage_chdir, errno);
   // Descriptors opened elsewhere in the program without O_CLOEXEC must not
   // leak into the agent (a leaked pipe end would keep another attempt's
-  // output open). Marking instead of closing keeps the report pipe usable.
+  // output open).
   if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
     for (int fd = 3; fd < p.max_fd; ++fd)
       ::fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -178,6 +200,60 @@ struct child_plan {
     err = EACCES;
   child_fail(p, stage_exec, err);
 }
+
+/// Blocks every signal of the calling thread, including the ones glibc
+/// keeps for itself (thread cancellation, set*id), which pthread_sigmask
+/// refuses to block; restores the previous mask on destruction.
+class all_signals_blocked {
+public:
+  all_signals_blocked() {
+    sigset_t all;
+    std::memset(&all, 0xff, sizeof(all));
+    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &all, &old_, NSIG / 8);
+  }
+  ~all_signals_blocked() {
+    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &old_, nullptr, NSIG / 8);
+  }
+  all_signals_blocked(const all_signals_blocked&) = delete;
+  all_signals_blocked& operator=(const all_signals_blocked&) = delete;
+
+private:
+  sigset_t old_;
+};
+
+/// A stack for the child: mapped per spawn (start() runs on any thread),
+/// with a guard page below it.
+class child_stack {
+public:
+  child_stack() {
+    void* m = ::mmap(nullptr, child_stack_size + guard_, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED)
+      return;
+    auto* base = static_cast<char*>(m);
+    if (::mprotect(base + guard_, child_stack_size, PROT_READ | PROT_WRITE) !=
+        0) {
+      ::munmap(m, child_stack_size + guard_);
+      return;
+    }
+    base_ = base;
+  }
+  ~child_stack() {
+    if (base_ != nullptr)
+      ::munmap(base_, child_stack_size + guard_);
+  }
+  child_stack(const child_stack&) = delete;
+  child_stack& operator=(const child_stack&) = delete;
+
+  /// The top of the stack (it grows down), or null if it could not be mapped.
+  void* top() const {
+    return base_ == nullptr ? nullptr : base_ + guard_ + child_stack_size;
+  }
+
+private:
+  static constexpr std::size_t guard_ = 4096;
+  char* base_ = nullptr;
+};
 
 // ---- one attempt ----------------------------------------------------------
 
@@ -449,7 +525,11 @@ private:
 };
 
 // Empties `dir` if it exists and creates it (with parents); returns the error.
+// A new attempt's directory usually does not exist yet: then one mkdir is
+// all it takes.
 std::string fresh_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0777) == 0)
+    return {};
   std::error_code ec;
   fs::remove_all(dir, ec);
   if (ec)
@@ -555,11 +635,13 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
         fail("attempt spec: an argument contains a NUL byte"));
 
   // Directories: the attempt's own, a fresh workspace and artifacts dir.
-  std::error_code ec;
-  fs::create_directories(spec.attempt_dir, ec);
-  if (ec)
-    return submit_or_finish(
-      fail("cannot create " + spec.attempt_dir + ": " + ec.message()));
+  if (::mkdir(spec.attempt_dir.c_str(), 0777) != 0) {
+    std::error_code ec;
+    fs::create_directories(spec.attempt_dir, ec);
+    if (ec)
+      return submit_or_finish(
+        fail("cannot create " + spec.attempt_dir + ": " + ec.message()));
+  }
   a->artifacts_dir = spec.attempt_dir + "/artifacts";
   if (auto err = fresh_dir(a->artifacts_dir); !err.empty())
     return submit_or_finish(fail(err));
@@ -633,80 +715,67 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   if (::pipe2(out_pipe, O_CLOEXEC) != 0)
     return submit_or_finish(
       fail("cannot create the output pipe: " + errno_text(errno)));
-  int report_pipe[2];
-  if (::pipe2(report_pipe, O_CLOEXEC) != 0) {
-    auto err = errno;
-    ::close(out_pipe[0]);
-    ::close(out_pipe[1]);
-    return submit_or_finish(
-      fail("cannot create the start-up pipe: " + errno_text(err)));
-  }
   a->output_fd = out_pipe[0];
   plan.output_fd = out_pipe[1];
-  plan.report_fd = report_pipe[1];
-  int report_read = report_pipe[0];
-  auto close_child_ends = [&] {
-    close_fd(plan.output_fd);
-    close_fd(plan.report_fd);
-  };
-  if (!raise_fd(plan.output_fd) || !raise_fd(plan.report_fd) ||
-      (plan.cgroup_fd >= 0 && plan.cgroup_fd < 3)) {
+  if (!raise_fd(plan.output_fd) ||
+      (plan.cgroup_fd >= 0 && plan.cgroup_fd < 3) ||
+      ::fcntl(a->output_fd, F_SETFL, O_NONBLOCK) != 0) {
     auto err = errno;
-    close_child_ends();
-    ::close(report_read);
+    close_fd(plan.output_fd);
+    close_fd(a->output_fd);
     return submit_or_finish(
       fail("cannot prepare descriptors: " + errno_text(err)));
   }
+  sigemptyset(&plan.mask);
+  child_stack stack;
+  if (stack.top() == nullptr) {
+    auto err = errno;
+    close_fd(plan.output_fd);
+    close_fd(a->output_fd);
+    return submit_or_finish(
+      fail("cannot map a stack for the child: " + errno_text(err)));
+  }
 
-  // Block signals across fork so no handler of the program runs in the
-  // child before it has reset them.
-  sigset_t all;
-  sigset_t old;
-  sigfillset(&all);
-  ::pthread_sigmask(SIG_SETMASK, &all, &old);
-  a->started = clock_type::now();
-  pid_t pid = ::fork();
-  if (pid == 0)
-    child_main(plan);
-  auto fork_err = errno;
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  close_child_ends();
+  int pidfd = -1;
+  pid_t pid;
+  int spawn_err;
+  {
+    // Blocked across the clone so no handler of the program runs in the
+    // child (on its stack, in our memory) before it has reset them.
+    all_signals_blocked blocked;
+    a->started = clock_type::now();
+    pid =
+      ::clone(child_main, stack.top(),
+              CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &plan, &pidfd);
+    spawn_err = errno;
+  }
+  // The child has exec'd or exited by now (CLONE_VFORK).
+  close_fd(plan.output_fd);
   if (a->cgroup)
     a->cgroup->close_procs_fd();
   if (pid < 0) {
-    ::close(report_read);
-    return submit_or_finish(fail("fork failed: " + errno_text(fork_err)));
+    close_fd(a->output_fd);
+    return submit_or_finish(
+      fail("cannot start a process: clone failed: " + errno_text(spawn_err)));
   }
-  // Also from this side, so the group exists whatever runs first.
-  ::setpgid(pid, pid);
 
-  child_report report{0, 0};
-  ssize_t got = 0;
-  while (got < static_cast<ssize_t>(sizeof(report))) {
-    auto n = ::read(report_read, reinterpret_cast<char*>(&report) + got,
-                    sizeof(report) - static_cast<std::size_t>(got));
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      break;
-    got += n;
-  }
-  ::close(report_read);
-  if (got == static_cast<ssize_t>(sizeof(report))) {
+  if (plan.failed_stage != 0) {
     // The child could not exec and has exited; reap it here.
+    close_fd(pidfd);
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
     close_fd(a->output_fd);
-    auto err = report.err;
-    if (report.stage == stage_exec && (err == ENOENT || err == ENOTDIR ||
-                                       err == ELOOP || err == ENAMETOOLONG)) {
+    auto stage = plan.failed_stage;
+    auto err = plan.failed_err;
+    if (stage == stage_exec && (err == ENOENT || err == ENOTDIR ||
+                                err == ELOOP || err == ENAMETOOLONG)) {
       a->spawn_failed = true;
       a->ended = clock_type::now();
       a->preset_exit_code = 127;
       a->failure_line = "tasksup: " + a->argv0 + ": command not found";
       return submit_or_finish(std::move(a));
     }
-    if (report.stage == stage_exec &&
+    if (stage == stage_exec &&
         (err == EACCES || err == EPERM || err == ENOEXEC || err == EISDIR)) {
       // Worded so that the classifier sees an agent failure (126), not the
       // "permission denied" of a fatal authentication error.
@@ -719,23 +788,20 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
       return submit_or_finish(std::move(a));
     }
     return submit_or_finish(fail("cannot start " + a->argv0 + ": " +
-                                 stage_text(report.stage) + ": " +
-                                 errno_text(err)));
+                                 stage_text(stage) + ": " + errno_text(err)));
   }
 
   a->pid = pid;
-  a->pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-  if (a->pidfd < 0 || ::fcntl(a->output_fd, F_SETFL, O_NONBLOCK) != 0) {
-    auto err = errno;
+  a->pidfd = pidfd; // close-on-exec already (CLONE_PIDFD)
+  if (a->pidfd < 0) {
     ::kill(-pid, SIGKILL);
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
     a->pid = -1;
     close_fd(a->output_fd);
-    return submit_or_finish(fail("cannot watch process " + std::to_string(pid) +
-                                 ": " + errno_text(err)));
+    return submit_or_finish(
+      fail("cannot watch process " + std::to_string(pid) + ": no pidfd"));
   }
-  ::fcntl(a->pidfd, F_SETFD, FD_CLOEXEC);
   return submit_or_finish(std::move(a));
 }
 
