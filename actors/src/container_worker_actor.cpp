@@ -25,12 +25,14 @@ struct worker_state {
   std::shared_ptr<runtime::attempt_handle> handle;
   std::deque<std::string> tail;
   std::size_t log_events = 0;
+  /// `opts.spec.attempt`, kept: the spec itself is moved into the runtime.
+  int attempt = 0;
   static inline const char* name = "tasksup.container_worker";
 
-  event_head head() const {
-    auto h = opts.head;
-    h.ts = wall_clock_s();
-    return h;
+  /// The event head, stamped now (updated in place rather than copied).
+  const event_head& head() {
+    opts.head.ts = wall_clock_s();
+    return opts.head;
   }
 };
 
@@ -50,7 +52,11 @@ void start_attempt(worker_actor* self) {
   };
   // May throw (a broken runtime driver): the worker then dies and its
   // supervisor classifies the missing report as infrastructure.
-  st.handle = st.opts.runtime->start(st.opts.spec, std::move(cb));
+  // The spec is not needed after this: move it rather than copy its argv,
+  // environment and labels on every attempt.
+  st.attempt = st.opts.spec.attempt;
+  auto agent_id = st.opts.spec.agent_id;
+  st.handle = st.opts.runtime->start(std::move(st.opts.spec), std::move(cb));
   // However the worker ends (an exit message from an embedding application,
   // a crash), its attempt must not outlive it: kill() after the attempt has
   // ended does nothing, so a normal end is unaffected.
@@ -58,8 +64,7 @@ void start_attempt(worker_actor* self) {
     self->attach_functor(
       [handle = st.handle](const caf::error&) { handle->kill(); });
   self->send(st.supervisor, event_atom::value,
-             attempt_started_event(st.head(), st.opts.spec.agent_id,
-                                   st.opts.agent_cli,
+             attempt_started_event(st.head(), agent_id, st.opts.agent_cli,
                                    st.handle ? st.handle->id() : ""));
 }
 
@@ -96,7 +101,7 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       if (out.tail.empty())
         out.tail.assign(st.tail.begin(), st.tail.end());
       attempt_report report;
-      report.attempt = st.opts.spec.attempt;
+      report.attempt = st.attempt;
       report.outcome = std::move(out);
       report.container_id = st.handle ? st.handle->id() : "";
       self->send(st.supervisor, attempt_exited_atom::value, std::move(report));

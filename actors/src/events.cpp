@@ -2,14 +2,14 @@
 
 #include "supervisor/error_class.hpp"
 
-#include <boost/json/array.hpp>
-#include <boost/json/object.hpp>
-#include <boost/json/serialize.hpp>
-#include <boost/json/string.hpp>
+#include <boost/json/serializer.hpp>
 #include <boost/json/value.hpp>
 
+#include <charconv>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <utility>
 
 namespace tasksup {
@@ -34,24 +34,207 @@ std::string hex_digits(trace_id_generator& rng, int words) {
   }
 }
 
-boost::json::string str(std::string_view s) {
-  return boost::json::string{sanitize_utf8(s)};
+/// True if `s` is valid UTF-8 (what `sanitize_utf8` would return unchanged).
+bool valid_utf8(std::string_view s) {
+  auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  std::size_t i = 0;
+  while (i < s.size()) {
+    auto c = byte(i);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    std::size_t len = 0;
+    unsigned char lo = 0x80;
+    unsigned char hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0)
+        lo = 0xA0;
+      else if (c == 0xED)
+        hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0)
+        lo = 0x90;
+      else if (c == 0xF4)
+        hi = 0x8F;
+    } else {
+      return false;
+    }
+    if (i + len > s.size())
+      return false;
+    for (std::size_t j = 1; j < len; ++j) {
+      auto b = byte(i + j);
+      auto min = j == 1 ? lo : static_cast<unsigned char>(0x80);
+      auto max = j == 1 ? hi : static_cast<unsigned char>(0xBF);
+      if (b < min || b > max)
+        return false;
+    }
+    i += len;
+  }
+  return true;
 }
 
-/// The common keys, in SPEC §9's order.
-boost::json::object head_object(std::string_view kind, const event_head& h) {
-  boost::json::object obj;
-  obj["event"] = kind;
-  obj["task_id"] = str(h.task_id);
-  obj["attempt"] = h.attempt;
-  obj["trace_id"] = h.trace_id;
-  obj["span_id"] = h.span_id;
-  obj["ts"] = h.ts;
-  return obj;
+/// Writes one JSON document straight into a string, byte for byte what
+/// `boost::json::serialize` produces for the same object built key by key
+/// (same escaping, same number formatting), without building the object:
+/// rendering events through `boost::json::object` cost ~18 % of the CPU of
+/// a supervised attempt (BENCHMARKS.md §1).
+class json_writer {
+public:
+  json_writer() { out_.reserve(256); }
+
+  void begin_object() {
+    separator();
+    out_.push_back('{');
+    first_ = true;
+  }
+
+  void end_object() {
+    out_.push_back('}');
+    first_ = false;
+  }
+
+  void begin_array() {
+    separator();
+    out_.push_back('[');
+    first_ = true;
+  }
+
+  void end_array() {
+    out_.push_back(']');
+    first_ = false;
+  }
+
+  /// An object key; the value written next belongs to it.
+  void key(std::string_view k) {
+    separator();
+    escaped(k);
+    out_.push_back(':');
+    first_ = true; // no comma before the value
+  }
+
+  /// A string as is (known-valid text: kind names, ids).
+  void raw_string(std::string_view s) {
+    separator();
+    escaped(s);
+  }
+
+  /// Untrusted text: invalid UTF-8 is replaced by U+FFFD first.
+  void string(std::string_view s) {
+    separator();
+    if (valid_utf8(s))
+      escaped(s);
+    else
+      escaped(sanitize_utf8(s));
+  }
+
+  void integer(std::int64_t x) {
+    separator();
+    char buf[24];
+    auto r = std::to_chars(buf, buf + sizeof(buf), x);
+    out_.append(buf, r.ptr);
+  }
+
+  void number(double x) {
+    separator();
+    // Boost.JSON's own double formatting, so the digits are the same.
+    boost::json::value v(x);
+    boost::json::serializer sr;
+    sr.reset(&v);
+    char buf[64];
+    while (!sr.done())
+      out_.append(sr.read(buf, sizeof(buf)));
+  }
+
+  void boolean(bool x) {
+    separator();
+    out_.append(x ? "true" : "false");
+  }
+
+  void null() {
+    separator();
+    out_.append("null");
+  }
+
+  std::string take() { return std::move(out_); }
+
+private:
+  void separator() {
+    if (!first_)
+      out_.push_back(',');
+    first_ = false;
+  }
+
+  void escaped(std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    out_.push_back('"');
+    std::size_t run = 0; // start of the pending unescaped run
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      auto c = static_cast<unsigned char>(s[i]);
+      if (c >= 0x20 && c != '"' && c != '\\')
+        continue;
+      out_.append(s.data() + run, i - run);
+      run = i + 1;
+      out_.push_back('\\');
+      switch (c) {
+        case '"':
+          out_.push_back('"');
+          break;
+        case '\\':
+          out_.push_back('\\');
+          break;
+        case '\b':
+          out_.push_back('b');
+          break;
+        case '\t':
+          out_.push_back('t');
+          break;
+        case '\n':
+          out_.push_back('n');
+          break;
+        case '\f':
+          out_.push_back('f');
+          break;
+        case '\r':
+          out_.push_back('r');
+          break;
+        default:
+          out_.append("u00");
+          out_.push_back(hex[c >> 4]);
+          out_.push_back(hex[c & 15]);
+      }
+    }
+    out_.append(s.data() + run, s.size() - run);
+    out_.push_back('"');
+  }
+
+  std::string out_;
+  bool first_ = true;
+};
+
+/// Opens the event object and writes the common keys, in SPEC §9's order.
+void head_fields(json_writer& w, std::string_view kind, const event_head& h) {
+  w.begin_object();
+  w.key("event");
+  w.raw_string(kind);
+  w.key("task_id");
+  w.string(h.task_id);
+  w.key("attempt");
+  w.integer(h.attempt);
+  w.key("trace_id");
+  w.raw_string(h.trace_id);
+  w.key("span_id");
+  w.raw_string(h.span_id);
+  w.key("ts");
+  w.number(h.ts);
 }
 
-event finish(event_kind kind, const event_head& h,
-             const boost::json::object& obj) {
+event finish(event_kind kind, const event_head& h, json_writer& w) {
+  w.end_object();
   event ev;
   ev.kind = kind;
   ev.task_id = h.task_id;
@@ -59,33 +242,43 @@ event finish(event_kind kind, const event_head& h,
   ev.trace_id = h.trace_id;
   ev.span_id = h.span_id;
   ev.ts = h.ts;
-  ev.json = boost::json::serialize(obj);
+  ev.json = w.take();
   return ev;
 }
 
-boost::json::value optional_string(const std::optional<std::string>& x) {
+void optional_string(json_writer& w, const std::optional<std::string>& x) {
   if (x)
-    return str(*x);
-  return nullptr;
+    w.string(*x);
+  else
+    w.null();
 }
 
-boost::json::object result_fields(const task_result& r) {
-  boost::json::object obj;
-  obj["outcome"] = to_string(r.outcome);
-  obj["exit_code"] = r.exit_code;
-  obj["error"] = optional_string(r.error);
-  boost::json::array artifacts;
+/// The result's keys (inside an open object).
+void result_fields(json_writer& w, const task_result& r) {
+  w.key("outcome");
+  w.raw_string(to_string(r.outcome));
+  w.key("exit_code");
+  w.integer(r.exit_code);
+  w.key("error");
+  optional_string(w, r.error);
+  w.key("artifacts");
+  w.begin_array();
   for (auto& a : r.artifacts)
-    artifacts.emplace_back(str(a));
-  obj["artifacts"] = std::move(artifacts);
-  boost::json::object meta;
-  meta["agent_used"] = str(r.metadata.agent_used);
-  meta["agent_id"] = str(r.metadata.agent_id);
-  meta["retry_count"] = r.metadata.retry_count;
-  meta["total_attempts"] = r.metadata.total_attempts;
-  meta["fallback_count"] = r.metadata.fallback_count;
-  obj["metadata"] = std::move(meta);
-  return obj;
+    w.string(a);
+  w.end_array();
+  w.key("metadata");
+  w.begin_object();
+  w.key("agent_used");
+  w.string(r.metadata.agent_used);
+  w.key("agent_id");
+  w.string(r.metadata.agent_id);
+  w.key("retry_count");
+  w.integer(r.metadata.retry_count);
+  w.key("total_attempts");
+  w.integer(r.metadata.total_attempts);
+  w.key("fallback_count");
+  w.integer(r.metadata.fallback_count);
+  w.end_object();
 }
 
 } // namespace
@@ -118,107 +311,149 @@ double wall_clock_s() {
 
 event task_submitted_event(const event_head& h, std::string_view environment,
                            const std::vector<std::string>& agents) {
-  auto obj = head_object("task_submitted", h);
-  obj["environment"] = str(environment);
-  boost::json::array ids;
+  json_writer w;
+  head_fields(w, "task_submitted", h);
+  w.key("environment");
+  w.string(environment);
+  w.key("agents");
+  w.begin_array();
   for (auto& a : agents)
-    ids.emplace_back(str(a));
-  obj["agents"] = std::move(ids);
-  return finish(event_kind::task_submitted, h, obj);
+    w.string(a);
+  w.end_array();
+  return finish(event_kind::task_submitted, h, w);
 }
 
 event attempt_started_event(const event_head& h, std::string_view agent_id,
                             std::string_view agent_cli,
                             std::string_view container_id) {
-  auto obj = head_object("attempt_started", h);
-  obj["agent_id"] = str(agent_id);
-  obj["agent_cli"] = str(agent_cli);
-  obj["container_id"] = str(container_id);
-  return finish(event_kind::attempt_started, h, obj);
+  json_writer w;
+  head_fields(w, "attempt_started", h);
+  w.key("agent_id");
+  w.string(agent_id);
+  w.key("agent_cli");
+  w.string(agent_cli);
+  w.key("container_id");
+  w.string(container_id);
+  return finish(event_kind::attempt_started, h, w);
 }
 
 event log_event(const event_head& h, std::string_view line) {
-  auto obj = head_object("log", h);
-  obj["line"] = str(line);
-  return finish(event_kind::log, h, obj);
+  json_writer w;
+  head_fields(w, "log", h);
+  w.key("line");
+  w.string(line);
+  return finish(event_kind::log, h, w);
 }
 
 event attempt_exited_event(const event_head& h, const attempt_outcome& out) {
-  auto obj = head_object("attempt_exited", h);
-  obj["exit_code"] = out.exit_code;
-  obj["signal"] = out.signal;
-  obj["oom_killed"] = out.oom_killed;
-  obj["duration_s"] = out.duration_s;
-  if (!out.infrastructure_error.empty())
-    obj["infrastructure_error"] = str(out.infrastructure_error);
-  return finish(event_kind::attempt_exited, h, obj);
+  json_writer w;
+  head_fields(w, "attempt_exited", h);
+  w.key("exit_code");
+  w.integer(out.exit_code);
+  w.key("signal");
+  w.integer(out.signal);
+  w.key("oom_killed");
+  w.boolean(out.oom_killed);
+  w.key("duration_s");
+  w.number(out.duration_s);
+  if (!out.infrastructure_error.empty()) {
+    w.key("infrastructure_error");
+    w.string(out.infrastructure_error);
+  }
+  return finish(event_kind::attempt_exited, h, w);
 }
 
 event classified_event(const event_head& h, const classification& c) {
-  auto obj = head_object("classified", h);
-  obj["class"] = to_string(c.cls);
-  obj["rule"] = str(c.rule);
-  obj["line"] = str(c.line);
+  json_writer w;
+  head_fields(w, "classified", h);
+  w.key("class");
+  w.raw_string(to_string(c.cls));
+  w.key("rule");
+  w.string(c.rule);
+  w.key("line");
+  w.string(c.line);
+  w.key("retry_after_s");
   if (c.retry_after_s)
-    obj["retry_after_s"] = *c.retry_after_s;
+    w.number(*c.retry_after_s);
   else
-    obj["retry_after_s"] = nullptr;
-  return finish(event_kind::classified, h, obj);
+    w.null();
+  return finish(event_kind::classified, h, w);
 }
 
 event retry_scheduled_event(const event_head& h, int retry_count,
                             int max_retries, std::string_view agent,
                             double delay_s) {
-  auto obj = head_object("retry_scheduled", h);
-  obj["retry_count"] = retry_count;
-  obj["agent"] = str(agent);
-  obj["delay_s"] = delay_s;
-  obj["max_retries"] = max_retries;
-  return finish(event_kind::retry_scheduled, h, obj);
+  json_writer w;
+  head_fields(w, "retry_scheduled", h);
+  w.key("retry_count");
+  w.integer(retry_count);
+  w.key("agent");
+  w.string(agent);
+  w.key("delay_s");
+  w.number(delay_s);
+  w.key("max_retries");
+  w.integer(max_retries);
+  return finish(event_kind::retry_scheduled, h, w);
 }
 
 event agent_switched_event(const event_head& h, std::string_view from,
                            std::string_view to, std::string_view reason) {
-  auto obj = head_object("agent_switched", h);
-  obj["from"] = str(from);
-  obj["to"] = str(to);
-  obj["reason"] = str(reason);
-  return finish(event_kind::agent_switched, h, obj);
+  json_writer w;
+  head_fields(w, "agent_switched", h);
+  w.key("from");
+  w.string(from);
+  w.key("to");
+  w.string(to);
+  w.key("reason");
+  w.string(reason);
+  return finish(event_kind::agent_switched, h, w);
 }
 
 event user_stop_event(const event_head& h, stop_mode mode,
                       std::string_view message) {
-  auto obj = head_object("user_stop", h);
-  obj["mode"] = to_string(mode);
-  obj["message"] = str(message);
-  return finish(event_kind::user_stop, h, obj);
+  json_writer w;
+  head_fields(w, "user_stop", h);
+  w.key("mode");
+  w.raw_string(to_string(mode));
+  w.key("message");
+  w.string(message);
+  return finish(event_kind::user_stop, h, w);
 }
 
 event task_done_event(const event_head& h, const task_result& r) {
-  auto obj = head_object("task_done", h);
-  for (auto& kv : result_fields(r))
-    obj[kv.key()] = kv.value();
-  return finish(event_kind::task_done, h, obj);
+  json_writer w;
+  head_fields(w, "task_done", h);
+  result_fields(w, r);
+  return finish(event_kind::task_done, h, w);
 }
 
 event escalated_event(const event_head& h, task_outcome outcome,
                       std::string_view parent) {
-  auto obj = head_object("escalated", h);
-  obj["outcome"] = to_string(outcome);
-  obj["parent"] = str(parent);
-  return finish(event_kind::escalated, h, obj);
+  json_writer w;
+  head_fields(w, "escalated", h);
+  w.key("outcome");
+  w.raw_string(to_string(outcome));
+  w.key("parent");
+  w.string(parent);
+  return finish(event_kind::escalated, h, w);
 }
 
 event warning_event(const event_head& h, std::string_view message) {
-  auto obj = head_object("warning", h);
-  obj["message"] = str(message);
-  return finish(event_kind::warning, h, obj);
+  json_writer w;
+  head_fields(w, "warning", h);
+  w.key("message");
+  w.string(message);
+  return finish(event_kind::warning, h, w);
 }
 
 std::string result_to_json(const task_result& r) {
-  auto obj = result_fields(r);
-  obj["task_id"] = str(r.task_id);
-  return boost::json::serialize(obj);
+  json_writer w;
+  w.begin_object();
+  result_fields(w, r);
+  w.key("task_id");
+  w.string(r.task_id);
+  w.end_object();
+  return w.take();
 }
 
 std::string sanitize_utf8(std::string_view s) {

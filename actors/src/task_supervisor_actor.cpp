@@ -72,6 +72,9 @@ struct supervisor_state {
   bool deadline_passed = false;
   double previous_delay_s = 0;
   std::optional<attempt_outcome> last_outcome;
+  /// The task brought its own classifier rules (dropped when it ends). The
+  /// rules themselves are handed to the classifier at start, not kept here.
+  bool has_own_rules = false;
   static inline const char* name = "tasksup.task_supervisor";
 
   const agent_spec& agent() const { return chain.agents[st.agent_index]; }
@@ -136,7 +139,7 @@ void finish(supervisor_actor* self, task_outcome outcome,
   r.metadata.total_attempts = st.st.total_attempts;
   r.metadata.fallback_count = st.st.fallback_count;
   emit(self, task_done_event(st.head(false), r));
-  if (st.opts.task.classifier_rules)
+  if (st.has_own_rules)
     self->send(st.opts.classifier, drop_rules_atom::value, st.task_id());
   self->send(st.parent, escalate_atom::value, r);
   emit(self, escalated_event(st.head(false), outcome,
@@ -403,7 +406,9 @@ void on_attempt_end(supervisor_actor* self, attempt_outcome out) {
   req.outcome = out;
   req.agent_cli = st.agent().agent_cli;
   auto gen = st.generation;
-  self->request(st.opts.classifier, caf::infinite, classify_atom::value, req)
+  self
+    ->request(st.opts.classifier, caf::infinite, classify_atom::value,
+              std::move(req))
     .then(
       [=](classification& c) {
         auto& st = self->state;
@@ -593,7 +598,14 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
       (std::filesystem::temp_directory_path() / "tasksup").string();
   st.chain = build_agent_chain(task.selection, st.opts.default_agent,
                                st.opts.start_agent_id);
-  st.policy.emplace(task.supervisor);
+  // The policy holds the task's supervisor settings; the state keeps no
+  // second copy of them, nor of the inputs used only to build the chain
+  // (BENCHMARKS.md §2: memory per parked task).
+  st.policy.emplace(std::move(task.supervisor));
+  task.supervisor = supervisor_config{};
+  task.selection.reset();
+  st.opts.default_agent = agent_spec{};
+  st.opts.start_agent_id.reset();
   st.st = st.policy->initial_state(st.chain.agents.size());
   // Helpers this supervisor owns go down with it, however it ends.
   auto spawn_owned = [&](caf::actor x) {
@@ -632,9 +644,12 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
   for (auto& w : st.chain.warnings)
     emit(self, warning_event(st.head(false), w));
   if (task.classifier_rules) {
+    st.has_own_rules = true;
+    auto rules = std::move(*task.classifier_rules);
+    task.classifier_rules.reset();
     self
       ->request(st.opts.classifier, caf::infinite, set_rules_atom::value,
-                task.id, *task.classifier_rules)
+                task.id, std::move(rules))
       .then([](bool) {},
             [=](caf::error& err) {
               auto& st = self->state;
@@ -642,7 +657,7 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
                 fail(self, "invalid classifier rules: " + error_text(err));
             });
   }
-  if (auto deadline = task.supervisor.deadline_s; deadline && *deadline > 0)
+  if (auto deadline = st.policy->config().deadline_s; deadline && *deadline > 0)
     self->delayed_send(self,
                        std::chrono::duration_cast<std::chrono::nanoseconds>(
                          std::chrono::duration<double>(*deadline)),

@@ -5,10 +5,19 @@
 
 #include <catch2/catch.hpp>
 
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/string.hpp>
 
+#include <cstdint>
+#include <cstring>
+#include <iterator>
+#include <limits>
 #include <set>
 #include <string>
+#include <vector>
 
 using namespace tasksup;
 
@@ -174,4 +183,260 @@ TEST_CASE("event values have the types SPEC §9 implies; absent means null",
   CHECK(boost::json::parse(user_stop_event(head(), stop_mode::kill, "m").json)
           .at("mode")
           .as_string() == "kill");
+}
+
+namespace {
+
+// The reference rendering: the same object built with boost::json::object and
+// serialized by Boost.JSON, as events were rendered before the direct writer.
+boost::json::string ref_str(std::string_view s) {
+  return boost::json::string{sanitize_utf8(s)};
+}
+
+boost::json::object ref_head(std::string_view kind, const event_head& h) {
+  boost::json::object obj;
+  obj["event"] = kind;
+  obj["task_id"] = ref_str(h.task_id);
+  obj["attempt"] = h.attempt;
+  obj["trace_id"] = h.trace_id;
+  obj["span_id"] = h.span_id;
+  obj["ts"] = h.ts;
+  return obj;
+}
+
+boost::json::object ref_result(const task_result& r) {
+  boost::json::object obj;
+  obj["outcome"] = to_string(r.outcome);
+  obj["exit_code"] = r.exit_code;
+  if (r.error)
+    obj["error"] = ref_str(*r.error);
+  else
+    obj["error"] = nullptr;
+  boost::json::array artifacts;
+  for (auto& a : r.artifacts)
+    artifacts.emplace_back(ref_str(a));
+  obj["artifacts"] = std::move(artifacts);
+  boost::json::object meta;
+  meta["agent_used"] = ref_str(r.metadata.agent_used);
+  meta["agent_id"] = ref_str(r.metadata.agent_id);
+  meta["retry_count"] = r.metadata.retry_count;
+  meta["total_attempts"] = r.metadata.total_attempts;
+  meta["fallback_count"] = r.metadata.fallback_count;
+  obj["metadata"] = std::move(meta);
+  return obj;
+}
+
+/// Deterministic awkward inputs: every byte value, truncated and overlong
+/// UTF-8 sequences, surrogates, control characters, quotes, backslashes.
+struct input_source {
+  std::uint64_t state;
+
+  std::uint64_t next() {
+    auto z = (state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+
+  std::string text() {
+    static const std::vector<std::string> pieces = {"a",
+                                                    "Z9",
+                                                    " ",
+                                                    "\"",
+                                                    "\\",
+                                                    "\n",
+                                                    "\r\t",
+                                                    "\b\f",
+                                                    std::string(1, '\0'),
+                                                    "\x01",
+                                                    "\x1f",
+                                                    "\x7f",
+                                                    "\xe2\x82\xac",
+                                                    "\xf0\x9f\x98\x80",
+                                                    "\xc3\xa9",
+                                                    "\xe2\x82",
+                                                    "\xff",
+                                                    "\xc0\xaf",
+                                                    "\xed\xa0\x80",
+                                                    "\xf4\x90\x80\x80",
+                                                    "\x80",
+                                                    "\xf0\x9f",
+                                                    "/",
+                                                    "\xef\xbf\xbd"};
+    std::string s;
+    auto n = next() % 12;
+    for (std::uint64_t i = 0; i < n; ++i) {
+      if (next() % 4 == 0)
+        s.push_back(static_cast<char>(next() % 256));
+      else
+        s += pieces[next() % pieces.size()];
+    }
+    return s;
+  }
+
+  double number() {
+    static const double specials[] = {0.0,
+                                      -0.0,
+                                      1.5,
+                                      1700000000.5,
+                                      1763790000.123456,
+                                      0.1,
+                                      1e-300,
+                                      1e300,
+                                      5e-324,
+                                      -2.5,
+                                      30,
+                                      std::numeric_limits<double>::max(),
+                                      std::numeric_limits<double>::infinity(),
+                                      std::numeric_limits<double>::quiet_NaN()};
+    auto k = next() % 20;
+    if (k < std::size(specials))
+      return specials[k];
+    double d;
+    auto bits = next();
+    std::memcpy(&d, &bits, sizeof(d));
+    return k % 2 ? d : static_cast<double>(next() % 100000) / 1000.0;
+  }
+
+  int integer() {
+    static const int specials[] = {0,
+                                   -1,
+                                   1,
+                                   137,
+                                   std::numeric_limits<int>::min(),
+                                   std::numeric_limits<int>::max()};
+    auto k = next() % 10;
+    if (k < std::size(specials))
+      return specials[k];
+    return static_cast<int>(next());
+  }
+};
+
+std::string ser(const boost::json::object& obj) {
+  return boost::json::serialize(obj);
+}
+
+} // namespace
+
+TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
+  input_source in{42};
+  for (int round = 0; round < 2000; ++round) {
+    event_head h;
+    h.task_id = in.text();
+    h.attempt = in.integer();
+    h.trace_id = in.text();
+    h.span_id = in.text();
+    h.ts = in.number();
+    INFO("round " << round);
+
+    auto env = in.text();
+    std::vector<std::string> agents(in.next() % 4);
+    for (auto& a : agents)
+      a = in.text();
+    auto obj = ref_head("task_submitted", h);
+    obj["environment"] = ref_str(env);
+    boost::json::array ids;
+    for (auto& a : agents)
+      ids.emplace_back(ref_str(a));
+    obj["agents"] = std::move(ids);
+    CHECK(task_submitted_event(h, env, agents).json == ser(obj));
+
+    auto s1 = in.text();
+    auto s2 = in.text();
+    auto s3 = in.text();
+    obj = ref_head("attempt_started", h);
+    obj["agent_id"] = ref_str(s1);
+    obj["agent_cli"] = ref_str(s2);
+    obj["container_id"] = ref_str(s3);
+    CHECK(attempt_started_event(h, s1, s2, s3).json == ser(obj));
+
+    obj = ref_head("log", h);
+    obj["line"] = ref_str(s1);
+    CHECK(log_event(h, s1).json == ser(obj));
+
+    attempt_outcome out;
+    out.exit_code = in.integer();
+    out.signal = in.integer();
+    out.oom_killed = in.next() % 2 == 0;
+    out.duration_s = in.number();
+    if (in.next() % 2)
+      out.infrastructure_error = in.text();
+    obj = ref_head("attempt_exited", h);
+    obj["exit_code"] = out.exit_code;
+    obj["signal"] = out.signal;
+    obj["oom_killed"] = out.oom_killed;
+    obj["duration_s"] = out.duration_s;
+    if (!out.infrastructure_error.empty())
+      obj["infrastructure_error"] = ref_str(out.infrastructure_error);
+    CHECK(attempt_exited_event(h, out).json == ser(obj));
+
+    classification c;
+    c.cls = static_cast<error_class>(in.next() % 3);
+    c.rule = in.text();
+    c.line = in.text();
+    if (in.next() % 2)
+      c.retry_after_s = in.number();
+    obj = ref_head("classified", h);
+    obj["class"] = to_string(c.cls);
+    obj["rule"] = ref_str(c.rule);
+    obj["line"] = ref_str(c.line);
+    if (c.retry_after_s)
+      obj["retry_after_s"] = *c.retry_after_s;
+    else
+      obj["retry_after_s"] = nullptr;
+    CHECK(classified_event(h, c).json == ser(obj));
+
+    auto rc = in.integer();
+    auto mr = in.integer();
+    auto delay = in.number();
+    obj = ref_head("retry_scheduled", h);
+    obj["retry_count"] = rc;
+    obj["agent"] = ref_str(s2);
+    obj["delay_s"] = delay;
+    obj["max_retries"] = mr;
+    CHECK(retry_scheduled_event(h, rc, mr, s2, delay).json == ser(obj));
+
+    obj = ref_head("agent_switched", h);
+    obj["from"] = ref_str(s1);
+    obj["to"] = ref_str(s2);
+    obj["reason"] = ref_str(s3);
+    CHECK(agent_switched_event(h, s1, s2, s3).json == ser(obj));
+
+    auto mode = in.next() % 2 ? stop_mode::kill : stop_mode::cancel;
+    obj = ref_head("user_stop", h);
+    obj["mode"] = to_string(mode);
+    obj["message"] = ref_str(s3);
+    CHECK(user_stop_event(h, mode, s3).json == ser(obj));
+
+    task_result r;
+    r.task_id = in.text();
+    r.outcome = in.next() % 2 ? task_outcome::failed : task_outcome::succeeded;
+    r.exit_code = in.integer();
+    if (in.next() % 2)
+      r.error = in.text();
+    r.artifacts.resize(in.next() % 3);
+    for (auto& a : r.artifacts)
+      a = in.text();
+    r.metadata.agent_used = in.text();
+    r.metadata.agent_id = in.text();
+    r.metadata.retry_count = in.integer();
+    r.metadata.total_attempts = in.integer();
+    r.metadata.fallback_count = in.integer();
+    obj = ref_head("task_done", h);
+    for (auto& kv : ref_result(r))
+      obj[kv.key()] = kv.value();
+    CHECK(task_done_event(h, r).json == ser(obj));
+    auto res = ref_result(r);
+    res["task_id"] = ref_str(r.task_id);
+    CHECK(result_to_json(r) == ser(res));
+
+    obj = ref_head("escalated", h);
+    obj["outcome"] = to_string(r.outcome);
+    obj["parent"] = ref_str(s1);
+    CHECK(escalated_event(h, r.outcome, s1).json == ser(obj));
+
+    obj = ref_head("warning", h);
+    obj["message"] = ref_str(s2);
+    CHECK(warning_event(h, s2).json == ser(obj));
+  }
 }

@@ -2,6 +2,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
 using namespace tasksup;
 
 TEST_CASE("restart window allows max_restarts per period") {
@@ -56,4 +60,30 @@ TEST_CASE("restart window defaults are 10 per hour") {
     CHECK(w.try_restart(i * 300.0));
   CHECK_FALSE(w.try_restart(3000));
   CHECK(w.try_restart(3600.5)); // the restart at 0 fell out
+}
+
+TEST_CASE("restart window keeps OTP's rule over a long sliding run") {
+  // Against a direct model: every allowed restart time, and the rule
+  // "at most max within [now - period, now]" recounted from scratch.
+  restart_window w{5, 10};
+  std::vector<double> allowed;
+  std::uint64_t x = 7;
+  double now = 0;
+  for (int i = 0; i < 5000; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    now += static_cast<double>((x >> 33) % 700) / 100.0; // 0–7 s apart
+    auto in_window = [&](double t) { return t >= now - 10; };
+    auto live = std::count_if(allowed.begin(), allowed.end(), in_window);
+    bool expect = live < 5;
+    INFO("restart " << i << " at " << now);
+    REQUIRE(w.try_restart(now) == expect);
+    if (expect)
+      allowed.push_back(now);
+    if ((x >> 20) % 17 == 0 && expect) {
+      w.undo_last();
+      allowed.pop_back();
+    }
+    REQUIRE(w.count(now) == static_cast<std::size_t>(std::count_if(
+                              allowed.begin(), allowed.end(), in_window)));
+  }
 }
