@@ -436,6 +436,19 @@ void on_attempt_end(supervisor_actor* self, attempt_outcome out) {
       });
 }
 
+/// Tells the running attempt's worker to stop: at once for a kill, with the
+/// policy's `stop_grace_s` before the kill for a cancel.
+void stop_worker(supervisor_actor* self, stop_mode mode) {
+  auto& st = self->state;
+  std::int64_t grace_ms = 0;
+  if (mode == stop_mode::cancel)
+    grace_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::duration<double>(st.policy->config().stop_grace_s))
+        .count();
+  self->send(st.worker, stop_atom::value, mode, grace_ms);
+}
+
 std::string deadline_reason(supervisor_actor* self) {
   char buf[64];
   std::snprintf(buf, sizeof(buf), "deadline exceeded (%g s)",
@@ -458,10 +471,7 @@ void on_deadline(supervisor_actor* self) {
   if (st.ph == phase::running) {
     if (st.stop_requested)
       return; // already stopping; the user's stop decides the outcome
-    auto grace = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::duration<double>(st.policy->config().stop_grace_s));
-    self->send(st.worker, stop_atom::value, stop_mode::cancel,
-               static_cast<std::int64_t>(grace.count()));
+    stop_worker(self, stop_mode::cancel);
     return;
   }
   // Whatever was pending (a slot, a reply, a backoff timer) is superseded.
@@ -485,15 +495,7 @@ bool on_stop(supervisor_actor* self, stop_mode mode) {
            user_stop_event(st.head(), mode,
                            mode == stop_mode::kill ? "user_kill requested"
                                                    : "user_cancel requested"));
-      if (mode == stop_mode::kill) {
-        self->send(st.worker, stop_atom::value, mode, std::int64_t{0});
-      } else {
-        auto grace =
-          std::chrono::duration<double>(st.policy->config().stop_grace_s);
-        auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(grace);
-        self->send(st.worker, stop_atom::value, mode,
-                   static_cast<std::int64_t>(ms.count()));
-      }
+      stop_worker(self, mode);
       return true;
     case phase::backoff:
     case phase::judging:
@@ -530,9 +532,7 @@ bool on_force_fallback(supervisor_actor* self) {
         return false;
       // Stop the attempt; its exit then moves to the next agent.
       st.fallback_requested = true;
-      self->send(
-        st.worker, stop_atom::value, stop_mode::cancel,
-        static_cast<std::int64_t>(st.policy->config().stop_grace_s * 1000));
+      stop_worker(self, stop_mode::cancel);
       return true;
     case phase::queued:
     case phase::checking:
