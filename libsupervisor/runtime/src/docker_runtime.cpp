@@ -209,9 +209,11 @@ public:
   void abandon(const std::string& why) {
     if (phase_ == phase::done)
       return;
-    fail(why + (id_->get().empty()
+    // Only a container the engine created can remain (the handle's id holds
+    // the planned name from the start).
+    fail(why + (container_id_.empty()
                   ? std::string{}
-                  : "; container " + id_->get() + " may remain"));
+                  : "; container " + container_id_ + " may remain"));
     complete();
   }
 
