@@ -25,14 +25,21 @@ struct worker_state {
   std::shared_ptr<runtime::attempt_handle> handle;
   std::deque<std::string> tail;
   std::size_t log_events = 0;
-  /// `opts.spec.attempt`, kept: the spec itself is moved into the runtime.
+  /// `opts.spec`'s task id and attempt, kept: the spec itself is moved into
+  /// the runtime.
+  std::string task_id;
   int attempt = 0;
   static inline const char* name = "tasksup.container_worker";
 
-  /// The event head, stamped now (updated in place rather than copied).
-  const event_head& head() {
-    opts.head.ts = wall_clock_s();
-    return opts.head;
+  /// The event head, stamped now.
+  event_head head() const {
+    event_head h;
+    h.task_id = task_id;
+    h.attempt = attempt;
+    h.trace_id = opts.trace_id;
+    h.span_id = opts.span_id;
+    h.ts = wall_clock_s();
+    return h;
   }
 };
 
@@ -54,6 +61,7 @@ void start_attempt(worker_actor* self) {
   // supervisor classifies the missing report as infrastructure.
   // The spec is not needed after this: move it rather than copy its argv,
   // environment and labels on every attempt.
+  st.task_id = st.opts.spec.task_id;
   st.attempt = st.opts.spec.attempt;
   auto agent_id = st.opts.spec.agent_id;
   st.handle = st.opts.runtime->start(std::move(st.opts.spec), std::move(cb));

@@ -5,10 +5,13 @@
 #include <boost/json/serializer.hpp>
 #include <boost/json/value.hpp>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <utility>
 
@@ -17,17 +20,16 @@ namespace tasksup {
 namespace {
 
 std::string hex_digits(trace_id_generator& rng, int words) {
-  std::string out;
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out(static_cast<std::size_t>(words) * 16, '0');
   for (;;) {
-    out.clear();
     bool nonzero = false;
     for (int i = 0; i < words; ++i) {
       auto x = rng.next();
       nonzero = nonzero || x != 0;
-      char buf[17];
-      std::snprintf(buf, sizeof(buf), "%016llx",
-                    static_cast<unsigned long long>(x));
-      out.append(buf, 16);
+      auto* p = out.data() + i * 16;
+      for (int d = 15; d >= 0; --d, x >>= 4)
+        p[d] = digits[x & 15];
     }
     if (nonzero)
       return out;
@@ -99,48 +101,57 @@ bool valid_utf8(std::string_view s) {
 /// a supervised attempt (BENCHMARKS.md §1).
 class json_writer {
 public:
-  json_writer() { out_.reserve(256); }
+  json_writer() { grow(512); }
 
   void begin_object() {
     separator();
-    out_.push_back('{');
+    put('{');
     first_ = true;
   }
 
   void end_object() {
-    out_.push_back('}');
+    put('}');
     first_ = false;
   }
 
   void begin_array() {
     separator();
-    out_.push_back('[');
+    put('[');
     first_ = true;
   }
 
   void end_array() {
-    out_.push_back(']');
+    put(']');
     first_ = false;
   }
 
-  /// An object key; the value written next belongs to it.
+  /// An object key; the value written next belongs to it. Keys are the
+  /// event kinds' fixed names: plain ASCII that needs no escaping.
   void key(std::string_view k) {
     separator();
-    escaped(k);
-    out_.push_back(':');
+    reserve(k.size() + 3);
+    *p_++ = '"';
+    copy(k);
+    *p_++ = '"';
+    *p_++ = ':';
     first_ = true; // no comma before the value
   }
 
   /// A string as is (known-valid text: kind names, ids).
   void raw_string(std::string_view s) {
     separator();
-    escaped(s);
+    if (plain(s))
+      quoted(s);
+    else
+      escaped(s);
   }
 
   /// Untrusted text: invalid UTF-8 is replaced by U+FFFD first.
   void string(std::string_view s) {
     separator();
-    if (valid_utf8(s))
+    if (plain(s))
+      quoted(s);
+    else if (valid_utf8(s))
       escaped(s);
     else
       escaped(sanitize_utf8(s));
@@ -148,85 +159,170 @@ public:
 
   void integer(std::int64_t x) {
     separator();
-    char buf[24];
-    auto r = std::to_chars(buf, buf + sizeof(buf), x);
-    out_.append(buf, r.ptr);
+    reserve(24);
+    p_ = std::to_chars(p_, p_ + 24, x).ptr;
   }
 
   void number(double x) {
     separator();
-    // Boost.JSON's own double formatting, so the digits are the same.
+    if (std::isfinite(x)) {
+      shortest(x);
+      return;
+    }
+    // Boost.JSON's own spelling of infinities and NaN.
     boost::json::value v(x);
     boost::json::serializer sr;
     sr.reset(&v);
     char buf[64];
     while (!sr.done())
-      out_.append(sr.read(buf, sizeof(buf)));
+      append(sr.read(buf, sizeof(buf)));
   }
 
   void boolean(bool x) {
     separator();
-    out_.append(x ? "true" : "false");
+    append(x ? std::string_view{"true"} : std::string_view{"false"});
   }
 
   void null() {
     separator();
-    out_.append("null");
+    append("null");
   }
 
-  std::string take() { return std::move(out_); }
+  std::string take() {
+    out_.resize(static_cast<std::size_t>(p_ - out_.data()));
+    p_ = end_ = nullptr;
+    return std::move(out_);
+  }
 
 private:
+  // The text is written through a cursor into `out_`, sized ahead (`grow`)
+  // and cut to length by `take`: appending to a std::string piece by piece
+  // cost more than the text itself (BENCHMARKS.md §1).
+
+  /// Room for `n` more bytes at the cursor.
+  void reserve(std::size_t n) {
+    if (static_cast<std::size_t>(end_ - p_) < n)
+      grow(n);
+  }
+
+  void grow(std::size_t n) {
+    auto used = p_ ? static_cast<std::size_t>(p_ - out_.data()) : 0;
+    out_.resize(std::max(out_.size() * 2, used + n + 256));
+    p_ = out_.data() + used;
+    end_ = out_.data() + out_.size();
+  }
+
+  void put(char c) {
+    reserve(1);
+    *p_++ = c;
+  }
+
+  /// Copies `s` to the cursor; the room must be reserved.
+  void copy(std::string_view s) {
+    if (!s.empty())
+      std::memcpy(p_, s.data(), s.size());
+    p_ += s.size();
+  }
+
+  void append(std::string_view s) {
+    reserve(s.size());
+    copy(s);
+  }
+
   void separator() {
     if (!first_)
-      out_.push_back(',');
+      put(',');
     first_ = false;
   }
 
+  /// True if `s` is printable ASCII without quotes or backslashes: the
+  /// common case (ids, names, numbers as text), copied in one piece.
+  static bool plain(std::string_view s) {
+    for (char ch : s) {
+      auto c = static_cast<unsigned char>(ch);
+      if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\')
+        return false;
+    }
+    return true;
+  }
+
+  void quoted(std::string_view s) {
+    reserve(s.size() + 2);
+    *p_++ = '"';
+    copy(s);
+    *p_++ = '"';
+  }
+
+  /// A finite double as Boost.JSON writes it: the shortest digits that read
+  /// back as `x` (Ryu), in scientific form with an upper-case `E` and a bare
+  /// exponent (`1.5E0`, `-2.5E-7`, `1.7639E9`). `std::to_chars` gives the
+  /// same shortest digits; only the exponent is spelled differently.
+  void shortest(double x) {
+    char buf[40];
+    auto r =
+      std::to_chars(buf, buf + sizeof(buf), x, std::chars_format::scientific);
+    std::string_view text{buf, static_cast<std::size_t>(r.ptr - buf)};
+    auto e = text.find('e');
+    auto exp = text.substr(e + 1); // "+09", "-07", "+308"
+    reserve(text.size());
+    copy(text.substr(0, e));
+    *p_++ = 'E';
+    if (exp.front() == '-')
+      *p_++ = '-';
+    exp.remove_prefix(1);
+    while (exp.size() > 1 && exp.front() == '0')
+      exp.remove_prefix(1);
+    copy(exp);
+  }
+
+  /// `s` quoted with JSON escapes (at most 6 bytes per input byte).
   void escaped(std::string_view s) {
     static constexpr char hex[] = "0123456789abcdef";
-    out_.push_back('"');
-    std::size_t run = 0; // start of the pending unescaped run
-    for (std::size_t i = 0; i < s.size(); ++i) {
-      auto c = static_cast<unsigned char>(s[i]);
-      if (c >= 0x20 && c != '"' && c != '\\')
+    reserve(s.size() * 6 + 2);
+    *p_++ = '"';
+    for (char ch : s) {
+      auto c = static_cast<unsigned char>(ch);
+      if (c >= 0x20 && c != '"' && c != '\\') {
+        *p_++ = ch;
         continue;
-      out_.append(s.data() + run, i - run);
-      run = i + 1;
-      out_.push_back('\\');
+      }
+      *p_++ = '\\';
       switch (c) {
         case '"':
-          out_.push_back('"');
+          *p_++ = '"';
           break;
         case '\\':
-          out_.push_back('\\');
+          *p_++ = '\\';
           break;
         case '\b':
-          out_.push_back('b');
+          *p_++ = 'b';
           break;
         case '\t':
-          out_.push_back('t');
+          *p_++ = 't';
           break;
         case '\n':
-          out_.push_back('n');
+          *p_++ = 'n';
           break;
         case '\f':
-          out_.push_back('f');
+          *p_++ = 'f';
           break;
         case '\r':
-          out_.push_back('r');
+          *p_++ = 'r';
           break;
         default:
-          out_.append("u00");
-          out_.push_back(hex[c >> 4]);
-          out_.push_back(hex[c & 15]);
+          *p_++ = 'u';
+          *p_++ = '0';
+          *p_++ = '0';
+          *p_++ = hex[c >> 4];
+          *p_++ = hex[c & 15];
       }
     }
-    out_.append(s.data() + run, s.size() - run);
-    out_.push_back('"');
+    *p_++ = '"';
   }
 
   std::string out_;
+  char* p_ = nullptr;
+  char* end_ = nullptr;
   bool first_ = true;
 };
 

@@ -180,9 +180,17 @@ void start_worker(supervisor_actor* self) {
     spec.argv.push_back(task.prompt);
   else
     spec.env["TASKSUP_PROMPT"] = task.prompt;
-  std::filesystem::path root = st.opts.attempt_root;
-  spec.attempt_dir =
-    (root / task.id / ("attempt-" + std::to_string(st.attempt))).string();
+  // <attempt_root>/<task id>/attempt-<n>, joined as text: task ids are
+  // validated path components, and std::filesystem::path costs ~2k
+  // instructions per attempt here (BENCHMARKS.md §1).
+  const auto& root = st.opts.attempt_root;
+  spec.attempt_dir.reserve(root.size() + task.id.size() + 20);
+  spec.attempt_dir = root;
+  if (!root.empty() && root.back() != '/')
+    spec.attempt_dir += '/';
+  spec.attempt_dir += task.id;
+  spec.attempt_dir += "/attempt-";
+  spec.attempt_dir += std::to_string(st.attempt);
   spec.workdir = task.workdir;
   for (auto& m : task.mounts)
     spec.mounts.push_back({m.host_path, m.container_path, m.read_only});
@@ -194,7 +202,8 @@ void start_worker(supervisor_actor* self) {
   spec.labels["tasksup.agent_id"] = agent.agent_id;
   spec.labels["tasksup.trace_id"] = st.opts.trace_id;
   w.runtime = st.opts.runtime;
-  w.head = st.head();
+  w.trace_id = st.opts.trace_id;
+  w.span_id = st.span;
   w.agent_cli = agent.agent_cli;
   st.ph = phase::running;
   st.worker = spawn_container_worker(
@@ -307,12 +316,14 @@ void schedule_retry(supervisor_actor* self, const decision& d,
         st.ph = phase::backoff;
         auto timer_gen = ++st.generation;
         if (delay_s <= 0) {
-          self->send(self, backoff_timer_atom::value, timer_gen);
-        } else {
-          auto delay = std::chrono::duration_cast<std::chrono::nanoseconds>(
-            std::chrono::duration<double>(delay_s));
-          self->delayed_send(self, delay, backoff_timer_atom::value, timer_gen);
+          // No delay: start now rather than through a message to ourselves
+          // (one mailbox round trip less per immediate retry).
+          begin_attempt(self);
+          return;
         }
+        auto delay = std::chrono::duration_cast<std::chrono::nanoseconds>(
+          std::chrono::duration<double>(delay_s));
+        self->delayed_send(self, delay, backoff_timer_atom::value, timer_gen);
       },
       [=](caf::error& err) {
         auto& st = self->state;

@@ -91,3 +91,30 @@ TEST_CASE_METHOD(fixture, "the backoff actor computes delays with hints",
   req.hint_s = 20;
   CHECK(**ask<double>(b, delay_atom::value, req) == 20);
 }
+
+TEST_CASE_METHOD(fixture,
+                 "the backoff actor keeps each request's bases and overrides",
+                 "[backoff_actor]") {
+  // Requests without overrides share one policy inside the actor; a request
+  // with other bases or its own overrides must still get its own schedule.
+  auto b = keep(spawn_backoff(sys(), 1));
+  delay_request req;
+  req.cls = error_class::retryable;
+  req.retry_index = 1;
+  CHECK(**ask<double>(b, delay_atom::value, req) == 15);
+  req.backoff_base_s = 2;
+  CHECK(**ask<double>(b, delay_atom::value, req) == 6);
+  backoff_spec own;
+  own.table_s = {7, 11};
+  own.max_s = 100;
+  req.overrides[error_class::retryable] = own;
+  CHECK(**ask<double>(b, delay_atom::value, req) == 11);
+  req.overrides.clear();
+  CHECK(**ask<double>(b, delay_atom::value, req) == 6);
+  req.backoff_base_s = 5;
+  req.rate_limit_base_s = 10;
+  req.cls = error_class::rate_limit;
+  CHECK(**ask<double>(b, delay_atom::value, req) == 20);
+  req.cls = error_class::retryable;
+  CHECK(**ask<double>(b, delay_atom::value, req) == 15);
+}

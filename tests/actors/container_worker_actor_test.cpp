@@ -23,8 +23,6 @@ TEST_CASE_METHOD(fixture, "a worker forwards bounded log events and reports",
   w.spec.attempt = 1;
   w.spec.agent_id = "a";
   w.runtime = runtime;
-  w.head.task_id = "t1";
-  w.head.attempt = 1;
   w.agent_cli = "a-cli";
   w.max_log_events = 4;
   spawn_container_worker(sys(), sup, w);

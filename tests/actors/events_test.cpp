@@ -27,8 +27,8 @@ event_head head() {
   event_head h;
   h.task_id = "t1";
   h.attempt = 2;
-  h.trace_id = std::string(32, 'a');
-  h.span_id = std::string(16, 'b');
+  h.trace_id = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+  h.span_id = "bbbbbbbbbbbbbbbb";
   h.ts = 1700000000.5;
   return h;
 }
@@ -321,11 +321,16 @@ std::string ser(const boost::json::object& obj) {
 TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
   input_source in{42};
   for (int round = 0; round < 2000; ++round) {
+    // The head's strings are views: keep them alive for the round.
+    auto task_id = in.text();
+    auto attempt = in.integer();
+    auto trace_id = in.text();
+    auto span_id = in.text();
     event_head h;
-    h.task_id = in.text();
-    h.attempt = in.integer();
-    h.trace_id = in.text();
-    h.span_id = in.text();
+    h.task_id = task_id;
+    h.attempt = attempt;
+    h.trace_id = trace_id;
+    h.span_id = span_id;
     h.ts = in.number();
     INFO("round " << round);
 

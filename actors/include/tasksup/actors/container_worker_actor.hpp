@@ -18,9 +18,10 @@ struct worker_options {
   /// The attempt to start; never reused.
   runtime::attempt_spec spec;
   std::shared_ptr<runtime::container_runtime> runtime;
-  /// Task, attempt, trace and span of the attempt's events (`ts` is set per
-  /// event).
-  event_head head;
+  /// Trace and span of the attempt's events (task and attempt come from
+  /// `spec`).
+  std::string trace_id;
+  std::string span_id;
   /// For the `attempt_started` event.
   std::string agent_cli;
   /// Output lines forwarded as `log` events; further lines only go into the

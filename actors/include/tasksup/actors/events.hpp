@@ -41,12 +41,14 @@ private:
   std::uint64_t state_;
 };
 
-/// The fields every event of one task attempt shares.
+/// The fields every event of one task attempt shares. The strings are views:
+/// they must outlive the builder call (the event copies what it keeps), so a
+/// supervisor stamps events from its own state without copying it first.
 struct event_head {
-  std::string task_id;
+  std::string_view task_id;
   int attempt = 0;
-  std::string trace_id;
-  std::string span_id;
+  std::string_view trace_id;
+  std::string_view span_id;
   /// Seconds since the Unix epoch.
   double ts = 0;
 };
