@@ -23,7 +23,8 @@ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" -DTASKSUP_BUILD_TESTS=OFF \
   -DTASKSUP_WERROR=ON >/dev/null
 cmake --build "$build" -j "$(nproc)" --target tasksup bench_classifier \
-  bench_spawn_loop bench_supervision bench_memory bench_process bench_docker
+  bench_spawn_loop bench_supervision bench_caf_floor bench_memory bench_process \
+  bench_docker
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -n 1)," \
   "$(. /etc/os-release && echo "$PRETTY_NAME"), kernel $(uname -r)"
@@ -55,6 +56,9 @@ run supervision-1 "$bin/bench_supervision" --tasks=1 --failures=20000
 run supervision-1k "$bin/bench_supervision" --tasks=1000 --failures=20
 run supervision-1k-sharing "$bin/bench_supervision" --tasks=1000 --failures=20 --policy=sharing
 run supervision-100k-sharing "$bin/bench_supervision" --tasks=100000 --failures=3 --policy=sharing
+# The same actors and messages with no tasksup code: CAF's own share.
+run caf-floor-1 "$bin/bench_caf_floor" --tasks=1 --failures=20000
+run caf-floor-1k "$bin/bench_caf_floor" --tasks=1000 --failures=20
 if [[ -n "${TASKSUP_BENCH_FULL:-}" ]]; then
   run supervision-100k "$bin/bench_supervision" --tasks=100000 --failures=3
 fi

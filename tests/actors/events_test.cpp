@@ -103,6 +103,22 @@ TEST_CASE("every event kind carries SPEC §9's keys", "[events]") {
           .is_null());
 }
 
+TEST_CASE("long output lines are written whole, escapes and all",
+          "[events]") {
+  // Far beyond the writer's first buffer: plain text, then text where every
+  // byte needs an escape (the worst case grows the output sixfold).
+  std::string plain(100000, 'x');
+  auto p = boost::json::parse(log_event(head(), plain).json);
+  CHECK(p.at("line").as_string() == plain);
+  std::string ctrl;
+  for (int i = 0; i < 20000; ++i)
+    ctrl.push_back(static_cast<char>(i % 32));
+  auto ev = log_event(head(), ctrl);
+  auto c = boost::json::parse(ev.json).at("line").as_string();
+  CHECK(std::string(c.c_str(), c.size()) == ctrl);
+  CHECK(ev.json.find('\n') == std::string::npos);
+}
+
 TEST_CASE("untrusted output stays valid JSON", "[events]") {
   std::string nasty = "quote\" backslash\\ nl\n ctrl\x01 bad\xff\xfe "
                       "truncated\xe2\x82 ok\xe2\x82\xac surrogate\xed\xa0\x80";
