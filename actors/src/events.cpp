@@ -236,10 +236,25 @@ private:
   }
 
   /// True if `s` is printable ASCII without quotes or backslashes: the
-  /// common case (ids, names, numbers as text), copied in one piece.
+  /// common case (ids, names, numbers as text), copied in one piece. Checks
+  /// eight bytes at a time (ids are 16 and 32 bytes long).
   static bool plain(std::string_view s) {
-    for (char ch : s) {
-      auto c = static_cast<unsigned char>(ch);
+    constexpr std::uint64_t ones = 0x0101010101010101ull;
+    constexpr std::uint64_t highs = 0x8080808080808080ull;
+    // A byte of `x` is zero: the classic SWAR test.
+    auto has_zero = [](std::uint64_t x) { return (x - ones) & ~x & highs; };
+    std::size_t i = 0;
+    for (; i + 8 <= s.size(); i += 8) {
+      std::uint64_t x;
+      std::memcpy(&x, s.data() + i, 8);
+      // Bytes >= 0x80, then bytes < 0x20 (x - 0x20 borrows into the high
+      // bit only for those, once the high bytes are ruled out), '"', '\\'.
+      if ((x & highs) != 0 || ((x - 0x20 * ones) & highs) != 0 ||
+          has_zero(x ^ ('"' * ones)) != 0 || has_zero(x ^ ('\\' * ones)) != 0)
+        return false;
+    }
+    for (; i < s.size(); ++i) {
+      auto c = static_cast<unsigned char>(s[i]);
       if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\')
         return false;
     }

@@ -103,8 +103,7 @@ TEST_CASE("every event kind carries SPEC §9's keys", "[events]") {
           .is_null());
 }
 
-TEST_CASE("long output lines are written whole, escapes and all",
-          "[events]") {
+TEST_CASE("long output lines are written whole, escapes and all", "[events]") {
   // Far beyond the writer's first buffer: plain text, then text where every
   // byte needs an escape (the worst case grows the output sixfold).
   std::string plain(100000, 'x');
@@ -117,6 +116,23 @@ TEST_CASE("long output lines are written whole, escapes and all",
   auto c = boost::json::parse(ev.json).at("line").as_string();
   CHECK(std::string(c.c_str(), c.size()) == ctrl);
   CHECK(ev.json.find('\n') == std::string::npos);
+}
+
+TEST_CASE("every byte at every position of a word is escaped as Boost.JSON "
+          "would",
+          "[events]") {
+  // The writer checks strings eight bytes at a time: a byte that needs an
+  // escape must be found wherever it sits in a word or the tail.
+  for (int b = 0; b < 256; ++b)
+    for (std::size_t pos = 0; pos < 19; ++pos) {
+      std::string s(19, 'a');
+      s[pos] = static_cast<char>(b);
+      auto expected = "\"line\":" + boost::json::serialize(
+                                      boost::json::string(sanitize_utf8(s)));
+      auto json = log_event(head(), s).json;
+      INFO("byte " << b << " at " << pos);
+      CHECK(json.find(expected) != std::string::npos);
+    }
 }
 
 TEST_CASE("untrusted output stays valid JSON", "[events]") {
