@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 using namespace std::chrono_literals;
@@ -349,6 +351,31 @@ TEST_CASE("process runtime stops an attempt gracefully with SIGTERM") {
   CHECK(rec.exit_calls == 1);
 }
 
+TEST_CASE("process runtime stops and kills an attempt started just now") {
+  // Control that arrives before the attempt produced any event.
+  fixture_env env;
+  SECTION("stop") {
+    recorder rec;
+    auto handle =
+      env.rt->start(env.spec({"/bin/sleep", "600"}), rec.callbacks());
+    auto pgid = static_cast<pid_t>(std::stol(handle->id()));
+    handle->stop(30s);
+    auto out = rec.wait();
+    CHECK(out.signal == SIGTERM);
+    CHECK(out.exit_code == 128 + SIGTERM);
+    CHECK(group_gone(pgid));
+  }
+  SECTION("kill") {
+    recorder rec;
+    auto handle =
+      env.rt->start(env.spec({"/bin/sleep", "600"}), rec.callbacks());
+    handle->kill();
+    auto out = rec.wait();
+    CHECK(out.signal == SIGKILL);
+    CHECK(out.exit_code == 137);
+  }
+}
+
 TEST_CASE("process runtime kills a TERM-ignoring attempt after the grace") {
   fixture_env env;
   recorder rec;
@@ -407,6 +434,81 @@ TEST_CASE("process runtime collects artifacts") {
         std::vector<std::string>{s.attempt_dir + "/artifacts/report.txt",
                                  s.attempt_dir + "/artifacts/sub/data.bin"});
   CHECK(read_all(out.artifacts[0]) == "report\n");
+}
+
+TEST_CASE("process runtime reports no artifacts for an empty artifacts "
+          "directory") {
+  fixture_env env;
+  SECTION("nothing in it") {
+    recorder rec;
+    auto out = env.run(env.spec({"/bin/true"}), rec);
+    CHECK(out.exit_code == 0);
+    CHECK(out.artifacts.empty());
+  }
+  SECTION("only an empty subdirectory and a symlink") {
+    recorder rec;
+    auto out = env.run(env.spec({"/bin/sh", "-c",
+                                 "mkdir \"$TASKSUP_ARTIFACTS_DIR/sub\" && "
+                                 "ln -s /etc/hostname "
+                                 "\"$TASKSUP_ARTIFACTS_DIR/link\""}),
+                       rec);
+    CHECK(out.exit_code == 0);
+    CHECK(out.artifacts.empty());
+  }
+}
+
+namespace {
+
+// Ignores SIGPIPE and a real-time signal, handles SIGUSR1 and blocks SIGUSR2
+// in the calling thread, as a supervisor embedding the runtime might;
+// restores all of it on destruction.
+struct unusual_signals {
+  int rt_signal = SIGRTMIN + 4;
+  struct sigaction old_pipe {};
+  struct sigaction old_rt {};
+  struct sigaction old_usr1 {};
+  sigset_t old_mask{};
+
+  unusual_signals() {
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    struct sigaction handle {};
+    handle.sa_handler = [](int) {};
+    ::sigaction(SIGPIPE, &ignore, &old_pipe);
+    ::sigaction(rt_signal, &ignore, &old_rt);
+    ::sigaction(SIGUSR1, &handle, &old_usr1);
+    sigset_t block;
+    sigemptyset(&block);
+    sigaddset(&block, SIGUSR2);
+    ::pthread_sigmask(SIG_BLOCK, &block, &old_mask);
+  }
+
+  ~unusual_signals() {
+    ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+    ::sigaction(SIGUSR1, &old_usr1, nullptr);
+    ::sigaction(rt_signal, &old_rt, nullptr);
+    ::sigaction(SIGPIPE, &old_pipe, nullptr);
+  }
+};
+
+} // namespace
+
+TEST_CASE("process runtime starts the agent with default signal handling and "
+          "nothing blocked") {
+  // Ignored signals and the mask survive exec: an agent that inherited an
+  // ignored SIGPIPE would not die writing to a closed pipe.
+  fixture_env env;
+  recorder rec;
+  attempt_outcome out;
+  {
+    unusual_signals sigs;
+    out = env.run(env.spec({"/bin/cat", "/proc/self/status"}), rec);
+  }
+  CHECK(out.exit_code == 0);
+  REQUIRE(rec.line_starting("SigIgn:\t"));
+  CHECK(rec.line_starting("SigIgn:\t") == "0000000000000000");
+  CHECK(rec.line_starting("SigBlk:\t") == "0000000000000000");
+  CHECK(rec.line_starting("SigCgt:\t") == "0000000000000000");
 }
 
 TEST_CASE("process runtime passes the promised environment, argv and a "

@@ -8,6 +8,7 @@
 #include <cctype>
 #include <cerrno>
 #include <csignal>
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <sched.h>
@@ -163,10 +165,14 @@ int child_main(void* arg) {
   // inherited through exec, and the agent starts clean even when the
   // supervisor ignores SIGPIPE. The handler table is the child's own copy
   // (no CLONE_SIGHAND). The raw system call also resets the signals glibc
-  // reserves for itself.
+  // reserves for itself; SIGKILL and SIGSTOP cannot be changed. Which
+  // signals are not at their default is not known without asking the
+  // kernel, one call per signal (or reading /proc/self/status, which costs
+  // about as much), so all are reset: 62 calls, ~14 us.
   kernel_sigaction dfl{};
   for (int sig = 1; sig < NSIG; ++sig)
-    ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, NSIG / 8);
+    if (sig != SIGKILL && sig != SIGSTOP)
+      ::syscall(SYS_rt_sigaction, sig, &dfl, nullptr, NSIG / 8);
   ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &p.mask, nullptr, NSIG / 8);
   if (p.cgroup_fd >= 0 && ::write(p.cgroup_fd, "0", 1) != 1)
     child_fail(p, stage_cgroup, errno);
@@ -221,41 +227,91 @@ private:
   sigset_t old_;
 };
 
-/// A stack for the child: mapped per spawn (start() runs on any thread),
-/// with a guard page below it.
-class child_stack {
+/// Stacks for the child, kept for reuse: mapping one per spawn costs an
+/// mmap, an mprotect and an munmap (which interrupts every other CPU running
+/// one of our threads to flush its TLB). start() runs on any thread, so the
+/// pool holds as many stacks as spawns ever ran at once. Each has a guard
+/// page below it.
+class child_stack_pool {
 public:
-  child_stack() {
-    void* m = ::mmap(nullptr, child_stack_size + guard_, PROT_NONE,
+  child_stack_pool() = default;
+  ~child_stack_pool() {
+    for (auto* base : free_)
+      ::munmap(base, mapping_size);
+  }
+  child_stack_pool(const child_stack_pool&) = delete;
+  child_stack_pool& operator=(const child_stack_pool&) = delete;
+
+  /// A stack's mapping (guard page first), or null with errno set.
+  char* take() {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (!free_.empty()) {
+        auto* base = free_.back();
+        free_.pop_back();
+        return base;
+      }
+    }
+    void* m = ::mmap(nullptr, mapping_size, PROT_NONE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (m == MAP_FAILED)
-      return;
+      return nullptr;
     auto* base = static_cast<char*>(m);
-    if (::mprotect(base + guard_, child_stack_size, PROT_READ | PROT_WRITE) !=
-        0) {
-      ::munmap(m, child_stack_size + guard_);
-      return;
+    if (::mprotect(base + guard_size, child_stack_size,
+                   PROT_READ | PROT_WRITE) != 0) {
+      auto err = errno;
+      ::munmap(m, mapping_size);
+      errno = err;
+      return nullptr;
     }
-    base_ = base;
+    return base;
   }
+
+  /// Returns a stack from take() once its child has exec'd or exited.
+  void give(char* base) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    try {
+      free_.push_back(base);
+    } catch (...) {
+      ::munmap(base, mapping_size);
+    }
+  }
+
+  /// The top of the stack in the mapping `base` (stacks grow down).
+  static void* top(char* base) { return base + guard_size + child_stack_size; }
+
+private:
+  static constexpr std::size_t guard_size = 4096;
+  static constexpr std::size_t mapping_size = guard_size + child_stack_size;
+  std::mutex mtx_;
+  std::vector<char*> free_;
+};
+
+/// A stack taken from the pool for one spawn, given back on destruction.
+class child_stack {
+public:
+  explicit child_stack(child_stack_pool& pool)
+    : pool_(pool), base_(pool.take()) {}
   ~child_stack() {
     if (base_ != nullptr)
-      ::munmap(base_, child_stack_size + guard_);
+      pool_.give(base_);
   }
   child_stack(const child_stack&) = delete;
   child_stack& operator=(const child_stack&) = delete;
 
-  /// The top of the stack (it grows down), or null if it could not be mapped.
+  /// The top of the stack, or null if it could not be mapped.
   void* top() const {
-    return base_ == nullptr ? nullptr : base_ + guard_ + child_stack_size;
+    return base_ == nullptr ? nullptr : child_stack_pool::top(base_);
   }
 
 private:
-  static constexpr std::size_t guard_ = 4096;
-  char* base_ = nullptr;
+  child_stack_pool& pool_;
+  char* base_;
 };
 
 // ---- one attempt ----------------------------------------------------------
+
+class process_handle;
 
 struct attempt {
   std::uint64_t id = 0;
@@ -263,6 +319,8 @@ struct attempt {
   std::string attempt_dir;
   std::string artifacts_dir;
   attempt_callbacks cb;
+  /// The handle start() returned, told when the attempt has been reported.
+  std::weak_ptr<process_handle> handle;
   clock_type::time_point started;
   clock_type::time_point ended;
 
@@ -280,6 +338,10 @@ struct attempt {
 
   bool exited = false;
   int wait_status = 0;
+  /// Set when, after the leader was reaped, a signal to the process group
+  /// found no process in it (not even a zombie): none is left to reap or
+  /// wait for, and none can join it.
+  bool group_empty = false;
   bool eof = false;
   std::optional<clock_type::time_point> kill_at;
   std::optional<clock_type::time_point> drain_until;
@@ -420,15 +482,22 @@ private:
 
   // Returns false when the reactor no longer accepts work.
   bool post(command cmd) {
+    bool wake_needed = false;
     {
       std::lock_guard<std::mutex> guard{mtx_};
       if (closing_ || !thread_running_)
         return false;
       commands_.push_back(std::move(cmd));
+      wake_needed = !std::exchange(wake_pending_, true);
     }
-    wake();
+    if (wake_needed)
+      wake();
     return true;
   }
+
+  std::shared_ptr<attempt_handle> submit(attempt_ptr item);
+  std::shared_ptr<attempt_handle> finish_unposted(attempt_ptr item);
+  int watch(attempt& a);
 
   const detail::memory_controller* memory_controller() {
     std::lock_guard<std::mutex> guard{cgroup_mtx_};
@@ -458,6 +527,7 @@ private:
   void run();
   void handle_commands();
   void add_attempt(attempt_ptr a);
+  void abandon(attempt& a, std::string error);
   void on_leader_exit(attempt& a);
   void read_output(attempt& a);
   void close_output(attempt& a);
@@ -485,7 +555,11 @@ private:
   bool closing_ = false;
   bool thread_running_ = false;
   std::vector<command> commands_;
+  /// The wake-up descriptor was written for commands the reactor has not
+  /// taken yet: posting more needs no other write.
+  bool wake_pending_ = false;
 
+  child_stack_pool stacks_;
   std::mutex warn_mtx_;
   std::mutex cgroup_mtx_;
   bool cgroup_probed_ = false;
@@ -506,22 +580,33 @@ public:
   process_handle(std::weak_ptr<reactor> r, std::uint64_t id, std::string pid)
     : reactor_(std::move(r)), id_(id), pid_(std::move(pid)) {}
 
+  // After the attempt was reported there is nothing to stop, and asking
+  // the reactor would wake it for nothing (a container worker kills its
+  // attempt whenever it ends).
   void stop(std::chrono::milliseconds grace) override {
+    if (ended_.load(std::memory_order_acquire))
+      return;
     if (auto r = reactor_.lock())
       r->post_stop(id_, grace);
   }
 
   void kill() override {
+    if (ended_.load(std::memory_order_acquire))
+      return;
     if (auto r = reactor_.lock())
       r->post_kill(id_);
   }
 
   std::string id() const override { return pid_; }
 
+  /// The attempt has been reported: stop() and kill() do nothing from now.
+  void mark_ended() { ended_.store(true, std::memory_order_release); }
+
 private:
   std::weak_ptr<reactor> reactor_;
   std::uint64_t id_;
   std::string pid_;
+  std::atomic<bool> ended_{false};
 };
 
 // Empties `dir` if it exists and creates it (with parents); returns the error.
@@ -538,6 +623,44 @@ std::string fresh_dir(const std::string& dir) {
   if (ec)
     return "cannot create " + dir + ": " + ec.message();
   return {};
+}
+
+// True if `dir` is a directory holding nothing; false if it holds anything
+// or cannot be read. Most agents leave no artifacts, and this costs an open,
+// two getdents64 and a close, where a directory iterator adds a stat and
+// two fcntl calls.
+bool empty_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  alignas(dirent64) char buf[4096];
+  bool empty = true;
+  for (;;) {
+    auto n = ::getdents64(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0) {
+      empty = n == 0 && empty;
+      break;
+    }
+    for (decltype(n) at = 0; at < n;) {
+      unsigned short reclen;
+      std::memcpy(&reclen, buf + at + offsetof(dirent64, d_reclen),
+                  sizeof reclen);
+      if (reclen == 0) {
+        empty = false; // cannot happen; leave it to the full listing
+        break;
+      }
+      const char* name = buf + at + offsetof(dirent64, d_name);
+      if (std::strcmp(name, ".") != 0 && std::strcmp(name, "..") != 0)
+        empty = false;
+      at += reclen;
+    }
+    if (!empty)
+      break;
+  }
+  ::close(fd);
+  return empty;
 }
 
 // A cgroup directory name from task id and attempt: no slashes, no dots
@@ -570,6 +693,83 @@ std::vector<std::string> exec_candidates(const std::string& argv0,
   return out;
 }
 
+std::shared_ptr<attempt_handle> reactor::finish_unposted(attempt_ptr item) {
+  // The runtime is shutting down: no reactor will report this attempt.
+  attempt_outcome out;
+  out.exit_code = 1;
+  out.infrastructure_error = "process runtime is shutting down";
+  if (item->pid > 0) {
+    ::kill(-item->pid, SIGKILL);
+    ::waitpid(item->pid, nullptr, 0);
+  }
+  deliver_sync(item->cb, std::move(out));
+  return std::make_shared<process_handle>(weak_from_this(), item->id,
+                                          std::string{});
+}
+
+int reactor::watch(attempt& a) {
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = key(a.id, kind_exit);
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, a.pidfd, &ev) != 0)
+    return errno;
+  ev.data.u64 = key(a.id, kind_output);
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, a.output_fd, &ev) != 0) {
+    auto err = errno;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
+    return err;
+  }
+  return 0;
+}
+
+void reactor::abandon(attempt& a, std::string error) {
+  signal_group(a, SIGKILL);
+  while (::waitpid(a.pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  a.pid = -1;
+  close_fd(a.pidfd);
+  close_fd(a.output_fd);
+  a.spawn_failed = true;
+  a.preset_exit_code = 1;
+  a.infrastructure_error = std::move(error);
+  a.ended = clock_type::now();
+}
+
+std::shared_ptr<attempt_handle> reactor::submit(attempt_ptr item) {
+  auto id = item->id;
+  auto pid = item->pid;
+  bool wake_needed = false;
+  std::shared_ptr<process_handle> handle;
+  {
+    std::unique_lock<std::mutex> guard{mtx_};
+    if (closing_ || !thread_running_) {
+      guard.unlock();
+      return finish_unposted(std::move(item));
+    }
+    // A running attempt is watched from here, under the lock: the reactor
+    // wakes on the attempt's own events, and takes it from the queue (which
+    // needs this lock) before it looks at them. No wake-up write is needed
+    // for it; an attempt that never ran needs one.
+    if (pid > 0) {
+      if (auto err = watch(*item); err != 0) {
+        guard.unlock();
+        abandon(*item, "cannot watch process " + std::to_string(pid) + ": " +
+                         errno_text(err));
+        return submit(std::move(item));
+      }
+    } else {
+      wake_needed = !std::exchange(wake_pending_, true);
+    }
+    handle = std::make_shared<process_handle>(
+      weak_from_this(), id, pid > 0 ? std::to_string(pid) : std::string{});
+    item->handle = handle;
+    commands_.push_back(command{command::add, id, {}, std::move(item)});
+  }
+  if (wake_needed)
+    wake();
+  return handle;
+}
+
 std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
                                                attempt_callbacks cb) {
   auto a = std::make_unique<attempt>();
@@ -578,8 +778,6 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   a->cb = std::move(cb);
   a->argv0 = spec.argv.empty() ? std::string{} : spec.argv.front();
   a->attempt_dir = spec.attempt_dir;
-  auto handle =
-    std::make_shared<process_handle>(weak_from_this(), a->id, std::string{});
   auto fail = [&](std::string text) {
     a->spawn_failed = true;
     a->preset_exit_code = 1;
@@ -589,67 +787,37 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   };
   // Every path out of here hands the attempt to the reactor, which reports
   // it exactly once (or reports it here when the reactor is gone).
-  auto finish_unposted = [&](attempt_ptr item) {
-    // The runtime is shutting down: no reactor will report this attempt.
-    attempt_outcome out;
-    out.exit_code = 1;
-    out.infrastructure_error = "process runtime is shutting down";
-    if (item->pid > 0) {
-      ::kill(-item->pid, SIGKILL);
-      ::waitpid(item->pid, nullptr, 0);
-    }
-    deliver_sync(item->cb, std::move(out));
-    return handle;
-  };
-  auto submit_or_finish = [&](attempt_ptr item) {
-    auto* raw = item.get();
-    auto pid = raw->pid;
-    auto id = raw->id;
-    std::unique_lock<std::mutex> guard{mtx_};
-    if (closing_ || !thread_running_) {
-      guard.unlock();
-      return finish_unposted(std::move(item));
-    }
-    commands_.push_back(command{command::add, id, {}, std::move(item)});
-    guard.unlock();
-    wake();
-    return pid > 0 ? std::make_shared<process_handle>(weak_from_this(), id,
-                                                      std::to_string(pid))
-                   : handle;
-  };
   if (!init_error_.empty())
     return finish_unposted(fail(init_error_));
   if (spec.argv.empty() || spec.argv.front().empty())
-    return submit_or_finish(
-      fail("attempt spec has no command (argv is empty)"));
+    return submit(fail("attempt spec has no command (argv is empty)"));
   if (spec.attempt_dir.empty())
-    return submit_or_finish(fail("attempt spec has no attempt_dir"));
+    return submit(fail("attempt spec has no attempt_dir"));
   for (auto& [k, v] : spec.env)
     if (k.empty() || k.find('=') != std::string::npos ||
         k.find('\0') != std::string::npos || v.find('\0') != std::string::npos)
-      return submit_or_finish(
+      return submit(
         fail("attempt spec: invalid environment variable name '" + k + "'"));
   for (auto& arg : spec.argv)
     if (arg.find('\0') != std::string::npos)
-      return submit_or_finish(
-        fail("attempt spec: an argument contains a NUL byte"));
+      return submit(fail("attempt spec: an argument contains a NUL byte"));
 
   // Directories: the attempt's own, a fresh workspace and artifacts dir.
   if (::mkdir(spec.attempt_dir.c_str(), 0777) != 0) {
     std::error_code ec;
     fs::create_directories(spec.attempt_dir, ec);
     if (ec)
-      return submit_or_finish(
+      return submit(
         fail("cannot create " + spec.attempt_dir + ": " + ec.message()));
   }
   a->artifacts_dir = spec.attempt_dir + "/artifacts";
   if (auto err = fresh_dir(a->artifacts_dir); !err.empty())
-    return submit_or_finish(fail(err));
+    return submit(fail(err));
   auto cwd = spec.workdir;
   if (cwd.empty()) {
     cwd = spec.attempt_dir + "/workspace";
     if (auto err = fresh_dir(cwd); !err.empty())
-      return submit_or_finish(fail(err));
+      return submit(fail(err));
   }
 
   // Output capture; lines go to the callback on the reactor thread.
@@ -666,7 +834,7 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
       }
     });
   if (!cap)
-    return submit_or_finish(fail(cap.error().to_string()));
+    return submit(fail(cap.error().to_string()));
   a->capture.emplace(std::move(*cap));
 
   // Memory limit: a cgroup the child joins before exec.
@@ -713,8 +881,7 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
 
   int out_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0)
-    return submit_or_finish(
-      fail("cannot create the output pipe: " + errno_text(errno)));
+    return submit(fail("cannot create the output pipe: " + errno_text(errno)));
   a->output_fd = out_pipe[0];
   plan.output_fd = out_pipe[1];
   if (!raise_fd(plan.output_fd) ||
@@ -723,17 +890,15 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
     auto err = errno;
     close_fd(plan.output_fd);
     close_fd(a->output_fd);
-    return submit_or_finish(
-      fail("cannot prepare descriptors: " + errno_text(err)));
+    return submit(fail("cannot prepare descriptors: " + errno_text(err)));
   }
   sigemptyset(&plan.mask);
-  child_stack stack;
+  child_stack stack{stacks_};
   if (stack.top() == nullptr) {
     auto err = errno;
     close_fd(plan.output_fd);
     close_fd(a->output_fd);
-    return submit_or_finish(
-      fail("cannot map a stack for the child: " + errno_text(err)));
+    return submit(fail("cannot map a stack for the child: " + errno_text(err)));
   }
 
   int pidfd = -1;
@@ -755,7 +920,7 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
     a->cgroup->close_procs_fd();
   if (pid < 0) {
     close_fd(a->output_fd);
-    return submit_or_finish(
+    return submit(
       fail("cannot start a process: clone failed: " + errno_text(spawn_err)));
   }
 
@@ -773,7 +938,7 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
       a->ended = clock_type::now();
       a->preset_exit_code = 127;
       a->failure_line = "tasksup: " + a->argv0 + ": command not found";
-      return submit_or_finish(std::move(a));
+      return submit(std::move(a));
     }
     if (stage == stage_exec &&
         (err == EACCES || err == EPERM || err == ENOEXEC || err == EISDIR)) {
@@ -785,10 +950,10 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
       a->failure_line =
         "tasksup: " + a->argv0 + ": " +
         (err == ENOEXEC ? "not an executable format" : "not executable");
-      return submit_or_finish(std::move(a));
+      return submit(std::move(a));
     }
-    return submit_or_finish(fail("cannot start " + a->argv0 + ": " +
-                                 stage_text(stage) + ": " + errno_text(err)));
+    return submit(fail("cannot start " + a->argv0 + ": " + stage_text(stage) +
+                       ": " + errno_text(err)));
   }
 
   a->pid = pid;
@@ -799,10 +964,10 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
     }
     a->pid = -1;
     close_fd(a->output_fd);
-    return submit_or_finish(
+    return submit(
       fail("cannot watch process " + std::to_string(pid) + ": no pidfd"));
   }
-  return submit_or_finish(std::move(a));
+  return submit(std::move(a));
 }
 
 void reactor::run() {
@@ -827,14 +992,22 @@ void reactor::run() {
       warn("process runtime: epoll_wait failed: " + errno_text(errno));
       n = 0;
     }
+    // The wake-up descriptor is read before the commands are taken, so a
+    // command posted after that finds wake_pending_ cleared and writes again.
+    for (int i = 0; i < n; ++i) {
+      if ((events[static_cast<std::size_t>(i)].data.u64 & 3) == kind_wake) {
+        std::uint64_t count;
+        [[maybe_unused]] auto r = ::read(wake_fd_, &count, sizeof(count));
+      }
+    }
+    // New attempts are taken before their events are looked at: submit()
+    // watches them before it queues them, and wakes nobody.
+    handle_commands();
     for (int i = 0; i < n; ++i) {
       auto k = events[static_cast<std::size_t>(i)].data.u64;
       auto kind = k & 3;
-      if (kind == kind_wake) {
-        std::uint64_t count;
-        [[maybe_unused]] auto r = ::read(wake_fd_, &count, sizeof(count));
+      if (kind == kind_wake)
         continue;
-      }
       auto it = attempts_.find(k >> 2);
       if (it == attempts_.end())
         continue;
@@ -844,7 +1017,6 @@ void reactor::run() {
       else if (kind == kind_output && a.output_fd >= 0)
         read_output(a);
     }
-    handle_commands();
     now = clock_type::now();
     while (!deadlines_.empty() && deadlines_.top().first <= now) {
       auto id = deadlines_.top().second;
@@ -896,6 +1068,7 @@ void reactor::handle_commands() {
   {
     std::lock_guard<std::mutex> guard{mtx_};
     cmds.swap(commands_);
+    wake_pending_ = false;
   }
   for (auto& cmd : cmds) {
     if (cmd.kind == command::add) {
@@ -922,40 +1095,19 @@ void reactor::handle_commands() {
 }
 
 void reactor::add_attempt(attempt_ptr item) {
+  // Its descriptors are already watched (submit()).
   auto& a = *item;
   attempts_.emplace(a.id, std::move(item));
-  if (a.spawn_failed) {
+  if (a.spawn_failed)
     finalize(a);
-    return;
-  }
-  epoll_event ev{};
-  ev.events = EPOLLIN;
-  ev.data.u64 = key(a.id, kind_exit);
-  bool ok = ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, a.pidfd, &ev) == 0;
-  if (ok) {
-    ev.data.u64 = key(a.id, kind_output);
-    ok = ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, a.output_fd, &ev) == 0;
-  }
-  if (!ok) {
-    auto err = errno;
-    signal_group(a, SIGKILL);
-    while (::waitpid(a.pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    a.exited = true;
-    a.ended = clock_type::now();
-    a.infrastructure_error =
-      "cannot watch process " + std::to_string(a.pid) + ": " + errno_text(err);
-    if (a.pidfd >= 0)
-      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
-    close_fd(a.pidfd);
-    close_output(a);
-    finalize(a);
-  }
 }
 
 void reactor::signal_group(attempt& a, int sig) {
-  if (a.pid > 0)
-    ::kill(-a.pid, sig);
+  // Once the leader is reaped, an empty group stays empty: nobody can join a
+  // group that has no member.
+  if (a.pid > 0 && !a.group_empty && ::kill(-a.pid, sig) != 0 &&
+      errno == ESRCH && a.exited)
+    a.group_empty = true;
   if (sig == SIGKILL && a.cgroup)
     a.cgroup->kill_all();
 }
@@ -984,9 +1136,14 @@ void reactor::on_leader_exit(attempt& a) {
   a.kill_at.reset();
   a.drain_until = now + options_.drain_timeout;
   a.group_until = now + options_.group_exit_timeout;
-  schedule(*a.drain_until, a.id);
-  schedule(*a.group_until, a.id);
-  advance(a);
+  auto id = a.id;
+  advance(a); // may report the attempt and destroy it
+  // Deadlines only for an attempt still waiting (for its output to end or
+  // its group to go): a stale one would wake the reactor for nothing.
+  if (attempts_.count(id) != 0) {
+    schedule(now + options_.drain_timeout, id);
+    schedule(now + options_.group_exit_timeout, id);
+  }
 }
 
 void reactor::read_output(attempt& a) {
@@ -1021,8 +1178,9 @@ bool reactor::group_gone(attempt& a) {
   if (a.pid <= 0)
     return true;
   // Members orphaned by the agent are our children (subreaper): reap them.
-  while (::waitpid(-a.pid, nullptr, WNOHANG) > 0) {
-  }
+  if (!a.group_empty)
+    while (::waitpid(-a.pid, nullptr, WNOHANG) > 0) {
+    }
   bool gone = true;
   if (a.cgroup) {
     a.cgroup->kill_all();
@@ -1031,12 +1189,16 @@ bool reactor::group_gone(attempt& a) {
       gone = false;
     }
   }
-  if (::kill(-a.pid, 0) == 0 || errno == EPERM) {
-    // Without a subreaper, killed members may stay zombies of an init that
-    // does not reap; they run no code, so do not wait for them.
-    if (subreaper_) {
-      ::kill(-a.pid, SIGKILL);
-      gone = false;
+  if (!a.group_empty) {
+    if (::kill(-a.pid, 0) == 0 || errno == EPERM) {
+      // Without a subreaper, killed members may stay zombies of an init
+      // that does not reap; they run no code, so do not wait for them.
+      if (subreaper_) {
+        ::kill(-a.pid, SIGKILL);
+        gone = false;
+      }
+    } else if (errno == ESRCH) {
+      a.group_empty = true;
     }
   }
   return gone;
@@ -1105,7 +1267,7 @@ void reactor::finalize(attempt& a) {
                                   clock_type::now() + std::chrono::seconds{10});
     a.cgroup.reset();
   }
-  if (!a.artifacts_dir.empty()) {
+  if (!a.artifacts_dir.empty() && !empty_dir(a.artifacts_dir)) {
     std::error_code ec;
     fs::recursive_directory_iterator it{
       a.artifacts_dir, fs::directory_options::skip_permission_denied, ec};
@@ -1125,6 +1287,8 @@ void reactor::finalize(attempt& a) {
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
   close_fd(a.pidfd);
   close_output(a);
+  if (auto handle = a.handle.lock())
+    handle->mark_ended();
   auto node = attempts_.extract(a.id);
   // Removed before the callback, so a stop() it triggers is a no-op.
   deliver_sync(node.mapped()->cb, std::move(out));
