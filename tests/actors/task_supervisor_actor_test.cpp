@@ -24,14 +24,18 @@ struct supervisor_fixture : fixture {
   caf::actor parent = collector(seen);
   caf::actor sup;
 
-  void start(task_spec t) {
+  caf::actor spawn(task_spec t) {
     supervisor_options opts;
     opts.task = std::move(t);
     opts.default_agent = agent("default");
     opts.runtime = runtime;
     opts.seed = 42;
     opts.attempt_root = "/tmp/tasksup-actor-tests";
-    sup = spawn_task_supervisor(sys(), parent, std::move(opts));
+    return spawn_task_supervisor(sys(), parent, std::move(opts));
+  }
+
+  void start(task_spec t) {
+    sup = spawn(std::move(t));
     run();
   }
 
@@ -40,9 +44,9 @@ struct supervisor_fixture : fixture {
     return seen->results.front();
   }
 
-  std::vector<double> delays() {
+  std::vector<double> delays(const std::string& task_id = {}) {
     std::vector<double> out;
-    for (auto& ev : seen->of(event_kind::retry_scheduled))
+    for (auto& ev : seen->of(event_kind::retry_scheduled, task_id))
       out.push_back(boost::json::parse(ev.json)
                       .as_object()
                       .at("delay_s")
@@ -497,4 +501,59 @@ TEST_CASE_METHOD(supervisor_fixture, "a fallback cycle becomes a warning event",
   // The chain is [a, b]: b's fallback to a is cut.
   CHECK(result().outcome == task_outcome::failed);
   CHECK(runtime->started() == 2);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "tasks with their own settings keep them while tasks with "
+                 "the default settings share theirs",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(1, {"transient glitch"})});
+  auto custom = task_with("custom", {"a"});
+  custom.supervisor.max_retries_per_agent = 2;
+  custom.supervisor.backoff_base_seconds = 1;
+  std::vector<caf::actor> sups;
+  for (auto t :
+       {task_with("default-1", {"a"}), custom, task_with("default-2", {"a"})})
+    sups.push_back(spawn(std::move(t)));
+  run();
+  drain();
+  REQUIRE(seen->results.size() == 3);
+  for (auto& r : seen->results) {
+    CAPTURE(r.task_id);
+    CHECK(r.outcome == task_outcome::failed);
+    if (r.task_id == "custom") {
+      CHECK(r.metadata.total_attempts == 3);
+      CHECK(delays(r.task_id) == std::vector<double>{1, 3});
+      auto last = seen->of(event_kind::retry_scheduled, r.task_id).back();
+      CHECK(json_of(last).at("max_retries").as_int64() == 2);
+    } else {
+      CHECK(r.metadata.total_attempts == 4);
+      CHECK(delays(r.task_id) == std::vector<double>{5, 15, 45});
+      auto last = seen->of(event_kind::retry_scheduled, r.task_id).back();
+      CHECK(json_of(last).at("max_retries").as_int64() == 3);
+    }
+  }
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "the result carries the last attempt's exit code and "
+                 "artifacts",
+                 "[task_supervisor]") {
+  auto first = exits(1, {"transient glitch"});
+  first.artifacts = {"/art/1/partial.txt"};
+  auto second = exits(7, {"authentication failed"});
+  second.artifacts = {"/art/2/a.txt", "/art/2/b.txt"};
+  runtime->script("a", {first, second});
+  start(task_with("t1", {"a"}));
+  CHECK(seen->results.empty()); // waiting out the first backoff
+  drain();
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::failed);
+  CHECK(r.metadata.total_attempts == 2);
+  CHECK(r.exit_code == 7);
+  CHECK(r.artifacts ==
+        std::vector<std::string>{"/art/2/a.txt", "/art/2/b.txt"});
+  auto done = json_of(seen->of(event_kind::task_done).at(0));
+  CHECK(done.at("exit_code").as_int64() == 7);
+  CHECK(done.at("artifacts").as_array().size() == 2);
 }
