@@ -16,6 +16,8 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -25,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -95,6 +98,24 @@ struct start_info {
   bool emit_submitted = true;
 };
 
+/// A span id held inline: 16 hex digits (W3C trace context) are one more
+/// than a std::string holds without allocating.
+class span_text {
+public:
+  /// Takes `id` (at most 16 characters, as `trace_id_generator` makes them).
+  span_text& operator=(std::string_view id) {
+    size_ = static_cast<std::uint8_t>(std::min(id.size(), chars_.size()));
+    id.copy(chars_.data(), size_);
+    return *this;
+  }
+
+  operator std::string_view() const { return {chars_.data(), size_}; }
+
+private:
+  std::array<char, 16> chars_{};
+  std::uint8_t size_ = 0;
+};
+
 struct supervisor_state {
   caf::actor parent;
   /// Set once at start, never null afterwards.
@@ -103,9 +124,9 @@ struct supervisor_state {
   supervision_state st;
   std::optional<trace_id_generator> ids;
   /// The span of events outside attempts (submission, end of the task).
-  std::string task_span;
+  span_text task_span;
   /// The span of the current attempt.
-  std::string span;
+  span_text span;
   int attempt = 0;
   phase ph = phase::idle;
   bool holds_slot = false;
@@ -504,7 +525,12 @@ void on_attempt_end(supervisor_actor* self, attempt_outcome out) {
   }
   classify_request req;
   req.task_id = st.task_id();
+  // Only the classifier reads the output: the request takes the tail, and
+  // `out`, which both reply handlers capture, goes on without it (else a
+  // backlog at the classifier holds three copies of each waiting task's).
+  auto tail = std::move(out.tail);
   req.outcome = out;
+  req.outcome.tail = std::move(tail);
   req.agent_cli = st.agent().agent_cli;
   auto gen = st.generation;
   self
@@ -776,6 +802,9 @@ caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
   auto settings = std::make_shared<task_settings>();
   settings->trace_id =
     opts.trace_id.empty() ? start.ids.trace_id() : std::move(opts.trace_id);
+  // The generator's string grew while it was built; it is kept for the
+  // task's lifetime.
+  settings->trace_id.shrink_to_fit();
   settings->attempt_root =
     opts.attempt_root.empty()
       ? (std::filesystem::temp_directory_path() / "tasksup").string()
