@@ -54,11 +54,11 @@ enum class phase {
   done,
 };
 
-/// A task's settings that never change once its supervisor runs: what every
-/// attempt is built from and whom the supervisor asks. Built once, by the
-/// spawning thread, and only read afterwards. Memory per parked task
-/// (BENCHMARKS.md §2): the task's start-only inputs (selection, default
-/// agent, classifier rules) and its supervisor_config are not kept here.
+/// A task's own settings that never change once its supervisor runs: the
+/// task fields every attempt is built from. Built once, by the spawning
+/// thread, and only read afterwards. Memory per parked task (BENCHMARKS.md
+/// §2): the task's start-only inputs (selection, default agent, classifier
+/// rules) are not kept, and what tasks have in common is in `shared_settings`.
 struct task_settings {
   /// The fields of the task_spec that attempts and status use.
   struct task_fields {
@@ -72,27 +72,41 @@ struct task_settings {
     std::optional<std::uint64_t> memory_limit_mb;
   };
   task_fields task;
-  /// The agent chain, shared with every task that has the same one.
+  std::string trace_id;
+};
+
+/// What the tasks of a node usually have in common: the supervision policy
+/// (its settings), the agent chain, the runtime, the actors they ask and the
+/// attempt root. One block per distinct combination, shared between the
+/// tasks that have it (a task with its own overrides or helpers gets its
+/// own).
+struct shared_settings {
+  /// Applies `cfg`.
+  explicit shared_settings(std::shared_ptr<const supervisor_config> cfg)
+    : policy(std::move(cfg)) {}
+
+  supervision_policy policy;
   std::shared_ptr<const std::vector<agent_spec>> agents;
   std::shared_ptr<runtime::container_runtime> runtime;
   caf::actor classifier;
   caf::actor backoff;
   caf::actor services;
-  std::string trace_id;
   std::string attempt_root;
 };
 
 /// What the supervisor needs only while it starts.
 struct start_info {
-  /// Problems found while building the agent chain.
-  std::vector<std::string> warnings;
-  /// The task's own classifier rules, handed to the classifier at start.
-  std::optional<std::vector<classifier_rule>> classifier_rules;
-  /// Helpers spawned for this supervisor alone (stopped when it ends).
-  std::vector<caf::actor> owned;
-  /// The task's supervision settings, shared with every task that has the
-  /// same ones.
-  std::shared_ptr<const supervisor_config> config;
+  /// The rarely present start-only inputs, behind one pointer.
+  struct extras {
+    /// Problems found while building the agent chain.
+    std::vector<std::string> warnings;
+    /// The task's own classifier rules, handed to the classifier at start.
+    std::optional<std::vector<classifier_rule>> classifier_rules;
+    /// Helpers spawned for this supervisor alone (stopped when it ends).
+    std::vector<caf::actor> owned;
+  };
+  /// Null when there are none.
+  std::unique_ptr<extras> more;
   /// Already past the trace id, when that was generated.
   trace_id_generator ids{0};
   bool emit_submitted = true;
@@ -120,7 +134,10 @@ struct supervisor_state {
   caf::actor parent;
   /// Set once at start, never null afterwards.
   std::shared_ptr<const task_settings> opts;
-  std::optional<supervision_policy> policy;
+  /// Set once at start, never null afterwards.
+  std::shared_ptr<const shared_settings> node;
+  /// `&node->policy`.
+  const supervision_policy* policy = nullptr;
   supervision_state st;
   std::optional<trace_id_generator> ids;
   /// The span of events outside attempts (submission, end of the task).
@@ -148,7 +165,7 @@ struct supervisor_state {
   std::vector<std::string> last_artifacts;
   static inline const char* name = "tasksup.task_supervisor";
 
-  const agent_spec& agent() const { return (*opts->agents)[st.agent_index]; }
+  const agent_spec& agent() const { return (*node->agents)[st.agent_index]; }
 
   const std::string& task_id() const { return opts->task.id; }
 
@@ -214,6 +231,42 @@ shared_agents(std::vector<agent_spec> agents) {
   return pool.share(std::move(agents));
 }
 
+struct shared_settings_hash {
+  std::size_t operator()(const shared_settings& x) const {
+    std::hash<const void*> ptr;
+    std::size_t h = std::hash<std::string>{}(x.attempt_root);
+    auto mix = [&h](std::size_t v) {
+      h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    };
+    mix(ptr(&x.policy.config()));
+    mix(ptr(x.agents.get()));
+    mix(ptr(x.runtime.get()));
+    for (auto* a : {&x.classifier, &x.backoff, &x.services})
+      mix(ptr(caf::actor_cast<caf::abstract_actor*>(*a)));
+    return h;
+  }
+};
+
+struct shared_settings_equal {
+  bool operator()(const shared_settings& a, const shared_settings& b) const {
+    // The settings and the chain come from their pools, so equal ones are
+    // the same objects.
+    return &a.policy.config() == &b.policy.config() && a.agents == b.agents &&
+           a.runtime == b.runtime && a.classifier == b.classifier &&
+           a.backoff == b.backoff && a.services == b.services &&
+           a.attempt_root == b.attempt_root;
+  }
+};
+
+/// What the task has in common with others, shared with every live task
+/// that has the same.
+std::shared_ptr<const shared_settings> shared_node(shared_settings x) {
+  static shared_pool<shared_settings, shared_settings_hash,
+                     shared_settings_equal>
+    pool;
+  return pool.share(std::move(x));
+}
+
 double now_s(supervisor_actor* self) {
   using namespace std::chrono;
   return duration<double>(self->clock().now().time_since_epoch()).count();
@@ -232,8 +285,8 @@ void act(supervisor_actor* self, decision d, std::optional<classification> cls,
 
 void release_slot(supervisor_actor* self) {
   auto& st = self->state;
-  if (st.opts->services && (st.holds_slot || st.ph == phase::queued))
-    self->send(st.opts->services, release_atom::value, st.task_id());
+  if (st.node->services && (st.holds_slot || st.ph == phase::queued))
+    self->send(st.node->services, release_atom::value, st.task_id());
   st.holds_slot = false;
 }
 
@@ -260,7 +313,7 @@ void finish(supervisor_actor* self, task_outcome outcome,
   r.metadata.fallback_count = st.st.fallback_count;
   emit(self, task_done_event(st.head(false), r));
   if (st.has_own_rules)
-    self->send(st.opts->classifier, drop_rules_atom::value, st.task_id());
+    self->send(st.node->classifier, drop_rules_atom::value, st.task_id());
   self->send(st.parent, escalate_atom::value, r);
   emit(self, escalated_event(st.head(false), outcome,
                              caf::to_string(st.parent.address())));
@@ -300,7 +353,7 @@ void start_worker(supervisor_actor* self) {
     spec.argv.push_back(task.prompt);
   else
     spec.env["TASKSUP_PROMPT"] = task.prompt;
-  std::filesystem::path root = st.opts->attempt_root;
+  std::filesystem::path root = st.node->attempt_root;
   spec.attempt_dir =
     (root / task.id / ("attempt-" + std::to_string(st.attempt))).string();
   spec.workdir = task.workdir;
@@ -313,7 +366,7 @@ void start_worker(supervisor_actor* self) {
   spec.labels["tasksup.attempt"] = std::to_string(st.attempt);
   spec.labels["tasksup.agent_id"] = agent.agent_id;
   spec.labels["tasksup.trace_id"] = st.opts->trace_id;
-  w.runtime = st.opts->runtime;
+  w.runtime = st.node->runtime;
   w.head = st.head();
   w.agent_cli = agent.agent_cli;
   st.ph = phase::running;
@@ -331,14 +384,14 @@ void check_agent(supervisor_actor* self) {
     fail(self, denied ? *denied : "max_total_attempts reached");
     return;
   }
-  if (!st.opts->services) {
+  if (!st.node->services) {
     start_worker(self);
     return;
   }
   st.ph = phase::checking;
   auto gen = st.generation;
   self
-    ->request(st.opts->services, caf::infinite, agent_ok_atom::value,
+    ->request(st.node->services, caf::infinite, agent_ok_atom::value,
               st.agent().agent_id)
     .then(
       [=](bool allowed) {
@@ -364,21 +417,21 @@ void check_agent(supervisor_actor* self) {
 
 void begin_attempt(supervisor_actor* self) {
   auto& st = self->state;
-  if (!st.opts->services || st.holds_slot) {
+  if (!st.node->services || st.holds_slot) {
     check_agent(self);
     return;
   }
   st.ph = phase::queued;
   auto gen = st.generation;
   self
-    ->request(st.opts->services, caf::infinite, slot_atom::value, st.task_id())
+    ->request(st.node->services, caf::infinite, slot_atom::value, st.task_id())
     .then(
       [=](slot_atom) {
         auto& st = self->state;
         if (st.ph != phase::queued || gen != st.generation) {
           // Granted after we stopped waiting: give it back.
           if (st.ph != phase::queued)
-            self->send(st.opts->services, release_atom::value, st.task_id());
+            self->send(st.node->services, release_atom::value, st.task_id());
           return;
         }
         st.holds_slot = true;
@@ -414,7 +467,7 @@ void schedule_retry(supervisor_actor* self, const decision& d,
   st.ph = phase::judging;
   auto gen = st.generation;
   auto retry_count = d.retry_count;
-  self->request(st.opts->backoff, caf::infinite, delay_atom::value, req)
+  self->request(st.node->backoff, caf::infinite, delay_atom::value, req)
     .then(
       [=](double delay_s) {
         auto& st = self->state;
@@ -458,7 +511,7 @@ void act(supervisor_actor* self, decision d, std::optional<classification> cls,
       begin_attempt(self);
       return;
     case next_step::retry:
-      if (!st.opts->services) {
+      if (!st.node->services) {
         schedule_retry(self, d, std::move(cls));
         return;
       }
@@ -466,7 +519,7 @@ void act(supervisor_actor* self, decision d, std::optional<classification> cls,
       {
         auto gen = st.generation;
         self
-          ->request(st.opts->services, caf::infinite, retry_token_atom::value,
+          ->request(st.node->services, caf::infinite, retry_token_atom::value,
                     st.task_id())
           .then(
             [=](bool granted) {
@@ -517,8 +570,8 @@ void on_attempt_end(supervisor_actor* self, attempt_outcome out) {
     return;
   }
   if (out.succeeded()) {
-    if (st.opts->services)
-      self->send(st.opts->services, agent_result_atom::value, from, true);
+    if (st.node->services)
+      self->send(st.node->services, agent_result_atom::value, from, true);
     act(self, st.policy->on_exit(st.st, out, std::nullopt, now_s(self)),
         std::nullopt, from);
     return;
@@ -534,7 +587,7 @@ void on_attempt_end(supervisor_actor* self, attempt_outcome out) {
   req.agent_cli = st.agent().agent_cli;
   auto gen = st.generation;
   self
-    ->request(st.opts->classifier, caf::infinite, classify_atom::value,
+    ->request(st.node->classifier, caf::infinite, classify_atom::value,
               std::move(req))
     .then(
       [=](classification& c) {
@@ -543,8 +596,8 @@ void on_attempt_end(supervisor_actor* self, attempt_outcome out) {
           return;
         emit(self, classified_event(st.head(), c));
         // Fatal failures say nothing about the agent's health (a bad key).
-        if (st.opts->services && c.cls != error_class::fatal)
-          self->send(st.opts->services, agent_result_atom::value, from, false);
+        if (st.node->services && c.cls != error_class::fatal)
+          self->send(st.node->services, agent_result_atom::value, from, false);
         auto d = st.policy->on_exit(st.st, out, c, now_s(self));
         act(self, std::move(d), std::move(c), from);
       },
@@ -712,17 +765,22 @@ task_status status_of(supervisor_actor* self) {
 
 caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
                                     std::shared_ptr<const task_settings> opts,
+                                    std::shared_ptr<const shared_settings> node,
                                     start_info start) {
   auto& st = self->state;
   st.parent = std::move(parent);
   st.opts = std::move(opts);
+  st.node = std::move(node);
+  st.policy = &st.node->policy;
   st.ids.emplace(start.ids);
   st.task_span = st.ids->span_id();
-  st.policy.emplace(std::move(start.config));
-  st.st = st.policy->initial_state(st.opts->agents->size());
+  st.st = st.policy->initial_state(st.node->agents->size());
+  auto more = std::move(start.more);
+  if (!more)
+    more = std::make_unique<start_info::extras>();
   // Helpers this supervisor owns go down with it, however it ends.
-  if (!start.owned.empty())
-    self->attach_functor([owned = std::move(start.owned)](const caf::error&) {
+  if (!more->owned.empty())
+    self->attach_functor([owned = std::move(more->owned)](const caf::error&) {
       for (auto& x : owned)
         caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
     });
@@ -740,17 +798,17 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
   const auto& task = st.opts->task;
   if (start.emit_submitted) {
     std::vector<std::string> ids;
-    for (auto& a : *st.opts->agents)
+    for (auto& a : *st.node->agents)
       ids.push_back(a.agent_id);
     emit(self, task_submitted_event(st.head(false), task.environment, ids));
   }
-  for (auto& w : start.warnings)
+  for (auto& w : more->warnings)
     emit(self, warning_event(st.head(false), w));
-  if (start.classifier_rules) {
+  if (more->classifier_rules) {
     st.has_own_rules = true;
     self
-      ->request(st.opts->classifier, caf::infinite, set_rules_atom::value,
-                task.id, std::move(*start.classifier_rules))
+      ->request(st.node->classifier, caf::infinite, set_rules_atom::value,
+                task.id, std::move(*more->classifier_rules))
       .then([](bool) {},
             [=](caf::error& err) {
               auto& st = self->state;
@@ -793,39 +851,47 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
 
 caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
                                  supervisor_options opts) {
-  // Everything a running supervisor keeps is built here, on the spawning
-  // thread, in one block; the start-only inputs travel separately and are
+  // What a running supervisor keeps is built here, on the spawning thread:
+  // the task's own settings in one block, what it has in common with other
+  // tasks from the pools. The start-only inputs travel separately and are
   // dropped once the supervisor has started (BENCHMARKS.md §2).
   auto& task = opts.task;
   start_info start;
   start.ids = trace_id_generator{opts.seed};
+  start.emit_submitted = opts.emit_submitted;
+  start_info::extras more;
+  auto chain =
+    build_agent_chain(task.selection, opts.default_agent, opts.start_agent_id);
+  more.warnings = std::move(chain.warnings);
+  more.classifier_rules = std::move(task.classifier_rules);
+  if (!opts.backoff) {
+    opts.backoff = spawn_backoff(sys, opts.seed);
+    more.owned.push_back(opts.backoff);
+  }
+  if (!opts.classifier) {
+    if (auto rules = classifier::make(default_classifier_rules())) {
+      opts.classifier = spawn_classifier(sys, std::move(*rules));
+      more.owned.push_back(opts.classifier);
+    }
+  }
+  if (!more.warnings.empty() || more.classifier_rules || !more.owned.empty())
+    start.more = std::make_unique<start_info::extras>(std::move(more));
+  shared_settings node{shared_config(std::move(task.supervisor))};
+  node.agents = shared_agents(std::move(chain.agents));
+  node.runtime = std::move(opts.runtime);
+  node.classifier = std::move(opts.classifier);
+  node.backoff = std::move(opts.backoff);
+  node.services = std::move(opts.services);
+  node.attempt_root =
+    opts.attempt_root.empty()
+      ? (std::filesystem::temp_directory_path() / "tasksup").string()
+      : std::move(opts.attempt_root);
   auto settings = std::make_shared<task_settings>();
   settings->trace_id =
     opts.trace_id.empty() ? start.ids.trace_id() : std::move(opts.trace_id);
   // The generator's string grew while it was built; it is kept for the
   // task's lifetime.
   settings->trace_id.shrink_to_fit();
-  settings->attempt_root =
-    opts.attempt_root.empty()
-      ? (std::filesystem::temp_directory_path() / "tasksup").string()
-      : std::move(opts.attempt_root);
-  auto chain =
-    build_agent_chain(task.selection, opts.default_agent, opts.start_agent_id);
-  settings->agents = shared_agents(std::move(chain.agents));
-  start.warnings = std::move(chain.warnings);
-  start.config = shared_config(std::move(task.supervisor));
-  start.classifier_rules = std::move(task.classifier_rules);
-  start.emit_submitted = opts.emit_submitted;
-  if (!opts.backoff) {
-    opts.backoff = spawn_backoff(sys, opts.seed);
-    start.owned.push_back(opts.backoff);
-  }
-  if (!opts.classifier) {
-    if (auto rules = classifier::make(default_classifier_rules())) {
-      opts.classifier = spawn_classifier(sys, std::move(*rules));
-      start.owned.push_back(opts.classifier);
-    }
-  }
   auto& fields = settings->task;
   fields.id = std::move(task.id);
   fields.prompt = std::move(task.prompt);
@@ -835,13 +901,9 @@ caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
   fields.mounts = std::move(task.mounts);
   fields.workdir = std::move(task.workdir);
   fields.memory_limit_mb = task.memory_limit_mb;
-  settings->runtime = std::move(opts.runtime);
-  settings->classifier = std::move(opts.classifier);
-  settings->backoff = std::move(opts.backoff);
-  settings->services = std::move(opts.services);
   return sys.spawn(task_supervisor_actor, std::move(parent),
                    std::shared_ptr<const task_settings>{std::move(settings)},
-                   std::move(start));
+                   shared_node(std::move(node)), std::move(start));
 }
 
 } // namespace tasksup

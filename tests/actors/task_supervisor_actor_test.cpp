@@ -3,6 +3,9 @@
 
 #include "tasksup/actors/task_supervisor_actor.hpp"
 
+#include "tasksup/actors/backoff_actor.hpp"
+#include "tasksup/actors/classifier_actor.hpp"
+
 #include "actor_fixture.hpp"
 
 #include <catch2/catch.hpp>
@@ -24,13 +27,15 @@ struct supervisor_fixture : fixture {
   caf::actor parent = collector(seen);
   caf::actor sup;
 
-  caf::actor spawn(task_spec t) {
+  caf::actor spawn(task_spec t,
+                   std::shared_ptr<runtime::container_runtime> rt = nullptr,
+                   std::string attempt_root = "/tmp/tasksup-actor-tests") {
     supervisor_options opts;
     opts.task = std::move(t);
     opts.default_agent = agent("default");
-    opts.runtime = runtime;
+    opts.runtime = rt ? std::move(rt) : runtime;
     opts.seed = 42;
-    opts.attempt_root = "/tmp/tasksup-actor-tests";
+    opts.attempt_root = std::move(attempt_root);
     return spawn_task_supervisor(sys(), parent, std::move(opts));
   }
 
@@ -556,4 +561,51 @@ TEST_CASE_METHOD(supervisor_fixture,
   auto done = json_of(seen->of(event_kind::task_done).at(0));
   CHECK(done.at("exit_code").as_int64() == 7);
   CHECK(done.at("artifacts").as_array().size() == 2);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "tasks running at once each keep their own runtime, attempt "
+                 "root and agents",
+                 "[task_supervisor]") {
+  auto other =
+    std::make_shared<runtime::scripted_runtime>(make_actor_timer(sys()));
+  // One classifier and one backoff actor for all, as a node has: only the
+  // runtime, the attempt root or the agents tell the tasks apart.
+  auto classifier_actor = keep(
+    spawn_classifier(sys(), *classifier::make(default_classifier_rules())));
+  auto backoff_actor = keep(spawn_backoff(sys(), 1));
+  auto start_one = [&](const std::string& id, const std::string& agent_id,
+                       std::shared_ptr<runtime::container_runtime> rt,
+                       std::string root) {
+    supervisor_options opts;
+    opts.task = task_with(id, {agent_id});
+    opts.runtime = std::move(rt);
+    opts.classifier = classifier_actor;
+    opts.backoff = backoff_actor;
+    opts.attempt_root = std::move(root);
+    return spawn_task_supervisor(sys(), parent, std::move(opts));
+  };
+  const std::string root = "/tmp/tasksup-actor-tests";
+  std::vector<caf::actor> sups;
+  sups.push_back(start_one("t1", "a", runtime, root));
+  sups.push_back(start_one("t2", "a", other, "/tmp/tasksup-other"));
+  sups.push_back(start_one("t3", "a", runtime, root));
+  sups.push_back(start_one("t4", "c", other, "/tmp/tasksup-other"));
+  sups.push_back(start_one("t5", "a", runtime, "/tmp/tasksup-third"));
+  run();
+  REQUIRE(seen->results.size() == 5);
+  auto dirs_and_agents = [](const runtime::scripted_runtime& rt) {
+    std::vector<std::string> out;
+    for (auto& c : rt.calls())
+      out.push_back(c.spec.attempt_dir + " " + c.spec.agent_id);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  CHECK(dirs_and_agents(*runtime) ==
+        std::vector<std::string>{"/tmp/tasksup-actor-tests/t1/attempt-1 a",
+                                 "/tmp/tasksup-actor-tests/t3/attempt-1 a",
+                                 "/tmp/tasksup-third/t5/attempt-1 a"});
+  CHECK(dirs_and_agents(*other) ==
+        std::vector<std::string>{"/tmp/tasksup-other/t2/attempt-1 a",
+                                 "/tmp/tasksup-other/t4/attempt-1 c"});
 }
