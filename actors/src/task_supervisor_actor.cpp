@@ -133,7 +133,7 @@ private:
 struct supervisor_state {
   caf::actor parent;
   /// Set once at start, never null afterwards.
-  std::shared_ptr<const task_settings> opts;
+  std::unique_ptr<const task_settings> opts;
   /// Set once at start, never null afterwards.
   std::shared_ptr<const shared_settings> node;
   /// `&node->policy`.
@@ -764,7 +764,7 @@ task_status status_of(supervisor_actor* self) {
 }
 
 caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
-                                    std::shared_ptr<const task_settings> opts,
+                                    std::unique_ptr<const task_settings> opts,
                                     std::shared_ptr<const shared_settings> node,
                                     start_info start) {
   auto& st = self->state;
@@ -886,7 +886,7 @@ caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
     opts.attempt_root.empty()
       ? (std::filesystem::temp_directory_path() / "tasksup").string()
       : std::move(opts.attempt_root);
-  auto settings = std::make_shared<task_settings>();
+  auto settings = std::make_unique<task_settings>();
   settings->trace_id =
     opts.trace_id.empty() ? start.ids.trace_id() : std::move(opts.trace_id);
   // The generator's string grew while it was built; it is kept for the
@@ -902,7 +902,7 @@ caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
   fields.workdir = std::move(task.workdir);
   fields.memory_limit_mb = task.memory_limit_mb;
   return sys.spawn(task_supervisor_actor, std::move(parent),
-                   std::shared_ptr<const task_settings>{std::move(settings)},
+                   std::unique_ptr<const task_settings>{std::move(settings)},
                    shared_node(std::move(node)), std::move(start));
 }
 
