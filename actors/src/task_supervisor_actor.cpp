@@ -123,6 +123,7 @@ public:
     return *this;
   }
 
+  /// The id as text (what `event_head::span_id` is assigned from).
   operator std::string_view() const { return {chars_.data(), size_}; }
 
 private:
@@ -182,12 +183,14 @@ struct supervisor_state {
 
 using supervisor_actor = caf::stateful_actor<supervisor_state>;
 
+/// Hashes settings consistently with `same_settings`.
 struct config_hash {
   std::size_t operator()(const supervisor_config& cfg) const noexcept {
     return settings_hash(cfg);
   }
 };
 
+/// Settings that behave identically (`same_settings`).
 struct config_equal {
   bool operator()(const supervisor_config& a,
                   const supervisor_config& b) const noexcept {
@@ -195,6 +198,7 @@ struct config_equal {
   }
 };
 
+/// Hashes an agent chain over every field of every agent.
 struct agents_hash {
   std::size_t operator()(const std::vector<agent_spec>& agents) const {
     std::hash<std::string> str;
@@ -231,6 +235,7 @@ shared_agents(std::vector<agent_spec> agents) {
   return pool.share(std::move(agents));
 }
 
+/// Hashes the identities of what `shared_settings_equal` compares.
 struct shared_settings_hash {
   std::size_t operator()(const shared_settings& x) const {
     std::hash<const void*> ptr;
@@ -247,6 +252,8 @@ struct shared_settings_hash {
   }
 };
 
+/// The same policy settings, chain, runtime and actors (by identity) and
+/// the same attempt root.
 struct shared_settings_equal {
   bool operator()(const shared_settings& a, const shared_settings& b) const {
     // The settings and the chain come from their pools, so equal ones are
