@@ -4,6 +4,7 @@
 #include "tasksup/actors/classifier_actor.hpp"
 #include "tasksup/actors/container_worker_actor.hpp"
 #include "tasksup/actors/events.hpp"
+#include "tasksup/actors/shared_pool.hpp"
 
 #include "supervisor/agent_chain.hpp"
 #include "supervisor/supervision_policy.hpp"
@@ -15,12 +16,18 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -47,45 +54,127 @@ enum class phase {
   done,
 };
 
+/// A task's own settings that never change once its supervisor runs: the
+/// task fields every attempt is built from. Built once, by the spawning
+/// thread, and only read afterwards. Memory per parked task (BENCHMARKS.md
+/// §2): the task's start-only inputs (selection, default agent, classifier
+/// rules) are not kept, and what tasks have in common is in `shared_settings`.
+struct task_settings {
+  /// The fields of the task_spec that attempts and status use.
+  struct task_fields {
+    std::string id;
+    std::string prompt;
+    std::string environment;
+    std::string image;
+    std::map<std::string, std::string> env;
+    std::vector<mount_spec> mounts;
+    std::string workdir;
+    std::optional<std::uint64_t> memory_limit_mb;
+  };
+  task_fields task;
+  std::string trace_id;
+};
+
+/// What the tasks of a node usually have in common: the supervision policy
+/// (its settings), the agent chain, the runtime, the actors they ask and the
+/// attempt root. One block per distinct combination, shared between the
+/// tasks that have it (a task with its own overrides or helpers gets its
+/// own).
+struct shared_settings {
+  /// Applies `cfg`.
+  explicit shared_settings(std::shared_ptr<const supervisor_config> cfg)
+    : policy(std::move(cfg)) {}
+
+  supervision_policy policy;
+  std::shared_ptr<const std::vector<agent_spec>> agents;
+  std::shared_ptr<runtime::container_runtime> runtime;
+  caf::actor classifier;
+  caf::actor backoff;
+  caf::actor services;
+  std::string attempt_root;
+};
+
+/// What the supervisor needs only while it starts.
+struct start_info {
+  /// The rarely present start-only inputs, behind one pointer.
+  struct extras {
+    /// Problems found while building the agent chain.
+    std::vector<std::string> warnings;
+    /// The task's own classifier rules, handed to the classifier at start.
+    std::optional<std::vector<classifier_rule>> classifier_rules;
+    /// Helpers spawned for this supervisor alone (stopped when it ends).
+    std::vector<caf::actor> owned;
+  };
+  /// Null when there are none.
+  std::unique_ptr<extras> more;
+  /// Already past the trace id, when that was generated.
+  trace_id_generator ids{0};
+  bool emit_submitted = true;
+};
+
+/// A span id held inline: 16 hex digits (W3C trace context) are one more
+/// than a std::string holds without allocating.
+class span_text {
+public:
+  /// Takes `id` (at most 16 characters, as `trace_id_generator` makes them).
+  span_text& operator=(std::string_view id) {
+    size_ = static_cast<std::uint8_t>(std::min(id.size(), chars_.size()));
+    id.copy(chars_.data(), size_);
+    return *this;
+  }
+
+  /// The id as text (what `event_head::span_id` is assigned from).
+  operator std::string_view() const { return {chars_.data(), size_}; }
+
+private:
+  std::array<char, 16> chars_{};
+  std::uint8_t size_ = 0;
+};
+
 struct supervisor_state {
   caf::actor parent;
-  supervisor_options opts;
-  std::optional<supervision_policy> policy;
+  /// Set once at start, never null afterwards.
+  std::unique_ptr<const task_settings> opts;
+  /// Set once at start, never null afterwards.
+  std::shared_ptr<const shared_settings> node;
+  /// `&node->policy`.
+  const supervision_policy* policy = nullptr;
   supervision_state st;
-  agent_chain chain;
   std::optional<trace_id_generator> ids;
   /// The span of events outside attempts (submission, end of the task).
-  std::string task_span;
+  span_text task_span;
   /// The span of the current attempt.
-  std::string span;
+  span_text span;
   int attempt = 0;
   phase ph = phase::idle;
-  caf::actor worker;
-  /// Helpers this supervisor spawned itself (stopped when it ends).
-  std::vector<caf::actor> owned;
   bool holds_slot = false;
-  /// Invalidates pending timers and replies (stop, retry_now, fallback).
-  std::uint64_t generation = 0;
   std::optional<stop_mode> stop_requested;
   bool fallback_requested = false;
   /// The task's deadline passed while an attempt ran; its exit ends the task.
   bool deadline_passed = false;
-  double previous_delay_s = 0;
-  std::optional<attempt_outcome> last_outcome;
   /// The task brought its own classifier rules (dropped when it ends). The
   /// rules themselves are handed to the classifier at start, not kept here.
   bool has_own_rules = false;
+  caf::actor worker;
+  /// Invalidates pending timers and replies (stop, retry_now, fallback).
+  std::uint64_t generation = 0;
+  double previous_delay_s = 0;
+  /// What the result takes from the last attempt's outcome: its exit code
+  /// (nullopt before the first attempt ended) and artifacts. The rest of the
+  /// outcome (its output tail) is not kept while the task waits.
+  std::optional<int> last_exit_code;
+  std::vector<std::string> last_artifacts;
   static inline const char* name = "tasksup.task_supervisor";
 
-  const agent_spec& agent() const { return chain.agents[st.agent_index]; }
+  const agent_spec& agent() const { return (*node->agents)[st.agent_index]; }
 
-  const std::string& task_id() const { return opts.task.id; }
+  const std::string& task_id() const { return opts->task.id; }
 
   event_head head(bool in_attempt = true) const {
     event_head h;
-    h.task_id = opts.task.id;
+    h.task_id = opts->task.id;
     h.attempt = attempt;
-    h.trace_id = opts.trace_id;
+    h.trace_id = opts->trace_id;
     h.span_id = in_attempt && attempt > 0 ? span : task_span;
     h.ts = wall_clock_s();
     return h;
@@ -93,6 +182,97 @@ struct supervisor_state {
 };
 
 using supervisor_actor = caf::stateful_actor<supervisor_state>;
+
+/// Hashes settings consistently with `same_settings`.
+struct config_hash {
+  std::size_t operator()(const supervisor_config& cfg) const noexcept {
+    return settings_hash(cfg);
+  }
+};
+
+/// Settings that behave identically (`same_settings`).
+struct config_equal {
+  bool operator()(const supervisor_config& a,
+                  const supervisor_config& b) const noexcept {
+    return same_settings(a, b);
+  }
+};
+
+/// Hashes an agent chain over every field of every agent.
+struct agents_hash {
+  std::size_t operator()(const std::vector<agent_spec>& agents) const {
+    std::hash<std::string> str;
+    std::size_t h = agents.size();
+    auto mix = [&h](std::size_t x) {
+      h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    };
+    for (auto& a : agents) {
+      mix(str(a.agent_id));
+      mix(str(a.agent_cli));
+      mix(str(a.config_dir));
+      mix(str(a.cli_flags));
+      for (auto& arg : a.args)
+        mix(str(arg));
+      mix(a.prompt_as_argument ? 1 : 0);
+    }
+    return h;
+  }
+};
+
+/// The task's supervision settings, shared with every live task that has
+/// exactly the same ones (most tasks of a node use their environment's).
+std::shared_ptr<const supervisor_config> shared_config(supervisor_config cfg) {
+  static shared_pool<supervisor_config, config_hash, config_equal> pool;
+  return pool.share(std::move(cfg));
+}
+
+/// The agent chain, shared with every live task that has the same one.
+std::shared_ptr<const std::vector<agent_spec>>
+shared_agents(std::vector<agent_spec> agents) {
+  static shared_pool<std::vector<agent_spec>, agents_hash,
+                     std::equal_to<std::vector<agent_spec>>>
+    pool;
+  return pool.share(std::move(agents));
+}
+
+/// Hashes the identities of what `shared_settings_equal` compares.
+struct shared_settings_hash {
+  std::size_t operator()(const shared_settings& x) const {
+    std::hash<const void*> ptr;
+    std::size_t h = std::hash<std::string>{}(x.attempt_root);
+    auto mix = [&h](std::size_t v) {
+      h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    };
+    mix(ptr(&x.policy.config()));
+    mix(ptr(x.agents.get()));
+    mix(ptr(x.runtime.get()));
+    for (auto* a : {&x.classifier, &x.backoff, &x.services})
+      mix(ptr(caf::actor_cast<caf::abstract_actor*>(*a)));
+    return h;
+  }
+};
+
+/// The same policy settings, chain, runtime and actors (by identity) and
+/// the same attempt root.
+struct shared_settings_equal {
+  bool operator()(const shared_settings& a, const shared_settings& b) const {
+    // The settings and the chain come from their pools, so equal ones are
+    // the same objects.
+    return &a.policy.config() == &b.policy.config() && a.agents == b.agents &&
+           a.runtime == b.runtime && a.classifier == b.classifier &&
+           a.backoff == b.backoff && a.services == b.services &&
+           a.attempt_root == b.attempt_root;
+  }
+};
+
+/// What the task has in common with others, shared with every live task
+/// that has the same.
+std::shared_ptr<const shared_settings> shared_node(shared_settings x) {
+  static shared_pool<shared_settings, shared_settings_hash,
+                     shared_settings_equal>
+    pool;
+  return pool.share(std::move(x));
+}
 
 double now_s(supervisor_actor* self) {
   using namespace std::chrono;
@@ -112,8 +292,8 @@ void act(supervisor_actor* self, decision d, std::optional<classification> cls,
 
 void release_slot(supervisor_actor* self) {
   auto& st = self->state;
-  if (st.opts.services && (st.holds_slot || st.ph == phase::queued))
-    self->send(st.opts.services, release_atom::value, st.task_id());
+  if (st.node->services && (st.holds_slot || st.ph == phase::queued))
+    self->send(st.node->services, release_atom::value, st.task_id());
   st.holds_slot = false;
 }
 
@@ -128,9 +308,9 @@ void finish(supervisor_actor* self, task_outcome outcome,
   task_result r;
   r.task_id = st.task_id();
   r.outcome = outcome;
-  if (st.last_outcome) {
-    r.exit_code = st.last_outcome->exit_code;
-    r.artifacts = st.last_outcome->artifacts;
+  if (st.last_exit_code) {
+    r.exit_code = *st.last_exit_code;
+    r.artifacts = std::move(st.last_artifacts);
   }
   r.error = std::move(error);
   r.metadata.agent_used = st.agent().agent_cli;
@@ -140,7 +320,7 @@ void finish(supervisor_actor* self, task_outcome outcome,
   r.metadata.fallback_count = st.st.fallback_count;
   emit(self, task_done_event(st.head(false), r));
   if (st.has_own_rules)
-    self->send(st.opts.classifier, drop_rules_atom::value, st.task_id());
+    self->send(st.node->classifier, drop_rules_atom::value, st.task_id());
   self->send(st.parent, escalate_atom::value, r);
   emit(self, escalated_event(st.head(false), outcome,
                              caf::to_string(st.parent.address())));
@@ -166,7 +346,7 @@ void start_worker(supervisor_actor* self) {
   }
   ++st.attempt;
   st.span = st.ids->span_id();
-  const auto& task = st.opts.task;
+  const auto& task = st.opts->task;
   const auto& agent = st.agent();
   worker_options w;
   auto& spec = w.spec;
@@ -183,7 +363,7 @@ void start_worker(supervisor_actor* self) {
   // <attempt_root>/<task id>/attempt-<n>, joined as text: task ids are
   // validated path components, and std::filesystem::path costs ~2k
   // instructions per attempt here (BENCHMARKS.md §1).
-  const auto& root = st.opts.attempt_root;
+  const auto& root = st.node->attempt_root;
   spec.attempt_dir.reserve(root.size() + task.id.size() + 20);
   spec.attempt_dir = root;
   if (!root.empty() && root.back() != '/')
@@ -200,10 +380,10 @@ void start_worker(supervisor_actor* self) {
   spec.labels["tasksup.task_id"] = task.id;
   spec.labels["tasksup.attempt"] = std::to_string(st.attempt);
   spec.labels["tasksup.agent_id"] = agent.agent_id;
-  spec.labels["tasksup.trace_id"] = st.opts.trace_id;
-  w.runtime = st.opts.runtime;
-  w.trace_id = st.opts.trace_id;
-  w.span_id = st.span;
+  spec.labels["tasksup.trace_id"] = st.opts->trace_id;
+  w.runtime = st.node->runtime;
+  w.trace_id = st.opts->trace_id;
+  w.span_id = std::string_view{st.span};
   w.agent_cli = agent.agent_cli;
   st.ph = phase::running;
   st.worker = spawn_container_worker(
@@ -220,14 +400,14 @@ void check_agent(supervisor_actor* self) {
     fail(self, denied ? *denied : "max_total_attempts reached");
     return;
   }
-  if (!st.opts.services) {
+  if (!st.node->services) {
     start_worker(self);
     return;
   }
   st.ph = phase::checking;
   auto gen = st.generation;
   self
-    ->request(st.opts.services, caf::infinite, agent_ok_atom::value,
+    ->request(st.node->services, caf::infinite, agent_ok_atom::value,
               st.agent().agent_id)
     .then(
       [=](bool allowed) {
@@ -253,20 +433,21 @@ void check_agent(supervisor_actor* self) {
 
 void begin_attempt(supervisor_actor* self) {
   auto& st = self->state;
-  if (!st.opts.services || st.holds_slot) {
+  if (!st.node->services || st.holds_slot) {
     check_agent(self);
     return;
   }
   st.ph = phase::queued;
   auto gen = st.generation;
-  self->request(st.opts.services, caf::infinite, slot_atom::value, st.task_id())
+  self
+    ->request(st.node->services, caf::infinite, slot_atom::value, st.task_id())
     .then(
       [=](slot_atom) {
         auto& st = self->state;
         if (st.ph != phase::queued || gen != st.generation) {
           // Granted after we stopped waiting: give it back.
           if (st.ph != phase::queued)
-            self->send(st.opts.services, release_atom::value, st.task_id());
+            self->send(st.node->services, release_atom::value, st.task_id());
           return;
         }
         st.holds_slot = true;
@@ -302,7 +483,7 @@ void schedule_retry(supervisor_actor* self, const decision& d,
   st.ph = phase::judging;
   auto gen = st.generation;
   auto retry_count = d.retry_count;
-  self->request(st.opts.backoff, caf::infinite, delay_atom::value, req)
+  self->request(st.node->backoff, caf::infinite, delay_atom::value, req)
     .then(
       [=](double delay_s) {
         auto& st = self->state;
@@ -348,7 +529,7 @@ void act(supervisor_actor* self, decision d, std::optional<classification> cls,
       begin_attempt(self);
       return;
     case next_step::retry:
-      if (!st.opts.services) {
+      if (!st.node->services) {
         schedule_retry(self, d, std::move(cls));
         return;
       }
@@ -356,7 +537,7 @@ void act(supervisor_actor* self, decision d, std::optional<classification> cls,
       {
         auto gen = st.generation;
         self
-          ->request(st.opts.services, caf::infinite, retry_token_atom::value,
+          ->request(st.node->services, caf::infinite, retry_token_atom::value,
                     st.task_id())
           .then(
             [=](bool granted) {
@@ -387,7 +568,8 @@ void on_attempt_end(supervisor_actor* self, attempt_outcome out) {
   st.worker = nullptr;
   release_slot(self);
   emit(self, attempt_exited_event(st.head(), out));
-  st.last_outcome = out;
+  st.last_exit_code = out.exit_code;
+  st.last_artifacts = out.artifacts;
   if (st.stop_requested) {
     finish(self, task_outcome::stopped,
            "stopped by user (" + std::string{to_string(*st.stop_requested)} +
@@ -406,19 +588,24 @@ void on_attempt_end(supervisor_actor* self, attempt_outcome out) {
     return;
   }
   if (out.succeeded()) {
-    if (st.opts.services)
-      self->send(st.opts.services, agent_result_atom::value, from, true);
+    if (st.node->services)
+      self->send(st.node->services, agent_result_atom::value, from, true);
     act(self, st.policy->on_exit(st.st, out, std::nullopt, now_s(self)),
         std::nullopt, from);
     return;
   }
   classify_request req;
   req.task_id = st.task_id();
+  // Only the classifier reads the output: the request takes the tail, and
+  // `out`, which both reply handlers capture, goes on without it (else a
+  // backlog at the classifier holds three copies of each waiting task's).
+  auto tail = std::move(out.tail);
   req.outcome = out;
+  req.outcome.tail = std::move(tail);
   req.agent_cli = st.agent().agent_cli;
   auto gen = st.generation;
   self
-    ->request(st.opts.classifier, caf::infinite, classify_atom::value,
+    ->request(st.node->classifier, caf::infinite, classify_atom::value,
               std::move(req))
     .then(
       [=](classification& c) {
@@ -427,8 +614,8 @@ void on_attempt_end(supervisor_actor* self, attempt_outcome out) {
           return;
         emit(self, classified_event(st.head(), c));
         // Fatal failures say nothing about the agent's health (a bad key).
-        if (st.opts.services && c.cls != error_class::fatal)
-          self->send(st.opts.services, agent_result_atom::value, from, false);
+        if (st.node->services && c.cls != error_class::fatal)
+          self->send(st.node->services, agent_result_atom::value, from, false);
         auto d = st.policy->on_exit(st.st, out, c, now_s(self));
         act(self, std::move(d), std::move(c), from);
       },
@@ -566,7 +753,7 @@ task_status status_of(supervisor_actor* self) {
   auto& st = self->state;
   task_status s;
   s.task_id = st.task_id();
-  s.environment = st.opts.task.environment;
+  s.environment = st.opts->task.environment;
   switch (st.ph) {
     case phase::idle:
     case phase::queued:
@@ -590,51 +777,31 @@ task_status status_of(supervisor_actor* self) {
   s.max_retries = st.policy->config().max_retries_per_agent;
   s.total_attempts = st.st.total_attempts;
   s.fallback_count = st.st.fallback_count;
-  s.trace_id = st.opts.trace_id;
+  s.trace_id = st.opts->trace_id;
   return s;
 }
 
 caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
-                                    supervisor_options opts) {
+                                    std::unique_ptr<const task_settings> opts,
+                                    std::shared_ptr<const shared_settings> node,
+                                    start_info start) {
   auto& st = self->state;
   st.parent = std::move(parent);
   st.opts = std::move(opts);
-  auto& task = st.opts.task;
-  st.ids.emplace(st.opts.seed);
-  if (st.opts.trace_id.empty())
-    st.opts.trace_id = st.ids->trace_id();
+  st.node = std::move(node);
+  st.policy = &st.node->policy;
+  st.ids.emplace(start.ids);
   st.task_span = st.ids->span_id();
-  if (st.opts.attempt_root.empty())
-    st.opts.attempt_root =
-      (std::filesystem::temp_directory_path() / "tasksup").string();
-  st.chain = build_agent_chain(task.selection, st.opts.default_agent,
-                               st.opts.start_agent_id);
-  // The policy holds the task's supervisor settings; the state keeps no
-  // second copy of them, nor of the inputs used only to build the chain
-  // (BENCHMARKS.md §2: memory per parked task).
-  st.policy.emplace(std::move(task.supervisor));
-  task.supervisor = supervisor_config{};
-  task.selection.reset();
-  st.opts.default_agent = agent_spec{};
-  st.opts.start_agent_id.reset();
-  st.st = st.policy->initial_state(st.chain.agents.size());
+  st.st = st.policy->initial_state(st.node->agents->size());
+  auto more = std::move(start.more);
+  if (!more)
+    more = std::make_unique<start_info::extras>();
   // Helpers this supervisor owns go down with it, however it ends.
-  auto spawn_owned = [&](caf::actor x) {
-    st.owned.push_back(x);
-    return x;
-  };
-  if (!st.opts.backoff)
-    st.opts.backoff = spawn_owned(spawn_backoff(self->system(), st.opts.seed));
-  if (!st.opts.classifier) {
-    auto rules = classifier::make(default_classifier_rules());
-    if (rules)
-      st.opts.classifier =
-        spawn_owned(spawn_classifier(self->system(), std::move(*rules)));
-  }
-  self->attach_functor([owned = st.owned](const caf::error&) {
-    for (auto& x : owned)
-      caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
-  });
+  if (!more->owned.empty())
+    self->attach_functor([owned = std::move(more->owned)](const caf::error&) {
+      for (auto& x : owned)
+        caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
+    });
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
     if (!st.worker || dm.source != st.worker.address())
@@ -646,21 +813,20 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
       "container worker died: " + self->system().render(dm.reason);
     on_attempt_end(self, std::move(out));
   });
-  if (st.opts.emit_submitted) {
+  const auto& task = st.opts->task;
+  if (start.emit_submitted) {
     std::vector<std::string> ids;
-    for (auto& a : st.chain.agents)
+    for (auto& a : *st.node->agents)
       ids.push_back(a.agent_id);
     emit(self, task_submitted_event(st.head(false), task.environment, ids));
   }
-  for (auto& w : st.chain.warnings)
+  for (auto& w : more->warnings)
     emit(self, warning_event(st.head(false), w));
-  if (task.classifier_rules) {
+  if (more->classifier_rules) {
     st.has_own_rules = true;
-    auto rules = std::move(*task.classifier_rules);
-    task.classifier_rules.reset();
     self
-      ->request(st.opts.classifier, caf::infinite, set_rules_atom::value,
-                task.id, std::move(rules))
+      ->request(st.node->classifier, caf::infinite, set_rules_atom::value,
+                task.id, std::move(*more->classifier_rules))
       .then([](bool) {},
             [=](caf::error& err) {
               auto& st = self->state;
@@ -703,7 +869,59 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
 
 caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
                                  supervisor_options opts) {
-  return sys.spawn(task_supervisor_actor, std::move(parent), std::move(opts));
+  // What a running supervisor keeps is built here, on the spawning thread:
+  // the task's own settings in one block, what it has in common with other
+  // tasks from the pools. The start-only inputs travel separately and are
+  // dropped once the supervisor has started (BENCHMARKS.md §2).
+  auto& task = opts.task;
+  start_info start;
+  start.ids = trace_id_generator{opts.seed};
+  start.emit_submitted = opts.emit_submitted;
+  start_info::extras more;
+  auto chain =
+    build_agent_chain(task.selection, opts.default_agent, opts.start_agent_id);
+  more.warnings = std::move(chain.warnings);
+  more.classifier_rules = std::move(task.classifier_rules);
+  if (!opts.backoff) {
+    opts.backoff = spawn_backoff(sys, opts.seed);
+    more.owned.push_back(opts.backoff);
+  }
+  if (!opts.classifier) {
+    if (auto rules = classifier::make(default_classifier_rules())) {
+      opts.classifier = spawn_classifier(sys, std::move(*rules));
+      more.owned.push_back(opts.classifier);
+    }
+  }
+  if (!more.warnings.empty() || more.classifier_rules || !more.owned.empty())
+    start.more = std::make_unique<start_info::extras>(std::move(more));
+  shared_settings node{shared_config(std::move(task.supervisor))};
+  node.agents = shared_agents(std::move(chain.agents));
+  node.runtime = std::move(opts.runtime);
+  node.classifier = std::move(opts.classifier);
+  node.backoff = std::move(opts.backoff);
+  node.services = std::move(opts.services);
+  node.attempt_root =
+    opts.attempt_root.empty()
+      ? (std::filesystem::temp_directory_path() / "tasksup").string()
+      : std::move(opts.attempt_root);
+  auto settings = std::make_unique<task_settings>();
+  settings->trace_id =
+    opts.trace_id.empty() ? start.ids.trace_id() : std::move(opts.trace_id);
+  // The generator's string grew while it was built; it is kept for the
+  // task's lifetime.
+  settings->trace_id.shrink_to_fit();
+  auto& fields = settings->task;
+  fields.id = std::move(task.id);
+  fields.prompt = std::move(task.prompt);
+  fields.environment = std::move(task.environment);
+  fields.image = std::move(task.image);
+  fields.env = std::move(task.env);
+  fields.mounts = std::move(task.mounts);
+  fields.workdir = std::move(task.workdir);
+  fields.memory_limit_mb = task.memory_limit_mb;
+  return sys.spawn(task_supervisor_actor, std::move(parent),
+                   std::unique_ptr<const task_settings>{std::move(settings)},
+                   shared_node(std::move(node)), std::move(start));
 }
 
 } // namespace tasksup

@@ -65,6 +65,10 @@ std::string_view to_string(next_step x) noexcept {
 }
 
 supervision_policy::supervision_policy(supervisor_config cfg)
+  : cfg_(std::make_shared<const supervisor_config>(std::move(cfg))) {}
+
+supervision_policy::supervision_policy(
+  std::shared_ptr<const supervisor_config> cfg)
   : cfg_(std::move(cfg)) {}
 
 supervision_state
@@ -72,14 +76,14 @@ supervision_policy::initial_state(std::size_t chain_size) const {
   supervision_state st;
   st.chain_size = std::max<std::size_t>(chain_size, 1);
   st.restarts =
-    restart_window{cfg_.intensity.max_restarts, cfg_.intensity.period_s};
+    restart_window{cfg_->intensity.max_restarts, cfg_->intensity.period_s};
   return st;
 }
 
 std::optional<std::string>
 supervision_policy::start_attempt(supervision_state& st) const {
-  if (st.total_attempts >= cfg_.max_total_attempts)
-    return "max_total_attempts (" + num(cfg_.max_total_attempts) + ") reached";
+  if (st.total_attempts >= cfg_->max_total_attempts)
+    return "max_total_attempts (" + num(cfg_->max_total_attempts) + ") reached";
   ++st.total_attempts;
   // The retry (if any) is happening now; it can no longer be taken back.
   st.pending.reset();
@@ -91,9 +95,9 @@ decision supervision_policy::on_exit(supervision_state& st,
                                      const std::optional<classification>& cls,
                                      double now_s) const {
   st.pending.reset();
-  auto permanent = cfg_.restart == restart_type::permanent;
+  auto permanent = cfg_->restart == restart_type::permanent;
   // A permanent task that ran stably starts its backoff over.
-  if (permanent && outcome.duration_s >= cfg_.intensity.reset_after_s)
+  if (permanent && outcome.duration_s >= cfg_->intensity.reset_after_s)
     st.retry_count = 0;
   if (outcome.succeeded()) {
     if (!permanent)
@@ -108,11 +112,11 @@ decision supervision_policy::on_exit(supervision_state& st,
         : (outcome.infrastructure_error.empty() ? error_class::retryable
                                                 : error_class::infrastructure);
   auto what = describe(c, cls);
-  if (cfg_.restart == restart_type::temporary)
+  if (cfg_->restart == restart_type::temporary)
     return make(next_step::fail, what + ": temporary task, not restarted",
                 st.agent_index);
   auto act = default_action(c);
-  if (auto i = cfg_.actions.find(c); i != cfg_.actions.end())
+  if (auto i = cfg_->actions.find(c); i != cfg_->actions.end())
     act = i->second;
   switch (act) {
     case action::fail:
@@ -125,13 +129,13 @@ decision supervision_policy::on_exit(supervision_state& st,
       break;
   }
   if (c == error_class::container_crash &&
-      st.crash_restarts >= cfg_.max_crash_restarts)
+      st.crash_restarts >= cfg_->max_crash_restarts)
     return fall_back(st, what + ": container crash restarts exhausted (" +
                            num(st.crash_restarts) + "/" +
-                           num(cfg_.max_crash_restarts) + ")");
-  if (st.retry_count >= cfg_.max_retries_per_agent)
+                           num(cfg_->max_crash_restarts) + ")");
+  if (st.retry_count >= cfg_->max_retries_per_agent)
     return fall_back(st, what + ": retries exhausted (" + num(st.retry_count) +
-                           "/" + num(cfg_.max_retries_per_agent) + ")");
+                           "/" + num(cfg_->max_retries_per_agent) + ")");
   return retry(st, c, what, now_s);
 }
 
@@ -152,7 +156,7 @@ decision supervision_policy::skip_agent(supervision_state& st,
 
 decision supervision_policy::fall_back(supervision_state& st,
                                        std::string why) const {
-  if (!cfg_.enable_fallback)
+  if (!cfg_->enable_fallback)
     return make(next_step::fail, why + "; fallback is disabled",
                 st.agent_index);
   if (st.agent_index + 1 >= st.chain_size)
@@ -181,7 +185,7 @@ decision supervision_policy::retry(supervision_state& st,
   if (auto fail = attempts_exhausted(st, why))
     return std::move(*fail);
   supervision_state::pending_retry pending;
-  if (cfg_.restart == restart_type::permanent) {
+  if (cfg_->restart == restart_type::permanent) {
     if (!st.restarts.try_restart(now_s))
       return make(next_step::fail,
                   why + "; restart intensity exceeded (" +
@@ -203,7 +207,7 @@ decision supervision_policy::retry(supervision_state& st,
       pending.crash = true;
     }
     d.reason = why + ": retrying (" + num(st.retry_count) + "/" +
-               num(cfg_.max_retries_per_agent) + ")";
+               num(cfg_->max_retries_per_agent) + ")";
   } else {
     d.reason = why + ": restarting (restart " +
                std::to_string(st.restarts.count(now_s)) + "/" +
@@ -218,11 +222,11 @@ decision supervision_policy::retry(supervision_state& st,
 std::optional<decision>
 supervision_policy::attempts_exhausted(const supervision_state& st,
                                        std::string_view why) const {
-  if (st.total_attempts < cfg_.max_total_attempts)
+  if (st.total_attempts < cfg_->max_total_attempts)
     return std::nullopt;
   std::string reason{why};
   reason += "; max_total_attempts (";
-  reason += num(cfg_.max_total_attempts);
+  reason += num(cfg_->max_total_attempts);
   reason += ") reached";
   return make(next_step::fail, std::move(reason), st.agent_index);
 }

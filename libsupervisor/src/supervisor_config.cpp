@@ -1,10 +1,59 @@
 #include "supervisor/supervisor_config.hpp"
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
 
 namespace tasksup {
 
 namespace {
+
+std::uint64_t bits(double x) noexcept {
+  std::uint64_t out;
+  std::memcpy(&out, &x, sizeof(out));
+  return out;
+}
+
+bool same(double a, double b) noexcept {
+  return bits(a) == bits(b);
+}
+
+bool same(const std::optional<double>& a,
+          const std::optional<double>& b) noexcept {
+  return a.has_value() == b.has_value() && (!a || same(*a, *b));
+}
+
+bool same(const intensity_config& a, const intensity_config& b) noexcept {
+  // Fails to compile when a field is added, so that it is compared too.
+  const auto& [a_max, a_period, a_reset] = a;
+  const auto& [b_max, b_period, b_reset] = b;
+  return a_max == b_max && same(a_period, b_period) && same(a_reset, b_reset);
+}
+
+bool same(const backoff_spec& a, const backoff_spec& b) noexcept {
+  const auto& [a_kind, a_table, a_initial, a_mult, a_max, a_jit] = a;
+  const auto& [b_kind, b_table, b_initial, b_mult, b_max, b_jit] = b;
+  if (a_kind != b_kind || a_table.size() != b_table.size() ||
+      !same(a_initial, b_initial) || !same(a_mult, b_mult) ||
+      !same(a_max, b_max) || a_jit != b_jit)
+    return false;
+  for (std::size_t i = 0; i < a_table.size(); ++i)
+    if (!same(a_table[i], b_table[i]))
+      return false;
+  return true;
+}
+
+/// Mixes `x` into `seed` (the 64-bit variant of boost::hash_combine's
+/// constant and shifts).
+void mix(std::size_t& seed, std::uint64_t x) noexcept {
+  seed ^= std::hash<std::uint64_t>{}(x) + 0x9e3779b97f4a7c15ULL + (seed << 6) +
+          (seed >> 2);
+}
+
+void mix(std::size_t& seed, double x) noexcept {
+  mix(seed, bits(x));
+}
 
 // Kept in declaration order; a unit test checks every value round-trips.
 constexpr std::string_view restart_type_names[] = {"transient", "permanent",
@@ -22,6 +71,65 @@ std::optional<restart_type> parse_restart_type(std::string_view str) noexcept {
     if (to_string(x) == str)
       return x;
   return std::nullopt;
+}
+
+bool same_settings(const supervisor_config& a,
+                   const supervisor_config& b) noexcept {
+  // Structured bindings name every field: adding one to supervisor_config
+  // breaks the build here until it is compared (and hashed below).
+  const auto& [a_retries, a_fallback, a_base, a_rl_base, a_total, a_crash,
+               a_actions, a_restart, a_intensity, a_backoff, a_deadline,
+               a_grace] = a;
+  const auto& [b_retries, b_fallback, b_base, b_rl_base, b_total, b_crash,
+               b_actions, b_restart, b_intensity, b_backoff, b_deadline,
+               b_grace] = b;
+  if (a_retries != b_retries || a_fallback != b_fallback ||
+      !same(a_base, b_base) || !same(a_rl_base, b_rl_base) ||
+      a_total != b_total || a_crash != b_crash || a_actions != b_actions ||
+      a_restart != b_restart || !same(a_intensity, b_intensity) ||
+      !same(a_deadline, b_deadline) || !same(a_grace, b_grace) ||
+      a_backoff.size() != b_backoff.size())
+    return false;
+  for (auto i = a_backoff.begin(), j = b_backoff.begin(); i != a_backoff.end();
+       ++i, ++j)
+    if (i->first != j->first || !same(i->second, j->second))
+      return false;
+  return true;
+}
+
+std::size_t settings_hash(const supervisor_config& cfg) noexcept {
+  const auto& [retries, fallback, base, rl_base, total, crash, actions, restart,
+               intensity, backoff, deadline, grace] = cfg;
+  std::size_t h = 0;
+  mix(h, static_cast<std::uint64_t>(retries));
+  mix(h, static_cast<std::uint64_t>(fallback));
+  mix(h, base);
+  mix(h, rl_base);
+  mix(h, static_cast<std::uint64_t>(total));
+  mix(h, static_cast<std::uint64_t>(crash));
+  for (auto& [cls, act] : actions) {
+    mix(h, static_cast<std::uint64_t>(cls));
+    mix(h, static_cast<std::uint64_t>(act));
+  }
+  mix(h, static_cast<std::uint64_t>(restart));
+  mix(h, static_cast<std::uint64_t>(intensity.max_restarts));
+  mix(h, intensity.period_s);
+  mix(h, intensity.reset_after_s);
+  for (auto& [cls, spec] : backoff) {
+    mix(h, static_cast<std::uint64_t>(cls));
+    mix(h, static_cast<std::uint64_t>(spec.kind));
+    for (auto x : spec.table_s)
+      mix(h, x);
+    mix(h, spec.initial_s);
+    mix(h, spec.multiplier);
+    mix(h, spec.max_s);
+    mix(h, static_cast<std::uint64_t>(spec.jit));
+  }
+  mix(h, static_cast<std::uint64_t>(deadline.has_value()));
+  if (deadline)
+    mix(h, *deadline);
+  mix(h, grace);
+  return h;
 }
 
 } // namespace tasksup

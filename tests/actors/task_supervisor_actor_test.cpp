@@ -3,6 +3,9 @@
 
 #include "tasksup/actors/task_supervisor_actor.hpp"
 
+#include "tasksup/actors/backoff_actor.hpp"
+#include "tasksup/actors/classifier_actor.hpp"
+
 #include "actor_fixture.hpp"
 
 #include <catch2/catch.hpp>
@@ -24,14 +27,20 @@ struct supervisor_fixture : fixture {
   caf::actor parent = collector(seen);
   caf::actor sup;
 
-  void start(task_spec t) {
+  caf::actor spawn(task_spec t,
+                   std::shared_ptr<runtime::container_runtime> rt = nullptr,
+                   std::string attempt_root = "/tmp/tasksup-actor-tests") {
     supervisor_options opts;
     opts.task = std::move(t);
     opts.default_agent = agent("default");
-    opts.runtime = runtime;
+    opts.runtime = rt ? std::move(rt) : runtime;
     opts.seed = 42;
-    opts.attempt_root = "/tmp/tasksup-actor-tests";
-    sup = spawn_task_supervisor(sys(), parent, std::move(opts));
+    opts.attempt_root = std::move(attempt_root);
+    return spawn_task_supervisor(sys(), parent, std::move(opts));
+  }
+
+  void start(task_spec t) {
+    sup = spawn(std::move(t));
     run();
   }
 
@@ -40,9 +49,9 @@ struct supervisor_fixture : fixture {
     return seen->results.front();
   }
 
-  std::vector<double> delays() {
+  std::vector<double> delays(const std::string& task_id = {}) {
     std::vector<double> out;
-    for (auto& ev : seen->of(event_kind::retry_scheduled))
+    for (auto& ev : seen->of(event_kind::retry_scheduled, task_id))
       out.push_back(boost::json::parse(ev.json)
                       .as_object()
                       .at("delay_s")
@@ -497,4 +506,106 @@ TEST_CASE_METHOD(supervisor_fixture, "a fallback cycle becomes a warning event",
   // The chain is [a, b]: b's fallback to a is cut.
   CHECK(result().outcome == task_outcome::failed);
   CHECK(runtime->started() == 2);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "tasks with their own settings keep them while tasks with "
+                 "the default settings share theirs",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(1, {"transient glitch"})});
+  auto custom = task_with("custom", {"a"});
+  custom.supervisor.max_retries_per_agent = 2;
+  custom.supervisor.backoff_base_seconds = 1;
+  std::vector<caf::actor> sups;
+  for (auto t :
+       {task_with("default-1", {"a"}), custom, task_with("default-2", {"a"})})
+    sups.push_back(spawn(std::move(t)));
+  run();
+  drain();
+  REQUIRE(seen->results.size() == 3);
+  for (auto& r : seen->results) {
+    CAPTURE(r.task_id);
+    CHECK(r.outcome == task_outcome::failed);
+    if (r.task_id == "custom") {
+      CHECK(r.metadata.total_attempts == 3);
+      CHECK(delays(r.task_id) == std::vector<double>{1, 3});
+      auto last = seen->of(event_kind::retry_scheduled, r.task_id).back();
+      CHECK(json_of(last).at("max_retries").as_int64() == 2);
+    } else {
+      CHECK(r.metadata.total_attempts == 4);
+      CHECK(delays(r.task_id) == std::vector<double>{5, 15, 45});
+      auto last = seen->of(event_kind::retry_scheduled, r.task_id).back();
+      CHECK(json_of(last).at("max_retries").as_int64() == 3);
+    }
+  }
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "the result carries the last attempt's exit code and "
+                 "artifacts",
+                 "[task_supervisor]") {
+  auto first = exits(1, {"transient glitch"});
+  first.artifacts = {"/art/1/partial.txt"};
+  auto second = exits(7, {"authentication failed"});
+  second.artifacts = {"/art/2/a.txt", "/art/2/b.txt"};
+  runtime->script("a", {first, second});
+  start(task_with("t1", {"a"}));
+  CHECK(seen->results.empty()); // waiting out the first backoff
+  drain();
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::failed);
+  CHECK(r.metadata.total_attempts == 2);
+  CHECK(r.exit_code == 7);
+  CHECK(r.artifacts ==
+        std::vector<std::string>{"/art/2/a.txt", "/art/2/b.txt"});
+  auto done = json_of(seen->of(event_kind::task_done).at(0));
+  CHECK(done.at("exit_code").as_int64() == 7);
+  CHECK(done.at("artifacts").as_array().size() == 2);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "tasks running at once each keep their own runtime, attempt "
+                 "root and agents",
+                 "[task_supervisor]") {
+  auto other =
+    std::make_shared<runtime::scripted_runtime>(make_actor_timer(sys()));
+  // One classifier and one backoff actor for all, as a node has: only the
+  // runtime, the attempt root or the agents tell the tasks apart.
+  auto classifier_actor = keep(
+    spawn_classifier(sys(), *classifier::make(default_classifier_rules())));
+  auto backoff_actor = keep(spawn_backoff(sys(), 1));
+  auto start_one = [&](const std::string& id, const std::string& agent_id,
+                       std::shared_ptr<runtime::container_runtime> rt,
+                       std::string root) {
+    supervisor_options opts;
+    opts.task = task_with(id, {agent_id});
+    opts.runtime = std::move(rt);
+    opts.classifier = classifier_actor;
+    opts.backoff = backoff_actor;
+    opts.attempt_root = std::move(root);
+    return spawn_task_supervisor(sys(), parent, std::move(opts));
+  };
+  const std::string root = "/tmp/tasksup-actor-tests";
+  std::vector<caf::actor> sups;
+  sups.push_back(start_one("t1", "a", runtime, root));
+  sups.push_back(start_one("t2", "a", other, "/tmp/tasksup-other"));
+  sups.push_back(start_one("t3", "a", runtime, root));
+  sups.push_back(start_one("t4", "c", other, "/tmp/tasksup-other"));
+  sups.push_back(start_one("t5", "a", runtime, "/tmp/tasksup-third"));
+  run();
+  REQUIRE(seen->results.size() == 5);
+  auto dirs_and_agents = [](const runtime::scripted_runtime& rt) {
+    std::vector<std::string> out;
+    for (auto& c : rt.calls())
+      out.push_back(c.spec.attempt_dir + " " + c.spec.agent_id);
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  CHECK(dirs_and_agents(*runtime) ==
+        std::vector<std::string>{"/tmp/tasksup-actor-tests/t1/attempt-1 a",
+                                 "/tmp/tasksup-actor-tests/t3/attempt-1 a",
+                                 "/tmp/tasksup-third/t5/attempt-1 a"});
+  CHECK(dirs_and_agents(*other) ==
+        std::vector<std::string>{"/tmp/tasksup-other/t2/attempt-1 a",
+                                 "/tmp/tasksup-other/t4/attempt-1 c"});
 }

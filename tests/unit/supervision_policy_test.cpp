@@ -2,7 +2,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <memory>
 #include <string>
+#include <utility>
 
 using namespace tasksup;
 using Catch::Contains;
@@ -474,4 +476,36 @@ TEST_CASE("initial state and step names") {
   CHECK(to_string(next_step::retry) == "retry");
   CHECK(to_string(next_step::switch_agent) == "switch_agent");
   CHECK(to_string(next_step::fail) == "fail");
+}
+
+TEST_CASE("policies sharing one config decide like one holding a copy") {
+  auto cfg = config();
+  cfg.max_retries_per_agent = 1;
+  cfg.actions[error_class::agent_failure] = action::retry;
+  auto shared = std::make_shared<const supervisor_config>(cfg);
+  supervision_policy own{cfg};
+  supervision_policy first{shared};
+  supervision_policy second{shared};
+  CHECK(&first.config() == &second.config()); // one copy between them
+  CHECK(&own.config() != shared.get());
+  auto st_own = own.initial_state(2);
+  auto st_first = first.initial_state(2);
+  auto st_second = second.initial_state(2);
+  for (auto cls : {error_class::agent_failure, error_class::agent_failure,
+                   error_class::retryable}) {
+    auto expected = fail_attempt(own, st_own, cls);
+    for (auto [pol, st] :
+         {std::pair{&first, &st_first}, std::pair{&second, &st_second}}) {
+      auto d = fail_attempt(*pol, *st, cls);
+      CHECK(d.step == expected.step);
+      CHECK(d.reason == expected.reason);
+      CHECK(d.agent_index == expected.agent_index);
+      CHECK(d.retry_count == expected.retry_count);
+      CHECK(st->agent_index == st_own.agent_index);
+      CHECK(st->retry_count == st_own.retry_count);
+    }
+  }
+  // The retry, the switch once its one retry was used, then a retry of b.
+  CHECK(st_own.agent_index == 1);
+  CHECK(st_own.fallback_count == 1);
 }

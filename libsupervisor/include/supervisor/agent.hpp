@@ -25,6 +25,20 @@ struct agent_spec {
   bool prompt_as_argument = true;
 };
 
+/// True when every field of `a` and `b` is equal.
+inline bool operator==(const agent_spec& a, const agent_spec& b) {
+  // Fails to compile when a field is added, so that it is compared too.
+  const auto& [a_id, a_cli, a_dir, a_flags, a_args, a_prompt] = a;
+  const auto& [b_id, b_cli, b_dir, b_flags, b_args, b_prompt] = b;
+  return a_id == b_id && a_cli == b_cli && a_dir == b_dir &&
+         a_flags == b_flags && a_args == b_args && a_prompt == b_prompt;
+}
+
+/// True when some field of `a` and `b` differs.
+inline bool operator!=(const agent_spec& a, const agent_spec& b) {
+  return !(a == b);
+}
+
 /// How the starting agent is picked (SPEC §2).
 enum class selection_mode {
   /// Always start with `agents[0]`.

@@ -7,6 +7,7 @@
 #include "supervisor/supervisor_config.hpp"
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -91,8 +92,12 @@ public:
   /// A policy applying `cfg`.
   explicit supervision_policy(supervisor_config cfg);
 
+  /// A policy applying `*cfg` (not null), which may be shared with other
+  /// policies: the policy never changes its settings.
+  explicit supervision_policy(std::shared_ptr<const supervisor_config> cfg);
+
   /// The settings this policy applies.
-  const supervisor_config& config() const noexcept { return cfg_; }
+  const supervisor_config& config() const noexcept { return *cfg_; }
 
   /// A fresh state for a chain of `chain_size` agents.
   supervision_state initial_state(std::size_t chain_size) const;
@@ -141,7 +146,8 @@ private:
   /// Takes back the counters of a retry that did not happen.
   static void undo_pending(supervision_state& st);
 
-  supervisor_config cfg_;
+  /// Never null.
+  std::shared_ptr<const supervisor_config> cfg_;
 };
 
 } // namespace tasksup

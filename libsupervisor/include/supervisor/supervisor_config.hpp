@@ -3,6 +3,7 @@
 #include "supervisor/backoff.hpp"
 #include "supervisor/error_class.hpp"
 
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -75,5 +76,14 @@ struct supervisor_config {
     return out;
   }
 };
+
+/// True when `a` and `b` hold exactly the same settings, doubles compared bit
+/// for bit (so 0 and -0 differ and a NaN matches itself): a policy applying
+/// either behaves identically, so tasks may share one copy of them.
+bool same_settings(const supervisor_config& a,
+                   const supervisor_config& b) noexcept;
+
+/// A hash of every setting, consistent with `same_settings`.
+std::size_t settings_hash(const supervisor_config& cfg) noexcept;
 
 } // namespace tasksup
