@@ -138,4 +138,10 @@ caf::actor spawn_container_worker(caf::actor_system& sys, caf::actor supervisor,
                    std::move(opts));
 }
 
+caf::actor spawn_container_worker(caf::local_actor* spawner,
+                                  caf::actor supervisor, worker_options opts) {
+  return spawner->spawn(container_worker_actor, std::move(supervisor),
+                        std::move(opts));
+}
+
 } // namespace tasksup

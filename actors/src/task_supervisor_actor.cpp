@@ -386,8 +386,8 @@ void start_worker(supervisor_actor* self) {
   w.span_id = std::string_view{st.span};
   w.agent_cli = agent.agent_cli;
   st.ph = phase::running;
-  st.worker = spawn_container_worker(
-    self->system(), caf::actor_cast<caf::actor>(self), std::move(w));
+  st.worker = spawn_container_worker(self, caf::actor_cast<caf::actor>(self),
+                                     std::move(w));
   self->monitor(st.worker);
 }
 

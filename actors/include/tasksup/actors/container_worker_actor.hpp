@@ -6,6 +6,7 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/local_actor.hpp>
 
 #include <cstddef>
 #include <memory>
@@ -40,5 +41,12 @@ struct worker_options {
 /// worker dies without a report (the supervisor sees a `down_msg`).
 caf::actor spawn_container_worker(caf::actor_system& sys, caf::actor supervisor,
                                   worker_options opts);
+
+/// The same, spawned in the context of `spawner` (the supervisor): the
+/// worker then runs next on the spawner's thread instead of queueing behind
+/// everything the scheduler holds, so a burst of attempts does not keep a
+/// burst of not-yet-started workers (and their specs) alive.
+caf::actor spawn_container_worker(caf::local_actor* spawner,
+                                  caf::actor supervisor, worker_options opts);
 
 } // namespace tasksup
