@@ -65,6 +65,11 @@ fi
 
 # 2. Memory per task parked in a one-hour backoff.
 run memory "$bin/bench_memory" --tasks=100000
+# The same through a node's registry on the CLI's scheduler, tasks arriving
+# 1,000 at a time; and everything at once on that scheduler (the worst burst).
+run memory-node "$bin/bench_memory" --tasks=100000 --via=registry --batch=1000 \
+  --policy=sharing
+run memory-burst-sharing "$bin/bench_memory" --tasks=100000 --policy=sharing
 
 # 3. Process runtime against posix_spawn + waitpid of /bin/false.
 run process "$bin/bench_process" --restarts=1000 --binary=/bin/false
