@@ -7,6 +7,7 @@
 #include "tasksup/actors/shared_pool.hpp"
 
 #include "supervisor/agent_chain.hpp"
+#include "supervisor/hash.hpp"
 #include "supervisor/supervision_policy.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -203,9 +204,7 @@ struct agents_hash {
   std::size_t operator()(const std::vector<agent_spec>& agents) const {
     std::hash<std::string> str;
     std::size_t h = agents.size();
-    auto mix = [&h](std::size_t x) {
-      h ^= x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    };
+    auto mix = [&h](std::size_t x) { hash_combine(h, x); };
     for (auto& a : agents) {
       mix(str(a.agent_id));
       mix(str(a.agent_cli));
@@ -240,9 +239,7 @@ struct shared_settings_hash {
   std::size_t operator()(const shared_settings& x) const {
     std::hash<const void*> ptr;
     std::size_t h = std::hash<std::string>{}(x.attempt_root);
-    auto mix = [&h](std::size_t v) {
-      h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    };
+    auto mix = [&h](std::size_t v) { hash_combine(h, v); };
     mix(ptr(&x.policy.config()));
     mix(ptr(x.agents.get()));
     mix(ptr(x.runtime.get()));

@@ -1,5 +1,7 @@
 #include "supervisor/supervisor_config.hpp"
 
+#include "supervisor/hash.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -44,11 +46,9 @@ bool same(const backoff_spec& a, const backoff_spec& b) noexcept {
   return true;
 }
 
-/// Mixes `x` into `seed` (the 64-bit variant of boost::hash_combine's
-/// constant and shifts).
+/// Mixes `x` into `seed`.
 void mix(std::size_t& seed, std::uint64_t x) noexcept {
-  seed ^= std::hash<std::uint64_t>{}(x) + 0x9e3779b97f4a7c15ULL + (seed << 6) +
-          (seed >> 2);
+  hash_combine(seed, std::hash<std::uint64_t>{}(x));
 }
 
 void mix(std::size_t& seed, double x) noexcept {
