@@ -19,8 +19,10 @@ namespace tasksup {
 
 namespace {
 
+/// Lowercase hex digits, for ids and `\u00XX` escapes.
+constexpr char hex_chars[] = "0123456789abcdef";
+
 std::string hex_digits(trace_id_generator& rng, int words) {
-  static constexpr char digits[] = "0123456789abcdef";
   std::string out(static_cast<std::size_t>(words) * 16, '0');
   for (;;) {
     bool nonzero = false;
@@ -29,7 +31,7 @@ std::string hex_digits(trace_id_generator& rng, int words) {
       nonzero = nonzero || x != 0;
       auto* p = out.data() + i * 16;
       for (int d = 15; d >= 0; --d, x >>= 4)
-        p[d] = digits[x & 15];
+        p[d] = hex_chars[x & 15];
     }
     if (nonzero)
       return out;
@@ -101,7 +103,8 @@ bool valid_utf8(std::string_view s) {
 /// a supervised attempt (BENCHMARKS.md §1).
 class json_writer {
 public:
-  json_writer() { grow(512); }
+  /// Room for a typical event (~250 bytes) from the start.
+  json_writer() { grow(128); }
 
   void begin_object() {
     separator();
@@ -189,8 +192,13 @@ public:
   }
 
   std::string take() {
-    out_.resize(static_cast<std::size_t>(p_ - out_.data()));
+    auto used = static_cast<std::size_t>(p_ - out_.data());
+    out_.resize(used);
     p_ = end_ = nullptr;
+    // The event keeps this text while it travels: an escaped line reserved
+    // six bytes per input byte, so give back what lies far beyond its size.
+    if (out_.capacity() - used > 1024)
+      out_.shrink_to_fit();
     return std::move(out_);
   }
 
@@ -292,7 +300,6 @@ private:
 
   /// `s` quoted with JSON escapes (at most 6 bytes per input byte).
   void escaped(std::string_view s) {
-    static constexpr char hex[] = "0123456789abcdef";
     reserve(s.size() * 6 + 2);
     *p_++ = '"';
     for (char ch : s) {
@@ -328,8 +335,8 @@ private:
           *p_++ = 'u';
           *p_++ = '0';
           *p_++ = '0';
-          *p_++ = hex[c >> 4];
-          *p_++ = hex[c & 15];
+          *p_++ = hex_chars[c >> 4];
+          *p_++ = hex_chars[c & 15];
       }
     }
     *p_++ = '"';
