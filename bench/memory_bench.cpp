@@ -98,8 +98,6 @@ int main(int argc, char** argv) {
     registry = spawn_registry(sys, std::move(ro));
     // Sent before the submits, from the same sender: seen first.
     caf::anon_send(registry, subscribe_atom::value, parent);
-  }
-  if (registry) {
     // The first submit waits for its answer: a task the registry refuses
     // would otherwise never park, and the benchmark would wait forever.
     caf::scoped_actor self{sys};
@@ -121,14 +119,9 @@ int main(int argc, char** argv) {
                      bench_task(i, "bench-agent", 3, backoff_s));
       return;
     }
-    supervisor_options opts;
-    opts.task = bench_task(i, "bench-agent", 3, backoff_s);
-    opts.runtime = rt;
-    opts.classifier = classifier_actor;
-    opts.backoff = backoff_actor;
-    opts.seed = i + 1;
-    opts.attempt_root = "/tmp/tasksup-bench";
-    supervisors.push_back(spawn_task_supervisor(sys, parent, std::move(opts)));
+    supervisors.push_back(spawn_task_supervisor(
+      sys, parent,
+      bench_supervisor(i, 3, backoff_s, rt, classifier_actor, backoff_actor)));
   };
   // All at once (the worst burst), or `--batch` at a time, each batch parked
   // before the next starts (tasks arriving over time).

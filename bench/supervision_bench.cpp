@@ -75,14 +75,9 @@ int main(int argc, char** argv) {
     }
     auto start = bench_clock::now();
     for (std::uint64_t i = 0; i < tasks; ++i) {
-      supervisor_options opts;
-      opts.task = bench_task(i, "bench-agent", failures, 0.0);
-      opts.runtime = rt;
-      opts.classifier = classifier_actor;
-      opts.backoff = backoff_actor;
-      opts.seed = i + 1;
-      opts.attempt_root = "/tmp/tasksup-bench";
-      spawn_task_supervisor(sys, parent, std::move(opts));
+      spawn_task_supervisor(sys, parent,
+                            bench_supervisor(i, failures, 0.0, rt,
+                                             classifier_actor, backoff_actor));
     }
     done.get_future().wait();
     elapsed = seconds_since(start);

@@ -241,4 +241,21 @@ inline task_spec bench_task(std::size_t index, const std::string& agent_cli,
   return task;
 }
 
+/// A benchmark task supervisor's options: `bench_task(index, ...)` with zero
+/// or `backoff_s` backoff on `rt`, asking the shared `classifier` and
+/// `backoff` actors (null: the supervisor spawns its own), seeded by index.
+inline supervisor_options
+bench_supervisor(std::size_t index, int max_retries, double backoff_s,
+                 std::shared_ptr<runtime::container_runtime> rt,
+                 caf::actor classifier, caf::actor backoff) {
+  supervisor_options opts;
+  opts.task = bench_task(index, "bench-agent", max_retries, backoff_s);
+  opts.runtime = std::move(rt);
+  opts.classifier = std::move(classifier);
+  opts.backoff = std::move(backoff);
+  opts.seed = index + 1;
+  opts.attempt_root = "/tmp/tasksup-bench";
+  return opts;
+}
+
 } // namespace tasksup::bench
