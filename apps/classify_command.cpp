@@ -5,8 +5,8 @@
 #include "log_tail.hpp"
 #include "safe_text.hpp"
 
-#include "supervisor/classifier.hpp"
-#include "supervisor/config.hpp"
+#include "tasksup/supervisor/classifier.hpp"
+#include "tasksup/supervisor/config.hpp"
 
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>

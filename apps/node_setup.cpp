@@ -2,8 +2,8 @@
 
 #include "config_location.hpp"
 
-#include "supervisor/runtime/docker_runtime.hpp"
-#include "supervisor/runtime/process_runtime.hpp"
+#include "tasksup/runtime/docker_runtime.hpp"
+#include "tasksup/runtime/process_runtime.hpp"
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>

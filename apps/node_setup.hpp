@@ -1,8 +1,8 @@
 #pragma once
 
-#include "supervisor/config.hpp"
-#include "supervisor/expected.hpp"
-#include "supervisor/runtime/runtime.hpp"
+#include "tasksup/runtime/runtime.hpp"
+#include "tasksup/supervisor/config.hpp"
+#include "tasksup/supervisor/expected.hpp"
 
 #include <memory>
 #include <optional>

@@ -12,7 +12,7 @@
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/registry_actor.hpp"
 
-#include "supervisor/config.hpp"
+#include "tasksup/supervisor/config.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>

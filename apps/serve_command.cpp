@@ -11,7 +11,7 @@
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/registry_actor.hpp"
 
-#include "supervisor/runtime/docker_runtime.hpp"
+#include "tasksup/runtime/docker_runtime.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/io/middleman.hpp>

@@ -1,6 +1,6 @@
 #include "task_input.hpp"
 
-#include "supervisor/config.hpp"
+#include "tasksup/supervisor/config.hpp"
 
 #include <boost/json/serialize.hpp>
 

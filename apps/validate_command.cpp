@@ -4,7 +4,7 @@
 #include "commands.hpp"
 #include "config_location.hpp"
 
-#include "supervisor/config.hpp"
+#include "tasksup/supervisor/config.hpp"
 
 #include <algorithm>
 #include <filesystem>

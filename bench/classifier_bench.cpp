@@ -17,8 +17,8 @@
 #include "bench_util.hpp"
 #include "spawn_loop.hpp"
 
-#include "supervisor/classifier.hpp"
-#include "supervisor/runtime/output_capture.hpp"
+#include "tasksup/runtime/output_capture.hpp"
+#include "tasksup/supervisor/classifier.hpp"
 
 #include <cstdint>
 #include <cstdio>

@@ -12,7 +12,7 @@
 #include "bench_util.hpp"
 #include "spawn_loop.hpp"
 
-#include "supervisor/runtime/docker_runtime.hpp"
+#include "tasksup/runtime/docker_runtime.hpp"
 
 #include <condition_variable>
 #include <cstdio>

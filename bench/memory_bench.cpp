@@ -25,7 +25,7 @@
 #include "tasksup/actors/classifier_actor.hpp"
 #include "tasksup/actors/registry_actor.hpp"
 
-#include "supervisor/config.hpp"
+#include "tasksup/supervisor/config.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/exit_reason.hpp>

@@ -25,7 +25,7 @@
 #include "spawn_loop.hpp"
 #include "supervision_harness.hpp"
 
-#include "supervisor/runtime/process_runtime.hpp"
+#include "tasksup/runtime/process_runtime.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/exit_reason.hpp>

@@ -7,7 +7,7 @@
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/registry_actor.hpp"
 
-#include "supervisor/runtime/scripted_runtime.hpp"
+#include "tasksup/runtime/scripted_runtime.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

@@ -21,7 +21,7 @@
 #include "tasksup/actors/backoff_actor.hpp"
 #include "tasksup/actors/classifier_actor.hpp"
 
-#include "supervisor/runtime/scripted_runtime.hpp"
+#include "tasksup/runtime/scripted_runtime.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/exit_reason.hpp>

@@ -10,7 +10,7 @@
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/task_supervisor_actor.hpp"
 
-#include "supervisor/runtime/runtime.hpp"
+#include "tasksup/runtime/runtime.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

@@ -2,7 +2,7 @@
 
 #include "tasksup/actors/protocol.hpp"
 
-#include "supervisor/backoff.hpp"
+#include "tasksup/supervisor/backoff.hpp"
 
 #include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>

@@ -1,6 +1,6 @@
 #include "tasksup/actors/events.hpp"
 
-#include "supervisor/error_class.hpp"
+#include "tasksup/supervisor/error_class.hpp"
 
 #include <boost/json/serializer.hpp>
 #include <boost/json/value.hpp>

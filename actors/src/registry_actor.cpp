@@ -5,8 +5,8 @@
 #include "tasksup/actors/events.hpp"
 #include "tasksup/actors/task_supervisor_actor.hpp"
 
-#include "supervisor/circuit_breaker.hpp"
-#include "supervisor/retry_budget.hpp"
+#include "tasksup/supervisor/circuit_breaker.hpp"
+#include "tasksup/supervisor/retry_budget.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>

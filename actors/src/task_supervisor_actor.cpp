@@ -6,9 +6,9 @@
 #include "tasksup/actors/events.hpp"
 #include "tasksup/actors/shared_pool.hpp"
 
-#include "supervisor/agent_chain.hpp"
-#include "supervisor/hash.hpp"
-#include "supervisor/supervision_policy.hpp"
+#include "tasksup/supervisor/agent_chain.hpp"
+#include "tasksup/supervisor/hash.hpp"
+#include "tasksup/supervisor/supervision_policy.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>

@@ -1,4 +1,4 @@
-#include "supervisor/circuit_breaker.hpp"
+#include "tasksup/supervisor/circuit_breaker.hpp"
 
 #include <algorithm>
 

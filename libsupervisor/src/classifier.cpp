@@ -1,4 +1,4 @@
-#include "supervisor/classifier.hpp"
+#include "tasksup/supervisor/classifier.hpp"
 
 #include <re2/re2.h>
 

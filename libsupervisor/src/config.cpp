@@ -1,6 +1,6 @@
-#include "supervisor/config.hpp"
+#include "tasksup/supervisor/config.hpp"
 
-#include "supervisor/shlex.hpp"
+#include "tasksup/supervisor/shlex.hpp"
 
 #include <boost/json/parser.hpp>
 #include <boost/json/stream_parser.hpp>

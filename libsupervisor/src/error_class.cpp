@@ -1,4 +1,4 @@
-#include "supervisor/error_class.hpp"
+#include "tasksup/supervisor/error_class.hpp"
 
 #include <cstddef>
 

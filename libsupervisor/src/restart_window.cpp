@@ -1,4 +1,4 @@
-#include "supervisor/restart_window.hpp"
+#include "tasksup/supervisor/restart_window.hpp"
 
 #include <algorithm>
 #include <cmath>

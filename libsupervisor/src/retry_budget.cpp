@@ -1,4 +1,4 @@
-#include "supervisor/retry_budget.hpp"
+#include "tasksup/supervisor/retry_budget.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "supervisor/shlex.hpp"
+#include "tasksup/supervisor/shlex.hpp"
 
 #include <cstddef>
 

@@ -1,4 +1,4 @@
-#include "supervisor/supervision_policy.hpp"
+#include "tasksup/supervisor/supervision_policy.hpp"
 
 #include <algorithm>
 #include <cstdio>

@@ -1,6 +1,6 @@
-#include "supervisor/supervisor_config.hpp"
+#include "tasksup/supervisor/supervisor_config.hpp"
 
-#include "supervisor/hash.hpp"
+#include "tasksup/supervisor/hash.hpp"
 
 #include <cstddef>
 #include <cstdint>

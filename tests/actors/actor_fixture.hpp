@@ -8,7 +8,7 @@
 #include "tasksup/actors/actor_timer.hpp"
 #include "tasksup/actors/protocol.hpp"
 
-#include "supervisor/runtime/scripted_runtime.hpp"
+#include "tasksup/runtime/scripted_runtime.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

@@ -9,7 +9,7 @@
 #include <tasksup/actors/protocol.hpp>
 #include <tasksup/actors/task_supervisor_actor.hpp>
 
-#include <supervisor/runtime/process_runtime.hpp>
+#include <tasksup/runtime/process_runtime.hpp>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

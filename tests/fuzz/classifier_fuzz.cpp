@@ -2,7 +2,7 @@
 // an agent name, an outcome and a custom pattern; invariants a user relies on
 // are checked with abort() so the fuzzer reports them as crashes.
 
-#include "supervisor/classifier.hpp"
+#include "tasksup/supervisor/classifier.hpp"
 
 #include <cstddef>
 #include <cstdint>

@@ -2,7 +2,7 @@
 
 #include "tasksup_child.hpp"
 
-#include "supervisor/runtime/docker_runtime.hpp"
+#include "tasksup/runtime/docker_runtime.hpp"
 
 #include <catch2/catch.hpp>
 

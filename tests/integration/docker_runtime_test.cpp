@@ -2,7 +2,7 @@
 // scripts/docker-setup.sh imports. Without an engine the tests skip with a
 // warning, unless CI is set: then a missing engine is a failure.
 
-#include "supervisor/runtime/docker_runtime.hpp"
+#include "tasksup/runtime/docker_runtime.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "supervisor/runtime/process_runtime.hpp"
+#include "tasksup/runtime/process_runtime.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "supervisor/agent_chain.hpp"
+#include "tasksup/supervisor/agent_chain.hpp"
 
 #include <catch2/catch.hpp>
 

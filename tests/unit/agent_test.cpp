@@ -1,4 +1,4 @@
-#include "supervisor/agent.hpp"
+#include "tasksup/supervisor/agent.hpp"
 
 #include <catch2/catch.hpp>
 

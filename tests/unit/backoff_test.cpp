@@ -1,4 +1,4 @@
-#include "supervisor/backoff.hpp"
+#include "tasksup/supervisor/backoff.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "supervisor/classifier.hpp"
+#include "tasksup/supervisor/classifier.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "supervisor/config.hpp"
+#include "tasksup/supervisor/config.hpp"
 
 #include <boost/json/parse.hpp>
 #include <catch2/catch.hpp>

@@ -1,4 +1,4 @@
-#include "supervisor/runtime/detail/docker_api.hpp"
+#include "tasksup/runtime/detail/docker_api.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "supervisor/runtime/output_capture.hpp"
+#include "tasksup/runtime/output_capture.hpp"
 
 #include <catch2/catch.hpp>
 

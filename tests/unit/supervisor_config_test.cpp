@@ -1,4 +1,4 @@
-#include "supervisor/supervisor_config.hpp"
+#include "tasksup/supervisor/supervisor_config.hpp"
 
 #include <catch2/catch.hpp>
 

@@ -1,4 +1,4 @@
-#include "supervisor/runtime/detail/docker_log_demux.hpp"
+#include "tasksup/runtime/detail/docker_log_demux.hpp"
 
 #include <algorithm>
 #include <utility>

@@ -1,8 +1,8 @@
-#include "supervisor/runtime/docker_runtime.hpp"
+#include "tasksup/runtime/docker_runtime.hpp"
 
 #include "docker_engine_client.hpp"
-#include "supervisor/runtime/detail/docker_api.hpp"
-#include "supervisor/runtime/detail/docker_log_demux.hpp"
+#include "tasksup/runtime/detail/docker_api.hpp"
+#include "tasksup/runtime/detail/docker_log_demux.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>

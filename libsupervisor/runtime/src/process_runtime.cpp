@@ -1,7 +1,7 @@
-#include "supervisor/runtime/process_runtime.hpp"
+#include "tasksup/runtime/process_runtime.hpp"
 
 #include "memory_cgroup.hpp"
-#include "supervisor/runtime/output_capture.hpp"
+#include "tasksup/runtime/output_capture.hpp"
 
 #include <algorithm>
 #include <atomic>

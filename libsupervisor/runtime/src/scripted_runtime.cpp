@@ -1,4 +1,4 @@
-#include "supervisor/runtime/scripted_runtime.hpp"
+#include "tasksup/runtime/scripted_runtime.hpp"
 
 #include <algorithm>
 #include <map>

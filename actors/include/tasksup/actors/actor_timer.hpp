@@ -1,6 +1,6 @@
 #pragma once
 
-#include "supervisor/runtime/scripted_runtime.hpp"
+#include "tasksup/runtime/scripted_runtime.hpp"
 
 #include <caf/actor_system.hpp>
 

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "supervisor/classifier.hpp"
+#include "tasksup/supervisor/classifier.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>

@@ -2,7 +2,7 @@
 
 #include "tasksup/actors/events.hpp"
 
-#include "supervisor/runtime/runtime.hpp"
+#include "tasksup/runtime/runtime.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>

@@ -8,8 +8,8 @@
 
 #include "tasksup/actors/protocol.hpp"
 
-#include "supervisor/classifier.hpp"
-#include "supervisor/outcome.hpp"
+#include "tasksup/supervisor/classifier.hpp"
+#include "tasksup/supervisor/outcome.hpp"
 
 #include <cstdint>
 #include <string>

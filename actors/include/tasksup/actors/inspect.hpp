@@ -5,12 +5,12 @@
 // handles enums, maps, vectors and strings itself but not std::optional, for
 // which `opt` below writes a presence flag followed by the value.
 
-#include "supervisor/agent.hpp"
-#include "supervisor/backoff.hpp"
-#include "supervisor/classifier.hpp"
-#include "supervisor/outcome.hpp"
-#include "supervisor/supervisor_config.hpp"
-#include "supervisor/task_spec.hpp"
+#include "tasksup/supervisor/agent.hpp"
+#include "tasksup/supervisor/backoff.hpp"
+#include "tasksup/supervisor/classifier.hpp"
+#include "tasksup/supervisor/outcome.hpp"
+#include "tasksup/supervisor/supervisor_config.hpp"
+#include "tasksup/supervisor/task_spec.hpp"
 
 #include <caf/error.hpp>
 #include <caf/meta/load_callback.hpp>

@@ -6,11 +6,11 @@
 
 #include "tasksup/actors/inspect.hpp"
 
-#include "supervisor/classifier.hpp"
-#include "supervisor/error_class.hpp"
-#include "supervisor/outcome.hpp"
-#include "supervisor/supervisor_config.hpp"
-#include "supervisor/task_spec.hpp"
+#include "tasksup/supervisor/classifier.hpp"
+#include "tasksup/supervisor/error_class.hpp"
+#include "tasksup/supervisor/outcome.hpp"
+#include "tasksup/supervisor/supervisor_config.hpp"
+#include "tasksup/supervisor/task_spec.hpp"
 
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>

@@ -2,8 +2,8 @@
 
 #include "tasksup/actors/protocol.hpp"
 
-#include "supervisor/config.hpp"
-#include "supervisor/runtime/runtime.hpp"
+#include "tasksup/runtime/runtime.hpp"
+#include "tasksup/supervisor/config.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>

@@ -2,9 +2,9 @@
 
 #include "tasksup/actors/protocol.hpp"
 
-#include "supervisor/agent.hpp"
-#include "supervisor/runtime/runtime.hpp"
-#include "supervisor/task_spec.hpp"
+#include "tasksup/runtime/runtime.hpp"
+#include "tasksup/supervisor/agent.hpp"
+#include "tasksup/supervisor/task_spec.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>

@@ -1,8 +1,8 @@
 #pragma once
 
-#include "supervisor/agent.hpp"
-#include "supervisor/classifier.hpp"
-#include "supervisor/supervisor_config.hpp"
+#include "tasksup/supervisor/agent.hpp"
+#include "tasksup/supervisor/classifier.hpp"
+#include "tasksup/supervisor/supervisor_config.hpp"
 
 #include <cstdint>
 #include <map>

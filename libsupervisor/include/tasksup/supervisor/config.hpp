@@ -1,11 +1,11 @@
 #pragma once
 
-#include "supervisor/agent.hpp"
-#include "supervisor/circuit_breaker.hpp"
-#include "supervisor/classifier.hpp"
-#include "supervisor/expected.hpp"
-#include "supervisor/supervisor_config.hpp"
-#include "supervisor/task_spec.hpp"
+#include "tasksup/supervisor/agent.hpp"
+#include "tasksup/supervisor/circuit_breaker.hpp"
+#include "tasksup/supervisor/classifier.hpp"
+#include "tasksup/supervisor/expected.hpp"
+#include "tasksup/supervisor/supervisor_config.hpp"
+#include "tasksup/supervisor/task_spec.hpp"
 
 #include <boost/json/value.hpp>
 

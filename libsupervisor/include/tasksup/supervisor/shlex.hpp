@@ -1,6 +1,6 @@
 #pragma once
 
-#include "supervisor/expected.hpp"
+#include "tasksup/supervisor/expected.hpp"
 
 #include <string>
 #include <string_view>

@@ -1,8 +1,8 @@
 #pragma once
 
-#include "supervisor/expected.hpp"
-#include "supervisor/runtime/docker_runtime.hpp"
-#include "supervisor/runtime/runtime.hpp"
+#include "tasksup/runtime/docker_runtime.hpp"
+#include "tasksup/runtime/runtime.hpp"
+#include "tasksup/supervisor/expected.hpp"
 
 #include <string>
 #include <string_view>

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "supervisor/runtime/runtime.hpp"
+#include "tasksup/runtime/runtime.hpp"
 
 #include <chrono>
 #include <cstddef>

@@ -1,8 +1,8 @@
 #pragma once
 
-#include "supervisor/expected.hpp"
-#include "supervisor/runtime/output_capture.hpp"
-#include "supervisor/runtime/runtime.hpp"
+#include "tasksup/runtime/output_capture.hpp"
+#include "tasksup/runtime/runtime.hpp"
+#include "tasksup/supervisor/expected.hpp"
 
 #include <chrono>
 #include <cstddef>

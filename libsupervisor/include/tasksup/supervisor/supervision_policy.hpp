@@ -1,10 +1,10 @@
 #pragma once
 
-#include "supervisor/classifier.hpp"
-#include "supervisor/error_class.hpp"
-#include "supervisor/outcome.hpp"
-#include "supervisor/restart_window.hpp"
-#include "supervisor/supervisor_config.hpp"
+#include "tasksup/supervisor/classifier.hpp"
+#include "tasksup/supervisor/error_class.hpp"
+#include "tasksup/supervisor/outcome.hpp"
+#include "tasksup/supervisor/restart_window.hpp"
+#include "tasksup/supervisor/supervisor_config.hpp"
 
 #include <cstddef>
 #include <memory>

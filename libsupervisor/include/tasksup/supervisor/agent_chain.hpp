@@ -1,6 +1,6 @@
 #pragma once
 
-#include "supervisor/agent.hpp"
+#include "tasksup/supervisor/agent.hpp"
 
 #include <optional>
 #include <string>

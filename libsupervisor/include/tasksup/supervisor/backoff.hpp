@@ -1,6 +1,6 @@
 #pragma once
 
-#include "supervisor/error_class.hpp"
+#include "tasksup/supervisor/error_class.hpp"
 
 #include <cstdint>
 #include <map>

@@ -1,6 +1,6 @@
 #pragma once
 
-#include "supervisor/outcome.hpp"
+#include "tasksup/supervisor/outcome.hpp"
 
 #include <chrono>
 #include <cstdint>

@@ -1,8 +1,8 @@
 #pragma once
 
-#include "supervisor/error_class.hpp"
-#include "supervisor/expected.hpp"
-#include "supervisor/outcome.hpp"
+#include "tasksup/supervisor/error_class.hpp"
+#include "tasksup/supervisor/expected.hpp"
+#include "tasksup/supervisor/outcome.hpp"
 
 #include <cstddef>
 #include <memory>

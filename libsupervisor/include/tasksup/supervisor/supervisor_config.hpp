@@ -1,7 +1,7 @@
 #pragma once
 
-#include "supervisor/backoff.hpp"
-#include "supervisor/error_class.hpp"
+#include "tasksup/supervisor/backoff.hpp"
+#include "tasksup/supervisor/error_class.hpp"
 
 #include <cstddef>
 #include <map>
