@@ -1,0 +1,535 @@
+#include "config_parse.hpp"
+
+#include "tasksup/supervisor/shlex.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <utility>
+
+namespace tasksup::detail {
+
+namespace {
+
+/// The names of `all_error_classes`, in their order.
+const std::vector<std::string_view>& class_names() {
+  static const std::vector<std::string_view> names = [] {
+    std::vector<std::string_view> out;
+    for (auto cls : all_error_classes)
+      out.push_back(to_string(cls));
+    return out;
+  }();
+  return names;
+}
+
+error_class class_value(const reader& r, const json::value& v,
+                        const std::string& path) {
+  return enum_value<error_class>(r, v, path, parse_error_class, class_names());
+}
+
+/// An object key naming an error class.
+error_class class_key(const reader& r, std::string_view key,
+                      const std::string& path) {
+  if (auto cls = parse_error_class(key))
+    return *cls;
+  r.fail(child(path, key), "unknown error class " + quote(key) +
+                             " (expected one of " + join_quoted(class_names()) +
+                             ")");
+}
+
+/// Expands a leading `~` or `~/` with $HOME; other paths are returned as
+/// they are (`~user` is not expanded).
+std::string expand_home(const reader& r, std::string path,
+                        const std::string& ptr) {
+  if (path.empty() || path[0] != '~' || (path.size() > 1 && path[1] != '/'))
+    return path;
+  const char* home = std::getenv("HOME");
+  if (home == nullptr || *home == '\0')
+    r.fail(ptr, "cannot expand " + quote(path) + ": HOME is not set");
+  return std::string{home} + path.substr(1);
+}
+
+// -- supervisor settings ------------------------------------------------------
+
+void read_backoff_spec(const reader& r, const json::value& v,
+                       const std::string& path, backoff_spec& spec) {
+  const auto& obj = r.object(v, path);
+  r.check_keys(
+    obj, path,
+    {"kind", "table_s", "initial_s", "multiplier", "max_s", "jitter"});
+  if (const auto* x = obj.if_contains("kind")) {
+    auto str = r.string(*x, child(path, "kind"));
+    if (str == "table")
+      spec.kind = backoff_spec::kind_t::table;
+    else if (str == "exponential")
+      spec.kind = backoff_spec::kind_t::exponential;
+    else
+      r.fail(child(path, "kind"),
+             "expected one of \"table\", \"exponential\", got " + quote(str));
+  }
+  if (const auto* x = obj.if_contains("table_s")) {
+    auto ptr = child(path, "table_s");
+    const auto& arr = r.array(*x, ptr);
+    constexpr std::size_t max_entries = 1000;
+    if (arr.size() > max_entries)
+      r.fail(ptr,
+             "expected at most " + std::to_string(max_entries) + " entries");
+    spec.table_s.clear();
+    for (std::size_t i = 0; i < arr.size(); ++i)
+      spec.table_s.push_back(r.seconds(arr[i], child(ptr, i)));
+  }
+  if (const auto* x = obj.if_contains("initial_s"))
+    spec.initial_s = r.seconds(*x, child(path, "initial_s"));
+  if (const auto* x = obj.if_contains("multiplier"))
+    spec.multiplier =
+      r.number(*x, child(path, "multiplier"), 1.0, false, 100.0);
+  if (const auto* x = obj.if_contains("max_s"))
+    spec.max_s = r.seconds(*x, child(path, "max_s"));
+  else if (spec.kind == backoff_spec::kind_t::table && !spec.table_s.empty() &&
+           obj.if_contains("table_s") != nullptr)
+    // A table without an explicit cap is capped by its largest entry.
+    spec.max_s = *std::max_element(spec.table_s.begin(), spec.table_s.end());
+  if (const auto* x = obj.if_contains("jitter"))
+    spec.jit = enum_value<jitter>(r, *x, child(path, "jitter"), parse_jitter,
+                                  {"none", "full", "equal", "decorrelated"});
+  if (spec.kind == backoff_spec::kind_t::table && spec.table_s.empty())
+    r.fail(path, "a \"table\" schedule needs a non-empty \"table_s\"");
+  if (spec.kind == backoff_spec::kind_t::exponential &&
+      spec.max_s < spec.initial_s)
+    r.fail(path, "\"max_s\" must be at least \"initial_s\" for an "
+                 "\"exponential\" schedule");
+}
+
+} // namespace
+
+void read_supervisor(const reader& r, const json::value& v,
+                     const std::string& path, supervisor_config& cfg) {
+  const auto& obj = r.object(v, path);
+  r.check_keys(obj, path,
+               {"max_retries_per_agent", "enable_fallback",
+                "backoff_base_seconds", "rate_limit_backoff_base",
+                "max_total_attempts", "max_crash_restarts", "actions",
+                "restart", "intensity", "backoff", "deadline_s",
+                "stop_grace_s"});
+  if (const auto* x = obj.if_contains("max_retries_per_agent"))
+    cfg.max_retries_per_agent =
+      r.int_value(*x, child(path, "max_retries_per_agent"), 0);
+  if (const auto* x = obj.if_contains("enable_fallback"))
+    cfg.enable_fallback = r.boolean(*x, child(path, "enable_fallback"));
+  if (const auto* x = obj.if_contains("backoff_base_seconds"))
+    cfg.backoff_base_seconds =
+      r.seconds(*x, child(path, "backoff_base_seconds"));
+  if (const auto* x = obj.if_contains("rate_limit_backoff_base"))
+    cfg.rate_limit_backoff_base =
+      r.seconds(*x, child(path, "rate_limit_backoff_base"));
+  if (const auto* x = obj.if_contains("max_total_attempts"))
+    cfg.max_total_attempts =
+      r.int_value(*x, child(path, "max_total_attempts"), 1);
+  if (const auto* x = obj.if_contains("max_crash_restarts"))
+    cfg.max_crash_restarts =
+      r.int_value(*x, child(path, "max_crash_restarts"), 0);
+  if (const auto* x = obj.if_contains("actions")) {
+    auto ptr = child(path, "actions");
+    for (const auto& kv : r.object(*x, ptr)) {
+      std::string_view key{kv.key().data(), kv.key().size()};
+      auto cls = class_key(r, key, ptr);
+      cfg.actions[cls] =
+        enum_value<action>(r, kv.value(), child(ptr, key), parse_action,
+                           {"retry", "fallback", "fail"});
+    }
+  }
+  if (const auto* x = obj.if_contains("restart"))
+    cfg.restart = enum_value<restart_type>(
+      r, *x, child(path, "restart"), parse_restart_type,
+      {"transient", "permanent", "temporary"});
+  if (const auto* x = obj.if_contains("intensity")) {
+    auto ptr = child(path, "intensity");
+    const auto& sub = r.object(*x, ptr);
+    r.check_keys(sub, ptr, {"max_restarts", "period_s", "reset_after_s"});
+    if (const auto* y = sub.if_contains("max_restarts"))
+      cfg.intensity.max_restarts =
+        r.int_value(*y, child(ptr, "max_restarts"), 0);
+    if (const auto* y = sub.if_contains("period_s"))
+      cfg.intensity.period_s = r.seconds(*y, child(ptr, "period_s"), true);
+    if (const auto* y = sub.if_contains("reset_after_s"))
+      cfg.intensity.reset_after_s = r.seconds(*y, child(ptr, "reset_after_s"));
+  }
+  if (const auto* x = obj.if_contains("backoff")) {
+    auto ptr = child(path, "backoff");
+    for (const auto& kv : r.object(*x, ptr)) {
+      std::string_view key{kv.key().data(), kv.key().size()};
+      auto cls = class_key(r, key, ptr);
+      // A class already overridden below keeps the fields this object does
+      // not name.
+      auto spec = cfg.backoff.count(cls) ? cfg.backoff[cls] : backoff_spec{};
+      read_backoff_spec(r, kv.value(), child(ptr, key), spec);
+      cfg.backoff[cls] = std::move(spec);
+    }
+  }
+  if (const auto* x = obj.if_contains("deadline_s")) {
+    if (x->is_null())
+      cfg.deadline_s.reset();
+    else
+      cfg.deadline_s = r.seconds(*x, child(path, "deadline_s"), true);
+  }
+  if (const auto* x = obj.if_contains("stop_grace_s"))
+    cfg.stop_grace_s = r.seconds(*x, child(path, "stop_grace_s"));
+}
+
+namespace {
+
+// -- classifier rules ---------------------------------------------------------
+
+classifier_rule read_rule(const reader& r, const json::value& v,
+                          const std::string& path) {
+  const auto& obj = r.object(v, path);
+  r.check_keys(obj, path,
+               {"id", "class", "exit_codes", "oom_killed", "signals",
+                "patterns", "window_lines", "match_all"});
+  classifier_rule rule;
+  rule.id =
+    r.identifier(r.required(obj, path, "id"), child(path, "id"), "a rule id");
+  rule.cls =
+    class_value(r, r.required(obj, path, "class"), child(path, "class"));
+  if (const auto* x = obj.if_contains("exit_codes")) {
+    auto ptr = child(path, "exit_codes");
+    const auto& arr = r.array(*x, ptr);
+    for (std::size_t i = 0; i < arr.size(); ++i)
+      rule.exit_codes.push_back(r.int_value(arr[i], child(ptr, i), 0, 255));
+  }
+  if (const auto* x = obj.if_contains("oom_killed"))
+    rule.oom_killed = r.boolean(*x, child(path, "oom_killed"));
+  if (const auto* x = obj.if_contains("signals")) {
+    auto ptr = child(path, "signals");
+    const auto& arr = r.array(*x, ptr);
+    for (std::size_t i = 0; i < arr.size(); ++i)
+      rule.signals.push_back(r.int_value(arr[i], child(ptr, i), 1, 64));
+  }
+  if (const auto* x = obj.if_contains("window_lines"))
+    rule.window_lines = static_cast<std::size_t>(
+      r.integer(*x, child(path, "window_lines"), 0, 1'000'000));
+  if (const auto* x = obj.if_contains("match_all"))
+    rule.match_all = r.boolean(*x, child(path, "match_all"));
+  if (const auto* x = obj.if_contains("patterns")) {
+    auto ptr = child(path, "patterns");
+    const auto& arr = r.array(*x, ptr);
+    for (std::size_t i = 0; i < arr.size(); ++i)
+      rule.patterns.push_back(r.nonempty_string(arr[i], child(ptr, i)));
+  }
+  if (rule.exit_codes.empty() && !rule.oom_killed && rule.signals.empty() &&
+      rule.patterns.empty())
+    r.fail(path, "a rule needs at least one of \"exit_codes\", "
+                 "\"oom_killed\", \"signals\", \"patterns\"");
+  return rule;
+}
+
+} // namespace
+
+std::vector<classifier_rule> read_rules(const reader& r, const json::value& v,
+                                        const std::string& path) {
+  const auto& obj = r.object(v, path);
+  r.check_keys(obj, path, {"rules"});
+  auto ptr = child(path, "rules");
+  const auto& arr = r.array(r.required(obj, path, "rules"), ptr);
+  std::vector<classifier_rule> rules;
+  std::map<std::string, std::size_t> seen;
+  for (std::size_t i = 0; i < arr.size(); ++i) {
+    auto rule = read_rule(r, arr[i], child(ptr, i));
+    auto [it, added] = seen.emplace(rule.id, i);
+    if (!added)
+      r.fail(child(child(ptr, i), "id"), "duplicate rule id " + quote(rule.id) +
+                                           " (first at " +
+                                           child(ptr, it->second) + ")");
+    rules.push_back(std::move(rule));
+  }
+  // The classifier compiles the patterns exactly as it will use them; its
+  // error path is relative to the rule array.
+  if (auto compiled = classifier::make(rules); !compiled)
+    r.fail(ptr + compiled.error().path, compiled.error().what);
+  return rules;
+}
+
+// -- agents -------------------------------------------------------------------
+
+agent_spec read_agent(const reader& r, const json::value& v,
+                      const std::string& path) {
+  const auto& obj = r.object(v, path);
+  r.check_keys(
+    obj, path,
+    {"agent_id", "agent_cli", "cli_flags", "config_dir", "prompt_as_argument"});
+  agent_spec agent;
+  agent.agent_id = r.identifier(r.required(obj, path, "agent_id"),
+                                child(path, "agent_id"), "an agent id");
+  agent.agent_cli = r.nonempty_string(r.required(obj, path, "agent_cli"),
+                                      child(path, "agent_cli"));
+  if (agent.agent_cli.find('\0') != std::string::npos)
+    r.fail(child(path, "agent_cli"), "expected a command without NUL bytes");
+  if (const auto* x = obj.if_contains("cli_flags")) {
+    auto ptr = child(path, "cli_flags");
+    agent.cli_flags = r.string(*x, ptr);
+    auto args = shlex_split(agent.cli_flags);
+    if (!args)
+      r.fail(ptr, "agent " + quote(agent.agent_id) + ": " + args.error().what);
+    for (const auto& arg : *args)
+      if (arg.find('\0') != std::string::npos)
+        r.fail(ptr, "agent " + quote(agent.agent_id) +
+                      ": arguments cannot contain NUL bytes");
+    agent.args = std::move(*args);
+  }
+  if (const auto* x = obj.if_contains("config_dir")) {
+    auto ptr = child(path, "config_dir");
+    agent.config_dir = expand_home(r, r.string(*x, ptr), ptr);
+  }
+  if (const auto* x = obj.if_contains("prompt_as_argument"))
+    agent.prompt_as_argument = r.boolean(*x, child(path, "prompt_as_argument"));
+  return agent;
+}
+
+namespace {
+
+selection_mode read_selection_mode(const reader& r, const json::value& v,
+                                   const std::string& path) {
+  auto str = r.string(v, path);
+  if (str == "fallback")
+    return selection_mode::fallback;
+  if (str == "round-robin")
+    return selection_mode::round_robin;
+  r.fail(path,
+         "expected one of \"fallback\", \"round-robin\", got " + quote(str));
+}
+
+/// Reads `agents`, `agent_fallbacks` and `selection_mode` of `obj` (the keys
+/// were checked by the caller). References to unknown agents are kept: the
+/// chain builder reports them as warnings (SPEC §6).
+agent_selection read_selection(const reader& r, const json::object& obj,
+                               const std::string& path) {
+  agent_selection sel;
+  if (const auto* x = obj.if_contains("agents")) {
+    auto ptr = child(path, "agents");
+    const auto& arr = r.array(*x, ptr);
+    std::map<std::string, std::size_t> seen;
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      auto agent = read_agent(r, arr[i], child(ptr, i));
+      auto [it, added] = seen.emplace(agent.agent_id, i);
+      if (!added)
+        r.fail(child(child(ptr, i), "agent_id"),
+               "duplicate agent_id " + quote(agent.agent_id) + " (first at " +
+                 child(ptr, it->second) + ")");
+      sel.agents.push_back(std::move(agent));
+    }
+  }
+  if (const auto* x = obj.if_contains("agent_fallbacks")) {
+    auto ptr = child(path, "agent_fallbacks");
+    for (const auto& kv : r.object(*x, ptr)) {
+      std::string key{kv.key().data(), kv.key().size()};
+      auto target = r.nonempty_string(kv.value(), child(ptr, key));
+      sel.agent_fallbacks.emplace(std::move(key), std::move(target));
+    }
+  }
+  if (const auto* x = obj.if_contains("selection_mode"))
+    sel.mode = read_selection_mode(r, *x, child(path, "selection_mode"));
+  return sel;
+}
+
+// -- environments, node, tasks ------------------------------------------------
+
+} // namespace
+
+environment_config read_environment(const reader& r, const json::value& v,
+                                    std::string name,
+                                    const supervisor_config& base) {
+  const std::string path;
+  const auto& obj = r.object(v, path);
+  r.check_keys(obj, path,
+               {"agents", "agent_fallbacks", "selection_mode", "supervisor",
+                "classifier"});
+  environment_config env;
+  env.name = std::move(name);
+  env.selection = read_selection(r, obj, path);
+  if (const auto* x = obj.if_contains("supervisor")) {
+    // Validated now, over the settings it will be merged onto, so that a bad
+    // value is reported at load time; kept as written for merging per task.
+    auto probe = base;
+    read_supervisor(r, *x, child(path, "supervisor"), probe);
+    env.supervisor_overrides = x->get_object();
+  }
+  if (const auto* x = obj.if_contains("classifier"))
+    env.classifier_rules = read_rules(r, *x, child(path, "classifier"));
+  return env;
+}
+
+node_config read_node(const reader& r, const json::value& v) {
+  const std::string path;
+  const auto& obj = r.object(v, path);
+  r.check_keys(obj, path,
+               {"max_concurrent", "circuit_breaker", "retry_budget",
+                "default_agent", "default_runtime"});
+  node_config node;
+  if (const auto* x = obj.if_contains("max_concurrent"))
+    node.max_concurrent = r.int_value(*x, child(path, "max_concurrent"), 1);
+  if (const auto* x = obj.if_contains("circuit_breaker")) {
+    auto ptr = child(path, "circuit_breaker");
+    const auto& sub = r.object(*x, ptr);
+    r.check_keys(sub, ptr,
+                 {"max_failures", "reset_timeout_s", "stale_after_s"});
+    if (const auto* y = sub.if_contains("max_failures"))
+      node.breaker.max_failures =
+        r.int_value(*y, child(ptr, "max_failures"), 1);
+    if (const auto* y = sub.if_contains("reset_timeout_s"))
+      node.breaker.reset_timeout_s =
+        r.seconds(*y, child(ptr, "reset_timeout_s"));
+    if (const auto* y = sub.if_contains("stale_after_s"))
+      node.breaker.stale_after_s =
+        r.seconds(*y, child(ptr, "stale_after_s"), true);
+  }
+  if (const auto* x = obj.if_contains("retry_budget")) {
+    auto ptr = child(path, "retry_budget");
+    const auto& sub = r.object(*x, ptr);
+    r.check_keys(sub, ptr, {"capacity", "refill_per_s"});
+    if (const auto* y = sub.if_contains("capacity")) {
+      if (y->is_null())
+        node.retry_budget_capacity.reset();
+      else
+        node.retry_budget_capacity =
+          r.number(*y, child(ptr, "capacity"), 0.0, false, 1e9);
+    }
+    if (const auto* y = sub.if_contains("refill_per_s"))
+      node.retry_budget_refill_per_s =
+        r.number(*y, child(ptr, "refill_per_s"), 0.0, false, 1e9);
+  }
+  if (const auto* x = obj.if_contains("default_agent"))
+    node.default_agent = read_agent(r, *x, child(path, "default_agent"));
+  if (const auto* x = obj.if_contains("default_runtime"))
+    node.default_runtime = r.string(*x, child(path, "default_runtime"));
+  if (node.default_runtime != "process" && node.default_runtime != "docker")
+    r.fail(child(path, "default_runtime"),
+           "expected one of \"process\", \"docker\", got " +
+             quote(node.default_runtime));
+  return node;
+}
+
+namespace {
+
+/// An absolute path (after `~` expansion).
+std::string absolute_path(const reader& r, const json::value& v,
+                          const std::string& path) {
+  auto str = expand_home(r, r.nonempty_string(v, path), path);
+  if (str[0] != '/')
+    r.fail(path, "expected an absolute path, got " + quote(str));
+  if (str.find('\0') != std::string::npos)
+    r.fail(path, "expected a path without NUL bytes");
+  return str;
+}
+
+std::string known_environments(const config_set& cfg) {
+  if (cfg.environments.empty())
+    return "no environments are configured";
+  std::string out = "known: ";
+  bool first = true;
+  for (const auto& kv : cfg.environments) {
+    if (!first)
+      out += ", ";
+    first = false;
+    out += kv.first;
+  }
+  return out;
+}
+
+} // namespace
+
+task_spec read_task(const reader& r, const json::value& v,
+                    const config_set& cfg) {
+  const std::string path;
+  const auto& obj = r.object(v, path);
+  r.check_keys(obj, path,
+               {"id", "prompt", "environment", "agent_selection", "supervisor",
+                "runtime", "image", "env", "memory_limit_mb", "classifier",
+                "mounts", "workdir"});
+  task_spec task;
+  if (const auto* x = obj.if_contains("id"))
+    task.id = r.identifier(*x, "/id", "a task id");
+  task.prompt = r.nonempty_string(r.required(obj, path, "prompt"), "/prompt");
+  const environment_config* env = nullptr;
+  if (const auto* x = obj.if_contains("environment")) {
+    auto name = r.nonempty_string(*x, "/environment");
+    auto it = cfg.environments.find(name);
+    if (it == cfg.environments.end())
+      r.fail("/environment", "unknown environment " + quote(name) + " (" +
+                               known_environments(cfg) + ")");
+    env = &it->second;
+  } else if (auto it = cfg.environments.find("default");
+             it != cfg.environments.end()) {
+    env = &it->second;
+  }
+  if (env != nullptr)
+    task.environment = env->name;
+  // Supervisor settings: global < environment < task.
+  task.supervisor = cfg.supervisor;
+  if (env != nullptr && env->supervisor_overrides) {
+    reader env_reader{"environment " + env->name};
+    read_supervisor(env_reader, json::value(*env->supervisor_overrides),
+                    "/supervisor", task.supervisor);
+  }
+  if (const auto* x = obj.if_contains("supervisor"))
+    read_supervisor(r, *x, "/supervisor", task.supervisor);
+  if (const auto* x = obj.if_contains("agent_selection")) {
+    const auto& sub = r.object(*x, "/agent_selection");
+    r.check_keys(sub, "/agent_selection",
+                 {"agents", "agent_fallbacks", "selection_mode"});
+    task.selection = read_selection(r, sub, "/agent_selection");
+  } else if (env != nullptr && !env->selection.agents.empty()) {
+    task.selection = env->selection;
+  }
+  if (const auto* x = obj.if_contains("classifier"))
+    task.classifier_rules = read_rules(r, *x, "/classifier");
+  else if (env != nullptr)
+    task.classifier_rules = env->classifier_rules;
+  if (const auto* x = obj.if_contains("runtime")) {
+    task.runtime = r.string(*x, "/runtime");
+    if (task.runtime != "process" && task.runtime != "docker")
+      r.fail("/runtime", "expected one of \"process\", \"docker\", got " +
+                           quote(task.runtime));
+  }
+  if (const auto* x = obj.if_contains("image"))
+    task.image = r.nonempty_string(*x, "/image");
+  if (const auto* x = obj.if_contains("env")) {
+    for (const auto& kv : r.object(*x, "/env")) {
+      std::string key{kv.key().data(), kv.key().size()};
+      auto ptr = child("/env", key);
+      if (key.empty() || key.find('=') != std::string::npos ||
+          key.find('\0') != std::string::npos)
+        r.fail(ptr, "invalid environment variable name " + quote(key) +
+                      " (must be non-empty, without '=' or NUL)");
+      auto value = r.string(kv.value(), ptr);
+      if (value.find('\0') != std::string::npos)
+        r.fail(ptr, "expected a string without NUL bytes");
+      task.env.emplace(std::move(key), std::move(value));
+    }
+  }
+  if (const auto* x = obj.if_contains("memory_limit_mb"))
+    task.memory_limit_mb = static_cast<std::uint64_t>(
+      r.integer(*x, "/memory_limit_mb", 1, max_memory_limit_mb));
+  if (const auto* x = obj.if_contains("mounts")) {
+    const auto& arr = r.array(*x, "/mounts");
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      auto ptr = child("/mounts", i);
+      const auto& sub = r.object(arr[i], ptr);
+      r.check_keys(sub, ptr, {"host_path", "container_path", "read_only"});
+      mount_spec m;
+      m.host_path = absolute_path(r, r.required(sub, ptr, "host_path"),
+                                  child(ptr, "host_path"));
+      m.container_path =
+        absolute_path(r, r.required(sub, ptr, "container_path"),
+                      child(ptr, "container_path"));
+      if (const auto* y = sub.if_contains("read_only"))
+        m.read_only = r.boolean(*y, child(ptr, "read_only"));
+      task.mounts.push_back(std::move(m));
+    }
+  }
+  if (const auto* x = obj.if_contains("workdir"))
+    task.workdir = absolute_path(r, *x, "/workdir");
+  return task;
+}
+
+} // namespace tasksup::detail

@@ -1,0 +1,43 @@
+#pragma once
+
+// The readers of each config section and of tasks, shared by the public
+// parse functions, the file loader and the validator. Internal to
+// libsupervisor.
+
+#include "config_reader.hpp"
+
+#include "tasksup/supervisor/config.hpp"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tasksup::detail {
+
+/// Reads supervisor settings at `path` over `cfg` (keys it does not name keep
+/// their value).
+void read_supervisor(const reader& r, const json::value& v,
+                     const std::string& path, supervisor_config& cfg);
+
+/// Reads `{"rules": [...]}` at `path` and compiles the rules once.
+std::vector<classifier_rule> read_rules(const reader& r, const json::value& v,
+                                        const std::string& path);
+
+/// Reads one agent object.
+agent_spec read_agent(const reader& r, const json::value& v,
+                      const std::string& path);
+
+/// Reads an environment document; its supervisor overrides are checked over
+/// `base`.
+environment_config read_environment(const reader& r, const json::value& v,
+                                    std::string name,
+                                    const supervisor_config& base);
+
+/// Reads a node.json document.
+node_config read_node(const reader& r, const json::value& v);
+
+/// Reads a task document against `cfg` (SPEC §12).
+task_spec read_task(const reader& r, const json::value& v,
+                    const config_set& cfg);
+
+} // namespace tasksup::detail
