@@ -1,6 +1,7 @@
 #include "tasksup/actors/events.hpp"
 
 #include "tasksup/supervisor/error_class.hpp"
+#include "tasksup/supervisor/text.hpp"
 
 #include <boost/json/serializer.hpp>
 #include <boost/json/value.hpp>
@@ -36,64 +37,6 @@ std::string hex_digits(trace_id_generator& rng, int words) {
     if (nonzero)
       return out;
   }
-}
-
-/// One UTF-8 sequence led by the byte `s[i]` (>= 0x80), per RFC 3629: no
-/// overlongs, no surrogates, nothing above U+10FFFF. `len` is the length the
-/// sequence must have (0 when the byte cannot lead one), `valid` how many of
-/// its bytes from `i` on are valid (== len for a complete sequence).
-struct utf8_scan {
-  std::size_t len = 0;
-  std::size_t valid = 0;
-};
-
-utf8_scan scan_utf8(std::string_view s, std::size_t i) {
-  auto c = static_cast<unsigned char>(s[i]);
-  unsigned char lo = 0x80;
-  unsigned char hi = 0xBF;
-  utf8_scan r;
-  if (c >= 0xC2 && c <= 0xDF) {
-    r.len = 2;
-  } else if (c >= 0xE0 && c <= 0xEF) {
-    r.len = 3;
-    if (c == 0xE0)
-      lo = 0xA0;
-    else if (c == 0xED)
-      hi = 0x9F;
-  } else if (c >= 0xF0 && c <= 0xF4) {
-    r.len = 4;
-    if (c == 0xF0)
-      lo = 0x90;
-    else if (c == 0xF4)
-      hi = 0x8F;
-  } else {
-    return r;
-  }
-  r.valid = 1;
-  for (; r.valid < r.len && i + r.valid < s.size(); ++r.valid) {
-    auto b = static_cast<unsigned char>(s[i + r.valid]);
-    auto min = r.valid == 1 ? lo : static_cast<unsigned char>(0x80);
-    auto max = r.valid == 1 ? hi : static_cast<unsigned char>(0xBF);
-    if (b < min || b > max)
-      break;
-  }
-  return r;
-}
-
-/// True if `s` is valid UTF-8 (what `sanitize_utf8` would return unchanged).
-bool valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    if (static_cast<unsigned char>(s[i]) < 0x80) {
-      ++i;
-      continue;
-    }
-    auto r = scan_utf8(s, i);
-    if (r.len == 0 || r.valid != r.len)
-      return false;
-    i += r.len;
-  }
-  return true;
 }
 
 /// Writes one JSON document straight into a string, byte for byte what

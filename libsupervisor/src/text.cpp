@@ -1,0 +1,64 @@
+#include "tasksup/supervisor/text.hpp"
+
+namespace tasksup {
+
+utf8_scan scan_utf8(std::string_view s, std::size_t i) noexcept {
+  auto c = static_cast<unsigned char>(s[i]);
+  unsigned char lo = 0x80;
+  unsigned char hi = 0xBF;
+  utf8_scan r;
+  if (c >= 0xC2 && c <= 0xDF) {
+    r.len = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    r.len = 3;
+    if (c == 0xE0)
+      lo = 0xA0; // no overlong 3-byte forms
+    else if (c == 0xED)
+      hi = 0x9F; // no surrogates
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    r.len = 4;
+    if (c == 0xF0)
+      lo = 0x90; // no overlong 4-byte forms
+    else if (c == 0xF4)
+      hi = 0x8F; // nothing above U+10FFFF
+  } else {
+    return r;
+  }
+  r.valid = 1;
+  for (; r.valid < r.len && i + r.valid < s.size(); ++r.valid) {
+    auto b = static_cast<unsigned char>(s[i + r.valid]);
+    auto min = r.valid == 1 ? lo : static_cast<unsigned char>(0x80);
+    auto max = r.valid == 1 ? hi : static_cast<unsigned char>(0xBF);
+    if (b < min || b > max)
+      break;
+  }
+  return r;
+}
+
+std::size_t utf8_sequence_length(std::string_view s, std::size_t i) noexcept {
+  if (static_cast<unsigned char>(s[i]) < 0x80)
+    return 1;
+  auto r = scan_utf8(s, i);
+  return r.len != 0 && r.valid == r.len ? r.len : 0;
+}
+
+std::size_t first_invalid_utf8(std::string_view s) noexcept {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      ++i;
+      continue;
+    }
+    auto r = scan_utf8(s, i);
+    if (r.len == 0 || r.valid != r.len)
+      return i;
+    i += r.len;
+  }
+  return std::string_view::npos;
+}
+
+bool valid_utf8(std::string_view s) noexcept {
+  return first_invalid_utf8(s) == std::string_view::npos;
+}
+
+} // namespace tasksup
