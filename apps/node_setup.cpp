@@ -48,8 +48,8 @@ make_named_runtime(std::string_view name) {
   }
   return error{{},
                {},
-               "unknown runtime '" + std::string{name} + "' (expected " +
-                 runtime_names + ")"};
+               "unknown runtime '" + std::string{name} + "' (expected one of " +
+                 runtime_name_list() + ")"};
 }
 
 std::string fresh_work_dir(std::string_view kind) {

@@ -11,9 +11,6 @@
 
 namespace tasksup::app {
 
-/// The runtimes `--runtime` accepts.
-inline constexpr const char* runtime_names = "process|docker";
-
 /// A loaded configuration and where it came from.
 struct loaded_config {
   config_set config;

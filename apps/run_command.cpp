@@ -33,6 +33,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tasksup::app {
 
@@ -246,7 +247,8 @@ void setup_run(CLI::App& app, int& status) {
     ->add_option("--runtime", opts->runtime,
                  "Run attempts as local processes or in Docker containers "
                  "(default: the task's `runtime`, else node.json's)")
-    ->check(CLI::IsMember({"process", "docker"}));
+    ->check(CLI::IsMember(
+      std::vector<std::string>(runtime_names.begin(), runtime_names.end())));
   cmd->add_option("--events", opts->events,
                   "Write every event as one JSON line to FILE, or to stdout "
                   "with `-` (the progress view then goes to stderr)");

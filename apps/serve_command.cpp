@@ -232,7 +232,8 @@ void setup_serve(CLI::App& app, int& status) {
     ->add_option("--runtime", opts->runtime,
                  "Runtime for tasks that name none (default: node.json's "
                  "default_runtime)")
-    ->check(CLI::IsMember({"process", "docker"}));
+    ->check(CLI::IsMember(
+      std::vector<std::string>(runtime_names.begin(), runtime_names.end())));
   cmd->add_option("--work-dir", opts->work_dir,
                   "Directory for the attempts' workspaces, artifacts and "
                   "output logs (default: a fresh $TMPDIR/tasksup/node-...)");

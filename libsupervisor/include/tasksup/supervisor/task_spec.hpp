@@ -4,13 +4,41 @@
 #include "tasksup/supervisor/classifier.hpp"
 #include "tasksup/supervisor/supervisor_config.hpp"
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace tasksup {
+
+/// The runtimes a task (`runtime`), a node (`default_runtime`) and the CLI
+/// (`--runtime`) can name, spelled once.
+inline constexpr std::array<std::string_view, 2> runtime_names{"process",
+                                                               "docker"};
+
+/// True when `name` is one of `runtime_names`.
+constexpr bool known_runtime(std::string_view name) noexcept {
+  for (auto x : runtime_names)
+    if (x == name)
+      return true;
+  return false;
+}
+
+/// `runtime_names` as `"process", "docker"`, for messages.
+inline std::string runtime_name_list() {
+  std::string out;
+  for (auto x : runtime_names) {
+    if (!out.empty())
+      out += ", ";
+    out += '"';
+    out += x;
+    out += '"';
+  }
+  return out;
+}
 
 /// A host path made visible to an attempt.
 struct mount_spec {
@@ -32,7 +60,7 @@ struct task_spec {
   supervisor_config supervisor;
   /// Per-task classifier rules replacing the environment's/global ones.
   std::optional<std::vector<classifier_rule>> classifier_rules;
-  /// "process" or "docker"; empty means the node's default.
+  /// One of `runtime_names`; empty means the node's default.
   std::string runtime;
   /// Container image (docker runtime).
   std::string image;
