@@ -148,11 +148,16 @@ bool from_other_supervisor(registry_actor_t* self, const std::string& task_id) {
 
 caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
   auto& st = self->state;
-  // A typed task may come from another node or an embedding application:
-  // it gets the checks a task file gets before anything uses its id as a
-  // path or its numbers as durations.
-  if (auto valid = validate_task(task, "submitted task"); !valid)
-    return make_error(protocol_error::invalid_task, valid.error().to_string());
+  // However the task arrived (typed from another node or an embedding
+  // application, or JSON), it is resolved against this node's config and
+  // checked by the one validator before anything uses its id as a path or
+  // its numbers as durations.
+  auto resolved =
+    resolve_task(std::move(task), st.opts.config, "submitted task");
+  if (!resolved)
+    return make_error(protocol_error::invalid_task,
+                      resolved.error().to_string());
+  task = std::move(*resolved);
   if (task.id.empty()) {
     do
       task.id = "task-" + std::to_string(st.next_number++);
@@ -170,22 +175,6 @@ caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
     return make_error(protocol_error::unknown_runtime,
                       "task '" + task.id + "': no runtime named '" +
                         runtime_name + "' on this node");
-  // The environment supplies what the task leaves out.
-  const environment_config* env = nullptr;
-  if (!task.environment.empty()) {
-    auto e = st.opts.config.environments.find(task.environment);
-    if (e == st.opts.config.environments.end())
-      return make_error(protocol_error::invalid_task,
-                        "task '" + task.id + "': unknown environment '" +
-                          task.environment + "'");
-    env = &e->second;
-  }
-  if (!task.selection && env != nullptr)
-    task.selection = env->selection;
-  if (!task.classifier_rules) {
-    if (env != nullptr && env->classifier_rules)
-      task.classifier_rules = env->classifier_rules;
-  }
   supervisor_options opts;
   // Round-robin rotates the first agent per environment; fallbacks within a
   // task never move it.
@@ -313,7 +302,7 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       if (!doc)
         return make_error(protocol_error::invalid_task,
                           doc.error().to_string());
-      auto task = parse_task(*doc, "submitted task", self->state.opts.config);
+      auto task = parse_task_as_written(*doc, "submitted task");
       if (!task)
         return make_error(protocol_error::invalid_task,
                           task.error().to_string());

@@ -47,9 +47,17 @@ expected<node_config> parse_node_config(const json::value& doc,
   return guarded([&] { return read_node(reader{where}, doc); });
 }
 
+expected<task_spec> parse_task_as_written(const json::value& doc,
+                                          std::string_view where) {
+  return guarded([&] { return read_task(reader{where}, doc); });
+}
+
 expected<task_spec> parse_task(const json::value& doc, std::string_view where,
                                const config_set& cfg) {
-  return guarded([&] { return read_task(reader{where}, doc, cfg); });
+  auto task = parse_task_as_written(doc, where);
+  if (!task)
+    return task;
+  return resolve_task(std::move(*task), cfg, where);
 }
 
 } // namespace tasksup

@@ -5,8 +5,13 @@
 #include <boost/json/parser.hpp>
 #include <boost/json/stream_parser.hpp>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -70,34 +75,52 @@ expected<json::value> parse_json_text(std::string_view text,
                    std::to_string(offset - line_start + 1) + ": " +
                    ec.message()};
   }
+  if (auto dup = find_duplicate_key(text))
+    return error{std::string{where}, shown_pointer(dup->pointer),
+                 "duplicate key " + quote(dup->key) +
+                   " (a key may appear only once in an object)"};
   return parser.release();
 }
 
 expected<json::value> read_json_file(const std::string& path) {
-  std::error_code fs_ec;
-  if (fs::is_directory(path, fs_ec))
-    return error{path, "", "is a directory, expected a JSON file"};
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> file{
-    std::fopen(path.c_str(), "rb"), &std::fclose};
-  if (!file)
+  // Opened without blocking and checked before reading: a FIFO, socket or
+  // device given as a task file must not hang `validate` or `run`.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0)
     return error{path, "", std::string{"cannot open: "} + std::strerror(errno)};
+  struct closer {
+    int fd;
+    ~closer() { ::close(fd); }
+  } guard{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0)
+    return error{path, "", std::string{"cannot read: "} + std::strerror(errno)};
+  if (S_ISDIR(st.st_mode))
+    return error{path, "", "is a directory, expected a JSON file"};
+  if (!S_ISREG(st.st_mode))
+    return error{path, "", "not a regular file, expected a JSON file"};
+  if (static_cast<std::uint64_t>(st.st_size) > max_file_bytes)
+    return error{path, "",
+                 "file is larger than " + std::to_string(max_file_bytes) +
+                   " bytes"};
   std::string text;
   char buf[65536];
   for (;;) {
-    auto n = std::fread(buf, 1, sizeof(buf), file.get());
-    if (n > 0) {
-      if (text.size() + n > max_file_bytes)
-        return error{path, "",
-                     "file is larger than " + std::to_string(max_file_bytes) +
-                       " bytes"};
-      text.append(buf, n);
+    auto n = ::read(fd, buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return error{path, "",
+                   std::string{"cannot read: "} + std::strerror(errno)};
     }
-    if (n < sizeof(buf)) {
-      if (std::ferror(file.get()))
-        return error{path, "",
-                     std::string{"cannot read: "} + std::strerror(errno)};
+    if (n == 0)
       break;
-    }
+    // The file may grow while it is read.
+    if (text.size() + static_cast<std::size_t>(n) > max_file_bytes)
+      return error{path, "",
+                   "file is larger than " + std::to_string(max_file_bytes) +
+                     " bytes"};
+    text.append(buf, static_cast<std::size_t>(n));
   }
   return parse_json_text(text, path);
 }

@@ -402,10 +402,10 @@ node_config read_node(const reader& r, const json::value& v) {
     node.default_agent = read_agent(r, *x, child(path, "default_agent"));
   if (const auto* x = obj.if_contains("default_runtime"))
     node.default_runtime = r.string(*x, child(path, "default_runtime"));
-  if (node.default_runtime != "process" && node.default_runtime != "docker")
-    r.fail(child(path, "default_runtime"),
-           "expected one of \"process\", \"docker\", got " +
-             quote(node.default_runtime));
+  if (!known_runtime(node.default_runtime))
+    r.fail(child(path, "default_runtime"), "expected one of " +
+                                             runtime_name_list() + ", got " +
+                                             quote(node.default_runtime));
   return node;
 }
 
@@ -422,24 +422,9 @@ std::string absolute_path(const reader& r, const json::value& v,
   return str;
 }
 
-std::string known_environments(const config_set& cfg) {
-  if (cfg.environments.empty())
-    return "no environments are configured";
-  std::string out = "known: ";
-  bool first = true;
-  for (const auto& kv : cfg.environments) {
-    if (!first)
-      out += ", ";
-    first = false;
-    out += kv.first;
-  }
-  return out;
-}
-
 } // namespace
 
-task_spec read_task(const reader& r, const json::value& v,
-                    const config_set& cfg) {
+task_spec read_task(const reader& r, const json::value& v) {
   const std::string path;
   const auto& obj = r.object(v, path);
   r.check_keys(obj, path,
@@ -450,27 +435,10 @@ task_spec read_task(const reader& r, const json::value& v,
   if (const auto* x = obj.if_contains("id"))
     task.id = r.identifier(*x, "/id", "a task id");
   task.prompt = r.nonempty_string(r.required(obj, path, "prompt"), "/prompt");
-  const environment_config* env = nullptr;
-  if (const auto* x = obj.if_contains("environment")) {
-    auto name = r.nonempty_string(*x, "/environment");
-    auto it = cfg.environments.find(name);
-    if (it == cfg.environments.end())
-      r.fail("/environment", "unknown environment " + quote(name) + " (" +
-                               known_environments(cfg) + ")");
-    env = &it->second;
-  } else if (auto it = cfg.environments.find("default");
-             it != cfg.environments.end()) {
-    env = &it->second;
-  }
-  if (env != nullptr)
-    task.environment = env->name;
-  // Supervisor settings: global < environment < task.
-  task.supervisor = cfg.supervisor;
-  if (env != nullptr && env->supervisor_overrides) {
-    reader env_reader{"environment " + env->name};
-    read_supervisor(env_reader, json::value(*env->supervisor_overrides),
-                    "/supervisor", task.supervisor);
-  }
+  if (const auto* x = obj.if_contains("environment"))
+    task.environment = r.nonempty_string(*x, "/environment");
+  // The task's own settings over the built-in defaults, as a typed task
+  // carries them; resolve_task puts them over the environment's.
   if (const auto* x = obj.if_contains("supervisor"))
     read_supervisor(r, *x, "/supervisor", task.supervisor);
   if (const auto* x = obj.if_contains("agent_selection")) {
@@ -478,17 +446,13 @@ task_spec read_task(const reader& r, const json::value& v,
     r.check_keys(sub, "/agent_selection",
                  {"agents", "agent_fallbacks", "selection_mode"});
     task.selection = read_selection(r, sub, "/agent_selection");
-  } else if (env != nullptr && !env->selection.agents.empty()) {
-    task.selection = env->selection;
   }
   if (const auto* x = obj.if_contains("classifier"))
     task.classifier_rules = read_rules(r, *x, "/classifier");
-  else if (env != nullptr)
-    task.classifier_rules = env->classifier_rules;
   if (const auto* x = obj.if_contains("runtime")) {
     task.runtime = r.string(*x, "/runtime");
-    if (task.runtime != "process" && task.runtime != "docker")
-      r.fail("/runtime", "expected one of \"process\", \"docker\", got " +
+    if (!known_runtime(task.runtime))
+      r.fail("/runtime", "expected one of " + runtime_name_list() + ", got " +
                            quote(task.runtime));
   }
   if (const auto* x = obj.if_contains("image"))

@@ -36,8 +36,13 @@ environment_config read_environment(const reader& r, const json::value& v,
 /// Reads a node.json document.
 node_config read_node(const reader& r, const json::value& v);
 
-/// Reads a task document against `cfg` (SPEC §12).
-task_spec read_task(const reader& r, const json::value& v,
-                    const config_set& cfg);
+/// Reads a task document as written (SPEC §12): its supervisor settings over
+/// the built-in defaults, no environment applied.
+task_spec read_task(const reader& r, const json::value& v);
+
+/// `validate_task`; `compile_rules` false skips compiling the classifier
+/// patterns again (rules an environment supplied were compiled at load).
+expected<bool> check_task(const task_spec& task, std::string_view where,
+                          bool compile_rules);
 
 } // namespace tasksup::detail

@@ -29,6 +29,47 @@ std::string quote(std::string_view str) {
   return out;
 }
 
+std::string shown_pointer(std::string_view path) {
+  constexpr std::size_t max_component = 64;
+  constexpr std::size_t max_total = 400;
+  std::string out;
+  std::size_t component = 0;
+  for (unsigned char c : path) {
+    if (c == '/') {
+      component = 0;
+      out += '/';
+      continue;
+    }
+    ++component;
+    if (component > max_component) {
+      if (component == max_component + 1)
+        out += "...";
+      continue;
+    }
+    if (c < 0x20 || c >= 0x7f) {
+      static constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 0xf];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (out.size() > max_total)
+    out = out.substr(0, max_total / 2) + "..." +
+          out.substr(out.size() - max_total / 2);
+  return out;
+}
+
+std::string shown_message(std::string what) {
+  constexpr std::size_t max_bytes = 1000;
+  if (what.size() > max_bytes) {
+    what.resize(max_bytes);
+    what += "...";
+  }
+  return what;
+}
+
 /// RFC 6901: `~` -> `~0`, `/` -> `~1`.
 std::string child(const std::string& path, std::string_view key) {
   std::string out = path;

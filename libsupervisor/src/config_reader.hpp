@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -84,6 +85,26 @@ std::string child(const std::string& path, std::string_view key);
 /// `path` extended by the array index `index`.
 std::string child(const std::string& path, std::size_t index);
 
+/// A key that appears twice in one object.
+struct duplicate_key {
+  /// The JSON pointer of its second occurrence.
+  std::string pointer;
+  std::string key;
+};
+
+/// The first key of the JSON `text` that appears twice in one object, or
+/// nullopt when there is none or the text is not JSON (the real parser
+/// reports that).
+std::optional<duplicate_key> find_duplicate_key(std::string_view text);
+
+/// A JSON pointer made fit for a message: each component cut after 64
+/// bytes with "...", control and non-ASCII bytes as `\xNN`, the whole at
+/// most about 400 bytes (its start and end kept).
+std::string shown_pointer(std::string_view path);
+
+/// A message cut to at most about 1,000 bytes.
+std::string shown_message(std::string what);
+
 /// [A-Za-z0-9_.-]{1,64}, and neither "." nor "..".
 bool valid_identifier(std::string_view str) noexcept;
 
@@ -101,8 +122,10 @@ class reader {
 public:
   explicit reader(std::string_view where) : where_(where) {}
 
+  /// Throws the error at `path`; both are cut to a readable length.
   [[noreturn]] void fail(const std::string& path, std::string what) const {
-    throw parse_failure{error{where_, path, std::move(what)}};
+    throw parse_failure{
+      error{where_, shown_pointer(path), shown_message(std::move(what))}};
   }
 
   const std::string& where() const noexcept { return where_; }

@@ -1,14 +1,19 @@
 #include "tasksup/supervisor/config.hpp"
 
-#include "config_reader.hpp"
+#include "config_parse.hpp"
 
+#include "tasksup/supervisor/text.hpp"
+
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
 
-// The checks a task that arrived already built gets: the limits the JSON
-// readers enforce, applied to the values.
+// The one task validator: every check a task must pass to run, on the
+// resolved task, whichever way it arrived. The JSON readers check types and
+// keys; everything about values is checked here, once, so a task file, a
+// JSON submit and a typed submit get the same verdict and the same message.
 
 namespace tasksup {
 
@@ -16,17 +21,26 @@ using namespace detail;
 
 namespace {
 
-/// The checks `read_task` makes on JSON, made on a task that arrived already
-/// built; each value goes through the same reader so the errors read alike.
+/// Enumerators past the last one a reader can produce are out of range: a
+/// typed task is a value from the network or another program.
+template<class Enum>
+bool in_range(Enum x, Enum last) noexcept {
+  return static_cast<std::uint64_t>(x) <= static_cast<std::uint64_t>(last);
+}
+
 void check_text(const reader& r, const std::string& str,
-                const std::string& path, bool nonempty) {
+                const std::string& path, bool nonempty,
+                std::size_t max_bytes = max_file_bytes) {
   if (nonempty && str.empty())
     r.fail(path, "expected a non-empty string");
-  if (str.size() > max_file_bytes)
-    r.fail(path,
-           "expected at most " + std::to_string(max_file_bytes) + " bytes");
+  if (str.size() > max_bytes)
+    r.fail(path, "expected at most " + std::to_string(max_bytes) +
+                   " bytes, got " + std::to_string(str.size()));
   if (str.find('\0') != std::string::npos)
     r.fail(path, "expected a string without NUL bytes");
+  if (auto at = first_invalid_utf8(str); at != std::string::npos)
+    r.fail(path,
+           "expected UTF-8 text, invalid byte at offset " + std::to_string(at));
 }
 
 void check_id(const reader& r, const std::string& str, const std::string& path,
@@ -39,8 +53,9 @@ void check_seconds(const reader& r, double x, const std::string& path,
   r.seconds(json::value(x), path, positive);
 }
 
-void check_int(const reader& r, int x, const std::string& path, int lo) {
-  r.int_value(json::value(std::int64_t{x}), path, lo);
+void check_int(const reader& r, int x, const std::string& path, int lo,
+               int hi = max_int) {
+  r.int_value(json::value(std::int64_t{x}), path, lo, hi);
 }
 
 void check_absolute(const reader& r, const std::string& str,
@@ -48,6 +63,16 @@ void check_absolute(const reader& r, const std::string& str,
   check_text(r, str, path, true);
   if (str[0] != '/')
     r.fail(path, "expected an absolute path, got " + quote(str));
+}
+
+std::string class_ptr(const std::string& path, error_class cls) {
+  return child(path, std::to_string(static_cast<unsigned>(cls)));
+}
+
+void check_class(const reader& r, error_class cls, const std::string& path) {
+  if (!in_range(cls, all_error_classes.back()))
+    r.fail(path,
+           "unknown error class " + std::to_string(static_cast<unsigned>(cls)));
 }
 
 void check_supervisor(const reader& r, const supervisor_config& cfg,
@@ -60,12 +85,31 @@ void check_supervisor(const reader& r, const supervisor_config& cfg,
                 child(path, "rate_limit_backoff_base"));
   check_int(r, cfg.max_total_attempts, child(path, "max_total_attempts"), 1);
   check_int(r, cfg.max_crash_restarts, child(path, "max_crash_restarts"), 0);
+  for (const auto& [cls, act] : cfg.actions) {
+    check_class(r, cls, class_ptr(child(path, "actions"), cls));
+    if (!in_range(act, action::fail))
+      r.fail(child(child(path, "actions"), to_string(cls)),
+             "unknown action " + std::to_string(static_cast<unsigned>(act)));
+  }
+  if (!in_range(cfg.restart, restart_type::temporary))
+    r.fail(child(path, "restart"),
+           "unknown restart type " +
+             std::to_string(static_cast<unsigned>(cfg.restart)));
   auto ptr = child(path, "intensity");
   check_int(r, cfg.intensity.max_restarts, child(ptr, "max_restarts"), 0);
   check_seconds(r, cfg.intensity.period_s, child(ptr, "period_s"), true);
   check_seconds(r, cfg.intensity.reset_after_s, child(ptr, "reset_after_s"));
   for (const auto& [cls, spec] : cfg.backoff) {
+    check_class(r, cls, class_ptr(child(path, "backoff"), cls));
     auto bp = child(child(path, "backoff"), to_string(cls));
+    if (!in_range(spec.kind, backoff_spec::kind_t::exponential))
+      r.fail(child(bp, "kind"),
+             "unknown schedule kind " +
+               std::to_string(static_cast<unsigned>(spec.kind)));
+    if (!in_range(spec.jit, jitter::decorrelated))
+      r.fail(child(bp, "jitter"),
+             "unknown jitter " +
+               std::to_string(static_cast<unsigned>(spec.jit)));
     constexpr std::size_t max_entries = 1000;
     if (spec.table_s.size() > max_entries)
       r.fail(child(bp, "table_s"),
@@ -88,28 +132,101 @@ void check_supervisor(const reader& r, const supervisor_config& cfg,
   check_seconds(r, cfg.stop_grace_s, child(path, "stop_grace_s"));
 }
 
+/// The bytes the agent's command line takes in `execve`.
+std::size_t command_bytes(const agent_spec& agent) {
+  auto n = agent.agent_cli.size() + 1;
+  for (const auto& arg : agent.args)
+    n += arg.size() + 1;
+  return n;
+}
+
 void check_agent(const reader& r, const agent_spec& agent,
                  const std::string& path) {
   check_id(r, agent.agent_id, child(path, "agent_id"), "an agent id");
-  check_text(r, agent.agent_cli, child(path, "agent_cli"), true);
+  check_text(r, agent.agent_cli, child(path, "agent_cli"), true,
+             max_argument_bytes);
   check_text(r, agent.cli_flags, child(path, "cli_flags"), false);
   for (const auto& arg : agent.args)
-    check_text(r, arg, child(path, "cli_flags"), false);
+    check_text(r, arg, child(path, "cli_flags"), false, max_argument_bytes);
   check_text(r, agent.config_dir, child(path, "config_dir"), false);
+}
+
+void check_rules(const reader& r, const std::vector<classifier_rule>& rules,
+                 const std::string& path, bool compile) {
+  auto ptr = child(path, "rules");
+  std::map<std::string_view, std::size_t> seen;
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    const auto& rule = rules[i];
+    auto rp = child(ptr, i);
+    check_id(r, rule.id, child(rp, "id"), "a rule id");
+    if (auto [it, added] = seen.emplace(rule.id, i); !added)
+      r.fail(child(rp, "id"), "duplicate rule id " + quote(rule.id) +
+                                " (first at " + child(ptr, it->second) + ")");
+    check_class(r, rule.cls, child(rp, "class"));
+    for (std::size_t k = 0; k < rule.exit_codes.size(); ++k)
+      check_int(r, rule.exit_codes[k], child(child(rp, "exit_codes"), k), 0,
+                255);
+    for (std::size_t k = 0; k < rule.signals.size(); ++k)
+      check_int(r, rule.signals[k], child(child(rp, "signals"), k), 1, 64);
+    for (std::size_t k = 0; k < rule.patterns.size(); ++k)
+      check_text(r, rule.patterns[k], child(child(rp, "patterns"), k), true);
+    if (rule.window_lines > 1'000'000)
+      r.fail(child(rp, "window_lines"),
+             "expected an integer from 0 to 1000000");
+    if (rule.exit_codes.empty() && !rule.oom_killed && rule.signals.empty() &&
+        rule.patterns.empty())
+      r.fail(rp, "a rule needs at least one of \"exit_codes\", "
+                 "\"oom_killed\", \"signals\", \"patterns\"");
+  }
+  // The classifier compiles the patterns exactly as it will use them; its
+  // error path is relative to the rule array.
+  if (!compile)
+    return;
+  if (auto compiled = classifier::make(rules); !compiled)
+    r.fail(ptr + compiled.error().path, compiled.error().what);
 }
 
 } // namespace
 
-expected<bool> validate_task(const task_spec& task, std::string_view where) {
+expected<bool> detail::check_task(const task_spec& task, std::string_view where,
+                                  bool compile_rules) {
   return guarded([&] {
     reader r{where};
     if (!task.id.empty())
       check_id(r, task.id, "/id", "a task id");
+    if (task.prompt.size() > max_prompt_bytes)
+      r.fail("/prompt",
+             "the prompt is " + std::to_string(task.prompt.size()) +
+               " bytes; at most " + std::to_string(max_prompt_bytes) +
+               " fit in one command-line argument or environment variable "
+               "(Linux's 128 KiB MAX_ARG_STRLEN): put long instructions in "
+               "a file the agent reads and name it in the prompt");
     check_text(r, task.prompt, "/prompt", true);
     if (!task.environment.empty())
       check_id(r, task.environment, "/environment", "an environment name");
+    // What every attempt passes to execve besides the agent's command line.
+    std::size_t exec_bytes = task.prompt.size() + 1;
+    for (const auto& [key, value] : task.env) {
+      auto ptr = child("/env", key);
+      if (key.empty() || key.find('=') != std::string::npos ||
+          key.find('\0') != std::string::npos)
+        r.fail(ptr, "invalid environment variable name " + quote(key) +
+                      " (must be non-empty, without '=' or NUL)");
+      check_text(r, key, ptr, true);
+      check_text(r, value, ptr, false);
+      auto entry = key.size() + 1 + value.size();
+      if (entry > max_argument_bytes)
+        r.fail(ptr, "KEY=value is " + std::to_string(entry) +
+                      " bytes; at most " + std::to_string(max_argument_bytes) +
+                      " fit in one environment variable");
+      exec_bytes += entry + 1;
+    }
     if (task.selection) {
       const std::string sp = "/agent_selection";
+      if (!in_range(task.selection->mode, selection_mode::round_robin))
+        r.fail(child(sp, "selection_mode"),
+               "unknown selection mode " +
+                 std::to_string(static_cast<unsigned>(task.selection->mode)));
       std::map<std::string_view, std::size_t> seen;
       for (std::size_t i = 0; i < task.selection->agents.size(); ++i) {
         const auto& agent = task.selection->agents[i];
@@ -120,6 +237,11 @@ expected<bool> validate_task(const task_spec& task, std::string_view where) {
           r.fail(child(ptr, "agent_id"),
                  "duplicate agent_id " + quote(agent.agent_id) + " (first at " +
                    child(child(sp, "agents"), it->second) + ")");
+        if (exec_bytes + command_bytes(agent) > max_command_bytes)
+          r.fail(ptr, "the prompt, env and this agent's command line take " +
+                        std::to_string(exec_bytes + command_bytes(agent)) +
+                        " bytes; at most " + std::to_string(max_command_bytes) +
+                        " fit in an attempt's command line");
       }
       for (const auto& [from, to] : task.selection->agent_fallbacks) {
         auto ptr = child(child(sp, "agent_fallbacks"), from);
@@ -127,25 +249,17 @@ expected<bool> validate_task(const task_spec& task, std::string_view where) {
         check_text(r, to, ptr, true);
       }
     }
+    if (exec_bytes > max_command_bytes)
+      r.fail("/env", "the prompt and env take " + std::to_string(exec_bytes) +
+                       " bytes; at most " + std::to_string(max_command_bytes) +
+                       " fit in an attempt's command line");
     check_supervisor(r, task.supervisor, "/supervisor");
-    if (task.classifier_rules) {
-      auto compiled = classifier::make(*task.classifier_rules);
-      if (!compiled)
-        r.fail("/classifier", compiled.error().to_string());
-    }
-    if (!task.runtime.empty() && task.runtime != "process" &&
-        task.runtime != "docker")
-      r.fail("/runtime", "expected one of \"process\", \"docker\", got " +
+    if (task.classifier_rules)
+      check_rules(r, *task.classifier_rules, "/classifier", compile_rules);
+    if (!task.runtime.empty() && !known_runtime(task.runtime))
+      r.fail("/runtime", "expected one of " + runtime_name_list() + ", got " +
                            quote(task.runtime));
     check_text(r, task.image, "/image", false);
-    for (const auto& [key, value] : task.env) {
-      auto ptr = child("/env", key);
-      if (key.empty() || key.find('=') != std::string::npos ||
-          key.find('\0') != std::string::npos)
-        r.fail(ptr, "invalid environment variable name " + quote(key) +
-                      " (must be non-empty, without '=' or NUL)");
-      check_text(r, value, ptr, false);
-    }
     if (task.memory_limit_mb &&
         (*task.memory_limit_mb < 1 ||
          *task.memory_limit_mb >
@@ -162,6 +276,10 @@ expected<bool> validate_task(const task_spec& task, std::string_view where) {
       check_absolute(r, task.workdir, "/workdir");
     return true;
   });
+}
+
+expected<bool> validate_task(const task_spec& task, std::string_view where) {
+  return check_task(task, where, true);
 }
 
 } // namespace tasksup

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <sys/stat.h>
 #include <unistd.h>
 
 using namespace tasksup;
@@ -242,6 +243,62 @@ TEST_CASE("read_json_file names the file on every failure") {
   auto huge_res = read_json_file(huge);
   REQUIRE_FALSE(huge_res.has_value());
   CHECK_THAT(huge_res.error().what, Catch::Contains("larger than"));
+}
+
+TEST_CASE("duplicate keys are errors naming the key and its JSON pointer") {
+  // Boost.JSON alone keeps the last value: {"id": "../../etc", "id": "x1"}
+  // would read as a valid id.
+  auto top = parse_json_text(R"({"id": "../../etc", "id": "x1"})", "t.json");
+  REQUIRE_FALSE(top.has_value());
+  CHECK(top.error().where == "t.json");
+  CHECK(top.error().path == "/id");
+  CHECK(top.error().what ==
+        "duplicate key \"id\" (a key may appear only once in an object)");
+  auto deep = parse_json_text(R"({"agent_selection": {"agents": [
+    {"agent_id": "a", "agent_cli": "x"},
+    {"agent_id": "b", "agent_cli": "y", "agent_cli": "z"}]}})",
+                              "t.json");
+  REQUIRE_FALSE(deep.has_value());
+  CHECK(deep.error().path == "/agent_selection/agents/1/agent_cli");
+  // Keys are compared after unescaping; `/` and `~` are escaped in the
+  // pointer (RFC 6901).
+  auto escaped =
+    parse_json_text(R"({"x": [1, {"a/b": 1, "a\/b": 2}]})", "t.json");
+  REQUIRE_FALSE(escaped.has_value());
+  CHECK(escaped.error().path == "/x/1/a~1b");
+  // Equal keys in different objects are fine.
+  CHECK(parse_json_text(R"({"a": {"k": 1}, "b": {"k": 2}, "k": [{"k": 3}]})",
+                        "t.json")
+          .has_value());
+}
+
+TEST_CASE("read_json_file refuses what is not a regular file without "
+          "blocking") {
+  temp_dir dir;
+  auto fifo = dir.path() + "/task.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Opening a FIFO for reading blocks until a writer comes; this must not.
+  auto res = read_json_file(fifo);
+  REQUIRE_FALSE(res.has_value());
+  CHECK(res.error().where == fifo);
+  CHECK(res.error().what == "not a regular file, expected a JSON file");
+  auto dev = read_json_file("/dev/null");
+  REQUIRE_FALSE(dev.has_value());
+  CHECK(dev.error().what == "not a regular file, expected a JSON file");
+}
+
+TEST_CASE("errors about huge keys and values stay readable") {
+  auto key = std::string(1024 * 1024, 'k');
+  auto res = task("{\"prompt\": \"p\", \"env\": {\"" + key + "=\": \"v\"}}");
+  REQUIRE_FALSE(res.has_value());
+  auto text = res.error().to_string();
+  CHECK(text.size() < 400);
+  CHECK_THAT(res.error().path, Catch::StartsWith("/env/kkkk"));
+  CHECK_THAT(res.error().path, Catch::EndsWith("..."));
+  // Control characters in a key are escaped in the pointer too.
+  auto ctl = sup("{\"a\\u001b[31m\": 1}");
+  REQUIRE_FALSE(ctl.has_value());
+  CHECK(ctl.error().path == "/a\\x1b[31m");
 }
 
 // -- supervisor settings

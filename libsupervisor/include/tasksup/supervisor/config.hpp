@@ -9,6 +9,7 @@
 
 #include <boost/json/value.hpp>
 
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <string>
@@ -39,7 +40,7 @@ struct node_config {
   double retry_budget_refill_per_s = 1.0;
   /// The agent used when a task names none.
   agent_spec default_agent;
-  /// "process" or "docker".
+  /// One of `runtime_names`.
   std::string default_runtime = "process";
 };
 
@@ -80,21 +81,61 @@ expected<environment_config> parse_environment(const boost::json::value& doc,
 expected<node_config> parse_node_config(const boost::json::value& doc,
                                         std::string_view where);
 
-/// Parses a task (SPEC §12) against the loaded config: environment defaults
-/// and supervisor overrides are merged; an unknown environment is an error.
-/// A task naming no environment uses the `default` environment when `cfg`
-/// has one. Supervisor settings merge global < environment < task; the
-/// selection and classifier rules are the task's own, else the
-/// environment's. `id` stays empty when the file has none.
+/// Parses a task (SPEC §12) as written: its supervisor settings over the
+/// built-in defaults (what a typed task carries), no environment applied, no
+/// cross-field checks. `parse_task` is this plus `resolve_task`.
+expected<task_spec> parse_task_as_written(const boost::json::value& doc,
+                                          std::string_view where);
+
+/// The one way in for a task, however it arrives (task file, `validate`,
+/// `run`, JSON submit, typed submit from an embedding application or another
+/// node): resolves `task` against the node's config, then checks the result
+/// with `validate_task`.
+///
+/// - Environment: the one the task names (unknown is an error at
+///   `/environment`), else `default` when `cfg` has one.
+/// - Supervisor settings: `cfg.supervisor` < the environment's overrides <
+///   the task's own. A task's setting counts when it differs from the
+///   built-in default (`supervisor_config{}`): a typed task cannot say
+///   "unset" otherwise, and a task file must mean the same as the typed task
+///   built from it. Per-class `actions` count class by class, a per-class
+///   `backoff` entry replaces the one below it.
+/// - Agent selection and classifier rules: the task's own, else the
+///   environment's (a selection only when it has agents).
+///
+/// Resolving a resolved task changes nothing. Errors name `where` and the
+/// JSON path of the offending field.
+expected<task_spec> resolve_task(task_spec task, const config_set& cfg,
+                                 std::string_view where);
+
+/// Parses a task and resolves it against `cfg`: `parse_task_as_written`
+/// then `resolve_task`. `id` stays empty when the document has none.
 expected<task_spec> parse_task(const boost::json::value& doc,
                                std::string_view where, const config_set& cfg);
 
-/// Checks a task that arrived already built (a typed `submit` from another
-/// node or an embedding application) against the limits `parse_task`
-/// enforces on JSON: ids, agents, supervisor numbers, classifier rules,
-/// paths, env. True when valid; the error names `where` and the JSON path of
-/// the offending field.
+/// The one task validator: checks a resolved task against every limit a
+/// task must meet to run, whichever way it arrived: ids and names, every
+/// enum in range, numbers, paths, text (valid UTF-8, no NUL bytes), and
+/// what fits in the `execve` of an attempt: the prompt at most
+/// `max_prompt_bytes`, each argument and `KEY=value` at most
+/// `max_argument_bytes`, all of them together at most `max_command_bytes`.
+/// True when valid; the error names `where` and the JSON path of the
+/// offending field.
 expected<bool> validate_task(const task_spec& task, std::string_view where);
+
+/// Linux's limit on one argument or environment string (MAX_ARG_STRLEN,
+/// 128 KiB) less its terminating NUL.
+inline constexpr std::size_t max_argument_bytes = 128 * 1024 - 1;
+
+/// The longest prompt: it must fit one argument, or one environment
+/// variable `TASKSUP_PROMPT=...` for agents with `prompt_as_argument` false.
+inline constexpr std::size_t max_prompt_bytes =
+  max_argument_bytes - (sizeof("TASKSUP_PROMPT=") - 1);
+
+/// The prompt, the agent's command and arguments and the task's `env`
+/// together, well under the usual ARG_MAX (2 MiB) that they share with the
+/// node's own environment.
+inline constexpr std::size_t max_command_bytes = 1024 * 1024;
 
 /// Reads and parses JSON text; syntax errors name line and column.
 expected<boost::json::value> parse_json_text(std::string_view text,
