@@ -87,9 +87,10 @@ private:
   /// Checks one file as `kind`; environments are checked over `global`
   /// settings when given. Returns the parsed supervisor settings for a valid
   /// supervisor file (the directory check merges environments over them).
-  std::optional<supervisor_config> check_file(const std::string& path,
-                                              file_kind kind,
-                                              const supervisor_config* global) {
+  std::optional<supervisor_config>
+  check_file(const std::string& path, file_kind kind,
+             const supervisor_config* global,
+             const config_set* tasks_cfg = nullptr) {
     auto doc = read_json_file(path);
     if (!doc) {
       report(doc.error());
@@ -118,7 +119,7 @@ private:
         err = check_environment(path, *doc, global);
         break;
       case file_kind::task:
-        err = check_task(path, *doc);
+        err = check_task(path, *doc, tasks_cfg);
         break;
     }
     if (err)
@@ -148,9 +149,14 @@ private:
     return std::nullopt;
   }
 
+  /// A task file, checked as `run` and `submit` check it: parsed, resolved
+  /// against `cfg` (the directory's own config for task files inside a
+  /// config directory, else the one `--config` names) and validated.
   std::optional<error> check_task(const std::string& path,
-                                  const boost::json::value& doc) {
-    const config_set* cfg = task_config();
+                                  const boost::json::value& doc,
+                                  const config_set* cfg = nullptr) {
+    if (cfg == nullptr)
+      cfg = task_config();
     if (cfg == nullptr)
       return error{path, "", "not checked: the config directory is invalid"};
     if (auto res = parse_task(doc, path, *cfg); !res)
@@ -208,15 +214,70 @@ private:
       for (const auto& file : files)
         check_file(file, file_kind::environment, global ? &*global : &defaults);
     }
+    bool config_ok = all_valid_;
+    std::optional<config_set> dir_cfg;
     if (all_valid_) {
       // Per-file checks passed; loading the whole catches anything that
       // only shows in combination.
-      if (auto cfg = load_config_dir(dir); cfg)
-        ok(dir, "config directory");
-      else
+      if (auto cfg = load_config_dir(dir); cfg) {
+        dir_cfg = std::move(*cfg);
+      } else {
         report(cfg.error());
+        config_ok = false;
+      }
     }
+    // Every other JSON file below the directory is a task file (e.g.
+    // config/examples/*.json), checked against this directory's config when
+    // it holds one, else against the one --config names.
+    bool has_config = is_config_dir(dir);
+    auto tasks = task_files(dir);
+    if (has_config && !config_ok && !tasks.empty()) {
+      for (const auto& file : tasks)
+        report(error{file, "", "not checked: the config directory is invalid"});
+    } else {
+      for (const auto& file : tasks)
+        check_file(file, file_kind::task, nullptr,
+                   has_config ? &*dir_cfg : nullptr);
+    }
+    if ((has_config || tasks.empty()) && config_ok && all_valid_)
+      ok(dir, "config directory");
     all_valid_ = all_valid_ && before;
+  }
+
+  /// True when `dir` holds a config file or an environments/ directory.
+  static bool is_config_dir(const std::string& dir) {
+    std::error_code ec;
+    for (auto name : {"supervisor.json", "classifier.json", "node.json"})
+      if (fs::exists(fs::path{dir} / name, ec))
+        return true;
+    return fs::is_directory(fs::path{dir} / "environments", ec);
+  }
+
+  /// The `.json` files below `dir` that are not config files, sorted.
+  std::vector<std::string> task_files(const std::string& dir) {
+    std::vector<std::string> out;
+    std::error_code ec;
+    auto root = fs::path{dir};
+    for (fs::recursive_directory_iterator it{root, ec}, end; !ec && it != end;
+         it.increment(ec)) {
+      auto rel = it->path().lexically_relative(root);
+      if (it->is_directory(ec)) {
+        if (rel == "environments")
+          it.disable_recursion_pending();
+        continue;
+      }
+      if (it->path().extension() != ".json")
+        continue;
+      auto name = rel.string();
+      if (name == "supervisor.json" || name == "classifier.json" ||
+          name == "node.json")
+        continue;
+      out.push_back(it->path().string());
+    }
+    if (ec)
+      report(error{dir, "", "cannot list: " + ec.message()});
+    std::sort(out.begin(), out.end());
+    return out;
   }
 
   std::string config_flag_;
@@ -232,10 +293,14 @@ void setup(CLI::App& app, int& status) {
   cmd->footer(
     std::string{
       "A directory is checked as a config directory (supervisor.json, "
-      "classifier.json, node.json, environments/*.json). A file's kind comes "
+      "classifier.json, node.json, environments/*.json); every other .json "
+      "file below it is a task file, checked against that directory's config "
+      "(or, in a directory without config files, against the config "
+      "directory). A file's kind comes "
       "from its name: supervisor.json, classifier.json, node.json, any .json "
       "file in an environments/ directory; anything else is a task file, "
-      "checked against the config directory. "} +
+      "checked against the config directory. Task files get exactly the "
+      "checks `run` and `submit` make. "} +
     config_dir_rule +
     "\nPrints `ok: FILE (kind)` for each valid file and `FILE: /json/path: "
     "problem` on stderr for each invalid one. Exit status: 0 when all are "

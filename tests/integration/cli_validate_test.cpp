@@ -1,10 +1,18 @@
 // `tasksup validate`, run as a real process.
 
 #include "cli_runner.hpp"
+#include "tasksup_child.hpp"
+
+#include "tasksup/supervisor/config.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
+#include <chrono>
+#include <regex>
 #include <string>
+#include <vector>
 
 using tasksup::test::run_tasksup;
 using tasksup::test::scratch_dir;
@@ -154,4 +162,173 @@ TEST_CASE("validate: usage errors exit 2") {
   auto help = validate({"--help"});
   CHECK(help.status == 0);
   CHECK_THAT(help.out, Catch::Contains("TASKSUP_CONFIG_DIR"));
+}
+
+// -- one validator: validate, run and submit agree ---------------------------
+
+namespace {
+
+namespace e2e = tasksup::test;
+
+/// A `tasksup serve` node on a free loopback port with the source tree's
+/// config.
+class node {
+public:
+  explicit node(const e2e::scratch& dir)
+    : dir_(dir), child_(dir, "serve",
+                        {"serve", "--listen", "127.0.0.1:0", "--config",
+                         e2e::config_dir(), "--work-dir", dir / "node-work"}) {
+    std::smatch m;
+    std::regex listening{"listening on 127\\.0\\.0\\.1:([0-9]+)"};
+    bool up = e2e::eventually(
+      [&] {
+        auto err = child_.err();
+        if (!std::regex_search(err, m, listening))
+          return false;
+        address_ = "127.0.0.1:" + m[1].str();
+        return true;
+      },
+      std::chrono::seconds{20});
+    if (!up)
+      FAIL("the node did not start: " << child_.err());
+  }
+
+  e2e::finished submit(const std::string& file) {
+    return e2e::run_to_end(dir_, {"submit", file, "--node", address_});
+  }
+
+private:
+  const e2e::scratch& dir_;
+  e2e::tasksup_child child_;
+  std::string address_;
+};
+
+/// `validate`, `run` and `submit` of one file.
+struct verdicts {
+  e2e::finished validate;
+  e2e::finished run;
+  e2e::finished submit;
+};
+
+verdicts all_three(const e2e::scratch& dir, node& n, const std::string& file) {
+  verdicts v;
+  v.validate =
+    e2e::run_to_end(dir, {"validate", "--config", e2e::config_dir(), file});
+  v.run =
+    e2e::run_to_end(dir, {"run", "--config", e2e::config_dir(), "--work-dir",
+                          dir / "run-work", "--quiet", file});
+  v.submit = n.submit(file);
+  return v;
+}
+
+std::string sh_task(const std::string& id, const std::string& prompt_json) {
+  return R"({"id": ")" + id + R"(", "prompt": )" + prompt_json +
+         R"(, "agent_selection": {"agents": [{"agent_id": "sh",
+            "agent_cli": "/bin/sh", "cli_flags": "-c 'exit 0'"}]}})";
+}
+
+} // namespace
+
+TEST_CASE("one validator: validate, run and submit refuse the same tasks "
+          "with the same message") {
+  e2e::scratch dir;
+  node n{dir};
+  const std::string huge(tasksup::max_prompt_bytes + 1, 'x');
+  struct bad_case {
+    const char* name;
+    std::string json;
+    std::string message;
+  };
+  std::vector<bad_case> cases{
+    {"NUL in the prompt", sh_task("nul", R"("a\u0000b")"),
+     ": /prompt: expected a string without NUL bytes"},
+    {"a prompt too long for one argument", sh_task("long", "\"" + huge + "\""),
+     ": /prompt: the prompt is " + std::to_string(huge.size()) + " bytes"},
+    {"a duplicate key (the bad value first)",
+     R"({"id": "../../etc", "id": "x1", "prompt": "p"})",
+     ": /id: duplicate key \"id\""},
+    {"a duplicate key (the bad value last)",
+     R"({"id": "x1", "id": "../../etc", "prompt": "p"})",
+     ": /id: duplicate key \"id\""},
+    {"an unknown environment", R"({"prompt": "p", "environment": "nowhere"})",
+     ": /environment: unknown environment \"nowhere\""},
+  };
+  for (const auto& c : cases) {
+    INFO(c.name);
+    auto file = dir.write(std::string{"bad-"} + c.name[0] + c.name[2] +
+                            std::to_string(c.json.size()) + ".json",
+                          c.json);
+    auto v = all_three(dir, n, file);
+    INFO("validate: " << v.validate.err.substr(0, 300));
+    INFO("run: " << v.run.err.substr(0, 300));
+    INFO("submit: " << v.submit.err.substr(0, 300));
+    CHECK(v.validate.status == 2);
+    CHECK(v.run.status == 2);
+    CHECK(v.submit.status == 2);
+    CHECK(v.validate.err.find(c.message) != std::string::npos);
+    CHECK(v.run.err.find(c.message) != std::string::npos);
+    CHECK(v.submit.err.find(c.message) != std::string::npos);
+  }
+}
+
+TEST_CASE("one validator: a prompt at the limit passes validate, run and "
+          "submit alike") {
+  e2e::scratch dir;
+  node n{dir};
+  auto file = dir.write(
+    "limit.json",
+    sh_task("limit",
+            "\"" + std::string(tasksup::max_prompt_bytes, 'x') + "\""));
+  auto v = all_three(dir, n, file);
+  INFO(v.validate.err << v.run.err << v.submit.err);
+  CHECK(v.validate.status == 0);
+  CHECK(v.run.status == 0); // the agent ran with the prompt as its argument
+  CHECK(v.submit.status == 0);
+  CHECK(v.submit.out == "limit\n");
+}
+
+TEST_CASE("one validator: a FIFO is refused at once, never read") {
+  e2e::scratch dir;
+  node n{dir};
+  auto fifo = dir / "task.json";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  // Each would block forever in open() if it waited for a writer; run_to_end
+  // gives up after 30 s and the status would be -1.
+  auto v = all_three(dir, n, fifo);
+  for (auto* f : {&v.validate, &v.run, &v.submit}) {
+    CHECK(f->status == 2);
+    CHECK(f->err.find(fifo + ": not a regular file") != std::string::npos);
+  }
+}
+
+TEST_CASE("one validator: the error about a 1 MiB key is one short line") {
+  e2e::scratch dir;
+  auto file = dir.write("huge-key.json", R"({"prompt": "p", "env": {")" +
+                                           std::string(1024 * 1024, 'k') +
+                                           R"(=": "v"}})");
+  auto r =
+    e2e::run_to_end(dir, {"validate", "--config", e2e::config_dir(), file});
+  CHECK(r.status == 2);
+  CHECK(r.err.size() < 600);
+  CHECK(r.err.find(file + ": /env/kkk") == 0);
+}
+
+TEST_CASE("validate: a directory's task files are checked too") {
+  scratch_dir dir;
+  dir.write("supervisor.json", R"({"max_retries_per_agent": 1})");
+  auto good = dir.write("tasks/good.json", R"({"prompt": "p"})");
+  auto bad = dir.write("tasks/bad.json", R"({"prompt": "a\u0000"})");
+  auto res = validate({dir.path()});
+  CHECK(res.status == 2);
+  CHECK_THAT(res.out, Catch::Contains("ok: " + good + " (task)\n"));
+  CHECK_THAT(res.err, Catch::Contains(bad + ": /prompt: expected a string "
+                                            "without NUL bytes\n"));
+  CHECK_THAT(res.out, !Catch::Contains("(config directory)"));
+  // A directory of task files only is checked against --config.
+  scratch_dir tasks;
+  auto t = tasks.write("t.json", R"({"prompt": "p", "environment": "x"})");
+  auto only = validate({tasks.path()});
+  CHECK(only.status == 2);
+  CHECK_THAT(only.err, Catch::Contains(t + ": /environment: unknown "
+                                           "environment \"x\""));
 }
