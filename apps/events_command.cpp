@@ -89,30 +89,40 @@ int follow(node_session& s, event_console& console,
   auto me = caf::actor_cast<caf::actor>(s.self);
   int rc = exit_status::ok;
   bool subscribed = false;
-  s.self->request(s.node, node_request_timeout, subscribe_atom::value, me)
-    .receive([&](bool) { subscribed = true; },
-             [&](caf::error& err) {
-               rc = report_request_error(s, err, exit_status::unavailable);
-             });
-  if (!subscribed)
-    return rc;
-  s.self->monitor(s.node);
-  // Subscribed first, then asked: a task that ends in between is seen
-  // either way.
-  if (!opts.task_id.empty()) {
-    std::optional<task_status> now;
-    s.self
-      ->request(s.node, node_request_timeout, status_atom::value, opts.task_id)
-      .receive([&](task_status& st) { now = std::move(st); },
+  if (opts.task_id.empty()) {
+    s.self->request(s.node, node_request_timeout, subscribe_atom::value, me)
+      .receive([&](bool) { subscribed = true; },
                [&](caf::error& err) {
                  rc = report_request_error(s, err, exit_status::unavailable);
                });
-    if (!now)
+    if (!subscribed)
       return rc;
-    if (now->state == task_state::done) {
-      console.write(done_event_json(*now));
+    s.self->monitor(s.node);
+  } else {
+    // The task's events so far and the subscription in one request: a
+    // task submitted a moment ago is seen from its first event.
+    bool done = false;
+    s.self
+      ->request(s.node, node_request_timeout, subscribe_atom::value, me,
+                opts.task_id)
+      .receive(
+        [&](std::vector<event>& past) {
+          subscribed = true;
+          for (auto& ev : past) {
+            console.write(ev.json);
+            done = done || ev.kind == event_kind::task_done;
+          }
+        },
+        [&](caf::error& err) {
+          rc = report_request_error(s, err, exit_status::unavailable);
+        });
+    if (!subscribed)
+      return rc;
+    if (done) {
+      s.self->send(s.node, unsubscribe_atom::value, me);
       return exit_status::ok;
     }
+    s.self->monitor(s.node);
   }
   bool running = true;
   while (running) {

@@ -104,6 +104,32 @@ std::string progress_view::paint(const char* code,
   return std::string{"\x1b["} + code + "m" + text + "\x1b[0m";
 }
 
+namespace {
+
+/// The task's retries, and per agent when more than one agent retried:
+/// "5 (a: 2, b: 3)". Older nodes report only the last agent's.
+std::string retries_text(const boost::json::object& m) {
+  auto total = num(m, "total_retries");
+  if (!total)
+    return integer(num(m, "retry_count"));
+  auto out = integer(total);
+  auto* per = m.if_contains("retries_by_agent");
+  if (per == nullptr || !per->is_object() || per->get_object().size() < 2)
+    return out;
+  std::string parts;
+  for (auto& [agent, n] : per->get_object()) {
+    if (!parts.empty())
+      parts += ", ";
+    parts +=
+      printable(agent) + ": " +
+      integer(n.is_number() ? std::optional<double>{n.to_number<double>()}
+                            : std::nullopt);
+  }
+  return out + " (" + parts + ")";
+}
+
+} // namespace
+
 std::vector<std::string>
 progress_view::render(const boost::json::object& event) {
   std::vector<std::string> out;
@@ -127,6 +153,12 @@ progress_view::render(const boost::json::object& event) {
   } else if (kind == "log") {
     if (opts_.show_output)
       out.push_back(pre + paint(dim, "  | " + printable(str(event, "line"))));
+  } else if (kind == "attempt_exited" &&
+             event.if_contains("started") != nullptr &&
+             event.at("started").is_bool() && !event.at("started").get_bool()) {
+    // Nothing ran: there is no exit code to speak of.
+    out.push_back(pre + "attempt " + attempt + " could not start: " +
+                  printable(str(event, "infrastructure_error", "?")));
   } else if (kind == "attempt_exited") {
     std::string text = "attempt " + attempt + " exited with code " +
                        integer(num(event, "exit_code"));
@@ -178,9 +210,12 @@ progress_view::render(const boost::json::object& event) {
     auto outcome = str(event, "outcome", "?");
     const char* colour = outcome == "succeeded" ? green : red;
     std::string head = paint(colour, paint(bold, "task " + printable(outcome)));
-    auto code = integer(num(event, "exit_code"));
+    auto code = num(event, "exit_code");
     auto error = str(event, "error");
-    out.push_back(pre + head + " (exit code " + code + ")" +
+    // -1: no attempt ran, or the last one never started.
+    auto code_text =
+      code && *code >= 0 ? " (exit code " + integer(code) + ")" : "";
+    out.push_back(pre + head + code_text +
                   (error.empty() ? "" : ": " + printable(error)));
     if (auto* md = event.if_contains("metadata"); md && md->is_object()) {
       auto& m = md->get_object();
@@ -188,7 +223,7 @@ progress_view::render(const boost::json::object& event) {
                     "  agent used: " + printable(str(m, "agent_used", "-")) +
                     " (" + printable(str(m, "agent_id", "-")) + ")" +
                     ", attempts: " + integer(num(m, "total_attempts")) +
-                    ", retries: " + integer(num(m, "retry_count")) +
+                    ", retries: " + retries_text(m) +
                     ", fallbacks: " + integer(num(m, "fallback_count")));
     }
     if (auto d = num(event, "duration_s"))

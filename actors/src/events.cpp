@@ -353,6 +353,15 @@ void result_fields(json_writer& w, const task_result& r) {
   w.integer(r.metadata.total_attempts);
   w.key("fallback_count");
   w.integer(r.metadata.fallback_count);
+  w.key("total_retries");
+  w.integer(r.metadata.total_retries);
+  w.key("retries_by_agent");
+  w.begin_object();
+  for (auto& [agent, n] : r.metadata.retries_by_agent) {
+    w.key(agent); // agent ids are validated identifiers
+    w.integer(n);
+  }
+  w.end_object();
   w.end_object();
 }
 
@@ -435,6 +444,11 @@ event attempt_exited_event(const event_head& h, const attempt_outcome& out) {
     w.key("infrastructure_error");
     w.string(out.infrastructure_error);
   }
+  if (!out.started) {
+    // Nothing ran: the exit code means nothing.
+    w.key("started");
+    w.boolean(false);
+  }
   return finish(event_kind::attempt_exited, h, w);
 }
 
@@ -468,6 +482,31 @@ event retry_scheduled_event(const event_head& h, int retry_count,
   w.number(delay_s);
   w.key("max_retries");
   w.integer(max_retries);
+  return finish(event_kind::retry_scheduled, h, w);
+}
+
+event retry_scheduled_event(const event_head& h, int retry_count,
+                            int max_retries, std::string_view agent,
+                            const delay_decision& delay,
+                            std::string_view reason) {
+  json_writer w;
+  head_fields(w, "retry_scheduled", h);
+  w.key("retry_count");
+  w.integer(retry_count);
+  w.key("agent");
+  w.string(agent);
+  w.key("delay_s");
+  w.number(delay.delay_s);
+  w.key("max_retries");
+  w.integer(max_retries);
+  w.key("delay_source");
+  w.raw_string(to_string(delay.source));
+  w.key("scheduled_s");
+  w.number(delay.scheduled_s);
+  w.key("capped");
+  w.boolean(delay.capped);
+  w.key("reason");
+  w.string(reason);
   return finish(event_kind::retry_scheduled, h, w);
 }
 

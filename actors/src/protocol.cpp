@@ -89,9 +89,13 @@ void register_protocol(caf::actor_system_config& cfg) {
     .add_message_type<std::vector<classifier_rule>>(
       "std::vector<tasksup::classifier_rule>")
     .add_message_type<event>("tasksup::event")
+    .add_message_type<std::vector<event>>("std::vector<tasksup::event>")
     .add_message_type<attempt_report>("tasksup::attempt_report")
     .add_message_type<classify_request>("tasksup::classify_request")
-    .add_message_type<delay_request>("tasksup::delay_request");
+    .add_message_type<delay_request>("tasksup::delay_request")
+    .add_message_type<delay_decision>("tasksup::delay_decision")
+    .add_message_type<permit_request>("tasksup::permit_request")
+    .add_message_type<permit_reply>("tasksup::permit_reply");
   cfg.add_error_category(
     protocol_error_category,
     [](std::uint8_t code, caf::atom_value, const caf::message& ctx) {

@@ -1,5 +1,7 @@
 #include "tasksup/actors/registry_actor.hpp"
 
+#include "actor_now.hpp"
+
 #include "tasksup/actors/backoff_actor.hpp"
 #include "tasksup/actors/classifier_actor.hpp"
 #include "tasksup/actors/events.hpp"
@@ -30,11 +32,36 @@ namespace tasksup {
 
 namespace {
 
+using detail::now_s;
+
 /// A task whose supervisor is alive.
 struct active_task {
   caf::actor supervisor;
   std::string environment;
   std::string trace_id;
+};
+
+/// The events of one task, kept so that a client subscribing after the task
+/// began still sees all of it: every event but output lines, and output
+/// lines up to a byte budget (the attempt's log file has them all).
+struct event_history {
+  std::vector<event> events;
+  std::size_t log_bytes = 0;
+  std::size_t dropped_logs = 0;
+
+  /// Output lines kept per task, in bytes of rendered JSON.
+  static constexpr std::size_t log_budget = 64 * 1024;
+
+  void add(const event& ev) {
+    if (ev.kind == event_kind::log) {
+      if (log_bytes + ev.json.size() > log_budget) {
+        ++dropped_logs;
+        return;
+      }
+      log_bytes += ev.json.size();
+    }
+    events.push_back(ev);
+  }
 };
 
 struct registry_state {
@@ -52,10 +79,12 @@ struct registry_state {
   retry_budget budget;
   /// Attempt slots: holders and the FIFO of waiting tasks.
   std::set<std::string> slot_holders;
-  std::deque<std::pair<std::string, caf::response_promise>> slot_queue;
+  std::deque<std::pair<permit_request, caf::response_promise>> slot_queue;
   /// Round-robin position per environment.
   std::map<std::string, std::size_t> rotation;
   std::vector<caf::actor> subscribers;
+  /// Past events per task, active and finished (evicted with `finished`).
+  std::map<std::string, event_history> history;
   /// The supervisors of `active`, shared with the exit handler that stops
   /// them when the registry ends.
   std::shared_ptr<std::map<std::string, caf::actor>> supervisors;
@@ -65,25 +94,38 @@ struct registry_state {
 
 using registry_actor_t = caf::stateful_actor<registry_state>;
 
-double now_s(registry_actor_t* self) {
-  using namespace std::chrono;
-  return duration<double>(self->clock().now().time_since_epoch()).count();
-}
-
 void publish(registry_actor_t* self, const event& ev) {
+  if (auto i = self->state.history.find(ev.task_id);
+      i != self->state.history.end())
+    i->second.add(ev);
   for (auto& sub : self->state.subscribers)
     self->send(sub, event_atom::value, ev);
 }
 
+/// The answer to a task that holds its slot: the agent's breaker, then
+/// (only when the agent may run) a retry token.
+permit_reply permit(registry_actor_t* self, const permit_request& req) {
+  auto& st = self->state;
+  auto now = now_s(self);
+  permit_reply r;
+  r.agent_allowed = st.breaker->allow(req.agent_id, now);
+  if (r.agent_allowed && req.need_token)
+    r.token = st.budget.try_take(now);
+  return r;
+}
+
+std::size_t slot_limit(registry_actor_t* self) {
+  return static_cast<std::size_t>(
+    std::max(1, self->state.opts.config.node.max_concurrent));
+}
+
 void grant_slots(registry_actor_t* self) {
   auto& st = self->state;
-  auto limit =
-    static_cast<std::size_t>(std::max(1, st.opts.config.node.max_concurrent));
-  while (!st.slot_queue.empty() && st.slot_holders.size() < limit) {
-    auto [task_id, rp] = std::move(st.slot_queue.front());
+  while (!st.slot_queue.empty() && st.slot_holders.size() < slot_limit(self)) {
+    auto [req, rp] = std::move(st.slot_queue.front());
     st.slot_queue.pop_front();
-    st.slot_holders.insert(task_id);
-    rp.deliver(slot_atom::value);
+    st.slot_holders.insert(req.task_id);
+    rp.deliver(permit(self, req));
   }
 }
 
@@ -91,7 +133,7 @@ void release(registry_actor_t* self, const std::string& task_id) {
   auto& st = self->state;
   if (st.slot_holders.erase(task_id) == 0) {
     auto i = std::find_if(st.slot_queue.begin(), st.slot_queue.end(),
-                          [&](auto& x) { return x.first == task_id; });
+                          [&](auto& x) { return x.first.task_id == task_id; });
     if (i != st.slot_queue.end())
       st.slot_queue.erase(i);
   }
@@ -127,6 +169,7 @@ void record_result(registry_actor_t* self, task_result r) {
   st.finished.insert_or_assign(r.task_id, std::move(s));
   st.finished_order.push_back(r.task_id);
   while (st.finished_order.size() > st.opts.history_limit) {
+    st.history.erase(st.finished_order.front());
     st.finished.erase(st.finished_order.front());
     st.finished_order.pop_front();
   }
@@ -201,6 +244,7 @@ caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
     self->system(), caf::actor_cast<caf::actor>(self), std::move(opts));
   self->monitor(sup);
   st.by_supervisor.emplace(sup.address(), id);
+  st.history[id];
   st.supervisors->emplace(id, sup);
   st.active.emplace(id, active_task{sup, env_name, trace});
   return id;
@@ -348,6 +392,22 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       }
       return true;
     },
+    [=](subscribe_atom, const caf::actor& sub,
+        const std::string& task_id) -> caf::result<std::vector<event>> {
+      // The task's past events and the subscription in one step: nothing
+      // the task emits is missed or seen twice.
+      auto& st = self->state;
+      auto h = st.history.find(task_id);
+      if (h == st.history.end())
+        return make_error(protocol_error::unknown_task,
+                          "no task with id '" + task_id + "'");
+      auto& subs = st.subscribers;
+      if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {
+        subs.push_back(sub);
+        self->monitor(sub);
+      }
+      return h->second.events;
+    },
     [=](unsubscribe_atom, const caf::actor& sub) {
       auto& subs = self->state.subscribers;
       subs.erase(std::remove(subs.begin(), subs.end(), sub), subs.end());
@@ -361,29 +421,24 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       if (!from_other_supervisor(self, r.task_id))
         record_result(self, std::move(r));
     },
-    [=](slot_atom, const std::string& task_id) -> caf::result<slot_atom> {
+    [=](permit_atom, permit_request& req) -> caf::result<permit_reply> {
       auto& st = self->state;
-      if (from_other_supervisor(self, task_id))
+      if (from_other_supervisor(self, req.task_id))
         return make_error(protocol_error::unknown_task,
-                          "task '" + task_id + "' is not yours");
-      auto limit = static_cast<std::size_t>(
-        std::max(1, st.opts.config.node.max_concurrent));
-      if (st.slot_holders.count(task_id) > 0)
-        return slot_atom::value;
-      if (st.slot_queue.empty() && st.slot_holders.size() < limit) {
-        st.slot_holders.insert(task_id);
-        return slot_atom::value;
+                          "task '" + req.task_id + "' is not yours");
+      if (!req.need_slot || st.slot_holders.count(req.task_id) > 0)
+        return permit(self, req);
+      if (st.slot_queue.empty() && st.slot_holders.size() < slot_limit(self)) {
+        st.slot_holders.insert(req.task_id);
+        return permit(self, req);
       }
       auto rp = self->make_response_promise();
-      st.slot_queue.emplace_back(task_id, rp);
+      st.slot_queue.emplace_back(std::move(req), rp);
       return rp;
     },
     [=](release_atom, const std::string& task_id) {
       if (!from_other_supervisor(self, task_id))
         release(self, task_id);
-    },
-    [=](agent_ok_atom, const std::string& agent_id) {
-      return self->state.breaker->allow(agent_id, now_s(self));
     },
     [=](agent_result_atom, const std::string& agent_id, bool success) {
       auto& st = self->state;
@@ -393,9 +448,6 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       else
         st.breaker->record_failure(agent_id, now);
       st.breaker->drop_stale(now);
-    },
-    [=](retry_token_atom, const std::string&) {
-      return self->state.budget.try_take(now_s(self));
     },
   };
 }

@@ -110,28 +110,66 @@ const backoff_spec& backoff_policy::spec(error_class cls) const {
 double backoff_policy::delay_s(int retry_count, error_class cls,
                                double previous_s, backoff_rng& rng,
                                std::optional<double> hint_s) const {
-  const auto& sp = spec(cls);
-  auto cap = sanitize_cap(sp.max_s);
+  return compute_delay(spec(cls), retry_count, previous_s, rng, hint_s).delay_s;
+}
+
+std::string_view to_string(delay_source x) noexcept {
+  switch (x) {
+    case delay_source::schedule:
+      return "schedule";
+    case delay_source::jitter:
+      return "jitter";
+    case delay_source::retry_after_hint:
+      return "retry_after_hint";
+  }
+  return "unknown";
+}
+
+delay_decision compute_delay(const backoff_spec& spec, int retry_index,
+                             double previous_s, backoff_rng& rng,
+                             std::optional<double> hint_s) {
+  delay_decision out;
+  auto cap = sanitize_cap(spec.max_s);
+  auto step = std::max(retry_index, 0);
+  if (spec.kind == backoff_spec::kind_t::table && !spec.table_s.empty())
+    step = static_cast<int>(
+      std::min(static_cast<std::size_t>(step), spec.table_s.size() - 1));
+  out.step = step;
+  out.scheduled_s = base_delay(spec, std::max(retry_index, 0));
+  auto capped = [&](double x) {
+    auto d = clamp_delay(x, cap);
+    out.capped = out.capped || (!std::isnan(x) && x > cap);
+    return d;
+  };
   // The server said when to come back: that is the delay, without jitter,
   // but never beyond the policy's maximum. Nonsense hints are ignored.
-  if (hint_s && !std::isnan(*hint_s) && *hint_s >= 0)
-    return std::min(*hint_s, cap);
-  auto d = clamp_delay(base_delay(sp, std::max(retry_count, 0)), cap);
-  switch (sp.jit) {
+  if (hint_s && !std::isnan(*hint_s) && *hint_s >= 0) {
+    out.source = delay_source::retry_after_hint;
+    out.delay_s = capped(*hint_s);
+    return out;
+  }
+  auto d = capped(out.scheduled_s);
+  out.source =
+    spec.jit == jitter::none ? delay_source::schedule : delay_source::jitter;
+  switch (spec.jit) {
     case jitter::none:
-      return d;
+      out.delay_s = d;
+      break;
     case jitter::full:
-      return clamp_delay(uniform(rng, 0, d), cap);
+      out.delay_s = clamp_delay(uniform(rng, 0, d), cap);
+      break;
     case jitter::equal:
-      return clamp_delay(d / 2 + uniform(rng, 0, d / 2), cap);
+      out.delay_s = clamp_delay(d / 2 + uniform(rng, 0, d / 2), cap);
+      break;
     case jitter::decorrelated: {
-      auto lo = clamp_delay(first_delay(sp), cap);
+      auto lo = clamp_delay(first_delay(spec), cap);
       auto prev = clamp_delay(previous_s, cap);
       auto hi = std::min(std::max(lo, prev * 3), cap);
-      return clamp_delay(uniform(rng, lo, hi), cap);
+      out.delay_s = clamp_delay(uniform(rng, lo, hi), cap);
+      break;
     }
   }
-  return d;
+  return out;
 }
 
 } // namespace tasksup

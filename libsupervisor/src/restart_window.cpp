@@ -34,9 +34,8 @@ bool restart_window::try_restart(double now_s) {
   return true;
 }
 
-void restart_window::undo_last() {
-  if (times_.size() > head_)
-    times_.pop_back();
+bool restart_window::allows(double now_s) const {
+  return count(now_s) < static_cast<std::size_t>(max_restarts_);
 }
 
 std::size_t restart_window::count(double now_s) const {

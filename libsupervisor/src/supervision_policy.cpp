@@ -8,9 +8,6 @@ namespace tasksup {
 
 namespace {
 
-constexpr std::string_view step_names[] = {"succeed", "retry", "switch_agent",
-                                           "fail"};
-
 /// Output lines are untrusted and only bounded by the runtime; a reason
 /// quotes at most this much of one.
 constexpr std::size_t max_quoted_line = 200;
@@ -28,21 +25,22 @@ std::string num(int x) {
 
 /// `<class> failure (rule "<rule>", line "<line>")`, leaving out what is
 /// unknown.
-std::string describe(error_class cls, const std::optional<classification>& c) {
-  std::string out{to_string(cls)};
+std::string describe_failure(const decision& d) {
+  std::string out{to_string(d.cls)};
   out += " failure";
-  if (!c)
+  if (!d.classified)
     return out;
+  auto& c = *d.classified;
   out += " (rule \"";
-  out += c->rule;
+  out += c.rule;
   out += '"';
-  if (!c->line.empty()) {
+  if (!c.line.empty()) {
     out += ", line \"";
-    if (c->line.size() > max_quoted_line) {
-      out.append(c->line, 0, max_quoted_line);
+    if (c.line.size() > max_quoted_line) {
+      out.append(c.line, 0, max_quoted_line);
       out += "...";
     } else {
-      out += c->line;
+      out += c.line;
     }
     out += '"';
   }
@@ -50,18 +48,97 @@ std::string describe(error_class cls, const std::optional<classification>& c) {
   return out;
 }
 
-decision make(next_step step, std::string reason, std::size_t agent_index) {
-  decision d;
-  d.step = step;
-  d.reason = std::move(reason);
-  d.agent_index = agent_index;
-  return d;
+/// What the decision answers, in words.
+std::string describe_cause(const decision& d) {
+  switch (d.cause) {
+    case decision_cause::succeeded:
+      return d.rule == decision_rule::restart ? "permanent task exited 0"
+                                              : "attempt succeeded (exit 0)";
+    case decision_cause::failed:
+      return describe_failure(d);
+    case decision_cause::retry_budget_exhausted:
+      return "retry budget exhausted";
+    case decision_cause::breaker_open:
+      return "circuit breaker open for " + d.agent_id;
+    case decision_cause::user_fallback:
+      return "fallback forced by user";
+  }
+  return "unknown";
 }
 
 } // namespace
 
 std::string_view to_string(next_step x) noexcept {
-  return step_names[static_cast<std::size_t>(x)];
+  switch (x) {
+    case next_step::succeed:
+      return "succeed";
+    case next_step::retry:
+      return "retry";
+    case next_step::switch_agent:
+      return "switch_agent";
+    case next_step::fail:
+      return "fail";
+  }
+  return "unknown";
+}
+
+std::string describe(const decision& d, const supervisor_config& cfg) {
+  auto out = describe_cause(d);
+  switch (d.rule) {
+    case decision_rule::success:
+    case decision_rule::skip:
+    case decision_rule::retry:
+    case decision_rule::restart:
+      break;
+    case decision_rule::temporary_task:
+      return out + ": temporary task, not restarted";
+    case decision_rule::action_fail:
+      return out + ": action fail, no retry and no fallback";
+    case decision_rule::action_fallback:
+      out += ": action fallback";
+      break;
+    case decision_rule::crash_restarts_exhausted:
+      out += ": container crash restarts exhausted (" + num(d.count) + "/" +
+             num(d.count_max) + ")";
+      break;
+    case decision_rule::retries_exhausted:
+      out +=
+        ": retries exhausted (" + num(d.count) + "/" + num(d.count_max) + ")";
+      break;
+  }
+  switch (d.limit) {
+    case decision_limit::fallback_disabled:
+      return out + "; fallback is disabled";
+    case decision_limit::no_agent_left:
+      return out + "; no agent left to fall back to";
+    case decision_limit::chain_end:
+      return out + "; no agent left in the chain";
+    case decision_limit::max_total_attempts:
+      return out + "; max_total_attempts (" + num(cfg.max_total_attempts) +
+             ") reached";
+    case decision_limit::restart_intensity:
+      return out + "; restart intensity exceeded (" +
+             num(cfg.intensity.max_restarts) + " restarts in " +
+             num(cfg.intensity.period_s) + " s)";
+    case decision_limit::none:
+      break;
+  }
+  switch (d.step) {
+    case next_step::switch_agent:
+      return out + "; switching to agent " + std::to_string(d.agent_index + 1) +
+             " of " + std::to_string(d.chain_size);
+    case next_step::retry:
+      if (d.rule == decision_rule::restart)
+        return out + ": restarting (restart " + std::to_string(d.restarts) +
+               "/" + num(cfg.intensity.max_restarts) + " within " +
+               num(cfg.intensity.period_s) + " s)";
+      return out + ": retrying (" + num(d.retry_count) + "/" +
+             num(cfg.max_retries_per_agent) + ")";
+    case next_step::succeed:
+    case next_step::fail:
+      break;
+  }
+  return out;
 }
 
 supervision_policy::supervision_policy(supervisor_config cfg)
@@ -80,169 +157,190 @@ supervision_policy::initial_state(std::size_t chain_size) const {
   return st;
 }
 
-std::optional<std::string>
-supervision_policy::start_attempt(supervision_state& st) const {
-  if (st.total_attempts >= cfg_->max_total_attempts)
-    return "max_total_attempts (" + num(cfg_->max_total_attempts) + ") reached";
+bool supervision_policy::may_start(const supervision_state& st) const noexcept {
+  return st.total_attempts < cfg_->max_total_attempts;
+}
+
+std::string supervision_policy::attempts_exhausted_reason() const {
+  return "max_total_attempts (" + num(cfg_->max_total_attempts) + ") reached";
+}
+
+void supervision_policy::count_attempt(supervision_state& st) const noexcept {
   ++st.total_attempts;
-  // The retry (if any) is happening now; it can no longer be taken back.
-  st.pending.reset();
-  return std::nullopt;
 }
 
-decision supervision_policy::on_exit(supervision_state& st,
-                                     const attempt_outcome& outcome,
-                                     const std::optional<classification>& cls,
-                                     double now_s) const {
-  st.pending.reset();
-  auto permanent = cfg_->restart == restart_type::permanent;
-  // A permanent task that ran stably starts its backoff over.
-  if (permanent && outcome.duration_s >= cfg_->intensity.reset_after_s)
-    st.retry_count = 0;
-  if (outcome.succeeded()) {
-    if (!permanent)
-      return make(next_step::succeed, "attempt succeeded (exit 0)",
-                  st.agent_index);
-    return retry(st, std::nullopt, "permanent task exited 0", now_s);
-  }
-  // A failed outcome comes with its classification; should a caller omit
-  // it, judge the failure by the broadest class that still matches it.
-  auto c =
-    cls ? cls->cls
-        : (outcome.infrastructure_error.empty() ? error_class::retryable
-                                                : error_class::infrastructure);
-  auto what = describe(c, cls);
-  if (cfg_->restart == restart_type::temporary)
-    return make(next_step::fail, what + ": temporary task, not restarted",
-                st.agent_index);
-  auto act = default_action(c);
-  if (auto i = cfg_->actions.find(c); i != cfg_->actions.end())
-    act = i->second;
-  switch (act) {
-    case action::fail:
-      return make(next_step::fail,
-                  what + ": action fail, no retry and no fallback",
-                  st.agent_index);
-    case action::fallback:
-      return fall_back(st, what + ": action fallback");
-    case action::retry:
-      break;
-  }
-  if (c == error_class::container_crash &&
-      st.crash_restarts >= cfg_->max_crash_restarts)
-    return fall_back(st, what + ": container crash restarts exhausted (" +
-                           num(st.crash_restarts) + "/" +
-                           num(cfg_->max_crash_restarts) + ")");
-  if (st.retry_count >= cfg_->max_retries_per_agent)
-    return fall_back(st, what + ": retries exhausted (" + num(st.retry_count) +
-                           "/" + num(cfg_->max_retries_per_agent) + ")");
-  return retry(st, c, what, now_s);
-}
-
-decision supervision_policy::on_retry_denied(supervision_state& st) const {
-  undo_pending(st);
-  return fall_back(st, "retry budget exhausted");
-}
-
-decision supervision_policy::skip_agent(supervision_state& st,
-                                        std::string_view reason) const {
-  undo_pending(st);
-  std::string why{reason};
-  if (st.agent_index + 1 >= st.chain_size)
-    return make(next_step::fail, why + "; no agent left in the chain",
-                st.agent_index);
-  return switch_to_next(st, std::move(why));
-}
-
-decision supervision_policy::fall_back(supervision_state& st,
-                                       std::string why) const {
-  if (!cfg_->enable_fallback)
-    return make(next_step::fail, why + "; fallback is disabled",
-                st.agent_index);
-  if (st.agent_index + 1 >= st.chain_size)
-    return make(next_step::fail, why + "; no agent left to fall back to",
-                st.agent_index);
-  return switch_to_next(st, std::move(why));
-}
-
-decision supervision_policy::switch_to_next(supervision_state& st,
-                                            std::string why) const {
-  if (auto fail = attempts_exhausted(st, why))
-    return std::move(*fail);
-  ++st.agent_index;
-  ++st.fallback_count;
-  st.retry_count = 0;
-  return make(next_step::switch_agent,
-              why + "; switching to agent " +
-                std::to_string(st.agent_index + 1) + " of " +
-                std::to_string(st.chain_size),
-              st.agent_index);
-}
-
-decision supervision_policy::retry(supervision_state& st,
-                                   std::optional<error_class> cls,
-                                   std::string why, double now_s) const {
-  if (auto fail = attempts_exhausted(st, why))
-    return std::move(*fail);
-  supervision_state::pending_retry pending;
-  if (cfg_->restart == restart_type::permanent) {
-    if (!st.restarts.try_restart(now_s))
-      return make(next_step::fail,
-                  why + "; restart intensity exceeded (" +
-                    num(st.restarts.max_restarts()) + " restarts in " +
-                    num(st.restarts.period_s()) + " s)",
-                  st.agent_index);
-    pending.restart_recorded = true;
-  }
+decision supervision_policy::make(const supervision_state& st,
+                                  decision_cause cause, double now_s) const {
   decision d;
-  d.step = next_step::retry;
+  d.cause = cause;
   d.agent_index = st.agent_index;
-  d.backoff_class = cls;
-  if (cls) {
-    ++st.retry_count;
-    ++st.total_retries;
-    pending.counted = true;
-    if (*cls == error_class::container_crash) {
-      ++st.crash_restarts;
-      pending.crash = true;
-    }
-    d.reason = why + ": retrying (" + num(st.retry_count) + "/" +
-               num(cfg_->max_retries_per_agent) + ")";
-  } else {
-    d.reason = why + ": restarting (restart " +
-               std::to_string(st.restarts.count(now_s)) + "/" +
-               num(st.restarts.max_restarts()) + " within " +
-               num(st.restarts.period_s()) + " s)";
-  }
+  d.chain_size = st.chain_size;
   d.retry_count = st.retry_count;
-  st.pending = pending;
+  d.at_s = now_s;
   return d;
 }
 
-std::optional<decision>
-supervision_policy::attempts_exhausted(const supervision_state& st,
-                                       std::string_view why) const {
-  if (st.total_attempts < cfg_->max_total_attempts)
-    return std::nullopt;
-  std::string reason{why};
-  reason += "; max_total_attempts (";
-  reason += num(cfg_->max_total_attempts);
-  reason += ") reached";
-  return make(next_step::fail, std::move(reason), st.agent_index);
+decision supervision_policy::on_exit(const supervision_state& st,
+                                     const attempt_outcome& outcome,
+                                     const std::optional<classification>& cls,
+                                     double now_s) const {
+  auto permanent = cfg_->restart == restart_type::permanent;
+  auto d = make(st,
+                outcome.succeeded() ? decision_cause::succeeded
+                                    : decision_cause::failed,
+                now_s);
+  // A permanent task that ran stably starts its backoff over.
+  d.reset_retries =
+    permanent && outcome.duration_s >= cfg_->intensity.reset_after_s;
+  auto retries = d.reset_retries ? 0 : st.retry_count;
+  d.retry_count = retries;
+  if (outcome.succeeded()) {
+    if (!permanent) {
+      d.step = next_step::succeed;
+      d.rule = decision_rule::success;
+      return d;
+    }
+    d.rule = decision_rule::restart;
+    return retry(st, std::move(d), std::nullopt);
+  }
+  // A failed outcome comes with its classification; should a caller omit
+  // it, judge the failure by the broadest class that still matches it.
+  d.cls =
+    cls ? cls->cls
+        : (outcome.infrastructure_error.empty() ? error_class::retryable
+                                                : error_class::infrastructure);
+  d.classified = cls;
+  if (cfg_->restart == restart_type::temporary) {
+    d.step = next_step::fail;
+    d.rule = decision_rule::temporary_task;
+    return d;
+  }
+  auto act = default_action(d.cls);
+  if (auto i = cfg_->actions.find(d.cls); i != cfg_->actions.end())
+    act = i->second;
+  switch (act) {
+    case action::fail:
+      d.step = next_step::fail;
+      d.rule = decision_rule::action_fail;
+      return d;
+    case action::fallback:
+      d.rule = decision_rule::action_fallback;
+      return fall_back(st, std::move(d));
+    case action::retry:
+      break;
+  }
+  if (d.cls == error_class::container_crash &&
+      st.crash_restarts >= cfg_->max_crash_restarts) {
+    d.rule = decision_rule::crash_restarts_exhausted;
+    d.count = st.crash_restarts;
+    d.count_max = cfg_->max_crash_restarts;
+    return fall_back(st, std::move(d));
+  }
+  if (retries >= cfg_->max_retries_per_agent) {
+    d.rule = decision_rule::retries_exhausted;
+    d.count = retries;
+    d.count_max = cfg_->max_retries_per_agent;
+    return fall_back(st, std::move(d));
+  }
+  d.rule = decision_rule::retry;
+  auto c = d.cls;
+  return retry(st, std::move(d), c);
 }
 
-void supervision_policy::undo_pending(supervision_state& st) {
-  if (!st.pending)
-    return;
-  if (st.pending->counted) {
-    --st.retry_count;
-    --st.total_retries;
+decision
+supervision_policy::on_retry_denied(const supervision_state& st) const {
+  auto d = make(st, decision_cause::retry_budget_exhausted, 0);
+  d.rule = decision_rule::skip;
+  return fall_back(st, std::move(d));
+}
+
+decision supervision_policy::skip_agent(const supervision_state& st,
+                                        decision_cause cause,
+                                        std::string agent_id) const {
+  auto d = make(st, cause, 0);
+  d.rule = decision_rule::skip;
+  d.agent_id = std::move(agent_id);
+  if (!has_next_agent(st)) {
+    d.step = next_step::fail;
+    d.limit = decision_limit::chain_end;
+    return d;
   }
-  if (st.pending->crash)
-    --st.crash_restarts;
-  if (st.pending->restart_recorded)
-    st.restarts.undo_last();
-  st.pending.reset();
+  return switch_to_next(st, std::move(d));
+}
+
+decision supervision_policy::fall_back(const supervision_state& st,
+                                       decision d) const {
+  d.step = next_step::fail;
+  if (!cfg_->enable_fallback) {
+    d.limit = decision_limit::fallback_disabled;
+    return d;
+  }
+  if (!has_next_agent(st)) {
+    d.limit = decision_limit::no_agent_left;
+    return d;
+  }
+  return switch_to_next(st, std::move(d));
+}
+
+decision supervision_policy::switch_to_next(const supervision_state& st,
+                                            decision d) const {
+  if (!may_start(st)) {
+    d.step = next_step::fail;
+    d.limit = decision_limit::max_total_attempts;
+    return d;
+  }
+  d.step = next_step::switch_agent;
+  d.agent_index = st.agent_index + 1;
+  d.retry_count = 0;
+  return d;
+}
+
+decision supervision_policy::retry(const supervision_state& st, decision d,
+                                   std::optional<error_class> cls) const {
+  if (!may_start(st)) {
+    d.step = next_step::fail;
+    d.limit = decision_limit::max_total_attempts;
+    return d;
+  }
+  if (cfg_->restart == restart_type::permanent) {
+    if (!st.restarts.allows(d.at_s)) {
+      d.step = next_step::fail;
+      d.limit = decision_limit::restart_intensity;
+      return d;
+    }
+    d.restarts = st.restarts.count(d.at_s) + 1;
+  }
+  d.step = next_step::retry;
+  d.backoff_class = cls;
+  if (cls)
+    ++d.retry_count;
+  return d;
+}
+
+void supervision_policy::apply(supervision_state& st, const decision& d) const {
+  switch (d.step) {
+    case next_step::succeed:
+    case next_step::fail:
+      return;
+    case next_step::switch_agent:
+      st.agent_index = d.agent_index;
+      ++st.fallback_count;
+      st.retry_count = 0;
+      return;
+    case next_step::retry:
+      st.retry_count = d.retry_count;
+      if (d.backoff_class) {
+        ++st.total_retries;
+        if (st.retries_by_agent.size() < st.chain_size)
+          st.retries_by_agent.resize(st.chain_size);
+        ++st.retries_by_agent[st.agent_index];
+        if (*d.backoff_class == error_class::container_crash)
+          ++st.crash_restarts;
+      }
+      if (cfg_->restart == restart_type::permanent)
+        st.restarts.try_restart(d.at_s);
+      return;
+  }
 }
 
 } // namespace tasksup

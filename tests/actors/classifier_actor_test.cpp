@@ -70,51 +70,41 @@ TEST_CASE_METHOD(fixture, "classifier rules are replaceable at run time",
   CHECK((*c4)->cls == error_class::fatal);
 }
 
-TEST_CASE_METHOD(fixture, "the backoff actor computes delays with hints",
+TEST_CASE_METHOD(fixture,
+                 "the backoff actor computes delays on the schedule it is "
+                 "given and says where each came from",
                  "[backoff_actor]") {
   auto b = keep(spawn_backoff(sys(), 1));
   delay_request req;
-  req.cls = error_class::retryable;
+  req.spec = standard_backoff(5);
   std::vector<double> got;
   for (int i = 0; i < 4; ++i) {
     req.retry_index = i;
-    auto d = ask<double>(b, delay_atom::value, req);
+    auto d = ask<delay_decision>(b, delay_atom::value, req);
     REQUIRE(d);
     REQUIRE(*d);
-    got.push_back(**d);
+    CHECK((*d)->source == delay_source::schedule);
+    CHECK((*d)->step == std::min(i, 2));
+    got.push_back((*d)->delay_s);
   }
   CHECK(got == std::vector<double>{5, 15, 45, 45});
-  req.cls = error_class::rate_limit;
+  req.spec = rate_limit_backoff(60);
   req.retry_index = 0;
   req.hint_s = 1000; // capped at the schedule's max
-  CHECK(**ask<double>(b, delay_atom::value, req) == 300);
+  auto capped = **ask<delay_decision>(b, delay_atom::value, req);
+  CHECK(capped.delay_s == 300);
+  CHECK(capped.source == delay_source::retry_after_hint);
+  CHECK(capped.capped);
   req.hint_s = 20;
-  CHECK(**ask<double>(b, delay_atom::value, req) == 20);
-}
-
-TEST_CASE_METHOD(fixture,
-                 "the backoff actor keeps each request's bases and overrides",
-                 "[backoff_actor]") {
-  // Requests without overrides share one policy inside the actor; a request
-  // with other bases or its own overrides must still get its own schedule.
-  auto b = keep(spawn_backoff(sys(), 1));
-  delay_request req;
-  req.cls = error_class::retryable;
-  req.retry_index = 1;
-  CHECK(**ask<double>(b, delay_atom::value, req) == 15);
-  req.backoff_base_s = 2;
-  CHECK(**ask<double>(b, delay_atom::value, req) == 6);
-  backoff_spec own;
-  own.table_s = {7, 11};
-  own.max_s = 100;
-  req.overrides[error_class::retryable] = own;
-  CHECK(**ask<double>(b, delay_atom::value, req) == 11);
-  req.overrides.clear();
-  CHECK(**ask<double>(b, delay_atom::value, req) == 6);
-  req.backoff_base_s = 5;
-  req.rate_limit_base_s = 10;
-  req.cls = error_class::rate_limit;
-  CHECK(**ask<double>(b, delay_atom::value, req) == 20);
-  req.cls = error_class::retryable;
-  CHECK(**ask<double>(b, delay_atom::value, req) == 15);
+  auto hinted = **ask<delay_decision>(b, delay_atom::value, req);
+  CHECK(hinted.delay_s == 20);
+  CHECK_FALSE(hinted.capped);
+  CHECK(hinted.scheduled_s == 60);
+  // A jittered schedule says so.
+  req.hint_s.reset();
+  req.spec.jit = jitter::full;
+  auto jittered = **ask<delay_decision>(b, delay_atom::value, req);
+  CHECK(jittered.source == delay_source::jitter);
+  CHECK(jittered.delay_s >= 0);
+  CHECK(jittered.delay_s <= 60);
 }

@@ -13,6 +13,7 @@
 #include <boost/json/parse.hpp>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -239,6 +240,64 @@ TEST_CASE_METHOD(supervisor_fixture,
   auto done = json_of(seen->of(event_kind::task_done).at(0));
   CHECK(done.at("outcome").as_string() == "failed");
   CHECK(done.at("metadata").as_object().at("total_attempts").as_int64() == 12);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "the result counts every retry of the task, per agent",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(1), exits(1), exits(127, {"not found"})});
+  runtime->script("b", {exits(1), exits(0)});
+  start(task_with("t1", {"a", "b"}));
+  drain();
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::succeeded);
+  CHECK(r.metadata.agent_id == "b");
+  CHECK(r.metadata.retry_count == 1); // of the last agent
+  CHECK(r.metadata.total_retries == 3);
+  CHECK(r.metadata.retries_by_agent ==
+        std::map<std::string, int>{{"a", 2}, {"b", 1}});
+  auto done = json_of(seen->of(event_kind::task_done).at(0));
+  CHECK(done.at("metadata").at("total_retries").as_int64() == 3);
+  // Every retry says where its delay came from.
+  for (auto& ev : seen->of(event_kind::retry_scheduled)) {
+    auto o = json_of(ev);
+    CHECK(o.at("delay_source").as_string() == "schedule");
+    CHECK(o.at("capped").as_bool() == false);
+    CHECK(std::string{o.at("reason").as_string().c_str()}.find("retrying (") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "an attempt that never started fails its agent at once when "
+                 "starting again cannot help",
+                 "[task_supervisor]") {
+  runtime::scripted_step missing;
+  missing.exit_code = 0;
+  missing.infrastructure_error = "image x not found locally";
+  missing.started = false;
+  missing.retry_futile = true;
+  runtime->script("a", {missing});
+  runtime->script("b", {exits(0)});
+  start(task_with("t1", {"a", "b"}));
+  auto& r = result();
+  CHECK(r.outcome == task_outcome::succeeded);
+  CHECK(r.metadata.agent_id == "b");
+  CHECK(runtime->started() == 2);
+  CHECK(seen->of(event_kind::retry_scheduled).empty());
+  auto exited = json_of(seen->of(event_kind::attempt_exited).at(0));
+  CHECK(exited.at("started").as_bool() == false);
+  auto cls = json_of(seen->of(event_kind::classified).at(0));
+  CHECK(cls.at("class").as_string() == "agent_failure");
+  CHECK(cls.at("rule").as_string() == "retry_futile");
+  SECTION("with no agent left the task fails with no exit code") {
+    runtime->script("c", {missing});
+    start(task_with("t2", {"c"}));
+    REQUIRE(seen->results.size() == 2);
+    auto& r2 = seen->results.back();
+    CHECK(r2.outcome == task_outcome::failed);
+    CHECK(r2.exit_code == -1);
+  }
 }
 
 TEST_CASE_METHOD(supervisor_fixture, "max_total_attempts stops the task",

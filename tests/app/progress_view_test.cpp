@@ -117,3 +117,31 @@ TEST_CASE("a user stop is said once, with a different message kept") {
           std::vector<std::string>{"user_cancel requested",
                                    "retry skipped due to user stop"});
 }
+
+TEST_CASE("the summary counts the task's retries, per agent when several "
+          "retried") {
+  progress_view view;
+  auto lines = render(view, R"({"event":"task_done","task_id":"t",
+    "outcome":"succeeded","exit_code":0,"error":null,"artifacts":[],
+    "metadata":{"agent_used":"b-cli","agent_id":"b","retry_count":1,
+    "total_attempts":5,"fallback_count":1,"total_retries":3,
+    "retries_by_agent":{"a":2,"b":1}}})");
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[1] == "  agent used: b-cli (b), attempts: 5, retries: 3 (a: 2, "
+                    "b: 1), fallbacks: 1");
+}
+
+TEST_CASE("an attempt that never started says so, with no exit code") {
+  progress_view view;
+  CHECK(render(view, R"({"event":"attempt_exited","task_id":"t","attempt":1,
+    "exit_code":0,"signal":0,"oom_killed":false,"duration_s":0,
+    "infrastructure_error":"image x not found locally","started":false})") ==
+        std::vector<std::string>{
+          "attempt 1 could not start: image x not found locally"});
+  auto done = render(view, R"({"event":"task_done","task_id":"t",
+    "outcome":"failed","exit_code":-1,"error":"no agent left","artifacts":[],
+    "metadata":{"agent_used":"a","agent_id":"a","retry_count":0,
+    "total_attempts":1,"fallback_count":0}})");
+  REQUIRE_FALSE(done.empty());
+  CHECK(done[0] == "task failed: no agent left");
+}

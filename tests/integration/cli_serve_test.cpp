@@ -7,7 +7,9 @@
 
 #include <csignal>
 #include <memory>
+#include <algorithm>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -206,6 +208,47 @@ TEST_CASE("serve: stop, kill, retry-now and fallback-now act on live tasks") {
     CHECK(outcome(st) == "succeeded");
     CHECK(st.at("agent_id").as_string() == "quick");
     CHECK(st.at("fallback_count").to_number<int>() == 1);
+  }
+
+  SECTION("fallback-now with no next agent changes nothing") {
+    auto task = dir.write(
+      "alone.json", task_json("alone", agent("slow", agents + "slow-agent",
+                                             "--seconds 600"),
+                              "", R"("stop_grace_s": 5)"));
+    REQUIRE(n.cmd({"submit", task}).status == 0);
+    REQUIRE(n.wait_state("alone", "running"));
+    auto r = n.cmd({"fallback-now", "alone"});
+    CHECK(r.status == 1);
+    CHECK(r.out.find("cannot fall back") != std::string::npos);
+    // The attempt goes on: the task is neither stopped nor failed.
+    auto st = n.status("alone");
+    CHECK(st.at("state").as_string() == "running");
+    CHECK(st.at("attempt").to_number<int>() == 1);
+    CHECK(n.cmd({"kill", "alone"}).status == 0);
+  }
+
+  SECTION("events --follow right after submit sees the task from its "
+          "first event") {
+    // The README's recipe: the task may have started (and even ended)
+    // before the follower subscribes.
+    auto task = dir.write(
+      "quick.json",
+      task_json("quick", agent("q", agents + "flaky-agent", "--succeed-at 1"),
+                "", ""));
+    auto sub = n.cmd({"submit", task});
+    REQUIRE(sub.status == 0);
+    auto r = n.cmd({"events", "--follow", "--json", "quick"});
+    CHECK(r.status == 0);
+    std::vector<std::string> kinds;
+    std::istringstream lines{r.out};
+    for (std::string line; std::getline(lines, line);)
+      if (!line.empty())
+        kinds.push_back(std::string{
+          boost::json::parse(line).as_object().at("event").as_string()});
+    REQUIRE(kinds.size() >= 4);
+    CHECK(kinds.front() == "task_submitted");
+    CHECK(kinds.back() == "task_done");
+    CHECK(std::count(kinds.begin(), kinds.end(), "attempt_started") == 1);
   }
 
   SECTION("an unknown task is refused") {

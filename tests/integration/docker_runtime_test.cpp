@@ -703,6 +703,10 @@ TEST_CASE("docker: a missing image is a clear infrastructure error",
   CHECK_THAT(out.infrastructure_error,
              Catch::Contains("image tasksup/no-such-image:never not found "
                              "locally (tasksup never pulls)"));
+  // It never ran, and starting it again cannot help: the supervisor gives
+  // the agent up at once instead of retrying.
+  CHECK_FALSE(out.started);
+  CHECK(out.retry_futile);
 }
 
 TEST_CASE("docker: an unreachable engine is an infrastructure error",

@@ -33,9 +33,66 @@ classification classified(error_class cls, std::string rule = "r",
   return out;
 }
 
+/// A decision and its words.
+struct judged : decision {
+  std::string reason;
+};
+
+/// The policy driven the way these tests read best: every decision is
+/// carried out as soon as it is made (the task machine carries out a retry
+/// only when its attempt starts; the machine's own tests cover that).
+class driver {
+public:
+  explicit driver(supervisor_config cfg) : pol_(std::move(cfg)) {}
+
+  explicit driver(std::shared_ptr<const supervisor_config> cfg)
+    : pol_(std::move(cfg)) {}
+
+  const supervision_policy& policy() const { return pol_; }
+
+  const supervisor_config& config() const { return pol_.config(); }
+
+  supervision_state initial_state(std::size_t n) const {
+    return pol_.initial_state(n);
+  }
+
+  /// Counts an attempt, or says why none may start.
+  std::optional<std::string> start_attempt(supervision_state& st) const {
+    if (!pol_.may_start(st))
+      return pol_.attempts_exhausted_reason();
+    pol_.count_attempt(st);
+    return std::nullopt;
+  }
+
+  judged on_exit(supervision_state& st, const attempt_outcome& out,
+                 const std::optional<classification>& cls, double now) const {
+    return carry(st, pol_.on_exit(st, out, cls, now));
+  }
+
+  judged skip_agent(supervision_state& st, decision_cause cause,
+                    std::string agent = {}) const {
+    return carry(st, pol_.skip_agent(st, cause, std::move(agent)));
+  }
+
+  judged on_retry_denied(supervision_state& st) const {
+    return carry(st, pol_.on_retry_denied(st));
+  }
+
+  judged carry(supervision_state& st, decision d) const {
+    pol_.apply(st, d);
+    judged out;
+    static_cast<decision&>(out) = std::move(d);
+    out.reason = describe(out, pol_.config());
+    return out;
+  }
+
+private:
+  supervision_policy pol_;
+};
+
 /// Starts an attempt and lets it fail with `cls` at `now`.
-decision fail_attempt(const supervision_policy& pol, supervision_state& st,
-                      error_class cls, double now = 0, double duration = 1) {
+judged fail_attempt(const driver& pol, supervision_state& st, error_class cls,
+                    double now = 0, double duration = 1) {
   auto refused = pol.start_attempt(st);
   REQUIRE_FALSE(refused);
   return pol.on_exit(st, failed(1, duration), classified(cls), now);
@@ -48,7 +105,7 @@ supervisor_config config() {
 } // namespace
 
 TEST_CASE("success ends a transient task") {
-  supervision_policy pol{config()};
+  driver pol{config()};
   auto st = pol.initial_state(2);
   REQUIRE_FALSE(pol.start_attempt(st));
   auto d = pol.on_exit(st, succeeded(), std::nullopt, 0);
@@ -59,7 +116,7 @@ TEST_CASE("success ends a transient task") {
 }
 
 TEST_CASE("exit 0 succeeds even when the memory cgroup saw an OOM kill") {
-  supervision_policy pol{config()};
+  driver pol{config()};
   auto st = pol.initial_state(2);
   REQUIRE_FALSE(pol.start_attempt(st));
   auto out = succeeded();
@@ -70,7 +127,7 @@ TEST_CASE("exit 0 succeeds even when the memory cgroup saw an OOM kill") {
 
 TEST_CASE("retryable failures retry up to max_retries_per_agent, then fall "
           "back") {
-  supervision_policy pol{config()};
+  driver pol{config()};
   auto st = pol.initial_state(3);
   for (int i = 1; i <= 3; ++i) {
     auto d = fail_attempt(pol, st, error_class::retryable);
@@ -117,7 +174,7 @@ TEST_CASE("retryable failures retry up to max_retries_per_agent, then fall "
 }
 
 TEST_CASE("default actions per class") {
-  supervision_policy pol{config()};
+  driver pol{config()};
   auto st = pol.initial_state(2);
   SECTION("fatal fails at once, naming class, rule and line") {
     REQUIRE_FALSE(pol.start_attempt(st));
@@ -167,7 +224,7 @@ TEST_CASE("custom actions replace the defaults") {
   cfg.actions[error_class::retryable] = action::fail;
   cfg.actions[error_class::fatal] = action::retry;
   cfg.actions[error_class::rate_limit] = action::fallback;
-  supervision_policy pol{cfg};
+  driver pol{cfg};
   auto st = pol.initial_state(2);
   SECTION("retryable -> fail") {
     auto d = fail_attempt(pol, st, error_class::retryable);
@@ -187,7 +244,7 @@ TEST_CASE("custom actions replace the defaults") {
 TEST_CASE("max_retries_per_agent 0 falls back on the first failure") {
   auto cfg = config();
   cfg.max_retries_per_agent = 0;
-  supervision_policy pol{cfg};
+  driver pol{cfg};
   auto st = pol.initial_state(2);
   auto d = fail_attempt(pol, st, error_class::retryable);
   CHECK(d.step == next_step::switch_agent);
@@ -198,7 +255,7 @@ TEST_CASE("with fallback disabled, exhaustion and fallback actions fail") {
   auto cfg = config();
   cfg.enable_fallback = false;
   cfg.max_retries_per_agent = 1;
-  supervision_policy pol{cfg};
+  driver pol{cfg};
   auto st = pol.initial_state(3);
   SECTION("retries exhausted") {
     REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
@@ -220,7 +277,7 @@ TEST_CASE("max_total_attempts stops the task at the exact boundary") {
   auto cfg = config();
   cfg.max_total_attempts = 3;
   cfg.max_retries_per_agent = 10;
-  supervision_policy pol{cfg};
+  driver pol{cfg};
   auto st = pol.initial_state(2);
   CHECK(fail_attempt(pol, st, error_class::retryable).step == next_step::retry);
   CHECK(fail_attempt(pol, st, error_class::retryable).step == next_step::retry);
@@ -250,7 +307,7 @@ TEST_CASE("max_total_attempts stops the task at the exact boundary") {
 }
 
 TEST_CASE("container crashes restart at most max_crash_restarts per task") {
-  supervision_policy pol{config()};
+  driver pol{config()};
   auto st = pol.initial_state(3);
   REQUIRE(fail_attempt(pol, st, error_class::container_crash).step ==
           next_step::retry);
@@ -276,7 +333,7 @@ TEST_CASE("container crashes restart at most max_crash_restarts per task") {
 TEST_CASE("max_crash_restarts 0 falls back on the first crash") {
   auto cfg = config();
   cfg.max_crash_restarts = 0;
-  supervision_policy pol{cfg};
+  driver pol{cfg};
   auto st = pol.initial_state(2);
   auto d = fail_attempt(pol, st, error_class::container_crash);
   CHECK(d.step == next_step::switch_agent);
@@ -286,7 +343,7 @@ TEST_CASE("max_crash_restarts 0 falls back on the first crash") {
 TEST_CASE("temporary tasks are never restarted") {
   auto cfg = config();
   cfg.restart = restart_type::temporary;
-  supervision_policy pol{cfg};
+  driver pol{cfg};
   auto st = pol.initial_state(2);
   SECTION("success succeeds") {
     REQUIRE_FALSE(pol.start_attempt(st));
@@ -308,7 +365,7 @@ TEST_CASE("permanent tasks restart after success within the intensity") {
   cfg.restart = restart_type::permanent;
   cfg.intensity.max_restarts = 2;
   cfg.intensity.period_s = 100;
-  supervision_policy pol{cfg};
+  driver pol{cfg};
   auto st = pol.initial_state(1);
   auto run = [&](double now) {
     REQUIRE_FALSE(pol.start_attempt(st));
@@ -343,7 +400,7 @@ TEST_CASE("permanent tasks reset their retries after a stable run") {
   auto cfg = config();
   cfg.restart = restart_type::permanent;
   cfg.intensity.reset_after_s = 300;
-  supervision_policy pol{cfg};
+  driver pol{cfg};
   auto st = pol.initial_state(2);
   REQUIRE(fail_attempt(pol, st, error_class::retryable, 0).step ==
           next_step::retry);
@@ -364,7 +421,7 @@ TEST_CASE("permanent tasks reset their retries after a stable run") {
     CHECK(d.step == next_step::switch_agent);
   }
   SECTION("a transient task never resets") {
-    supervision_policy transient{config()};
+    driver transient{config()};
     auto ts = transient.initial_state(2);
     for (int i = 0; i < 3; ++i)
       REQUIRE(
@@ -375,99 +432,102 @@ TEST_CASE("permanent tasks reset their retries after a stable run") {
   }
 }
 
-TEST_CASE("a retry denied by the budget is taken back and falls back") {
-  supervision_policy pol{config()};
+TEST_CASE("a retry denied by the budget was never counted and falls back") {
+  driver pol{config()};
   auto st = pol.initial_state(2);
   REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
           next_step::retry);
   REQUIRE_FALSE(pol.start_attempt(st));
-  auto d =
-    pol.on_exit(st, failed(), classified(error_class::container_crash), 0);
-  REQUIRE(d.step == next_step::retry);
-  CHECK(st.retry_count == 2);
-  CHECK(st.crash_restarts == 1);
-  d = pol.on_retry_denied(st);
+  // Deciding a retry changes nothing: it is applied when its attempt starts.
+  auto before = st;
+  auto planned = pol.policy().on_exit(
+    st, failed(), classified(error_class::container_crash), 0);
+  REQUIRE(planned.step == next_step::retry);
+  CHECK(planned.retry_count == 2);
+  CHECK(st.retry_count == before.retry_count);
+  CHECK(st.crash_restarts == 0);
+  auto d = pol.on_retry_denied(st);
   CHECK(d.step == next_step::switch_agent);
   CHECK(d.agent_index == 1);
+  CHECK(d.cause == decision_cause::retry_budget_exhausted);
   CHECK_THAT(d.reason, Contains("retry budget exhausted"));
   CHECK(st.retry_count == 0);
   CHECK(st.total_retries == 1);
   CHECK(st.crash_restarts == 0);
   CHECK(st.fallback_count == 1);
   SECTION("on the last agent it fails") {
-    REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
-            next_step::retry);
+    REQUIRE_FALSE(pol.start_attempt(st));
+    auto next =
+      pol.policy().on_exit(st, failed(), classified(error_class::retryable), 0);
+    REQUIRE(next.step == next_step::retry);
     d = pol.on_retry_denied(st);
     CHECK(d.step == next_step::fail);
+    CHECK(d.limit == decision_limit::no_agent_left);
     CHECK_THAT(d.reason, Contains("retry budget exhausted"));
     CHECK(st.total_retries == 1);
   }
 }
 
-TEST_CASE("a denied restart of a permanent task frees its intensity slot") {
+TEST_CASE("a restart of a permanent task is recorded only when applied") {
   auto cfg = config();
   cfg.restart = restart_type::permanent;
   cfg.intensity.max_restarts = 1;
-  supervision_policy pol{cfg};
+  driver pol{cfg};
   auto st = pol.initial_state(2);
-  REQUIRE(fail_attempt(pol, st, error_class::retryable, 0).step ==
-          next_step::retry);
-  CHECK(st.restarts.count(0) == 1);
+  REQUIRE_FALSE(pol.start_attempt(st));
+  auto planned =
+    pol.policy().on_exit(st, failed(), classified(error_class::retryable), 0);
+  REQUIRE(planned.step == next_step::retry);
+  CHECK(planned.restarts == 1);
+  CHECK(st.restarts.count(0) == 0); // decided, not yet carried out
   REQUIRE(pol.on_retry_denied(st).step == next_step::switch_agent);
   CHECK(st.restarts.count(0) == 0);
   CHECK(fail_attempt(pol, st, error_class::retryable, 1).step ==
         next_step::retry);
+  CHECK(st.restarts.count(1) == 1);
 }
 
 TEST_CASE("skip_agent moves past the current agent") {
   auto cfg = config();
   cfg.enable_fallback = false;
-  supervision_policy pol{cfg};
+  driver pol{cfg};
   auto st = pol.initial_state(2);
   SECTION("even with fallback disabled") {
-    auto d = pol.skip_agent(st, "user forced a fallback");
+    auto d = pol.skip_agent(st, decision_cause::user_fallback);
     CHECK(d.step == next_step::switch_agent);
     CHECK(d.agent_index == 1);
-    CHECK_THAT(d.reason, Contains("user forced a fallback"));
+    CHECK(d.reason == "fallback forced by user; switching to agent 2 of 2");
     CHECK(st.fallback_count == 1);
     SECTION("and fails when no agent is left") {
-      d = pol.skip_agent(st, "circuit breaker of b is open");
+      d = pol.skip_agent(st, decision_cause::breaker_open, "b");
       CHECK(d.step == next_step::fail);
-      CHECK_THAT(d.reason, Contains("circuit breaker of b is open") &&
-                             Contains("no agent left"));
+      CHECK(d.reason ==
+            "circuit breaker open for b; no agent left in the chain");
       CHECK(st.agent_index == 1);
     }
   }
-  SECTION("a retry pending in its backoff is taken back") {
-    REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
-            next_step::retry);
-    CHECK(st.total_retries == 1);
-    auto d = pol.skip_agent(st, "user forced a fallback");
-    CHECK(d.step == next_step::switch_agent);
-    CHECK(st.total_retries == 0);
-    CHECK(st.retry_count == 0);
-  }
-  SECTION("a retry that already started is not taken back") {
+  SECTION("a retry that already started stays counted") {
     REQUIRE(fail_attempt(pol, st, error_class::retryable).step ==
             next_step::retry);
     REQUIRE_FALSE(pol.start_attempt(st));
-    pol.skip_agent(st, "user forced a fallback");
+    pol.skip_agent(st, decision_cause::user_fallback);
     CHECK(st.total_retries == 1);
+    CHECK(st.retries_by_agent == std::vector<int>{1, 0});
   }
   SECTION("it respects max_total_attempts") {
     auto capped = config();
     capped.max_total_attempts = 1;
-    supervision_policy cp{capped};
+    driver cp{capped};
     auto cs = cp.initial_state(2);
     REQUIRE_FALSE(cp.start_attempt(cs));
-    auto d = cp.skip_agent(cs, "breaker open");
+    auto d = cp.skip_agent(cs, decision_cause::breaker_open, "a");
     CHECK(d.step == next_step::fail);
     CHECK_THAT(d.reason, Contains("max_total_attempts (1) reached"));
   }
 }
 
 TEST_CASE("initial state and step names") {
-  supervision_policy pol{config()};
+  driver pol{config()};
   auto st = pol.initial_state(0);
   CHECK(st.chain_size == 1);
   CHECK(st.total_attempts == 0);
@@ -483,9 +543,9 @@ TEST_CASE("policies sharing one config decide like one holding a copy") {
   cfg.max_retries_per_agent = 1;
   cfg.actions[error_class::agent_failure] = action::retry;
   auto shared = std::make_shared<const supervisor_config>(cfg);
-  supervision_policy own{cfg};
-  supervision_policy first{shared};
-  supervision_policy second{shared};
+  driver own{cfg};
+  driver first{shared};
+  driver second{shared};
   CHECK(&first.config() == &second.config()); // one copy between them
   CHECK(&own.config() != shared.get());
   auto st_own = own.initial_state(2);

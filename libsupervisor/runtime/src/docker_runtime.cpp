@@ -274,6 +274,7 @@ private:
       fail("image " + spec_.image +
            " not found locally (tasksup never pulls): " +
            detail::docker_error_message(resp.status, resp.body));
+      retry_futile_ = true;
       complete();
       return;
     }
@@ -542,6 +543,8 @@ private:
     }
     out.artifacts = std::move(artifacts_);
     out.infrastructure_error = std::move(infra_error_);
+    out.started = started_at_.has_value();
+    out.retry_futile = retry_futile_;
     auto on_exit = std::move(cb_.on_exit);
     cb_ = {};
     auto core = core_;
@@ -553,6 +556,8 @@ private:
   }
 
   std::shared_ptr<docker_core> core_;
+  /// The attempt cannot succeed by starting it again (image missing).
+  bool retry_futile_ = false;
   attempt_spec spec_;
   attempt_callbacks cb_;
   std::shared_ptr<id_box> id_;

@@ -1250,6 +1250,9 @@ void reactor::finalize(attempt& a) {
     out.exit_code = 128 + out.signal;
   }
   out.infrastructure_error = a.infrastructure_error;
+  // A missing or unexecutable agent reports 127/126 as a shell would; only
+  // a failure of the runtime itself means nothing ran.
+  out.started = !(a.spawn_failed && !a.infrastructure_error.empty());
   if (!out.infrastructure_error.empty() && out.exit_code == 0)
     out.exit_code = 1;
   out.duration_s = std::chrono::duration<double>(a.ended - a.started).count();

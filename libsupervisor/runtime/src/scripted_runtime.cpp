@@ -90,6 +90,8 @@ public:
     out.duration_s = step_.duration_s;
     out.artifacts = step_.artifacts;
     out.infrastructure_error = step_.infrastructure_error;
+    out.started = step_.started;
+    out.retry_futile = step_.retry_futile;
     if (cb.on_exit)
       cb.on_exit(std::move(out));
   }

@@ -8,6 +8,7 @@
 
 #include "tasksup/actors/protocol.hpp"
 
+#include "tasksup/supervisor/backoff.hpp"
 #include "tasksup/supervisor/classifier.hpp"
 #include "tasksup/supervisor/outcome.hpp"
 
@@ -80,6 +81,15 @@ event classified_event(const event_head& h, const classification& c);
 event retry_scheduled_event(const event_head& h, int retry_count,
                             int max_retries, std::string_view agent,
                             double delay_s);
+
+/// `retry_scheduled` with where the delay came from: adds `delay_source`
+/// ("schedule", "jitter" or "retry_after_hint"), `scheduled_s` (the
+/// schedule's step before jitter, hint and cap), `capped` and the decision's
+/// `reason`.
+event retry_scheduled_event(const event_head& h, int retry_count,
+                            int max_retries, std::string_view agent,
+                            const delay_decision& delay,
+                            std::string_view reason);
 
 /// `agent_switched`: `from`, `to` (plus the decision's `reason`).
 event agent_switched_event(const event_head& h, std::string_view from,

@@ -126,7 +126,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attempt_outcome& x) {
   return f(caf::meta::type_name("attempt_outcome"), x.exit_code, x.signal,
            x.oom_killed, x.tail, x.duration_s, x.artifacts,
-           x.infrastructure_error, x.log_path);
+           x.infrastructure_error, x.log_path, x.started, x.retry_futile);
 }
 
 } // namespace tasksup

@@ -43,6 +43,9 @@ using force_fallback_atom = caf::atom_constant<caf::atom("forcefb")>;
 /// `(status)` -> vector<task_status>; `(status, task_id)` -> task_status.
 using status_atom = caf::atom_constant<caf::atom("status")>;
 /// `(subscribe, actor)`: stream every event to `actor` as `(event, event)`.
+/// `(subscribe, actor, task_id)` -> the task's events so far
+/// (`std::vector<event>`), then streams like the first form: a client that
+/// subscribes right after `submit` misses nothing.
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
 /// `(unsubscribe, actor)`: stop streaming events to `actor`.
 using unsubscribe_atom = caf::atom_constant<caf::atom("unsubscr")>;
@@ -67,23 +70,20 @@ using classify_atom = caf::atom_constant<caf::atom("classify")>;
 using set_rules_atom = caf::atom_constant<caf::atom("setrules")>;
 /// `(drop_rules, task_id)`: forget one task's rules.
 using drop_rules_atom = caf::atom_constant<caf::atom("droprules")>;
-/// Supervisor -> backoff: `(delay, delay_request)` -> double seconds.
+/// Supervisor -> backoff: `(delay, delay_request)` -> delay_decision.
 using delay_atom = caf::atom_constant<caf::atom("delay")>;
 /// Supervisor -> itself: `(backoff_timer, generation)` ends a backoff wait.
 using backoff_timer_atom = caf::atom_constant<caf::atom("bofftimer")>;
-/// Supervisor -> registry: `(slot, task_id)` -> `(slot)` once an attempt
-/// slot is free (FIFO).
-using slot_atom = caf::atom_constant<caf::atom("slot")>;
+/// Supervisor -> registry: `(permit, permit_request)` -> `permit_reply`,
+/// answered once an attempt slot is free (FIFO): the slot, the agent's
+/// circuit breaker and the retry budget in one round trip.
+using permit_atom = caf::atom_constant<caf::atom("permit")>;
 /// Supervisor -> registry: `(release, task_id)` frees the task's slot or
 /// leaves the queue.
 using release_atom = caf::atom_constant<caf::atom("release")>;
-/// Supervisor -> registry: `(agent_ok, agent_id)` -> bool (circuit breaker).
-using agent_ok_atom = caf::atom_constant<caf::atom("agentok")>;
 /// Supervisor -> registry: `(agent_result, agent_id, success)` feeds the
 /// agent's circuit breaker (fatal failures are not reported).
 using agent_result_atom = caf::atom_constant<caf::atom("agentres")>;
-/// Supervisor -> registry: `(retry_token, task_id)` -> bool (retry budget).
-using retry_token_atom = caf::atom_constant<caf::atom("retrytok")>;
 /// Supervisor -> itself: `(deadline)` when the task's `deadline_s` is up.
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 /// Internal timer messages of the scripted runtime's actor timer.
@@ -158,6 +158,10 @@ struct result_metadata {
   int retry_count = 0;
   int total_attempts = 0;
   int fallback_count = 0;
+  /// Retries over the whole task, and per agent id (agents with none are
+  /// left out).
+  int total_retries = 0;
+  std::map<std::string, int> retries_by_agent;
 };
 
 /// A task's final result, escalated to its parent (SPEC §9).
@@ -225,19 +229,34 @@ struct classify_request {
   std::string agent_cli;
 };
 
-/// Asks the backoff actor for the delay of one retry.
+/// Asks the backoff actor for the delay of one retry: the schedule of the
+/// retry's class (chosen by the task machine) and where the task is on it.
 struct delay_request {
+  backoff_spec spec;
   /// 0 for the first retry of the agent.
   int retry_index = 0;
-  error_class cls = error_class::retryable;
   /// The task's previous delay (decorrelated jitter), 0 for none.
   double previous_s = 0;
-  /// A retry-after hint found in the output.
+  /// A retry-after hint, only from a rate-limit classification.
   std::optional<double> hint_s;
-  /// The task's backoff settings.
-  double backoff_base_s = 5.0;
-  double rate_limit_base_s = 60.0;
-  std::map<error_class, backoff_spec> overrides;
+};
+
+/// Asks the registry to start an attempt of `agent_id`.
+struct permit_request {
+  std::string task_id;
+  std::string agent_id;
+  /// The task holds no slot yet: queue for one.
+  bool need_slot = true;
+  /// The attempt is a retry: take a token from the retry budget.
+  bool need_token = false;
+};
+
+/// The registry's answer, sent once the task holds a slot.
+struct permit_reply {
+  /// The agent's circuit breaker lets the attempt through.
+  bool agent_allowed = true;
+  /// A retry token was granted (true when none was asked for).
+  bool token = true;
 };
 
 // -- errors
@@ -278,7 +297,8 @@ std::string error_text(const caf::error& err);
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, result_metadata& x) {
   return f(caf::meta::type_name("result_metadata"), x.agent_used, x.agent_id,
-           x.retry_count, x.total_attempts, x.fallback_count);
+           x.retry_count, x.total_attempts, x.fallback_count, x.total_retries,
+           x.retries_by_agent);
 }
 
 /// Serializes a task result.
@@ -321,9 +341,28 @@ typename Inspector::result_type inspect(Inspector& f, classify_request& x) {
 /// Serializes a delay request.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, delay_request& x) {
-  return f(caf::meta::type_name("delay_request"), x.retry_index, x.cls,
-           x.previous_s, detail::opt(x.hint_s), x.backoff_base_s,
-           x.rate_limit_base_s, x.overrides);
+  return f(caf::meta::type_name("delay_request"), x.spec, x.retry_index,
+           x.previous_s, detail::opt(x.hint_s));
+}
+
+/// Serializes a computed delay.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delay_decision& x) {
+  return f(caf::meta::type_name("delay_decision"), x.delay_s, x.source,
+           x.scheduled_s, x.step, x.capped);
+}
+
+/// Serializes a permit request.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, permit_request& x) {
+  return f(caf::meta::type_name("permit_request"), x.task_id, x.agent_id,
+           x.need_slot, x.need_token);
+}
+
+/// Serializes a permit reply.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, permit_reply& x) {
+  return f(caf::meta::type_name("permit_reply"), x.agent_allowed, x.token);
 }
 
 // -- registration

@@ -44,6 +44,43 @@ struct backoff_spec {
   jitter jit = jitter::none;
 };
 
+/// Where a delay came from, so "why this delay?" is answered by data.
+enum class delay_source : std::uint8_t {
+  /// The schedule's step for this retry, as configured.
+  schedule,
+  /// The schedule's step, randomised by the spec's jitter.
+  jitter,
+  /// A retry-after hint from the agent's output (rate limits only).
+  retry_after_hint,
+};
+
+/// "schedule", "jitter" or "retry_after_hint".
+std::string_view to_string(delay_source x) noexcept;
+
+/// One computed delay and how it came about.
+struct delay_decision {
+  /// The delay in seconds, within [0, max_s].
+  double delay_s = 0;
+  /// What set it.
+  delay_source source = delay_source::schedule;
+  /// The schedule's step before jitter, hint or cap.
+  double scheduled_s = 0;
+  /// The step of the schedule used (0 for the first retry; a table's last
+  /// step repeats).
+  int step = 0;
+  /// True when the spec's `max_s` cut the delay.
+  bool capped = false;
+};
+
+/// The delay before retry `retry_index` (0 for the first) under `spec`, in
+/// seconds, within [0, spec.max_s]. `previous_s` is the task's previous
+/// delay (decorrelated jitter; 0 for none). A `hint_s` replaces the schedule,
+/// without jitter, still capped; a negative or NaN hint is ignored. The
+/// randomness comes from `rng`, so a seed reproduces the delays.
+delay_decision compute_delay(const backoff_spec& spec, int retry_index,
+                             double previous_s, backoff_rng& rng,
+                             std::optional<double> hint_s = std::nullopt);
+
 /// The seed's standard schedule: base x {1, 3, 9}, capped at base x 9
 /// (5, 15, 45 for base 5).
 backoff_spec standard_backoff(double base_s);

@@ -26,6 +26,13 @@ struct attempt_outcome {
   std::string infrastructure_error;
   /// Where the full output of this attempt was saved, empty if nowhere.
   std::string log_path;
+  /// False when the runtime could not start the attempt at all (spawn
+  /// failed, image missing): nothing ran, and `exit_code` means nothing.
+  bool started = true;
+  /// True when the runtime knows that starting the attempt again cannot
+  /// succeed (the image is not on this host and tasksup never pulls): the
+  /// agent is given up at once instead of retried.
+  bool retry_futile = false;
 
   /// Exit 0 without an infrastructure error: success, never classified
   /// (SPEC §3), even when `oom_killed` is set: a memory cgroup reports an OOM

@@ -22,9 +22,8 @@ public:
   /// Restarts counted within the period ending at `now_s`.
   std::size_t count(double now_s) const;
 
-  /// Forgets the most recently recorded restart, for a restart that was
-  /// granted but then did not happen (e.g. the retry budget denied it).
-  void undo_last();
+  /// Whether a restart at `now_s` would be allowed, without recording it.
+  bool allows(double now_s) const;
 
   int max_restarts() const noexcept { return max_restarts_; }
 

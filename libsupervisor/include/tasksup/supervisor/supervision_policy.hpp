@@ -7,15 +7,17 @@
 #include "tasksup/supervisor/supervisor_config.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tasksup {
 
 /// Everything the supervisor has done so far for one task: a plain record,
-/// mutated only by `supervision_policy`.
+/// changed only by `supervision_policy::apply` and `count_attempt`.
 struct supervision_state {
   /// Position in the agent chain.
   std::size_t agent_index = 0;
@@ -31,26 +33,14 @@ struct supervision_state {
   int fallback_count = 0;
   /// Crash restarts over the whole task.
   int crash_restarts = 0;
+  /// Retries per position in the chain (empty until the first retry).
+  std::vector<int> retries_by_agent;
   /// Restart times, for `permanent` tasks.
   restart_window restarts;
-
-  /// What the last `retry` decision added to the counters, kept until the
-  /// next attempt starts so that a retry which never happens (retry budget
-  /// empty, user forced a fallback during the backoff) can be taken back.
-  struct pending_retry {
-    /// retry_count and total_retries were incremented.
-    bool counted = false;
-    /// crash_restarts was incremented.
-    bool crash = false;
-    /// A restart was recorded in `restarts`.
-    bool restart_recorded = false;
-  };
-  /// Set by a `retry` decision, cleared when the next attempt starts.
-  std::optional<pending_retry> pending;
 };
 
 /// The next thing the supervisor does after an attempt ended.
-enum class next_step {
+enum class next_step : std::uint8_t {
   /// Exit 0 and not `permanent`: the task succeeded.
   succeed,
   /// Start another attempt of the same agent after a backoff.
@@ -64,24 +54,103 @@ enum class next_step {
 /// "succeed", "retry", "switch_agent" or "fail".
 std::string_view to_string(next_step x) noexcept;
 
-/// A decision and why (the reason goes into events and the final error).
+/// What a decision answers.
+enum class decision_cause : std::uint8_t {
+  /// An attempt exited 0.
+  succeeded,
+  /// An attempt failed (with its classification, when it has one).
+  failed,
+  /// The retry budget had no token for a planned retry.
+  retry_budget_exhausted,
+  /// The agent's circuit breaker is open.
+  breaker_open,
+  /// The user forced a fallback.
+  user_fallback,
+};
+
+/// Which row of the decision table applied.
+enum class decision_rule : std::uint8_t {
+  /// Exit 0 of a task that is not `permanent`.
+  success,
+  /// Retry of a failure whose action is `retry`, retries left.
+  retry,
+  /// Restart of a `permanent` task after exit 0.
+  restart,
+  /// A `temporary` task is never restarted.
+  temporary_task,
+  /// The class's action is `fail`.
+  action_fail,
+  /// The class's action is `fallback`.
+  action_fallback,
+  /// `max_crash_restarts` reached.
+  crash_restarts_exhausted,
+  /// `max_retries_per_agent` reached.
+  retries_exhausted,
+  /// Moving past the agent without judging an attempt (budget, breaker,
+  /// user).
+  skip,
+};
+
+/// What limited the step the rule asked for, if anything.
+enum class decision_limit : std::uint8_t {
+  /// Nothing: the rule's step was taken.
+  none,
+  /// A fallback was due but `enable_fallback` is off.
+  fallback_disabled,
+  /// A fallback was due but the chain has no next agent.
+  no_agent_left,
+  /// A skip was due but the chain has no next agent.
+  chain_end,
+  /// `max_total_attempts` reached.
+  max_total_attempts,
+  /// A `permanent` task's restart intensity would be exceeded.
+  restart_intensity,
+};
+
+/// A decision and why, as data: the edges (events, views, CLI) turn it into
+/// words with `describe`.
 struct decision {
   next_step step = next_step::fail;
-  /// For `retry`: the retry number, 1-based, for `retrying (n/max)` and the
-  /// `retry_scheduled` event; the backoff index is `retry_count - 1`.
+  decision_cause cause = decision_cause::failed;
+  decision_rule rule = decision_rule::action_fail;
+  decision_limit limit = decision_limit::none;
+  /// For `failed`: the class judged (also when unclassified: the broadest
+  /// class that matches).
+  error_class cls = error_class::retryable;
+  /// For `failed`: the classification, absent when none was made.
+  std::optional<classification> classified;
+  /// For the `*_exhausted` rules: the count reached and its maximum.
+  int count = 0;
+  int count_max = 0;
+  /// For `retry`: the retry number, 1-based, of the current agent; for a
+  /// `restart`, the agent's retries so far (0 after a stable run).
   int retry_count = 0;
   /// For `retry`: the class whose backoff schedule applies; nullopt for the
   /// restart of a `permanent` task after exit 0 (no delay).
   std::optional<error_class> backoff_class;
-  /// For `switch_agent`: the chain position to move to.
+  /// For `switch_agent`: the chain position to move to; else the current.
   std::size_t agent_index = 0;
-  /// Human-readable reason, e.g. "retries exhausted (3/3)".
-  std::string reason;
+  /// The chain's length.
+  std::size_t chain_size = 1;
+  /// For `permanent` tasks: restarts within the window, this one included.
+  std::size_t restarts = 0;
+  /// A permanent task that ran stably resets its agent's retries.
+  bool reset_retries = false;
+  /// For `breaker_open`: the agent whose breaker is open.
+  std::string agent_id;
+  /// When the decision was made (restart intensity records this time).
+  double at_s = 0;
 };
 
-/// The decision table of SPEC §5-§6 as a pure function of the task's state,
-/// its config, the outcome and `now`. The supervisor actor only carries out
-/// what this returns; every branch is unit-tested without an actor system.
+/// The decision in words, e.g. `retryable failure (rule "generic", line
+/// "boom"): retries exhausted (3/3); switching to agent 2 of 3`.
+std::string describe(const decision& d, const supervisor_config& cfg);
+
+/// The decision table of SPEC §5-§6 as pure functions of the task's state,
+/// its config, the outcome and `now`. Deciding changes nothing: a decision is
+/// applied with `apply` when it is carried out (a retry when its attempt
+/// starts), so a retry that never happens (retry budget empty, user forced a
+/// fallback during the backoff) needs no undoing.
 ///
 /// Restart intensity applies to every retry of a `permanent` task, after
 /// success and after failure alike (as in OTP): a retry it does not allow
@@ -99,52 +168,67 @@ public:
   /// The settings this policy applies.
   const supervisor_config& config() const noexcept { return *cfg_; }
 
+  /// The settings, shared.
+  const std::shared_ptr<const supervisor_config>& shared_config() const {
+    return cfg_;
+  }
+
   /// A fresh state for a chain of `chain_size` agents.
   supervision_state initial_state(std::size_t chain_size) const;
 
-  /// Whether one more attempt may start (max_total_attempts). When it may,
-  /// counts the attempt and returns nullopt; otherwise returns the reason the
-  /// task fails with, e.g. "max_total_attempts (30) reached".
-  std::optional<std::string> start_attempt(supervision_state& st) const;
+  /// Whether one more attempt may start (max_total_attempts).
+  bool may_start(const supervision_state& st) const noexcept;
+
+  /// The reason the task fails with when `may_start` is false, e.g.
+  /// "max_total_attempts (30) reached".
+  std::string attempts_exhausted_reason() const;
+
+  /// Counts an attempt that starts now.
+  void count_attempt(supervision_state& st) const noexcept;
 
   /// Judges an attempt that ended at `now_s`. `cls` is the classification
-  /// of a failed outcome (nullopt when the outcome succeeded). Updates `st`
-  /// (retry counts, crash restarts, switches) to match the decision.
-  decision on_exit(supervision_state& st, const attempt_outcome& outcome,
+  /// of a failed outcome (nullopt when it succeeded or none could be made).
+  decision on_exit(const supervision_state& st, const attempt_outcome& outcome,
                    const std::optional<classification>& cls,
                    double now_s) const;
 
-  /// The retry budget had no token for a `retry` decision: undo the retry in
-  /// `st` and decide as if the agent's retries were exhausted.
-  decision on_retry_denied(supervision_state& st) const;
+  /// The retry budget had no token for the retry `planned`: decide as if the
+  /// agent's retries were exhausted.
+  decision on_retry_denied(const supervision_state& st) const;
 
-  /// The next agent's circuit breaker is open, or the user forced a
-  /// fallback: move past the current agent (switch or fail, never retry).
-  /// A retry still pending is taken back first. Ignores `enable_fallback`
-  /// (the user or the breaker asked for it). `reason` becomes part of the
-  /// decision's reason.
-  decision skip_agent(supervision_state& st, std::string_view reason) const;
+  /// The agent's circuit breaker is open (`cause` breaker_open, `agent_id`
+  /// names it), or the user forced a fallback: move past the current agent
+  /// (switch or fail, never retry), ignoring `enable_fallback`.
+  decision skip_agent(const supervision_state& st, decision_cause cause,
+                      std::string agent_id = {}) const;
+
+  /// Whether the chain has an agent after the current one.
+  bool has_next_agent(const supervision_state& st) const noexcept {
+    return st.agent_index + 1 < st.chain_size;
+  }
+
+  /// Carries out `d` on `st`: a switch moves to the next agent, a retry
+  /// counts itself (and, for permanent tasks, records its restart at
+  /// `d.at_s`). Succeed and fail change nothing.
+  void apply(supervision_state& st, const decision& d) const;
 
 private:
   /// Switch to the next agent if fallback is enabled and one is left, else
-  /// fail with `why`.
-  decision fall_back(supervision_state& st, std::string why) const;
+  /// fail.
+  decision fall_back(const supervision_state& st, decision d) const;
 
-  /// Moves `st` to the next agent (the caller checked one is left).
-  decision switch_to_next(supervision_state& st, std::string why) const;
+  /// Moves to the next agent (the caller checked one is left).
+  decision switch_to_next(const supervision_state& st, decision d) const;
 
-  /// A `retry` of the current agent for a failure of `cls` (nullopt: the
-  /// restart of a permanent task after success), or a failure when
-  /// max_total_attempts or the restart intensity does not allow it.
-  decision retry(supervision_state& st, std::optional<error_class> cls,
-                 std::string why, double now_s) const;
+  /// A retry of the current agent (`restart` rule when `d.rule` says so),
+  /// or a failure when max_total_attempts or the restart intensity does not
+  /// allow it.
+  decision retry(const supervision_state& st, decision d,
+                 std::optional<error_class> cls) const;
 
-  /// A failure when no further attempt may start, else nullopt.
-  std::optional<decision> attempts_exhausted(const supervision_state& st,
-                                             std::string_view why) const;
-
-  /// Takes back the counters of a retry that did not happen.
-  static void undo_pending(supervision_state& st);
+  /// A decision of `cause` for `st`, step and rule still to be set.
+  decision make(const supervision_state& st, decision_cause cause,
+                double now_s) const;
 
   /// Never null.
   std::shared_ptr<const supervisor_config> cfg_;

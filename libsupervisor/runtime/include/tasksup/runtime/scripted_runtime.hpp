@@ -32,6 +32,10 @@ struct scripted_step {
   /// Reported as the outcome's infrastructure error (an attempt the runtime
   /// could not start or watch).
   std::string infrastructure_error;
+  /// Reported as the outcome's `started` and `retry_futile` (an attempt the
+  /// runtime could not start, and whether starting again can help).
+  bool started = true;
+  bool retry_futile = false;
   /// `start` throws instead of starting: simulates a broken runtime driver,
   /// so the caller (a worker actor) dies without reporting an exit.
   bool throw_on_start = false;

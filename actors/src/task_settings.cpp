@@ -1,0 +1,140 @@
+#include "task_settings.hpp"
+
+#include "tasksup/actors/shared_pool.hpp"
+
+#include "tasksup/supervisor/hash.hpp"
+
+#include <caf/actor_cast.hpp>
+
+#include <functional>
+#include <utility>
+
+namespace tasksup::detail {
+
+namespace {
+
+/// Hashes settings consistently with `same_settings`.
+struct config_hash {
+  std::size_t operator()(const supervisor_config& cfg) const noexcept {
+    return settings_hash(cfg);
+  }
+};
+
+/// Settings that behave identically (`same_settings`).
+struct config_equal {
+  bool operator()(const supervisor_config& a,
+                  const supervisor_config& b) const noexcept {
+    return same_settings(a, b);
+  }
+};
+
+/// Hashes an agent chain over every field of every agent.
+struct agents_hash {
+  std::size_t operator()(const std::vector<agent_spec>& agents) const {
+    std::hash<std::string> str;
+    std::size_t h = agents.size();
+    auto mix = [&h](std::size_t x) { hash_combine(h, x); };
+    for (auto& a : agents) {
+      mix(str(a.agent_id));
+      mix(str(a.agent_cli));
+      mix(str(a.config_dir));
+      mix(str(a.cli_flags));
+      for (auto& arg : a.args)
+        mix(str(arg));
+      mix(a.prompt_as_argument ? 1 : 0);
+    }
+    return h;
+  }
+};
+
+/// Hashes the identities of what `shared_settings_equal` compares.
+struct shared_settings_hash {
+  std::size_t operator()(const shared_settings& x) const {
+    std::hash<const void*> ptr;
+    std::size_t h = std::hash<std::string>{}(x.attempt_root);
+    auto mix = [&h](std::size_t v) { hash_combine(h, v); };
+    mix(ptr(&x.machine.config()));
+    mix(ptr(x.agents.get()));
+    mix(ptr(x.runtime.get()));
+    for (auto* a : {&x.classifier, &x.backoff, &x.services})
+      mix(ptr(caf::actor_cast<caf::abstract_actor*>(*a)));
+    return h;
+  }
+};
+
+/// The same settings, chain, runtime and actors (by identity) and the same
+/// attempt root.
+struct shared_settings_equal {
+  bool operator()(const shared_settings& a, const shared_settings& b) const {
+    // The settings and the chain come from their pools, so equal ones are
+    // the same objects.
+    return &a.machine.config() == &b.machine.config() && a.agents == b.agents &&
+           a.runtime == b.runtime && a.classifier == b.classifier &&
+           a.backoff == b.backoff && a.services == b.services &&
+           a.attempt_root == b.attempt_root;
+  }
+};
+
+} // namespace
+
+std::shared_ptr<const supervisor_config> shared_config(supervisor_config cfg) {
+  static shared_pool<supervisor_config, config_hash, config_equal> pool;
+  return pool.share(std::move(cfg));
+}
+
+std::shared_ptr<const std::vector<agent_spec>>
+shared_agents(std::vector<agent_spec> agents) {
+  static shared_pool<std::vector<agent_spec>, agents_hash,
+                     std::equal_to<std::vector<agent_spec>>>
+    pool;
+  return pool.share(std::move(agents));
+}
+
+std::shared_ptr<const shared_settings> shared_node(shared_settings x) {
+  static shared_pool<shared_settings, shared_settings_hash,
+                     shared_settings_equal>
+    pool;
+  return pool.share(std::move(x));
+}
+
+runtime::attempt_spec make_attempt_spec(const task_settings& settings,
+                                        const shared_settings& node,
+                                        const agent_spec& agent, int attempt) {
+  const auto& task = settings.task;
+  runtime::attempt_spec spec;
+  spec.task_id = task.id;
+  spec.attempt = attempt;
+  spec.agent_id = agent.agent_id;
+  spec.argv.reserve(agent.args.size() + 2);
+  spec.argv.push_back(agent.agent_cli);
+  spec.argv.insert(spec.argv.end(), agent.args.begin(), agent.args.end());
+  spec.env = task.env;
+  if (agent.prompt_as_argument)
+    spec.argv.push_back(task.prompt);
+  else
+    spec.env["TASKSUP_PROMPT"] = task.prompt;
+  // <attempt_root>/<task id>/attempt-<n>, joined as text: task ids are
+  // validated path components, and std::filesystem::path costs ~2k
+  // instructions per attempt here (BENCHMARKS.md §1).
+  const auto& root = node.attempt_root;
+  spec.attempt_dir.reserve(root.size() + task.id.size() + 20);
+  spec.attempt_dir = root;
+  if (!root.empty() && root.back() != '/')
+    spec.attempt_dir += '/';
+  spec.attempt_dir += task.id;
+  spec.attempt_dir += "/attempt-";
+  spec.attempt_dir += std::to_string(attempt);
+  spec.workdir = task.workdir;
+  for (auto& m : task.mounts)
+    spec.mounts.push_back({m.host_path, m.container_path, m.read_only});
+  spec.config_dir = agent.config_dir;
+  spec.memory_limit_mb = task.memory_limit_mb;
+  spec.image = task.image;
+  spec.labels["tasksup.task_id"] = task.id;
+  spec.labels["tasksup.attempt"] = std::to_string(attempt);
+  spec.labels["tasksup.agent_id"] = agent.agent_id;
+  spec.labels["tasksup.trace_id"] = settings.trace_id;
+  return spec;
+}
+
+} // namespace tasksup::detail

@@ -1,0 +1,81 @@
+#pragma once
+
+// What a task supervisor keeps for its whole life, built once when it is
+// spawned: the task's own fields, and what it shares with other tasks of
+// the node (the task machine of its settings and chain, the runtime, the
+// actors it asks). Internal to the actors library.
+
+#include "tasksup/runtime/runtime.hpp"
+#include "tasksup/supervisor/agent.hpp"
+#include "tasksup/supervisor/supervisor_config.hpp"
+#include "tasksup/supervisor/task_machine.hpp"
+#include "tasksup/supervisor/task_spec.hpp"
+
+#include <caf/actor.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tasksup::detail {
+
+/// A task's own settings that never change once its supervisor runs: the
+/// task fields every attempt is built from. Memory per parked task
+/// (BENCHMARKS.md §2): the task's start-only inputs (selection, default
+/// agent, classifier rules) are not kept.
+struct task_settings {
+  /// The fields of the task_spec that attempts and status use.
+  struct task_fields {
+    std::string id;
+    std::string prompt;
+    std::string environment;
+    std::string image;
+    std::map<std::string, std::string> env;
+    std::vector<mount_spec> mounts;
+    std::string workdir;
+    std::optional<std::uint64_t> memory_limit_mb;
+  };
+  task_fields task;
+  std::string trace_id;
+};
+
+/// What the tasks of a node usually have in common. One block per distinct
+/// combination, shared between the tasks that have it.
+struct shared_settings {
+  /// A machine for `cfg` and a chain of `chain_size` agents.
+  shared_settings(std::shared_ptr<const supervisor_config> cfg,
+                  std::size_t chain_size)
+    : machine(std::move(cfg), chain_size) {}
+
+  task_machine machine;
+  std::shared_ptr<const std::vector<agent_spec>> agents;
+  std::shared_ptr<runtime::container_runtime> runtime;
+  caf::actor classifier;
+  caf::actor backoff;
+  caf::actor services;
+  std::string attempt_root;
+};
+
+/// `cfg`, shared with every live task that has exactly the same settings.
+std::shared_ptr<const supervisor_config> shared_config(supervisor_config cfg);
+
+/// The agent chain, shared with every live task that has the same one.
+std::shared_ptr<const std::vector<agent_spec>>
+shared_agents(std::vector<agent_spec> agents);
+
+/// `x`, shared with every live task that has the same (settings, chain,
+/// runtime and actors by identity, attempt root).
+std::shared_ptr<const shared_settings> shared_node(shared_settings x);
+
+/// The spec of attempt `attempt` of `agent`: argv with the prompt (or
+/// TASKSUP_PROMPT), the directory `<attempt_root>/<task id>/attempt-<n>`,
+/// mounts, limits and the tasksup.* labels.
+runtime::attempt_spec make_attempt_spec(const task_settings& task,
+                                        const shared_settings& node,
+                                        const agent_spec& agent, int attempt);
+
+} // namespace tasksup::detail

@@ -1,0 +1,377 @@
+#pragma once
+
+// The task as data: its state is a plain value that changes only through
+// `task_machine::handle(state, input, now)`, which returns what the carrier
+// (an actor, a test, a replay) must do as effects. Every decision and every
+// delay of a task is made here; no clock, no I/O, no actor.
+
+#include "tasksup/supervisor/backoff.hpp"
+#include "tasksup/supervisor/classifier.hpp"
+#include "tasksup/supervisor/outcome.hpp"
+#include "tasksup/supervisor/supervision_policy.hpp"
+#include "tasksup/supervisor/supervisor_config.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace tasksup {
+
+/// Where a task is in its life, as the machine sees it.
+enum class task_phase : std::uint8_t {
+  /// Not started.
+  created,
+  /// Waiting for permission to start an attempt (slot, breaker, budget).
+  waiting,
+  /// An attempt runs.
+  running,
+  /// The attempt failed; waiting for its classification.
+  classifying,
+  /// A retry is decided; waiting for its delay.
+  delaying,
+  /// Waiting out the delay.
+  backoff,
+  /// Finished; the result is final.
+  done,
+};
+
+/// "created", "waiting", "running", ...
+std::string_view to_string(task_phase x) noexcept;
+
+/// A user's stop request.
+enum class stop_request : std::uint8_t { none, cancel, kill };
+
+/// The machine's timers.
+enum class timer_kind : std::uint8_t { backoff, deadline };
+
+/// Requests whose reply can fail.
+enum class request_kind : std::uint8_t { permission, classify, delay, rules };
+
+/// How a task ended.
+enum class end_kind : std::uint8_t { succeeded, failed, stopped };
+
+/// Why a task ended, as data.
+enum class end_cause : std::uint8_t {
+  /// A decision of the policy (succeed or fail).
+  decision,
+  /// `max_total_attempts` reached before an attempt could start.
+  attempts_exhausted,
+  /// The user stopped the task.
+  user_stop,
+  /// `deadline_s` passed.
+  deadline,
+  /// A request the task depends on failed (`request` says which).
+  request_failed,
+  /// The attempt could not be started at all and will not start by
+  /// retrying (e.g. a missing Docker image where none can be pulled).
+  start_refused,
+};
+
+/// The state of one task: a plain value, copyable, comparable, journaled.
+struct task_machine_state {
+  task_phase phase = task_phase::created;
+  /// Counters of the policy (attempts, retries, chain position).
+  supervision_state counters;
+  /// Bumped whenever a pending reply or timer is superseded; replies and
+  /// timers carry the generation they were made under.
+  std::uint64_t generation = 0;
+  /// The current (or last) attempt number, 0 before the first.
+  int attempt = 0;
+  /// The task holds an attempt slot.
+  bool holds_slot = false;
+  /// The user asked to stop the running attempt.
+  stop_request stop = stop_request::none;
+  /// The user forced a fallback while an attempt ran.
+  bool fallback_requested = false;
+  /// The deadline passed while an attempt ran.
+  bool deadline_passed = false;
+  /// A retry decided and not yet carried out (it is applied when its
+  /// attempt starts, so nothing is ever taken back).
+  std::optional<decision> plan;
+  /// The last attempt's end, kept while it is classified.
+  std::optional<attempt_outcome> ended;
+  /// The previous delay (decorrelated jitter).
+  double previous_delay_s = 0;
+  /// When the backoff ends (the `now` scale of `handle`), 0 when none.
+  double retry_at_s = 0;
+  /// The last attempt's exit code (nullopt before the first ended) and
+  /// artifacts.
+  std::optional<int> last_exit_code;
+  std::vector<std::string> last_artifacts;
+  /// The last attempt never started (the runtime could not start it).
+  bool last_not_started = false;
+};
+
+namespace input {
+
+/// The task begins.
+struct start {};
+
+/// The node's answer to `effect::ask_permission`.
+struct permission {
+  std::uint64_t generation = 0;
+  /// The agent's circuit breaker lets the attempt through.
+  bool agent_allowed = true;
+  /// The retry budget granted a token (when one was asked for).
+  bool token = true;
+  /// The agent asked about (named in the reason when its breaker is open).
+  std::string agent_id;
+};
+
+/// The attempt's worker reports the attempt's runtime id.
+struct attempt_started {
+  int attempt = 0;
+  std::string runtime_id;
+};
+
+/// The attempt ended (or was lost: an outcome with an infrastructure
+/// error). `not_started` says the runtime never started it.
+struct attempt_ended {
+  int attempt = 0;
+  attempt_outcome outcome;
+  bool not_started = false;
+  /// The runtime says starting again cannot help (e.g. image missing and
+  /// no registry to pull from): fail the agent at once.
+  bool permanent = false;
+};
+
+/// The classifier's answer.
+struct classified {
+  std::uint64_t generation = 0;
+  classification result;
+};
+
+/// The backoff actor's answer.
+struct delay_decided {
+  std::uint64_t generation = 0;
+  delay_decision delay;
+};
+
+/// A timer fired.
+struct timer {
+  timer_kind kind = timer_kind::backoff;
+  std::uint64_t generation = 0;
+};
+
+/// The user stops the task (cancel or kill).
+struct stop {
+  stop_request mode = stop_request::cancel;
+};
+
+/// The user skips the remaining backoff.
+struct retry_now {};
+
+/// The user abandons the current agent.
+struct force_fallback {};
+
+/// A request failed (no reply, an error reply).
+struct reply_failed {
+  std::uint64_t generation = 0;
+  request_kind request = request_kind::permission;
+  std::string error;
+};
+
+} // namespace input
+
+/// Everything a task reacts to.
+using machine_input =
+  std::variant<input::start, input::permission, input::attempt_started,
+               input::attempt_ended, input::classified, input::delay_decided,
+               input::timer, input::stop, input::retry_now,
+               input::force_fallback, input::reply_failed>;
+
+namespace effect {
+
+/// Ask the node for permission to start an attempt of `agent_index`: a slot
+/// (unless held), the agent's breaker, and a retry token when `need_token`.
+struct ask_permission {
+  std::uint64_t generation = 0;
+  std::size_t agent_index = 0;
+  bool need_slot = true;
+  bool need_token = false;
+};
+
+/// Give the slot back (or leave the queue).
+struct release_slot {};
+
+/// Start attempt `attempt` of agent `agent_index`.
+struct start_attempt {
+  int attempt = 0;
+  std::size_t agent_index = 0;
+};
+
+/// Stop the running attempt: cancel (grace, then kill) or kill.
+struct stop_attempt {
+  stop_request mode = stop_request::cancel;
+  double grace_s = 0;
+};
+
+/// Classify the attempt that just ended (`task_machine_state::ended`).
+struct classify {
+  std::uint64_t generation = 0;
+};
+
+/// Compute the delay of a planned retry.
+struct ask_delay {
+  std::uint64_t generation = 0;
+  /// The schedule of the retry's class.
+  backoff_spec spec;
+  /// 0 for the agent's first retry.
+  int retry_index = 0;
+  double previous_s = 0;
+  /// A retry-after hint, trusted only from a rate-limit classification.
+  std::optional<double> hint_s;
+};
+
+/// Fire `input::timer{kind, generation}` after `delay_s` seconds.
+struct set_timer {
+  timer_kind kind = timer_kind::backoff;
+  std::uint64_t generation = 0;
+  double delay_s = 0;
+};
+
+/// Feed the agent's circuit breaker.
+struct report_agent {
+  std::size_t agent_index = 0;
+  bool success = false;
+};
+
+/// Events, as data; the carrier renders them.
+struct attempt_exited {
+  attempt_outcome outcome;
+};
+struct classified {
+  classification result;
+};
+struct retry_scheduled {
+  decision plan;
+  delay_decision delay;
+};
+struct agent_switched {
+  std::size_t from = 0;
+  decision switched;
+};
+/// A user stop, with what it did.
+struct user_stopped {
+  stop_request mode = stop_request::cancel;
+  /// The stop skipped a pending retry (else it stopped or prevented an
+  /// attempt).
+  bool skipped_retry = false;
+};
+/// The deadline passed (`stopping`: an attempt is being stopped).
+struct deadline_passed {
+  double deadline_s = 0;
+  bool stopping = false;
+};
+
+/// The task is over.
+struct finish {
+  end_kind outcome = end_kind::failed;
+  end_cause cause = end_cause::decision;
+  /// For `decision`: the decision.
+  std::optional<decision> why;
+  /// For `user_stop`.
+  stop_request mode = stop_request::none;
+  /// For `request_failed`: which, and its error; for `start_refused`, the
+  /// runtime's text.
+  request_kind request = request_kind::permission;
+  std::string detail;
+};
+
+} // namespace effect
+
+/// Everything a carrier must do.
+using machine_effect =
+  std::variant<effect::ask_permission, effect::release_slot,
+               effect::start_attempt, effect::stop_attempt, effect::classify,
+               effect::ask_delay, effect::set_timer, effect::report_agent,
+               effect::attempt_exited, effect::classified,
+               effect::retry_scheduled, effect::agent_switched,
+               effect::user_stopped, effect::deadline_passed, effect::finish>;
+
+/// A batch of effects, in the order they must be carried out.
+using machine_effects = std::vector<machine_effect>;
+
+/// The task's error text for `f` (absent on success), e.g. "retryable
+/// failure (...): retries exhausted (3/3); no agent left to fall back to".
+std::optional<std::string> describe(const effect::finish& f,
+                                    const supervisor_config& cfg);
+
+/// The task machine of one policy and chain: immutable, shareable between
+/// tasks with the same settings.
+class task_machine {
+public:
+  /// A machine for a chain of `chain_size` agents under `policy`'s settings.
+  task_machine(std::shared_ptr<const supervisor_config> cfg,
+               std::size_t chain_size);
+
+  /// The policy it applies.
+  const supervision_policy& policy() const noexcept { return policy_; }
+
+  /// The settings it applies.
+  const supervisor_config& config() const noexcept { return policy_.config(); }
+
+  /// A task that has not started.
+  task_machine_state initial() const;
+
+  /// Feeds `in` at `now_s` (seconds, any monotonic scale) and appends what
+  /// must be done to `out`. Returns whether the input took effect: false for
+  /// a control request that changed nothing (a stop of a finished task, a
+  /// retry_now outside a backoff, a fallback with no agent left) and for a
+  /// stale reply or timer.
+  bool handle(task_machine_state& st, const machine_input& in, double now_s,
+              machine_effects& out) const;
+
+  /// The retry count `status` shows: the planned retry's during a backoff.
+  static int shown_retry_count(const task_machine_state& st) noexcept;
+
+private:
+  bool on(task_machine_state& st, const input::start&, double,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::permission& in, double now_s,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::attempt_started& in, double,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::attempt_ended& in, double now_s,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::classified& in, double now_s,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::delay_decided& in, double now_s,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::timer& in, double now_s,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::stop& in, double now_s,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::retry_now&, double now_s,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::force_fallback&, double now_s,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::reply_failed& in, double now_s,
+          machine_effects& out) const;
+
+  /// Asks for permission to start the next attempt.
+  void begin_attempt(task_machine_state& st, machine_effects& out) const;
+
+  /// Carries out a decision.
+  void act(task_machine_state& st, decision d, double now_s,
+           machine_effects& out) const;
+
+  /// Judges a classified (or unclassifiable) failure.
+  void judge(task_machine_state& st, std::optional<classification> c,
+             double now_s, machine_effects& out) const;
+
+  /// Ends the task.
+  void finish(task_machine_state& st, effect::finish f,
+              machine_effects& out) const;
+
+  supervision_policy policy_;
+  backoff_policy backoff_;
+  std::size_t chain_size_;
+};
+
+} // namespace tasksup

@@ -1,0 +1,486 @@
+#include "tasksup/supervisor/task_machine.hpp"
+
+#include <cstdio>
+#include <utility>
+
+namespace tasksup {
+
+namespace {
+
+std::string seconds_text(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", x);
+  return buf;
+}
+
+std::string_view stop_name(stop_request mode) {
+  return mode == stop_request::kill ? "kill" : "cancel";
+}
+
+std::string_view request_name(request_kind x) {
+  switch (x) {
+    case request_kind::permission:
+      return "no attempt slot";
+    case request_kind::classify:
+      return "classifier unavailable";
+    case request_kind::delay:
+      return "backoff unavailable";
+    case request_kind::rules:
+      return "invalid classifier rules";
+  }
+  return "request failed";
+}
+
+} // namespace
+
+std::string_view to_string(task_phase x) noexcept {
+  switch (x) {
+    case task_phase::created:
+      return "created";
+    case task_phase::waiting:
+      return "waiting";
+    case task_phase::running:
+      return "running";
+    case task_phase::classifying:
+      return "classifying";
+    case task_phase::delaying:
+      return "delaying";
+    case task_phase::backoff:
+      return "backoff";
+    case task_phase::done:
+      return "done";
+  }
+  return "unknown";
+}
+
+std::optional<std::string> describe(const effect::finish& f,
+                                    const supervisor_config& cfg) {
+  if (f.outcome == end_kind::succeeded)
+    return std::nullopt;
+  switch (f.cause) {
+    case end_cause::decision:
+      if (f.why)
+        return describe(*f.why, cfg);
+      return std::string{"failed"};
+    case end_cause::attempts_exhausted:
+      return "max_total_attempts (" + std::to_string(cfg.max_total_attempts) +
+             ") reached";
+    case end_cause::user_stop:
+      return "stopped by user (" + std::string{stop_name(f.mode)} + ")";
+    case end_cause::deadline:
+      return "deadline exceeded (" + seconds_text(cfg.deadline_s.value_or(0)) +
+             " s)";
+    case end_cause::request_failed:
+      return std::string{request_name(f.request)} + ": " + f.detail;
+    case end_cause::start_refused:
+      return "could not start: " + f.detail;
+  }
+  return std::string{"failed"};
+}
+
+task_machine::task_machine(std::shared_ptr<const supervisor_config> cfg,
+                           std::size_t chain_size)
+  : policy_(std::move(cfg)), backoff_(policy_.config().make_backoff()),
+    chain_size_(chain_size) {}
+
+task_machine_state task_machine::initial() const {
+  task_machine_state st;
+  st.counters = policy_.initial_state(chain_size_);
+  return st;
+}
+
+int task_machine::shown_retry_count(const task_machine_state& st) noexcept {
+  return st.plan ? st.plan->retry_count : st.counters.retry_count;
+}
+
+bool task_machine::handle(task_machine_state& st, const machine_input& in,
+                          double now_s, machine_effects& out) const {
+  if (st.phase == task_phase::done)
+    return false;
+  return std::visit([&](const auto& x) { return on(st, x, now_s, out); }, in);
+}
+
+// -- inputs -------------------------------------------------------------------
+
+bool task_machine::on(task_machine_state& st, const input::start&, double,
+                      machine_effects& out) const {
+  if (st.phase != task_phase::created)
+    return false;
+  if (auto deadline = config().deadline_s; deadline && *deadline > 0)
+    out.emplace_back(effect::set_timer{timer_kind::deadline, 0, *deadline});
+  begin_attempt(st, out);
+  return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::permission& in,
+                      double now_s, machine_effects& out) const {
+  if (st.phase != task_phase::waiting || in.generation != st.generation)
+    return false;
+  st.holds_slot = true;
+  const auto& c = st.counters;
+  if (!in.agent_allowed) {
+    st.plan.reset();
+    act(st, policy_.skip_agent(c, decision_cause::breaker_open, in.agent_id),
+        now_s, out);
+    return true;
+  }
+  if (st.plan && !in.token) {
+    st.plan.reset();
+    act(st, policy_.on_retry_denied(c), now_s, out);
+    return true;
+  }
+  if (!policy_.may_start(c)) {
+    effect::finish f;
+    f.cause = end_cause::attempts_exhausted;
+    finish(st, std::move(f), out);
+    return true;
+  }
+  // The retry happens now: count it, then the attempt.
+  if (st.plan) {
+    policy_.apply(st.counters, *st.plan);
+    st.plan.reset();
+  }
+  policy_.count_attempt(st.counters);
+  ++st.attempt;
+  ++st.generation;
+  st.phase = task_phase::running;
+  st.retry_at_s = 0;
+  out.emplace_back(effect::start_attempt{st.attempt, st.counters.agent_index});
+  return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::attempt_started& in,
+                      double, machine_effects&) const {
+  return st.phase == task_phase::running && in.attempt == st.attempt;
+}
+
+bool task_machine::on(task_machine_state& st, const input::attempt_ended& in,
+                      double now_s, machine_effects& out) const {
+  if (st.phase != task_phase::running || in.attempt != st.attempt)
+    return false;
+  if (st.holds_slot) {
+    st.holds_slot = false;
+    out.emplace_back(effect::release_slot{});
+  }
+  const auto& o = in.outcome;
+  st.last_not_started = !o.started;
+  st.last_exit_code = o.exit_code;
+  st.last_artifacts = o.artifacts;
+  {
+    // The event carries the outcome without its output tail.
+    effect::attempt_exited ev;
+    ev.outcome.exit_code = o.exit_code;
+    ev.outcome.signal = o.signal;
+    ev.outcome.oom_killed = o.oom_killed;
+    ev.outcome.duration_s = o.duration_s;
+    ev.outcome.infrastructure_error = o.infrastructure_error;
+    ev.outcome.started = o.started;
+    ev.outcome.retry_futile = o.retry_futile;
+    out.emplace_back(std::move(ev));
+  }
+  if (st.stop != stop_request::none) {
+    effect::finish f;
+    f.outcome = end_kind::stopped;
+    f.cause = end_cause::user_stop;
+    f.mode = st.stop;
+    finish(st, std::move(f), out);
+    return true;
+  }
+  if (st.deadline_passed) {
+    effect::finish f;
+    f.cause = end_cause::deadline;
+    finish(st, std::move(f), out);
+    return true;
+  }
+  if (st.fallback_requested) {
+    st.fallback_requested = false;
+    act(st, policy_.skip_agent(st.counters, decision_cause::user_fallback),
+        now_s, out);
+    return true;
+  }
+  if (o.succeeded()) {
+    out.emplace_back(effect::report_agent{st.counters.agent_index, true});
+    act(st, policy_.on_exit(st.counters, o, std::nullopt, now_s), now_s, out);
+    return true;
+  }
+  // What judging needs, without the output tail (the classifier's input,
+  // which the carrier keeps).
+  st.ended.emplace();
+  st.ended->exit_code = o.exit_code;
+  st.ended->signal = o.signal;
+  st.ended->oom_killed = o.oom_killed;
+  st.ended->duration_s = o.duration_s;
+  st.ended->infrastructure_error = o.infrastructure_error;
+  st.ended->started = o.started;
+  if (o.retry_futile) {
+    // Starting it again cannot help: the agent is given up at once.
+    classification c;
+    c.cls = error_class::agent_failure;
+    c.rule = "retry_futile";
+    c.line = o.infrastructure_error;
+    out.emplace_back(effect::classified{c});
+    judge(st, std::move(c), now_s, out);
+    return true;
+  }
+  st.phase = task_phase::classifying;
+  ++st.generation;
+  out.emplace_back(effect::classify{st.generation});
+  return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::classified& in,
+                      double now_s, machine_effects& out) const {
+  if (st.phase != task_phase::classifying || in.generation != st.generation)
+    return false;
+  out.emplace_back(effect::classified{in.result});
+  // Fatal failures say nothing about the agent's health (a bad key).
+  if (in.result.cls != error_class::fatal)
+    out.emplace_back(effect::report_agent{st.counters.agent_index, false});
+  judge(st, in.result, now_s, out);
+  return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::delay_decided& in,
+                      double now_s, machine_effects& out) const {
+  if (st.phase != task_phase::delaying || in.generation != st.generation ||
+      !st.plan)
+    return false;
+  st.previous_delay_s = in.delay.delay_s;
+  out.emplace_back(effect::retry_scheduled{*st.plan, in.delay});
+  st.phase = task_phase::backoff;
+  if (in.delay.delay_s <= 0) {
+    begin_attempt(st, out);
+    return true;
+  }
+  ++st.generation;
+  st.retry_at_s = now_s + in.delay.delay_s;
+  out.emplace_back(
+    effect::set_timer{timer_kind::backoff, st.generation, in.delay.delay_s});
+  return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::timer& in,
+                      double now_s, machine_effects& out) const {
+  if (in.kind == timer_kind::backoff) {
+    if (st.phase != task_phase::backoff || in.generation != st.generation)
+      return false;
+    begin_attempt(st, out);
+    return true;
+  }
+  // The task's optional deadline (SPEC §5, off unless set): a running
+  // attempt is cancelled gracefully and its exit fails the task; anywhere
+  // else the task fails at once. Retry and fallback are bypassed.
+  (void)now_s;
+  if (st.deadline_passed)
+    return false;
+  st.deadline_passed = true;
+  auto deadline = config().deadline_s.value_or(0);
+  if (st.phase == task_phase::running) {
+    out.emplace_back(effect::deadline_passed{deadline, true});
+    // Already stopping: the user's stop decides the outcome.
+    if (st.stop == stop_request::none)
+      out.emplace_back(
+        effect::stop_attempt{stop_request::cancel, config().stop_grace_s});
+    return true;
+  }
+  out.emplace_back(effect::deadline_passed{deadline, false});
+  effect::finish f;
+  f.cause = end_cause::deadline;
+  finish(st, std::move(f), out);
+  return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::stop& in, double,
+                      machine_effects& out) const {
+  if (in.mode == stop_request::none)
+    return false;
+  if (st.phase == task_phase::running) {
+    // A kill after a cancel escalates; anything else is a repeat.
+    if (st.stop != stop_request::none &&
+        (in.mode != stop_request::kill || st.stop == stop_request::kill))
+      return true;
+    st.stop = in.mode;
+    out.emplace_back(effect::user_stopped{in.mode, false});
+    out.emplace_back(effect::stop_attempt{
+      in.mode, in.mode == stop_request::cancel ? config().stop_grace_s : 0});
+    return true;
+  }
+  auto skipped = st.phase == task_phase::classifying ||
+                 st.phase == task_phase::delaying ||
+                 st.phase == task_phase::backoff;
+  out.emplace_back(effect::user_stopped{in.mode, skipped});
+  effect::finish f;
+  f.outcome = end_kind::stopped;
+  f.cause = end_cause::user_stop;
+  f.mode = in.mode;
+  finish(st, std::move(f), out);
+  return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::retry_now&, double,
+                      machine_effects& out) const {
+  if (st.phase != task_phase::backoff)
+    return false;
+  begin_attempt(st, out);
+  return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::force_fallback&,
+                      double now_s, machine_effects& out) const {
+  // Nothing changes when there is nowhere to fall back to.
+  if (st.phase == task_phase::created || !policy_.has_next_agent(st.counters))
+    return false;
+  if (st.phase == task_phase::running) {
+    if (st.stop != stop_request::none || st.fallback_requested)
+      return false;
+    // Stop the attempt; its exit then moves to the next agent.
+    st.fallback_requested = true;
+    out.emplace_back(
+      effect::stop_attempt{stop_request::cancel, config().stop_grace_s});
+    return true;
+  }
+  // Whatever was pending (a reply, a timer, a place in the queue) is
+  // superseded; a slot already granted is kept for the next agent.
+  if (st.phase == task_phase::waiting && !st.holds_slot)
+    out.emplace_back(effect::release_slot{});
+  st.plan.reset();
+  st.ended.reset();
+  act(st, policy_.skip_agent(st.counters, decision_cause::user_fallback), now_s,
+      out);
+  return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::reply_failed& in,
+                      double now_s, machine_effects& out) const {
+  if (in.request == request_kind::rules) {
+    effect::finish f;
+    f.cause = end_cause::request_failed;
+    f.request = in.request;
+    f.detail = in.error;
+    finish(st, std::move(f), out);
+    return true;
+  }
+  if (in.generation != st.generation)
+    return false;
+  switch (in.request) {
+    case request_kind::classify: {
+      if (st.phase != task_phase::classifying)
+        return false;
+      // Without a classifier the failure is treated as transient.
+      classification c;
+      c.cls = error_class::retryable;
+      c.rule = "classifier_unavailable";
+      c.line = in.error;
+      out.emplace_back(effect::classified{c});
+      judge(st, std::move(c), now_s, out);
+      return true;
+    }
+    case request_kind::permission:
+      if (st.phase != task_phase::waiting)
+        return false;
+      break;
+    case request_kind::delay:
+      if (st.phase != task_phase::delaying)
+        return false;
+      break;
+    case request_kind::rules:
+      break;
+  }
+  effect::finish f;
+  f.cause = end_cause::request_failed;
+  f.request = in.request;
+  f.detail = in.error;
+  finish(st, std::move(f), out);
+  return true;
+}
+
+// -- steps --------------------------------------------------------------------
+
+void task_machine::begin_attempt(task_machine_state& st,
+                                 machine_effects& out) const {
+  if (!policy_.may_start(st.counters)) {
+    effect::finish f;
+    f.cause = end_cause::attempts_exhausted;
+    finish(st, std::move(f), out);
+    return;
+  }
+  st.phase = task_phase::waiting;
+  ++st.generation;
+  out.emplace_back(effect::ask_permission{st.generation,
+                                          st.counters.agent_index,
+                                          !st.holds_slot, st.plan.has_value()});
+}
+
+void task_machine::judge(task_machine_state& st,
+                         std::optional<classification> c, double now_s,
+                         machine_effects& out) const {
+  auto ended = std::move(st.ended);
+  st.ended.reset();
+  attempt_outcome o = ended ? std::move(*ended) : attempt_outcome{};
+  if (!ended)
+    o.exit_code = 1;
+  act(st, policy_.on_exit(st.counters, o, c, now_s), now_s, out);
+}
+
+void task_machine::act(task_machine_state& st, decision d, double,
+                       machine_effects& out) const {
+  switch (d.step) {
+    case next_step::succeed: {
+      effect::finish f;
+      f.outcome = end_kind::succeeded;
+      f.why = std::move(d);
+      finish(st, std::move(f), out);
+      return;
+    }
+    case next_step::fail: {
+      effect::finish f;
+      f.why = std::move(d);
+      finish(st, std::move(f), out);
+      return;
+    }
+    case next_step::switch_agent: {
+      auto from = st.counters.agent_index;
+      policy_.apply(st.counters, d);
+      out.emplace_back(effect::agent_switched{from, std::move(d)});
+      begin_attempt(st, out);
+      return;
+    }
+    case next_step::retry: {
+      if (!d.backoff_class) {
+        // A permanent task restarting after exit 0: no delay.
+        st.plan = std::move(d);
+        begin_attempt(st, out);
+        return;
+      }
+      effect::ask_delay ask;
+      ask.spec = backoff_.spec(*d.backoff_class);
+      ask.retry_index = d.retry_count - 1;
+      ask.previous_s = st.previous_delay_s;
+      // Only a rate-limit message's "come back in N s" sets the delay;
+      // other output that happens to mention a retry is not trusted for
+      // timing.
+      if (d.classified && d.classified->cls == error_class::rate_limit)
+        ask.hint_s = d.classified->retry_after_s;
+      st.plan = std::move(d);
+      st.phase = task_phase::delaying;
+      ask.generation = ++st.generation;
+      out.emplace_back(std::move(ask));
+      return;
+    }
+  }
+}
+
+void task_machine::finish(task_machine_state& st, effect::finish f,
+                          machine_effects& out) const {
+  if (st.holds_slot || st.phase == task_phase::waiting)
+    out.emplace_back(effect::release_slot{});
+  st.holds_slot = false;
+  st.phase = task_phase::done;
+  st.plan.reset();
+  st.ended.reset();
+  st.retry_at_s = 0;
+  ++st.generation;
+  out.emplace_back(std::move(f));
+}
+
+} // namespace tasksup
