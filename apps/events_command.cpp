@@ -108,9 +108,13 @@ int follow(node_session& s, event_console& console,
       .receive(
         [&](std::vector<event>& past) {
           subscribed = true;
+          // As a live follow does, end with the task's task_done.
           for (auto& ev : past) {
             console.write(ev.json);
-            done = done || ev.kind == event_kind::task_done;
+            if (ev.kind == event_kind::task_done) {
+              done = true;
+              break;
+            }
           }
         },
         [&](caf::error& err) {

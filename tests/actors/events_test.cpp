@@ -83,8 +83,10 @@ TEST_CASE("every event kind carries SPEC §9's keys", "[events]") {
   std::set<std::string> mkeys;
   for (auto& kv : meta)
     mkeys.insert(std::string{kv.key()});
+  // SPEC §9's keys, plus the task's retries in total and per agent.
   CHECK(mkeys == std::set<std::string>{"agent_used", "agent_id", "retry_count",
-                                       "total_attempts", "fallback_count"});
+                                       "total_attempts", "fallback_count",
+                                       "total_retries", "retries_by_agent"});
   CHECK(keys_of(escalated_event(head(), task_outcome::failed, "p")) ==
         with_common({"outcome", "parent"}));
   CHECK(keys_of(task_submitted_event(head(), "env", {"a"})) ==
@@ -257,6 +259,11 @@ boost::json::object ref_result(const task_result& r) {
   meta["retry_count"] = r.metadata.retry_count;
   meta["total_attempts"] = r.metadata.total_attempts;
   meta["fallback_count"] = r.metadata.fallback_count;
+  meta["total_retries"] = r.metadata.total_retries;
+  boost::json::object per_agent;
+  for (auto& [agent, n] : r.metadata.retries_by_agent)
+    per_agent[agent] = n;
+  meta["retries_by_agent"] = std::move(per_agent);
   obj["metadata"] = std::move(meta);
   return obj;
 }

@@ -115,12 +115,20 @@ TEST_CASE_METHOD(registry_fixture,
   runtime->script("a", {exits(1)});
   runtime->script("b", {exits(0)});
   submit(task_with("t1", {"a", "b"}));
-  // The first failure takes the only token and waits 5 s.
+  // The budget is asked when a retry would start, with the slot and the
+  // breaker in one request: the first retry waits 5 s and takes the only
+  // token.
   CHECK(seen->of(event_kind::retry_scheduled, "t1").size() == 1);
   advance(5);
-  // The second failure finds the budget dry: straight to `b`.
+  CHECK(agents_started("t1") == std::vector<std::string>{"a", "a"});
+  // The second retry waits its 15 s, finds the budget dry and moves to `b`
+  // without running `a` again.
+  advance(15);
   CHECK(agents_started("t1") == std::vector<std::string>{"a", "a", "b"});
-  CHECK(seen->of(event_kind::retry_scheduled, "t1").size() == 1);
+  CHECK(seen->of(event_kind::retry_scheduled, "t1").size() == 2);
+  auto sw = seen->of(event_kind::agent_switched, "t1");
+  REQUIRE(sw.size() == 1);
+  CHECK(sw[0].json.find("retry budget exhausted") != std::string::npos);
   auto r = await("t1");
   CHECK(r.outcome == task_outcome::succeeded);
   CHECK(r.metadata.agent_id == "b");
