@@ -122,10 +122,13 @@ class recorder {
 public:
   attempt_callbacks callbacks() {
     attempt_callbacks cb;
-    cb.on_line = [this](std::string_view line) {
+    cb.on_line = [this](tasksup::runtime::output_stream stream,
+                        std::string_view line) {
       std::lock_guard<std::mutex> guard{mtx_};
       lines_.emplace_back(line);
+      streams_.push_back(stream);
       cv_.notify_all();
+      return true;
     };
     cb.on_exit = [this](attempt_outcome outcome) {
       std::lock_guard<std::mutex> guard{mtx_};
@@ -178,6 +181,7 @@ private:
   mutable std::mutex mtx_;
   std::condition_variable cv_;
   std::vector<std::string> lines_;
+  std::vector<tasksup::runtime::output_stream> streams_;
   std::optional<attempt_outcome> outcome_;
   int exits_ = 0;
   std::thread::id exit_thread_;

@@ -68,15 +68,25 @@ struct recorder {
   std::mutex mtx;
   std::condition_variable cv;
   std::vector<std::string> lines;
+  /// The stream of each line in `lines`.
+  std::vector<tasksup::runtime::output_stream> streams;
+  std::vector<std::string> notices;
   std::optional<attempt_outcome> outcome;
   int exit_calls = 0;
 
   attempt_callbacks callbacks() {
     attempt_callbacks cb;
-    cb.on_line = [this](std::string_view line) {
+    cb.on_line = [this](tasksup::runtime::output_stream stream,
+                        std::string_view line) {
       std::lock_guard<std::mutex> guard{mtx};
       lines.emplace_back(line);
+      streams.push_back(stream);
       cv.notify_all();
+      return true;
+    };
+    cb.on_notice = [this](std::string_view text) {
+      std::lock_guard<std::mutex> guard{mtx};
+      notices.emplace_back(text);
     };
     cb.on_exit = [this](attempt_outcome out) {
       std::lock_guard<std::mutex> guard{mtx};

@@ -66,6 +66,13 @@ int reactor::watch(attempt& a) {
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
     return err;
   }
+  ev.data.u64 = key(a.id, kind_error);
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, a.error_fd, &ev) != 0) {
+    auto err = errno;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.output_fd, nullptr);
+    return err;
+  }
   return 0;
 }
 
@@ -76,6 +83,7 @@ void reactor::abandon(attempt& a, std::string error) {
   a.pid = -1;
   close_fd(a.pidfd);
   close_fd(a.output_fd);
+  close_fd(a.error_fd);
   a.spawn_failed = true;
   a.preset_exit_code = 1;
   a.infrastructure_error = std::move(error);
@@ -171,15 +179,18 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   auto* self = this;
   auto on_line = a->cb.on_line;
   auto cap = output_capture::create(
-    spec.attempt_dir + "/output.log", [self, on_line](std::string_view line) {
+    spec.attempt_dir + "/output.log",
+    [self, on_line](output_stream stream, std::string_view line) {
       if (!on_line)
-        return;
+        return true;
       try {
-        on_line(line);
+        return on_line(stream, line);
       } catch (...) {
         self->warn("process runtime: an on_line callback threw");
+        return true;
       }
-    });
+    },
+    options_.output_limits);
   if (!cap)
     return submit(fail(cap.error().to_string()));
   a->capture.emplace(std::move(*cap));
@@ -226,17 +237,30 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   plan.max_fd = max_fd_;
   plan.cgroup_fd = a->cgroup ? a->cgroup->procs_fd() : -1;
 
+  // One pipe per stream, so each line keeps the stream it came from.
   int out_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0)
     return submit(fail("cannot create the output pipe: " + errno_text(errno)));
   a->output_fd = out_pipe[0];
   plan.output_fd = out_pipe[1];
-  if (!raise_fd(plan.output_fd) ||
-      (plan.cgroup_fd >= 0 && plan.cgroup_fd < 3) ||
-      ::fcntl(a->output_fd, F_SETFL, O_NONBLOCK) != 0) {
+  int err_pipe[2];
+  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
     auto err = errno;
     close_fd(plan.output_fd);
     close_fd(a->output_fd);
+    return submit(fail("cannot create the error pipe: " + errno_text(err)));
+  }
+  a->error_fd = err_pipe[0];
+  plan.error_fd = err_pipe[1];
+  if (!raise_fd(plan.output_fd) || !raise_fd(plan.error_fd) ||
+      (plan.cgroup_fd >= 0 && plan.cgroup_fd < 3) ||
+      ::fcntl(a->output_fd, F_SETFL, O_NONBLOCK) != 0 ||
+      ::fcntl(a->error_fd, F_SETFL, O_NONBLOCK) != 0) {
+    auto err = errno;
+    close_fd(plan.output_fd);
+    close_fd(plan.error_fd);
+    close_fd(a->output_fd);
+    close_fd(a->error_fd);
     return submit(fail("cannot prepare descriptors: " + errno_text(err)));
   }
   sigemptyset(&plan.mask);
@@ -244,7 +268,9 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   if (stack.top() == nullptr) {
     auto err = errno;
     close_fd(plan.output_fd);
+    close_fd(plan.error_fd);
     close_fd(a->output_fd);
+    close_fd(a->error_fd);
     return submit(fail("cannot map a stack for the child: " + errno_text(err)));
   }
 
@@ -255,10 +281,12 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   auto spawn_err = spawned.err;
   // The child has exec'd or exited by now (CLONE_VFORK).
   close_fd(plan.output_fd);
+  close_fd(plan.error_fd);
   if (a->cgroup)
     a->cgroup->close_procs_fd();
   if (pid < 0) {
     close_fd(a->output_fd);
+    close_fd(a->error_fd);
     return submit(
       fail("cannot start a process: clone failed: " + errno_text(spawn_err)));
   }
@@ -269,6 +297,7 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
     close_fd(a->output_fd);
+    close_fd(a->error_fd);
     auto stage = plan.failed_stage;
     auto err = plan.failed_err;
     if (stage == stage_exec && (err == ENOENT || err == ENOTDIR ||
@@ -303,6 +332,7 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
     }
     a->pid = -1;
     close_fd(a->output_fd);
+    close_fd(a->error_fd);
     return submit(
       fail("cannot watch process " + std::to_string(pid) + ": no pidfd"));
   }
@@ -353,8 +383,10 @@ void reactor::run() {
       auto& a = *it->second;
       if (kind == kind_exit && !a.exited)
         on_leader_exit(a);
-      else if (kind == kind_output && a.output_fd >= 0)
-        read_output(a);
+      else if (kind == kind_output && a.output_fd >= 0 && !a.paused)
+        read_output(a, output_stream::out);
+      else if (kind == kind_error && a.error_fd >= 0 && !a.paused)
+        read_output(a, output_stream::err);
     }
     now = clock_type::now();
     while (!deadlines_.empty() && deadlines_.top().first <= now) {
@@ -415,10 +447,20 @@ void reactor::handle_commands() {
       continue;
     }
     auto it = attempts_.find(cmd.id);
-    if (it == attempts_.end() || it->second->exited)
+    if (it == attempts_.end())
       continue;
     auto& a = *it->second;
-    if (cmd.kind == command::kill || cmd.grace.count() <= 0) {
+    // Whoever kills no longer waits for lines: the pipes are drained again,
+    // so the attempt can end.
+    if (cmd.kind == command::resume || cmd.kind == command::kill)
+      set_paused(a, false);
+    if (cmd.kind == command::resume || a.exited)
+      continue;
+    if (cmd.kind == command::kill) {
+      signal_group(a, SIGKILL);
+      continue;
+    }
+    if (cmd.grace.count() <= 0) {
       signal_group(a, SIGKILL);
       continue;
     }
@@ -485,13 +527,20 @@ void reactor::on_leader_exit(attempt& a) {
   }
 }
 
-void reactor::read_output(attempt& a) {
+void reactor::read_output(attempt& a, output_stream stream) {
+  auto& fd = stream == output_stream::err ? a.error_fd : a.output_fd;
   std::size_t total = 0;
   while (total < max_read_per_turn) {
-    auto n = ::read(a.output_fd, read_buf_.data(), read_buf_.size());
+    auto n = ::read(fd, read_buf_.data(), read_buf_.size());
     if (n > 0) {
-      a.capture->feed({read_buf_.data(), static_cast<std::size_t>(n)});
+      a.capture->feed(stream, {read_buf_.data(), static_cast<std::size_t>(n)});
       total += static_cast<std::size_t>(n);
+      // The receiver is behind: read no more (of either stream) until it
+      // asks; the agent blocks once its pipe is full.
+      if (a.capture->full()) {
+        set_paused(a, true);
+        return;
+      }
       continue;
     }
     if (n < 0 && errno == EINTR)
@@ -499,17 +548,49 @@ void reactor::read_output(attempt& a) {
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
       return;
     // EOF (or a broken pipe, which means the same here).
-    close_output(a);
-    advance(a);
+    close_stream(fd);
+    if (a.output_fd < 0 && a.error_fd < 0) {
+      a.eof = true;
+      advance(a);
+    }
     return;
   }
 }
 
-void reactor::close_output(attempt& a) {
+void reactor::set_paused(attempt& a, bool paused) {
+  if (a.paused == paused)
+    return;
+  a.paused = paused;
+  if (!paused)
+    a.capture->resume();
+  epoll_event ev{};
+  ev.events = paused ? 0U : static_cast<std::uint32_t>(EPOLLIN);
   if (a.output_fd >= 0) {
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.output_fd, nullptr);
-    close_fd(a.output_fd);
+    ev.data.u64 = key(a.id, kind_output);
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, a.output_fd, &ev);
   }
+  if (a.error_fd >= 0) {
+    ev.data.u64 = key(a.id, kind_error);
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, a.error_fd, &ev);
+  }
+  // The drain after the agent's exit waits for the receiver, not against it.
+  if (!paused && a.exited && !a.eof) {
+    auto at = clock_type::now() + options_.drain_timeout;
+    a.drain_until = at;
+    schedule(at, a.id);
+  }
+}
+
+void reactor::close_stream(int& fd) {
+  if (fd >= 0) {
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    close_fd(fd);
+  }
+}
+
+void reactor::close_output(attempt& a) {
+  close_stream(a.output_fd);
+  close_stream(a.error_fd);
   a.eof = true;
 }
 
@@ -553,6 +634,8 @@ void reactor::advance(attempt& a) {
     return;
   }
   if (!a.eof) {
+    if (a.paused)
+      return; // set_paused(false) starts the drain again
     if (a.drain_until && now >= *a.drain_until) {
       warn("process runtime: output of process " + std::to_string(a.pid) +
            " still open " + std::to_string(options_.drain_timeout.count()) +
@@ -594,6 +677,13 @@ void reactor::finalize(attempt& a) {
   out.duration_s = std::chrono::duration<double>(a.ended - a.started).count();
   if (a.capture) {
     a.capture->finish();
+    if (auto text = a.capture->summary(); !text.empty() && a.cb.on_notice) {
+      try {
+        a.cb.on_notice(text);
+      } catch (...) {
+        warn("process runtime: an on_notice callback threw");
+      }
+    }
     out.tail = a.capture->tail();
     out.log_path = a.capture->log_path();
     if (!a.capture->log_error().empty())

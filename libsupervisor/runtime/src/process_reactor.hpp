@@ -55,6 +55,7 @@ inline constexpr std::chrono::milliseconds poll_interval{10};
 inline constexpr std::uint64_t kind_wake = 0;
 inline constexpr std::uint64_t kind_exit = 1;
 inline constexpr std::uint64_t kind_output = 2;
+inline constexpr std::uint64_t kind_error = 3;
 
 inline std::uint64_t key(std::uint64_t id, std::uint64_t kind) {
   return id << 2 | kind;
@@ -77,7 +78,11 @@ struct attempt {
 
   pid_t pid = -1;
   int pidfd = -1;
+  /// Read ends of the agent's stdout and stderr pipes.
   int output_fd = -1;
+  int error_fd = -1;
+  /// Set while the receiver of its lines is full: its pipes are not read.
+  bool paused = false;
   std::optional<output_capture> capture;
   std::optional<detail::memory_cgroup> cgroup;
 
@@ -101,6 +106,7 @@ struct attempt {
   ~attempt() {
     close_fd(pidfd);
     close_fd(output_fd);
+    close_fd(error_fd);
   }
 };
 
@@ -187,6 +193,10 @@ public:
     post(command{command::kill, id, {}, nullptr});
   }
 
+  void post_resume(std::uint64_t id) {
+    post(command{command::resume, id, {}, nullptr});
+  }
+
   void warn(std::string_view message) {
     std::lock_guard<std::mutex> guard{warn_mtx_};
     if (options_.on_warning) {
@@ -200,7 +210,7 @@ public:
 
 private:
   struct command {
-    enum kind_t { add, stop, kill } kind;
+    enum kind_t { add, stop, kill, resume } kind;
     std::uint64_t id;
     std::chrono::milliseconds grace;
     attempt_ptr item;
@@ -280,8 +290,10 @@ private:
   void add_attempt(attempt_ptr a);
   void abandon(attempt& a, std::string error);
   void on_leader_exit(attempt& a);
-  void read_output(attempt& a);
+  void read_output(attempt& a, output_stream stream);
   void close_output(attempt& a);
+  void close_stream(int& fd);
+  void set_paused(attempt& a, bool paused);
   bool group_gone(attempt& a);
   void advance(attempt& a);
   void finalize(attempt& a);
@@ -346,6 +358,13 @@ public:
       return;
     if (auto r = reactor_.lock())
       r->post_kill(id_);
+  }
+
+  void resume_output() override {
+    if (ended_.load(std::memory_order_acquire))
+      return;
+    if (auto r = reactor_.lock())
+      r->post_resume(id_);
   }
 
   std::string id() const override { return pid_; }

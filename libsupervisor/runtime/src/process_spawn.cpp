@@ -103,7 +103,7 @@ int child_main(void* arg) {
   if (::setpgid(0, 0) != 0)
     child_fail(p, stage_setpgid, errno);
   if (::dup2(p.stdin_fd, 0) < 0 || ::dup2(p.output_fd, 1) < 0 ||
-      ::dup2(p.output_fd, 2) < 0)
+      ::dup2(p.error_fd, 2) < 0)
     child_fail(p, stage_stdio, errno);
   if (::chdir(p.cwd.c_str()) != 0)
     child_fail(p, stage_chdir, errno);

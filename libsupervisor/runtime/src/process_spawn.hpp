@@ -48,6 +48,7 @@ struct child_plan {
   std::string cwd;
   int stdin_fd = -1;
   int output_fd = -1;
+  int error_fd = -1;
   int cgroup_fd = -1;
   int max_fd = 1024;
   /// The signal mask to give the agent.
