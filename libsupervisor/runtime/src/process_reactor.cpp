@@ -409,9 +409,12 @@ void reactor::run() {
     if (closing && !shutdown_deadline_) {
       shutdown_deadline_ = clock_type::now() + options_.drain_timeout +
                            options_.group_exit_timeout;
-      for (auto& [id, a] : attempts_)
+      for (auto& [id, a] : attempts_) {
+        // Nobody waits for their lines any more: drain so they can end.
+        set_paused(*a, false);
         if (!a->exited)
           signal_group(*a, SIGKILL);
+      }
     }
     if (shutdown_deadline_ && clock_type::now() >= *shutdown_deadline_) {
       // Whatever is still unfinished (a process stuck in the kernel) is
@@ -563,15 +566,19 @@ void reactor::set_paused(attempt& a, bool paused) {
   a.paused = paused;
   if (!paused)
     a.capture->resume();
+  // Out of the epoll set while paused: a pipe whose writer has gone would
+  // report EPOLLHUP on every turn even with no events asked for.
   epoll_event ev{};
-  ev.events = paused ? 0U : static_cast<std::uint32_t>(EPOLLIN);
-  if (a.output_fd >= 0) {
-    ev.data.u64 = key(a.id, kind_output);
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, a.output_fd, &ev);
-  }
-  if (a.error_fd >= 0) {
-    ev.data.u64 = key(a.id, kind_error);
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, a.error_fd, &ev);
+  ev.events = EPOLLIN;
+  for (auto [fd, kind] : {std::pair{a.output_fd, kind_output},
+                          std::pair{a.error_fd, kind_error}}) {
+    if (fd < 0)
+      continue;
+    ev.data.u64 = key(a.id, kind);
+    if (paused)
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    else
+      ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
   }
   // The drain after the agent's exit waits for the receiver, not against it.
   if (!paused && a.exited && !a.eof) {
