@@ -43,8 +43,8 @@ struct output_credit {
       return true;
     paused.store(true);
     // The worker may have drained everything before it could see `paused`:
-    // then nobody would resume, so take the pause back here.
-    return !(bytes.load() <= low && paused.exchange(false));
+    // then nobody would resume, so take the pause back here and go on.
+    return bytes.load() <= low && paused.exchange(false);
   }
 
   /// Worker side, a line was handled: true when the runtime must resume.

@@ -329,18 +329,36 @@ TEST_CASE("process runtime captures long lines and binary output") {
   CHECK(out.tail[2] == binary);
   CHECK(out.tail[3] == "crlf line");
   CHECK(out.tail[4] == "last without newline");
-  // Lines as delivered: the 1 MiB line in pieces of at most 64 KiB.
-  std::string joined;
-  std::size_t pieces = 0;
-  for (std::size_t i = 1; i < rec.lines.size() && rec.lines[i] != binary;
-       ++i, ++pieces) {
-    CHECK(rec.lines[i].size() <= 64 * 1024);
-    joined += rec.lines[i];
-  }
-  CHECK(pieces == 16);
-  CHECK(joined == big);
+  // Lines as delivered: the 1 MiB line cut to the 4 KiB a line may show,
+  // the rest counted once in the notice; the log keeps every byte.
+  REQUIRE(rec.lines.size() == 5);
+  CHECK(rec.lines[0] == "first");
+  CHECK(rec.lines[1] == big.substr(0, 4096));
+  CHECK(rec.lines[2] == binary);
+  CHECK(rec.lines[4] == "last without newline");
+  for (auto s : rec.streams)
+    CHECK(s == tasksup::runtime::output_stream::out);
+  REQUIRE(rec.notices.size() == 1);
+  CHECK(rec.notices[0].find(std::to_string(big.size() - 4096) +
+                            " bytes of output in 1 lines were not shown") !=
+        std::string::npos);
   CHECK(read_all(out.log_path) == "first\n" + big + "\n" + binary +
                                     "\ncrlf line\r\nlast without newline");
+}
+
+TEST_CASE("process runtime keeps stdout and stderr apart") {
+  fixture_env env;
+  recorder rec;
+  auto out = env.run(env.sh("streams.sh"), rec);
+  CHECK(out.exit_code == 0);
+  REQUIRE(rec.lines.size() == 2);
+  for (std::size_t i = 0; i < rec.lines.size(); ++i)
+    CHECK(rec.streams[i] == (rec.lines[i] == "to stderr"
+                               ? tasksup::runtime::output_stream::err
+                               : tasksup::runtime::output_stream::out));
+  CHECK(std::count(rec.lines.begin(), rec.lines.end(), "to stdout") == 1);
+  CHECK(std::count(rec.lines.begin(), rec.lines.end(), "to stderr") == 1);
+  CHECK(rec.notices.empty());
 }
 
 TEST_CASE("process runtime stops an attempt gracefully with SIGTERM") {
