@@ -33,17 +33,23 @@ expected<loaded_config> load_node_config(const std::string& flag) {
 }
 
 expected<std::shared_ptr<runtime::container_runtime>>
-make_named_runtime(std::string_view name) {
+make_named_runtime(std::string_view name, const node_config& node) {
   auto warn = [](std::string_view message) { spdlog::warn("{}", message); };
+  runtime::output_capture_limits limits;
+  limits.log_bytes = node.output_log_max_bytes;
+  limits.line_bytes = static_cast<std::size_t>(node.output_line_max_bytes);
+  limits.attempt_bytes = node.output_attempt_max_bytes;
   if (name == "process") {
     runtime::process_runtime_options opts;
     opts.on_warning = warn;
+    opts.output_limits = limits;
     return runtime::make_process_runtime(std::move(opts));
   }
   if (name == "docker") {
     auto opts = runtime::docker_options_from_environment();
     if (!opts)
       return opts.error();
+    opts->output_limits = limits;
     return runtime::make_docker_runtime(std::move(*opts));
   }
   return error{{},

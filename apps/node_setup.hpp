@@ -22,11 +22,11 @@ struct loaded_config {
 /// built-in defaults when none applies. Errors name the file.
 expected<loaded_config> load_node_config(const std::string& flag);
 
-/// Creates the runtime named `name` ("process" or "docker"); warnings of the
-/// runtime go to the log. Errors say what is wrong (an unknown name, an
-/// unusable DOCKER_HOST).
+/// Creates the runtime named `name` ("process" or "docker") with the output
+/// limits of `node`; warnings of the runtime go to the log. Errors say what is
+/// wrong (an unknown name, an unusable DOCKER_HOST).
 expected<std::shared_ptr<runtime::container_runtime>>
-make_named_runtime(std::string_view name);
+make_named_runtime(std::string_view name, const node_config& node);
 
 /// A fresh directory name for the attempts of one `run` or `serve`:
 /// `$TMPDIR/tasksup/<kind>-<local time>-<pid>` (not created here).

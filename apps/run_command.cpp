@@ -107,7 +107,7 @@ int run_task(const run_options& opts) {
                            caf::anon_send(target, signal_atom::value, count);
                        }};
   setup_logging(false);
-  auto runtime = make_named_runtime(runtime_name);
+  auto runtime = make_named_runtime(runtime_name, cfg->config.node);
   if (!runtime)
     return fail_input(runtime.error().to_string());
 

@@ -113,11 +113,11 @@ int serve(const serve_options& opts) {
   // The process runtime always; docker when its engine settings are usable
   // (an engine that is down only fails the attempts that need it).
   registry_options reg;
-  auto process = make_named_runtime("process");
+  auto process = make_named_runtime("process", cfg->config.node);
   if (!process)
     return bad(process.error().to_string());
   reg.runtimes["process"] = *process;
-  if (auto docker = make_named_runtime("docker"))
+  if (auto docker = make_named_runtime("docker", cfg->config.node))
     reg.runtimes["docker"] = *docker;
   else if (default_runtime == "docker")
     return bad(docker.error().to_string());

@@ -94,7 +94,7 @@ int main(int argc, char** argv) {
     spec.image = image;
     spec.attempt_dir = root + "/attempt-" + std::to_string(i + 1);
     runtime::attempt_callbacks cb;
-    cb.on_line = [](std::string_view) {};
+    cb.on_line = [](runtime::output_stream, std::string_view) { return true; };
     cb.on_exit = [&](attempt_outcome out) {
       std::lock_guard<std::mutex> guard{mtx};
       result = std::move(out);

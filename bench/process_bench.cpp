@@ -184,7 +184,7 @@ double direct_loop(runtime::container_runtime& rt, const std::string& binary,
     auto exited = std::make_shared<std::promise<void>>();
     auto done = exited->get_future();
     runtime::attempt_callbacks cb;
-    cb.on_line = [](std::string_view) {};
+    cb.on_line = [](runtime::output_stream, std::string_view) { return true; };
     cb.on_exit = [exited](attempt_outcome) { exited->set_value(); };
     auto handle = rt.start(std::move(spec), std::move(cb));
     done.wait();

@@ -8,6 +8,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -19,12 +20,47 @@ namespace tasksup {
 
 namespace {
 
+/// Output lines on their way from the runtime's thread to the worker's
+/// mailbox, counted in bytes (each line also pays `line_cost`): above
+/// `high` the runtime stops reading the attempt's pipes; the worker resumes
+/// it once it has worked the count down to `low`. A fast agent then waits on
+/// its pipe, as on a slow terminal, and the mailbox stays small.
+struct output_credit {
+  static constexpr std::int64_t line_cost = 128;
+  static constexpr std::int64_t high = 256 * 1024;
+  static constexpr std::int64_t low = 64 * 1024;
+
+  std::atomic<std::int64_t> bytes{0};
+  std::atomic<bool> paused{false};
+
+  static std::int64_t cost(std::size_t line_size) {
+    return static_cast<std::int64_t>(line_size) + line_cost;
+  }
+
+  /// Runtime side, a line was sent: false when the runtime should pause.
+  bool sent(std::int64_t n) {
+    if (bytes.fetch_add(n) + n <= high)
+      return true;
+    paused.store(true);
+    // The worker may have drained everything before it could see `paused`:
+    // then nobody would resume, so take the pause back here and go on.
+    return bytes.load() <= low && paused.exchange(false);
+  }
+
+  /// Worker side, a line was handled: true when the runtime must resume.
+  bool received(std::int64_t n) {
+    return bytes.fetch_sub(n) - n <= low && paused.load() &&
+           paused.exchange(false);
+  }
+};
+
 struct worker_state {
   worker_options opts;
   caf::actor supervisor;
   std::shared_ptr<runtime::attempt_handle> handle;
   std::deque<std::string> tail;
   std::size_t log_events = 0;
+  std::shared_ptr<output_credit> credit = std::make_shared<output_credit>();
   /// `opts.spec`'s task id and attempt, kept: the spec itself is moved into
   /// the runtime.
   std::string task_id;
@@ -51,8 +87,17 @@ void start_attempt(worker_actor* self) {
   // last message to this worker, from its own thread.
   auto me = caf::actor_cast<caf::actor>(self);
   runtime::attempt_callbacks cb;
-  cb.on_line = [me](std::string_view line) {
-    caf::anon_send(me, output_atom::value, std::string{line});
+  cb.on_line = [me, credit = st.credit](runtime::output_stream stream,
+                                        std::string_view line) {
+    auto n = output_credit::cost(line.size());
+    // Counted before it is sent, so the worker never counts below zero.
+    auto go_on = credit->sent(n);
+    caf::anon_send(me, output_atom::value,
+                   stream == runtime::output_stream::err, std::string{line});
+    return go_on;
+  };
+  cb.on_notice = [me](std::string_view text) {
+    caf::anon_send(me, output_atom::value, std::string{text});
   };
   cb.on_exit = [me](attempt_outcome out) {
     caf::anon_send(me, exit_atom::value, std::move(out));
@@ -95,16 +140,25 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
   // throws still ends the worker without a report.
   start_attempt(self);
   return {
-    [=](output_atom, std::string& line) {
+    [=](output_atom, bool is_stderr, std::string& line) {
       auto& st = self->state;
+      if (st.credit->received(output_credit::cost(line.size())) && st.handle)
+        st.handle->resume_output();
       if (st.log_events < st.opts.max_log_events) {
         ++st.log_events;
         self->send(st.supervisor, event_atom::value,
-                   log_event(st.head(), line));
+                   log_event(st.head(), line, is_stderr ? "stderr" : "stdout"));
       }
       st.tail.push_back(std::move(line));
       if (st.tail.size() > st.opts.tail_lines)
         st.tail.pop_front();
+    },
+    // The runtime's word on what its output limits held back: always
+    // forwarded, past `max_log_events` too, so the count is never lost.
+    [=](output_atom, std::string& text) {
+      auto& st = self->state;
+      self->send(st.supervisor, event_atom::value,
+                 log_event(st.head(), "tasksup: " + text, "tasksup"));
     },
     [=](exit_atom, attempt_outcome& out) {
       auto& st = self->state;

@@ -421,9 +421,12 @@ event attempt_started_event(const event_head& h, std::string_view agent_id,
   return finish(event_kind::attempt_started, h, w);
 }
 
-event log_event(const event_head& h, std::string_view line) {
+event log_event(const event_head& h, std::string_view line,
+                std::string_view stream) {
   json_writer w;
   head_fields(w, "log", h);
+  w.key("stream");
+  w.string(stream);
   w.key("line");
   w.string(line);
   return finish(event_kind::log, h, w);

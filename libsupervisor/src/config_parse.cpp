@@ -364,8 +364,22 @@ node_config read_node(const reader& r, const json::value& v) {
   const auto& obj = r.object(v, path);
   r.check_keys(obj, path,
                {"max_concurrent", "circuit_breaker", "retry_budget",
-                "default_agent", "default_runtime"});
+                "default_agent", "default_runtime", "output"});
   node_config node;
+  if (const auto* x = obj.if_contains("output")) {
+    auto ptr = child(path, "output");
+    const auto& sub = r.object(*x, ptr);
+    r.check_keys(sub, ptr,
+                 {"log_max_bytes", "line_max_bytes", "attempt_max_bytes"});
+    auto bytes = [&](const char* key, std::uint64_t& field) {
+      if (const auto* y = sub.if_contains(key))
+        field = static_cast<std::uint64_t>(
+          r.integer(*y, child(ptr, key), 1, std::int64_t{1} << 40));
+    };
+    bytes("log_max_bytes", node.output_log_max_bytes);
+    bytes("line_max_bytes", node.output_line_max_bytes);
+    bytes("attempt_max_bytes", node.output_attempt_max_bytes);
+  }
   if (const auto* x = obj.if_contains("max_concurrent"))
     node.max_concurrent = r.int_value(*x, child(path, "max_concurrent"), 1);
   if (const auto* x = obj.if_contains("circuit_breaker")) {

@@ -96,3 +96,75 @@ TEST_CASE_METHOD(fixture, "a worker that ends normally kills nothing",
   REQUIRE(calls.size() == 1);
   CHECK(calls[0].what == runtime::scripted_call::kind::start);
 }
+
+namespace {
+
+/// A handle that counts what the worker asks of it.
+struct manual_handle : runtime::attempt_handle {
+  int resumes = 0;
+  void stop(std::chrono::milliseconds) override {}
+  void kill() override {}
+  void resume_output() override { ++resumes; }
+  std::string id() const override { return "manual-1"; }
+};
+
+/// A runtime whose attempt the test drives by calling its callbacks, as the
+/// runtime's reader thread would.
+struct manual_runtime : runtime::container_runtime {
+  runtime::attempt_callbacks cb;
+  std::shared_ptr<manual_handle> handle = std::make_shared<manual_handle>();
+  std::string_view name() const noexcept override { return "manual"; }
+  std::shared_ptr<runtime::attempt_handle>
+  start(runtime::attempt_spec, runtime::attempt_callbacks callbacks) override {
+    cb = std::move(callbacks);
+    return handle;
+  }
+};
+
+} // namespace
+
+TEST_CASE_METHOD(fixture,
+                 "a worker that is behind pauses the runtime's reading and "
+                 "resumes it once it caught up",
+                 "[container_worker]") {
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  auto manual = std::make_shared<manual_runtime>();
+  worker_options w;
+  w.spec.task_id = "t1";
+  w.spec.attempt = 1;
+  w.runtime = manual;
+  w.max_log_events = 1000000;
+  spawn_container_worker(sys(), sup, w);
+  run();
+  REQUIRE(manual->cb.on_line);
+  // The worker does not run meanwhile: every line waits in its mailbox.
+  std::string line(1000, 'x');
+  int sent = 0;
+  while (manual->cb.on_line(runtime::output_stream::out, line) && sent < 10000)
+    ++sent;
+  ++sent; // the line that got "full" was sent too
+  // 256 KiB in flight at most, counting 128 bytes per line on top.
+  CHECK(sent == 256 * 1024 / 1128 + 1);
+  CHECK(manual->handle->resumes == 0);
+  run();
+  CHECK(manual->handle->resumes == 1);
+  CHECK(seen->of(event_kind::log).size() == static_cast<std::size_t>(sent));
+  // Caught up: lines flow again without a pause.
+  CHECK(manual->cb.on_line(runtime::output_stream::err, "oops"));
+  manual->cb.on_notice("12 bytes of output in 1 lines were not shown");
+  attempt_outcome out;
+  out.exit_code = 2;
+  manual->cb.on_exit(out);
+  run();
+  auto logs = seen->of(event_kind::log);
+  REQUIRE(logs.size() == static_cast<std::size_t>(sent) + 2);
+  CHECK(logs[0].json.find(R"("stream":"stdout")") != std::string::npos);
+  CHECK(logs[logs.size() - 2].json.find(R"("stream":"stderr")") !=
+        std::string::npos);
+  CHECK(logs.back().json.find(R"("stream":"tasksup")") != std::string::npos);
+  CHECK(logs.back().json.find("12 bytes of output") != std::string::npos);
+  REQUIRE(seen->reports.size() == 1);
+  CHECK(seen->reports[0].outcome.exit_code == 2);
+  CHECK(seen->reports[0].outcome.tail.back() == "oops");
+}

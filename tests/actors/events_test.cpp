@@ -91,7 +91,7 @@ TEST_CASE("every event kind carries SPEC §9's keys", "[events]") {
         with_common({"outcome", "parent"}));
   CHECK(keys_of(task_submitted_event(head(), "env", {"a"})) ==
         with_common({"environment", "agents"}));
-  CHECK(keys_of(log_event(head(), "x")) == with_common({"line"}));
+  CHECK(keys_of(log_event(head(), "x")) == with_common({"stream", "line"}));
   CHECK(keys_of(warning_event(head(), "cycle")) == with_common({"message"}));
   auto ev = classified_event(head(), c);
   CHECK(ev.kind == event_kind::classified);
@@ -398,8 +398,9 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
     CHECK(attempt_started_event(h, s1, s2, s3).json == ser(obj));
 
     obj = ref_head("log", h);
+    obj["stream"] = "stderr";
     obj["line"] = ref_str(s1);
-    CHECK(log_event(h, s1).json == ser(obj));
+    CHECK(log_event(h, s1, "stderr").json == ser(obj));
 
     attempt_outcome out;
     out.exit_code = in.integer();

@@ -122,10 +122,13 @@ class recorder {
 public:
   attempt_callbacks callbacks() {
     attempt_callbacks cb;
-    cb.on_line = [this](std::string_view line) {
+    cb.on_line = [this](tasksup::runtime::output_stream stream,
+                        std::string_view line) {
       std::lock_guard<std::mutex> guard{mtx_};
       lines_.emplace_back(line);
+      streams_.push_back(stream);
       cv_.notify_all();
+      return true;
     };
     cb.on_exit = [this](attempt_outcome outcome) {
       std::lock_guard<std::mutex> guard{mtx_};
@@ -164,6 +167,12 @@ public:
     return lines_;
   }
 
+  /// The stream of each line in `lines()`.
+  std::vector<tasksup::runtime::output_stream> streams() const {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return streams_;
+  }
+
   int exits() const {
     std::lock_guard<std::mutex> guard{mtx_};
     return exits_;
@@ -178,6 +187,7 @@ private:
   mutable std::mutex mtx_;
   std::condition_variable cv_;
   std::vector<std::string> lines_;
+  std::vector<tasksup::runtime::output_stream> streams_;
   std::optional<attempt_outcome> outcome_;
   int exits_ = 0;
   std::thread::id exit_thread_;
@@ -667,6 +677,9 @@ TEST_CASE("docker: long lines arrive in bounded pieces and the log keeps "
   temp_dir tmp;
   auto options = engine_options();
   options.output_limits.max_piece_bytes = 1000;
+  // No delivery limits: every piece arrives.
+  options.output_limits.line_bytes = 0;
+  options.output_limits.attempt_bytes = 0;
   auto rt = make_docker_runtime(options);
   recorder rec;
   // stdout only: the engine copies stdout and stderr separately, so their
@@ -687,6 +700,27 @@ TEST_CASE("docker: long lines arrive in bounded pieces and the log keeps "
   REQUIRE_FALSE(out.log_path.empty());
   CHECK(fs::file_size(out.log_path) ==
         250000 + 1 + std::string{"no newline at end"}.size());
+}
+
+TEST_CASE("docker: stdout and stderr lines keep their stream", "[docker]") {
+  if (!engine_ready())
+    return;
+  temp_dir tmp;
+  auto rt = make_docker_runtime(engine_options());
+  recorder rec;
+  auto out = run_to_end(*rt,
+                        shell_spec(tmp.path(), unique_task_id("streams"),
+                                   "echo 'to stdout'; echo 'to stderr' >&2"),
+                        rec);
+  CHECK(out.exit_code == 0);
+  auto lines = rec.lines();
+  auto streams = rec.streams();
+  REQUIRE(lines.size() == 2);
+  REQUIRE(streams.size() == 2);
+  for (std::size_t i = 0; i < lines.size(); ++i)
+    CHECK(streams[i] == (lines[i] == "to stderr"
+                           ? tasksup::runtime::output_stream::err
+                           : tasksup::runtime::output_stream::out));
 }
 
 TEST_CASE("docker: a missing image is a clear infrastructure error",

@@ -68,15 +68,25 @@ struct recorder {
   std::mutex mtx;
   std::condition_variable cv;
   std::vector<std::string> lines;
+  /// The stream of each line in `lines`.
+  std::vector<tasksup::runtime::output_stream> streams;
+  std::vector<std::string> notices;
   std::optional<attempt_outcome> outcome;
   int exit_calls = 0;
 
   attempt_callbacks callbacks() {
     attempt_callbacks cb;
-    cb.on_line = [this](std::string_view line) {
+    cb.on_line = [this](tasksup::runtime::output_stream stream,
+                        std::string_view line) {
       std::lock_guard<std::mutex> guard{mtx};
       lines.emplace_back(line);
+      streams.push_back(stream);
       cv.notify_all();
+      return true;
+    };
+    cb.on_notice = [this](std::string_view text) {
+      std::lock_guard<std::mutex> guard{mtx};
+      notices.emplace_back(text);
     };
     cb.on_exit = [this](attempt_outcome out) {
       std::lock_guard<std::mutex> guard{mtx};
@@ -319,18 +329,36 @@ TEST_CASE("process runtime captures long lines and binary output") {
   CHECK(out.tail[2] == binary);
   CHECK(out.tail[3] == "crlf line");
   CHECK(out.tail[4] == "last without newline");
-  // Lines as delivered: the 1 MiB line in pieces of at most 64 KiB.
-  std::string joined;
-  std::size_t pieces = 0;
-  for (std::size_t i = 1; i < rec.lines.size() && rec.lines[i] != binary;
-       ++i, ++pieces) {
-    CHECK(rec.lines[i].size() <= 64 * 1024);
-    joined += rec.lines[i];
-  }
-  CHECK(pieces == 16);
-  CHECK(joined == big);
+  // Lines as delivered: the 1 MiB line cut to the 4 KiB a line may show,
+  // the rest counted once in the notice; the log keeps every byte.
+  REQUIRE(rec.lines.size() == 5);
+  CHECK(rec.lines[0] == "first");
+  CHECK(rec.lines[1] == big.substr(0, 4096));
+  CHECK(rec.lines[2] == binary);
+  CHECK(rec.lines[4] == "last without newline");
+  for (auto s : rec.streams)
+    CHECK(s == tasksup::runtime::output_stream::out);
+  REQUIRE(rec.notices.size() == 1);
+  CHECK(rec.notices[0].find(std::to_string(big.size() - 4096) +
+                            " bytes of output in 1 lines were not shown") !=
+        std::string::npos);
   CHECK(read_all(out.log_path) == "first\n" + big + "\n" + binary +
                                     "\ncrlf line\r\nlast without newline");
+}
+
+TEST_CASE("process runtime keeps stdout and stderr apart") {
+  fixture_env env;
+  recorder rec;
+  auto out = env.run(env.sh("streams.sh"), rec);
+  CHECK(out.exit_code == 0);
+  REQUIRE(rec.lines.size() == 2);
+  for (std::size_t i = 0; i < rec.lines.size(); ++i)
+    CHECK(rec.streams[i] == (rec.lines[i] == "to stderr"
+                               ? tasksup::runtime::output_stream::err
+                               : tasksup::runtime::output_stream::out));
+  CHECK(std::count(rec.lines.begin(), rec.lines.end(), "to stdout") == 1);
+  CHECK(std::count(rec.lines.begin(), rec.lines.end(), "to stderr") == 1);
+  CHECK(rec.notices.empty());
 }
 
 TEST_CASE("process runtime stops an attempt gracefully with SIGTERM") {

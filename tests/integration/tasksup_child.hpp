@@ -176,6 +176,9 @@ public:
 
   std::string out() const { return slurp(out_path_); }
 
+  /// The child's pid (for /proc samples).
+  int pid() const { return pid_; }
+
   std::string err() const { return slurp(err_path_); }
 
 private:

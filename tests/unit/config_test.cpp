@@ -694,7 +694,27 @@ TEST_CASE("node: errors") {
   check_error(node(R"({"workers": 2})"), "node.json", "/workers",
               "unknown key \"workers\" (allowed: max_concurrent, "
               "circuit_breaker, retry_budget, default_agent, "
-              "default_runtime)");
+              "default_runtime, output)");
+  check_error(node(R"({"output": {"log_max_bytes": 0}})"), "node.json",
+              "/output/log_max_bytes",
+              "expected an integer from 1 to 1099511627776");
+  check_error_contains(node(R"({"output": {"line_bytes": 1}})"),
+                       "/output/line_bytes", "unknown key \"line_bytes\"");
+}
+
+TEST_CASE("node: output limits are read, defaults documented") {
+  auto d = node("{}");
+  REQUIRE(d.has_value());
+  CHECK(d->output_log_max_bytes == 100 * 1024 * 1024);
+  CHECK(d->output_line_max_bytes == 4096);
+  CHECK(d->output_attempt_max_bytes == 1024 * 1024);
+  auto n = node(R"({"output": {"log_max_bytes": 8388608,
+                               "line_max_bytes": 256,
+                               "attempt_max_bytes": 65536}})");
+  REQUIRE(n.has_value());
+  CHECK(n->output_log_max_bytes == 8388608);
+  CHECK(n->output_line_max_bytes == 256);
+  CHECK(n->output_attempt_max_bytes == 65536);
 }
 
 TEST_CASE("config_dir: a leading ~ expands with $HOME") {

@@ -85,6 +85,16 @@ public:
     stream_.close();
   }
 
+  void pause() override { paused_ = true; }
+
+  void resume() override {
+    paused_ = false;
+    if (waiting_ && !finished_) {
+      waiting_ = false;
+      read_raw();
+    }
+  }
+
 private:
   void on_connect(beast::error_code ec) {
     if (finished_)
@@ -169,7 +179,15 @@ private:
         return;
       buffer_.consume(buffer_.size());
     }
-    read_raw();
+    next_raw();
+  }
+
+  // Reads on, unless the receiver asked for a pause.
+  void next_raw() {
+    if (paused_)
+      waiting_ = true;
+    else
+      read_raw();
   }
 
   void read_raw() {
@@ -199,7 +217,7 @@ private:
       fail("the Docker engine's stream broke: " + describe(ec));
       return;
     }
-    read_raw();
+    next_raw();
   }
 
   // Reads the body of a refused attach, bounded, for its message.
@@ -279,6 +297,9 @@ private:
   unsigned status_ = 0;
   std::string error_body_;
   bool finished_ = false;
+  /// Stream reading paused by the receiver; a read is owed once it ends.
+  bool paused_ = false;
+  bool waiting_ = false;
 };
 
 } // namespace

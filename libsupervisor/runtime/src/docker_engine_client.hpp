@@ -46,6 +46,13 @@ public:
 
   /// Closes the connection; the completion handler will not be called.
   virtual void cancel() = 0;
+
+  /// A stream stops reading after the current piece (the engine, then the
+  /// container, block once the socket's buffers are full) until `resume`.
+  virtual void pause() {}
+
+  /// A paused stream reads again.
+  virtual void resume() {}
 };
 
 /// Called once with the response of a request.

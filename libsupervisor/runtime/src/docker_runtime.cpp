@@ -156,20 +156,22 @@ public:
         return;
       }
     }
-    auto capture = output_capture::create((root / "output.log").string(),
-                                          [this](std::string_view line) {
-                                            if (cb_.on_line)
-                                              cb_.on_line(line);
-                                          },
-                                          core_->options.output_limits);
+    auto capture = output_capture::create(
+      (root / "output.log").string(),
+      [this](output_stream stream, std::string_view line) {
+        return cb_.on_line ? cb_.on_line(stream, line) : true;
+      },
+      core_->options.output_limits);
     if (!capture) {
       fail(capture.error().to_string());
       complete();
       return;
     }
     capture_.emplace(std::move(*capture));
-    demux_.emplace(
-      [this](int, std::string_view bytes) { capture_->feed(bytes); });
+    demux_.emplace([this](int stream, std::string_view bytes) {
+      capture_->feed(stream == 2 ? output_stream::err : output_stream::out,
+                     bytes);
+    });
     // Named by `start`, so `attempt_started` can name the container before
     // the engine has answered the create.
     name_ = id_->get();
@@ -189,7 +191,18 @@ public:
       send_stop();
   }
 
+  /// The receiver of lines caught up.
+  void resume_output() {
+    if (!capture_)
+      return;
+    capture_->resume();
+    if (output_)
+      output_->resume();
+  }
+
   void request_kill() {
+    // Whoever kills no longer waits for lines: drain, so the attempt ends.
+    resume_output();
     if (requested_ == user_request::kill)
       return;
     requested_ = user_request::kill;
@@ -384,8 +397,13 @@ private:
     if (!demux_->feed(bytes)) {
       fail(demux_->error());
       end_output();
+      return;
     }
+    // The receiver is behind: stop reading the attach stream until it asks.
+    if (capture_->full() && output_)
+      output_->pause();
   }
+
 
   void on_output_end(engine_response resp) {
     if (output_done_)
@@ -538,6 +556,8 @@ private:
     }
     if (capture_) {
       capture_->finish();
+      if (auto text = capture_->summary(); !text.empty() && cb_.on_notice)
+        cb_.on_notice(text);
       out.tail = capture_->tail();
       out.log_path = capture_->log_path();
     }
@@ -635,6 +655,13 @@ public:
     asio::post(core_->io, [attempt = attempt_] {
       if (auto ptr = attempt.lock())
         ptr->request_kill();
+    });
+  }
+
+  void resume_output() override {
+    asio::post(core_->io, [attempt = attempt_] {
+      if (auto ptr = attempt.lock())
+        ptr->resume_output();
     });
   }
 

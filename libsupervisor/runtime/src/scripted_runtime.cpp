@@ -107,7 +107,7 @@ public:
     }
     if (cb->on_line)
       for (auto& line : step_.lines)
-        cb->on_line(line);
+        cb->on_line(output_stream::out, line);
   }
 
 private:

@@ -66,8 +66,10 @@ event attempt_started_event(const event_head& h, std::string_view agent_id,
                             std::string_view agent_cli,
                             std::string_view container_id);
 
-/// `log`: one output `line` of the attempt.
-event log_event(const event_head& h, std::string_view line);
+/// `log`: one output `line` of the attempt and its `stream` ("stdout",
+/// "stderr", or "tasksup" for the runtime's notes on held-back output).
+event log_event(const event_head& h, std::string_view line,
+                std::string_view stream = "stdout");
 
 /// `attempt_exited`: `exit_code`, `signal`, `oom_killed`, `duration_s`
 /// (plus `infrastructure_error` when the runtime failed).

@@ -10,6 +10,7 @@
 #include <boost/json/value.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -42,6 +43,12 @@ struct node_config {
   agent_spec default_agent;
   /// One of `runtime_names`.
   std::string default_runtime = "process";
+  /// Output limits per attempt (`output` in node.json): the log file's cap,
+  /// and the bytes per line and per attempt shown on the console and in
+  /// `log` events; what is past them is counted, not kept.
+  std::uint64_t output_log_max_bytes = 100 * 1024 * 1024;
+  std::uint64_t output_line_max_bytes = 4 * 1024;
+  std::uint64_t output_attempt_max_bytes = 1024 * 1024;
 };
 
 /// Everything under a config directory, validated.

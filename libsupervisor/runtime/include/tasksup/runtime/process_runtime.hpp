@@ -1,5 +1,6 @@
 #pragma once
 
+#include "tasksup/runtime/output_capture.hpp"
 #include "tasksup/runtime/runtime.hpp"
 
 #include <chrono>
@@ -42,6 +43,11 @@ struct process_runtime_options {
   /// not reap. Process-wide; turn off when the embedding program manages
   /// orphans itself.
   bool child_subreaper = true;
+
+  /// What each attempt's output may cost: the log file's cap and what is
+  /// passed to `on_line` per line and per attempt (the rest is counted and
+  /// reported through `on_notice`).
+  output_capture_limits output_limits;
 
   /// Name of the cgroup, below the supervisor's own memory cgroup, that holds
   /// one cgroup per attempt with a memory limit.

@@ -50,13 +50,28 @@ struct attempt_spec {
   std::map<std::string, std::string> labels;
 };
 
+/// Which of an attempt's output streams a line came from.
+enum class output_stream : std::uint8_t { out, err };
+
+/// "stdout" or "stderr".
+constexpr const char* to_string(output_stream s) noexcept {
+  return s == output_stream::err ? "stderr" : "stdout";
+}
+
 /// Where a running attempt reports. Both are called from the runtime's own
 /// thread (or synchronously from `start` for in-memory runtimes), never
 /// concurrently for one attempt; `on_exit` exactly once and last.
 struct attempt_callbacks {
-  /// One line of combined stdout/stderr, without the newline; long lines are
-  /// delivered in pieces of bounded size.
-  std::function<void(std::string_view line)> on_line;
+  /// One line of stdout or stderr, without the newline; long lines are
+  /// delivered in pieces of bounded size, and the runtime's output limits
+  /// bound what is delivered per line and per attempt. Returns false when
+  /// the receiver is full: the runtime then stops reading the attempt's
+  /// output (the agent blocks on its pipe, as on a slow terminal) until
+  /// `attempt_handle::resume_output()`.
+  std::function<bool(output_stream stream, std::string_view line)> on_line;
+  /// At most once, after the last line and before `on_exit`: a sentence
+  /// saying how much output the limits kept from `on_line` and the log.
+  std::function<void(std::string_view text)> on_notice;
   /// The final outcome (tail, artifacts, log path filled in).
   std::function<void(attempt_outcome outcome)> on_exit;
 };
@@ -72,6 +87,10 @@ public:
 
   /// Force-kill at once, with everything the attempt started.
   virtual void kill() = 0;
+
+  /// The receiver of `on_line` caught up after it returned false: reading
+  /// goes on. Does nothing when reading was not paused.
+  virtual void resume_output() {}
 
   /// The container id or pid, for events.
   virtual std::string id() const = 0;

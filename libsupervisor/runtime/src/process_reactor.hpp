@@ -1,0 +1,382 @@
+#pragma once
+
+// The process runtime's reactor: one thread per runtime, epoll over the
+// attempts' pidfds and output pipes, timers for stop grace periods and
+// drains. Private to the runtime.
+
+#include "memory_cgroup.hpp"
+#include "process_spawn.hpp"
+#include "tasksup/runtime/output_capture.hpp"
+#include "tasksup/runtime/process_runtime.hpp"
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <queue>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <cstdlib>
+#include <cstring>
+
+#include <fcntl.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+extern char** environ;
+
+namespace tasksup::runtime::detail {
+
+using clock_type = std::chrono::steady_clock;
+
+/// At most this many artifact paths are reported per attempt.
+inline constexpr std::size_t max_artifacts = 10000;
+
+/// Bytes read from one pipe per reactor turn, so one chatty attempt cannot
+/// starve the others.
+inline constexpr std::size_t max_read_per_turn = 1024 * 1024;
+
+/// How often to look again for a killed process group or cgroup to vanish.
+inline constexpr std::chrono::milliseconds poll_interval{10};
+
+// Epoll keys: attempt id << 2 | kind. Id 0 is the wake-up eventfd.
+inline constexpr std::uint64_t kind_wake = 0;
+inline constexpr std::uint64_t kind_exit = 1;
+inline constexpr std::uint64_t kind_output = 2;
+inline constexpr std::uint64_t kind_error = 3;
+
+inline std::uint64_t key(std::uint64_t id, std::uint64_t kind) {
+  return id << 2 | kind;
+}
+
+// ---- one attempt ----------------------------------------------------------
+
+class process_handle;
+
+struct attempt {
+  std::uint64_t id = 0;
+  std::string argv0;
+  std::string attempt_dir;
+  std::string artifacts_dir;
+  attempt_callbacks cb;
+  /// The handle start() returned, told when the attempt has been reported.
+  std::weak_ptr<process_handle> handle;
+  clock_type::time_point started;
+  clock_type::time_point ended;
+
+  pid_t pid = -1;
+  int pidfd = -1;
+  /// Read ends of the agent's stdout and stderr pipes.
+  int output_fd = -1;
+  int error_fd = -1;
+  /// Set while the receiver of its lines is full: its pipes are not read.
+  bool paused = false;
+  std::optional<output_capture> capture;
+  std::optional<detail::memory_cgroup> cgroup;
+
+  /// Set when the attempt never ran: the outcome is known at start.
+  bool spawn_failed = false;
+  int preset_exit_code = 0;
+  std::string failure_line;
+  std::string infrastructure_error;
+
+  bool exited = false;
+  int wait_status = 0;
+  /// Set when, after the leader was reaped, a signal to the process group
+  /// found no process in it (not even a zombie): none is left to reap or
+  /// wait for, and none can join it.
+  bool group_empty = false;
+  bool eof = false;
+  std::optional<clock_type::time_point> kill_at;
+  std::optional<clock_type::time_point> drain_until;
+  std::optional<clock_type::time_point> group_until;
+
+  ~attempt() {
+    close_fd(pidfd);
+    close_fd(output_fd);
+    close_fd(error_fd);
+  }
+};
+
+using attempt_ptr = std::unique_ptr<attempt>;
+
+// ---- the reactor ----------------------------------------------------------
+
+class reactor : public std::enable_shared_from_this<reactor> {
+public:
+  explicit reactor(process_runtime_options options)
+    : options_(std::move(options)) {}
+
+  ~reactor() {
+    close_fd(epoll_fd_);
+    close_fd(wake_fd_);
+    close_fd(devnull_fd_);
+  }
+
+  /// Sets up descriptors and starts the thread; on failure every attempt
+  /// reports `init_error_`.
+  void init() {
+    raise_fd_limit();
+    if (options_.child_subreaper) {
+      if (::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
+        subreaper_ = true;
+      else
+        warn("process runtime: cannot become a child subreaper (" +
+             errno_text(errno) +
+             "); orphans of agents are left to init to reap");
+    }
+    for (auto& name : options_.inherited_env)
+      if (auto* value = std::getenv(name.c_str()))
+        base_env_.emplace(name, value);
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e)
+      if (std::strncmp(*e, "LC_", 3) == 0)
+        if (auto* eq = std::strchr(*e, '='))
+          base_env_.emplace(std::string(*e, eq), std::string(eq + 1));
+    epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+    wake_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    devnull_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (epoll_fd_ < 0 || wake_fd_ < 0 || devnull_fd_ < 0 ||
+        !raise_fd(devnull_fd_)) {
+      init_error_ =
+        "process runtime: cannot set up its reactor: " + errno_text(errno);
+      return;
+    }
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = key(0, kind_wake);
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev) != 0) {
+      init_error_ = "process runtime: cannot watch its wake-up descriptor: " +
+                    errno_text(errno);
+      return;
+    }
+    read_buf_.resize(64 * 1024);
+    thread_running_ = true;
+    thread_ = std::thread{[self = shared_from_this()] { self->run(); }};
+  }
+
+  /// Asks the thread to kill what runs, report it and end; joins unless
+  /// called from the reactor thread itself.
+  void shutdown() {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      closing_ = true;
+    }
+    wake();
+    if (!thread_.joinable())
+      return;
+    if (thread_.get_id() == std::this_thread::get_id())
+      thread_.detach();
+    else
+      thread_.join();
+  }
+
+  std::shared_ptr<attempt_handle> start(attempt_spec spec,
+                                        attempt_callbacks cb);
+
+  void post_stop(std::uint64_t id, std::chrono::milliseconds grace) {
+    post(command{command::stop, id, grace, nullptr});
+  }
+
+  void post_kill(std::uint64_t id) {
+    post(command{command::kill, id, {}, nullptr});
+  }
+
+  void post_resume(std::uint64_t id) {
+    post(command{command::resume, id, {}, nullptr});
+  }
+
+  void warn(std::string_view message) {
+    std::lock_guard<std::mutex> guard{warn_mtx_};
+    if (options_.on_warning) {
+      try {
+        options_.on_warning(message);
+      } catch (...) {
+        // A failing warning sink must not take the reactor down.
+      }
+    }
+  }
+
+private:
+  struct command {
+    enum kind_t { add, stop, kill, resume } kind;
+    std::uint64_t id;
+    std::chrono::milliseconds grace;
+    attempt_ptr item;
+  };
+
+  using deadline = std::pair<clock_type::time_point, std::uint64_t>;
+
+  void raise_fd_limit() {
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) != 0)
+      return;
+    if (lim.rlim_cur < lim.rlim_max) {
+      auto wanted = lim;
+      wanted.rlim_cur = lim.rlim_max;
+      if (::setrlimit(RLIMIT_NOFILE, &wanted) == 0)
+        lim = wanted;
+      else
+        warn("process runtime: cannot raise the open file limit to " +
+             std::to_string(lim.rlim_max) + ": " + errno_text(errno));
+    }
+    max_fd_ = lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur > 1 << 20
+                ? 1 << 20
+                : static_cast<int>(lim.rlim_cur);
+  }
+
+  void wake() {
+    std::uint64_t one = 1;
+    [[maybe_unused]] auto n = ::write(wake_fd_, &one, sizeof(one));
+  }
+
+  // Returns false when the reactor no longer accepts work.
+  bool post(command cmd) {
+    bool wake_needed = false;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (closing_ || !thread_running_)
+        return false;
+      commands_.push_back(std::move(cmd));
+      wake_needed = !std::exchange(wake_pending_, true);
+    }
+    if (wake_needed)
+      wake();
+    return true;
+  }
+
+  std::shared_ptr<attempt_handle> submit(attempt_ptr item);
+  std::shared_ptr<attempt_handle> finish_unposted(attempt_ptr item);
+  int watch(attempt& a);
+
+  const detail::memory_controller* memory_controller() {
+    std::lock_guard<std::mutex> guard{cgroup_mtx_};
+    if (!cgroup_probed_) {
+      cgroup_probed_ = true;
+      auto ctrl = detail::find_memory_controller(options_.cgroup_name);
+      if (ctrl)
+        controller_ = *ctrl;
+      else
+        warn("process runtime: memory limits are not enforced and OOM kills "
+             "are not detected: " +
+             ctrl.error().to_string());
+    }
+    return controller_ ? &*controller_ : nullptr;
+  }
+
+  void deliver_sync(attempt_callbacks& cb, attempt_outcome out) {
+    if (cb.on_exit) {
+      try {
+        cb.on_exit(std::move(out));
+      } catch (...) {
+        warn("process runtime: an on_exit callback threw");
+      }
+    }
+  }
+
+  void run();
+  void handle_commands();
+  void add_attempt(attempt_ptr a);
+  void abandon(attempt& a, std::string error);
+  void on_leader_exit(attempt& a);
+  void read_output(attempt& a, output_stream stream);
+  void close_output(attempt& a);
+  void close_stream(int& fd);
+  void set_paused(attempt& a, bool paused);
+  bool group_gone(attempt& a);
+  void advance(attempt& a);
+  void finalize(attempt& a);
+  void signal_group(attempt& a, int sig);
+  void schedule(clock_type::time_point at, std::uint64_t id) {
+    deadlines_.emplace(at, id);
+  }
+  void retry_cgroup_removals(bool final_pass);
+
+  process_runtime_options options_;
+  std::map<std::string, std::string> base_env_;
+  std::string init_error_;
+  bool subreaper_ = false;
+  int max_fd_ = 1024;
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  int devnull_fd_ = -1;
+  std::thread thread_;
+  std::atomic<std::uint64_t> next_id_{1};
+
+  std::mutex mtx_;
+  bool closing_ = false;
+  bool thread_running_ = false;
+  std::vector<command> commands_;
+  /// The wake-up descriptor was written for commands the reactor has not
+  /// taken yet: posting more needs no other write.
+  bool wake_pending_ = false;
+
+  child_stack_pool stacks_;
+  std::mutex warn_mtx_;
+  std::mutex cgroup_mtx_;
+  bool cgroup_probed_ = false;
+  std::optional<detail::memory_controller> controller_;
+
+  // Reactor thread only.
+  std::unordered_map<std::uint64_t, attempt_ptr> attempts_;
+  std::priority_queue<deadline, std::vector<deadline>, std::greater<>>
+    deadlines_;
+  std::vector<std::pair<detail::memory_cgroup, clock_type::time_point>>
+    stale_cgroups_;
+  std::vector<char> read_buf_;
+  std::optional<clock_type::time_point> shutdown_deadline_;
+};
+
+class process_handle : public attempt_handle {
+public:
+  process_handle(std::weak_ptr<reactor> r, std::uint64_t id, std::string pid)
+    : reactor_(std::move(r)), id_(id), pid_(std::move(pid)) {}
+
+  // After the attempt was reported there is nothing to stop, and asking
+  // the reactor would wake it for nothing (a container worker kills its
+  // attempt whenever it ends).
+  void stop(std::chrono::milliseconds grace) override {
+    if (ended_.load(std::memory_order_acquire))
+      return;
+    if (auto r = reactor_.lock())
+      r->post_stop(id_, grace);
+  }
+
+  void kill() override {
+    if (ended_.load(std::memory_order_acquire))
+      return;
+    if (auto r = reactor_.lock())
+      r->post_kill(id_);
+  }
+
+  void resume_output() override {
+    if (ended_.load(std::memory_order_acquire))
+      return;
+    if (auto r = reactor_.lock())
+      r->post_resume(id_);
+  }
+
+  std::string id() const override { return pid_; }
+
+  /// The attempt has been reported: stop() and kill() do nothing from now.
+  void mark_ended() { ended_.store(true, std::memory_order_release); }
+
+private:
+  std::weak_ptr<reactor> reactor_;
+  std::uint64_t id_;
+  std::string pid_;
+  std::atomic<bool> ended_{false};
+};
+
+} // namespace tasksup::runtime::detail
