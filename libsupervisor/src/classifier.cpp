@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -225,7 +226,17 @@ struct classifier::impl::engine {
     std::uint32_t atom;
   };
   std::vector<probe> probes; // sorted by bigram
-  std::array<std::uint64_t, 65536 / 64> bigram_bits{};
+  /// Raw (unfolded) two-byte values of every case variant of the pieces,
+  /// indexed by the two bytes as one little-endian 16-bit load: one test per
+  /// visited position.
+  std::array<std::uint64_t, 65536 / 64> raw_bits{};
+  /// Folded piece -> its run in `probes`, open addressing (power of two).
+  struct slot {
+    std::uint16_t bigram = 0;
+    std::uint32_t count = 0; // 0: empty
+    std::uint32_t first = 0;
+  };
+  std::vector<slot> slots;
   /// Positions the scan steps by: every atom is at least `stride` + 1 bytes
   /// long and each of its first `stride` pieces is in the table, so an
   /// occurrence always covers one visited position.
@@ -253,8 +264,61 @@ constexpr std::array<unsigned char, 256> fold_table = make_fold_table();
 /// unfiltered (scanned on every line).
 constexpr int min_atom_len = 3;
 
-/// Longest step of the atom scan.
-constexpr std::size_t max_stride = 4;
+/// Longest step of the atom scan. A longer step visits fewer positions but
+/// puts more of each atom's pieces (and so more common ones) in the table.
+constexpr std::size_t max_stride = 2;
+
+/// Longest atom the table indexes (its piece offsets are 16 bits); a longer
+/// one is assumed present.
+constexpr std::size_t max_indexed_atom = 4096;
+
+/// How common a byte is in agent output, roughly: English letter
+/// frequencies, digits (timestamps, counters) and blanks high. Used only to
+/// pick which pieces of an atom go in the table; any choice is correct.
+constexpr unsigned byte_commonness(unsigned char c) {
+  constexpr const char* by_frequency = "etaoinshrdlcumwfgypbvkjxqz";
+  if (c == ' ' || c == '\t')
+    return 40;
+  if (c >= '0' && c <= '9')
+    return 20;
+  for (unsigned i = 0; by_frequency[i] != 0; ++i)
+    if (static_cast<unsigned char>(by_frequency[i]) == c)
+      return 26 - i;
+  return 1;
+}
+
+/// Where an atom's `stride` consecutive pieces go in the table: the window
+/// whose pieces look rarest, so that few positions of a line hit the table.
+std::size_t rarest_window(std::string_view atom, std::size_t stride) {
+  std::size_t best = 0;
+  unsigned best_score = ~0u;
+  for (std::size_t j = 0; j + stride + 1 <= atom.size(); ++j) {
+    unsigned score = 0;
+    for (std::size_t o = j; o < j + stride; ++o)
+      score += byte_commonness(static_cast<unsigned char>(atom[o])) *
+               byte_commonness(static_cast<unsigned char>(atom[o + 1]));
+    if (score < best_score) {
+      best_score = score;
+      best = j;
+    }
+  }
+  return best;
+}
+
+std::size_t slot_hash(std::uint16_t bigram) {
+  return (bigram * std::size_t{0x9E3779B1u}) >> 16;
+}
+
+/// Sets the bit of the two bytes `a`, `b` as a little-endian 16-bit value.
+void set_raw(std::array<std::uint64_t, 1024>& bits, unsigned char a,
+             unsigned char b) {
+  auto v = static_cast<std::uint16_t>(a | b << 8);
+  bits[v >> 6] |= std::uint64_t{1} << (v & 63);
+}
+
+unsigned char upper(unsigned char c) {
+  return c >= 'a' && c <= 'z' ? static_cast<unsigned char>(c - 'a' + 'A') : c;
+}
 
 std::uint16_t bigram_at(const unsigned char* p) {
   return static_cast<std::uint16_t>(fold_table[p[0]] << 8 | fold_table[p[1]]);
@@ -276,26 +340,38 @@ void classifier::impl::engine::find_atoms(std::string_view line,
     return;
   const auto* p = reinterpret_cast<const unsigned char*>(line.data());
   const auto n = line.size();
+  const auto mask = slots.size() - 1;
   for (std::size_t i = 0; i + 1 < n; i += stride) {
-    auto bg = bigram_at(p + i);
-    if (((bigram_bits[bg >> 6] >> (bg & 63)) & 1) == 0)
+    std::uint16_t raw;
+    std::memcpy(&raw, p + i, sizeof raw);
+    if (((raw_bits[raw >> 6] >> (raw & 63)) & 1) == 0)
       continue;
-    auto range = std::equal_range(
-      probes.begin(), probes.end(), probe{bg, 0, 0},
-      [](const probe& a, const probe& b) { return a.bigram < b.bigram; });
-    for (auto it = range.first; it != range.second; ++it) {
-      if (seen[it->atom] == stamp || i < it->offset)
+    auto bg = bigram_at(p + i);
+    const slot* hit = nullptr;
+    for (auto h = slot_hash(bg) & mask;; h = (h + 1) & mask) {
+      if (slots[h].count == 0)
+        break;
+      if (slots[h].bigram == bg) {
+        hit = &slots[h];
+        break;
+      }
+    }
+    if (hit == nullptr)
+      continue;
+    for (auto k = hit->first; k < hit->first + hit->count; ++k) {
+      const auto& pr = probes[k];
+      if (seen[pr.atom] == stamp || i < pr.offset)
         continue;
-      const auto& atom = atoms[it->atom];
-      auto start = i - it->offset;
+      const auto& atom = atoms[pr.atom];
+      auto start = i - pr.offset;
       if (start + atom.size() > n)
         continue;
       bool equal = true;
       for (std::size_t j = 0; j < atom.size() && equal; ++j)
         equal = fold_table[p[start + j]] == static_cast<unsigned char>(atom[j]);
       if (equal) {
-        seen[it->atom] = stamp;
-        out.push_back(static_cast<int>(it->atom));
+        seen[pr.atom] = stamp;
+        out.push_back(static_cast<int>(pr.atom));
       }
     }
   }
@@ -351,7 +427,8 @@ classifier::impl::build_engine(std::string_view agent_name) const {
   std::size_t shortest = max_stride + 1;
   for (std::size_t a = 0; a < out->atoms.size(); ++a) {
     const auto& atom = out->atoms[a];
-    if (atom.size() < 2 || !is_plain_ascii(atom))
+    if (atom.size() < 2 || atom.size() > max_indexed_atom ||
+        !is_plain_ascii(atom))
       out->assumed_atoms.push_back(static_cast<int>(a));
     else
       shortest = std::min(shortest, atom.size());
@@ -359,12 +436,18 @@ classifier::impl::build_engine(std::string_view agent_name) const {
   out->stride = shortest - 1;
   for (std::size_t a = 0; a < out->atoms.size(); ++a) {
     const auto& atom = out->atoms[a];
-    if (atom.size() < 2 || !is_plain_ascii(atom))
+    if (atom.size() < 2 || atom.size() > max_indexed_atom ||
+        !is_plain_ascii(atom))
       continue;
-    for (std::size_t o = 0; o < out->stride && o + 1 < atom.size(); ++o) {
+    auto first = rarest_window(atom, out->stride);
+    for (auto o = first; o < first + out->stride; ++o) {
       auto bg =
         bigram_at(reinterpret_cast<const unsigned char*>(atom.data()) + o);
-      out->bigram_bits[bg >> 6] |= std::uint64_t{1} << (bg & 63);
+      auto lo = static_cast<unsigned char>(bg >> 8);
+      auto hi = static_cast<unsigned char>(bg & 0xFF);
+      for (auto x : {lo, upper(lo)})
+        for (auto y : {hi, upper(hi)})
+          set_raw(out->raw_bits, x, y);
       out->probes.push_back(engine::probe{bg, static_cast<std::uint16_t>(o),
                                           static_cast<std::uint32_t>(a)});
     }
@@ -373,6 +456,22 @@ classifier::impl::build_engine(std::string_view agent_name) const {
             [](const engine::probe& a, const engine::probe& b) {
               return a.bigram < b.bigram;
             });
+  std::size_t size = 16;
+  while (size < 2 * out->probes.size())
+    size *= 2;
+  out->slots.resize(size);
+  for (std::size_t k = 0; k < out->probes.size(); ++k) {
+    auto bg = out->probes[k].bigram;
+    auto h = slot_hash(bg) & (size - 1);
+    while (out->slots[h].count != 0 && out->slots[h].bigram != bg)
+      h = (h + 1) & (size - 1);
+    auto& sl = out->slots[h];
+    if (sl.count == 0) {
+      sl.bigram = bg;
+      sl.first = static_cast<std::uint32_t>(k);
+    }
+    ++sl.count;
+  }
   out->filter = std::move(filter);
   return out;
 }
