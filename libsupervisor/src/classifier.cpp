@@ -341,10 +341,22 @@ void classifier::impl::engine::find_atoms(std::string_view line,
   const auto* p = reinterpret_cast<const unsigned char*>(line.data());
   const auto n = line.size();
   const auto mask = slots.size() - 1;
-  for (std::size_t i = 0; i + 1 < n; i += stride) {
+  // Locals, so the hot loop keeps them in registers.
+  const auto step = stride;
+  const std::uint64_t* bits = raw_bits.data();
+  auto in_table = [&](std::size_t at) {
     std::uint16_t raw;
-    std::memcpy(&raw, p + i, sizeof raw);
-    if (((raw_bits[raw >> 6] >> (raw & 63)) & 1) == 0)
+    std::memcpy(&raw, p + at, sizeof raw);
+    return (bits[raw >> 6] & (std::uint64_t{1} << (raw & 63))) != 0;
+  };
+  for (std::size_t i = 0; i + 1 < n; i += step) {
+    if (!in_table(i))
+      continue;
+    // With a step of two an atom's two pieces overlap by a byte: the piece
+    // found here is the first (then the other starts a byte later) or the
+    // second (the other starts a byte earlier) of the pair.
+    if (step == 2 && !(i + 2 < n && in_table(i + 1)) &&
+        !(i > 0 && in_table(i - 1)))
       continue;
     auto bg = bigram_at(p + i);
     const slot* hit = nullptr;
