@@ -14,8 +14,9 @@
 // The 100-line tails are also classified by the engine before issue 17
 // (tests/unit/classifier_reference.hpp: rule after rule, line by line), the
 // two sides alternating in `--rounds` rounds; the figures are the medians.
-// `--only=new|old --calls=N` just classifies the no-match tail N times, for
-// counting instructions per call under callgrind (scripts/bench.sh).
+// `--only=new|old --calls=N [--case=nomatch|ratelimit]` just classifies one
+// tail N times, for counting instructions per call under callgrind
+// (scripts/bench.sh).
 //
 //   bench_classifier [--tail-seconds=2] [--rounds=5] [--log-mb=10]
 //   [--tasksup=build/apps/tasksup] [--only=new|old --calls=N]
@@ -164,6 +165,7 @@ int main(int argc, char** argv) {
   auto rounds = std::max<std::uint64_t>(1, arg_u64(argc, argv, "rounds", 5));
   auto only = arg_str(argc, argv, "only", "");
   auto calls = arg_u64(argc, argv, "calls", 1000);
+  auto tail_case = arg_str(argc, argv, "case", "nomatch");
   const std::string agent_cli = "codex";
 
   auto rules = default_classifier_rules();
@@ -196,9 +198,10 @@ int main(int argc, char** argv) {
 
   if (!only.empty()) {
     // Instructions per call: run under callgrind with --calls=0 and N.
+    const auto& input = tail_case == "ratelimit" ? limited : tail100;
     for (std::uint64_t i = 0; i < calls; ++i)
-      sink += only == "old" ? before.classify(tail100, agent_cli).rule.size()
-                            : cls.classify(tail100, agent_cli).rule.size();
+      sink += only == "old" ? before.classify(input, agent_cli).rule.size()
+                            : cls.classify(input, agent_cli).rule.size();
     std::printf("RESULT name=classifier_calls only=%s calls=%llu sink=%zu\n",
                 only.c_str(), static_cast<unsigned long long>(calls), sink);
     return 0;

@@ -4,6 +4,7 @@
 #include "tasksup/supervisor/classifier.hpp"
 
 #include <cstddef>
+#include <cstring>
 #include <optional>
 #include <string_view>
 
@@ -186,9 +187,33 @@ std::optional<double> parse_duration(std::string_view str, std::size_t pos,
   return total;
 }
 
+/// Whether `line` contains "try" in any case: every hint phrase does, and
+/// most lines have none, so this one cheap pass settles them.
+bool has_try(std::string_view line) {
+  // 'y' is rare in text: find each one (memchr runs many bytes per step)
+  // and look at the two bytes before it.
+  for (char y : {'y', 'Y'}) {
+    const char* at = line.data();
+    const char* end = line.data() + line.size();
+    while (at < end) {
+      const auto* hit = static_cast<const char*>(
+        std::memchr(at, y, static_cast<std::size_t>(end - at)));
+      if (hit == nullptr)
+        break;
+      if (hit - line.data() >= 2 && (hit[-2] | 0x20) == 't' &&
+          (hit[-1] | 0x20) == 'r')
+        return true;
+      at = hit + 1;
+    }
+  }
+  return false;
+}
+
 } // namespace
 
 std::optional<double> parse_retry_after(std::string_view line) {
+  if (!has_try(line))
+    return std::nullopt;
   for (std::size_t pos = 0; pos < line.size(); ++pos) {
     auto c = lower(line[pos]);
     if (c != 'r' && c != 't')
