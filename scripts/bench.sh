@@ -18,10 +18,12 @@ filter=${1:-}
 
 "$root/scripts/bootstrap.sh"
 # Measuring tools of the benchmarks only (not needed to build or test):
-# hyperfine for the client start, valgrind for instruction counts.
+# hyperfine for the client start, valgrind for instruction counts, Erlang/OTP
+# (erlang-base) for the peers of the supervision and process benchmarks.
 missing=()
 command -v hyperfine >/dev/null || missing+=(hyperfine)
 command -v valgrind >/dev/null || missing+=(valgrind)
+command -v escript >/dev/null || missing+=(erlang-base)
 if ((${#missing[@]} > 0)); then
   if [[ $(id -u) -eq 0 ]]; then
     apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
@@ -106,6 +108,15 @@ run caf-floor-1 "$bin/bench_caf_floor" --tasks=1 --failures=20000
 run caf-floor-1k "$bin/bench_caf_floor" --tasks=1000 --failures=20
 if [[ -n "${TASKSUP_BENCH_FULL:-}" ]]; then
   run supervision-100k "$bin/bench_supervision" --tasks=100000 --failures=3
+fi
+
+# Erlang/OTP peers, same machine, same run: a simple_one_for_one supervisor
+# with N dynamic children restarting (transient, at once), and an Erlang port
+# loop running /bin/false (the peer of section 3's process runtime).
+if command -v escript >/dev/null; then
+  run erlang-sup-1 escript "$root/bench/erlang_peers.escript" sup 1 20000
+  run erlang-sup-1k escript "$root/bench/erlang_peers.escript" sup 1000 20
+  run erlang-port escript "$root/bench/erlang_peers.escript" port 1000 /bin/false
 fi
 
 # 2. Memory per task parked in a one-hour backoff.
