@@ -2,7 +2,7 @@
 # `tasksup run` per attempt (issue 17): one task whose agent fails (exit 1)
 # on attempts 1..N-1 and succeeds on attempt N, backoff 0, against a shell
 # loop running the same agent N times with its output to a file in the same
-# kind of directory. The two sides alternate, `rounds` times each; attempt
+# directory (no process but the agent's per attempt). The two sides alternate, `rounds` times each; attempt
 # directories go under $dir (tmpfs or ext4). Prints one RESULT line.
 #
 #   bench/run_loop.sh TASKSUP_BINARY [attempts=1001] [rounds=3] [dir=/dev/shm]
@@ -15,6 +15,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 agent=$root/config/examples/agents/flaky-agent
 work=$(mktemp -d "$dir/tasksup-runbench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+
+# The shipped configuration, with the node's per-agent circuit breaker
+# opened only after every attempt (it would stop the task after 5).
+cp -r "$root/config" "$work/config"
+sed -i 's/"max_failures": [0-9]*/"max_failures": '"$((attempts * 2))"'/' \
+  "$work/config/node.json"
+grep -q "\"max_failures\": $((attempts * 2))" "$work/config/node.json"
 
 cat >"$work/task.json" <<JSON
 {
@@ -37,9 +44,16 @@ run_tasksup() {
   local w=$work/t.$1
   local start end
   start=$(now)
-  "$tasksup" run --quiet --no-output --work-dir "$w" "$work/task.json" \
+  "$tasksup" run --quiet --no-output --config "$work/config" --work-dir "$w" \
+    "$work/task.json" \
     >"$work/run.out" 2>&1 || { cat "$work/run.out" >&2; exit 1; }
   end=$(now)
+  # The run must have made every attempt: attempt-N holds the last one.
+  [[ -d "$w/run-bench/attempt-$attempts" ]] || {
+    echo "tasksup run did not reach attempt $attempts" >&2
+    cat "$work/run.out" >&2
+    exit 1
+  }
   rm -rf "$w"
   awk -v a="$start" -v b="$end" 'BEGIN {print b - a}'
 }
@@ -49,9 +63,8 @@ run_shell() {
   local start end i
   start=$(now)
   for ((i = 1; i <= attempts; i++)); do
-    mkdir "$w/attempt-$i"
     TASKSUP_ATTEMPT=$i "$agent" --succeed-at "$attempts" bench \
-      >"$w/attempt-$i/output.log" 2>&1 || true
+      >"$w/attempt-$i.log" 2>&1 || true
   done
   end=$(now)
   rm -rf "$w"
