@@ -2,8 +2,9 @@
 # `tasksup run` per attempt (issue 17): one task whose agent fails (exit 1)
 # on attempts 1..N-1 and succeeds on attempt N, backoff 0, against a shell
 # loop running the same agent N times with its output to a file in the same
-# directory (no process but the agent's per attempt). The two sides alternate, `rounds` times each; attempt
-# directories go under $dir (tmpfs or ext4). Prints one RESULT line.
+# directory (no process but the agent's per attempt). The two sides
+# alternate, `rounds` times each; attempt directories go under $dir (tmpfs or
+# ext4). Prints one RESULT line.
 #
 #   bench/run_loop.sh TASKSUP_BINARY [attempts=1001] [rounds=3] [dir=/dev/shm]
 set -euo pipefail
@@ -12,9 +13,19 @@ attempts=${2:-1001}
 rounds=${3:-3}
 dir=${4:-/dev/shm}
 root=$(cd "$(dirname "$0")/.." && pwd)
-agent=$root/config/examples/agents/flaky-agent
 work=$(mktemp -d "$dir/tasksup-runbench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# The agent: one line of output, exit 1 until attempt N, then 0. (The demo
+# flaky-agent prints its attempt number, and "attempt 429" is a rate limit.)
+agent=$work/agent
+cat >"$agent" <<'AGENT'
+#!/bin/sh
+echo "bench-agent: working on $2"
+[ "${TASKSUP_ATTEMPT:-1}" -ge "$1" ] && exit 0
+echo "error: transient failure" >&2
+exit 1
+AGENT
+chmod +x "$agent"
 
 # The shipped configuration, with the node's per-agent circuit breaker
 # opened only after every attempt (it would stop the task after 5).
@@ -29,7 +40,7 @@ cat >"$work/task.json" <<JSON
   "prompt": "bench",
   "agent_selection": {
     "agents": [{"agent_id": "flaky", "agent_cli": "$agent",
-                "cli_flags": "--succeed-at $attempts"}]
+                "cli_flags": "$attempts"}]
   },
   "supervisor": {"backoff_base_seconds": 0, "max_retries_per_agent": $attempts,
                  "max_total_attempts": $attempts, "enable_fallback": false,
@@ -63,7 +74,7 @@ run_shell() {
   local start end i
   start=$(now)
   for ((i = 1; i <= attempts; i++)); do
-    TASKSUP_ATTEMPT=$i "$agent" --succeed-at "$attempts" bench \
+    TASKSUP_ATTEMPT=$i "$agent" "$attempts" bench \
       >"$w/attempt-$i.log" 2>&1 || true
   done
   end=$(now)
