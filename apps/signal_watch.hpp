@@ -11,9 +11,12 @@ namespace tasksup::app {
 /// Delivers SIGINT/SIGTERM (or any given signals) to a callback on a thread
 /// of its own, never in a signal handler: the constructor blocks the signals
 /// in the calling thread (threads started later inherit the mask, so create
-/// the watch before the actor system) and a thread waits for them with
-/// sigtimedwait. The callback may therefore send actor messages. Destruction
-/// joins the thread and restores the previous signal mask.
+/// the watch before the actor system) and a thread sleeps in poll() on a
+/// signalfd for them, so a signal wakes it at once. The callback may
+/// therefore send actor messages. Destruction wakes the thread through an
+/// eventfd (no polling interval, no delay at exit), joins it and restores the
+/// previous signal mask. Throws std::system_error when the descriptors
+/// cannot be made.
 class signal_watch {
 public:
   /// Called with the signal number and how many watched signals arrived so
@@ -36,7 +39,8 @@ private:
   sigset_t set_;
   sigset_t previous_;
   handler on_signal_;
-  std::atomic<bool> done_{false};
+  int signal_fd_ = -1;
+  int stop_fd_ = -1;
   std::atomic<int> count_{0};
   std::thread thread_;
 };

@@ -11,15 +11,25 @@
 // With --tasksup=<binary> it also times `tasksup classify` on the same log
 // written to a file (the command's own streaming tail, end to end).
 //
-//   bench_classifier [--tail-seconds=2] [--log-mb=10]
-//   [--tasksup=build/apps/tasksup]
+// The 100-line tails are also classified by the engine before issue 17
+// (tests/unit/classifier_reference.hpp: rule after rule, line by line), the
+// two sides alternating in `--rounds` rounds; the figures are the medians.
+// `--only=new|old --calls=N [--case=nomatch|ratelimit]` just classifies one
+// tail N times, for counting instructions per call under callgrind
+// (scripts/bench.sh).
+//
+//   bench_classifier [--tail-seconds=2] [--rounds=5] [--log-mb=10]
+//   [--tasksup=build/apps/tasksup] [--only=new|old --calls=N]
 
 #include "bench_util.hpp"
 #include "spawn_loop.hpp"
 
+#include "classifier_reference.hpp"
+
 #include "tasksup/runtime/output_capture.hpp"
 #include "tasksup/supervisor/classifier.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -135,6 +145,11 @@ double per_call(double seconds, std::uint64_t min_iters, F&& fn) {
   return seconds_since(start) / static_cast<double>(iters);
 }
 
+double median(std::vector<double> xs) {
+  std::sort(xs.begin(), xs.end());
+  return xs[xs.size() / 2];
+}
+
 [[noreturn]] void die(const std::string& what) {
   std::fprintf(stderr, "bench_classifier: %s\n", what.c_str());
   std::exit(1);
@@ -147,6 +162,10 @@ int main(int argc, char** argv) {
     static_cast<double>(arg_u64(argc, argv, "tail-seconds", 2));
   auto log_mb = arg_u64(argc, argv, "log-mb", 10);
   auto tasksup_bin = arg_str(argc, argv, "tasksup", "");
+  auto rounds = std::max<std::uint64_t>(1, arg_u64(argc, argv, "rounds", 5));
+  auto only = arg_str(argc, argv, "only", "");
+  auto calls = arg_u64(argc, argv, "calls", 1000);
+  auto tail_case = arg_str(argc, argv, "case", "nomatch");
   const std::string agent_cli = "codex";
 
   auto rules = default_classifier_rules();
@@ -168,38 +187,70 @@ int main(int argc, char** argv) {
     die("generated tail matched rule " + c.rule);
   if (naive_classify(naive, tail100.tail) != -1)
     die("naive baseline matched the generated tail");
-  std::size_t sink = 0;
-  auto re2_tail = per_call(tail_seconds, 100, [&] {
-    sink += cls.classify(tail100, agent_cli).rule.size();
-  });
-  // The same without an agent name: the templated `{agent_cli}` pattern is
-  // then skipped, which isolates the per-call compile of that rule.
-  auto re2_tail_noagent = per_call(
-    tail_seconds, 100, [&] { sink += cls.classify(tail100, "").rule.size(); });
-  auto naive_tail = per_call(tail_seconds, 10, [&] {
-    sink += static_cast<std::size_t>(naive_classify(naive, tail100.tail) + 1);
-  });
-  std::printf("tail100 nomatch: re2 %.2f us  re2(no agent_cli) %.2f us  "
-              "std::regex %.2f us  ratio %.1fx\n",
-              re2_tail * 1e6, re2_tail_noagent * 1e6, naive_tail * 1e6,
-              naive_tail / re2_tail);
-
-  // --- 100-line tail with a rate-limit line 30 lines from the end.
   attempt_outcome limited = tail100;
   limited.tail[70] =
     "Error: 429 Too Many Requests (rate limit), retry after 20s";
   if (cls.classify(limited, agent_cli).rule != "rate_limit" ||
       naive_classify(naive, limited.tail) != 1)
     die("rate-limit tail not classified as rate_limit");
-  auto re2_limited = per_call(tail_seconds, 100, [&] {
-    sink += cls.classify(limited, agent_cli).rule.size();
+  reference::classifier before{rules};
+  std::size_t sink = 0;
+
+  if (!only.empty()) {
+    // Instructions per call: run under callgrind with --calls=0 and N.
+    const auto& input = tail_case == "ratelimit" ? limited : tail100;
+    for (std::uint64_t i = 0; i < calls; ++i)
+      sink += only == "old" ? before.classify(input, agent_cli).rule.size()
+                            : cls.classify(input, agent_cli).rule.size();
+    std::printf("RESULT name=classifier_calls only=%s calls=%llu sink=%zu\n",
+                only.c_str(), static_cast<unsigned long long>(calls), sink);
+    return 0;
+  }
+
+  // Before (the old engine) and after, alternating, `rounds` times each.
+  std::vector<double> old_tail, new_tail, old_limited, new_limited;
+  auto slice = tail_seconds / static_cast<double>(rounds);
+  for (std::uint64_t r = 0; r < rounds; ++r) {
+    old_tail.push_back(per_call(slice, 100, [&] {
+      sink += before.classify(tail100, agent_cli).rule.size();
+    }));
+    new_tail.push_back(per_call(slice, 100, [&] {
+      sink += cls.classify(tail100, agent_cli).rule.size();
+    }));
+    old_limited.push_back(per_call(slice, 100, [&] {
+      sink += before.classify(limited, agent_cli).rule.size();
+    }));
+    new_limited.push_back(per_call(slice, 100, [&] {
+      sink += cls.classify(limited, agent_cli).rule.size();
+    }));
+  }
+  for (std::uint64_t r = 0; r < rounds; ++r)
+    std::printf("round %llu: tail100 nomatch old %.2f us new %.2f us; "
+                "rate_limit at -30 old %.2f us new %.2f us\n",
+                static_cast<unsigned long long>(r + 1), old_tail[r] * 1e6,
+                new_tail[r] * 1e6, old_limited[r] * 1e6, new_limited[r] * 1e6);
+  auto re2_tail = median(new_tail);
+  auto re2_tail_old = median(old_tail);
+  auto re2_limited = median(new_limited);
+  auto re2_limited_old = median(old_limited);
+  // The same without an agent name: the templated `{agent_cli}` pattern is
+  // then left out.
+  auto re2_tail_noagent = per_call(
+    tail_seconds, 100, [&] { sink += cls.classify(tail100, "").rule.size(); });
+  auto naive_tail = per_call(tail_seconds, 10, [&] {
+    sink += static_cast<std::size_t>(naive_classify(naive, tail100.tail) + 1);
   });
+  std::printf("tail100 nomatch: new %.2f us  old %.2f us (%.1fx)  "
+              "new(no agent_cli) %.2f us  std::regex %.2f us  ratio %.1fx\n",
+              re2_tail * 1e6, re2_tail_old * 1e6, re2_tail_old / re2_tail,
+              re2_tail_noagent * 1e6, naive_tail * 1e6, naive_tail / re2_tail);
   auto naive_limited = per_call(tail_seconds, 10, [&] {
     sink += static_cast<std::size_t>(naive_classify(naive, limited.tail) + 1);
   });
-  std::printf("tail100 rate_limit at -30: re2 %.2f us  std::regex %.2f us  "
-              "ratio %.1fx\n",
-              re2_limited * 1e6, naive_limited * 1e6,
+  std::printf("tail100 rate_limit at -30: new %.2f us  old %.2f us (%.1fx)  "
+              "std::regex %.2f us  ratio %.1fx\n",
+              re2_limited * 1e6, re2_limited_old * 1e6,
+              re2_limited_old / re2_limited, naive_limited * 1e6,
               naive_limited / re2_limited);
 
   // --- A log of `log_mb` MB.
@@ -291,10 +342,12 @@ int main(int argc, char** argv) {
 
   result_line{"classifier"}
     .fixed("tail100_us", re2_tail * 1e6, 2)
+    .fixed("tail100_old_us", re2_tail_old * 1e6, 2)
     .fixed("tail100_noagent_us", re2_tail_noagent * 1e6, 2)
     .fixed("tail100_stdregex_us", naive_tail * 1e6, 2)
     .fixed("tail100_ratio", naive_tail / re2_tail, 1)
     .fixed("tail100_ratelimit_us", re2_limited * 1e6, 2)
+    .fixed("tail100_ratelimit_old_us", re2_limited_old * 1e6, 2)
     .fixed("tail100_ratelimit_stdregex_us", naive_limited * 1e6, 2)
     .add("log_bytes", log.size())
     .fixed("log_stream_ms", stream_s * 1e3, 1)

@@ -17,6 +17,20 @@ out=${TASKSUP_BENCH_OUT:-$build/bench-results.txt}
 filter=${1:-}
 
 "$root/scripts/bootstrap.sh"
+# Measuring tools of the benchmarks only (not needed to build or test):
+# hyperfine for the client start, valgrind for instruction counts, Erlang/OTP
+# (erlang-base) for the peers of the supervision and process benchmarks.
+missing=()
+command -v hyperfine >/dev/null || missing+=(hyperfine)
+command -v valgrind >/dev/null || missing+=(valgrind)
+command -v escript >/dev/null || missing+=(erlang-base)
+if ((${#missing[@]} > 0)); then
+  if [[ $(id -u) -eq 0 ]]; then
+    apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "bench.sh: install ${missing[*]} (apt-get) for every figure" >&2
+  fi
+fi
 generator=()
 [[ -f "$build/CMakeCache.txt" ]] || generator=(-G Ninja)
 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
@@ -48,8 +62,41 @@ run() {
   rm -f "$log"
 }
 
-# 4. Classifier: 100-line tail and a 10 MB log, RE2 against std::regex.
+# 4. Classifier: 100-line tail and a 10 MB log, RE2 against std::regex, and
+# the engine before issue 17 (alternating) on the same tails.
 run classifier "$bin/bench_classifier" --log-mb=10 --tasksup="$build/apps/tasksup"
+# Instructions per classification of the no-match 100-line tail, new and old
+# engine: callgrind totals at 2,000 calls minus 0 calls.
+classifier_instructions() {
+  local side case n0 n1
+  for side in new old; do
+    for case in nomatch ratelimit; do
+      n0=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        "$bin/bench_classifier" --only=$side --case=$case --calls=0 2>&1 |
+        sed -n 's/.*refs: *//p' | tr -d ,)
+      n1=$(valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        "$bin/bench_classifier" --only=$side --case=$case --calls=2000 2>&1 |
+        sed -n 's/.*refs: *//p' | tr -d ,)
+      echo "$side engine, $case tail: $(((n1 - n0) / 2000)) instructions per call"
+      line+=" ${side}_${case}=$(((n1 - n0) / 2000))"
+    done
+  done
+  echo "RESULT name=classifier_instructions$line"
+}
+if command -v valgrind >/dev/null; then
+  line=
+  run classifier-instructions classifier_instructions
+fi
+
+# 6. `tasksup run`: 1,001 attempts (exit 1, then 0; backoff 0) against a
+# shell loop running the same agent, attempt directories on tmpfs and ext4.
+run run-loop-tmpfs "$root/bench/run_loop.sh" "$build/apps/tasksup" 1001 3 /dev/shm
+run run-loop-ext4 "$root/bench/run_loop.sh" "$build/apps/tasksup" 1001 3 "${TMPDIR:-/tmp}"
+
+# 7. Client start: `tasksup --version` and `tasksup status` against a node.
+if command -v hyperfine >/dev/null; then
+  run client-start "$root/bench/client_start.sh" "$build/apps/tasksup"
+fi
 
 # 1. Supervision throughput and latency (in-memory runtime, zero backoff).
 run supervision-1 "$bin/bench_supervision" --tasks=1 --failures=20000
@@ -61,6 +108,20 @@ run caf-floor-1 "$bin/bench_caf_floor" --tasks=1 --failures=20000
 run caf-floor-1k "$bin/bench_caf_floor" --tasks=1000 --failures=20
 if [[ -n "${TASKSUP_BENCH_FULL:-}" ]]; then
   run supervision-100k "$bin/bench_supervision" --tasks=100000 --failures=3
+fi
+
+# Erlang/OTP peers, same machine, same run: a simple_one_for_one supervisor
+# with N dynamic children restarting (transient, at once), and an Erlang port
+# loop running /bin/false (the peer of section 3's process runtime).
+if command -v escript >/dev/null; then
+  # OTP keeps every restart of the last `period` (1 s) in a list it walks on
+  # each restart, so one supervisor's cost per restart grows with its
+  # restart rate: 2,000 restarts show the per-restart cost, 20,000 (the
+  # same count as supervision-1) include that growth.
+  run erlang-sup-1-2k escript "$root/bench/erlang_peers.escript" sup 1 2000
+  run erlang-sup-1 escript "$root/bench/erlang_peers.escript" sup 1 20000
+  run erlang-sup-1k escript "$root/bench/erlang_peers.escript" sup 1000 20
+  run erlang-port escript "$root/bench/erlang_peers.escript" port 1000 /bin/false
 fi
 
 # 2. Memory per task parked in a one-hour backoff.

@@ -1,11 +1,14 @@
 #include "tasksup/supervisor/classifier.hpp"
 
+#include <re2/filtered_re2.h>
 #include <re2/re2.h>
 
 #include <signal.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -24,14 +27,6 @@ constexpr std::string_view sample_agent_cli = "agent";
 /// to its linear NFA when the DFA cache fills, so this bounds memory, not
 /// correctness; an oversized pattern fails to compile and is reported.
 constexpr int64_t regex_max_mem = int64_t{8} << 20;
-
-/// Longest hint `parse_retry_after` accepts; beyond a day a number after
-/// "retry after" is far more likely a timestamp than a real wait.
-constexpr double max_retry_after_s = 86400.0;
-
-/// Integer digits accepted in one duration component (keeps the arithmetic
-/// exact and rejects epoch timestamps in milliseconds early).
-constexpr std::size_t max_integer_digits = 12;
 
 /// Output is untrusted bytes: Latin-1 maps every byte to one character so
 /// invalid UTF-8 can never make a pattern fail to apply.
@@ -120,173 +115,6 @@ std::string display_line(std::string_view line, std::size_t focus) {
   return out;
 }
 
-char lower(char c) {
-  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
-
-bool is_digit(char c) {
-  return c >= '0' && c <= '9';
-}
-
-bool is_alpha(char c) {
-  auto l = lower(c);
-  return l >= 'a' && l <= 'z';
-}
-
-/// Case-insensitive `word` at `pos`; returns the position after it or npos.
-std::size_t match_word(std::string_view str, std::size_t pos,
-                       std::string_view word) {
-  if (str.size() - pos < word.size())
-    return std::string_view::npos;
-  for (std::size_t i = 0; i < word.size(); ++i)
-    if (lower(str[pos + i]) != word[i])
-      return std::string_view::npos;
-  return pos + word.size();
-}
-
-std::size_t skip_chars(std::string_view str, std::size_t pos,
-                       std::string_view set) {
-  while (pos < str.size() && set.find(str[pos]) != std::string_view::npos)
-    ++pos;
-  return pos;
-}
-
-/// Words of one "come back later" phrase; between words any run (possibly
-/// empty) of spaces, tabs, '-' or '_' is allowed, so "Retry-After",
-/// "retry_after", "retryAfter" and "retry after" are all one phrase.
-struct retry_phrase {
-  std::string_view words[3];
-};
-
-constexpr retry_phrase retry_phrases[] = {
-  {{"retry", "after", {}}},    {{"retry", "in", {}}},
-  {{"retry", "delay", {}}},    {{"try", "again", "in"}},
-  {{"try", "again", "after"}},
-};
-
-constexpr std::string_view word_separators = " \t-_";
-
-/// Between the phrase and the value: "Retry-After: 30", `"retryDelay": "38s"`,
-/// "retry_after=5".
-constexpr std::string_view value_separators = " \t:=\"'";
-
-std::size_t match_phrase(std::string_view str, std::size_t pos,
-                         const retry_phrase& phrase) {
-  for (std::size_t i = 0; i < 3 && !phrase.words[i].empty(); ++i) {
-    if (i > 0)
-      pos = skip_chars(str, pos, word_separators);
-    pos = match_word(str, pos, phrase.words[i]);
-    if (pos == std::string_view::npos)
-      return pos;
-  }
-  return pos;
-}
-
-struct duration_unit {
-  std::string_view name;
-  double seconds;
-};
-
-constexpr duration_unit duration_units[] = {
-  {"ms", 0.001},
-  {"msec", 0.001},
-  {"msecs", 0.001},
-  {"millisecond", 0.001},
-  {"milliseconds", 0.001},
-  {"s", 1},
-  {"sec", 1},
-  {"secs", 1},
-  {"second", 1},
-  {"seconds", 1},
-  {"m", 60},
-  {"min", 60},
-  {"mins", 60},
-  {"minute", 60},
-  {"minutes", 60},
-  {"h", 3600},
-  {"hr", 3600},
-  {"hrs", 3600},
-  {"hour", 3600},
-  {"hours", 3600},
-};
-
-std::optional<double> unit_seconds(std::string_view word) {
-  for (const auto& unit : duration_units) {
-    if (unit.name.size() != word.size())
-      continue;
-    if (match_word(word, 0, unit.name) != std::string_view::npos)
-      return unit.seconds;
-  }
-  return std::nullopt;
-}
-
-/// Parses a decimal number ("30", "1.5") at `pos`; advances `pos`. Fails on
-/// more than `max_integer_digits` integer digits.
-std::optional<double> parse_number(std::string_view str, std::size_t& pos) {
-  double value = 0;
-  std::size_t digits = 0;
-  while (pos < str.size() && is_digit(str[pos])) {
-    if (++digits > max_integer_digits)
-      return std::nullopt;
-    value = value * 10 + (str[pos] - '0');
-    ++pos;
-  }
-  if (pos + 1 < str.size() && str[pos] == '.' && is_digit(str[pos + 1])) {
-    ++pos;
-    double scale = 0.1;
-    while (pos < str.size() && is_digit(str[pos])) {
-      value += (str[pos] - '0') * scale;
-      scale /= 10;
-      ++pos;
-    }
-  }
-  return value;
-}
-
-/// Parses "30", "20s", "2 minutes", "1m30s", "1 minute 30 seconds" at
-/// `pos`. A bare number is `bare_unit_s` seconds each and must not continue
-/// like a date or clock time ("2024-01-01", "12:30"); an unknown unit word
-/// ("3 attempts") means this is not a duration.
-std::optional<double> parse_duration(std::string_view str, std::size_t pos,
-                                     double bare_unit_s) {
-  double total = 0;
-  bool any = false;
-  while (pos < str.size() && is_digit(str[pos])) {
-    auto value = parse_number(str, pos);
-    if (!value)
-      return std::nullopt;
-    auto word_begin = skip_chars(str, pos, " \t");
-    auto word_end = word_begin;
-    while (word_end < str.size() && is_alpha(str[word_end]))
-      ++word_end;
-    auto word = str.substr(word_begin, word_end - word_begin);
-    if (word.empty()) {
-      if (any)
-        break; // "1m 30": the trailing number has no unit, ignore it
-      if (pos + 1 < str.size() &&
-          std::string_view{"-:/.,"}.find(str[pos]) != std::string_view::npos &&
-          is_digit(str[pos + 1]))
-        return std::nullopt;
-      return *value * bare_unit_s;
-    }
-    auto unit = unit_seconds(word);
-    if (!unit) {
-      if (any)
-        break;
-      return std::nullopt;
-    }
-    total += *value * *unit;
-    any = true;
-    pos = skip_chars(str, word_end, " \t,");
-    if (auto after_and = match_word(str, pos, "and");
-        after_and != std::string_view::npos)
-      pos = skip_chars(str, after_and, " \t");
-  }
-  if (!any)
-    return std::nullopt;
-  return total;
-}
-
 } // namespace
 
 std::vector<classifier_rule> default_classifier_rules() {
@@ -330,94 +158,351 @@ std::vector<classifier_rule> default_classifier_rules() {
   return rules;
 }
 
-std::optional<double> parse_retry_after(std::string_view line) {
-  for (std::size_t pos = 0; pos < line.size(); ++pos) {
-    auto c = lower(line[pos]);
-    if (c != 'r' && c != 't')
-      continue;
-    for (const auto& phrase : retry_phrases) {
-      auto end = match_phrase(line, pos, phrase);
-      if (end == std::string_view::npos)
-        continue;
-      // "Retry-After-Ms: 500" / "retry_after_ms=500": bare numbers are ms.
-      double bare_unit_s = 1;
-      if (auto ms = match_word(line, skip_chars(line, end, "-_"), "ms");
-          ms != std::string_view::npos &&
-          (ms == line.size() || !is_alpha(line[ms]))) {
-        bare_unit_s = 0.001;
-        end = ms;
-      }
-      auto value = parse_duration(line, skip_chars(line, end, value_separators),
-                                  bare_unit_s);
-      if (value && *value >= 0 && *value <= max_retry_after_s)
-        return value;
-    }
-  }
-  return std::nullopt;
-}
-
 /// One rule ready to match: its patterns without `{agent_cli}` compiled into
-/// one alternation, and the templated ones kept as text for per-call
+/// one alternation, and the templated ones kept as text for per-agent
 /// substitution.
 struct compiled_rule {
-  std::unique_ptr<RE2> fixed;
+  std::shared_ptr<const RE2> fixed;
   std::string fixed_source;
+  std::vector<std::string> fixed_patterns;
   std::vector<std::string> templated;
 };
 
-/// Most agent-specific regexes kept at once. A node runs a handful of agents;
+/// Most agent-specific engines kept at once. A node runs a handful of agents;
 /// beyond this many names the cache starts over rather than grow.
-constexpr std::size_t max_cached_agent_regexes = 256;
+constexpr std::size_t max_cached_agent_engines = 256;
 
 struct classifier::impl {
+  struct engine;
+
   std::vector<classifier_rule> rules;
   std::vector<compiled_rule> compiled;
   RE2::Options options = regex_options();
+  bool any_templated = false;
 
-  /// Rules with `{agent_cli}` patterns, compiled per agent name (per rule
-  /// index): compiling costs far more than matching a tail, and a node asks
-  /// again and again for the same few agents. Not part of the classifier's
-  /// value; guarded so one classifier can still be shared between threads.
+  /// The engine without an agent name (templated patterns left out).
+  std::shared_ptr<const engine> plain;
+
+  /// Engines with `{agent_cli}` filled in, per agent name: building one
+  /// costs far more than matching a tail, and a node asks again and again
+  /// for the same few agents. Not part of the classifier's value; guarded so
+  /// one classifier can still be shared between threads.
   mutable std::mutex cache_mtx;
-  mutable std::vector<
-    std::map<std::string, std::shared_ptr<const RE2>, std::less<>>>
+  mutable std::map<std::string, std::shared_ptr<const engine>, std::less<>>
     per_agent;
-  mutable std::size_t cached = 0;
 
-  /// Rule `index`'s regex with `{agent_cli}` filled in with `agent_name`,
-  /// regex-quoted; null when it does not compile.
-  std::shared_ptr<const RE2> agent_regex(std::size_t index,
-                                         std::string_view agent_name) const;
+  std::shared_ptr<const engine> build_engine(std::string_view agent_name) const;
+  std::shared_ptr<const engine> engine_for(std::string_view agent_name) const;
 };
 
-std::shared_ptr<const RE2>
-classifier::impl::agent_regex(std::size_t index,
-                              std::string_view agent_name) const {
+/// The matching engine for one agent name: every rule's patterns compiled
+/// into one alternation (used to confirm a line and find where the match
+/// starts, exactly as a rule is defined), and all patterns of all rules
+/// behind one literal prefilter. RE2's FilteredRE2 reduces each pattern to
+/// the literals ("atoms") any match must contain; one pass over a line finds
+/// which atoms occur (a table of their two-byte pieces, ASCII case folded),
+/// and only rules whose atoms occur in a line run their regex on that line.
+/// A pattern with no usable atom runs on every line of its window.
+struct classifier::impl::engine {
+  /// Per rule: its alternation (null when none of its patterns can apply)
+  /// and whether it must run on every line of its window.
+  std::vector<std::shared_ptr<const RE2>> rule_re;
+  std::vector<char> always_scan;
+
+  /// The prefilter; null when no pattern has atoms.
+  std::unique_ptr<re2::FilteredRE2> filter;
+  /// FilteredRE2 pattern id -> rule index.
+  std::vector<std::size_t> filter_rule;
+  std::vector<std::string> atoms;
+  /// Atoms the byte table cannot look for (shorter than two bytes or with a
+  /// non-ASCII byte, whose case folding RE2 and the table might not agree
+  /// on): reported as present in every line, which only costs speed.
+  std::vector<int> assumed_atoms;
+
+  /// One two-byte piece of an atom: `offset` bytes into atom `atom`.
+  struct probe {
+    std::uint16_t bigram;
+    std::uint16_t offset;
+    std::uint32_t atom;
+  };
+  std::vector<probe> probes; // sorted by bigram
+  /// Raw (unfolded) two-byte values of every case variant of the pieces,
+  /// indexed by the two bytes as one little-endian 16-bit load: one test per
+  /// visited position.
+  std::array<std::uint64_t, 65536 / 64> raw_bits{};
+  /// Folded piece -> its run in `probes`, open addressing (power of two).
+  struct slot {
+    std::uint16_t bigram = 0;
+    std::uint32_t count = 0; // 0: empty
+    std::uint32_t first = 0;
+  };
+  std::vector<slot> slots;
+  /// Positions the scan steps by: every atom is at least `stride` + 1 bytes
+  /// long and each of its first `stride` pieces is in the table, so an
+  /// occurrence always covers one visited position.
+  std::size_t stride = 1;
+
+  /// Appends the ids of the atoms occurring in `line` (each once) to `out`;
+  /// `seen` is scratch of atoms.size(), all values below `stamp`.
+  void find_atoms(std::string_view line, std::vector<int>& out,
+                  std::vector<std::size_t>& seen, std::size_t stamp) const;
+};
+
+namespace {
+
+/// ASCII case folding, the one FilteredRE2 applies to its atoms.
+constexpr std::array<unsigned char, 256> make_fold_table() {
+  std::array<unsigned char, 256> t{};
+  for (std::size_t c = 0; c < 256; ++c)
+    t[c] = static_cast<unsigned char>(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+  return t;
+}
+
+constexpr std::array<unsigned char, 256> fold_table = make_fold_table();
+
+/// Shortest atom FilteredRE2 extracts; shorter literals leave a pattern
+/// unfiltered (scanned on every line).
+constexpr int min_atom_len = 3;
+
+/// Longest step of the atom scan. A longer step visits fewer positions but
+/// puts more of each atom's pieces (and so more common ones) in the table.
+constexpr std::size_t max_stride = 2;
+
+/// Longest atom the table indexes (its piece offsets are 16 bits); a longer
+/// one is assumed present.
+constexpr std::size_t max_indexed_atom = 4096;
+
+/// How common a byte is in agent output, roughly: English letter
+/// frequencies, digits (timestamps, counters) and blanks high. Used only to
+/// pick which pieces of an atom go in the table; any choice is correct.
+constexpr unsigned byte_commonness(unsigned char c) {
+  constexpr const char* by_frequency = "etaoinshrdlcumwfgypbvkjxqz";
+  if (c == ' ' || c == '\t')
+    return 40;
+  if (c >= '0' && c <= '9')
+    return 20;
+  for (unsigned i = 0; by_frequency[i] != 0; ++i)
+    if (static_cast<unsigned char>(by_frequency[i]) == c)
+      return 26 - i;
+  return 1;
+}
+
+/// Where an atom's `stride` consecutive pieces go in the table: the window
+/// whose pieces look rarest, so that few positions of a line hit the table.
+std::size_t rarest_window(std::string_view atom, std::size_t stride) {
+  std::size_t best = 0;
+  unsigned best_score = ~0u;
+  for (std::size_t j = 0; j + stride + 1 <= atom.size(); ++j) {
+    unsigned score = 0;
+    for (std::size_t o = j; o < j + stride; ++o)
+      score += byte_commonness(static_cast<unsigned char>(atom[o])) *
+               byte_commonness(static_cast<unsigned char>(atom[o + 1]));
+    if (score < best_score) {
+      best_score = score;
+      best = j;
+    }
+  }
+  return best;
+}
+
+std::size_t slot_hash(std::uint16_t bigram) {
+  return (bigram * std::size_t{0x9E3779B1u}) >> 16;
+}
+
+/// Sets the bit of the two bytes `a`, `b` as a little-endian 16-bit value.
+void set_raw(std::array<std::uint64_t, 1024>& bits, unsigned char a,
+             unsigned char b) {
+  auto v = static_cast<std::uint16_t>(a | b << 8);
+  bits[v >> 6] |= std::uint64_t{1} << (v & 63);
+}
+
+unsigned char upper(unsigned char c) {
+  return c >= 'a' && c <= 'z' ? static_cast<unsigned char>(c - 'a' + 'A') : c;
+}
+
+std::uint16_t bigram_at(const unsigned char* p) {
+  return static_cast<std::uint16_t>(fold_table[p[0]] << 8 | fold_table[p[1]]);
+}
+
+bool is_plain_ascii(std::string_view atom) {
+  return std::all_of(atom.begin(), atom.end(), [](char c) {
+    return static_cast<unsigned char>(c) < 0x80;
+  });
+}
+
+} // namespace
+
+void classifier::impl::engine::find_atoms(std::string_view line,
+                                          std::vector<int>& out,
+                                          std::vector<std::size_t>& seen,
+                                          std::size_t stamp) const {
+  if (probes.empty())
+    return;
+  const auto* p = reinterpret_cast<const unsigned char*>(line.data());
+  const auto n = line.size();
+  const auto mask = slots.size() - 1;
+  // Locals, so the hot loop keeps them in registers.
+  const auto step = stride;
+  const std::uint64_t* bits = raw_bits.data();
+  auto in_table = [&](std::size_t at) {
+    std::uint16_t raw;
+    std::memcpy(&raw, p + at, sizeof raw);
+    return (bits[raw >> 6] & (std::uint64_t{1} << (raw & 63))) != 0;
+  };
+  for (std::size_t i = 0; i + 1 < n; i += step) {
+    if (!in_table(i))
+      continue;
+    // With a step of two an atom's two pieces overlap by a byte: the piece
+    // found here is the first (then the other starts a byte later) or the
+    // second (the other starts a byte earlier) of the pair.
+    if (step == 2 && !(i + 2 < n && in_table(i + 1)) &&
+        !(i > 0 && in_table(i - 1)))
+      continue;
+    auto bg = bigram_at(p + i);
+    const slot* hit = nullptr;
+    for (auto h = slot_hash(bg) & mask;; h = (h + 1) & mask) {
+      if (slots[h].count == 0)
+        break;
+      if (slots[h].bigram == bg) {
+        hit = &slots[h];
+        break;
+      }
+    }
+    if (hit == nullptr)
+      continue;
+    for (auto k = hit->first; k < hit->first + hit->count; ++k) {
+      const auto& pr = probes[k];
+      if (seen[pr.atom] == stamp || i < pr.offset)
+        continue;
+      const auto& atom = atoms[pr.atom];
+      auto start = i - pr.offset;
+      if (start + atom.size() > n)
+        continue;
+      bool equal = true;
+      for (std::size_t j = 0; j < atom.size() && equal; ++j)
+        equal = fold_table[p[start + j]] == static_cast<unsigned char>(atom[j]);
+      if (equal) {
+        seen[pr.atom] = stamp;
+        out.push_back(static_cast<int>(pr.atom));
+      }
+    }
+  }
+}
+
+std::shared_ptr<const classifier::impl::engine>
+classifier::impl::build_engine(std::string_view agent_name) const {
+  auto out = std::make_shared<engine>();
+  out->rule_re.resize(rules.size());
+  out->always_scan.assign(rules.size(), 0);
+  auto filter = std::make_unique<re2::FilteredRE2>(min_atom_len);
+  std::string quoted;
+  if (!agent_name.empty())
+    quoted = RE2::QuoteMeta(piece(agent_name));
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    const auto& rule = compiled[i];
+    std::vector<std::string> sources = rule.fixed_patterns;
+    out->rule_re[i] = rule.fixed;
+    if (!rule.templated.empty() && !agent_name.empty()) {
+      auto source = rule.fixed_source;
+      std::vector<std::string> substituted;
+      for (const auto& pattern : rule.templated) {
+        substituted.push_back(substitute_agent(pattern, quoted));
+        append_branch(source, substituted.back());
+      }
+      auto re = std::make_shared<const RE2>(piece(source), options);
+      // Only an absurdly long agent name can fail here (max_mem); the
+      // templated patterns then cannot match, the others still do.
+      if (re->ok()) {
+        out->rule_re[i] = std::move(re);
+        sources.insert(sources.end(), substituted.begin(), substituted.end());
+      }
+    }
+    if (!out->rule_re[i])
+      continue;
+    for (const auto& source : sources) {
+      int id = 0;
+      if (filter->Add(piece(source), options, &id) != RE2::NoError) {
+        out->always_scan[i] = 1;
+        continue;
+      }
+      out->filter_rule.push_back(i);
+    }
+  }
+  if (out->filter_rule.empty())
+    return out;
+  filter->Compile(&out->atoms);
+  // Patterns left without atoms are potential whatever the line holds.
+  std::vector<int> unfiltered;
+  filter->AllPotentials({}, &unfiltered);
+  for (auto id : unfiltered)
+    out->always_scan[out->filter_rule[static_cast<std::size_t>(id)]] = 1;
+  std::size_t shortest = max_stride + 1;
+  for (std::size_t a = 0; a < out->atoms.size(); ++a) {
+    const auto& atom = out->atoms[a];
+    if (atom.size() < 2 || atom.size() > max_indexed_atom ||
+        !is_plain_ascii(atom))
+      out->assumed_atoms.push_back(static_cast<int>(a));
+    else
+      shortest = std::min(shortest, atom.size());
+  }
+  out->stride = shortest - 1;
+  for (std::size_t a = 0; a < out->atoms.size(); ++a) {
+    const auto& atom = out->atoms[a];
+    if (atom.size() < 2 || atom.size() > max_indexed_atom ||
+        !is_plain_ascii(atom))
+      continue;
+    auto first = rarest_window(atom, out->stride);
+    for (auto o = first; o < first + out->stride; ++o) {
+      auto bg =
+        bigram_at(reinterpret_cast<const unsigned char*>(atom.data()) + o);
+      auto lo = static_cast<unsigned char>(bg >> 8);
+      auto hi = static_cast<unsigned char>(bg & 0xFF);
+      for (auto x : {lo, upper(lo)})
+        for (auto y : {hi, upper(hi)})
+          set_raw(out->raw_bits, x, y);
+      out->probes.push_back(engine::probe{bg, static_cast<std::uint16_t>(o),
+                                          static_cast<std::uint32_t>(a)});
+    }
+  }
+  std::sort(out->probes.begin(), out->probes.end(),
+            [](const engine::probe& a, const engine::probe& b) {
+              return a.bigram < b.bigram;
+            });
+  std::size_t size = 16;
+  while (size < 2 * out->probes.size())
+    size *= 2;
+  out->slots.resize(size);
+  for (std::size_t k = 0; k < out->probes.size(); ++k) {
+    auto bg = out->probes[k].bigram;
+    auto h = slot_hash(bg) & (size - 1);
+    while (out->slots[h].count != 0 && out->slots[h].bigram != bg)
+      h = (h + 1) & (size - 1);
+    auto& sl = out->slots[h];
+    if (sl.count == 0) {
+      sl.bigram = bg;
+      sl.first = static_cast<std::uint32_t>(k);
+    }
+    ++sl.count;
+  }
+  out->filter = std::move(filter);
+  return out;
+}
+
+std::shared_ptr<const classifier::impl::engine>
+classifier::impl::engine_for(std::string_view agent_name) const {
+  if (!any_templated || agent_name.empty())
+    return plain;
   {
     std::lock_guard<std::mutex> guard{cache_mtx};
-    auto& by_name = per_agent[index];
-    if (auto i = by_name.find(agent_name); i != by_name.end())
+    if (auto i = per_agent.find(agent_name); i != per_agent.end())
       return i->second;
   }
-  const auto& rule = compiled[index];
-  auto quoted = RE2::QuoteMeta(piece(agent_name));
-  auto source = rule.fixed_source;
-  for (const auto& pattern : rule.templated)
-    append_branch(source, substitute_agent(pattern, quoted));
-  auto re = std::make_shared<const RE2>(piece(source), options);
-  // Only an absurdly long agent name can fail here (max_mem); the templated
-  // patterns then cannot match, the others still do.
-  if (!re->ok())
-    return nullptr;
+  auto built = build_engine(agent_name);
   std::lock_guard<std::mutex> guard{cache_mtx};
-  if (cached >= max_cached_agent_regexes) {
-    for (auto& by_name : per_agent)
-      by_name.clear();
-    cached = 0;
-  }
-  if (per_agent[index].emplace(std::string{agent_name}, re).second)
-    ++cached;
-  return re;
+  if (per_agent.size() >= max_cached_agent_engines)
+    per_agent.clear();
+  per_agent.emplace(std::string{agent_name}, built);
+  return built;
 }
 
 namespace {
@@ -431,10 +516,47 @@ std::string rule_label(const classifier_rule& rule) {
   return "rule '" + rule.id + "'";
 }
 
-/// A matching line: where it is in the tail and where the match starts in it.
-struct line_hit {
-  std::size_t index = 0;
-  std::size_t offset = 0;
+/// What the exit code, signal and OOM flag say about one rule.
+enum class cheap_verdict { matched, not_matched, patterns_decide };
+
+cheap_verdict cheap_criteria(const classifier_rule& rule,
+                             const attempt_outcome& outcome) {
+  bool any_cheap = false;
+  bool all_cheap = true;
+  auto check = [&](bool is_set, bool matched) {
+    if (!is_set)
+      return;
+    any_cheap = any_cheap || matched;
+    all_cheap = all_cheap && matched;
+  };
+  check(!rule.exit_codes.empty(), contains(rule.exit_codes, outcome.exit_code));
+  check(rule.oom_killed.has_value(),
+        rule.oom_killed && *rule.oom_killed == outcome.oom_killed);
+  check(!rule.signals.empty(),
+        outcome.signal != 0 && contains(rule.signals, outcome.signal));
+  if (rule.match_all ? !all_cheap : any_cheap)
+    return rule.match_all ? cheap_verdict::not_matched : cheap_verdict::matched;
+  if (rule.patterns.empty())
+    // match_all with only cheap criteria, all of which matched.
+    return rule.match_all ? cheap_verdict::matched : cheap_verdict::not_matched;
+  return cheap_verdict::patterns_decide;
+}
+
+/// First tail index a rule's window covers.
+std::size_t window_begin(const classifier_rule& rule, std::size_t lines) {
+  return rule.window_lines == 0 || rule.window_lines >= lines
+           ? std::size_t{0}
+           : lines - rule.window_lines;
+}
+
+/// A rule whose patterns decide, while the tail is scanned.
+struct candidate {
+  std::size_t rule = 0;
+  std::size_t begin = 0; // window_begin
+  const RE2* re = nullptr;
+  bool always_scan = false;
+  /// Line index + 1 of the last line whose atoms make this rule potential.
+  std::size_t potential_at = 0;
 };
 
 } // namespace
@@ -474,22 +596,27 @@ expected<classifier> classifier::make(std::vector<classifier_rule> rules) {
         return rule_error(i, path,
                           rule_label(rule) + ": invalid pattern '" + pattern +
                             "': " + re.error());
-      if (templated)
+      if (templated) {
         out.templated.push_back(pattern);
-      else
+        ptr->any_templated = true;
+      } else {
         append_branch(out.fixed_source, pattern);
+        out.fixed_patterns.push_back(pattern);
+      }
     }
     if (!out.fixed_source.empty()) {
-      out.fixed = std::make_unique<RE2>(piece(out.fixed_source), ptr->options);
-      if (!out.fixed->ok())
+      auto fixed =
+        std::make_shared<const RE2>(piece(out.fixed_source), ptr->options);
+      if (!fixed->ok())
         return rule_error(i, "/patterns",
-                          rule_label(rule) + ": patterns together too large: " +
-                            out.fixed->error());
+                          rule_label(rule) +
+                            ": patterns together too large: " + fixed->error());
+      out.fixed = std::move(fixed);
     }
     ptr->compiled.push_back(std::move(out));
   }
-  ptr->per_agent.resize(rules.size());
   ptr->rules = std::move(rules);
+  ptr->plain = ptr->build_engine({});
   return classifier{std::move(ptr)};
 }
 
@@ -502,76 +629,109 @@ classification classifier::classify(const attempt_outcome& outcome,
     result.line = display_line(outcome.infrastructure_error, 0);
     return result;
   }
-  auto agent_name = basename_of(agent_cli);
+  const auto& rules = impl_->rules;
   const auto& tail = outcome.tail;
-  for (std::size_t i = 0; i < impl_->rules.size(); ++i) {
-    const auto& rule = impl_->rules[i];
-    const auto& compiled = impl_->compiled[i];
-    bool any_cheap = false;
-    bool all_cheap = true;
-    auto check = [&](bool is_set, bool matched) {
-      if (!is_set)
-        return;
-      any_cheap = any_cheap || matched;
-      all_cheap = all_cheap && matched;
-    };
-    check(!rule.exit_codes.empty(),
-          contains(rule.exit_codes, outcome.exit_code));
-    check(rule.oom_killed.has_value(),
-          rule.oom_killed && *rule.oom_killed == outcome.oom_killed);
-    check(!rule.signals.empty(),
-          outcome.signal != 0 && contains(rule.signals, outcome.signal));
-    auto window_begin =
-      rule.window_lines == 0 || rule.window_lines >= tail.size()
-        ? std::size_t{0}
-        : tail.size() - rule.window_lines;
-    std::optional<line_hit> hit;
-    bool matched = false;
-    if (rule.match_all ? !all_cheap : any_cheap) {
-      matched = !rule.match_all;
-    } else if (rule.patterns.empty()) {
-      // match_all with only cheap criteria, all of which matched.
-      matched = rule.match_all;
-    } else {
-      // The patterns decide: scan the window, newest line first.
-      const RE2* re = compiled.fixed.get();
-      std::shared_ptr<const RE2> per_agent;
-      if (!compiled.templated.empty() && !agent_name.empty()) {
-        per_agent = impl_->agent_regex(i, agent_name);
-        if (per_agent)
-          re = per_agent.get();
-      }
-      if (re != nullptr) {
-        for (auto k = tail.size(); k > window_begin; --k) {
-          auto line = piece(tail[k - 1]);
-          re2::StringPiece m;
-          if (re->Match(line, 0, line.size(), RE2::UNANCHORED, &m, 1)) {
-            hit =
-              line_hit{k - 1, static_cast<std::size_t>(m.data() - line.data())};
-            break;
-          }
-        }
-      }
-      matched = hit.has_value();
+  auto eng = impl_->engine_for(basename_of(agent_cli));
+
+  // The exit code, signal and OOM flag decide most rules at once; the first
+  // rule they match bounds the rules whose patterns still need the tail.
+  auto winner = rules.size();
+  std::vector<candidate> candidates;
+  for (std::size_t i = 0; i < rules.size() && winner == rules.size(); ++i) {
+    switch (cheap_criteria(rules[i], outcome)) {
+      case cheap_verdict::matched:
+        winner = i;
+        break;
+      case cheap_verdict::not_matched:
+        break;
+      case cheap_verdict::patterns_decide:
+        if (eng->rule_re[i])
+          candidates.push_back(candidate{i, window_begin(rules[i], tail.size()),
+                                         eng->rule_re[i].get(),
+                                         eng->always_scan[i] != 0, 0});
+        break;
     }
-    if (!matched)
-      continue;
-    result.cls = rule.cls;
-    result.rule = rule.id;
-    if (hit)
-      result.line = display_line(tail[hit->index], hit->offset);
-    if (rule.cls == error_class::rate_limit) {
-      for (auto k = tail.size(); k > window_begin; --k) {
-        if (auto hint = parse_retry_after(tail[k - 1])) {
-          result.retry_after_s = hint;
+  }
+
+  // One pass over the tail, newest line first, for all candidates at once:
+  // the first candidate (by priority) with a matching line in its window
+  // wins, its newest matching line is the one shown.
+  auto best = candidates.size();
+  std::size_t hit_line = 0;
+  std::size_t hit_offset = 0;
+  if (!candidates.empty()) {
+    std::vector<int> line_atoms;
+    std::vector<int> potentials;
+    std::vector<std::size_t> seen(eng->atoms.size(), 0);
+    auto lowest = [&] {
+      std::size_t low = tail.size();
+      for (std::size_t c = 0; c < best; ++c)
+        low = std::min(low, candidates[c].begin);
+      return low;
+    };
+    for (auto k = tail.size(); k > lowest(); --k) {
+      const auto& line = tail[k - 1];
+      bool atoms_checked = false;
+      for (std::size_t c = 0; c < best; ++c) {
+        auto& cand = candidates[c];
+        if (k - 1 < cand.begin)
+          continue;
+        if (!cand.always_scan) {
+          if (!atoms_checked) {
+            atoms_checked = true;
+            line_atoms.clear();
+            eng->find_atoms(line, line_atoms, seen, k);
+            if (!line_atoms.empty() || !eng->assumed_atoms.empty()) {
+              line_atoms.insert(line_atoms.end(), eng->assumed_atoms.begin(),
+                                eng->assumed_atoms.end());
+              potentials.clear();
+              eng->filter->AllPotentials(line_atoms, &potentials);
+              for (auto id : potentials) {
+                auto rule = eng->filter_rule[static_cast<std::size_t>(id)];
+                for (auto& other : candidates)
+                  if (other.rule == rule)
+                    other.potential_at = k;
+              }
+            }
+          }
+          if (cand.potential_at != k)
+            continue;
+        }
+        auto text = piece(line);
+        re2::StringPiece m;
+        if (cand.re->Match(text, 0, text.size(), RE2::UNANCHORED, &m, 1)) {
+          best = c;
+          hit_line = k - 1;
+          hit_offset = static_cast<std::size_t>(m.data() - text.data());
           break;
         }
       }
     }
+  }
+
+  std::size_t matched_rule = winner;
+  if (best < candidates.size())
+    matched_rule = candidates[best].rule;
+  if (matched_rule == rules.size()) {
+    result.cls = error_class::retryable;
+    result.rule = "default";
     return result;
   }
-  result.cls = error_class::retryable;
-  result.rule = "default";
+  const auto& rule = rules[matched_rule];
+  result.cls = rule.cls;
+  result.rule = rule.id;
+  if (best < candidates.size())
+    result.line = display_line(tail[hit_line], hit_offset);
+  if (rule.cls == error_class::rate_limit) {
+    // The hint may sit on its own line ("Retry-After: 30" under the "429"):
+    // the first one found from the newest line of the rule's window.
+    for (auto k = tail.size(); k > window_begin(rule, tail.size()); --k) {
+      if (auto hint = parse_retry_after(tail[k - 1])) {
+        result.retry_after_s = hint;
+        break;
+      }
+    }
+  }
   return result;
 }
 

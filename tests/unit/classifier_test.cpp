@@ -1,11 +1,19 @@
 #include "tasksup/supervisor/classifier.hpp"
 
+#include "classifier_reference.hpp"
+#include "tasksup/supervisor/config.hpp"
+
+#include <boost/json.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <signal.h>
 
 #include <cctype>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 #include <string>
 #include <thread>
@@ -684,4 +692,270 @@ TEST_CASE("parse_retry_after survives binary and huge input",
   for (int i = 0; i < 100000; ++i)
     repeated += "retry-after-";
   CHECK_FALSE(parse_retry_after(repeated));
+}
+
+// --- The single-pass engine against the old one (classifier_reference.hpp):
+// identical class, rule, line and retry-after on generated rule sets and
+// tails and on every output fixture of the tests.
+
+namespace {
+
+/// Words the generated patterns and lines share, so that rules match often,
+/// in mixed case, with Latin-1 and UTF-8 bytes among them.
+const std::vector<std::string> corpus_words = {
+  "rate",
+  "limit",
+  "Rate-Limit",
+  "429",
+  "4290",
+  "too",
+  "many",
+  "requests",
+  "quota",
+  "exceeded",
+  "error",
+  "ERROR",
+  "fatal",
+  "denied",
+  "codex",
+  "claude",
+  "no such file",
+  "file",
+  "oom",
+  "killed",
+  "retry",
+  "after",
+  "Retry-After: 30",
+  "try again in 2m",
+  "timeout",
+  "panic",
+  "\xe9t\xe9",
+  "\xc9T\xc9",
+  "caf\xc3\xa9",
+  "CAF\xc3\x89",
+  "\xff\xfe",
+  "x",
+  "_",
+  "-",
+  "a.b+c",
+  "   ",
+  "tokens",
+  "model",
+  "step 12",
+  "exit 137",
+  "\t",
+};
+
+/// Pattern pieces: literals of the words above and regex syntax whose
+/// literal prefilter is not obvious (anchors, classes, word boundaries,
+/// inline flags, `.*` and alternations).
+const std::vector<std::string> pattern_pieces = {
+  "rate.?limit",
+  "\\b429\\b",
+  "too.?many.?requests",
+  "quota.?exceeded",
+  "error",
+  "^error",
+  "error$",
+  "(?-i)ERROR",
+  "fat[a-z]l",
+  "den(y|ied)",
+  "no such file.*{agent_cli}",
+  "{agent_cli}",
+  "retry",
+  "\\d{3}",
+  "[0-9]+ms",
+  "\xe9t\xe9",
+  "\xc9t",
+  "caf\xc3\xa9",
+  "\\Atokens",
+  "model\\z",
+  "x",
+  "k.*l",
+  "(?:oom|killed)",
+  "\\bstep\\b",
+  "a\\.b\\+c",
+  "\\s+-\\s",
+  "[^a-z]{4}",
+  "tim(e)?out|panic",
+};
+
+std::string random_line(std::mt19937_64& rng) {
+  std::uniform_int_distribution<std::size_t> count(0, 8);
+  std::uniform_int_distribution<std::size_t> pick(0, corpus_words.size() - 1);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::string line;
+  if (rng() % 40 == 0)
+    line.append(1500 + rng() % 800, 'z'); // longer than a display line
+  for (auto n = count(rng); n > 0; --n) {
+    auto word = corpus_words[pick(rng)];
+    if (rng() % 3 == 0)
+      for (auto& c : word)
+        c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    line += word;
+    auto sep = rng() % 6;
+    line += sep == 0   ? ""
+            : sep == 1 ? std::string(1, static_cast<char>(byte(rng)))
+                       : " ";
+  }
+  if (rng() % 40 == 0)
+    line.append(1500 + rng() % 800, 'y');
+  return line;
+}
+
+std::vector<classifier_rule> random_rules(std::mt19937_64& rng) {
+  std::vector<classifier_rule> rules;
+  auto n = 1 + rng() % 5;
+  const error_class classes[] = {
+    error_class::retryable, error_class::rate_limit, error_class::fatal,
+    error_class::agent_failure, error_class::container_crash};
+  const std::size_t windows[] = {0, 1, 2, 3, 10, 50, 100};
+  for (std::size_t i = 0; i < n; ++i) {
+    classifier_rule r;
+    r.id = "r" + std::to_string(i);
+    r.cls = classes[rng() % std::size(classes)];
+    r.window_lines = windows[rng() % std::size(windows)];
+    r.match_all = rng() % 4 == 0;
+    if (rng() % 4 == 0)
+      r.exit_codes = {static_cast<int>(1 + rng() % 3), 127};
+    if (rng() % 6 == 0)
+      r.oom_killed = rng() % 2 == 0;
+    if (rng() % 6 == 0)
+      r.signals = {SIGKILL, SIGSEGV};
+    auto patterns = rng() % 4;
+    for (std::size_t p = 0; p < patterns; ++p) {
+      auto piece = pattern_pieces[rng() % pattern_pieces.size()];
+      if (rng() % 4 == 0)
+        piece += ".?" + pattern_pieces[rng() % pattern_pieces.size()];
+      r.patterns.push_back(piece);
+    }
+    if (r.patterns.empty() && r.exit_codes.empty() && !r.oom_killed &&
+        r.signals.empty())
+      r.exit_codes = {1};
+    rules.push_back(std::move(r));
+  }
+  return rules;
+}
+
+attempt_outcome random_outcome(std::mt19937_64& rng,
+                               const std::vector<std::string>& lines) {
+  attempt_outcome out;
+  const int codes[] = {1, 2, 3, 126, 127, 137};
+  out.exit_code = codes[rng() % std::size(codes)];
+  const int signals[] = {0, 0, 0, SIGKILL, SIGSEGV, SIGTERM};
+  out.signal = signals[rng() % std::size(signals)];
+  out.oom_killed = rng() % 8 == 0;
+  if (lines.empty()) {
+    auto n = rng() % 120;
+    for (std::size_t i = 0; i < n; ++i)
+      out.tail.push_back(random_line(rng));
+  } else {
+    out.tail = lines;
+  }
+  return out;
+}
+
+const std::vector<std::string> agent_clis = {"", "codex", "/usr/bin/claude",
+                                             "a.b+c", "CODEX"};
+
+void check_same(const classifier& fast, reference::classifier& slow,
+                const attempt_outcome& out, const std::string& agent) {
+  auto got = fast.classify(out, agent);
+  auto want = slow.classify(out, agent);
+  INFO("agent '" << agent << "', exit " << out.exit_code << ", signal "
+                 << out.signal << ", oom " << out.oom_killed << ", "
+                 << out.tail.size() << " lines");
+  REQUIRE(got.rule == want.rule);
+  REQUIRE(got.cls == want.cls);
+  REQUIRE(got.line == want.line);
+  REQUIRE(got.retry_after_s == want.retry_after_s);
+}
+
+std::vector<std::string> fixture_lines(const std::filesystem::path& path) {
+  std::ifstream in{path, std::ios::binary};
+  std::string text{std::istreambuf_iterator<char>{in}, {}};
+  std::vector<std::string> lines;
+  std::size_t begin = 0;
+  while (begin < text.size()) {
+    auto end = text.find('\n', begin);
+    if (end == std::string::npos)
+      end = text.size();
+    lines.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return lines;
+}
+
+} // namespace
+
+TEST_CASE("the single-pass engine classifies like the rule-by-rule one",
+          "[classifier]") {
+  std::mt19937_64 rng{20261122};
+  std::size_t non_default = 0;
+  for (int set = 0; set < 400; ++set) {
+    auto rules = random_rules(rng);
+    auto made = classifier::make(rules);
+    REQUIRE(made);
+    reference::classifier slow{rules};
+    for (int i = 0; i < 25; ++i) {
+      auto out = random_outcome(rng, {});
+      const auto& agent = agent_clis[rng() % agent_clis.size()];
+      check_same(*made, slow, out, agent);
+      non_default += made->classify(out, agent).rule != "default";
+    }
+  }
+  // The corpus exercises the rules, not only the fall-through.
+  CHECK(non_default > 4000);
+}
+
+TEST_CASE("the single-pass engine agrees on the default rules and fixtures",
+          "[classifier]") {
+  std::mt19937_64 rng{17};
+  auto rules = default_classifier_rules();
+  auto made = classifier::make(rules);
+  REQUIRE(made);
+  reference::classifier slow{rules};
+  for (int i = 0; i < 3000; ++i) {
+    auto out = random_outcome(rng, {});
+    check_same(*made, slow, out, agent_clis[rng() % agent_clis.size()]);
+  }
+  // The shipped rule file, whatever its rules are.
+  {
+    std::ifstream in{TASKSUP_SOURCE_DIR "/config/classifier.json"};
+    std::string text{std::istreambuf_iterator<char>{in}, {}};
+    auto shipped =
+      parse_classifier_rules(boost::json::parse(text), "classifier.json");
+    REQUIRE(shipped);
+    auto made_shipped = classifier::make(*shipped);
+    REQUIRE(made_shipped);
+    reference::classifier slow_shipped{*shipped};
+    for (int i = 0; i < 1000; ++i)
+      check_same(*made_shipped, slow_shipped, random_outcome(rng, {}),
+                 agent_clis[rng() % agent_clis.size()]);
+  }
+  // Every output fixture of the tests and the example agents, as a tail.
+  std::vector<std::filesystem::path> dirs = {
+    TASKSUP_SOURCE_DIR "/tests/fixtures",
+    TASKSUP_SOURCE_DIR "/tests/fuzz/corpus/classifier",
+    TASKSUP_SOURCE_DIR "/config/examples/agents"};
+  std::size_t files = 0;
+  for (const auto& dir : dirs) {
+    for (const auto& entry : std::filesystem::directory_iterator{dir}) {
+      if (!entry.is_regular_file())
+        continue;
+      ++files;
+      auto lines = fixture_lines(entry.path());
+      for (int i = 0; i < 10; ++i) {
+        auto out = random_outcome(rng, lines);
+        for (const auto& agent : agent_clis)
+          check_same(*made, slow, out, agent);
+        auto custom = random_rules(rng);
+        auto made_custom = classifier::make(custom);
+        REQUIRE(made_custom);
+        reference::classifier slow_custom{custom};
+        check_same(*made_custom, slow_custom, out, "codex");
+      }
+    }
+  }
+  CHECK(files >= 20);
 }

@@ -88,8 +88,11 @@ public:
   /// id, a rule with no criterion, an empty pattern, a pattern RE2 does not
   /// accept (its message is included) or one too large for the memory bound.
   /// Patterns are compiled case-insensitive with Latin-1 encoding, so any
-  /// byte sequence in the output can be matched, and each rule's patterns
-  /// become one alternation scanned once per line.
+  /// byte sequence in the output can be matched. The tail is scanned once
+  /// for the literals every pattern of every rule needs (RE2's FilteredRE2
+  /// atoms); a rule's patterns, as one alternation, run only on the lines
+  /// where its literals occur (on every line of its window when a pattern
+  /// has none).
   static expected<classifier> make(std::vector<classifier_rule> rules);
 
   /// Classifies a failed outcome. An outcome with `infrastructure_error`
