@@ -346,6 +346,7 @@ void start_worker(supervisor_actor* self) {
   const auto& task = st.opts->task;
   const auto& agent = st.agent();
   worker_options w;
+  apply_agent_options(w, agent);
   auto& spec = w.spec;
   spec.task_id = task.id;
   spec.attempt = st.attempt;

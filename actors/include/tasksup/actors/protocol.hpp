@@ -88,6 +88,8 @@ using retry_token_atom = caf::atom_constant<caf::atom("retrytok")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 /// Internal timer messages of the scripted runtime's actor timer.
 using fire_atom = caf::atom_constant<caf::atom("fire")>;
+/// A container worker's own idle check (generation-tagged, never remote).
+using idle_check_atom = caf::atom_constant<caf::atom("idlecheck")>;
 
 // -- enums
 // ---------------------------------------------------------------------
@@ -158,6 +160,12 @@ struct result_metadata {
   int retry_count = 0;
   int total_attempts = 0;
   int fallback_count = 0;
+  /// Tokens summed over the task's attempts that reported usage (each
+  /// attempt's own is in its outcome's `structured`); absent when none did.
+  std::optional<token_usage> usage;
+  /// US dollars summed over the attempts that reported a cost; absent when
+  /// none did.
+  std::optional<double> cost_usd;
 };
 
 /// A task's final result, escalated to its parent (SPEC §9).
@@ -278,7 +286,8 @@ std::string error_text(const caf::error& err);
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, result_metadata& x) {
   return f(caf::meta::type_name("result_metadata"), x.agent_used, x.agent_id,
-           x.retry_count, x.total_attempts, x.fallback_count);
+           x.retry_count, x.total_attempts, x.fallback_count,
+           detail::opt(x.usage), detail::opt(x.cost_usd));
 }
 
 /// Serializes a task result.

@@ -1,5 +1,8 @@
 #pragma once
 
+#include "tasksup/supervisor/agent_output.hpp"
+
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +29,9 @@ struct attempt_outcome {
   std::string infrastructure_error;
   /// Where the full output of this attempt was saved, empty if nowhere.
   std::string log_path;
+  /// What the agent's structured output said (final message, provider
+  /// error, usage, cost), for agents whose profile names an output format.
+  std::optional<structured_result> structured;
 
   /// Exit 0 without an infrastructure error: success, never classified
   /// (SPEC §3), even when `oom_killed` is set: a memory cgroup reports an OOM
