@@ -206,37 +206,30 @@ TEST_CASE_METHOD(fixture,
   auto seen = std::make_shared<collected>();
   auto sup = collector(seen);
   std::vector<std::string> lines{
-    R"({"type":"system","subtype":"init","cwd":"/w","tools":["Bash"]})",
-    R"({"type":"assistant","message":{"content":[{"type":"text","text":"API Error: Request rejected (429)"}]
-}
-, "error" : "rate_limit", "api_error_status" : 429
-})",
-    R"({"type":"result","is_error":true,"api_error_status":429,"api_error_type":"rate_limit_error","result":"API Error: Request rejected (429)","total_cost_usd":0.5,"usage":{
-  "input_tokens" : 3, "output_tokens" : 4
-}
-})",
-}
-;
-runtime->script("a", {exits(1, lines)});
-auto w = silent_agent_options(runtime, 0);
-w.output = output_format::claude_stream_json;
-spawn_container_worker(sys(), sup, w);
-run();
-auto logs = seen->of(event_kind::log);
-REQUIRE(logs.size() == 2); // the init event is machinery
-CHECK_THAT(logs[0].json, Catch::Contains("error: API Error"));
-CHECK_THAT(logs[1].json, Catch::Contains("failed: API Error"));
-REQUIRE(seen->reports.size() == 1);
-const auto& out = seen->reports[0].outcome;
-CHECK(out.tail == lines); // the text rules still see the raw lines
-REQUIRE(out.structured);
-REQUIRE(out.structured->error);
-CHECK(out.structured->error->type == "rate_limit_error");
-CHECK(out.structured->error->http_status == 429);
-REQUIRE(out.structured->cost_usd);
-CHECK(*out.structured->cost_usd == 0.5);
-REQUIRE(out.structured->usage);
-CHECK(out.structured->usage->output_tokens == 4);
+    R"j({"type":"system","subtype":"init","cwd":"/w","tools":["Bash"]})j",
+    R"j({"type":"assistant","message":{"content":[{"type":"text","text":"API Error: Request rejected (429)"}]},"error":"rate_limit","api_error_status":429})j",
+    R"j({"type":"result","is_error":true,"api_error_status":429,"api_error_type":"rate_limit_error","result":"API Error: Request rejected (429)","total_cost_usd":0.5,"usage":{"input_tokens":3,"output_tokens":4}})j",
+  };
+  runtime->script("a", {exits(1, lines)});
+  auto w = silent_agent_options(runtime, 0);
+  w.output = output_format::claude_stream_json;
+  spawn_container_worker(sys(), sup, w);
+  run();
+  auto logs = seen->of(event_kind::log);
+  REQUIRE(logs.size() == 2); // the init event is machinery
+  CHECK_THAT(logs[0].json, Catch::Contains("error: API Error"));
+  CHECK_THAT(logs[1].json, Catch::Contains("failed: API Error"));
+  REQUIRE(seen->reports.size() == 1);
+  const auto& out = seen->reports[0].outcome;
+  CHECK(out.tail == lines); // the text rules still see the raw lines
+  REQUIRE(out.structured);
+  REQUIRE(out.structured->error);
+  CHECK(out.structured->error->type == "rate_limit_error");
+  CHECK(out.structured->error->http_status == 429);
+  REQUIRE(out.structured->cost_usd);
+  CHECK(*out.structured->cost_usd == 0.5);
+  REQUIRE(out.structured->usage);
+  CHECK(out.structured->usage->output_tokens == 4);
 }
 
 TEST_CASE_METHOD(fixture, "env_passthrough copies only the listed variables",
