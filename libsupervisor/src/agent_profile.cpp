@@ -40,7 +40,8 @@ constexpr std::pair<std::string_view, std::string_view> builtin_texts[] = {
 })"},
   {"gemini", R"({
   "agent_cli": "gemini",
-  "cli_flags": "-p --output-format json --skip-trust --approval-mode auto_edit",
+  "cli_flags": "--output-format json --skip-trust --approval-mode auto_edit",
+  "prompt_flag": "-p",
   "prompt_as_argument": true,
   "env_passthrough": ["GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL",
                       "GOOGLE_CLOUD_PROJECT", "GOOGLE_CLOUD_LOCATION"],
@@ -50,7 +51,8 @@ constexpr std::pair<std::string_view, std::string_view> builtin_texts[] = {
 })"},
   {"qwen", R"({
   "agent_cli": "qwen",
-  "cli_flags": "-p",
+  "cli_flags": "",
+  "prompt_flag": "-p",
   "prompt_as_argument": true,
   "env_passthrough": ["OPENAI_API_KEY", "OPENAI_BASE_URL", "OPENAI_MODEL", "DASHSCOPE_API_KEY"],
   "output_format": "text",
@@ -108,16 +110,16 @@ expected<agent_profile> parse_agent_profile(const json::value& doc,
     return fail(where, "", "expected a JSON object (an agent profile)");
   const auto& obj = doc.as_object();
   static constexpr std::string_view keys[] = {
-    "agent_cli",       "cli_flags",     "prompt_as_argument",
-    "env_passthrough", "output_format", "idle_timeout_s",
-    "provider"};
+    "agent_cli",       "cli_flags",     "prompt_flag",    "prompt_as_argument",
+    "env_passthrough", "output_format", "idle_timeout_s", "provider"};
   for (const auto& kv : obj) {
     std::string_view key{kv.key().data(), kv.key().size()};
     if (std::find(std::begin(keys), std::end(keys), key) == std::end(keys))
-      return fail(where, "/" + std::string{key},
-                  "unknown key in an agent profile (expected one of agent_cli, "
-                  "cli_flags, prompt_as_argument, env_passthrough, "
-                  "output_format, idle_timeout_s, provider)");
+      return fail(
+        where, "/" + std::string{key},
+        "unknown key in an agent profile (expected one of agent_cli, "
+        "cli_flags, prompt_flag, prompt_as_argument, env_passthrough, "
+        "output_format, idle_timeout_s, provider)");
   }
   agent_profile p;
   p.name = std::move(name);
@@ -137,6 +139,13 @@ expected<agent_profile> parse_agent_profile(const json::value& doc,
       return fail(where, "/cli_flags", args.error().what);
     p.cli_flags = std::move(*flags);
     p.args = std::move(*args);
+  }
+  if (const auto* x = obj.if_contains("prompt_flag")) {
+    auto flag = text(*x);
+    if (!flag || flag->size() > 64)
+      return fail(where, "/prompt_flag",
+                  "expected a short flag such as \"-p\"");
+    p.prompt_flag = std::move(*flag);
   }
   if (const auto* x = obj.if_contains("prompt_as_argument")) {
     if (!x->is_bool())
@@ -236,6 +245,9 @@ void apply_agent_profile(agent_spec& agent, const agent_profile& profile,
     agent.idle_timeout_s = profile.idle_timeout_s;
   if (!prompt_set)
     agent.prompt_as_argument = profile.prompt_as_argument;
+  // `gemini -p PROMPT`: the flag goes last, right before the prompt.
+  if (agent.prompt_as_argument && !profile.prompt_flag.empty())
+    agent.args.push_back(profile.prompt_flag);
 }
 
 } // namespace tasksup

@@ -53,6 +53,7 @@ TEST_CASE("config/profiles/*.json are the built-in profiles") {
     REQUIRE(builtin != nullptr);
     CHECK(builtin->agent_cli == p->agent_cli);
     CHECK(builtin->args == p->args);
+    CHECK(builtin->prompt_flag == p->prompt_flag);
     CHECK(builtin->prompt_as_argument == p->prompt_as_argument);
     CHECK(builtin->env_passthrough == p->env_passthrough);
     CHECK(builtin->output == p->output);
@@ -84,7 +85,7 @@ TEST_CASE("the shipped profiles use flags the current CLIs accept") {
   CHECK_FALSE(has(codex, "--full-auto"));
   CHECK(codex.output == output_format::codex_jsonl);
   const auto& gemini = *find_agent_profile("gemini");
-  CHECK(has(gemini, "-p"));
+  CHECK(gemini.prompt_flag == "-p"); // -p takes the prompt as its value
   CHECK(has(gemini, "--skip-trust"));
   CHECK(gemini.output == output_format::gemini_json);
   for (const auto* p : {&claude, &codex, &gemini}) {
@@ -118,6 +119,8 @@ TEST_CASE("bad profiles are rejected naming file and JSON pointer") {
   check_error(profile(R"({"agent_cli": "x", "prompt_as_argument": 1})"),
               "/prompt_as_argument", "true or false");
   check_error(profile(R"([])"), "", "object");
+  check_error(profile(R"({"agent_cli": "x", "prompt_flag": 1})"),
+              "/prompt_flag", "flag");
 }
 
 TEST_CASE("environment variable names") {

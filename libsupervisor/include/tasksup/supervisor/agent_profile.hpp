@@ -24,6 +24,8 @@ namespace tasksup {
 /// - `cli_flags`: flags that make the CLI non-interactive and
 ///   machine-readable, split like a POSIX shell; they come before the
 ///   agent's own `cli_flags`.
+/// - `prompt_flag` (default none): the flag that takes the prompt as its
+///   value (`gemini -p PROMPT`); it is put last, right before the prompt.
 /// - `prompt_as_argument` (default true): the prompt is the last argument.
 /// - `env_passthrough`: names of environment variables copied from the
 ///   node's environment into the attempt's (API keys, base URLs). Only the
@@ -42,6 +44,7 @@ struct agent_profile {
   std::string agent_cli;
   std::string cli_flags;
   std::vector<std::string> args;
+  std::string prompt_flag;
   bool prompt_as_argument = true;
   std::vector<std::string> env_passthrough;
   output_format output = output_format::text;
