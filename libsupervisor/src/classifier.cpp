@@ -328,6 +328,16 @@ std::vector<classifier_rule> default_classifier_rules() {
       {R"(rate.?limit)", R"(\b429\b)", R"(too.?many.?requests)",
        R"(quota.?exceeded)", R"(resource.?exhausted)"},
       100);
+  // A CLI that cannot run (exit 126/127, an unknown flag, a directory it
+  // refuses) is broken whatever else it printed.
+  add("agent_failure", error_class::agent_failure,
+      {R"(command.?not.?found)", R"(no such file.*{agent_cli})",
+       R"(unknown option)", R"(unexpected argument)",
+       R"(unrecognized (option|argument))", R"(not inside a trusted directory)",
+       R"(not running in a trusted directory)", R"(requires --\w)",
+       R"(missing optional dependency)", R"(cannot find module)"},
+      50);
+  rules.back().exit_codes = {126, 127};
   // Overload, server errors and network trouble fix themselves: retry, and
   // never let a stray word later in the window make them fatal.
   add("transient", error_class::retryable,
@@ -352,14 +362,6 @@ std::vector<classifier_rule> default_classifier_rules() {
        R"(must specify the \w+ environment variable)",
        R"((missing|no) api.?key)"},
       50);
-  add("agent_failure", error_class::agent_failure,
-      {R"(command.?not.?found)", R"(no such file.*{agent_cli})",
-       R"(unknown option)", R"(unexpected argument)",
-       R"(unrecognized (option|argument))", R"(not inside a trusted directory)",
-       R"(not running in a trusted directory)", R"(requires --\w)",
-       R"(missing optional dependency)", R"(cannot find module)"},
-      50);
-  rules.back().exit_codes = {126, 127};
   return rules;
 }
 
