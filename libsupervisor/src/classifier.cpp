@@ -328,28 +328,6 @@ std::vector<classifier_rule> default_classifier_rules() {
       {R"(rate.?limit)", R"(\b429\b)", R"(too.?many.?requests)",
        R"(quota.?exceeded)", R"(resource.?exhausted)"},
       100);
-  // A CLI that cannot run (exit 126/127, an unknown flag, a directory it
-  // refuses) is broken whatever else it printed.
-  add("agent_failure", error_class::agent_failure,
-      {R"(command.?not.?found)", R"(no such file.*{agent_cli})",
-       R"(unknown option)", R"(unexpected argument)",
-       R"(unrecognized (option|argument))", R"(not inside a trusted directory)",
-       R"(not running in a trusted directory)", R"(requires --\w)",
-       R"(missing optional dependency)", R"(cannot find module)"},
-      50);
-  rules.back().exit_codes = {126, 127};
-  // Overload, server errors and network trouble fix themselves: retry, and
-  // never let a stray word later in the window make them fatal.
-  add("transient", error_class::retryable,
-      {R"(overloaded)", R"((status|error|code)\W{0,3}5(00|02|03|04|29)\b)",
-       R"(\b5(02|03|04|29) (service|overloaded|bad gateway|gateway))",
-       R"(service.?unavailable)", R"(high demand)", R"(at capacity)",
-       R"(econnrefused|connection refused)",
-       R"(econnreset|connection (dropped|reset|closed))",
-       R"(stream disconnected)", R"(fetch failed)", R"(socket hang up)",
-       R"(enotfound|eai_again|getaddrinfo|could not resolve host)",
-       R"(waiting for network)", R"(etimedout|network.?error)"},
-      50);
   add("fatal", error_class::fatal,
       {R"(authentication.?failed)", R"(invalid.?api.?key)",
        R"(permission.?denied)", R"(failed to authenticate)",
@@ -361,6 +339,29 @@ std::vector<classifier_rule> default_classifier_rules() {
        R"(does not have (access|permission))", R"(invalid auth method)",
        R"(must specify the \w+ environment variable)",
        R"((missing|no) api.?key)"},
+      50);
+  // A CLI that cannot run (exit 126/127, an unknown flag, a directory it
+  // refuses) is broken whatever else it printed.
+  add("agent_failure", error_class::agent_failure,
+      {R"(command.?not.?found)", R"(no such file.*{agent_cli})",
+       R"(unknown option)", R"(unexpected argument)",
+       R"(unrecognized (option|argument))", R"(not inside a trusted directory)",
+       R"(not running in a trusted directory)", R"(requires --\w)",
+       R"(missing optional dependency)", R"(cannot find module)"},
+      50);
+  rules.back().exit_codes = {126, 127};
+  // Overload, server errors and network trouble fix themselves: retry with
+  // their own rule id (no fatal or broken-CLI pattern overlaps them: see
+  // agent_logs_test).
+  add("transient", error_class::retryable,
+      {R"(overloaded)", R"((status|error|code)\W{0,3}5(00|02|03|04|29)\b)",
+       R"(\b5(02|03|04|29) (service|overloaded|bad gateway|gateway))",
+       R"(service.?unavailable)", R"(high demand)", R"(at capacity)",
+       R"(econnrefused|connection refused)",
+       R"(econnreset|connection (dropped|reset|closed))",
+       R"(stream disconnected)", R"(fetch failed)", R"(socket hang up)",
+       R"(enotfound|eai_again|getaddrinfo|could not resolve host)",
+       R"(waiting for network)", R"(etimedout|network.?error)"},
       50);
   return rules;
 }
