@@ -4,6 +4,7 @@
 #include "commands.hpp"
 #include "config_location.hpp"
 
+#include "tasksup/supervisor/agent_profile.hpp"
 #include "tasksup/supervisor/config.hpp"
 
 #include <algorithm>
@@ -23,7 +24,14 @@ namespace {
 namespace fs = std::filesystem;
 
 /// What a file given to `validate` is, judged by its name.
-enum class file_kind { supervisor, classifier, node, environment, task };
+enum class file_kind {
+  supervisor,
+  classifier,
+  node,
+  environment,
+  profile,
+  task
+};
 
 const char* kind_name(file_kind kind) {
   switch (kind) {
@@ -35,6 +43,8 @@ const char* kind_name(file_kind kind) {
       return "node settings";
     case file_kind::environment:
       return "environment";
+    case file_kind::profile:
+      return "agent profile";
     default:
       return "task";
   }
@@ -54,6 +64,8 @@ file_kind detect_kind(const fs::path& path) {
   auto parent = fs::absolute(path, ec).parent_path().filename();
   if (!ec && parent == "environments")
     return file_kind::environment;
+  if (!ec && parent == "profiles")
+    return file_kind::profile;
   return file_kind::task;
 }
 
@@ -117,6 +129,12 @@ private:
         break;
       case file_kind::environment:
         err = check_environment(path, *doc, global);
+        break;
+      case file_kind::profile:
+        if (auto res =
+              parse_agent_profile(*doc, fs::path{path}.stem().string(), path);
+            !res)
+          err = res.error();
         break;
       case file_kind::task:
         err = check_task(path, *doc, tasks_cfg);
@@ -199,6 +217,12 @@ private:
       if (kind == file_kind::supervisor)
         global = std::move(sup);
     }
+    std::error_code pec;
+    if (auto profiles = fs::path{dir} / "profiles";
+        fs::is_directory(profiles, pec))
+      for (const auto& entry : fs::directory_iterator{profiles, pec})
+        if (entry.path().extension() == ".json")
+          check_file(entry.path().string(), file_kind::profile, nullptr);
     auto env_dir = fs::path{dir} / "environments";
     std::error_code ec;
     if (fs::is_directory(env_dir, ec)) {

@@ -11,6 +11,11 @@ packages=(
   libboost1.81-dev libboost-json1.81-dev libboost-system1.81-dev
   libspdlog-dev libfmt-dev catch2 libre2-dev libcli11-dev
 )
+# npm installs the real agent CLIs for the agent-profile tests
+# (scripts/agent-clis.sh); a node that came with its own npm is kept.
+if ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
 if [[ "${TASKSUP_WITH_DOCKER:-0}" == 1 ]]; then
   packages+=(docker.io busybox-static)
 fi

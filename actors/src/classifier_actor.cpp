@@ -2,6 +2,8 @@
 
 #include "tasksup/actors/protocol.hpp"
 
+#include "tasksup/supervisor/output_parser.hpp"
+
 #include <caf/event_based_actor.hpp>
 #include <caf/sec.hpp>
 #include <caf/stateful_actor.hpp>
@@ -45,7 +47,7 @@ caf::behavior classifier_actor(caf::stateful_actor<classifier_state>* self,
       auto& st = self->state;
       auto i = st.per_task.find(req.task_id);
       const auto& cls = i != st.per_task.end() ? i->second : *st.defaults;
-      return cls.classify(req.outcome, req.agent_cli);
+      return classify_attempt(cls, req.outcome, req.agent_cli);
     },
     [=](set_rules_atom, std::vector<classifier_rule> rules) {
       return compile_into(std::move(rules), self->state.defaults);

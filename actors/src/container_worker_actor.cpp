@@ -1,6 +1,9 @@
 #include "tasksup/actors/container_worker_actor.hpp"
 
+#include "tasksup/actors/actor_timer.hpp"
 #include "tasksup/actors/protocol.hpp"
+
+#include "tasksup/supervisor/output_parser.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
@@ -11,7 +14,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -65,6 +70,16 @@ struct worker_state {
   /// the runtime.
   std::string task_id;
   int attempt = 0;
+  /// Reads the agent's structured output; absent for plain text.
+  std::optional<output_parser> parser;
+  /// Idle detection (opts.idle_timeout_s > 0): when the last line came, the
+  /// generation of the check in flight, and whether it stopped the attempt.
+  /// The checks go through a hidden timer actor holding only a weak handle,
+  /// so a pending check neither keeps this worker nor the system alive.
+  runtime::scripted_runtime::timer_fn idle_timer;
+  caf::actor_clock::time_point last_output;
+  std::uint64_t idle_gen = 0;
+  bool idle_stopped = false;
   static inline const char* name = "tasksup.container_worker";
 
   /// The event head, stamped now.
@@ -80,6 +95,23 @@ struct worker_state {
 };
 
 using worker_actor = caf::stateful_actor<worker_state>;
+
+/// Schedules the next idle check `delay` from now; older checks go stale.
+void schedule_idle_check(worker_actor* self, caf::timespan delay) {
+  auto& st = self->state;
+  auto gen = ++st.idle_gen;
+  auto weak = caf::actor_cast<caf::weak_actor_ptr>(self);
+  st.idle_timer(std::chrono::duration<double>(delay).count(), [weak, gen] {
+    if (auto strong = weak.lock())
+      caf::anon_send(caf::actor_cast<caf::actor>(strong),
+                     idle_check_atom::value, gen);
+  });
+}
+
+caf::timespan idle_limit(const worker_state& st) {
+  return std::chrono::duration_cast<caf::timespan>(
+    std::chrono::duration<double>(st.opts.idle_timeout_s));
+}
 
 void start_attempt(worker_actor* self) {
   auto& st = self->state;
@@ -108,6 +140,12 @@ void start_attempt(worker_actor* self) {
   // environment and labels on every attempt.
   st.task_id = st.opts.spec.task_id;
   st.attempt = st.opts.spec.attempt;
+  // Only the names the agent lists; the task's own env wins.
+  for (const auto& name : st.opts.env_passthrough)
+    if (const char* value = std::getenv(name.c_str()))
+      st.opts.spec.env.emplace(name, value);
+  if (st.opts.output != output_format::text)
+    st.parser.emplace(st.opts.output);
   auto agent_id = st.opts.spec.agent_id;
   st.handle = st.opts.runtime->start(std::move(st.opts.spec), std::move(cb));
   // However the worker ends (an exit message from an embedding application,
@@ -119,6 +157,11 @@ void start_attempt(worker_actor* self) {
   self->send(st.supervisor, event_atom::value,
              attempt_started_event(st.head(), agent_id, st.opts.agent_cli,
                                    st.handle ? st.handle->id() : ""));
+  if (st.handle && st.opts.idle_timeout_s > 0) {
+    st.idle_timer = make_actor_timer(self->system());
+    st.last_output = self->clock().now();
+    schedule_idle_check(self, idle_limit(st));
+  }
 }
 
 caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
@@ -144,10 +187,17 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       auto& st = self->state;
       if (st.credit->received(output_credit::cost(line.size())) && st.handle)
         st.handle->resume_output();
-      if (st.log_events < st.opts.max_log_events) {
+      if (st.idle_timer)
+        st.last_output = self->clock().now();
+      // A person sees the parser's rendering (nothing for machinery events);
+      // the tail keeps the raw line for the text rules.
+      auto shown = st.parser ? st.parser->feed(line) : std::string{};
+      if ((!st.parser || !shown.empty()) &&
+          st.log_events < st.opts.max_log_events) {
         ++st.log_events;
         self->send(st.supervisor, event_atom::value,
-                   log_event(st.head(), line, is_stderr ? "stderr" : "stdout"));
+                   log_event(st.head(), st.parser ? shown : line,
+                             is_stderr ? "stderr" : "stdout"));
       }
       st.tail.push_back(std::move(line));
       if (st.tail.size() > st.opts.tail_lines)
@@ -164,6 +214,18 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       auto& st = self->state;
       if (out.tail.empty())
         out.tail.assign(st.tail.begin(), st.tail.end());
+      ++st.idle_gen; // no check after the exit
+      if (st.parser)
+        out.structured = st.parser->result();
+      if (st.idle_stopped) {
+        auto result = out.structured.value_or(structured_result{});
+        structured_error e;
+        e.type = "idle_timeout";
+        e.message = "no output for " + std::to_string(st.opts.idle_timeout_s) +
+                    " s: stopped (idle_timeout_s)";
+        result.error = std::move(e);
+        out.structured = std::move(result);
+      }
       attempt_report report;
       report.attempt = st.attempt;
       report.outcome = std::move(out);
@@ -173,6 +235,23 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       // keep this worker's memory until the task ends: one block per attempt.
       self->demonitor(st.supervisor);
       self->quit();
+    },
+    [=](idle_check_atom, std::uint64_t gen) {
+      auto& st = self->state;
+      if (gen != st.idle_gen || st.idle_stopped || !st.handle)
+        return;
+      auto limit = idle_limit(st);
+      auto idle = self->clock().now() - st.last_output;
+      if (idle < limit) {
+        schedule_idle_check(self, limit - idle);
+        return;
+      }
+      st.idle_stopped = true;
+      self->send(st.supervisor, event_atom::value,
+                 log_event(st.head(), "tasksup: no output for " +
+                                        std::to_string(st.opts.idle_timeout_s) +
+                                        " s: stopping the attempt"));
+      st.handle->stop(std::chrono::milliseconds{st.opts.idle_stop_grace_ms});
     },
     [=](stop_atom, stop_mode mode, std::int64_t grace_ms) {
       auto& st = self->state;
@@ -187,6 +266,12 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
 }
 
 } // namespace
+
+void apply_agent_options(worker_options& opts, const agent_spec& agent) {
+  opts.output = agent.output;
+  opts.idle_timeout_s = agent.idle_timeout_s;
+  opts.env_passthrough = agent.env_passthrough;
+}
 
 caf::actor spawn_container_worker(caf::actor_system& sys, caf::actor supervisor,
                                   worker_options opts) {

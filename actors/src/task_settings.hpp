@@ -46,10 +46,10 @@ struct task_settings {
 /// What the tasks of a node usually have in common. One block per distinct
 /// combination, shared between the tasks that have it.
 struct shared_settings {
-  /// A machine for `cfg` and a chain of `chain_size` agents.
+  /// A machine for `cfg` and a chain whose agents have `providers`.
   shared_settings(std::shared_ptr<const supervisor_config> cfg,
-                  std::size_t chain_size)
-    : machine(std::move(cfg), chain_size) {}
+                  std::vector<std::string> providers)
+    : machine(std::move(cfg), std::move(providers)) {}
 
   task_machine machine;
   std::shared_ptr<const std::vector<agent_spec>> agents;

@@ -182,6 +182,7 @@ struct carrier {
     s.span = s.ids->span_id();
     const auto& agent = s.agent(e.agent_index);
     worker_options w;
+    apply_agent_options(w, agent);
     w.spec = detail::make_attempt_spec(*s.opts, *s.node, agent, e.attempt);
     w.runtime = s.node->runtime;
     w.trace_id = s.opts->trace_id;
@@ -320,6 +321,8 @@ struct carrier {
     r.metadata.total_attempts = c.total_attempts;
     r.metadata.fallback_count = c.fallback_count;
     r.metadata.total_retries = c.total_retries;
+    r.metadata.usage = s.m.usage;
+    r.metadata.cost_usd = s.m.cost_usd;
     for (std::size_t i = 0; i < c.retries_by_agent.size(); ++i)
       if (c.retries_by_agent[i] > 0)
         r.metadata.retries_by_agent[s.agent(i).agent_id] +=
@@ -520,9 +523,11 @@ caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
   }
   if (!more.warnings.empty() || more.classifier_rules || !more.owned.empty())
     start.more = std::make_unique<start_info::extras>(std::move(more));
-  auto chain_size = chain.agents.size();
+  std::vector<std::string> providers;
+  for (auto& a : chain.agents)
+    providers.push_back(a.provider);
   shared_settings node{detail::shared_config(std::move(task.supervisor)),
-                       chain_size};
+                       std::move(providers)};
   node.agents = detail::shared_agents(std::move(chain.agents));
   node.runtime = std::move(opts.runtime);
   node.classifier = std::move(opts.classifier);

@@ -1,5 +1,7 @@
 #include "config_parse.hpp"
 
+#include "tasksup/supervisor/agent_profile.hpp"
+
 #include "tasksup/supervisor/shlex.hpp"
 
 #include <algorithm>
@@ -110,8 +112,8 @@ void read_supervisor(const reader& r, const json::value& v,
                {"max_retries_per_agent", "enable_fallback",
                 "backoff_base_seconds", "rate_limit_backoff_base",
                 "max_total_attempts", "max_crash_restarts", "actions",
-                "restart", "intensity", "backoff", "deadline_s",
-                "stop_grace_s"});
+                "restart", "intensity", "backoff", "deadline_s", "stop_grace_s",
+                "fatal_scope"});
   if (const auto* x = obj.if_contains("max_retries_per_agent"))
     cfg.max_retries_per_agent =
       r.int_value(*x, child(path, "max_retries_per_agent"), 0);
@@ -175,6 +177,10 @@ void read_supervisor(const reader& r, const json::value& v,
   }
   if (const auto* x = obj.if_contains("stop_grace_s"))
     cfg.stop_grace_s = r.seconds(*x, child(path, "stop_grace_s"));
+  if (const auto* x = obj.if_contains("fatal_scope"))
+    cfg.fatal =
+      enum_value<fatal_scope>(r, *x, child(path, "fatal_scope"),
+                              parse_fatal_scope, {"provider", "task"});
 }
 
 namespace {
@@ -255,14 +261,26 @@ std::vector<classifier_rule> read_rules(const reader& r, const json::value& v,
 agent_spec read_agent(const reader& r, const json::value& v,
                       const std::string& path) {
   const auto& obj = r.object(v, path);
-  r.check_keys(
-    obj, path,
-    {"agent_id", "agent_cli", "cli_flags", "config_dir", "prompt_as_argument"});
+  r.check_keys(obj, path,
+               {"agent_id", "agent_cli", "cli_flags", "config_dir",
+                "prompt_as_argument", "profile", "env_passthrough",
+                "idle_timeout_s"});
   agent_spec agent;
   agent.agent_id = r.identifier(r.required(obj, path, "agent_id"),
                                 child(path, "agent_id"), "an agent id");
-  agent.agent_cli = r.nonempty_string(r.required(obj, path, "agent_cli"),
-                                      child(path, "agent_cli"));
+  // An agent may name a profile (agent_profile.hpp) instead of its command.
+  const agent_profile* profile = nullptr;
+  if (const auto* x = obj.if_contains("profile")) {
+    auto name = r.nonempty_string(*x, child(path, "profile"));
+    profile = find_agent_profile(name);
+    if (profile == nullptr)
+      r.fail(child(path, "profile"),
+             "unknown agent profile " + quote(name) +
+               " (known: claude, codex, gemini, qwen, generic)");
+  }
+  if (profile == nullptr || obj.contains("agent_cli"))
+    agent.agent_cli = r.nonempty_string(r.required(obj, path, "agent_cli"),
+                                        child(path, "agent_cli"));
   if (agent.agent_cli.find('\0') != std::string::npos)
     r.fail(child(path, "agent_cli"), "expected a command without NUL bytes");
   if (const auto* x = obj.if_contains("cli_flags")) {
@@ -283,6 +301,26 @@ agent_spec read_agent(const reader& r, const json::value& v,
   }
   if (const auto* x = obj.if_contains("prompt_as_argument"))
     agent.prompt_as_argument = r.boolean(*x, child(path, "prompt_as_argument"));
+  if (const auto* x = obj.if_contains("env_passthrough")) {
+    auto ptr = child(path, "env_passthrough");
+    const auto& names = r.array(*x, ptr);
+    if (names.size() > max_env_passthrough)
+      r.fail(ptr, "at most " + std::to_string(max_env_passthrough) + " names");
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      auto name = r.string(names[i], child(ptr, i));
+      if (!valid_env_name(name))
+        r.fail(child(ptr, i), "expected an environment variable name "
+                              "([A-Za-z_][A-Za-z0-9_]*), got " +
+                                quote(name));
+      agent.env_passthrough.push_back(std::move(name));
+    }
+  }
+  if (const auto* x = obj.if_contains("idle_timeout_s"))
+    agent.idle_timeout_s =
+      r.number(*x, child(path, "idle_timeout_s"), 0, false, max_idle_timeout_s);
+  if (profile != nullptr)
+    apply_agent_profile(agent, *profile, obj.contains("idle_timeout_s"),
+                        obj.contains("prompt_as_argument"));
   return agent;
 }
 

@@ -49,6 +49,7 @@ void overlay(supervisor_config& base, const supervisor_config& task) {
   if (task.deadline_s)
     base.deadline_s = task.deadline_s;
   take(base.stop_grace_s, task.stop_grace_s, defaults.stop_grace_s);
+  take(base.fatal, task.fatal, defaults.fatal);
 }
 
 std::string known_environments(const config_set& cfg) {

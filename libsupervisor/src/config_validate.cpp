@@ -2,6 +2,7 @@
 
 #include "config_parse.hpp"
 
+#include "tasksup/supervisor/agent_profile.hpp"
 #include "tasksup/supervisor/text.hpp"
 
 #include <algorithm>
@@ -149,6 +150,14 @@ void check_agent(const reader& r, const agent_spec& agent,
   for (const auto& arg : agent.args)
     check_text(r, arg, child(path, "cli_flags"), false, max_argument_bytes);
   check_text(r, agent.config_dir, child(path, "config_dir"), false);
+  for (std::size_t i = 0; i < agent.env_passthrough.size(); ++i)
+    if (!valid_env_name(agent.env_passthrough[i]))
+      r.fail(child(child(path, "env_passthrough"), i),
+             "expected an environment variable name");
+  if (agent.env_passthrough.size() > max_env_passthrough)
+    r.fail(child(path, "env_passthrough"), "too many names");
+  r.number(json::value(agent.idle_timeout_s), child(path, "idle_timeout_s"), 0,
+           false, max_idle_timeout_s);
 }
 
 void check_rules(const reader& r, const std::vector<classifier_rule>& rules,

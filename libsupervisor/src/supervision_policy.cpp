@@ -94,6 +94,9 @@ std::string describe(const decision& d, const supervisor_config& cfg) {
       return out + ": temporary task, not restarted";
     case decision_rule::action_fail:
       return out + ": action fail, no retry and no fallback";
+    case decision_rule::fatal_provider:
+      out += ": provider " + d.agent_id + " refused, skipping its agents";
+      break;
     case decision_rule::action_fallback:
       out += ": action fallback";
       break;
@@ -180,10 +183,10 @@ decision supervision_policy::make(const supervision_state& st,
   return d;
 }
 
-decision supervision_policy::on_exit(const supervision_state& st,
-                                     const attempt_outcome& outcome,
-                                     const std::optional<classification>& cls,
-                                     double now_s) const {
+decision supervision_policy::on_exit(
+  const supervision_state& st, const attempt_outcome& outcome,
+  const std::optional<classification>& cls, double now_s,
+  const std::vector<std::string>& providers) const {
   auto permanent = cfg_->restart == restart_type::permanent;
   auto d = make(st,
                 outcome.succeeded() ? decision_cause::succeeded
@@ -220,6 +223,30 @@ decision supervision_policy::on_exit(const supervision_state& st,
     act = i->second;
   switch (act) {
     case action::fail:
+      if (d.cls == error_class::fatal && cfg_->fatal == fatal_scope::provider) {
+        // A bad key of one provider says nothing about another's: move to
+        // the next agent whose provider is known and different.
+        auto i = st.agent_index;
+        if (i < providers.size() && !providers[i].empty() &&
+            cfg_->enable_fallback) {
+          for (auto j = i + 1; j < std::min(providers.size(), st.chain_size);
+               ++j) {
+            if (providers[j].empty() || providers[j] == providers[i])
+              continue;
+            d.rule = decision_rule::fatal_provider;
+            d.agent_id = providers[i];
+            if (!may_start(st)) {
+              d.step = next_step::fail;
+              d.limit = decision_limit::max_total_attempts;
+              return d;
+            }
+            d.step = next_step::switch_agent;
+            d.agent_index = j;
+            d.retry_count = 0;
+            return d;
+          }
+        }
+      }
       d.step = next_step::fail;
       d.rule = decision_rule::action_fail;
       return d;

@@ -65,6 +65,23 @@ std::string_view to_string(restart_type x) noexcept {
   return restart_type_names[static_cast<std::size_t>(x)];
 }
 
+std::string_view to_string(fatal_scope x) noexcept {
+  switch (x) {
+    case fatal_scope::provider:
+      return "provider";
+    case fatal_scope::task:
+      return "task";
+  }
+  return "provider";
+}
+
+std::optional<fatal_scope> parse_fatal_scope(std::string_view str) noexcept {
+  for (auto x : {fatal_scope::provider, fatal_scope::task})
+    if (to_string(x) == str)
+      return x;
+  return std::nullopt;
+}
+
 std::optional<restart_type> parse_restart_type(std::string_view str) noexcept {
   for (auto x : {restart_type::transient, restart_type::permanent,
                  restart_type::temporary})
@@ -79,16 +96,16 @@ bool same_settings(const supervisor_config& a,
   // breaks the build here until it is compared (and hashed below).
   const auto& [a_retries, a_fallback, a_base, a_rl_base, a_total, a_crash,
                a_actions, a_restart, a_intensity, a_backoff, a_deadline,
-               a_grace] = a;
+               a_grace, a_fatal] = a;
   const auto& [b_retries, b_fallback, b_base, b_rl_base, b_total, b_crash,
                b_actions, b_restart, b_intensity, b_backoff, b_deadline,
-               b_grace] = b;
+               b_grace, b_fatal] = b;
   if (a_retries != b_retries || a_fallback != b_fallback ||
       !same(a_base, b_base) || !same(a_rl_base, b_rl_base) ||
       a_total != b_total || a_crash != b_crash || a_actions != b_actions ||
       a_restart != b_restart || !same(a_intensity, b_intensity) ||
       !same(a_deadline, b_deadline) || !same(a_grace, b_grace) ||
-      a_backoff.size() != b_backoff.size())
+      a_fatal != b_fatal || a_backoff.size() != b_backoff.size())
     return false;
   for (auto i = a_backoff.begin(), j = b_backoff.begin(); i != a_backoff.end();
        ++i, ++j)
@@ -99,7 +116,7 @@ bool same_settings(const supervisor_config& a,
 
 std::size_t settings_hash(const supervisor_config& cfg) noexcept {
   const auto& [retries, fallback, base, rl_base, total, crash, actions, restart,
-               intensity, backoff, deadline, grace] = cfg;
+               intensity, backoff, deadline, grace, fatal] = cfg;
   std::size_t h = 0;
   mix(h, static_cast<std::uint64_t>(retries));
   mix(h, static_cast<std::uint64_t>(fallback));
@@ -112,6 +129,7 @@ std::size_t settings_hash(const supervisor_config& cfg) noexcept {
     mix(h, static_cast<std::uint64_t>(act));
   }
   mix(h, static_cast<std::uint64_t>(restart));
+  mix(h, static_cast<std::uint64_t>(fatal));
   mix(h, static_cast<std::uint64_t>(intensity.max_restarts));
   mix(h, intensity.period_s);
   mix(h, intensity.reset_after_s);

@@ -83,6 +83,12 @@ task_machine::task_machine(std::shared_ptr<const supervisor_config> cfg,
   : policy_(std::move(cfg)), backoff_(policy_.config().make_backoff()),
     chain_size_(chain_size) {}
 
+task_machine::task_machine(std::shared_ptr<const supervisor_config> cfg,
+                           std::vector<std::string> providers)
+  : task_machine(std::move(cfg), providers.size()) {
+  providers_ = std::move(providers);
+}
+
 task_machine_state task_machine::initial() const {
   task_machine_state st;
   st.counters = policy_.initial_state(chain_size_);
@@ -164,6 +170,16 @@ bool task_machine::on(task_machine_state& st, const input::attempt_ended& in,
   }
   const auto& o = in.outcome;
   st.last_not_started = !o.started;
+  if (o.structured) {
+    if (auto& u = o.structured->usage) {
+      auto& sum = st.usage ? *st.usage : st.usage.emplace();
+      sum.input_tokens += u->input_tokens;
+      sum.output_tokens += u->output_tokens;
+      sum.cached_input_tokens += u->cached_input_tokens;
+    }
+    if (auto& c = o.structured->cost_usd)
+      st.cost_usd = st.cost_usd.value_or(0) + *c;
+  }
   st.last_exit_code = o.exit_code;
   st.last_artifacts = o.artifacts;
   {
@@ -419,7 +435,7 @@ void task_machine::judge(task_machine_state& st,
   attempt_outcome o = ended ? std::move(*ended) : attempt_outcome{};
   if (!ended)
     o.exit_code = 1;
-  act(st, policy_.on_exit(st.counters, o, c, now_s), now_s, out);
+  act(st, policy_.on_exit(st.counters, o, c, now_s, providers_), now_s, out);
 }
 
 void task_machine::act(task_machine_state& st, decision d, double,

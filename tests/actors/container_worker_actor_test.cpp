@@ -5,7 +5,11 @@
 
 #include "actor_fixture.hpp"
 
+#include "tasksup/supervisor/output_parser.hpp"
+
 #include <catch2/catch.hpp>
+
+#include <cstdlib>
 
 using namespace tasksup;
 using namespace tasksup::test;
@@ -99,6 +103,19 @@ TEST_CASE_METHOD(fixture, "a worker that ends normally kills nothing",
 
 namespace {
 
+worker_options
+silent_agent_options(std::shared_ptr<runtime::scripted_runtime> rt,
+                     double idle_timeout_s) {
+  worker_options w;
+  w.spec.task_id = "t1";
+  w.spec.attempt = 1;
+  w.spec.agent_id = "a";
+  w.runtime = std::move(rt);
+  w.idle_timeout_s = idle_timeout_s;
+  w.idle_stop_grace_ms = 1000;
+  return w;
+}
+
 /// A handle that counts what the worker asks of it.
 struct manual_handle : runtime::attempt_handle {
   int resumes = 0;
@@ -167,4 +184,151 @@ TEST_CASE_METHOD(fixture,
   REQUIRE(seen->reports.size() == 1);
   CHECK(seen->reports[0].outcome.exit_code == 2);
   CHECK(seen->reports[0].outcome.tail.back() == "oops");
+}
+
+TEST_CASE_METHOD(fixture, "a silent attempt is stopped after idle_timeout_s",
+                 "[container_worker]") {
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  runtime->script("a", {hangs()});
+  spawn_container_worker(sys(), sup, silent_agent_options(runtime, 30));
+  run();
+  advance(29.9);
+  run();
+  CHECK(seen->reports.empty());
+  CHECK(runtime->calls().size() == 1); // only the start
+  advance(0.2);
+  run();
+  REQUIRE(seen->reports.size() == 1);
+  const auto& out = seen->reports[0].outcome;
+  CHECK(out.signal == 15);
+  REQUIRE(out.structured);
+  REQUIRE(out.structured->error);
+  CHECK(out.structured->error->type == idle_timeout_type);
+  auto calls = runtime->calls();
+  REQUIRE(calls.size() == 2);
+  CHECK(calls[1].what == runtime::scripted_call::kind::stop);
+  CHECK(calls[1].grace == std::chrono::milliseconds{1000});
+  // The user sees why.
+  auto logs = seen->of(event_kind::log);
+  REQUIRE_FALSE(logs.empty());
+  CHECK_THAT(logs.back().json, Catch::Contains("no output for"));
+  // Classified retryable with its own rule, even if the stop ends in a kill.
+  auto rules = classifier::make(default_classifier_rules());
+  REQUIRE(rules);
+  auto killed = out;
+  killed.exit_code = 137;
+  killed.signal = 9;
+  auto c = classify_attempt(*rules, killed, "a-cli");
+  CHECK(c.cls == error_class::retryable);
+  CHECK(c.rule == "idle_timeout");
+}
+
+TEST_CASE_METHOD(fixture, "output keeps an attempt from going idle",
+                 "[container_worker]") {
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  runtime->script("a", {hangs()});
+  auto worker =
+    spawn_container_worker(sys(), sup, silent_agent_options(runtime, 10));
+  run();
+  // A line every 6 s for a minute: never 10 s of silence.
+  for (int i = 0; i < 10; ++i) {
+    advance(6);
+    caf::anon_send(worker, output_atom::value, false, std::string{"working"});
+    run();
+  }
+  CHECK(seen->reports.empty());
+  CHECK(runtime->calls().size() == 1);
+  // Then silence: stopped 10 s after the last line, not before.
+  advance(9.5);
+  run();
+  CHECK(seen->reports.empty());
+  advance(1);
+  run();
+  REQUIRE(seen->reports.size() == 1);
+  CHECK(seen->reports[0].outcome.structured->error->type == idle_timeout_type);
+}
+
+TEST_CASE_METHOD(fixture, "without idle_timeout_s a silent attempt runs on",
+                 "[container_worker]") {
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  runtime->script("a", {hangs()});
+  auto worker =
+    spawn_container_worker(sys(), sup, silent_agent_options(runtime, 0));
+  run();
+  advance(86400);
+  run();
+  CHECK(seen->reports.empty());
+  caf::anon_send(worker, stop_atom::value, stop_mode::kill, std::int64_t{0});
+  run();
+  REQUIRE(seen->reports.size() == 1);
+  CHECK_FALSE(seen->reports[0].outcome.structured);
+}
+
+TEST_CASE_METHOD(fixture,
+                 "structured output: readable log events, the result in the "
+                 "outcome",
+                 "[container_worker]") {
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  std::vector<std::string> lines{
+    R"j({"type":"system","subtype":"init","cwd":"/w","tools":["Bash"]})j",
+    R"j({"type":"assistant","message":{"content":[{"type":"text","text":"API Error: Request rejected (429)"}]},"error":"rate_limit","api_error_status":429})j",
+    R"j({"type":"result","is_error":true,"api_error_status":429,"api_error_type":"rate_limit_error","result":"API Error: Request rejected (429)","total_cost_usd":0.5,"usage":{"input_tokens":3,"output_tokens":4}})j",
+  };
+  runtime->script("a", {exits(1, lines)});
+  auto w = silent_agent_options(runtime, 0);
+  w.output = output_format::claude_stream_json;
+  spawn_container_worker(sys(), sup, w);
+  run();
+  auto logs = seen->of(event_kind::log);
+  REQUIRE(logs.size() == 2); // the init event is machinery
+  CHECK_THAT(logs[0].json, Catch::Contains("error: API Error"));
+  CHECK_THAT(logs[1].json, Catch::Contains("failed: API Error"));
+  REQUIRE(seen->reports.size() == 1);
+  const auto& out = seen->reports[0].outcome;
+  CHECK(out.tail == lines); // the text rules still see the raw lines
+  REQUIRE(out.structured);
+  REQUIRE(out.structured->error);
+  CHECK(out.structured->error->type == "rate_limit_error");
+  CHECK(out.structured->error->http_status == 429);
+  REQUIRE(out.structured->cost_usd);
+  CHECK(*out.structured->cost_usd == 0.5);
+  REQUIRE(out.structured->usage);
+  CHECK(out.structured->usage->output_tokens == 4);
+}
+
+TEST_CASE_METHOD(fixture, "env_passthrough copies only the listed variables",
+                 "[container_worker]") {
+  ::setenv("TASKSUP_TEST_PASSED", "secret-1", 1);
+  ::setenv("TASKSUP_TEST_OVERRIDDEN", "from-node", 1);
+  ::setenv("TASKSUP_TEST_NOT_LISTED", "nope", 1);
+  ::unsetenv("TASKSUP_TEST_MISSING");
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  runtime->script("a", {exits(0)});
+  auto w = silent_agent_options(runtime, 0);
+  w.spec.env["TASKSUP_TEST_OVERRIDDEN"] = "from-task";
+  agent_spec a;
+  a.env_passthrough = {"TASKSUP_TEST_PASSED", "TASKSUP_TEST_OVERRIDDEN",
+                       "TASKSUP_TEST_MISSING"};
+  a.output = output_format::codex_jsonl;
+  a.idle_timeout_s = 12;
+  apply_agent_options(w, a);
+  CHECK(w.output == output_format::codex_jsonl);
+  CHECK(w.idle_timeout_s == 12);
+  spawn_container_worker(sys(), sup, w);
+  run();
+  auto calls = runtime->calls();
+  REQUIRE_FALSE(calls.empty());
+  const auto& env = calls[0].spec.env;
+  CHECK(env.at("TASKSUP_TEST_PASSED") == "secret-1");
+  CHECK(env.at("TASKSUP_TEST_OVERRIDDEN") == "from-task");
+  CHECK(env.count("TASKSUP_TEST_MISSING") == 0);
+  CHECK(env.count("TASKSUP_TEST_NOT_LISTED") == 0);
+  ::unsetenv("TASKSUP_TEST_PASSED");
+  ::unsetenv("TASKSUP_TEST_OVERRIDDEN");
+  ::unsetenv("TASKSUP_TEST_NOT_LISTED");
 }

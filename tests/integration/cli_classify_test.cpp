@@ -96,9 +96,14 @@ TEST_CASE("classify: each class from a log file, with rule and line") {
   auto sig = classify_json({"--exit-code", "139", "--signal", "11", flaky});
   CHECK(str(sig.at("class")) == "container_crash");
 
+  // A reset connection is a known transient failure (rule "transient").
   auto d = classify_json({"--exit-code", "3", flaky});
   CHECK(str(d.at("class")) == "retryable");
-  CHECK(str(d.at("rule")) == "default");
+  CHECK(str(d.at("rule")) == "transient");
+  auto other = dir.write("other.log", "step 3 failed\n");
+  auto e = classify_json({"--exit-code", "3", other});
+  CHECK(str(e.at("class")) == "retryable");
+  CHECK(str(e.at("rule")) == "default");
 }
 
 TEST_CASE("classify: human output names class, rule, line and hint") {

@@ -68,24 +68,29 @@ classification classify(const attempt_outcome& out,
 
 } // namespace
 
-TEST_CASE("default rules are the four rules of SPEC §3 in priority order",
+TEST_CASE("default rules: SPEC §3's four, refined by what real CLIs print",
           "[classifier]") {
   auto rules = default_classifier_rules();
-  REQUIRE(rules.size() == 4);
-  CHECK(rules[0].id == "container_crash");
-  CHECK(rules[0].cls == error_class::container_crash);
-  CHECK(rules[1].id == "rate_limit");
-  CHECK(rules[1].cls == error_class::rate_limit);
-  CHECK(rules[1].window_lines == 100);
-  CHECK(rules[2].id == "fatal");
-  CHECK(rules[2].cls == error_class::fatal);
-  CHECK(rules[2].window_lines == 50);
-  CHECK(rules[3].id == "agent_failure");
-  CHECK(rules[3].cls == error_class::agent_failure);
-  CHECK(rules[3].window_lines == 50);
+  std::vector<std::pair<std::string, error_class>> want{
+    {"container_crash", error_class::container_crash},
+    {"rate_limit_per_minute", error_class::rate_limit},
+    {"billing", error_class::agent_failure},
+    {"rate_limit", error_class::rate_limit},
+    {"fatal", error_class::fatal},
+    {"agent_failure", error_class::agent_failure},
+    {"transient", error_class::retryable},
+  };
+  REQUIRE(rules.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    CHECK(rules[i].id == want[i].first);
+    CHECK(rules[i].cls == want[i].second);
+  }
+  CHECK(rules[3].window_lines == 100);
+  CHECK(rules[4].window_lines == 50);
+  CHECK(rules[5].window_lines == 50);
   for (const auto& rule : rules)
     CHECK_FALSE(rule.match_all);
-  CHECK(defaults().rules().size() == 4);
+  CHECK(defaults().rules().size() == want.size());
 }
 
 TEST_CASE("container crashes: OOM, exit 137 and crash signals",
@@ -405,20 +410,26 @@ TEST_CASE("bad rules are rejected naming the rule and the problem",
           "[classifier]") {
   auto rules = default_classifier_rules();
   SECTION("invalid pattern") {
-    rules[2].patterns.push_back("permission(denied");
+    auto& fatal = rules[4];
+    REQUIRE(fatal.id == "fatal");
+    fatal.patterns.push_back("permission(denied");
     auto result = classifier::make(rules);
     REQUIRE_FALSE(result);
-    CHECK(result.error().path == "/2/patterns/3");
+    CHECK(result.error().path ==
+          "/4/patterns/" + std::to_string(fatal.patterns.size() - 1));
     auto text = result.error().to_string();
     CHECK_THAT(text, Catch::Contains("rule 'fatal'"));
     CHECK_THAT(text, Catch::Contains("permission(denied"));
     CHECK_THAT(text, Catch::Contains("missing )"));
   }
   SECTION("invalid templated pattern") {
-    rules[3].patterns.push_back("{agent_cli}[");
+    auto& agent = rules[5];
+    REQUIRE(agent.id == "agent_failure");
+    agent.patterns.push_back("{agent_cli}[");
     auto result = classifier::make(rules);
     REQUIRE_FALSE(result);
-    CHECK(result.error().path == "/3/patterns/2");
+    CHECK(result.error().path ==
+          "/5/patterns/" + std::to_string(agent.patterns.size() - 1));
     CHECK_THAT(result.error().what, Catch::Contains("agent_failure"));
   }
   SECTION("a pattern cannot break out of its alternation branch") {
@@ -439,10 +450,10 @@ TEST_CASE("bad rules are rejected naming the rule and the problem",
     CHECK(result.error().path == "/1/id");
   }
   SECTION("duplicate id") {
-    rules[3].id = "fatal";
+    rules[5].id = "transient";
     auto result = classifier::make(rules);
     REQUIRE_FALSE(result);
-    CHECK(result.error().path == "/3/id");
+    CHECK(result.error().path == "/6/id");
     CHECK_THAT(result.error().what, Catch::Contains("duplicate"));
   }
   SECTION("rule without criteria") {
@@ -451,7 +462,7 @@ TEST_CASE("bad rules are rejected naming the rule and the problem",
     rules.push_back(empty);
     auto result = classifier::make(rules);
     REQUIRE_FALSE(result);
-    CHECK(result.error().path == "/4");
+    CHECK(result.error().path == "/" + std::to_string(rules.size() - 1));
   }
   SECTION("pattern over the memory bound") {
     std::string huge;
@@ -460,7 +471,8 @@ TEST_CASE("bad rules are rejected naming the rule and the problem",
     rules[1].patterns.push_back(huge);
     auto result = classifier::make(rules);
     REQUIRE_FALSE(result);
-    CHECK(result.error().path == "/1/patterns/4");
+    CHECK(result.error().path ==
+          "/1/patterns/" + std::to_string(rules[1].patterns.size() - 1));
     CHECK_THAT(result.error().what, Catch::Contains("too large"));
   }
 }

@@ -122,6 +122,7 @@ void check_same_supervisor(const supervisor_config& a,
   }
   CHECK(a.deadline_s == b.deadline_s);
   CHECK(a.stop_grace_s == b.stop_grace_s);
+  CHECK(a.fatal == b.fatal);
 }
 
 void check_same_rules(const std::vector<classifier_rule>& a,
@@ -177,7 +178,8 @@ TEST_CASE("config/: every JSON file validates") {
     auto path = entry.path().string();
     INFO(path);
     auto parent = entry.path().parent_path().filename();
-    if (parent == "config" || parent == "environments") {
+    if (parent == "config" || parent == "environments" ||
+        parent == "profiles") { // profiles: agent_profile_test.cpp
       CHECK(read_json_file(path).has_value());
       continue; // checked by load_config_dir above
     }
@@ -405,7 +407,7 @@ TEST_CASE("supervisor: unknown keys are errors naming the key and the allowed "
               "unknown key \"max_retries\" (allowed: max_retries_per_agent, "
               "enable_fallback, backoff_base_seconds, rate_limit_backoff_base, "
               "max_total_attempts, max_crash_restarts, actions, restart, "
-              "intensity, backoff, deadline_s, stop_grace_s)");
+              "intensity, backoff, deadline_s, stop_grace_s, fatal_scope)");
   check_error(sup(R"({"intensity": {"period": 1}})"), "sup.json",
               "/intensity/period",
               "unknown key \"period\" (allowed: max_restarts, period_s, "
@@ -690,7 +692,8 @@ TEST_CASE("node: errors") {
                        "flags": "-p"}})"),
               "node.json", "/default_agent/flags",
               "unknown key \"flags\" (allowed: agent_id, agent_cli, "
-              "cli_flags, config_dir, prompt_as_argument)");
+              "cli_flags, config_dir, prompt_as_argument, profile, "
+              "env_passthrough, idle_timeout_s)");
   check_error(node(R"({"workers": 2})"), "node.json", "/workers",
               "unknown key \"workers\" (allowed: max_concurrent, "
               "circuit_breaker, retry_budget, default_agent, "

@@ -718,3 +718,61 @@ TEST_CASE("task machine: left alone with a cooperative world, every task "
     REQUIRE(w.finishes == 1);
   }
 }
+
+TEST_CASE("task machine: a fatal failure ends only its provider's agents "
+          "with fatal_scope provider",
+          "[task_machine]") {
+  auto run = [](fatal_scope scope, std::vector<std::string> providers) {
+    supervisor_config cfg;
+    cfg.fatal = scope;
+    task t{cfg, 1};
+    t.machine = task_machine{std::make_shared<const supervisor_config>(cfg),
+                             std::move(providers)};
+    t.st = t.machine.initial();
+    t.start_running();
+    t.end(exited(1));
+    t.classify(error_class::fatal);
+    return t;
+  };
+  SECTION("the next agent of another provider takes over") {
+    auto t = run(fatal_scope::provider, {"anthropic", "anthropic", "openai"});
+    auto sw = only<effect::agent_switched>(t.fx);
+    CHECK(sw.switched.agent_index == 2);
+    CHECK(describe(sw.switched, t.machine.config()) ==
+          "fatal failure (rule \"r\"): provider anthropic refused, skipping "
+          "its agents; switching to agent 3 of 3");
+  }
+  SECTION("an unknown provider is never assumed independent") {
+    auto t = run(fatal_scope::provider, {"anthropic", ""});
+    CHECK(t.finished().outcome == end_kind::failed);
+  }
+  SECTION("scope task ends the task") {
+    auto t = run(fatal_scope::task, {"anthropic", "openai"});
+    CHECK(t.finished().outcome == end_kind::failed);
+    CHECK_THAT(t.error(), Catch::Contains("action fail"));
+  }
+}
+
+TEST_CASE("task machine: usage and cost are summed over the attempts that "
+          "report them",
+          "[task_machine]") {
+  task t;
+  t.start_running();
+  auto o = exited(1);
+  o.structured.emplace();
+  o.structured->usage = token_usage{10, 20, 5};
+  o.structured->cost_usd = 0.25;
+  t.end(o);
+  t.classify(error_class::retryable);
+  t.delay(0);
+  t.grant();
+  auto second = exited(0);
+  second.structured.emplace();
+  second.structured->usage = token_usage{1, 2, 0};
+  t.end(second);
+  REQUIRE(t.st.usage);
+  CHECK(t.st.usage->input_tokens == 11);
+  CHECK(t.st.usage->output_tokens == 22);
+  CHECK(t.st.usage->cached_input_tokens == 5);
+  CHECK(t.st.cost_usd == 0.25);
+}

@@ -3,14 +3,18 @@
 #include "tasksup/actors/events.hpp"
 
 #include "tasksup/runtime/runtime.hpp"
+#include "tasksup/supervisor/agent.hpp"
+#include "tasksup/supervisor/agent_output.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/local_actor.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tasksup {
 
@@ -31,7 +35,25 @@ struct worker_options {
   std::size_t max_log_events = 10000;
   /// Output lines kept for the outcome when the runtime reports no tail.
   std::size_t tail_lines = 200;
+  /// Which parser reads the agent's output (its profile's): `log` events
+  /// then show readable progress instead of raw JSON, and the outcome
+  /// carries what the parser learned in `structured`.
+  output_format output = output_format::text;
+  /// Seconds without an output line (and without an exit) after which the
+  /// attempt is stopped and reported with the structured error
+  /// `idle_timeout` (classified retryable, rule `idle_timeout`); 0 = off.
+  double idle_timeout_s = 0;
+  /// Grace between the idle stop's SIGTERM and the kill.
+  std::int64_t idle_stop_grace_ms = 5000;
+  /// Names of variables copied from this process's environment into the
+  /// attempt's (the agent's `env_passthrough`); a variable the task's own
+  /// `env` sets wins, a missing one is left out.
+  std::vector<std::string> env_passthrough;
 };
+
+/// Copies what the worker needs from the agent that runs the attempt: its
+/// output format, idle timeout and env_passthrough names.
+void apply_agent_options(worker_options& opts, const agent_spec& agent);
 
 /// Spawns a container worker for one attempt. It starts the attempt on the
 /// runtime, forwards `attempt_started` and per-line `log` events to

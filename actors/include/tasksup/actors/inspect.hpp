@@ -15,7 +15,9 @@
 #include <caf/error.hpp>
 #include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
+#include <caf/sec.hpp>
 
+#include <cstdint>
 #include <optional>
 #include <utility>
 
@@ -57,7 +59,37 @@ typename Inspector::result_type inspect(Inspector& f, opt_ref<T>& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, agent_spec& x) {
   return f(caf::meta::type_name("agent_spec"), x.agent_id, x.agent_cli,
-           x.config_dir, x.cli_flags, x.args, x.prompt_as_argument);
+           x.config_dir, x.cli_flags, x.args, x.prompt_as_argument, x.profile,
+           x.env_passthrough, x.output, x.idle_timeout_s, x.provider,
+           caf::meta::load_callback([&]() -> caf::error {
+             // Untrusted input: an output format this build does not know.
+             if (static_cast<uint8_t>(x.output) >
+                 static_cast<uint8_t>(output_format::gemini_json))
+               return caf::make_error(caf::sec::invalid_argument,
+                                      "agent_spec: output_format out of range");
+             return caf::none;
+           }));
+}
+
+/// Serializes token usage.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_usage& x) {
+  return f(caf::meta::type_name("token_usage"), x.input_tokens, x.output_tokens,
+           x.cached_input_tokens);
+}
+
+/// Serializes a structured provider error.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, structured_error& x) {
+  return f(caf::meta::type_name("structured_error"), x.http_status, x.type,
+           x.message, detail::opt(x.retry_after_s));
+}
+
+/// Serializes what an agent's structured output said.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, structured_result& x) {
+  return f(caf::meta::type_name("structured_result"), x.final_message,
+           detail::opt(x.error), detail::opt(x.usage), detail::opt(x.cost_usd));
 }
 
 /// Serializes an agent selection.
@@ -87,7 +119,8 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_config& x) {
   return f(caf::meta::type_name("supervisor_config"), x.max_retries_per_agent,
            x.enable_fallback, x.backoff_base_seconds, x.rate_limit_backoff_base,
            x.max_total_attempts, x.max_crash_restarts, x.actions, x.restart,
-           x.intensity, x.backoff, detail::opt(x.deadline_s), x.stop_grace_s);
+           x.intensity, x.backoff, detail::opt(x.deadline_s), x.stop_grace_s,
+           x.fatal);
 }
 
 /// Serializes a classification rule.
@@ -126,7 +159,8 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attempt_outcome& x) {
   return f(caf::meta::type_name("attempt_outcome"), x.exit_code, x.signal,
            x.oom_killed, x.tail, x.duration_s, x.artifacts,
-           x.infrastructure_error, x.log_path, x.started, x.retry_futile);
+           x.infrastructure_error, x.log_path, x.started, x.retry_futile,
+           detail::opt(x.structured));
 }
 
 } // namespace tasksup

@@ -88,6 +88,8 @@ using agent_result_atom = caf::atom_constant<caf::atom("agentres")>;
 using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 /// Internal timer messages of the scripted runtime's actor timer.
 using fire_atom = caf::atom_constant<caf::atom("fire")>;
+/// A container worker's own idle check (generation-tagged, never remote).
+using idle_check_atom = caf::atom_constant<caf::atom("idlecheck")>;
 
 // -- enums
 // ---------------------------------------------------------------------
@@ -162,6 +164,12 @@ struct result_metadata {
   /// left out).
   int total_retries = 0;
   std::map<std::string, int> retries_by_agent;
+  /// Tokens summed over the task's attempts that reported usage (each
+  /// attempt's own is in its outcome's `structured`); absent when none did.
+  std::optional<token_usage> usage;
+  /// US dollars summed over the attempts that reported a cost; absent when
+  /// none did.
+  std::optional<double> cost_usd;
 };
 
 /// A task's final result, escalated to its parent (SPEC §9).
@@ -298,7 +306,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, result_metadata& x) {
   return f(caf::meta::type_name("result_metadata"), x.agent_used, x.agent_id,
            x.retry_count, x.total_attempts, x.fallback_count, x.total_retries,
-           x.retries_by_agent);
+           x.retries_by_agent, detail::opt(x.usage), detail::opt(x.cost_usd));
 }
 
 /// Serializes a task result.

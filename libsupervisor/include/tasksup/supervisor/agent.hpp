@@ -1,5 +1,7 @@
 #pragma once
 
+#include "tasksup/supervisor/agent_output.hpp"
+
 #include <map>
 #include <string>
 #include <vector>
@@ -23,15 +25,31 @@ struct agent_spec {
   /// When false the prompt is not appended as the last argument (for agents
   /// that read it from TASKSUP_PROMPT instead). Default true.
   bool prompt_as_argument = true;
+  /// The agent profile it was built from (agent_profile.hpp), empty if none.
+  std::string profile;
+  /// Names of environment variables copied from the node's environment into
+  /// each attempt's (never all of them); missing ones are left out.
+  std::vector<std::string> env_passthrough;
+  /// Which parser reads its output (from the profile).
+  output_format output = output_format::text;
+  /// Seconds without output or exit after which an attempt is stopped and
+  /// classified retryable (rule `idle_timeout`); 0 = off.
+  double idle_timeout_s = 0;
+  /// Who serves its model ("anthropic", "openai", ...), empty if unknown.
+  std::string provider;
 };
 
 /// True when every field of `a` and `b` is equal.
 inline bool operator==(const agent_spec& a, const agent_spec& b) {
   // Fails to compile when a field is added, so that it is compared too.
-  const auto& [a_id, a_cli, a_dir, a_flags, a_args, a_prompt] = a;
-  const auto& [b_id, b_cli, b_dir, b_flags, b_args, b_prompt] = b;
+  const auto& [a_id, a_cli, a_dir, a_flags, a_args, a_prompt, a_profile, a_env,
+               a_output, a_idle, a_provider] = a;
+  const auto& [b_id, b_cli, b_dir, b_flags, b_args, b_prompt, b_profile, b_env,
+               b_output, b_idle, b_provider] = b;
   return a_id == b_id && a_cli == b_cli && a_dir == b_dir &&
-         a_flags == b_flags && a_args == b_args && a_prompt == b_prompt;
+         a_flags == b_flags && a_args == b_args && a_prompt == b_prompt &&
+         a_profile == b_profile && a_env == b_env && a_output == b_output &&
+         a_idle == b_idle && a_provider == b_provider;
 }
 
 /// True when some field of `a` and `b` differs.

@@ -1,5 +1,8 @@
 #pragma once
 
+#include "tasksup/supervisor/agent_output.hpp"
+
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +36,9 @@ struct attempt_outcome {
   /// succeed (the image is not on this host and tasksup never pulls): the
   /// agent is given up at once instead of retried.
   bool retry_futile = false;
+  /// What the agent's structured output said (final message, provider
+  /// error, usage, cost), for agents whose profile names an output format.
+  std::optional<structured_result> structured;
 
   /// Exit 0 without an infrastructure error: success, never classified
   /// (SPEC §3), even when `oom_killed` is set: a memory cgroup reports an OOM

@@ -86,6 +86,9 @@ enum class decision_rule : std::uint8_t {
   crash_restarts_exhausted,
   /// `max_retries_per_agent` reached.
   retries_exhausted,
+  /// A `fatal` failure with `fatal_scope: provider`: the agents of the
+  /// provider that refused are skipped.
+  fatal_provider,
   /// Moving past the agent without judging an attempt (budget, breaker,
   /// user).
   skip,
@@ -136,7 +139,8 @@ struct decision {
   std::size_t restarts = 0;
   /// A permanent task that ran stably resets its agent's retries.
   bool reset_retries = false;
-  /// For `breaker_open`: the agent whose breaker is open.
+  /// For `breaker_open`: the agent whose breaker is open; for
+  /// `fatal_provider`: the provider that refused.
   std::string agent_id;
   /// When the decision was made (restart intensity records this time).
   double at_s = 0;
@@ -188,9 +192,11 @@ public:
 
   /// Judges an attempt that ended at `now_s`. `cls` is the classification
   /// of a failed outcome (nullopt when it succeeded or none could be made).
+  /// `providers` names each agent's provider (empty: unknown), for
+  /// `fatal_scope: provider`.
   decision on_exit(const supervision_state& st, const attempt_outcome& outcome,
-                   const std::optional<classification>& cls,
-                   double now_s) const;
+                   const std::optional<classification>& cls, double now_s,
+                   const std::vector<std::string>& providers = {}) const;
 
   /// The retry budget had no token for the retry `planned`: decide as if the
   /// agent's retries were exhausted.

@@ -4,6 +4,7 @@
 #include "tasksup/supervisor/error_class.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -22,6 +23,22 @@ enum class restart_type {
 
 std::string_view to_string(restart_type x) noexcept;
 std::optional<restart_type> parse_restart_type(std::string_view str) noexcept;
+
+/// What a `fatal` failure (bad key, no access) ends.
+enum class fatal_scope : uint8_t {
+  /// Only the failed agent's provider: the chain skips every agent of the
+  /// provider that failed fatally and continues with the next agent whose
+  /// `provider` (from its profile) is known and different; with none left
+  /// the task fails. An agent of unknown provider is never assumed to be
+  /// independent, so without profiles this is exactly `task`. The default:
+  /// a bad Anthropic key says nothing about an OpenAI key.
+  provider,
+  /// The whole task fails at once (SPEC §3 as first written).
+  task,
+};
+
+std::string_view to_string(fatal_scope x) noexcept;
+std::optional<fatal_scope> parse_fatal_scope(std::string_view str) noexcept;
 
 /// Restart intensity for `permanent` tasks: at most `max_restarts` restarts
 /// within `period_s` seconds, else give up and escalate. An attempt that ran
@@ -61,6 +78,8 @@ struct supervisor_config {
   std::optional<double> deadline_s;
   /// How long a cancelled attempt may take to stop before it is killed.
   double stop_grace_s = 10.0;
+  /// What a `fatal` failure ends: its provider's agents or the whole task.
+  fatal_scope fatal = fatal_scope::provider;
 
   /// The backoff policy these settings describe.
   backoff_policy make_backoff() const {

@@ -5,6 +5,7 @@
 // (an actor, a test, a replay) must do as effects. Every decision and every
 // delay of a task is made here; no clock, no I/O, no actor.
 
+#include "tasksup/supervisor/agent_output.hpp"
 #include "tasksup/supervisor/backoff.hpp"
 #include "tasksup/supervisor/classifier.hpp"
 #include "tasksup/supervisor/outcome.hpp"
@@ -105,6 +106,10 @@ struct task_machine_state {
   std::vector<std::string> last_artifacts;
   /// The last attempt never started (the runtime could not start it).
   bool last_not_started = false;
+  /// Tokens and US dollars summed over the attempts whose structured output
+  /// reported them; absent while none did.
+  std::optional<token_usage> usage;
+  std::optional<double> cost_usd;
 };
 
 namespace input {
@@ -310,6 +315,12 @@ public:
   task_machine(std::shared_ptr<const supervisor_config> cfg,
                std::size_t chain_size);
 
+  /// A machine for a chain whose agents are served by `providers` (one per
+  /// agent, empty when unknown): `fatal_scope: provider` moves past a
+  /// provider that refused the task.
+  task_machine(std::shared_ptr<const supervisor_config> cfg,
+               std::vector<std::string> providers);
+
   /// The policy it applies.
   const supervision_policy& policy() const noexcept { return policy_; }
 
@@ -372,6 +383,8 @@ private:
   supervision_policy policy_;
   backoff_policy backoff_;
   std::size_t chain_size_;
+  /// Per agent of the chain; empty when no provider is known.
+  std::vector<std::string> providers_;
 };
 
 } // namespace tasksup

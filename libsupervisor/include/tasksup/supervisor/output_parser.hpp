@@ -1,0 +1,72 @@
+#pragma once
+
+#include "tasksup/supervisor/agent_output.hpp"
+#include "tasksup/supervisor/classifier.hpp"
+#include "tasksup/supervisor/outcome.hpp"
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace tasksup {
+
+/// Longest final message or error message kept, in bytes.
+inline constexpr std::size_t max_structured_text_bytes = 4096;
+
+/// Longest JSON document (one line, or gemini's multi-line envelope) parsed;
+/// a longer one is skipped, so untrusted output cannot grow memory.
+inline constexpr std::size_t max_structured_doc_bytes = std::size_t{1} << 20;
+
+/// Reads an agent's structured output line by line, as it arrives. Pure: no
+/// I/O, no clock. Lines that are not the expected JSON are ignored (CLIs mix
+/// warnings into their output), so any input is safe.
+class output_parser {
+public:
+  explicit output_parser(output_format format) noexcept;
+
+  /// Feeds one output line (without its newline). Returns what a person
+  /// should see for it: the line itself for text and non-JSON lines, a short
+  /// rendering ("assistant: ...", "error: ...", "usage: ...") for events
+  /// worth showing, and an empty string for events that are only machinery.
+  std::string feed(std::string_view line);
+
+  /// What was learned so far.
+  const structured_result& result() const noexcept { return result_; }
+
+  output_format format() const noexcept { return format_; }
+
+private:
+  std::string feed_json_line(std::string_view line);
+  std::string feed_gemini(std::string_view line);
+
+  output_format format_;
+  structured_result result_;
+  /// gemini: the envelope being collected, from a line "{" to a line "}".
+  std::string pending_;
+  bool collecting_ = false;
+  bool overflowed_ = false;
+};
+
+/// The structured error type a container worker reports for an attempt it
+/// stopped after `idle_timeout_s` without output: classified retryable with
+/// rule `idle_timeout`, ahead of the crash rule (the kill after the stop's
+/// grace period is not a crash).
+inline constexpr std::string_view idle_timeout_type = "idle_timeout";
+
+/// Classifies a structured error when its type or status says enough:
+/// authentication / permission -> fatal, rate limit -> rate_limit, out of
+/// credit -> agent_failure, overload and server errors -> retryable. The rule
+/// is `structured:<type>` (or `structured:http_<status>`), the line the
+/// error message. Returns nullopt when the error is ambiguous (a bare 429
+/// may be a per-minute limit or an empty account): the text rules decide.
+std::optional<classification> classify_structured(const structured_error& e);
+
+/// Classifies a failed outcome: container crashes and infrastructure errors
+/// as the rules say, then the structured error when present and decisive,
+/// then the text rules.
+classification classify_attempt(const classifier& rules,
+                                const attempt_outcome& outcome,
+                                std::string_view agent_cli);
+
+} // namespace tasksup

@@ -1,0 +1,204 @@
+#include "tasksup/supervisor/agent_profile.hpp"
+
+#include "tasksup/supervisor/config.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+
+using namespace tasksup;
+
+namespace {
+
+boost::json::value doc(std::string_view text) {
+  return boost::json::parse(boost::json::string_view{text.data(), text.size()});
+}
+
+expected<agent_profile> profile(std::string_view text) {
+  return parse_agent_profile(doc(text), "p", "p.json");
+}
+
+void check_error(const expected<agent_profile>& res, std::string_view path,
+                 std::string_view fragment) {
+  REQUIRE_FALSE(res);
+  CHECK(res.error().where == "p.json");
+  CHECK(res.error().path == path);
+  CHECK_THAT(res.error().what, Catch::Contains(std::string{fragment}));
+}
+
+expected<task_spec> task(std::string_view text) {
+  return parse_task(doc(text), "task.json", builtin_config());
+}
+
+} // namespace
+
+TEST_CASE("config/profiles/*.json are the built-in profiles") {
+  namespace fs = std::filesystem;
+  const std::string dir = TASKSUP_SOURCE_DIR "/config/profiles";
+  std::size_t seen = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".json")
+      continue;
+    auto name = entry.path().stem().string();
+    INFO(name);
+    auto text = read_json_file(entry.path().string());
+    REQUIRE(text);
+    auto p = parse_agent_profile(*text, name, entry.path().string());
+    INFO((p ? "" : p.error().to_string()));
+    REQUIRE(p);
+    const auto* builtin = find_agent_profile(name);
+    REQUIRE(builtin != nullptr);
+    CHECK(builtin->agent_cli == p->agent_cli);
+    CHECK(builtin->args == p->args);
+    CHECK(builtin->prompt_flag == p->prompt_flag);
+    CHECK(builtin->prompt_as_argument == p->prompt_as_argument);
+    CHECK(builtin->env_passthrough == p->env_passthrough);
+    CHECK(builtin->output == p->output);
+    CHECK(builtin->idle_timeout_s == p->idle_timeout_s);
+    CHECK(builtin->provider == p->provider);
+    ++seen;
+  }
+  CHECK(seen == builtin_agent_profiles().size());
+  for (auto name : {"claude", "codex", "gemini", "qwen", "generic"})
+    CHECK(find_agent_profile(name) != nullptr);
+}
+
+TEST_CASE("the shipped profiles use flags the current CLIs accept") {
+  // What each pinned CLI needs to run unattended and machine-readably (see
+  // tests/fixtures/agent-logs/: codex rejects --full-auto and refuses a
+  // non-git directory; claude's stream-json requires --verbose).
+  auto has = [](const agent_profile& p, std::string_view arg) {
+    return std::find(p.args.begin(), p.args.end(), arg) != p.args.end();
+  };
+  const auto& claude = *find_agent_profile("claude");
+  CHECK(has(claude, "-p"));
+  CHECK(has(claude, "stream-json"));
+  CHECK(has(claude, "--verbose"));
+  CHECK(claude.output == output_format::claude_stream_json);
+  const auto& codex = *find_agent_profile("codex");
+  CHECK(codex.args.front() == "exec");
+  CHECK(has(codex, "--json"));
+  CHECK(has(codex, "--skip-git-repo-check"));
+  CHECK_FALSE(has(codex, "--full-auto"));
+  CHECK(codex.output == output_format::codex_jsonl);
+  const auto& gemini = *find_agent_profile("gemini");
+  CHECK(gemini.prompt_flag == "-p"); // -p takes the prompt as its value
+  CHECK(has(gemini, "--skip-trust"));
+  CHECK(gemini.output == output_format::gemini_json);
+  for (const auto* p : {&claude, &codex, &gemini}) {
+    CHECK_FALSE(p->provider.empty());
+    CHECK(p->idle_timeout_s > 0);
+  }
+}
+
+TEST_CASE("bad profiles are rejected naming file and JSON pointer") {
+  check_error(profile(R"({})"), "", "agent_cli");
+  check_error(profile(R"({"agent_cli": ""})"), "/agent_cli", "non-empty");
+  check_error(profile(R"({"agent_cli": "x", "colour": 1})"), "/colour",
+              "unknown key");
+  check_error(profile(R"({"agent_cli": "x", "cli_flags": "-p 'open"})"),
+              "/cli_flags", "quote");
+  check_error(profile(R"({"agent_cli": "x", "env_passthrough": "KEY"})"),
+              "/env_passthrough", "array");
+  check_error(
+    profile(R"({"agent_cli": "x", "env_passthrough": ["OK", "NOT-OK"]})"),
+    "/env_passthrough/1", "environment variable name");
+  check_error(profile(R"({"agent_cli": "x", "env_passthrough": ["A", "A"]})"),
+              "/env_passthrough/1", "duplicate");
+  check_error(profile(R"({"agent_cli": "x", "env_passthrough": ["*"]})"),
+              "/env_passthrough/0", "environment variable name");
+  check_error(profile(R"({"agent_cli": "x", "output_format": "json"})"),
+              "/output_format", "claude-stream-json");
+  check_error(profile(R"({"agent_cli": "x", "idle_timeout_s": -1})"),
+              "/idle_timeout_s", "seconds");
+  check_error(profile(R"({"agent_cli": "x", "idle_timeout_s": 1e12})"),
+              "/idle_timeout_s", "seconds");
+  check_error(profile(R"({"agent_cli": "x", "prompt_as_argument": 1})"),
+              "/prompt_as_argument", "true or false");
+  check_error(profile(R"([])"), "", "object");
+  check_error(profile(R"({"agent_cli": "x", "prompt_flag": 1})"),
+              "/prompt_flag", "flag");
+}
+
+TEST_CASE("environment variable names") {
+  CHECK(valid_env_name("ANTHROPIC_API_KEY"));
+  CHECK(valid_env_name("_x1"));
+  CHECK_FALSE(valid_env_name(""));
+  CHECK_FALSE(valid_env_name("1ABC"));
+  CHECK_FALSE(valid_env_name("A=B"));
+  CHECK_FALSE(valid_env_name("A B"));
+  CHECK_FALSE(valid_env_name(std::string(129, 'A')));
+}
+
+TEST_CASE("an agent naming a profile gets its command, flags, env names, "
+          "parser and idle timeout") {
+  auto t = task(R"({"prompt": "p", "agent_selection": {"agents": [
+    {"agent_id": "c", "profile": "claude", "cli_flags": "--model opus",
+     "env_passthrough": ["MY_PROXY", "ANTHROPIC_API_KEY"]},
+    {"agent_id": "x", "profile": "codex", "agent_cli": "/opt/codex",
+     "idle_timeout_s": 30, "prompt_as_argument": false}]}})");
+  INFO((t ? "" : t.error().to_string()));
+  REQUIRE(t);
+  const auto& agents = t->selection->agents;
+  const auto& c = agents[0];
+  CHECK(c.profile == "claude");
+  CHECK(c.agent_cli == "claude");
+  REQUIRE(c.args.size() >= 3);
+  CHECK(c.args.front() == "-p");
+  CHECK(c.args[c.args.size() - 2] == "--model");
+  CHECK(c.args.back() == "opus");
+  CHECK(c.cli_flags == "--model opus");
+  CHECK(c.output == output_format::claude_stream_json);
+  CHECK(c.provider == "anthropic");
+  CHECK(c.idle_timeout_s == 600);
+  // The profile's names first, then the agent's, each once.
+  CHECK(c.env_passthrough.front() == "ANTHROPIC_API_KEY");
+  CHECK(c.env_passthrough.back() == "MY_PROXY");
+  CHECK(std::count(c.env_passthrough.begin(), c.env_passthrough.end(),
+                   "ANTHROPIC_API_KEY") == 1);
+  const auto& x = agents[1];
+  CHECK(x.agent_cli == "/opt/codex");
+  CHECK(x.args.front() == "exec");
+  CHECK(x.idle_timeout_s == 30);
+  CHECK_FALSE(x.prompt_as_argument);
+  CHECK(validate_task(*t, "typed"));
+}
+
+TEST_CASE("agent profile errors in a task file name the JSON pointer") {
+  auto unknown = task(R"({"prompt": "p", "agent_selection": {"agents": [
+    {"agent_id": "a", "profile": "clod"}]}})");
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.error().where == "task.json");
+  CHECK(unknown.error().path == "/agent_selection/agents/0/profile");
+  CHECK_THAT(unknown.error().what, Catch::Contains("unknown agent profile"));
+
+  auto no_cli = task(R"({"prompt": "p", "agent_selection": {"agents": [
+    {"agent_id": "a"}]}})");
+  REQUIRE_FALSE(no_cli);
+  CHECK(no_cli.error().path == "/agent_selection/agents/0");
+
+  auto bad_env = task(R"({"prompt": "p", "agent_selection": {"agents": [
+    {"agent_id": "a", "profile": "gemini", "env_passthrough": ["OK", "$X"]}]}})");
+  REQUIRE_FALSE(bad_env);
+  CHECK(bad_env.error().path == "/agent_selection/agents/0/env_passthrough/1");
+
+  auto bad_idle = task(R"({"prompt": "p", "agent_selection": {"agents": [
+    {"agent_id": "a", "agent_cli": "x", "idle_timeout_s": -5}]}})");
+  REQUIRE_FALSE(bad_idle);
+  CHECK(bad_idle.error().path == "/agent_selection/agents/0/idle_timeout_s");
+}
+
+TEST_CASE("fatal_scope: provider by default, task on request") {
+  CHECK(supervisor_config{}.fatal == fatal_scope::provider);
+  auto t = task(R"({"prompt": "p", "supervisor": {"fatal_scope": "task"}})");
+  REQUIRE(t);
+  CHECK(t->supervisor.fatal == fatal_scope::task);
+  auto bad = task(R"({"prompt": "p", "supervisor": {"fatal_scope": "all"}})");
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().path == "/supervisor/fatal_scope");
+  CHECK(parse_fatal_scope(to_string(fatal_scope::task)) == fatal_scope::task);
+  CHECK_FALSE(parse_fatal_scope(""));
+}
