@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <utility>
 
 namespace tasksup {
@@ -61,7 +62,11 @@ decision make(next_step step, std::string reason, std::size_t agent_index) {
 } // namespace
 
 std::string_view to_string(next_step x) noexcept {
-  return step_names[static_cast<std::size_t>(x)];
+  // A value outside the enum (a corrupt message) must not index past the
+  // table.
+  auto i = static_cast<std::size_t>(x);
+  return i < std::size(step_names) ? step_names[i]
+                                   : std::string_view{"unknown"};
 }
 
 supervision_policy::supervision_policy(supervisor_config cfg)
