@@ -149,6 +149,9 @@ public:
     }
   }
 
+  /// The child's process id.
+  pid_t pid() const noexcept { return pid_; }
+
   /// Sends `sig` to the child (if it has not been reaped).
   void signal(int sig) {
     if (!status_)
