@@ -1,12 +1,23 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, prepares the Docker Engine and the local
 # busybox test image, then runs every test (unit, actors, integration, docker,
-# end-to-end) with ctest.
+# end-to-end) with ctest. Run without arguments (as CI does) it then also runs
+# the unit, actor and app tests under ASan+UBSan (scripts/sanitize.sh) and
+# each fuzz target for $TASKSUP_FUZZ_SECONDS (default 60) seconds
+# (scripts/fuzz.sh); TASKSUP_SANITIZE=0 or TASKSUP_FUZZ_SECONDS=0 skip them.
+# Arguments are passed to ctest and run just the main suite.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TASKSUP_BUILD_DIR:-$root/build}
 export TASKSUP_WITH_DOCKER=1
 "$root/scripts/build.sh"
 "$root/scripts/docker-setup.sh"
-cd "$build"
-ctest --output-on-failure -j "$(nproc)" "$@"
+(cd "$build" && ctest --output-on-failure -j "$(nproc)" "$@")
+if (($# == 0)); then
+  if [[ "${TASKSUP_SANITIZE:-1}" != 0 ]]; then
+    "$root/scripts/sanitize.sh"
+  fi
+  if [[ "${TASKSUP_FUZZ_SECONDS:-60}" != 0 ]]; then
+    "$root/scripts/fuzz.sh"
+  fi
+fi
