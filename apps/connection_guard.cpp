@@ -208,8 +208,14 @@ struct connection_guard::impl {
     if (i == links.end())
       return;
     auto& l = i->second;
+    // A hang-up while this side's buffer is full (so it was not polled for
+    // input) would be reported again and again: the peer is gone, drop it.
+    if ((events & (EPOLLHUP | EPOLLERR)) != 0 && (events & EPOLLIN) == 0) {
+      drop(id);
+      return;
+    }
     bool ok = true;
-    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+    if (events & EPOLLIN) {
       if (from_node) {
         ok =
           fill(l.node, l.down, [](const char*, std::size_t) { return true; });
