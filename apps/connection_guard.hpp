@@ -29,10 +29,8 @@ struct connection_guard_options {
   /// Open connections at most; one more closes the connection whose peer
   /// has been silent longest. Also capped by the descriptor limit.
   std::size_t max_connections = 512;
-  /// Largest BASP payload a peer may announce: the largest task text plus
-  /// room for the message around it, so a text just over its limit still
-  /// gets the door's clear refusal.
-  std::uint32_t max_payload_bytes = wire::max_task_json_bytes + (64u << 10);
+  /// Largest BASP payload a peer may announce.
+  std::uint32_t max_payload_bytes = wire::max_message_bytes;
   /// A frame begun and not completed, with no byte from the peer for this
   /// long, closes the connection.
   std::chrono::milliseconds frame_timeout{10000};

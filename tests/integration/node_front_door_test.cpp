@@ -14,6 +14,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/timespan.hpp>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -206,6 +207,8 @@ TEST_CASE("front door: a CAF client cannot reach internal handlers, forge "
   caf::actor_system_config cfg;
   register_protocol(cfg);
   cfg.load<caf::io::middleman>();
+  cfg.set("middleman.heartbeat-interval",
+          caf::timespan{std::chrono::seconds{1}});
   caf::actor_system sys{cfg};
   auto door = sys.middleman().remote_actor(
     "127.0.0.1", static_cast<std::uint16_t>(n.port()));

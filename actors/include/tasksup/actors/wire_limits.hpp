@@ -10,13 +10,15 @@
 
 namespace tasksup::wire {
 
-/// Largest BASP payload the node's connection guard lets through (the
-/// header's announced length is checked before CAF sizes its buffer), and
-/// the largest `submit_json` text a client sends.
-inline constexpr std::size_t max_message_bytes = 16u << 20;
-
 /// Largest task text for `(submit_json, text)`: the task file limit.
 inline constexpr std::size_t max_task_json_bytes = 16u << 20;
+
+/// Largest BASP payload the node's connection guard lets through (the
+/// header's announced length is checked before CAF sizes its buffer): the
+/// largest task text plus room for the message around it, so a text just
+/// over its limit still gets the door's clear refusal.
+inline constexpr std::size_t max_message_bytes =
+  max_task_json_bytes + (64u << 10);
 
 /// Largest prompt of a typed task.
 inline constexpr std::size_t max_prompt_bytes = 1u << 20;
