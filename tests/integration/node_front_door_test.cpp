@@ -181,8 +181,8 @@ TEST_CASE("front door: 2,000 idle connections do not lock out real clients") {
     ::setrlimit(RLIMIT_NOFILE, &lim);
   }
   REQUIRE(::getrlimit(RLIMIT_NOFILE, &lim) == 0);
-  if (lim.rlim_cur < 2100)
-    SKIP("needs 2,100 descriptors, the limit is " << lim.rlim_cur);
+  INFO("needs 2,100 descriptors; the limit is " << lim.rlim_cur);
+  REQUIRE(lim.rlim_cur >= 2100);
   scratch dir;
   door_node n{dir};
   std::vector<int> idle;
@@ -240,15 +240,15 @@ TEST_CASE("front door: a CAF client cannot reach internal handlers, forge "
   forged.task_id = "FORGED";
   forged.json = R"({"event":"task_done","task_id":"/etc/FORGED-BY-ROGUE"})";
   self->send(*door, event_atom::value, forged);
-  // Out-of-range enums never reach a handler: the message is dropped on
-  // load, so the request ends in its timeout.
+  // Out-of-range enums never reach a handler: the element fails to load
+  // and CAF 0.17 delivers an empty message, which the door refuses
+  // (or, for a failure inside a task, the message is dropped and the
+  // request times out). Either way nothing is accepted.
   bool answered = false;
   self
     ->request(*door, std::chrono::seconds{2}, stop_atom::value,
               std::string{"x"}, static_cast<stop_mode>(7))
-    .receive(
-      [&](bool) { answered = true; },
-      [&](caf::error& err) { answered = err != caf::sec::request_timeout; });
+    .receive([&](bool) { answered = true; }, [&](caf::error&) {});
   CHECK_FALSE(answered);
   task_spec bad;
   bad.id = "bad-enum";
@@ -256,9 +256,7 @@ TEST_CASE("front door: a CAF client cannot reach internal handlers, forge "
   bad.supervisor.backoff[static_cast<error_class>(20)] = backoff_spec{};
   answered = false;
   self->request(*door, std::chrono::seconds{2}, submit_atom::value, bad)
-    .receive(
-      [&](std::string&) { answered = true; },
-      [&](caf::error& err) { answered = err != caf::sec::request_timeout; });
+    .receive([&](std::string&) { answered = true; }, [&](caf::error&) {});
   CHECK_FALSE(answered);
   // The real client is still served, and its task runs (every slot free).
   auto sub = n.cmd({"submit", example("demo-crash.json")});
