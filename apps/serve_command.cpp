@@ -3,18 +3,24 @@
 #include "actor_setup.hpp"
 #include "commands.hpp"
 #include "config_location.hpp"
+#include "connection_guard.hpp"
 #include "node_address.hpp"
 #include "node_setup.hpp"
 #include "progress_view.hpp"
 #include "signal_watch.hpp"
 
+#include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/registry_actor.hpp"
 
 #include "tasksup/runtime/docker_runtime.hpp"
 
+#include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
+#include <caf/io/basp_broker.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/io/network/multiplexer.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
@@ -27,6 +33,7 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -137,15 +144,37 @@ int serve(const serve_options& opts) {
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
   auto registry = spawn_registry(sys, std::move(reg));
-  auto port =
-    sys.middleman().publish(registry, addr->port, addr->host.c_str(), true);
-  if (!port) {
-    spdlog::error("cannot listen on {}: {}", addr->to_string(),
-                  sys.render(port.error()));
+  // Clients reach the node through its door only: the registry's own
+  // handlers (slots, breaker reports, events) stay internal.
+  auto door = spawn_node_door(sys, registry);
+  // The door is not published on a CAF port: the connection guard owns the
+  // listening socket, checks each frame's announced size, times out stalled
+  // frames and caps connections, and hands CAF's BASP broker one end of a
+  // socket pair per connection, as if its own acceptor had taken it.
+  auto basp =
+    sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+  auto door_ptr = caf::actor_cast<caf::strong_actor_ptr>(door);
+  auto adopt = [&sys, basp, door_ptr](int fd) {
+    auto scribe = sys.middleman().backend().new_scribe(fd);
+    if (!scribe)
+      return false;
+    caf::anon_send(basp, caf::publish_atom::value, std::move(scribe),
+                   std::uint16_t{0}, door_ptr, std::set<std::string>{});
+    return true;
+  };
+  connection_guard_options guard_opts;
+  guard_opts.host = addr->host;
+  guard_opts.port = addr->port;
+  std::string guard_error;
+  auto front = connection_guard::start(guard_opts, adopt, guard_error);
+  if (!front) {
+    spdlog::error("cannot listen on {}: {}", addr->to_string(), guard_error);
+    self->send_exit(door, caf::exit_reason::user_shutdown);
     self->send_exit(registry, caf::exit_reason::user_shutdown);
     return exit_status::unavailable;
   }
-  node_address bound{addr->host, *port};
+  auto port = front->port();
+  node_address bound{addr->host, port};
   spdlog::info("listening on {} (runtime {}, at most {} attempts at once, "
                "config {}, attempts in {})",
                bound.to_string(), default_runtime, max_concurrent,
@@ -181,7 +210,7 @@ int serve(const serve_options& opts) {
       stopping_since = std::chrono::steady_clock::now();
       spdlog::info("shutting down: no new tasks; stopping the running ones "
                    "(signal again to kill them)");
-      sys.middleman().close(bound.port);
+      front->close_listener();
       if (auto ids = unfinished(self, registry))
         for (auto& id : *ids)
           self->send(registry, stop_atom::value, id, stop_mode::cancel);
@@ -211,6 +240,7 @@ int serve(const serve_options& opts) {
     [&](event_atom, const event& ev) { log_event(view, ev); },
     [&](signal_atom, int) {}, [&](bool) {}, [&](caf::error&) {},
     caf::after(std::chrono::milliseconds{100}) >> [&] { draining = false; });
+  self->send_exit(door, caf::exit_reason::user_shutdown);
   self->send_exit(registry, caf::exit_reason::user_shutdown);
   spdlog::info("stopped");
   return exit_status::ok;

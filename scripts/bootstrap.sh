@@ -7,6 +7,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config clang-format
+  clang-14 libclang-rt-14-dev
   libcaf-dev libssl-dev
   libboost1.81-dev libboost-json1.81-dev libboost-system1.81-dev
   libspdlog-dev libfmt-dev catch2 libre2-dev libcli11-dev

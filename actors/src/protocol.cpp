@@ -1,8 +1,11 @@
 #include "tasksup/actors/protocol.hpp"
 
+#include <caf/deserializer.hpp>
+#include <caf/detail/type_erased_value_impl.hpp>
 #include <caf/message.hpp>
 
 #include <cstddef>
+#include <typeindex>
 #include <utility>
 
 namespace tasksup {
@@ -29,10 +32,55 @@ constexpr std::string_view protocol_error_names[] = {
   "unknown_task", "unknown_runtime", "invalid_rules",
 };
 
+/// The name of `x` from `names`, or "unknown" for a value outside the enum
+/// (loading rejects those; this is the second line of defence).
+template<class E, std::size_t N>
+std::string_view name_of(E x, const std::string_view (&names)[N]) noexcept {
+  static_assert(N == detail::enum_size<E>::value,
+                "one name per enumerator, in declaration order");
+  return detail::valid_enum_value(x) ? names[static_cast<std::size_t>(x)]
+                                     : std::string_view{"unknown"};
+}
+
+/// A message element of enum type `E` whose load rejects values outside
+/// the enum: CAF loads a top-level enum element (e.g. the `stop_mode` of
+/// `(stop, task_id, stop_mode)`) with its plain integer conversion, which
+/// no `inspect` overload can intercept, so the node registers this value
+/// type for it instead.
+template<class E>
+class checked_enum_value : public caf::detail::type_erased_value_impl<E> {
+public:
+  using super = caf::detail::type_erased_value_impl<E>;
+
+  using super::super;
+
+  caf::error load(caf::deserializer& source) override {
+    auto& x = *static_cast<E*>(this->get_mutable());
+    auto wrapped = detail::checked(x, "message element");
+    return source(wrapped);
+  }
+
+  caf::type_erased_value_ptr copy() const override {
+    return caf::type_erased_value_ptr{
+      new checked_enum_value(*static_cast<const E*>(this->get()))};
+  }
+};
+
+/// Registers `E` under `name` with a checked load.
+template<class E>
+void add_checked_enum(caf::actor_system_config& cfg, const std::string& name) {
+  cfg.add_message_type<E>(name);
+  auto factory = []() -> caf::type_erased_value_ptr {
+    return caf::type_erased_value_ptr{new checked_enum_value<E>()};
+  };
+  cfg.value_factories_by_name[name] = factory;
+  cfg.value_factories_by_rtti[std::type_index(typeid(E))] = factory;
+}
+
 } // namespace
 
 std::string_view to_string(stop_mode x) noexcept {
-  return stop_mode_names[static_cast<std::size_t>(x)];
+  return name_of(x, stop_mode_names);
 }
 
 std::optional<stop_mode> parse_stop_mode(std::string_view str) noexcept {
@@ -43,15 +91,15 @@ std::optional<stop_mode> parse_stop_mode(std::string_view str) noexcept {
 }
 
 std::string_view to_string(task_state x) noexcept {
-  return task_state_names[static_cast<std::size_t>(x)];
+  return name_of(x, task_state_names);
 }
 
 std::string_view to_string(task_outcome x) noexcept {
-  return task_outcome_names[static_cast<std::size_t>(x)];
+  return name_of(x, task_outcome_names);
 }
 
 std::string_view to_string(event_kind x) noexcept {
-  return event_kind_names[static_cast<std::size_t>(x)];
+  return name_of(x, event_kind_names);
 }
 
 std::string_view to_string(protocol_error x) noexcept {
@@ -81,7 +129,6 @@ void register_protocol(caf::actor_system_config& cfg) {
     .add_message_type<classifier_rule>("tasksup::classifier_rule")
     .add_message_type<classification>("tasksup::classification")
     .add_message_type<attempt_outcome>("tasksup::attempt_outcome")
-    .add_message_type<stop_mode>("tasksup::stop_mode")
     .add_message_type<task_result>("tasksup::task_result")
     .add_message_type<task_status>("tasksup::task_status")
     .add_message_type<std::vector<task_status>>(
@@ -96,6 +143,7 @@ void register_protocol(caf::actor_system_config& cfg) {
     .add_message_type<delay_decision>("tasksup::delay_decision")
     .add_message_type<permit_request>("tasksup::permit_request")
     .add_message_type<permit_reply>("tasksup::permit_reply");
+  add_checked_enum<stop_mode>(cfg, "tasksup::stop_mode");
   cfg.add_error_category(
     protocol_error_category,
     [](std::uint8_t code, caf::atom_value, const caf::message& ctx) {

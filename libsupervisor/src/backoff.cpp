@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <iterator>
 #include <limits>
 #include <utility>
 
@@ -76,7 +77,11 @@ backoff_spec table_spec(double base_s, std::vector<double> factors) {
 } // namespace
 
 std::string_view to_string(jitter x) noexcept {
-  return jitter_names[static_cast<std::size_t>(x)];
+  // A value outside the enum (a corrupt message) must not index past the
+  // table.
+  auto i = static_cast<std::size_t>(x);
+  return i < std::size(jitter_names) ? jitter_names[i]
+                                     : std::string_view{"unknown"};
 }
 
 std::optional<jitter> parse_jitter(std::string_view str) noexcept {

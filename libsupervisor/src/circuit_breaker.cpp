@@ -1,6 +1,7 @@
 #include "tasksup/supervisor/circuit_breaker.hpp"
 
 #include <algorithm>
+#include <iterator>
 
 namespace tasksup {
 
@@ -11,7 +12,11 @@ constexpr std::string_view state_names[] = {"closed", "open", "half_open"};
 } // namespace
 
 std::string_view to_string(breaker_state x) noexcept {
-  return state_names[static_cast<std::size_t>(x)];
+  // A value outside the enum (a corrupt message) must not index past the
+  // table.
+  auto i = static_cast<std::size_t>(x);
+  return i < std::size(state_names) ? state_names[i]
+                                    : std::string_view{"unknown"};
 }
 
 circuit_breaker::circuit_breaker(circuit_breaker_config cfg) : cfg_(cfg) {

@@ -1,6 +1,7 @@
 #include "tasksup/supervisor/error_class.hpp"
 
 #include <cstddef>
+#include <iterator>
 
 namespace tasksup {
 
@@ -17,7 +18,11 @@ constexpr std::string_view action_names[] = {"retry", "fallback", "fail"};
 } // namespace
 
 std::string_view to_string(error_class x) noexcept {
-  return class_names[static_cast<std::size_t>(x)];
+  // A value outside the enum (a corrupt message) must not index past the
+  // table.
+  auto i = static_cast<std::size_t>(x);
+  return i < std::size(class_names) ? class_names[i]
+                                    : std::string_view{"unknown"};
 }
 
 std::optional<error_class> parse_error_class(std::string_view str) noexcept {
@@ -28,7 +33,11 @@ std::optional<error_class> parse_error_class(std::string_view str) noexcept {
 }
 
 std::string_view to_string(action x) noexcept {
-  return action_names[static_cast<std::size_t>(x)];
+  // A value outside the enum (a corrupt message) must not index past the
+  // table.
+  auto i = static_cast<std::size_t>(x);
+  return i < std::size(action_names) ? action_names[i]
+                                     : std::string_view{"unknown"};
 }
 
 std::optional<action> parse_action(std::string_view str) noexcept {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iterator>
 
 namespace tasksup {
 
@@ -62,7 +63,11 @@ constexpr std::string_view restart_type_names[] = {"transient", "permanent",
 } // namespace
 
 std::string_view to_string(restart_type x) noexcept {
-  return restart_type_names[static_cast<std::size_t>(x)];
+  // A value outside the enum (a corrupt message) must not index past the
+  // table.
+  auto i = static_cast<std::size_t>(x);
+  return i < std::size(restart_type_names) ? restart_type_names[i]
+                                           : std::string_view{"unknown"};
 }
 
 std::string_view to_string(fatal_scope x) noexcept {

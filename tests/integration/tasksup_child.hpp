@@ -100,13 +100,15 @@ private:
 class tasksup_child {
 public:
   /// Starts TASKSUP_BINARY with `args`; output files go into `dir` under
-  /// `name`.out / `name`.err.
+  /// `name`.out / `name`.err; stdin reads `stdin_path`.
   tasksup_child(const scratch& dir, const std::string& name,
-                const std::vector<std::string>& args)
+                const std::vector<std::string>& args,
+                const std::string& stdin_path = "/dev/null")
     : out_path_(dir / (name + ".out")), err_path_(dir / (name + ".err")) {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 0, stdin_path.c_str(), O_RDONLY,
+                                     0);
     posix_spawn_file_actions_addopen(&actions, 1, out_path_.c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_addopen(&actions, 2, err_path_.c_str(),
@@ -149,6 +151,9 @@ public:
     }
   }
 
+  /// The child's process id.
+  pid_t pid() const noexcept { return pid_; }
+
   /// Sends `sig` to the child (if it has not been reaped).
   void signal(int sig) {
     if (!status_)
@@ -175,9 +180,6 @@ public:
   }
 
   std::string out() const { return slurp(out_path_); }
-
-  /// The child's pid (for /proc samples).
-  int pid() const { return pid_; }
 
   std::string err() const { return slurp(err_path_); }
 

@@ -4,10 +4,22 @@
 // CAF can serialize them (network) and render them (deep_to_string). CAF 0.17
 // handles enums, maps, vectors and strings itself but not std::optional, for
 // which `opt` below writes a presence flag followed by the value.
+//
+// Everything read from the network is untrusted, so loading is checked while
+// it happens: every enum against its range (`checked`), every list and map
+// against `wire::max_list_entries` before an element is read (`bounded`),
+// every string against its limit (`check_sizes` in a load callback). A check
+// that fails fails the deserialization: CAF drops the message, and the bad
+// value never reaches an actor. The wire format is CAF's own (an enum is its
+// underlying integer, a list its length then its elements), so the checks
+// change nothing for a well-formed peer.
+
+#include "tasksup/actors/wire_limits.hpp"
 
 #include "tasksup/supervisor/agent.hpp"
 #include "tasksup/supervisor/backoff.hpp"
 #include "tasksup/supervisor/classifier.hpp"
+#include "tasksup/supervisor/error_class.hpp"
 #include "tasksup/supervisor/outcome.hpp"
 #include "tasksup/supervisor/supervisor_config.hpp"
 #include "tasksup/supervisor/task_spec.hpp"
@@ -17,13 +29,196 @@
 #include <caf/meta/type_name.hpp>
 #include <caf/sec.hpp>
 
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
+#include <map>
 #include <optional>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 namespace tasksup {
 
 namespace detail {
+
+/// The number of enumerators of an enum whose values are 0..n-1; every enum
+/// that crosses the network has a specialization.
+template<class E>
+struct enum_size;
+
+template<>
+struct enum_size<error_class>
+  : std::integral_constant<std::size_t, all_error_classes.size()> {};
+
+template<>
+struct enum_size<action> : std::integral_constant<std::size_t, 3> {};
+
+template<>
+struct enum_size<restart_type> : std::integral_constant<std::size_t, 3> {};
+
+template<>
+struct enum_size<jitter> : std::integral_constant<std::size_t, 4> {};
+
+template<>
+struct enum_size<backoff_spec::kind_t>
+  : std::integral_constant<std::size_t, 2> {};
+
+template<>
+struct enum_size<selection_mode> : std::integral_constant<std::size_t, 2> {};
+
+template<>
+struct enum_size<fatal_scope> : std::integral_constant<std::size_t, 2> {};
+
+template<>
+struct enum_size<delay_source> : std::integral_constant<std::size_t, 3> {};
+
+/// Whether the raw value `x` names an enumerator of `E`.
+template<class E>
+constexpr bool valid_enum(std::underlying_type_t<E> x) noexcept {
+  if constexpr (std::is_signed_v<std::underlying_type_t<E>>)
+    if (x < 0)
+      return false;
+  return static_cast<std::size_t>(x) < enum_size<E>::value;
+}
+
+/// Whether `x` is one of the enumerators of `E`.
+template<class E>
+constexpr bool valid_enum_value(E x) noexcept {
+  return valid_enum<E>(static_cast<std::underlying_type_t<E>>(x));
+}
+
+/// The error of a value that breaks a wire limit, naming the field.
+inline caf::error wire_error(const char* field, std::string what) {
+  std::string text = field;
+  text += ": ";
+  text += what;
+  return caf::make_error(caf::sec::invalid_argument, std::move(text));
+}
+
+/// An enum member to be range-checked on load.
+template<class E>
+struct enum_field {
+  E& ref;
+  const char* name;
+};
+
+/// Marks an enum member for a range check on load.
+template<class E>
+enum_field<E> checked(E& x, const char* name) {
+  return enum_field<E>{x, name};
+}
+
+/// Inspects an enum as its underlying integer; on load, a value outside the
+/// enum's range is an error and `x` keeps its old value.
+template<class Inspector, class E>
+typename Inspector::result_type inspect(Inspector& f, enum_field<E>& x) {
+  if constexpr (Inspector::writes_state) {
+    std::underlying_type_t<E> raw = 0;
+    return f(raw, caf::meta::load_callback([&]() -> caf::error {
+               if (!valid_enum<E>(raw))
+                 return wire_error(x.name, "out-of-range value " +
+                                             std::to_string(+raw));
+               x.ref = static_cast<E>(raw);
+               return caf::none;
+             }));
+  } else {
+    return f(x.ref);
+  }
+}
+
+/// A list or map member whose entry count is checked before its entries are
+/// read.
+template<class C>
+struct list_field {
+  C& ref;
+  const char* name;
+};
+
+/// Marks a list or map member for the `wire::max_list_entries` check.
+template<class C>
+list_field<C> bounded(C& x, const char* name) {
+  return list_field<C>{x, name};
+}
+
+template<class T>
+struct is_map : std::false_type {};
+
+template<class K, class V, class Cmp, class A>
+struct is_map<std::map<K, V, Cmp, A>> : std::true_type {};
+
+/// Loads one element, range-checking it if it is an enum.
+template<class Inspector, class T>
+caf::error load_element(Inspector& f, T& x, const char* name) {
+  if constexpr (std::is_enum_v<T>) {
+    auto wrapped = checked(x, name);
+    return f(wrapped);
+  } else {
+    if (auto err = f(x))
+      return err;
+    if constexpr (std::is_same_v<T, std::string>)
+      if (x.size() > wire::max_text_bytes)
+        return wire_error(name, "an entry of " + std::to_string(x.size()) +
+                                  " bytes (at most " +
+                                  std::to_string(wire::max_text_bytes) + ")");
+    return caf::none;
+  }
+}
+
+/// Inspects a list or map in CAF's own format (length, then entries); on
+/// load, more than `wire::max_list_entries` entries is an error raised
+/// before any entry is read.
+template<class Inspector, class C>
+typename Inspector::result_type inspect(Inspector& f, list_field<C>& x) {
+  if constexpr (Inspector::writes_state) {
+    std::size_t n = 0;
+    if (auto err = f.begin_sequence(n))
+      return err;
+    if (n > wire::max_list_entries)
+      return wire_error(x.name, std::to_string(n) + " entries (at most " +
+                                  std::to_string(wire::max_list_entries) + ")");
+    C out;
+    for (std::size_t i = 0; i < n; ++i) {
+      if constexpr (is_map<C>::value) {
+        typename C::key_type key{};
+        typename C::mapped_type value{};
+        if (auto err = load_element(f, key, x.name))
+          return err;
+        if (auto err = load_element(f, value, x.name))
+          return err;
+        out.emplace(std::move(key), std::move(value));
+      } else {
+        typename C::value_type value{};
+        if (auto err = load_element(f, value, x.name))
+          return err;
+        out.push_back(std::move(value));
+      }
+    }
+    if (auto err = f.end_sequence())
+      return err;
+    x.ref = std::move(out);
+    return caf::none;
+  } else {
+    return f(x.ref);
+  }
+}
+
+/// One string limit for `check_sizes`.
+struct size_limit {
+  const std::string& value;
+  std::size_t max;
+  const char* name;
+};
+
+/// The first string longer than its limit as an error, or none.
+inline caf::error check_sizes(std::initializer_list<size_limit> limits) {
+  for (auto& x : limits)
+    if (x.value.size() > x.max)
+      return wire_error(x.name, std::to_string(x.value.size()) +
+                                  " bytes (at most " + std::to_string(x.max) +
+                                  ")");
+  return caf::none;
+}
 
 /// Wraps a std::optional member for inspection: a flag, then the value (a
 /// default-constructed one when absent, so the wire shape is fixed).
@@ -53,21 +248,58 @@ typename Inspector::result_type inspect(Inspector& f, opt_ref<T>& x) {
            }));
 }
 
+/// An optional list, its entry count checked like `bounded`.
+template<class C>
+struct opt_list_ref {
+  std::optional<C>& ref;
+  const char* name;
+};
+
+/// Makes an `opt_list_ref` for use inside an `inspect` argument list.
+template<class C>
+opt_list_ref<C> opt_list(std::optional<C>& x, const char* name) {
+  return opt_list_ref<C>{x, name};
+}
+
+/// Inspects an optional list as (present, bounded list).
+template<class Inspector, class C>
+typename Inspector::result_type inspect(Inspector& f, opt_list_ref<C>& x) {
+  bool present = x.ref.has_value();
+  C value = present ? *x.ref : C{};
+  auto list = bounded(value, x.name);
+  return f(caf::meta::type_name("optional"), present, list,
+           caf::meta::load_callback([&]() -> caf::error {
+             if (present)
+               x.ref = std::move(value);
+             else
+               x.ref.reset();
+             return caf::none;
+           }));
+}
+
 } // namespace detail
 
 /// Serializes an agent.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, agent_spec& x) {
   return f(caf::meta::type_name("agent_spec"), x.agent_id, x.agent_cli,
-           x.config_dir, x.cli_flags, x.args, x.prompt_as_argument, x.profile,
-           x.env_passthrough, x.output, x.idle_timeout_s, x.provider,
+           x.config_dir, x.cli_flags, detail::bounded(x.args, "agent.args"),
+           x.prompt_as_argument, x.profile,
+           detail::bounded(x.env_passthrough, "agent.env_passthrough"),
+           x.output, x.idle_timeout_s, x.provider,
            caf::meta::load_callback([&]() -> caf::error {
              // Untrusted input: an output format this build does not know.
              if (static_cast<uint8_t>(x.output) >
                  static_cast<uint8_t>(output_format::gemini_json))
                return caf::make_error(caf::sec::invalid_argument,
                                       "agent_spec: output_format out of range");
-             return caf::none;
+             return detail::check_sizes(
+               {{x.agent_id, wire::max_id_bytes, "agent.id"},
+                {x.agent_cli, wire::max_text_bytes, "agent.agent_cli"},
+                {x.config_dir, wire::max_text_bytes, "agent.config_dir"},
+                {x.cli_flags, wire::max_text_bytes, "agent.cli_flags"},
+                {x.profile, wire::max_id_bytes, "agent.profile"},
+                {x.provider, wire::max_id_bytes, "agent.provider"}});
            }));
 }
 
@@ -95,15 +327,19 @@ typename Inspector::result_type inspect(Inspector& f, structured_result& x) {
 /// Serializes an agent selection.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, agent_selection& x) {
-  return f(caf::meta::type_name("agent_selection"), x.agents, x.agent_fallbacks,
-           x.mode);
+  return f(caf::meta::type_name("agent_selection"),
+           detail::bounded(x.agents, "agents"),
+           detail::bounded(x.agent_fallbacks, "agent_fallbacks"),
+           detail::checked(x.mode, "agent_selection.mode"));
 }
 
 /// Serializes one class's backoff schedule.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, backoff_spec& x) {
-  return f(caf::meta::type_name("backoff_spec"), x.kind, x.table_s, x.initial_s,
-           x.multiplier, x.max_s, x.jit);
+  return f(caf::meta::type_name("backoff_spec"),
+           detail::checked(x.kind, "backoff.kind"),
+           detail::bounded(x.table_s, "backoff.table_s"), x.initial_s,
+           x.multiplier, x.max_s, detail::checked(x.jit, "backoff.jitter"));
 }
 
 /// Serializes restart intensity settings.
@@ -118,31 +354,53 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, supervisor_config& x) {
   return f(caf::meta::type_name("supervisor_config"), x.max_retries_per_agent,
            x.enable_fallback, x.backoff_base_seconds, x.rate_limit_backoff_base,
-           x.max_total_attempts, x.max_crash_restarts, x.actions, x.restart,
-           x.intensity, x.backoff, detail::opt(x.deadline_s), x.stop_grace_s,
-           x.fatal);
+           x.max_total_attempts, x.max_crash_restarts,
+           detail::bounded(x.actions, "supervisor.actions"),
+           detail::checked(x.restart, "supervisor.restart"), x.intensity,
+           detail::bounded(x.backoff, "supervisor.backoff"),
+           detail::opt(x.deadline_s), x.stop_grace_s,
+           detail::checked(x.fatal, "supervisor.fatal_scope"));
 }
 
 /// Serializes a classification rule.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, classifier_rule& x) {
-  return f(caf::meta::type_name("classifier_rule"), x.id, x.cls, x.exit_codes,
-           detail::opt(x.oom_killed), x.signals, x.patterns, x.window_lines,
-           x.match_all);
+  return f(caf::meta::type_name("classifier_rule"), x.id,
+           detail::checked(x.cls, "classifier_rule.class"),
+           detail::bounded(x.exit_codes, "classifier_rule.exit_codes"),
+           detail::opt(x.oom_killed),
+           detail::bounded(x.signals, "classifier_rule.signals"),
+           detail::bounded(x.patterns, "classifier_rule.patterns"),
+           x.window_lines, x.match_all,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.id, wire::max_id_bytes, "classifier_rule.id"}});
+           }));
 }
 
 /// Serializes a classification result.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, classification& x) {
-  return f(caf::meta::type_name("classification"), x.cls, x.rule, x.line,
-           detail::opt(x.retry_after_s));
+  return f(caf::meta::type_name("classification"),
+           detail::checked(x.cls, "classification.class"), x.rule, x.line,
+           detail::opt(x.retry_after_s),
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.rule, wire::max_id_bytes, "classification.rule"},
+                {x.line, wire::max_text_bytes, "classification.line"}});
+           }));
 }
 
 /// Serializes a mount.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, mount_spec& x) {
-  return f(caf::meta::type_name("mount_spec"), x.host_path, x.container_path,
-           x.read_only);
+  return f(
+    caf::meta::type_name("mount_spec"), x.host_path, x.container_path,
+    x.read_only, caf::meta::load_callback([&]() -> caf::error {
+      return detail::check_sizes(
+        {{x.host_path, wire::max_text_bytes, "mount.host_path"},
+         {x.container_path, wire::max_text_bytes, "mount.container_path"}});
+    }));
 }
 
 /// Serializes a validated task.
@@ -150,17 +408,35 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, task_spec& x) {
   return f(caf::meta::type_name("task_spec"), x.id, x.prompt, x.environment,
            detail::opt(x.selection), x.supervisor,
-           detail::opt(x.classifier_rules), x.runtime, x.image, x.env, x.mounts,
-           x.workdir, detail::opt(x.memory_limit_mb));
+           detail::opt_list(x.classifier_rules, "classifier_rules"), x.runtime,
+           x.image, detail::bounded(x.env, "env"),
+           detail::bounded(x.mounts, "mounts"), x.workdir,
+           detail::opt(x.memory_limit_mb),
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.id, wire::max_id_bytes, "task.id"},
+                {x.prompt, wire::max_prompt_bytes, "task.prompt"},
+                {x.environment, wire::max_id_bytes, "task.environment"},
+                {x.runtime, wire::max_id_bytes, "task.runtime"},
+                {x.image, wire::max_text_bytes, "task.image"},
+                {x.workdir, wire::max_text_bytes, "task.workdir"}});
+           }));
 }
 
 /// Serializes an attempt's outcome.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attempt_outcome& x) {
   return f(caf::meta::type_name("attempt_outcome"), x.exit_code, x.signal,
-           x.oom_killed, x.tail, x.duration_s, x.artifacts,
+           x.oom_killed, detail::bounded(x.tail, "outcome.tail"), x.duration_s,
+           detail::bounded(x.artifacts, "outcome.artifacts"),
            x.infrastructure_error, x.log_path, x.started, x.retry_futile,
-           detail::opt(x.structured));
+           detail::opt(x.structured),
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.infrastructure_error, wire::max_text_bytes,
+                 "outcome.infrastructure_error"},
+                {x.log_path, wire::max_text_bytes, "outcome.log_path"}});
+           }));
 }
 
 } // namespace tasksup

@@ -16,11 +16,13 @@
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace tasksup {
@@ -301,49 +303,101 @@ std::string error_text(const caf::error& err);
 // -- inspect
 // -------------------------------------------------------------------
 
+namespace detail {
+
+template<>
+struct enum_size<stop_mode> : std::integral_constant<std::size_t, 2> {};
+
+template<>
+struct enum_size<task_state> : std::integral_constant<std::size_t, 4> {};
+
+template<>
+struct enum_size<task_outcome> : std::integral_constant<std::size_t, 3> {};
+
+template<>
+struct enum_size<event_kind> : std::integral_constant<std::size_t, 11> {};
+
+} // namespace detail
+
 /// Serializes result metadata.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, result_metadata& x) {
   return f(caf::meta::type_name("result_metadata"), x.agent_used, x.agent_id,
            x.retry_count, x.total_attempts, x.fallback_count, x.total_retries,
-           x.retries_by_agent, detail::opt(x.usage), detail::opt(x.cost_usd));
+           detail::bounded(x.retries_by_agent, "metadata.retries_by_agent"),
+           detail::opt(x.usage), detail::opt(x.cost_usd),
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.agent_used, wire::max_text_bytes, "metadata.agent_used"},
+                {x.agent_id, wire::max_id_bytes, "metadata.agent_id"}});
+           }));
 }
 
 /// Serializes a task result.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, task_result& x) {
-  return f(caf::meta::type_name("task_result"), x.task_id, x.outcome,
-           x.exit_code, detail::opt(x.error), x.artifacts, x.metadata);
+  return f(caf::meta::type_name("task_result"), x.task_id,
+           detail::checked(x.outcome, "result.outcome"), x.exit_code,
+           detail::opt(x.error),
+           detail::bounded(x.artifacts, "result.artifacts"), x.metadata,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.task_id, wire::max_id_bytes, "result.task_id"},
+                {x.error ? *x.error : x.task_id, wire::max_text_bytes,
+                 "result.error"}});
+           }));
 }
 
 /// Serializes a status record.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, task_status& x) {
   return f(caf::meta::type_name("task_status"), x.task_id, x.environment,
-           x.state, x.agent_id, x.attempt, x.retry_count, x.max_retries,
-           x.total_attempts, x.fallback_count, x.trace_id,
-           detail::opt(x.result));
+           detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
+           x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
+           x.trace_id, detail::opt(x.result),
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.task_id, wire::max_id_bytes, "status.task_id"},
+                {x.environment, wire::max_id_bytes, "status.environment"},
+                {x.agent_id, wire::max_id_bytes, "status.agent_id"},
+                {x.trace_id, wire::max_id_bytes, "status.trace_id"}});
+           }));
 }
 
 /// Serializes an event.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, event& x) {
-  return f(caf::meta::type_name("event"), x.kind, x.task_id, x.attempt,
-           x.trace_id, x.span_id, x.ts, x.json);
+  return f(caf::meta::type_name("event"), detail::checked(x.kind, "event.kind"),
+           x.task_id, x.attempt, x.trace_id, x.span_id, x.ts, x.json,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.task_id, wire::max_id_bytes, "event.task_id"},
+                {x.trace_id, wire::max_id_bytes, "event.trace_id"},
+                {x.span_id, wire::max_id_bytes, "event.span_id"},
+                {x.json, 4 * wire::max_text_bytes, "event.json"}});
+           }));
 }
 
 /// Serializes an attempt report.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attempt_report& x) {
   return f(caf::meta::type_name("attempt_report"), x.attempt, x.outcome,
-           x.container_id);
+           x.container_id, caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes({{x.container_id, wire::max_text_bytes,
+                                          "attempt_report.container_id"}});
+           }));
 }
 
 /// Serializes a classify request.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, classify_request& x) {
-  return f(caf::meta::type_name("classify_request"), x.task_id, x.outcome,
-           x.agent_cli);
+  return f(
+    caf::meta::type_name("classify_request"), x.task_id, x.outcome, x.agent_cli,
+    caf::meta::load_callback([&]() -> caf::error {
+      return detail::check_sizes(
+        {{x.task_id, wire::max_id_bytes, "classify_request.task_id"},
+         {x.agent_cli, wire::max_text_bytes, "classify_request.agent_cli"}});
+    }));
 }
 
 /// Serializes a delay request.
@@ -356,15 +410,21 @@ typename Inspector::result_type inspect(Inspector& f, delay_request& x) {
 /// Serializes a computed delay.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, delay_decision& x) {
-  return f(caf::meta::type_name("delay_decision"), x.delay_s, x.source,
-           x.scheduled_s, x.step, x.capped);
+  return f(caf::meta::type_name("delay_decision"), x.delay_s,
+           detail::checked(x.source, "delay_decision.source"), x.scheduled_s,
+           x.step, x.capped);
 }
 
 /// Serializes a permit request.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, permit_request& x) {
   return f(caf::meta::type_name("permit_request"), x.task_id, x.agent_id,
-           x.need_slot, x.need_token);
+           x.need_slot, x.need_token,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.task_id, wire::max_id_bytes, "permit_request.task_id"},
+                {x.agent_id, wire::max_id_bytes, "permit_request.agent_id"}});
+           }));
 }
 
 /// Serializes a permit reply.

@@ -1,0 +1,435 @@
+#include "connection_guard.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace tasksup::app {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+/// Size of a BASP header in CAF 0.17: operation, two padding bytes, flags,
+/// payload length (u32, network order), operation data (u64), source and
+/// destination actor (u64 each).
+constexpr std::size_t basp_header_size = 32;
+
+/// Offset of the payload length within the header.
+constexpr std::size_t basp_length_offset = 4;
+
+/// Bytes buffered per direction and connection; reading stops when full,
+/// so a peer faster than the node is slowed down, not buffered.
+constexpr std::size_t relay_buffer_bytes = 16 * 1024;
+
+/// Descriptors kept free for the rest of the node (attempt pipes, logs).
+constexpr std::size_t reserved_descriptors = 256;
+
+/// Epoll tags for the listener and the wake-up eventfd; connections use
+/// (id << 1) | side with ids from 1.
+constexpr std::uint64_t listener_tag = 0;
+constexpr std::uint64_t wake_tag = 1;
+
+/// Tracks the BASP framing of the bytes a peer sends.
+struct frame_reader {
+  std::size_t header_have = 0;
+  std::uint32_t length = 0;
+  std::uint64_t payload_left = 0;
+
+  bool mid_frame() const noexcept {
+    return header_have > 0 || payload_left > 0;
+  }
+
+  /// Consumes `n` bytes; false when a header announces more than `max`.
+  bool consume(const unsigned char* data, std::size_t n, std::uint32_t max) {
+    std::size_t i = 0;
+    while (i < n) {
+      if (payload_left > 0) {
+        auto k = std::min<std::uint64_t>(payload_left, n - i);
+        payload_left -= k;
+        i += static_cast<std::size_t>(k);
+        continue;
+      }
+      auto k = std::min(basp_header_size - header_have, n - i);
+      for (std::size_t j = 0; j < k; ++j) {
+        auto pos = header_have + j;
+        if (pos >= basp_length_offset && pos < basp_length_offset + 4)
+          length = (length << 8) | data[i + j];
+      }
+      header_have += k;
+      i += k;
+      if (header_have == basp_header_size) {
+        if (length > max)
+          return false;
+        payload_left = length;
+        header_have = 0;
+        length = 0;
+      }
+    }
+    return true;
+  }
+};
+
+/// One relayed connection: the peer's socket and our end of the pair.
+struct link {
+  int peer = -1;
+  int node = -1;
+  std::string up;   // peer -> node, not yet written
+  std::string down; // node -> peer, not yet written
+  frame_reader frames;
+  clock_type::time_point last_peer_byte;
+};
+
+void set_nonblocking(int fd) {
+  auto flags = ::fcntl(fd, F_GETFL, 0);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+std::size_t descriptor_budget(std::size_t wanted) {
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY)
+    return wanted;
+  auto fds = static_cast<std::size_t>(lim.rlim_cur);
+  // Three descriptors per connection: the peer's, ours and CAF's end.
+  auto fit = fds > reserved_descriptors ? (fds - reserved_descriptors) / 3 : 1;
+  return std::max<std::size_t>(1, std::min(wanted, fit));
+}
+
+} // namespace
+
+struct connection_guard::impl {
+  connection_guard_options opts;
+  adopt_fn adopt;
+  int listener = -1;
+  int epoll = -1;
+  int wake = -1;
+  std::size_t max_links = 0;
+  std::atomic<bool> stopping{false};
+  std::atomic<bool> close_listener_requested{false};
+  std::unordered_map<std::uint64_t, link> links;
+  std::uint64_t next_id = 1;
+  mutable std::mutex stats_mutex;
+  connection_guard_stats counters;
+
+  ~impl() {
+    for (auto& kv : links) {
+      ::close(kv.second.peer);
+      ::close(kv.second.node);
+    }
+    for (int fd : {listener, epoll, wake})
+      if (fd >= 0)
+        ::close(fd);
+  }
+
+  void count(std::size_t connection_guard_stats::*field) {
+    std::lock_guard<std::mutex> guard{stats_mutex};
+    ++(counters.*field);
+  }
+
+  void watch(std::uint64_t id, link& l) {
+    auto mod = [&](int fd, std::uint64_t tag, std::uint32_t want) {
+      epoll_event ev{};
+      ev.events = want;
+      ev.data.u64 = tag;
+      ::epoll_ctl(epoll, EPOLL_CTL_MOD, fd, &ev);
+    };
+    std::uint32_t peer_events = 0;
+    std::uint32_t node_events = 0;
+    if (l.up.size() < relay_buffer_bytes)
+      peer_events |= EPOLLIN;
+    if (!l.down.empty())
+      peer_events |= EPOLLOUT;
+    if (l.down.size() < relay_buffer_bytes)
+      node_events |= EPOLLIN;
+    if (!l.up.empty())
+      node_events |= EPOLLOUT;
+    mod(l.peer, id << 1, peer_events);
+    mod(l.node, (id << 1) | 1, node_events);
+  }
+
+  void drop(std::uint64_t id) {
+    auto i = links.find(id);
+    if (i == links.end())
+      return;
+    ::close(i->second.peer); // closing also removes them from epoll
+    ::close(i->second.node);
+    links.erase(i);
+  }
+
+  /// Writes what is buffered for `fd`; false on a broken connection.
+  static bool flush(int fd, std::string& buf) {
+    while (!buf.empty()) {
+      auto n = ::send(fd, buf.data(), buf.size(), MSG_NOSIGNAL);
+      if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+      buf.erase(0, static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
+  /// Reads what fits into `buf`; false on EOF or error. `on_bytes` sees
+  /// each chunk and may refuse it.
+  template<class F>
+  static bool fill(int fd, std::string& buf, F on_bytes) {
+    char chunk[relay_buffer_bytes];
+    while (buf.size() < relay_buffer_bytes) {
+      auto room = relay_buffer_bytes - buf.size();
+      auto n = ::recv(fd, chunk, room, 0);
+      if (n == 0)
+        return false;
+      if (n < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR;
+      if (!on_bytes(chunk, static_cast<std::size_t>(n)))
+        return false;
+      buf.append(chunk, static_cast<std::size_t>(n));
+    }
+    return true;
+  }
+
+  void on_event(std::uint64_t tag, std::uint32_t events) {
+    auto id = tag >> 1;
+    bool from_node = (tag & 1) != 0;
+    auto i = links.find(id);
+    if (i == links.end())
+      return;
+    auto& l = i->second;
+    // A hang-up while this side's buffer is full (so it was not polled for
+    // input) would be reported again and again: the peer is gone, drop it.
+    if ((events & (EPOLLHUP | EPOLLERR)) != 0 && (events & EPOLLIN) == 0) {
+      drop(id);
+      return;
+    }
+    bool ok = true;
+    if (events & EPOLLIN) {
+      if (from_node) {
+        ok =
+          fill(l.node, l.down, [](const char*, std::size_t) { return true; });
+      } else {
+        ok = fill(l.peer, l.up, [&](const char* data, std::size_t n) {
+          l.last_peer_byte = clock_type::now();
+          if (l.frames.consume(reinterpret_cast<const unsigned char*>(data), n,
+                               opts.max_payload_bytes))
+            return true;
+          count(&connection_guard_stats::oversized);
+          return false;
+        });
+      }
+    }
+    ok = ok && flush(l.node, l.up) && flush(l.peer, l.down);
+    if (!ok) {
+      drop(id);
+      return;
+    }
+    watch(id, l);
+  }
+
+  /// Closes the connection whose peer has been silent longest.
+  void evict_most_idle() {
+    auto victim =
+      std::min_element(links.begin(), links.end(), [](auto& a, auto& b) {
+        return a.second.last_peer_byte < b.second.last_peer_byte;
+      });
+    if (victim == links.end())
+      return;
+    count(&connection_guard_stats::evicted);
+    drop(victim->first);
+  }
+
+  void accept_all() {
+    for (;;) {
+      int fd =
+        ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED)
+          continue;
+        if ((errno == EMFILE || errno == ENFILE) && !links.empty()) {
+          evict_most_idle();
+          continue;
+        }
+        return; // EAGAIN, or nothing left to free
+      }
+      if (links.size() >= max_links)
+        evict_most_idle();
+      int pair[2];
+      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
+        ::close(fd);
+        continue;
+      }
+      set_nonblocking(pair[0]);
+      // CAF owns pair[1] from here on, whatever adopt returns.
+      if (!adopt(pair[1])) {
+        ::close(fd);
+        ::close(pair[0]);
+        continue;
+      }
+      count(&connection_guard_stats::accepted);
+      auto id = next_id++;
+      auto& l = links[id];
+      l.peer = fd;
+      l.node = pair[0];
+      l.last_peer_byte = clock_type::now();
+      for (auto [sock, tag] :
+           {std::pair{fd, id << 1}, std::pair{pair[0], (id << 1) | 1}}) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.u64 = tag;
+        ::epoll_ctl(epoll, EPOLL_CTL_ADD, sock, &ev);
+      }
+    }
+  }
+
+  void sweep() {
+    auto now = clock_type::now();
+    std::vector<std::uint64_t> expired;
+    for (auto& [id, l] : links) {
+      auto silent = now - l.last_peer_byte;
+      auto limit =
+        l.frames.mid_frame() ? opts.frame_timeout : opts.idle_timeout;
+      if (silent > limit)
+        expired.push_back(id);
+    }
+    for (auto id : expired) {
+      count(&connection_guard_stats::timed_out);
+      drop(id);
+    }
+  }
+
+  void run() {
+    epoll_event events[64];
+    auto next_sweep = clock_type::now();
+    while (!stopping) {
+      int n = ::epoll_wait(epoll, events, 64, 250);
+      for (int k = 0; k < n; ++k) {
+        auto tag = events[k].data.u64;
+        if (tag == wake_tag) {
+          std::uint64_t ignored = 0;
+          [[maybe_unused]] auto r = ::read(wake, &ignored, sizeof ignored);
+          if (close_listener_requested && listener >= 0) {
+            ::close(listener);
+            listener = -1;
+          }
+        } else if (tag == listener_tag) {
+          if (listener >= 0)
+            accept_all();
+        } else {
+          on_event(tag, events[k].events);
+        }
+      }
+      auto now = clock_type::now();
+      if (now >= next_sweep) {
+        sweep();
+        next_sweep = now + std::chrono::milliseconds{250};
+      }
+    }
+  }
+
+  void poke() {
+    std::uint64_t one = 1;
+    [[maybe_unused]] auto r = ::write(wake, &one, sizeof one);
+  }
+};
+
+std::unique_ptr<connection_guard>
+connection_guard::start(const connection_guard_options& opts, adopt_fn adopt,
+                        std::string& err) {
+  auto st = std::make_unique<impl>();
+  st->opts = opts;
+  st->adopt = std::move(adopt);
+  st->max_links = descriptor_budget(opts.max_connections);
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  auto port_text = std::to_string(opts.port);
+  if (int rc =
+        ::getaddrinfo(opts.host.c_str(), port_text.c_str(), &hints, &res);
+      rc != 0) {
+    err = "cannot resolve " + opts.host + ": " + ::gai_strerror(rc);
+    return nullptr;
+  }
+  std::string last_error = "no address";
+  for (auto* ai = res; ai != nullptr && st->listener < 0; ai = ai->ai_next) {
+    int fd =
+      ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+               ai->ai_protocol);
+    if (fd < 0)
+      continue;
+    int one = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        ::listen(fd, SOMAXCONN) == 0) {
+      st->listener = fd;
+      break;
+    }
+    last_error = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  if (st->listener < 0) {
+    err = last_error;
+    return nullptr;
+  }
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(st->listener, reinterpret_cast<sockaddr*>(&bound), &len);
+  std::uint16_t port = 0;
+  if (bound.ss_family == AF_INET)
+    port = ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  else if (bound.ss_family == AF_INET6)
+    port = ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+  st->epoll = ::epoll_create1(EPOLL_CLOEXEC);
+  st->wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (st->epoll < 0 || st->wake < 0) {
+    err = std::strerror(errno);
+    return nullptr;
+  }
+  for (auto [fd, tag] :
+       {std::pair{st->listener, listener_tag}, std::pair{st->wake, wake_tag}}) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tag;
+    ::epoll_ctl(st->epoll, EPOLL_CTL_ADD, fd, &ev);
+  }
+  std::unique_ptr<connection_guard> out{new connection_guard};
+  out->port_ = port;
+  out->impl_ = std::move(st);
+  out->thread_ = std::thread{[p = out->impl_.get()] { p->run(); }};
+  return out;
+}
+
+connection_guard::~connection_guard() {
+  if (impl_) {
+    impl_->stopping = true;
+    impl_->poke();
+  }
+  if (thread_.joinable())
+    thread_.join();
+}
+
+void connection_guard::close_listener() {
+  impl_->close_listener_requested = true;
+  impl_->poke();
+}
+
+connection_guard_stats connection_guard::stats() const {
+  std::lock_guard<std::mutex> guard{impl_->stats_mutex};
+  return impl_->counters;
+}
+
+} // namespace tasksup::app

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Acceptance rate of batch submission: one `tasksup submit -` client sends N
+# tasks (JSON lines) to a fresh node over one connection; the figure is tasks
+# accepted (ids printed) per second of wall time. The node runs at most one
+# attempt at a time, so the accepted tasks queue and running them does not
+# compete with accepting them. Prints one RESULT line.
+#
+#   bench/submit_batch_bench.sh build/apps/tasksup [N]
+set -euo pipefail
+tasksup=$(realpath "${1:?path to the tasksup binary}")
+n=${2:-10000}
+work=$(mktemp -d)
+trap 'kill -9 "$node" 2>/dev/null || true; rm -rf "$work"' EXIT
+mkdir -p "$work/config"
+cat >"$work/config/node.json" <<JSON
+{"max_concurrent": 1, "default_agent": {"agent_id": "t", "agent_cli": "/bin/true",
+ "cli_flags": "", "prompt_as_argument": true}, "default_runtime": "process"}
+JSON
+"$tasksup" serve --listen 127.0.0.1:0 --config "$work/config" \
+  --work-dir "$work/node" 2>"$work/node.err" &
+node=$!
+for _ in $(seq 100); do
+  grep -q "listening on" "$work/node.err" && break
+  sleep 0.1
+done
+addr=$(sed -n 's/.*listening on \(127\.0\.0\.1:[0-9]*\).*/\1/p' "$work/node.err" | head -n 1)
+for i in $(seq "$n"); do
+  printf '{"id": "b%d", "prompt": "x"}\n' "$i"
+done >"$work/tasks.jsonl"
+start=$(date +%s.%N)
+"$tasksup" submit - --node "$addr" <"$work/tasks.jsonl" >"$work/ids.txt"
+end=$(date +%s.%N)
+got=$(wc -l <"$work/ids.txt")
+awk -v n="$n" -v got="$got" -v s="$start" -v e="$end" 'BEGIN {
+  printf "RESULT name=submit_batch tasks=%d accepted=%d seconds=%.2f tasks_per_s=%.0f\n",
+    n, got, e - s, got / (e - s) }'

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer harnesses of tests/fuzz with clang into build-fuzz/ (or
+# $TASKSUP_FUZZ_BUILD_DIR) and runs each for $TASKSUP_FUZZ_SECONDS seconds
+# (default 60) from its seed corpus. New inputs go to a scratch directory, not
+# into the tree; a crash fails the run and leaves its input in build-fuzz/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${TASKSUP_FUZZ_BUILD_DIR:-$root/build-fuzz}
+seconds=${TASKSUP_FUZZ_SECONDS:-60}
+"$root/scripts/bootstrap.sh"
+generator=()
+[[ -f "$build/CMakeCache.txt" ]] || generator=(-G Ninja)
+CXX=${TASKSUP_FUZZ_CXX:-clang++-14} cmake -S "$root" -B "$build" \
+  "${generator[@]}" -DTASKSUP_FUZZ=ON -DTASKSUP_BUILD_BENCH=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+targets=(classifier protocol)
+cmake --build "$build" -j "$(nproc)" --target \
+  $(for t in "${targets[@]}"; do echo "tasksup_${t}_fuzz"; done)
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+for t in "${targets[@]}"; do
+  mkdir -p "$scratch/$t"
+  echo "fuzzing $t for ${seconds}s" >&2
+  (cd "$build" && UBSAN_OPTIONS=suppressions=$root/tests/sanitizers/ubsan.supp \
+    "$build/tests/fuzz/tasksup_${t}_fuzz" -max_total_time="$seconds" \
+    -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
+    "$scratch/$t" "$root/tests/fuzz/corpus/$t")
+done

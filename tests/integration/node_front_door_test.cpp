@@ -1,0 +1,279 @@
+// A `tasksup serve` node on loopback against hostile peers: raw sockets
+// (huge length prefixes, stalled frames, thousands of idle connections,
+// random bytes) and a CAF client linked with the protocol (internal
+// messages, forged events, out-of-range enums). Throughout, the node serves
+// a real client and its resident memory stays under `rss_bound_kb`.
+
+#include "tasksup_child.hpp"
+
+#include "tasksup/actors/protocol.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/timespan.hpp>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+using namespace tasksup;
+using namespace tasksup::test;
+
+namespace {
+
+/// The bound on the node's resident memory while under attack: a few times
+/// an idle node's (~15 MB), far below one announced 4 GiB frame.
+constexpr long rss_bound_kb = 150 * 1024;
+
+/// A node on a free loopback port.
+class door_node {
+public:
+  explicit door_node(const scratch& dir)
+    : dir_(dir), child_(dir, "serve",
+                        {"serve", "--listen", "127.0.0.1:0", "--config",
+                         config_dir(), "--work-dir", dir / "node-work"}) {
+    std::smatch m;
+    std::regex listening{"listening on 127\\.0\\.0\\.1:([0-9]+)"};
+    bool up = eventually(
+      [&] {
+        auto err = child_.err();
+        if (!std::regex_search(err, m, listening))
+          return false;
+        port_ = std::stoi(m[1].str());
+        return true;
+      },
+      20s);
+    if (!up)
+      FAIL("the node did not start: " << child_.err());
+  }
+
+  finished cmd(std::vector<std::string> args) {
+    args.push_back("--node");
+    args.push_back(address());
+    return run_to_end(dir_, args);
+  }
+
+  /// The node answers a real client.
+  bool serves() { return cmd({"status"}).status == 0; }
+
+  /// VmRSS of the node in kB.
+  long rss_kb() {
+    std::ifstream in{"/proc/" + std::to_string(child_.pid()) + "/status"};
+    std::string line;
+    while (std::getline(in, line))
+      if (line.rfind("VmRSS:", 0) == 0)
+        return std::stol(line.substr(6));
+    return -1;
+  }
+
+  int port() const { return port_; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  tasksup_child& process() { return child_; }
+
+private:
+  const scratch& dir_;
+  tasksup_child child_;
+  int port_ = 0;
+};
+
+/// A raw TCP connection to the node.
+int raw_connect(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  return fd;
+}
+
+/// Whether the node closed `fd` within `limit` (reads and discards what
+/// the node sends, such as its handshake).
+bool closed_by_node(int fd, std::chrono::milliseconds limit) {
+  timeval tv{0, 100 * 1000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return eventually(
+    [&] {
+      char buf[4096];
+      auto n = ::recv(fd, buf, sizeof buf, 0);
+      return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    },
+    limit);
+}
+
+/// A BASP header (CAF 0.17: 32 bytes) announcing `payload_len` bytes of a
+/// direct message.
+std::string basp_header(std::uint32_t payload_len) {
+  std::string h(32, '\0');
+  h[0] = 2; // direct_message
+  h[4] = static_cast<char>(payload_len >> 24);
+  h[5] = static_cast<char>(payload_len >> 16);
+  h[6] = static_cast<char>(payload_len >> 8);
+  h[7] = static_cast<char>(payload_len);
+  return h;
+}
+
+void send_all(int fd, const std::string& bytes) {
+  REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(bytes.size()));
+}
+
+} // namespace
+
+TEST_CASE("front door: a huge length prefix is refused before any buffer "
+          "grows") {
+  scratch dir;
+  door_node n{dir};
+  int fd = raw_connect(n.port());
+  send_all(fd, basp_header(0xFFFFFFFFu));
+  CHECK(closed_by_node(fd, 5s));
+  ::close(fd);
+  // Just over the limit, too.
+  fd = raw_connect(n.port());
+  send_all(fd, basp_header((16u << 20) + 1));
+  CHECK(closed_by_node(fd, 5s));
+  ::close(fd);
+  CHECK(n.serves());
+  CHECK(n.rss_kb() < rss_bound_kb);
+}
+
+TEST_CASE("front door: a stalled frame and random bytes lose their "
+          "connection; the node serves on") {
+  scratch dir;
+  door_node n{dir};
+  int stalled = raw_connect(n.port());
+  send_all(stalled, basp_header(1000).substr(0, 10));
+  std::mt19937 rng{42};
+  std::string noise(64 * 1024, '\0');
+  for (auto& c : noise)
+    c = static_cast<char>(rng());
+  int noisy = raw_connect(n.port());
+  ::send(noisy, noise.data(), noise.size(), MSG_NOSIGNAL);
+  CHECK(closed_by_node(noisy, 10s));
+  // Real clients are served while the stalled frame waits.
+  CHECK(n.serves());
+  // The frame timeout is 10 s.
+  CHECK(closed_by_node(stalled, 20s));
+  ::close(stalled);
+  ::close(noisy);
+  CHECK(n.serves());
+  CHECK(n.rss_kb() < rss_bound_kb);
+}
+
+TEST_CASE("front door: 2,000 idle connections do not lock out real clients") {
+  rlimit lim{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &lim) == 0);
+  if (lim.rlim_cur < 2100 && lim.rlim_max >= 2100) {
+    lim.rlim_cur = std::min<rlim_t>(lim.rlim_max, 4096);
+    ::setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &lim) == 0);
+  INFO("needs 2,100 descriptors; the limit is " << lim.rlim_cur);
+  REQUIRE(lim.rlim_cur >= 2100);
+  scratch dir;
+  door_node n{dir};
+  std::vector<int> idle;
+  for (int i = 0; i < 2000; ++i)
+    idle.push_back(raw_connect(n.port()));
+  CHECK(n.serves());
+  CHECK(n.cmd({"submit", example("demo-crash.json")}).status == 0);
+  CHECK(n.rss_kb() < rss_bound_kb);
+  for (int fd : idle)
+    ::close(fd);
+  CHECK(n.serves());
+}
+
+TEST_CASE("front door: a CAF client cannot reach internal handlers, forge "
+          "events or send out-of-range enums") {
+  scratch dir;
+  door_node n{dir};
+  auto follow = std::make_unique<tasksup_child>(
+    dir, "follow",
+    std::vector<std::string>{"events", "--follow", "--json", "--node",
+                             n.address()});
+  caf::actor_system_config cfg;
+  register_protocol(cfg);
+  cfg.load<caf::io::middleman>();
+  cfg.set("middleman.heartbeat-interval",
+          caf::timespan{std::chrono::seconds{1}});
+  caf::actor_system sys{cfg};
+  auto door = sys.middleman().remote_actor(
+    "127.0.0.1", static_cast<std::uint16_t>(n.port()));
+  REQUIRE(door);
+  caf::scoped_actor self{sys};
+  auto refused = [&](auto... xs) {
+    bool got_error = false;
+    self->request(*door, std::chrono::seconds{5}, xs...)
+      .receive([&](caf::message&) {},
+               [&](caf::error& err) {
+                 got_error = err == caf::sec::unexpected_message;
+               });
+    return got_error;
+  };
+  // Internal messages: each refused, none has an effect.
+  for (int i = 0; i < 8; ++i)
+    CHECK(
+      refused(permit_atom::value, permit_request{"forged-" + std::to_string(i),
+                                                 "codex", true, true}));
+  CHECK(refused(release_atom::value, std::string{"x"}));
+  for (int i = 0; i < 5; ++i)
+    CHECK(refused(agent_result_atom::value, std::string{"flaky"}, false));
+  task_result forged_result;
+  forged_result.task_id = "demo-crash";
+  CHECK(refused(escalate_atom::value, forged_result));
+  // A forged event sent to the door is dropped.
+  event forged;
+  forged.kind = event_kind::task_done;
+  forged.task_id = "FORGED";
+  forged.json = R"({"event":"task_done","task_id":"/etc/FORGED-BY-ROGUE"})";
+  self->send(*door, event_atom::value, forged);
+  // Out-of-range enums never reach a handler: the element fails to load
+  // and CAF 0.17 delivers an empty message, which the door refuses
+  // (or, for a failure inside a task, the message is dropped and the
+  // request times out). Either way nothing is accepted.
+  bool answered = false;
+  self
+    ->request(*door, std::chrono::seconds{2}, stop_atom::value,
+              std::string{"x"}, static_cast<stop_mode>(7))
+    .receive([&](bool) { answered = true; }, [&](caf::error&) {});
+  CHECK_FALSE(answered);
+  task_spec bad;
+  bad.id = "bad-enum";
+  bad.prompt = "x";
+  bad.supervisor.backoff[static_cast<error_class>(20)] = backoff_spec{};
+  answered = false;
+  self->request(*door, std::chrono::seconds{2}, submit_atom::value, bad)
+    .receive([&](std::string&) { answered = true; }, [&](caf::error&) {});
+  CHECK_FALSE(answered);
+  // The real client is still served, and its task runs (every slot free).
+  auto sub = n.cmd({"submit", example("demo-crash.json")});
+  INFO(sub.err);
+  REQUIRE(sub.status == 0);
+  CHECK(eventually(
+    [&] {
+      auto r = n.cmd({"status", "demo-crash", "--json"});
+      return r.status == 0 && r.out.find("\"succeeded\"") != std::string::npos;
+    },
+    30s));
+  CHECK(n.cmd({"status", "bad-enum"}).status != 0);
+  follow->signal(SIGINT);
+  follow->wait(10s);
+  auto events = follow->out();
+  CHECK(events.find("demo-crash") != std::string::npos);
+  CHECK(events.find("FORGED") == std::string::npos);
+  CHECK(n.process().err().find("FORGED") == std::string::npos);
+  CHECK(n.rss_kb() < rss_bound_kb);
+}
