@@ -277,7 +277,8 @@ private:
     return fs::is_directory(fs::path{dir} / "environments", ec);
   }
 
-  /// The `.json` files below `dir` that are not config files, sorted.
+  /// The `.json` files below `dir` that are not config files (nor in
+  /// environments/ or profiles/), sorted.
   std::vector<std::string> task_files(const std::string& dir) {
     std::vector<std::string> out;
     std::error_code ec;
@@ -286,7 +287,8 @@ private:
          it.increment(ec)) {
       auto rel = it->path().lexically_relative(root);
       if (it->is_directory(ec)) {
-        if (rel == "environments")
+        // environments/ and profiles/ are config, checked as such.
+        if (rel == "environments" || rel == "profiles")
           it.disable_recursion_pending();
         continue;
       }
