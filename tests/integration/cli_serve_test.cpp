@@ -5,9 +5,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <csignal>
 #include <memory>
-#include <algorithm>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -212,9 +212,9 @@ TEST_CASE("serve: stop, kill, retry-now and fallback-now act on live tasks") {
 
   SECTION("fallback-now with no next agent changes nothing") {
     auto task = dir.write(
-      "alone.json", task_json("alone", agent("slow", agents + "slow-agent",
-                                             "--seconds 600"),
-                              "", R"("stop_grace_s": 5)"));
+      "alone.json",
+      task_json("alone", agent("slow", agents + "slow-agent", "--seconds 600"),
+                "", R"("stop_grace_s": 5)"));
     REQUIRE(n.cmd({"submit", task}).status == 0);
     REQUIRE(n.wait_state("alone", "running"));
     auto r = n.cmd({"fallback-now", "alone"});

@@ -404,7 +404,6 @@ private:
       output_->pause();
   }
 
-
   void on_output_end(engine_response resp) {
     if (output_done_)
       return;
