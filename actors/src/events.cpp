@@ -362,6 +362,22 @@ void result_fields(json_writer& w, const task_result& r) {
     w.integer(n);
   }
   w.end_object();
+  // Summed over the attempts whose structured output reported them.
+  if (const auto& u = r.metadata.usage) {
+    w.key("usage");
+    w.begin_object();
+    w.key("input_tokens");
+    w.integer(u->input_tokens);
+    w.key("output_tokens");
+    w.integer(u->output_tokens);
+    w.key("cached_input_tokens");
+    w.integer(u->cached_input_tokens);
+    w.end_object();
+  }
+  if (r.metadata.cost_usd) {
+    w.key("cost_usd");
+    w.number(*r.metadata.cost_usd);
+  }
   w.end_object();
 }
 
@@ -470,22 +486,6 @@ event classified_event(const event_head& h, const classification& c) {
   else
     w.null();
   return finish(event_kind::classified, h, w);
-}
-
-event retry_scheduled_event(const event_head& h, int retry_count,
-                            int max_retries, std::string_view agent,
-                            double delay_s) {
-  json_writer w;
-  head_fields(w, "retry_scheduled", h);
-  w.key("retry_count");
-  w.integer(retry_count);
-  w.key("agent");
-  w.string(agent);
-  w.key("delay_s");
-  w.number(delay_s);
-  w.key("max_retries");
-  w.integer(max_retries);
-  return finish(event_kind::retry_scheduled, h, w);
 }
 
 event retry_scheduled_event(const event_head& h, int retry_count,

@@ -56,8 +56,9 @@ struct shared_settings_hash {
     mix(ptr(&x.machine.config()));
     mix(ptr(x.agents.get()));
     mix(ptr(x.runtime.get()));
+    // A null handle (no node services) has no actor to cast.
     for (auto* a : {&x.classifier, &x.backoff, &x.services})
-      mix(ptr(caf::actor_cast<caf::abstract_actor*>(*a)));
+      mix(ptr(*a ? caf::actor_cast<caf::abstract_actor*>(*a) : nullptr));
     return h;
   }
 };

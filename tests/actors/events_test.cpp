@@ -23,6 +23,15 @@ using namespace tasksup;
 
 namespace {
 
+/// A result whose attempts reported 7 output tokens and $0.50.
+std::string r_done_with_usage() {
+  task_result r;
+  r.task_id = "t";
+  r.metadata.usage = token_usage{3, 7, 0};
+  r.metadata.cost_usd = 0.5;
+  return result_to_json(r);
+}
+
 event_head head() {
   event_head h;
   h.task_id = "t1";
@@ -70,8 +79,12 @@ TEST_CASE("every event kind carries SPEC §9's keys", "[events]") {
         with_common({"exit_code", "signal", "oom_killed", "duration_s"}));
   CHECK(keys_of(classified_event(head(), c)) ==
         with_common({"class", "rule", "line", "retry_after_s"}));
-  CHECK(keys_of(retry_scheduled_event(head(), 1, 3, "a", 5)) ==
-        with_common({"retry_count", "agent", "delay_s", "max_retries"}));
+  // SPEC §9's keys, plus where the delay came from and why.
+  CHECK(keys_of(retry_scheduled_event(
+          head(), 1, 3, "a",
+          delay_decision{5, delay_source::schedule, 5, 0, false}, "why")) ==
+        with_common({"retry_count", "agent", "delay_s", "max_retries",
+                     "delay_source", "scheduled_s", "capped", "reason"}));
   CHECK(keys_of(agent_switched_event(head(), "a", "b", "why")) ==
         with_common({"from", "to", "reason"}));
   CHECK(keys_of(user_stop_event(head(), stop_mode::cancel, "m")) ==
@@ -83,6 +96,11 @@ TEST_CASE("every event kind carries SPEC §9's keys", "[events]") {
   std::set<std::string> mkeys;
   for (auto& kv : meta)
     mkeys.insert(std::string{kv.key()});
+  // Usage and cost appear once an attempt reported them.
+  auto with_usage = r_done_with_usage();
+  auto umeta = boost::json::parse(with_usage).at("metadata").as_object();
+  CHECK(umeta.at("usage").at("output_tokens").as_int64() == 7);
+  CHECK(umeta.at("cost_usd").to_number<double>() == 0.5);
   // SPEC §9's keys, plus the task's retries in total and per agent.
   CHECK(mkeys == std::set<std::string>{"agent_used", "agent_id", "retry_count",
                                        "total_attempts", "fallback_count",
@@ -186,8 +204,16 @@ TEST_CASE("event values have the types SPEC §9 implies; absent means null",
     boost::json::parse(attempt_started_event(head(), "a", "codex", "4242").json)
       .as_object();
   CHECK(st.at("container_id").as_string() == "4242");
-  auto rs = boost::json::parse(retry_scheduled_event(head(), 1, 3, "a", 5).json)
-              .as_object();
+  auto rs =
+    boost::json::parse(
+      retry_scheduled_event(
+        head(), 1, 3, "a",
+        delay_decision{5, delay_source::retry_after_hint, 60, 0, true}, "why")
+        .json)
+      .as_object();
+  CHECK(rs.at("delay_source").as_string() == "retry_after_hint");
+  CHECK(rs.at("scheduled_s").to_number<double>() == 60);
+  CHECK(rs.at("capped").as_bool());
   CHECK(rs.at("retry_count").as_int64() == 1);
   CHECK(rs.at("agent").as_string() == "a");
   CHECK(rs.at("delay_s").to_number<double>() == 5);
@@ -442,7 +468,14 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
     obj["agent"] = ref_str(s2);
     obj["delay_s"] = delay;
     obj["max_retries"] = mr;
-    CHECK(retry_scheduled_event(h, rc, mr, s2, delay).json == ser(obj));
+    obj["delay_source"] = "jitter";
+    obj["scheduled_s"] = delay;
+    obj["capped"] = false;
+    obj["reason"] = ref_str(s3);
+    CHECK(retry_scheduled_event(
+            h, rc, mr, s2,
+            delay_decision{delay, delay_source::jitter, delay, 0, false}, s3)
+            .json == ser(obj));
 
     obj = ref_head("agent_switched", h);
     obj["from"] = ref_str(s1);

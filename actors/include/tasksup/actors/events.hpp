@@ -78,13 +78,9 @@ event attempt_exited_event(const event_head& h, const attempt_outcome& out);
 /// `classified`: `class`, `rule`, `line`, `retry_after_s` (null if none).
 event classified_event(const event_head& h, const classification& c);
 
-/// `retry_scheduled`: `retry_count`, `agent`, `delay_s` (plus
-/// `max_retries` for the `retrying (n/max)` view).
-event retry_scheduled_event(const event_head& h, int retry_count,
-                            int max_retries, std::string_view agent,
-                            double delay_s);
-
-/// `retry_scheduled` with where the delay came from: adds `delay_source`
+/// `retry_scheduled`: `retry_count`, `agent`, `delay_s` (plus `max_retries`
+/// for the `retrying (n/max)` view) and where the delay came from:
+/// `delay_source`
 /// ("schedule", "jitter" or "retry_after_hint"), `scheduled_s` (the
 /// schedule's step before jitter, hint and cap), `capped` and the decision's
 /// `reason`.
