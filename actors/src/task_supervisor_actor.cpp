@@ -371,9 +371,13 @@ void attempt_ended(supervisor_actor* self, int attempt, attempt_outcome out) {
   input::attempt_ended in;
   in.attempt = attempt;
   if (!out.succeeded()) {
+    // The machine gets the outcome without its tail (not a copy of it); the
+    // classifier gets the whole outcome.
+    auto tail = std::move(out.tail);
+    out.tail.clear();
+    in.outcome = out;
+    out.tail = std::move(tail);
     st.to_classify = std::move(out);
-    in.outcome = *st.to_classify;
-    in.outcome.tail.clear();
   } else {
     in.outcome = std::move(out);
   }

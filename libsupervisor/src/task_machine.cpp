@@ -17,6 +17,20 @@ std::string_view stop_name(stop_request mode) {
   return mode == stop_request::kill ? "kill" : "cancel";
 }
 
+/// How an attempt ended, without what it printed or left behind: what its
+/// event and its judging need.
+attempt_outcome exit_facts(const attempt_outcome& o) {
+  attempt_outcome out;
+  out.exit_code = o.exit_code;
+  out.signal = o.signal;
+  out.oom_killed = o.oom_killed;
+  out.duration_s = o.duration_s;
+  out.infrastructure_error = o.infrastructure_error;
+  out.started = o.started;
+  out.retry_futile = o.retry_futile;
+  return out;
+}
+
 std::string_view request_name(request_kind x) {
   switch (x) {
     case request_kind::permission:
@@ -182,18 +196,7 @@ bool task_machine::on(task_machine_state& st, const input::attempt_ended& in,
   }
   st.last_exit_code = o.exit_code;
   st.last_artifacts = o.artifacts;
-  {
-    // The event carries the outcome without its output tail.
-    effect::attempt_exited ev;
-    ev.outcome.exit_code = o.exit_code;
-    ev.outcome.signal = o.signal;
-    ev.outcome.oom_killed = o.oom_killed;
-    ev.outcome.duration_s = o.duration_s;
-    ev.outcome.infrastructure_error = o.infrastructure_error;
-    ev.outcome.started = o.started;
-    ev.outcome.retry_futile = o.retry_futile;
-    out.emplace_back(std::move(ev));
-  }
+  out.emplace_back(effect::attempt_exited{exit_facts(o)});
   if (st.stop != stop_request::none) {
     effect::finish f;
     f.outcome = end_kind::stopped;
@@ -219,15 +222,8 @@ bool task_machine::on(task_machine_state& st, const input::attempt_ended& in,
     act(st, policy_.on_exit(st.counters, o, std::nullopt, now_s), now_s, out);
     return true;
   }
-  // What judging needs, without the output tail (the classifier's input,
-  // which the carrier keeps).
-  st.ended.emplace();
-  st.ended->exit_code = o.exit_code;
-  st.ended->signal = o.signal;
-  st.ended->oom_killed = o.oom_killed;
-  st.ended->duration_s = o.duration_s;
-  st.ended->infrastructure_error = o.infrastructure_error;
-  st.ended->started = o.started;
+  // What judging needs (the carrier keeps the tail for the classifier).
+  st.ended = exit_facts(o);
   if (o.retry_futile) {
     // Starting it again cannot help: the agent is given up at once.
     classification c;
