@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <csignal>
 #include <memory>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -24,19 +23,10 @@ public:
     : dir_(dir), child_(dir, "serve",
                         {"serve", "--listen", "127.0.0.1:0", "--config",
                          config_dir(), "--work-dir", dir / "node-work"}) {
-    std::smatch m;
-    std::regex listening{"listening on 127\\.0\\.0\\.1:([0-9]+)"};
-    bool up = eventually(
-      [&] {
-        auto err = child_.err();
-        if (!std::regex_search(err, m, listening))
-          return false;
-        address_ = "127.0.0.1:" + m[1].str();
-        return true;
-      },
-      20s);
-    if (!up)
+    auto port = listening_port(child_);
+    if (!port)
       FAIL("the node did not start: " << child_.err());
+    address_ = "127.0.0.1:" + std::to_string(*port);
   }
 
   /// Runs a control command against this node.

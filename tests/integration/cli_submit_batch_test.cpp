@@ -11,7 +11,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <string>
@@ -41,18 +40,9 @@ TEST_CASE("submit: 8 parallel batch clients x 2,000 tasks, every id back and "
                      "serve",
                      {"serve", "--listen", "127.0.0.1:0", "--config", config,
                       "--work-dir", dir / "node-work"}};
-  std::smatch m;
-  std::string address;
-  REQUIRE(eventually(
-    [&] {
-      auto err = node.err();
-      if (!std::regex_search(
-            err, m, std::regex{"listening on (127\\.0\\.0\\.1:[0-9]+)"}))
-        return false;
-      address = m[1].str();
-      return true;
-    },
-    20s));
+  auto port = listening_port(node);
+  REQUIRE(port);
+  auto address = "127.0.0.1:" + std::to_string(*port);
 
   std::filesystem::create_directories(dir / "tasks");
   std::vector<std::vector<std::string>> ids(clients);

@@ -10,7 +10,6 @@
 #include <sys/stat.h>
 
 #include <chrono>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -178,19 +177,10 @@ public:
     : dir_(dir), child_(dir, "serve",
                         {"serve", "--listen", "127.0.0.1:0", "--config",
                          e2e::config_dir(), "--work-dir", dir / "node-work"}) {
-    std::smatch m;
-    std::regex listening{"listening on 127\\.0\\.0\\.1:([0-9]+)"};
-    bool up = e2e::eventually(
-      [&] {
-        auto err = child_.err();
-        if (!std::regex_search(err, m, listening))
-          return false;
-        address_ = "127.0.0.1:" + m[1].str();
-        return true;
-      },
-      std::chrono::seconds{20});
-    if (!up)
+    auto port = e2e::listening_port(child_);
+    if (!port)
       FAIL("the node did not start: " << child_.err());
+    address_ = "127.0.0.1:" + std::to_string(*port);
   }
 
   e2e::finished submit(const std::string& file) {

@@ -24,7 +24,6 @@
 
 #include <fstream>
 #include <random>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -44,19 +43,10 @@ public:
     : dir_(dir), child_(dir, "serve",
                         {"serve", "--listen", "127.0.0.1:0", "--config",
                          config_dir(), "--work-dir", dir / "node-work"}) {
-    std::smatch m;
-    std::regex listening{"listening on 127\\.0\\.0\\.1:([0-9]+)"};
-    bool up = eventually(
-      [&] {
-        auto err = child_.err();
-        if (!std::regex_search(err, m, listening))
-          return false;
-        port_ = std::stoi(m[1].str());
-        return true;
-      },
-      20s);
-    if (!up)
+    auto port = listening_port(child_);
+    if (!port)
       FAIL("the node did not start: " << child_.err());
+    port_ = *port;
   }
 
   finished cmd(std::vector<std::string> args) {

@@ -12,7 +12,6 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <string>
 #include <vector>
 
@@ -193,18 +192,9 @@ TEST_CASE("serve: a node running an agent printing 1 GiB stays within "
                      "serve",
                      {"serve", "--listen", "127.0.0.1:0", "--config", config,
                       "--work-dir", dir / "node-work"}};
-  std::smatch m;
-  std::regex listening{"listening on 127\\.0\\.0\\.1:([0-9]+)"};
-  std::string address;
-  REQUIRE(eventually(
-    [&] {
-      auto err = node.err();
-      if (!std::regex_search(err, m, listening))
-        return false;
-      address = "127.0.0.1:" + m[1].str();
-      return true;
-    },
-    20s));
+  auto port = listening_port(node);
+  REQUIRE(port);
+  auto address = "127.0.0.1:" + std::to_string(*port);
   auto task = flood_task(dir, "flood-node", "lines", gib);
   auto sub = run_to_end(dir, {"submit", task, "--node", address});
   INFO(sub.err);

@@ -25,6 +25,7 @@
 #include <fstream>
 #include <functional>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -189,6 +190,26 @@ private:
   std::string out_path_;
   std::string err_path_;
 };
+
+/// The port a `tasksup serve --listen 127.0.0.1:0` child logged that it
+/// listens on, waited for up to `limit`; nullopt when it did not say so.
+inline std::optional<int>
+listening_port(const tasksup_child& child,
+               std::chrono::milliseconds limit = std::chrono::seconds{20}) {
+  std::optional<int> port;
+  const std::regex listening{"listening on 127\\.0\\.0\\.1:([0-9]+)"};
+  eventually(
+    [&] {
+      auto err = child.err();
+      std::smatch m;
+      if (!std::regex_search(err, m, listening))
+        return false;
+      port = std::stoi(m[1].str());
+      return true;
+    },
+    limit);
+  return port;
+}
 
 /// What a command that ran to its end left.
 struct finished {
