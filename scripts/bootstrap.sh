@@ -10,7 +10,7 @@ packages=(
   clang-14 libclang-rt-14-dev
   libcaf-dev libssl-dev
   libboost1.81-dev libboost-json1.81-dev libboost-system1.81-dev
-  libspdlog-dev libfmt-dev catch2 libre2-dev libcli11-dev
+  libspdlog-dev libfmt-dev catch2 libre2-dev libcli11-dev libsqlite3-dev
 )
 # npm installs the real agent CLIs for the agent-profile tests
 # (scripts/agent-clis.sh); a node that came with its own npm is kept.

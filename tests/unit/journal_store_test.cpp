@@ -1,0 +1,273 @@
+#include "tasksup/journal/journal_store.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+using namespace tasksup;
+using namespace tasksup::journal;
+
+namespace {
+
+namespace fs = std::filesystem;
+
+/// A fresh directory under the system's temporary directory, removed after.
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    auto tmpl = (fs::temp_directory_path() / "tasksup-journal-XXXXXX").string();
+    path = ::mkdtemp(tmpl.data());
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  std::string state() const { return (path / "state").string(); }
+};
+
+std::unique_ptr<journal_store> open_or_fail(const store_options& opts) {
+  auto s = journal_store::open(opts);
+  if (!s)
+    FAIL(s.error().to_string());
+  return std::move(*s);
+}
+
+/// Makes `dir` unwritable, also for root (whom permission bits do not stop):
+/// the immutable attribute. Returns a command that undoes it.
+std::string make_unwritable(const std::string& dir) {
+  if (::geteuid() != 0) {
+    fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
+    return "chmod 700 '" + dir + "'";
+  }
+  REQUIRE(std::system(("chattr +i '" + dir + "'").c_str()) == 0);
+  return "chattr -i '" + dir + "'";
+}
+
+} // namespace
+
+TEST_CASE("a journal keeps tasks, records and events across a reopen") {
+  temp_dir tmp;
+  store_options opts{tmp.state()};
+  std::int64_t seq = 0;
+  {
+    auto j = open_or_fail(opts);
+    auto added = j->add_task("t1", "spec-bytes", 100.5);
+    REQUIRE(added);
+    seq = *added;
+    REQUIRE(j->add_record(seq, 1, std::string("\0\1\2", 3)));
+    REQUIRE(j->add_record(seq, 2, "second"));
+    REQUIRE(j->add_event(seq, 1, 3, R"({"event":"x"})"));
+    REQUIRE(j->put_state("breakers", "b"));
+    REQUIRE(j->commit());
+    // Written but not committed: gone after a crash.
+    REQUIRE(j->add_record(seq, 3, "lost"));
+  }
+  auto j = open_or_fail(opts);
+  auto tasks = j->tasks();
+  REQUIRE(tasks);
+  REQUIRE(tasks->size() == 1);
+  CHECK(tasks->at(0).id == "t1");
+  CHECK(tasks->at(0).spec == "spec-bytes");
+  CHECK(tasks->at(0).submitted_at == 100.5);
+  CHECK_FALSE(tasks->at(0).finished_at);
+  auto records = j->records(seq);
+  REQUIRE(records);
+  REQUIRE(records->size() == 2);
+  CHECK(records->at(0).body == std::string("\0\1\2", 3));
+  CHECK(records->at(1).n == 2);
+  auto events = j->events(seq);
+  REQUIRE(events);
+  REQUIRE(events->size() == 1);
+  CHECK(events->at(0).kind == 3);
+  auto state = j->state("breakers");
+  REQUIRE(state);
+  CHECK(*state == std::optional<std::string>{"b"});
+  CHECK((fs::status(tmp.state()).permissions() & fs::perms::all) ==
+        fs::perms::owner_all);
+}
+
+TEST_CASE("a journal refuses a second task with the same id until dropped") {
+  temp_dir tmp;
+  auto j = open_or_fail({tmp.state()});
+  auto first = j->add_task("t", "a", 1);
+  REQUIRE(first);
+  REQUIRE(j->add_record(*first, 1, "r"));
+  REQUIRE(j->commit());
+  auto again = j->add_task("t", "b", 2);
+  REQUIRE_FALSE(again);
+  CHECK_THAT(again.error().to_string(), Catch::Contains("adding task 't'"));
+  j->rollback();
+  REQUIRE(j->drop_task("t"));
+  auto replaced = j->add_task("t", "b", 2);
+  REQUIRE(replaced);
+  CHECK(*replaced != *first);
+  REQUIRE(j->commit());
+  auto records = j->records(*first);
+  REQUIRE(records);
+  CHECK(records->empty());
+}
+
+TEST_CASE("one node per state directory") {
+  temp_dir tmp;
+  auto first = open_or_fail({tmp.state()});
+  auto second = journal_store::open({tmp.state()});
+  REQUIRE_FALSE(second);
+  CHECK_THAT(second.error().to_string(),
+             Catch::Contains("in use by another tasksup node (pid " +
+                             std::to_string(::getpid()) + ")"));
+  first.reset();
+  CHECK(journal_store::open({tmp.state()}));
+}
+
+TEST_CASE("a damaged journal stops the open with a clear error") {
+  temp_dir tmp;
+  fs::create_directories(tmp.state());
+  SECTION("a file that is not a database") {
+    std::ofstream{tmp.state() + "/journal.db"} << std::string(8192, 'x');
+  }
+  SECTION("a database with a page overwritten") {
+    {
+      auto j = open_or_fail({tmp.state()});
+      for (int i = 0; i < 200; ++i)
+        REQUIRE(j->add_task("t" + std::to_string(i), std::string(500, 's'), i));
+      REQUIRE(j->commit());
+    }
+    std::fstream f{tmp.state() + "/journal.db",
+                   std::ios::in | std::ios::out | std::ios::binary};
+    f.seekp(4096 * 2);
+    std::string junk(4096, '\xff');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  auto j = journal_store::open({tmp.state()});
+  REQUIRE_FALSE(j);
+  CHECK_THAT(j.error().to_string(), Catch::Contains("journal.db"));
+}
+
+TEST_CASE("an unwritable state directory stops the open") {
+  temp_dir tmp;
+  fs::create_directories(tmp.state());
+  auto undo = make_unwritable(tmp.state());
+  auto j = journal_store::open({tmp.state()});
+  std::system(undo.c_str());
+  REQUIRE_FALSE(j);
+  CHECK_THAT(j.error().to_string(), Catch::Contains("lock"));
+}
+
+TEST_CASE("a full journal fails the write and keeps what was committed") {
+  temp_dir tmp;
+  store_options opts{tmp.state()};
+  opts.max_pages = 40;
+  int committed = 0;
+  {
+    auto j = open_or_fail(opts);
+    std::string failure;
+    for (int i = 0; i < 1000 && failure.empty(); ++i) {
+      auto t = j->add_task("t" + std::to_string(i), std::string(2000, 's'), i);
+      if (!t) {
+        failure = t.error().to_string();
+        j->rollback();
+        break;
+      }
+      if (auto ok = j->commit(); !ok) {
+        failure = ok.error().to_string();
+        break;
+      }
+      ++committed;
+    }
+    CHECK_THAT(failure, Catch::Contains("full"));
+    REQUIRE(committed > 0);
+  }
+  opts.max_pages = 0;
+  auto j = open_or_fail(opts);
+  auto tasks = j->tasks();
+  REQUIRE(tasks);
+  CHECK(tasks->size() == static_cast<std::size_t>(committed));
+}
+
+TEST_CASE("an older journal is migrated, a newer one refused") {
+  temp_dir tmp;
+  fs::create_directories(tmp.state());
+  auto file = tmp.state() + "/journal.db";
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
+  SECTION("schema version 1 (before node state was kept)") {
+    // The layout version 1 wrote.
+    REQUIRE(sqlite3_exec(db,
+                         "CREATE TABLE tasks (seq INTEGER PRIMARY KEY "
+                         "AUTOINCREMENT, id TEXT NOT NULL UNIQUE, spec BLOB "
+                         "NOT NULL, submitted_at REAL NOT NULL, finished_at "
+                         "REAL, result BLOB);"
+                         "CREATE INDEX tasks_finished ON tasks(finished_at);"
+                         "CREATE TABLE records (task INTEGER NOT NULL, n "
+                         "INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY "
+                         "(task, n)) WITHOUT ROWID;"
+                         "CREATE TABLE events (task INTEGER NOT NULL, n "
+                         "INTEGER NOT NULL, kind INTEGER NOT NULL, json TEXT "
+                         "NOT NULL, PRIMARY KEY (task, n)) WITHOUT ROWID;"
+                         "INSERT INTO tasks (id, spec, submitted_at) VALUES "
+                         "('old', 'old-spec', 7);"
+                         "PRAGMA user_version = 1;",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+    auto j = open_or_fail({tmp.state()});
+    auto t = j->task("old");
+    REQUIRE(t);
+    REQUIRE(*t);
+    CHECK((*t)->spec == "old-spec");
+    REQUIRE(j->put_state("k", "v"));
+    REQUIRE(j->commit());
+  }
+  SECTION("a newer schema") {
+    REQUIRE(sqlite3_exec(db, "PRAGMA user_version = 99;", nullptr, nullptr,
+                         nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+    auto j = journal_store::open({tmp.state()});
+    REQUIRE_FALSE(j);
+    CHECK_THAT(j.error().to_string(),
+               Catch::Contains("schema version 99 is newer"));
+  }
+}
+
+TEST_CASE("pruning removes finished tasks by age and by count") {
+  temp_dir tmp;
+  auto j = open_or_fail({tmp.state()});
+  for (int i = 0; i < 6; ++i) {
+    auto seq = j->add_task("t" + std::to_string(i), "s", i);
+    REQUIRE(seq);
+    REQUIRE(j->add_record(*seq, 1, "r"));
+    if (i < 5) // t5 is still running
+      REQUIRE(j->end_task(*seq, 10.0 * i, "result"));
+  }
+  REQUIRE(j->commit());
+  SECTION("by age: finished before now - max_age") {
+    auto n = j->prune(45, 20, 0); // finished before 25: t0, t1, t2
+    REQUIRE(n);
+    CHECK(*n == 3);
+  }
+  SECTION("by count: the newest finished ones stay") {
+    auto n = j->prune(45, 0, 2); // keeps t4, t3
+    REQUIRE(n);
+    CHECK(*n == 3);
+    auto t3 = j->task("t3");
+    REQUIRE(t3);
+    CHECK(*t3);
+  }
+  REQUIRE(j->commit());
+  auto tasks = j->tasks();
+  REQUIRE(tasks);
+  CHECK(tasks->size() == 3);
+  auto running = j->task("t5");
+  REQUIRE(running);
+  CHECK(*running);
+  auto stats = j->stats();
+  REQUIRE(stats);
+  CHECK(stats->tasks == 3);
+  CHECK(stats->unfinished == 1);
+  CHECK(stats->records == 3);
+}
