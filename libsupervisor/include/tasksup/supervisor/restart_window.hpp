@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
 namespace tasksup {
@@ -28,6 +29,17 @@ public:
   int max_restarts() const noexcept { return max_restarts_; }
 
   double period_s() const noexcept { return period_s_; }
+
+  /// The restart times still recorded, oldest first (what a journal keeps).
+  std::vector<double> recorded() const {
+    return {times_.begin() + static_cast<std::ptrdiff_t>(head_), times_.end()};
+  }
+
+  /// Replaces the recorded times with `times` (as `recorded` returned them).
+  void restore(std::vector<double> times) {
+    times_ = std::move(times);
+    head_ = 0;
+  }
 
 private:
   int max_restarts_;

@@ -1,0 +1,273 @@
+#include "tasksup/actors/journal_codec.hpp"
+
+#include "tasksup/actors/inspect.hpp"
+
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace tasksup {
+
+namespace detail {
+
+template<>
+struct enum_size<timer_kind> : std::integral_constant<std::size_t, 2> {};
+
+template<>
+struct enum_size<stop_request> : std::integral_constant<std::size_t, 3> {};
+
+template<>
+struct enum_size<request_kind> : std::integral_constant<std::size_t, 4> {};
+
+} // namespace detail
+
+namespace input {
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, start&) {
+  return f(caf::meta::type_name("start"));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, permission& x) {
+  return f(caf::meta::type_name("permission"), x.generation, x.agent_allowed,
+           x.token, x.agent_id, caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.agent_id, wire::max_id_bytes, "permission.agent_id"}});
+           }));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attempt_started& x) {
+  return f(caf::meta::type_name("attempt_started"), x.attempt, x.runtime_id,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes({{x.runtime_id, wire::max_id_bytes,
+                                          "attempt_started.runtime_id"}});
+           }));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attempt_ended& x) {
+  return f(caf::meta::type_name("attempt_ended"), x.attempt, x.outcome,
+           x.not_started, x.permanent);
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, classified& x) {
+  return f(caf::meta::type_name("classified"), x.generation, x.result);
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delay_decided& x) {
+  return f(caf::meta::type_name("delay_decided"), x.generation, x.delay);
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, timer& x) {
+  return f(caf::meta::type_name("timer"), detail::checked(x.kind, "timer.kind"),
+           x.generation);
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stop& x) {
+  return f(caf::meta::type_name("stop"), detail::checked(x.mode, "stop.mode"));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, retry_now&) {
+  return f(caf::meta::type_name("retry_now"));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, force_fallback&) {
+  return f(caf::meta::type_name("force_fallback"));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, reply_failed& x) {
+  return f(caf::meta::type_name("reply_failed"), x.generation,
+           detail::checked(x.request, "reply_failed.request"), x.error,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.error, wire::max_text_bytes, "reply_failed.error"}});
+           }));
+}
+
+} // namespace input
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, journaled_task& x) {
+  return f(caf::meta::type_name("journaled_task"), x.spec, x.trace_id, x.seed,
+           detail::opt(x.start_agent_id));
+}
+
+namespace {
+
+// -- the state, saved only (for fingerprints) --------------------------------
+
+template<class Inspector>
+typename Inspector::result_type save_window(Inspector& f,
+                                            const restart_window& w) {
+  auto times = w.recorded();
+  auto max = w.max_restarts();
+  auto period = w.period_s();
+  return f(max, period, times);
+}
+
+struct state_view {
+  const task_machine_state& st;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, state_view& v) {
+  static_assert(!Inspector::writes_state);
+  auto& s = const_cast<task_machine_state&>(v.st);
+  auto& c = s.counters;
+  if (auto err = f(s.phase, c.agent_index, c.chain_size, c.retry_count,
+                   c.total_retries, c.total_attempts, c.fallback_count,
+                   c.crash_restarts, c.retries_by_agent))
+    return err;
+  if (auto err = save_window(f, c.restarts))
+    return err;
+  auto plan = s.plan.has_value();
+  if (auto err = f(s.generation, s.attempt, s.holds_slot, s.stop,
+                   s.fallback_requested, s.deadline_passed, plan))
+    return err;
+  if (plan) {
+    auto& d = *s.plan;
+    if (auto err =
+          f(d.step, d.cause, d.rule, d.limit, d.cls, detail::opt(d.classified),
+            d.count, d.count_max, d.retry_count, d.backoff_class.has_value(),
+            d.backoff_class.value_or(error_class::retryable), d.agent_index,
+            d.chain_size, d.restarts, d.reset_retries, d.agent_id, d.at_s))
+      return err;
+  }
+  return f(detail::opt(s.ended), s.previous_delay_s, s.retry_at_s,
+           detail::opt(s.last_exit_code), s.last_artifacts, s.last_not_started,
+           detail::opt(s.usage), detail::opt(s.cost_usd));
+}
+
+struct input_view {
+  journaled_input& x;
+};
+
+/// Makes alternative `I` of `x` the one in place and reads it, when `tag`
+/// names it.
+template<std::size_t I, class Inspector>
+caf::error load_alternative(Inspector& f, machine_input& x, std::uint8_t tag) {
+  if (tag != I)
+    return caf::none;
+  return f(x.template emplace<I>());
+}
+
+template<class Inspector, std::size_t... Is>
+caf::error load_input(Inspector& f, machine_input& x, std::uint8_t tag,
+                      std::index_sequence<Is...>) {
+  caf::error err;
+  ((err = err ? std::move(err) : load_alternative<Is>(f, x, tag)), ...);
+  return err;
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, input_view& v) {
+  auto& x = v.x;
+  constexpr auto alternatives = std::variant_size_v<machine_input>;
+  if constexpr (Inspector::writes_state) {
+    std::uint8_t tag = 0;
+    if (auto err = f(x.at_s, tag))
+      return err;
+    if (tag >= alternatives)
+      return detail::wire_error("journaled_input.kind",
+                                "out-of-range value " + std::to_string(tag));
+    return load_input(f, x.in, tag, std::make_index_sequence<alternatives>{});
+  } else {
+    auto tag = static_cast<std::uint8_t>(x.in.index());
+    if (auto err = f(x.at_s, tag))
+      return err;
+    return std::visit([&](auto& alt) { return f(alt); }, x.in);
+  }
+}
+
+template<class T>
+std::string save(T& x) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  if (auto err = sink(x))
+    return {}; // saving in memory cannot fail
+  return std::string(buf.begin(), buf.end());
+}
+
+/// Reads `x` from all of `bytes`.
+template<class T>
+expected<bool> load(std::string_view bytes, const std::string& what, T& x) {
+  caf::binary_deserializer source{nullptr, bytes.data(), bytes.size()};
+  if (auto err = source(x))
+    return tasksup::error{"journal", "",
+                          what + ": unreadable (" + caf::to_string(err) + ")"};
+  if (source.remaining() != 0)
+    return tasksup::error{"journal", "",
+                          what + ": " + std::to_string(source.remaining()) +
+                            " stray bytes at the end"};
+  return true;
+}
+
+/// `T` read from `bytes` through its view `V`.
+template<class T, class V = T&>
+expected<T> decode_as(std::string_view bytes, const std::string& what) {
+  T x;
+  if constexpr (std::is_same_v<V, T&>) {
+    if (auto ok = load(bytes, what, x); !ok)
+      return ok.error();
+  } else {
+    V view{x};
+    if (auto ok = load(bytes, what, view); !ok)
+      return ok.error();
+  }
+  return x;
+}
+
+} // namespace
+
+std::string encode(const journaled_task& x) {
+  auto copy = x;
+  return save(copy);
+}
+
+std::string encode(const journaled_input& x) {
+  auto copy = x;
+  input_view v{copy};
+  return save(v);
+}
+
+std::string encode(const task_status& x) {
+  auto copy = x;
+  return save(copy);
+}
+
+expected<journaled_task> decode_task(std::string_view bytes,
+                                     const std::string& what) {
+  return decode_as<journaled_task>(bytes, what);
+}
+
+expected<journaled_input> decode_input(std::string_view bytes,
+                                       const std::string& what) {
+  return decode_as<journaled_input, input_view>(bytes, what);
+}
+
+expected<task_status> decode_status(std::string_view bytes,
+                                    const std::string& what) {
+  return decode_as<task_status>(bytes, what);
+}
+
+std::string fingerprint(const task_machine_state& st) {
+  state_view v{st};
+  return save(v);
+}
+
+} // namespace tasksup
