@@ -5,6 +5,10 @@
 #include <functional>
 #include <map>
 
+namespace tasksup {
+struct task_result;
+} // namespace tasksup
+
 namespace tasksup::app {
 
 /// Exit statuses of the tasksup program, documented in the README.
@@ -17,7 +21,14 @@ inline constexpr int bad_input = 2;
 inline constexpr int unavailable = 3;
 /// The user stopped the task (cancel or kill), like a shell's 128+SIGINT.
 inline constexpr int stopped = 130;
+/// A wait gave up (as timeout(1) does).
+inline constexpr int timed_out = 124;
 } // namespace exit_status
+
+/// The program's exit status for a finished task: 0 on success, 130 when
+/// stopped, else the last attempt's exit code (1 when it had none a shell
+/// could see).
+int task_exit_status(const task_result& r);
 
 /// Adds one subcommand to `app`. The subcommand's callback stores the
 /// program's exit status in `status`.

@@ -72,13 +72,24 @@ int snapshot(node_session& s, event_console& console,
   auto on_error = [&](caf::error& err) {
     rc = report_request_error(s, err, exit_status::unavailable);
   };
-  if (opts.task_id.empty())
+  if (opts.task_id.empty()) {
     s.self->request(s.node, node_request_timeout, status_atom::value)
       .receive([&](std::vector<task_status>& all) { show(all); }, on_error);
-  else
-    s.self
-      ->request(s.node, node_request_timeout, status_atom::value, opts.task_id)
-      .receive([&](task_status& st) { show({st}); }, on_error);
+    return rc;
+  }
+  // One task: its whole history (the node's journal keeps it past the
+  // task's end and across restarts).
+  auto me = caf::actor_cast<caf::actor>(s.self);
+  s.self
+    ->request(s.node, node_request_timeout, subscribe_atom::value, me,
+              opts.task_id)
+    .receive(
+      [&](std::vector<event>& past) {
+        s.self->send(s.node, unsubscribe_atom::value, me);
+        for (auto& ev : past)
+          console.write(ev.json);
+      },
+      on_error);
   return rc;
 }
 
@@ -172,10 +183,11 @@ void setup_events(CLI::App& app, int& status) {
   add_node_option(cmd, opts->node);
   cmd->footer(node_help() + R"(
 
-The node keeps no event history, only results: without --follow this prints
-the final task_done event of every finished task the node remembers (rebuilt
-from its result) and, except with --json, the state of the running ones.
-The full output of every attempt is in the node's attempt directories.
+Without --follow, TASK prints every event of the task so far (from the
+node's journal: finished tasks and tasks from before a restart included;
+agent output lines only while the node that ran them is up, see `tasksup
+logs`); without TASK it prints the task_done event of every finished task
+and, except with --json, the state of the running ones.
 
 Example:
   tasksup events --follow demo-flaky

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <random>
@@ -68,6 +69,17 @@ std::string fresh_work_dir(std::string_view kind) {
   auto base = std::filesystem::temp_directory_path() / "tasksup";
   return (base /
           (std::string{kind} + "-" + stamp + "-" + std::to_string(::getpid())))
+    .string();
+}
+
+std::string default_state_dir() {
+  if (auto* xdg = std::getenv("XDG_STATE_HOME"); xdg && *xdg == '/')
+    return std::string{xdg} + "/tasksup";
+  if (::geteuid() == 0)
+    return "/var/lib/tasksup";
+  if (auto* home = std::getenv("HOME"); home && *home == '/')
+    return std::string{home} + "/.local/state/tasksup";
+  return (std::filesystem::temp_directory_path() / "tasksup" / "state")
     .string();
 }
 

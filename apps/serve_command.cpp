@@ -9,10 +9,12 @@
 #include "progress_view.hpp"
 #include "signal_watch.hpp"
 
+#include "tasksup/actors/journal_actor.hpp"
 #include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/registry_actor.hpp"
 
+#include "tasksup/journal/journal_store.hpp"
 #include "tasksup/runtime/docker_runtime.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -47,6 +49,11 @@ struct serve_options {
   std::string runtime;
   std::string work_dir;
   bool allow_remote = false;
+  std::string state_dir;
+  bool no_journal = false;
+  std::string journal_sync = "full";
+  double retain_days = 7;
+  std::int64_t retain_tasks = 10000;
 };
 
 /// How long a shutdown waits for tasks to end after stopping them
@@ -120,6 +127,29 @@ int serve(const serve_options& opts) {
   // The process runtime always; docker when its engine settings are usable
   // (an engine that is down only fails the attempts that need it).
   registry_options reg;
+  // The journal first: a node that cannot read its journal does not start
+  // (an empty start would lose every task in it).
+  std::unique_ptr<journal::journal_store> store;
+  auto state_dir =
+    opts.state_dir.empty() ? default_state_dir() : opts.state_dir;
+  if (!opts.no_journal) {
+    journal::store_options jopts;
+    jopts.dir = state_dir;
+    jopts.sync = *journal::parse_sync_mode(opts.journal_sync);
+    auto opened = journal::journal_store::open(jopts);
+    if (!opened) {
+      std::cerr << "tasksup serve: " << opened.error().to_string() << '\n';
+      return exit_status::unavailable;
+    }
+    store = std::move(*opened);
+    auto snapshot = load_journal(*store);
+    if (!snapshot) {
+      std::cerr << "tasksup serve: " << snapshot.error().to_string()
+                << "; the node does not start rather than lose tasks\n";
+      return exit_status::unavailable;
+    }
+    reg.restored = std::move(*snapshot);
+  }
   auto process = make_named_runtime("process", cfg->config.node);
   if (!process)
     return bad(process.error().to_string());
@@ -134,8 +164,11 @@ int serve(const serve_options& opts) {
   reg.runtimes["*"] = reg.runtimes.at(default_runtime);
   reg.config = cfg->config;
   reg.seed = fresh_seed();
-  reg.attempt_root =
-    opts.work_dir.empty() ? fresh_work_dir("node") : opts.work_dir;
+  // With a journal the attempts live beside it, so a restarted node finds
+  // the directories of the attempts it resumes.
+  reg.attempt_root = !opts.work_dir.empty() ? opts.work_dir
+                     : store                ? state_dir + "/attempts"
+                                            : fresh_work_dir("node");
   auto attempt_root = reg.attempt_root;
   auto max_concurrent = reg.config.node.max_concurrent;
 
@@ -143,6 +176,24 @@ int serve(const serve_options& opts) {
   configure_actor_system(sys_cfg, true);
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
+  std::size_t resumed = 0;
+  std::size_t kept = 0;
+  for (auto& t : reg.restored.tasks)
+    ++(t.finished ? kept : resumed);
+  caf::actor journal;
+  if (store) {
+    journal_retention retention;
+    retention.max_age_s = opts.retain_days * 86400;
+    retention.max_count = opts.retain_tasks;
+    journal = spawn_journal(sys, std::move(store), retention);
+    reg.journal = journal;
+    spdlog::info("journal in {} ({} unfinished task(s) resume, {} finished "
+                 "kept)",
+                 state_dir, resumed, kept);
+  } else {
+    spdlog::warn("no journal (--no-journal): tasks are lost if this node "
+                 "stops");
+  }
   auto registry = spawn_registry(sys, std::move(reg));
   // Clients reach the node through its door only: the registry's own
   // handlers (slots, breaker reports, events) stay internal.
@@ -171,6 +222,8 @@ int serve(const serve_options& opts) {
     spdlog::error("cannot listen on {}: {}", addr->to_string(), guard_error);
     self->send_exit(door, caf::exit_reason::user_shutdown);
     self->send_exit(registry, caf::exit_reason::user_shutdown);
+    if (journal)
+      self->send_exit(journal, caf::exit_reason::user_shutdown);
     return exit_status::unavailable;
   }
   auto port = front->port();
@@ -242,6 +295,8 @@ int serve(const serve_options& opts) {
     caf::after(std::chrono::milliseconds{100}) >> [&] { draining = false; });
   self->send_exit(door, caf::exit_reason::user_shutdown);
   self->send_exit(registry, caf::exit_reason::user_shutdown);
+  if (journal)
+    self->send_exit(journal, caf::exit_reason::user_shutdown);
   spdlog::info("stopped");
   return exit_status::ok;
 }
@@ -267,13 +322,43 @@ void setup_serve(CLI::App& app, int& status) {
   cmd->add_option("--work-dir", opts->work_dir,
                   "Directory for the attempts' workspaces, artifacts and "
                   "output logs (default: a fresh $TMPDIR/tasksup/node-...)");
+  cmd->add_option("--state-dir", opts->state_dir,
+                  "Directory of the node's journal (and, unless --work-dir, "
+                  "its attempts). Default: $XDG_STATE_HOME/tasksup, "
+                  "/var/lib/tasksup for root, else ~/.local/state/tasksup");
+  cmd->add_flag("--no-journal", opts->no_journal,
+                "Keep tasks in memory only: nothing survives the node");
+  cmd
+    ->add_option("--journal-sync", opts->journal_sync,
+                 "full: every commit is on disk (survives power loss); "
+                 "normal: in the operating system (survives a crash of the "
+                 "node, not of the machine)")
+    ->check(CLI::IsMember({"full", "normal"}))
+    ->capture_default_str();
+  cmd
+    ->add_option("--retain-days", opts->retain_days,
+                 "Finished tasks older than this leave the journal (0: no "
+                 "age limit)")
+    ->check(CLI::NonNegativeNumber)
+    ->capture_default_str();
+  cmd
+    ->add_option("--retain-tasks", opts->retain_tasks,
+                 "At most this many finished tasks stay in the journal (0: "
+                 "no limit)")
+    ->check(CLI::NonNegativeNumber)
+    ->capture_default_str();
   cmd->add_flag("--allow-remote", opts->allow_remote,
                 "Allow --listen on an address other than loopback. Anyone "
                 "who can reach it can run commands as this user");
   cmd->footer(std::string{config_dir_rule} + R"(
 
 The node runs at most node.json's max_concurrent attempts at once; further
-tasks queue in submission order. It logs to stderr. SIGINT or SIGTERM stops
+tasks queue in submission order. Every task is recorded in the journal
+(SQLite, in the state directory) before `submit` returns its id, and every
+step it takes before it is carried out: a node killed at any point and
+started again on the same state directory resumes its tasks (a retry waits
+only the time left; an attempt that was running is judged lost, as an
+infrastructure failure) and keeps the history of finished ones. It logs to stderr. SIGINT or SIGTERM stops
 accepting tasks, stops the running ones gracefully and exits once they have
 ended; a second signal kills them.
 

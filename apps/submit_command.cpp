@@ -31,6 +31,7 @@ constexpr std::size_t submit_window = 64;
 struct submit_options {
   std::vector<std::string> task_files;
   std::string node;
+  bool replace = false;
 };
 
 /// One task ready to send: where it came from (for messages) and its text.
@@ -151,8 +152,9 @@ int submit(const submit_options& opts) {
   if (!first)
     return source.failed > 0 ? exit_status::bad_input : exit_status::ok;
   return with_node("submit", opts.node, false, [&](node_session& s) {
-    using handle_t = decltype(s.self->request(
-      s.node, node_request_timeout, submit_json_atom::value, std::string{}));
+    using handle_t =
+      decltype(s.self->request(s.node, node_request_timeout,
+                               submit_json_atom::value, std::string{}, false));
     struct in_flight {
       handle_t handle;
       std::string where;
@@ -166,7 +168,7 @@ int submit(const submit_options& opts) {
       while (next && !node_failed && window.size() < submit_window) {
         auto handle =
           s.self->request(s.node, node_request_timeout, submit_json_atom::value,
-                          std::move(next->text));
+                          std::move(next->text), opts.replace);
         window.push_back(in_flight{std::move(handle), std::move(next->where)});
         next = source.next();
       }
@@ -208,6 +210,10 @@ void setup_submit(CLI::App& app, int& status) {
                  "Task files (JSON, SPEC §12); `-` reads one task per line "
                  "from stdin (JSON lines)")
     ->required();
+  cmd->add_flag("--replace", opts->replace,
+                "Run a task again under an id the node knows from a finished "
+                "task (its history is replaced; a task still running is "
+                "never replaced)");
   add_node_option(cmd, opts->node);
   cmd->footer(node_help() + R"(
 

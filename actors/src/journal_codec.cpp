@@ -99,6 +99,11 @@ typename Inspector::result_type inspect(Inspector& f, reply_failed& x) {
            }));
 }
 
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, resumed&) {
+  return f(caf::meta::type_name("resumed"));
+}
+
 } // namespace input
 
 template<class Inspector>
@@ -148,9 +153,9 @@ typename Inspector::result_type inspect(Inspector& f, state_view& v) {
             d.chain_size, d.restarts, d.reset_retries, d.agent_id, d.at_s))
       return err;
   }
-  return f(detail::opt(s.ended), s.previous_delay_s, s.retry_at_s,
-           detail::opt(s.last_exit_code), s.last_artifacts, s.last_not_started,
-           detail::opt(s.usage), detail::opt(s.cost_usd));
+  return f(detail::opt(s.ended), s.previous_delay_s, s.started_at_s,
+           s.retry_at_s, detail::opt(s.last_exit_code), s.last_artifacts,
+           s.last_not_started, detail::opt(s.usage), detail::opt(s.cost_usd));
 }
 
 struct input_view {

@@ -103,6 +103,29 @@ caf::behavior door(door_actor* self, caf::actor registry) {
     [=](status_atom, std::string& task_id) {
       return forward<task_status>(self, status_atom::value, std::move(task_id));
     },
+    [=](submit_json_atom, std::string& text,
+        bool replace) -> caf::result<std::string> {
+      if (text.size() > wire::max_task_json_bytes)
+        return make_error(
+          protocol_error::invalid_task,
+          "the task is " + std::to_string(text.size()) + " bytes; at most " +
+            std::to_string(wire::max_task_json_bytes) + " are accepted");
+      return forward<std::string>(self, submit_json_atom::value,
+                                  std::move(text), replace);
+    },
+    [=](logs_atom, std::string& task_id, int attempt, std::uint64_t offset) {
+      auto rp = self->make_response_promise();
+      self
+        ->request(self->state.registry, caf::infinite, logs_atom::value,
+                  std::move(task_id), attempt, offset)
+        .then(
+          [rp](int a, std::uint64_t next, std::string& data,
+               bool complete) mutable {
+            rp.deliver(a, next, std::move(data), complete);
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
     [=](await_atom, std::string& task_id) {
       return forward<task_result>(self, await_atom::value, std::move(task_id));
     },

@@ -20,11 +20,17 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <deque>
+#include <filesystem>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -89,15 +95,37 @@ struct registry_state {
   /// them when the registry ends.
   std::shared_ptr<std::map<std::string, caf::actor>> supervisors;
   std::uint64_t next_number = 1;
+  /// The journal's number of every task it records, and the number of the
+  /// task's last journaled event.
+  std::map<std::string, std::int64_t> journal_seq;
+  std::map<std::string, std::int64_t> event_n;
+  /// Ids being recorded by the journal (not yet answered).
+  std::set<std::string> reserved;
+  /// Tasks rebuilt after a restart whose history is (partly) only in the
+  /// journal.
+  std::set<std::string> restored;
+  /// Rebuilt tasks that have not yet asked again for what they waited for;
+  /// queued slots are granted once none is left, in submission order.
+  std::set<std::string> resuming;
   static inline const char* name = "tasksup.registry";
 };
 
 using registry_actor_t = caf::stateful_actor<registry_state>;
 
+double wall_now() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
 void publish(registry_actor_t* self, const event& ev) {
-  if (auto i = self->state.history.find(ev.task_id);
-      i != self->state.history.end())
+  auto& st = self->state;
+  if (auto i = st.history.find(ev.task_id); i != st.history.end())
     i->second.add(ev);
+  // Output lines are in the attempt's log file; the rest is history.
+  if (st.opts.journal && ev.kind != event_kind::log)
+    if (auto j = st.journal_seq.find(ev.task_id); j != st.journal_seq.end())
+      self->send(st.opts.journal, jevent_atom::value, j->second,
+                 ++st.event_n[ev.task_id], static_cast<int>(ev.kind), ev.json);
   for (auto& sub : self->state.subscribers)
     self->send(sub, event_atom::value, ev);
 }
@@ -121,6 +149,8 @@ std::size_t slot_limit(registry_actor_t* self) {
 
 void grant_slots(registry_actor_t* self) {
   auto& st = self->state;
+  if (!st.resuming.empty())
+    return;
   while (!st.slot_queue.empty() && st.slot_holders.size() < slot_limit(self)) {
     auto [req, rp] = std::move(st.slot_queue.front());
     st.slot_queue.pop_front();
@@ -137,6 +167,27 @@ void release(registry_actor_t* self, const std::string& task_id) {
     if (i != st.slot_queue.end())
       st.slot_queue.erase(i);
   }
+  grant_slots(self);
+}
+
+/// A task's place in submission order: its journal number (tasks without
+/// one, when there is no journal, keep their place in the queue).
+std::int64_t order_of(registry_actor_t* self, const std::string& task_id) {
+  auto& seqs = self->state.journal_seq;
+  auto i = seqs.find(task_id);
+  return i == seqs.end() ? std::numeric_limits<std::int64_t>::max() : i->second;
+}
+
+/// A rebuilt task has asked again for what it waited for (or ended). Once
+/// all have, the queue is put back in submission order and served.
+void resumed(registry_actor_t* self, const std::string& task_id) {
+  auto& st = self->state;
+  if (st.resuming.erase(task_id) == 0 || !st.resuming.empty())
+    return;
+  std::stable_sort(
+    st.slot_queue.begin(), st.slot_queue.end(), [&](auto& x, auto& y) {
+      return order_of(self, x.first.task_id) < order_of(self, y.first.task_id);
+    });
   grant_slots(self);
 }
 
@@ -160,17 +211,26 @@ void record_result(registry_actor_t* self, task_result r) {
   st.by_supervisor.erase(i->second.supervisor.address());
   st.supervisors->erase(r.task_id);
   st.active.erase(i);
+  resumed(self, r.task_id);
   release(self, r.task_id);
   if (auto w = st.awaiting.find(r.task_id); w != st.awaiting.end()) {
     for (auto& rp : w->second)
       rp.deliver(r);
     st.awaiting.erase(w);
   }
+  if (st.opts.journal)
+    if (auto j = st.journal_seq.find(r.task_id); j != st.journal_seq.end())
+      self->send(st.opts.journal, jend_atom::value, j->second, wall_now(),
+                 encode(s));
   st.finished.insert_or_assign(r.task_id, std::move(s));
   st.finished_order.push_back(r.task_id);
   while (st.finished_order.size() > st.opts.history_limit) {
-    st.history.erase(st.finished_order.front());
-    st.finished.erase(st.finished_order.front());
+    auto& id = st.finished_order.front();
+    st.history.erase(id);
+    st.finished.erase(id);
+    st.journal_seq.erase(id);
+    st.event_n.erase(id);
+    st.restored.erase(id);
     st.finished_order.pop_front();
   }
 }
@@ -189,7 +249,32 @@ bool from_other_supervisor(registry_actor_t* self, const std::string& task_id) {
   return j != st.by_supervisor.end() && j->second != task_id;
 }
 
-caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
+/// Records the round-robin positions in the journal.
+void save_rotation(registry_actor_t* self) {
+  auto& st = self->state;
+  if (!st.opts.journal)
+    return;
+  std::string text;
+  for (auto& [env, pos] : st.rotation) {
+    text += env;
+    text += '\t';
+    text += std::to_string(pos);
+    text += '\n';
+  }
+  self->send(st.opts.journal, jstate_atom::value, std::string{"rotation"},
+             std::move(text));
+}
+
+/// A task accepted by `prepare`, ready to run.
+struct prepared_task {
+  supervisor_options opts;
+  std::string environment;
+};
+
+/// Validates `task` against the node's config, names it, and builds its
+/// supervisor's options.
+caf::expected<prepared_task> prepare(registry_actor_t* self, task_spec task,
+                                     bool replace) {
   auto& st = self->state;
   // However the task arrived (typed from another node or an embedding
   // application, or JSON), it is resolved against this node's config and
@@ -201,13 +286,23 @@ caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
     return make_error(protocol_error::invalid_task,
                       resolved.error().to_string());
   task = std::move(*resolved);
+  auto known = [&](const std::string& id) {
+    return st.active.count(id) > 0 || st.finished.count(id) > 0 ||
+           st.reserved.count(id) > 0;
+  };
   if (task.id.empty()) {
     do
       task.id = "task-" + std::to_string(st.next_number++);
-    while (st.active.count(task.id) > 0 || st.finished.count(task.id) > 0);
-  } else if (st.active.count(task.id) > 0 || st.finished.count(task.id) > 0) {
+    while (known(task.id));
+  } else if (st.active.count(task.id) > 0 || st.reserved.count(task.id) > 0) {
     return make_error(protocol_error::duplicate_task,
-                      "a task with id '" + task.id + "' exists already");
+                      "a task with id '" + task.id +
+                        "' exists already and has not finished");
+  } else if (st.finished.count(task.id) > 0 && !replace) {
+    return make_error(protocol_error::duplicate_task,
+                      "a task with id '" + task.id +
+                        "' exists already (submit with --replace to run it "
+                        "again)");
   }
   auto runtime_name =
     task.runtime.empty() ? st.opts.config.node.default_runtime : task.runtime;
@@ -218,7 +313,8 @@ caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
     return make_error(protocol_error::unknown_runtime,
                       "task '" + task.id + "': no runtime named '" +
                         runtime_name + "' on this node");
-  supervisor_options opts;
+  prepared_task p;
+  auto& opts = p.opts;
   // Round-robin rotates the first agent per environment; fallbacks within a
   // task never move it.
   if (task.selection && task.selection->mode == selection_mode::round_robin &&
@@ -227,18 +323,27 @@ caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
     auto& agents = task.selection->agents;
     opts.start_agent_id = agents[pos % agents.size()].agent_id;
     pos = (pos + 1) % agents.size();
+    save_rotation(self);
   }
-  opts.default_agent = st.opts.config.node.default_agent;
   opts.runtime = rt->second;
+  opts.trace_id = st.ids->trace_id();
+  opts.seed = st.ids->child_seed();
+  p.environment = task.environment;
+  opts.task = std::move(task);
+  return p;
+}
+
+/// Spawns the supervisor of a prepared task.
+void launch(registry_actor_t* self, supervisor_options opts,
+            std::string environment) {
+  auto& st = self->state;
+  opts.default_agent = st.opts.config.node.default_agent;
   opts.classifier = st.classifier;
   opts.backoff = st.backoff;
   opts.services = caf::actor_cast<caf::actor>(self);
-  opts.trace_id = st.ids->trace_id();
-  opts.seed = st.ids->child_seed();
   opts.attempt_root = st.opts.attempt_root;
-  auto id = task.id;
-  auto env_name = task.environment;
-  opts.task = std::move(task);
+  opts.journal = st.opts.journal;
+  auto id = opts.task.id;
   auto trace = opts.trace_id;
   auto sup = spawn_task_supervisor(
     self->system(), caf::actor_cast<caf::actor>(self), std::move(opts));
@@ -246,8 +351,151 @@ caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
   st.by_supervisor.emplace(sup.address(), id);
   st.history[id];
   st.supervisors->emplace(id, sup);
-  st.active.emplace(id, active_task{sup, env_name, trace});
-  return id;
+  st.active.emplace(id, active_task{sup, std::move(environment), trace});
+}
+
+/// Forgets a finished task that is submitted again (`--replace`). Its
+/// attempt directories move aside (`<id>.replaced-<n>`): an attempt
+/// directory is never reused.
+void forget(registry_actor_t* self, const std::string& task_id) {
+  namespace fs = std::filesystem;
+  auto& st = self->state;
+  if (st.finished.erase(task_id) == 0)
+    return;
+  auto dir = fs::path{st.opts.attempt_root} / task_id;
+  std::error_code ec;
+  if (fs::exists(dir, ec))
+    for (int n = 1; n < 10000; ++n) {
+      auto aside = dir;
+      aside += ".replaced-" + std::to_string(n);
+      if (fs::exists(aside, ec))
+        continue;
+      fs::rename(dir, aside, ec);
+      break;
+    }
+  st.history.erase(task_id);
+  st.journal_seq.erase(task_id);
+  st.event_n.erase(task_id);
+  st.restored.erase(task_id);
+  st.finished_order.erase(
+    std::find(st.finished_order.begin(), st.finished_order.end(), task_id));
+}
+
+caf::result<std::string> submit(registry_actor_t* self, task_spec task,
+                                bool replace = false) {
+  auto& st = self->state;
+  auto p = prepare(self, std::move(task), replace);
+  if (!p)
+    return std::move(p.error());
+  auto id = p->opts.task.id;
+  if (!st.opts.journal) {
+    forget(self, id);
+    launch(self, std::move(p->opts), std::move(p->environment));
+    return id;
+  }
+  // Durable before it is answered: the id is held while the journal
+  // records the task.
+  journaled_task jt{p->opts.task, p->opts.trace_id, p->opts.seed,
+                    p->opts.start_agent_id};
+  st.reserved.insert(id);
+  auto rp = self->make_response_promise<std::string>();
+  auto shared = std::make_shared<prepared_task>(std::move(*p));
+  self
+    ->request(st.opts.journal, caf::infinite, jtask_atom::value, id, encode(jt),
+              wall_now(), replace)
+    .then(
+      [self, rp, id, shared](std::int64_t seq) mutable {
+        auto& st = self->state;
+        st.reserved.erase(id);
+        forget(self, id);
+        st.journal_seq[id] = seq;
+        shared->opts.journal_seq = seq;
+        launch(self, std::move(shared->opts), std::move(shared->environment));
+        rp.deliver(id);
+      },
+      [self, rp, id](caf::error& err) mutable {
+        self->state.reserved.erase(id);
+        rp.deliver(std::move(err));
+      });
+  return rp;
+}
+
+/// Rebuilds the node's tasks from the journal: finished ones as they ended,
+/// unfinished ones resume.
+void restore(registry_actor_t* self) {
+  auto& st = self->state;
+  auto snapshot = std::move(st.opts.restored);
+  st.opts.restored = {};
+  if (auto i = snapshot.node_state.find("rotation");
+      i != snapshot.node_state.end()) {
+    // "environment\tposition\n" lines.
+    std::string_view rest = i->second;
+    while (!rest.empty()) {
+      auto eol = rest.find('\n');
+      auto line = rest.substr(0, eol);
+      rest = eol == std::string_view::npos ? std::string_view{}
+                                           : rest.substr(eol + 1);
+      auto tab = line.find('\t');
+      if (tab == std::string_view::npos)
+        continue;
+      st.rotation[std::string{line.substr(0, tab)}] = static_cast<std::size_t>(
+        std::strtoull(std::string{line.substr(tab + 1)}.c_str(), nullptr, 10));
+    }
+  }
+  for (auto& e : snapshot.tasks) {
+    auto id = e.task.spec.id;
+    st.journal_seq[id] = e.seq;
+    st.restored.insert(id);
+    if (e.last_event > 0)
+      st.event_n[id] = e.last_event;
+    if (e.finished) {
+      st.finished.insert_or_assign(id, std::move(*e.finished));
+      st.finished_order.push_back(id);
+      continue;
+    }
+    supervisor_options opts;
+    opts.task = std::move(e.task.spec);
+    opts.trace_id = std::move(e.task.trace_id);
+    opts.seed = e.task.seed;
+    opts.start_agent_id = std::move(e.task.start_agent_id);
+    opts.journal_seq = e.seq;
+    opts.resume = true;
+    opts.replay = std::move(e.inputs);
+    auto runtime_name = opts.task.runtime.empty()
+                          ? st.opts.config.node.default_runtime
+                          : opts.task.runtime;
+    auto rt = st.opts.runtimes.find(runtime_name);
+    if (rt == st.opts.runtimes.end())
+      rt = st.opts.runtimes.find("*");
+    if (rt == st.opts.runtimes.end() || !rt->second) {
+      // The node no longer has the task's runtime: it ends, failed, with
+      // the reason (its journal keeps everything before).
+      task_result r;
+      r.task_id = id;
+      r.error = "node restarted without the runtime '" + runtime_name +
+                "' this task needs";
+      task_status s;
+      s.task_id = id;
+      s.environment = opts.task.environment;
+      s.state = task_state::done;
+      s.result = r;
+      self->send(st.opts.journal, jend_atom::value, e.seq, wall_now(),
+                 encode(s));
+      st.finished.insert_or_assign(id, std::move(s));
+      st.finished_order.push_back(id);
+      continue;
+    }
+    opts.runtime = rt->second;
+    st.resuming.insert(id);
+    auto env = opts.task.environment;
+    launch(self, std::move(opts), std::move(env));
+  }
+  while (st.finished_order.size() > st.opts.history_limit) {
+    st.finished.erase(st.finished_order.front());
+    st.journal_seq.erase(st.finished_order.front());
+    st.restored.erase(st.finished_order.front());
+    st.finished_order.pop_front();
+  }
 }
 
 /// Forwards a control message to a task's supervisor (-> bool); a finished
@@ -291,6 +539,92 @@ caf::result<std::vector<task_status>> all_status(registry_actor_t* self) {
         },
         [=](caf::error&) mutable { done(); });
   return rp;
+}
+
+caf::result<std::string> submit_json(registry_actor_t* self,
+                                     const std::string& text, bool replace) {
+  auto doc = parse_json_text(text, "submitted task");
+  if (!doc)
+    return make_error(protocol_error::invalid_task, doc.error().to_string());
+  auto task = parse_task_as_written(*doc, "submitted task");
+  if (!task)
+    return make_error(protocol_error::invalid_task, task.error().to_string());
+  return submit(self, std::move(*task), replace);
+}
+
+/// Subscribes `sub` and answers with the task's events so far; a task whose
+/// history is in the journal (rebuilt after a restart) is read from there.
+caf::result<std::vector<event>> subscribe_task(registry_actor_t* self,
+                                               const caf::actor& sub,
+                                               const std::string& task_id) {
+  auto& st = self->state;
+  auto h = st.history.find(task_id);
+  auto restored = st.restored.count(task_id) > 0;
+  if (h == st.history.end() && !restored)
+    return make_error(protocol_error::unknown_task,
+                      "no task with id '" + task_id + "'");
+  auto& subs = st.subscribers;
+  if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {
+    subs.push_back(sub);
+    self->monitor(sub);
+  }
+  if (!restored || !st.opts.journal)
+    return h->second.events;
+  // The journal has every event but output lines, up to the ones queued
+  // just now; everything after reaches `sub` as it happens.
+  auto rp = self->make_response_promise<std::vector<event>>();
+  self
+    ->request(st.opts.journal, caf::infinite, jhistory_atom::value,
+              st.journal_seq[task_id], task_id)
+    .then([rp](std::vector<event>& evs) mutable { rp.deliver(std::move(evs)); },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
+/// The most output one `logs` answer carries.
+constexpr std::size_t log_chunk_bytes = 64 * 1024;
+
+/// A chunk of an attempt's output log (see `logs_atom`).
+using log_chunk = caf::result<int, std::uint64_t, std::string, bool>;
+
+log_chunk read_log(registry_actor_t* self, const std::string& task_id,
+                   int attempt, std::uint64_t offset) {
+  namespace fs = std::filesystem;
+  auto& st = self->state;
+  auto finished = st.finished.count(task_id) > 0;
+  // Only a known task's id becomes a path (ids are validated at submit).
+  if (!finished && st.active.count(task_id) == 0)
+    return make_error(protocol_error::unknown_task,
+                      "no task with id '" + task_id + "'");
+  auto dir = fs::path{st.opts.attempt_root} / task_id;
+  int latest = 0;
+  std::error_code ec;
+  for (fs::directory_iterator i{dir, ec}, end; !ec && i != end;
+       i.increment(ec)) {
+    auto name = i->path().filename().string();
+    if (name.rfind("attempt-", 0) == 0)
+      latest = std::max(latest, std::atoi(name.c_str() + 8));
+  }
+  if (attempt <= 0)
+    attempt = latest;
+  if (attempt <= 0)
+    return log_chunk{0, std::uint64_t{0}, std::string{}, finished};
+  auto path = dir / ("attempt-" + std::to_string(attempt)) / "output.log";
+  std::string data;
+  if (auto* f = std::fopen(path.c_str(), "rb")) {
+    if (std::fseek(f, static_cast<long>(offset), SEEK_SET) == 0) {
+      data.resize(log_chunk_bytes);
+      data.resize(std::fread(data.data(), 1, data.size(), f));
+    }
+    std::fclose(f);
+  } else if (attempt > latest) {
+    return make_error(protocol_error::unknown_task, "task '" + task_id +
+                                                      "' has no attempt " +
+                                                      std::to_string(attempt));
+  }
+  auto complete = data.empty() && (finished || attempt < latest);
+  auto next = offset + data.size();
+  return log_chunk{attempt, next, std::move(data), complete};
 }
 
 caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
@@ -338,19 +672,15 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
                      [&](auto& x) { return x.address() == dm.source; }),
       subs.end());
   });
+  restore(self);
   return {
     // -- clients ----------------------------------------------------------
     [=](submit_atom, task_spec& task) { return submit(self, std::move(task)); },
-    [=](submit_json_atom, const std::string& text) -> caf::result<std::string> {
-      auto doc = parse_json_text(text, "submitted task");
-      if (!doc)
-        return make_error(protocol_error::invalid_task,
-                          doc.error().to_string());
-      auto task = parse_task_as_written(*doc, "submitted task");
-      if (!task)
-        return make_error(protocol_error::invalid_task,
-                          task.error().to_string());
-      return submit(self, std::move(*task));
+    [=](submit_json_atom, const std::string& text) {
+      return submit_json(self, text, false);
+    },
+    [=](submit_json_atom, const std::string& text, bool replace) {
+      return submit_json(self, text, replace);
     },
     [=](stop_atom, const std::string& task_id, stop_mode mode) {
       return control(self, task_id, stop_atom::value, mode);
@@ -373,6 +703,10 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       return make_error(protocol_error::unknown_task,
                         "no task with id '" + task_id + "'");
     },
+    [=](logs_atom, const std::string& task_id, int attempt,
+        std::uint64_t offset) {
+      return read_log(self, task_id, attempt, offset);
+    },
     [=](await_atom, const std::string& task_id) -> caf::result<task_result> {
       auto& st = self->state;
       if (auto i = st.finished.find(task_id); i != st.finished.end())
@@ -392,21 +726,8 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       }
       return true;
     },
-    [=](subscribe_atom, const caf::actor& sub,
-        const std::string& task_id) -> caf::result<std::vector<event>> {
-      // The task's past events and the subscription in one step: nothing
-      // the task emits is missed or seen twice.
-      auto& st = self->state;
-      auto h = st.history.find(task_id);
-      if (h == st.history.end())
-        return make_error(protocol_error::unknown_task,
-                          "no task with id '" + task_id + "'");
-      auto& subs = st.subscribers;
-      if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {
-        subs.push_back(sub);
-        self->monitor(sub);
-      }
-      return h->second.events;
+    [=](subscribe_atom, const caf::actor& sub, const std::string& task_id) {
+      return subscribe_task(self, sub, task_id);
     },
     [=](unsubscribe_atom, const caf::actor& sub) {
       auto& subs = self->state.subscribers;
@@ -428,7 +749,8 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
                           "task '" + req.task_id + "' is not yours");
       if (!req.need_slot || st.slot_holders.count(req.task_id) > 0)
         return permit(self, req);
-      if (st.slot_queue.empty() && st.slot_holders.size() < slot_limit(self)) {
+      if (st.slot_queue.empty() && st.resuming.empty() &&
+          st.slot_holders.size() < slot_limit(self)) {
         st.slot_holders.insert(req.task_id);
         return permit(self, req);
       }
@@ -439,6 +761,17 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
     [=](release_atom, const std::string& task_id) {
       if (!from_other_supervisor(self, task_id))
         release(self, task_id);
+    },
+    [=](reclaim_atom, const std::string& task_id) {
+      // Only a rebuilt task's own supervisor, once.
+      auto& st = self->state;
+      if (st.resuming.count(task_id) > 0 &&
+          !from_other_supervisor(self, task_id))
+        st.slot_holders.insert(task_id);
+    },
+    [=](resumed_atom, const std::string& task_id) {
+      if (!from_other_supervisor(self, task_id))
+        resumed(self, task_id);
     },
     [=](agent_result_atom, const std::string& agent_id, bool success) {
       auto& st = self->state;

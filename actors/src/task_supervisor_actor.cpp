@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,6 +62,11 @@ struct start_info {
   /// Already past the trace id, when that was generated.
   trace_id_generator ids{0};
   bool emit_submitted = true;
+  /// For a task rebuilt after a node restart: its journaled inputs.
+  bool resume = false;
+  std::vector<journaled_input> replay;
+  caf::actor journal;
+  std::int64_t journal_seq = 0;
 };
 
 /// A span id held inline: 16 hex digits (W3C trace context) are one more
@@ -100,6 +106,11 @@ struct supervisor_state {
   /// The task brought its own classifier rules (dropped when it ends).
   bool has_own_rules = false;
   caf::actor worker;
+  /// The node's journal (null: none), the task's number in it and the
+  /// number of the last input recorded.
+  caf::actor journal;
+  std::int64_t journal_seq = 0;
+  std::int64_t journal_n = 0;
   /// The failed attempt's outcome with its output tail, for the classifier.
   std::optional<attempt_outcome> to_classify;
   static inline const char* name = "tasksup.task_supervisor";
@@ -138,7 +149,21 @@ void emit(supervisor_actor* self, event ev) {
   self->send(self->state.parent, event_atom::value, std::move(ev));
 }
 
-bool drive(supervisor_actor* self, machine_input in);
+/// Called once an input's effects were carried out, with whether it took
+/// effect.
+using after_input = std::function<void(bool)>;
+
+bool drive(supervisor_actor* self, machine_input in, after_input then = {});
+
+/// The outcome of an attempt the node could not take over after a restart.
+attempt_outcome lost_outcome(int attempt) {
+  attempt_outcome o;
+  o.exit_code = -1;
+  o.infrastructure_error = "node restarted: attempt " +
+                           std::to_string(attempt) +
+                           " was running and could not be adopted";
+  return o;
+}
 
 /// Carries out one effect; an input it produces at once (a permission when
 /// there are no node services) goes to `next`.
@@ -175,6 +200,15 @@ struct carrier {
   void operator()(const effect::release_slot&) const {
     if (st().node->services)
       self->send(st().node->services, release_atom::value, st().task_id());
+  }
+
+  void operator()(const effect::reclaim_slot&) const {
+    if (st().node->services)
+      self->send(st().node->services, reclaim_atom::value, st().task_id());
+  }
+
+  void operator()(const effect::adopt_attempt& e) const {
+    next.emplace_back(input::attempt_ended{e.attempt, lost_outcome(e.attempt)});
   }
 
   void operator()(const effect::start_attempt& e) const {
@@ -338,29 +372,56 @@ struct carrier {
   }
 };
 
-/// Feeds `in` to the machine and carries out its effects (and the inputs
-/// they produce at once). Returns whether `in` took effect.
-bool drive(supervisor_actor* self, machine_input in) {
-  auto& st = self->state;
+/// Carries out `fx`, then feeds the inputs they produced at once.
+void carry(supervisor_actor* self, const machine_effects& fx) {
   std::deque<machine_input> next;
-  next.emplace_back(std::move(in));
-  bool first = true;
-  bool took_effect = false;
-  while (!next.empty()) {
-    auto cur = std::move(next.front());
-    next.pop_front();
-    auto fx = std::move(st.fx);
-    fx.clear();
-    auto ok = st.machine().handle(st.m, cur, now_s(self), fx);
-    if (first)
-      took_effect = ok;
-    first = false;
-    for (auto& e : fx)
-      std::visit(carrier{self, next}, e);
+  for (auto& e : fx)
+    std::visit(carrier{self, next}, e);
+  for (auto& in : next)
+    drive(self, std::move(in));
+}
+
+/// Feeds `in` to the machine and carries out its effects (and the inputs
+/// they produce at once); with a journal, only once `in` is recorded: the
+/// supervisor handles nothing else meanwhile, so the journal's order is the
+/// machine's. Returns whether `in` took effect; `then` runs after its
+/// effects.
+bool drive(supervisor_actor* self, machine_input in, after_input then) {
+  auto& st = self->state;
+  auto fx = std::move(st.fx);
+  fx.clear();
+  auto now = now_s(self);
+  auto ok = st.machine().handle(st.m, in, now, fx);
+  if (!ok || !st.journal) {
+    carry(self, fx);
     fx.clear();
     st.fx = std::move(fx);
+    if (then)
+      then(ok);
+    return ok;
   }
-  return took_effect;
+  auto pending = std::make_shared<machine_effects>(std::move(fx));
+  auto go_on = [self, pending, then] {
+    carry(self, *pending);
+    if (then)
+      then(true);
+  };
+  self
+    ->request(st.journal, caf::infinite, jinput_atom::value, st.journal_seq,
+              ++st.journal_n, encode(journaled_input{now, std::move(in)}))
+    .await([go_on](bool) { go_on(); },
+           // The journal is gone: the node is shutting down.
+           [go_on](caf::error&) { go_on(); });
+  return true;
+}
+
+/// Drives `in` and answers the request once its effects are carried out.
+caf::result<bool> drive_and_reply(supervisor_actor* self, machine_input in) {
+  if (!self->state.journal)
+    return drive(self, std::move(in));
+  auto rp = self->make_response_promise<bool>();
+  drive(self, std::move(in), [rp](bool ok) mutable { rp.deliver(ok); });
+  return rp;
 }
 
 /// The attempt ended: the machine keeps what judging needs, the carrier the
@@ -370,7 +431,11 @@ void attempt_ended(supervisor_actor* self, int attempt, attempt_outcome out) {
   st.worker = nullptr;
   input::attempt_ended in;
   in.attempt = attempt;
-  if (!out.succeeded()) {
+  if (!out.succeeded() && st.journal) {
+    // The journal keeps the tail, so a restarted node can classify again.
+    in.outcome = out;
+    st.to_classify = std::move(out);
+  } else if (!out.succeeded()) {
     // The machine gets the outcome without its tail (not a copy of it); the
     // classifier gets the whole outcome.
     auto tail = std::move(out.tail);
@@ -417,6 +482,38 @@ task_status status_of(supervisor_actor* self) {
   return s;
 }
 
+/// Rebuilds the task from its journaled inputs (carrying nothing out
+/// again), then resumes it: what it waited for is asked for again.
+void resume(supervisor_actor* self, std::vector<journaled_input> replay) {
+  auto& st = self->state;
+  machine_effects fx;
+  for (auto& r : replay) {
+    fx.clear();
+    st.machine().handle(st.m, r.in, r.at_s, fx);
+    ++st.journal_n;
+    // The span ids follow the attempts, as they did.
+    for (auto& e : fx)
+      if (std::holds_alternative<effect::start_attempt>(e))
+        st.span = st.ids->span_id();
+    if (auto* end = std::get_if<input::attempt_ended>(&r.in);
+        end && !end->outcome.succeeded())
+      st.to_classify = std::move(end->outcome);
+  }
+  if (st.m.phase == task_phase::done) {
+    // The task ended just before the restart; its end was not recorded.
+    std::deque<machine_input> none;
+    for (auto& e : fx)
+      if (std::holds_alternative<effect::finish>(e))
+        std::visit(carrier{self, none}, e);
+    return;
+  }
+  drive(self, input::resumed{}, [self](bool) {
+    auto& st = self->state;
+    if (st.node->services)
+      self->send(st.node->services, resumed_atom::value, st.task_id());
+  });
+}
+
 caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
                                     std::unique_ptr<const task_settings> opts,
                                     std::shared_ptr<const shared_settings> node,
@@ -426,6 +523,8 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
   st.opts = std::move(opts);
   st.node = std::move(node);
   st.ids.emplace(start.ids);
+  st.journal = std::move(start.journal);
+  st.journal_seq = start.journal_seq;
   st.task_span = st.ids->span_id();
   st.m = st.machine().initial();
   auto more = std::move(start.more);
@@ -468,7 +567,10 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
                                               error_text(err)});
             });
   }
-  drive(self, input::start{});
+  if (start.resume)
+    resume(self, std::move(start.replay));
+  else
+    drive(self, input::start{});
   return {
     [=](deadline_atom) {
       drive(self, input::timer{timer_kind::deadline, 0});
@@ -488,12 +590,14 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
       drive(self, input::timer{timer_kind::backoff, gen});
     },
     [=](stop_atom, stop_mode mode) {
-      return drive(self,
-                   input::stop{mode == stop_mode::kill ? stop_request::kill
-                                                       : stop_request::cancel});
+      return drive_and_reply(self, input::stop{mode == stop_mode::kill
+                                                 ? stop_request::kill
+                                                 : stop_request::cancel});
     },
-    [=](retry_now_atom) { return drive(self, input::retry_now{}); },
-    [=](force_fallback_atom) { return drive(self, input::force_fallback{}); },
+    [=](retry_now_atom) { return drive_and_reply(self, input::retry_now{}); },
+    [=](force_fallback_atom) {
+      return drive_and_reply(self, input::force_fallback{});
+    },
     [=](status_atom) { return status_of(self); },
   };
 }
@@ -509,7 +613,11 @@ caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
   auto& task = opts.task;
   start_info start;
   start.ids = trace_id_generator{opts.seed};
-  start.emit_submitted = opts.emit_submitted;
+  start.emit_submitted = opts.emit_submitted && !opts.resume;
+  start.resume = opts.resume;
+  start.replay = std::move(opts.replay);
+  start.journal = std::move(opts.journal);
+  start.journal_seq = opts.journal_seq;
   start_info::extras more;
   auto chain =
     build_agent_chain(task.selection, opts.default_agent, opts.start_agent_id);

@@ -1,5 +1,7 @@
 #include "tasksup/supervisor/task_machine.hpp"
 
+#include <algorithm>
+
 #include <cstdio>
 #include <utility>
 
@@ -122,10 +124,11 @@ bool task_machine::handle(task_machine_state& st, const machine_input& in,
 
 // -- inputs -------------------------------------------------------------------
 
-bool task_machine::on(task_machine_state& st, const input::start&, double,
+bool task_machine::on(task_machine_state& st, const input::start&, double now_s,
                       machine_effects& out) const {
   if (st.phase != task_phase::created)
     return false;
+  st.started_at_s = now_s;
   if (auto deadline = config().deadline_s; deadline && *deadline > 0)
     out.emplace_back(effect::set_timer{timer_kind::deadline, 0, *deadline});
   begin_attempt(st, out);
@@ -406,6 +409,48 @@ bool task_machine::on(task_machine_state& st, const input::reply_failed& in,
   return true;
 }
 
+bool task_machine::on(task_machine_state& st, const input::resumed&,
+                      double now_s, machine_effects& out) const {
+  if (st.phase == task_phase::created)
+    return on(st, input::start{}, now_s, out);
+  // The deadline keeps counting from the task's start.
+  if (auto deadline = config().deadline_s;
+      deadline && *deadline > 0 && !st.deadline_passed)
+    out.emplace_back(
+      effect::set_timer{timer_kind::deadline, 0,
+                        std::max(0.0, st.started_at_s + *deadline - now_s)});
+  switch (st.phase) {
+    case task_phase::created:
+    case task_phase::done:
+      break;
+    case task_phase::waiting:
+      // The old node's queue is gone: queue again (a slot the task held
+      // while waiting is gone with it).
+      st.holds_slot = false;
+      begin_attempt(st, out);
+      break;
+    case task_phase::running:
+      // The attempt may outlive the node: the node counts its slot and
+      // adopts it; its end comes as attempt_ended.
+      out.emplace_back(effect::reclaim_slot{});
+      out.emplace_back(
+        effect::adopt_attempt{st.attempt, st.counters.agent_index});
+      break;
+    case task_phase::classifying:
+      out.emplace_back(effect::classify{++st.generation});
+      break;
+    case task_phase::delaying:
+      ask_delay(st, out);
+      break;
+    case task_phase::backoff:
+      // Only the time left.
+      out.emplace_back(effect::set_timer{timer_kind::backoff, ++st.generation,
+                                         std::max(0.0, st.retry_at_s - now_s)});
+      break;
+  }
+  return true;
+}
+
 // -- steps --------------------------------------------------------------------
 
 void task_machine::begin_attempt(task_machine_state& st,
@@ -464,22 +509,27 @@ void task_machine::act(task_machine_state& st, decision d, double,
         begin_attempt(st, out);
         return;
       }
-      effect::ask_delay ask;
-      ask.spec = backoff_.spec(*d.backoff_class);
-      ask.retry_index = d.retry_count - 1;
-      ask.previous_s = st.previous_delay_s;
-      // Only a rate-limit message's "come back in N s" sets the delay;
-      // other output that happens to mention a retry is not trusted for
-      // timing.
-      if (d.classified && d.classified->cls == error_class::rate_limit)
-        ask.hint_s = d.classified->retry_after_s;
       st.plan = std::move(d);
       st.phase = task_phase::delaying;
-      ask.generation = ++st.generation;
-      out.emplace_back(std::move(ask));
+      ask_delay(st, out);
       return;
     }
   }
+}
+
+void task_machine::ask_delay(task_machine_state& st,
+                             machine_effects& out) const {
+  const auto& d = *st.plan;
+  effect::ask_delay ask;
+  ask.spec = backoff_.spec(*d.backoff_class);
+  ask.retry_index = d.retry_count - 1;
+  ask.previous_s = st.previous_delay_s;
+  // Only a rate-limit message's "come back in N s" sets the delay; other
+  // output that happens to mention a retry is not trusted for timing.
+  if (d.classified && d.classified->cls == error_class::rate_limit)
+    ask.hint_s = d.classified->retry_after_s;
+  ask.generation = ++st.generation;
+  out.emplace_back(std::move(ask));
 }
 
 void task_machine::finish(task_machine_state& st, effect::finish f,

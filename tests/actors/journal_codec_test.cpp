@@ -155,6 +155,15 @@ struct driver {
         }
         break;
       case 8:
+        if (pick(4) == 0) {
+          // The node restarted: every open request is gone.
+          asked.reset();
+          classify.reset();
+          delay.reset();
+          timer.reset();
+          feed(input::resumed{});
+          break;
+        }
         feed(input::reply_failed{st.generation - pick(2),
                                  static_cast<request_kind>(pick(3)),
                                  "no reply"});

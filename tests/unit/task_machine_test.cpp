@@ -776,3 +776,72 @@ TEST_CASE("task machine: usage and cost are summed over the attempts that "
   CHECK(t.st.usage->cached_input_tokens == 5);
   CHECK(t.st.cost_usd == 0.25);
 }
+
+// -- resumed after a node restart ---------------------------------------------
+
+TEST_CASE("task machine: a resumed task asks again for what it waited for") {
+  supervisor_config cfg;
+  cfg.deadline_s = 100;
+  task t{cfg};
+  t.now = 10;
+  REQUIRE(t.feed(input::start{}));
+  SECTION("queued: it queues again, for a slot") {
+    t.now = 20;
+    REQUIRE(t.feed(input::resumed{}));
+    auto ask = only<effect::ask_permission>(t.fx);
+    CHECK(ask.need_slot);
+    CHECK(ask.generation == t.st.generation);
+    // The deadline counts from the start, not from the restart.
+    CHECK(only<effect::set_timer>(t.fx).delay_s == 90);
+  }
+  SECTION("running: the node counts its slot and adopts the attempt") {
+    t.grant();
+    t.now = 30;
+    REQUIRE(t.feed(input::resumed{}));
+    CHECK(has<effect::reclaim_slot>(t.fx));
+    auto adopt = only<effect::adopt_attempt>(t.fx);
+    CHECK(adopt.attempt == 1);
+    CHECK(t.st.phase == task_phase::running);
+    // Its end is judged as usual.
+    t.end(exited(0));
+    CHECK(only<effect::finish>(t.fx).outcome == end_kind::succeeded);
+  }
+  SECTION("classifying: it classifies again, under a new generation") {
+    t.grant();
+    t.end(exited(1));
+    auto old = only<effect::classify>(t.fx).generation;
+    REQUIRE(t.feed(input::resumed{}));
+    auto ask = only<effect::classify>(t.fx);
+    CHECK(ask.generation != old);
+    CHECK_FALSE(t.feed(input::classified{old, as(error_class::retryable)}));
+    REQUIRE(
+      t.feed(input::classified{ask.generation, as(error_class::retryable)}));
+    CHECK(t.st.phase == task_phase::delaying);
+  }
+  SECTION("in backoff: it waits only the time left") {
+    t.grant();
+    t.end(exited(1));
+    t.classify(error_class::retryable);
+    auto ask = only<effect::ask_delay>(t.fx);
+    delay_decision d;
+    d.delay_s = 30;
+    REQUIRE(t.feed(input::delay_decided{ask.generation, d}));
+    auto old = only<effect::set_timer>(t.fx).generation;
+    t.now += 12;
+    REQUIRE(t.feed(input::resumed{}));
+    auto timers = all_of<effect::set_timer>(t.fx);
+    REQUIRE(timers.size() == 2);
+    auto backoff =
+      timers[0].kind == timer_kind::backoff ? timers[0] : timers[1];
+    CHECK(backoff.delay_s == Approx(18));
+    // The old node's timer is stale.
+    CHECK_FALSE(t.feed(input::timer{timer_kind::backoff, old}));
+    REQUIRE(t.feed(input::timer{timer_kind::backoff, backoff.generation}));
+    CHECK(has<effect::ask_permission>(t.fx));
+  }
+  SECTION("a finished task stays finished") {
+    REQUIRE(t.feed(input::stop{stop_request::cancel}));
+    CHECK_FALSE(t.feed(input::resumed{}));
+    CHECK(t.fx.empty());
+  }
+}

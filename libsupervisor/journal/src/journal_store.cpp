@@ -126,6 +126,7 @@ struct journal_store::impl {
   sqlite3* db = nullptr;
   int lock_fd = -1;
   bool in_tx = false;
+  bool transient = false;
   std::int64_t commits = 0;
   std::map<std::string, statement> cache;
 
@@ -141,8 +142,20 @@ struct journal_store::impl {
     return tasksup::error{path, "", std::move(what)};
   }
 
-  tasksup::error sql_fail(std::string_view doing) const {
+  tasksup::error sql_fail(std::string_view doing) {
     auto code = sqlite3_extended_errcode(db);
+    switch (code & 0xff) {
+      case SQLITE_FULL:
+      case SQLITE_IOERR:
+      case SQLITE_BUSY:
+      case SQLITE_LOCKED:
+      case SQLITE_CANTOPEN:
+      case SQLITE_NOMEM:
+        transient = true;
+        break;
+      default:
+        transient = false;
+    }
     std::string what{doing};
     what += ": ";
     if ((code & 0xff) == SQLITE_FULL)
@@ -465,6 +478,22 @@ expected<bool> journal_store::commit() {
 
 void journal_store::rollback() {
   impl_->rollback();
+}
+
+bool journal_store::last_failure_transient() const noexcept {
+  return impl_->transient;
+}
+
+expected<std::int64_t> journal_store::last_event(std::int64_t seq) {
+  auto& p = *impl_;
+  auto s = p.prepare("SELECT coalesce(max(n), 0) FROM events WHERE task = ?");
+  if (!s)
+    return s.error();
+  reset_guard guard{*s};
+  bind(*s, 1, seq);
+  if (sqlite3_step(*s) != SQLITE_ROW)
+    return p.sql_fail("reading a task's events");
+  return static_cast<std::int64_t>(sqlite3_column_int64(*s, 0));
 }
 
 namespace {

@@ -51,6 +51,10 @@ using status_atom = caf::atom_constant<caf::atom("status")>;
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
 /// `(unsubscribe, actor)`: stop streaming events to `actor`.
 using unsubscribe_atom = caf::atom_constant<caf::atom("unsubscr")>;
+/// `(logs, task_id, attempt, offset)` -> `(attempt, next_offset, bytes,
+/// complete)`: up to 64 KiB of the output log of attempt `attempt` (0: the
+/// latest) from `offset`; `complete` once no more will be written to it.
+using logs_atom = caf::atom_constant<caf::atom("logs")>;
 /// `(await, task_id)` -> task_result once the task has finished.
 using await_atom = caf::atom_constant<caf::atom("await")>;
 /// Supervisor -> parent: `(escalate, task_result)`, the task's final result.
@@ -92,6 +96,32 @@ using deadline_atom = caf::atom_constant<caf::atom("deadline")>;
 using fire_atom = caf::atom_constant<caf::atom("fire")>;
 /// A container worker's own idle check (generation-tagged, never remote).
 using idle_check_atom = caf::atom_constant<caf::atom("idlecheck")>;
+/// Supervisor -> registry after a node restart: `(reclaim, task_id)`, the
+/// task's attempt (being adopted) holds a slot again.
+using reclaim_atom = caf::atom_constant<caf::atom("reclaim")>;
+/// Supervisor -> registry after a node restart: `(resumed, task_id)`, the
+/// task has asked again for what it waited for (the registry then grants
+/// queued slots in submission order).
+using resumed_atom = caf::atom_constant<caf::atom("resumed")>;
+
+// Registry and supervisors -> the journal (node-local, never remote; see
+// journal_actor.hpp).
+/// `(jtask, id, bytes, at, replace)` -> the task's journal number.
+using jtask_atom = caf::atom_constant<caf::atom("jtask")>;
+/// `(jinput, number, n, bytes)` -> true once durable.
+using jinput_atom = caf::atom_constant<caf::atom("jinput")>;
+/// `(jevent, number, n, kind, json)`.
+using jevent_atom = caf::atom_constant<caf::atom("jevent")>;
+/// `(jend, number, at, bytes)`.
+using jend_atom = caf::atom_constant<caf::atom("jend")>;
+/// `(jstate, key, bytes)`.
+using jstate_atom = caf::atom_constant<caf::atom("jstate")>;
+/// `(jhistory, number, task_id)` -> vector<event>.
+using jhistory_atom = caf::atom_constant<caf::atom("jhistory")>;
+/// The journal to itself: commit what arrived.
+using jflush_atom = caf::atom_constant<caf::atom("jflush")>;
+/// The journal to itself: prune finished tasks.
+using jprune_atom = caf::atom_constant<caf::atom("jprune")>;
 
 // -- enums
 // ---------------------------------------------------------------------
@@ -285,6 +315,8 @@ enum class protocol_error : std::uint8_t {
   unknown_runtime,
   /// Classifier rules did not compile.
   invalid_rules,
+  /// The journal could not record the request (e.g. a full disk).
+  journal_failed,
 };
 
 /// The name of a protocol error code.

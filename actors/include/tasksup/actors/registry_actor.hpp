@@ -1,5 +1,6 @@
 #pragma once
 
+#include "tasksup/actors/journal_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 
 #include "tasksup/runtime/runtime.hpp"
@@ -30,10 +31,17 @@ struct registry_options {
   std::string attempt_root;
   /// Finished tasks kept for `status` and `await`; the oldest go first.
   std::size_t history_limit = 10000;
+  /// The node's journal (null: tasks live in memory only). With one, a task
+  /// is recorded before `submit` answers, and its events and end follow.
+  caf::actor journal;
+  /// What the journal held when the node started: finished tasks come back
+  /// as they ended, unfinished ones are rebuilt and resume.
+  journal_snapshot restored;
 };
 
 /// Spawns the registry of one node (SPEC §8). It accepts
-/// `(submit, task_spec)` and `(submit_json, text)` (-> task id or error),
+/// `(submit, task_spec)`, `(submit_json, text)` and
+/// `(submit_json, text, replace)` (-> task id or error),
 /// `(stop, task_id, stop_mode)`, `(retry_now, task_id)`,
 /// `(force_fb, task_id)` (-> bool), `(status)` (-> vector<task_status>),
 /// `(status, task_id)` (-> task_status), `(await, task_id)` (-> task_result

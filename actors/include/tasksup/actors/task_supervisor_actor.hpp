@@ -1,5 +1,6 @@
 #pragma once
 
+#include "tasksup/actors/journal_codec.hpp"
 #include "tasksup/actors/protocol.hpp"
 
 #include "tasksup/runtime/runtime.hpp"
@@ -13,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace tasksup {
 
@@ -43,6 +45,16 @@ struct supervisor_options {
   std::string attempt_root;
   /// Whether the supervisor emits `task_submitted` when it starts.
   bool emit_submitted = true;
+  /// The node's journal (null: nothing is journaled). Every input that
+  /// changes the task is recorded there before its effects are carried out
+  /// (and before a control request is answered).
+  caf::actor journal;
+  /// The task's number in the journal.
+  std::int64_t journal_seq = 0;
+  /// Set for a task rebuilt after a node restart: its journaled inputs are
+  /// replayed (nothing is carried out again), then the task resumes.
+  bool resume = false;
+  std::vector<journaled_input> replay;
 };
 
 /// Spawns the supervisor of one task (SPEC §6): it runs attempts through

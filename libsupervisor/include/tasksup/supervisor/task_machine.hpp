@@ -98,6 +98,8 @@ struct task_machine_state {
   std::optional<attempt_outcome> ended;
   /// The previous delay (decorrelated jitter).
   double previous_delay_s = 0;
+  /// When the task started (the `now` scale of `handle`), for the deadline.
+  double started_at_s = 0;
   /// When the backoff ends (the `now` scale of `handle`), 0 when none.
   double retry_at_s = 0;
   /// The last attempt's exit code (nullopt before the first ended) and
@@ -181,6 +183,12 @@ struct reply_failed {
   std::string error;
 };
 
+/// The node restarted and rebuilt the task from its journal: whatever the
+/// task waited for (a reply, a timer, its place in the queue) is gone and is
+/// asked for again; a running attempt is to be adopted. Journaled like any
+/// input, so a second restart replays the same generations.
+struct resumed {};
+
 } // namespace input
 
 /// Everything a task reacts to.
@@ -188,7 +196,7 @@ using machine_input =
   std::variant<input::start, input::permission, input::attempt_started,
                input::attempt_ended, input::classified, input::delay_decided,
                input::timer, input::stop, input::retry_now,
-               input::force_fallback, input::reply_failed>;
+               input::force_fallback, input::reply_failed, input::resumed>;
 
 namespace effect {
 
@@ -203,6 +211,17 @@ struct ask_permission {
 
 /// Give the slot back (or leave the queue).
 struct release_slot {};
+
+/// After a restart: the node counts the task's attempt slot as held again.
+struct reclaim_slot {};
+
+/// After a restart: take over attempt `attempt` of agent `agent_index`,
+/// which may still run (or may have ended) without the node; its end arrives
+/// as `input::attempt_ended`.
+struct adopt_attempt {
+  int attempt = 0;
+  std::size_t agent_index = 0;
+};
 
 /// Start attempt `attempt` of agent `agent_index`.
 struct start_attempt {
@@ -293,6 +312,7 @@ struct finish {
 /// Everything a carrier must do.
 using machine_effect =
   std::variant<effect::ask_permission, effect::release_slot,
+               effect::reclaim_slot, effect::adopt_attempt,
                effect::start_attempt, effect::stop_attempt, effect::classify,
                effect::ask_delay, effect::set_timer, effect::report_agent,
                effect::attempt_exited, effect::classified,
@@ -364,6 +384,11 @@ private:
           machine_effects& out) const;
   bool on(task_machine_state& st, const input::reply_failed& in, double now_s,
           machine_effects& out) const;
+  bool on(task_machine_state& st, const input::resumed&, double now_s,
+          machine_effects& out) const;
+
+  /// Asks for the delay of the planned retry.
+  void ask_delay(task_machine_state& st, machine_effects& out) const;
 
   /// Asks for permission to start the next attempt.
   void begin_attempt(task_machine_state& st, machine_effects& out) const;

@@ -141,6 +141,11 @@ public:
   /// Drops every write since the last commit.
   void rollback();
 
+  /// Whether the last failure may pass by retrying the same writes later
+  /// (a full disk, an I/O error, a lock), as opposed to a write that can
+  /// never succeed (e.g. a record that exists already).
+  bool last_failure_transient() const noexcept;
+
   // -- reads ---------------------------------------------------------------
 
   /// Every task, in submission order.
@@ -151,6 +156,9 @@ public:
 
   /// The records of task `seq`, in order.
   expected<std::vector<stored_record>> records(std::int64_t seq);
+
+  /// The number of the last event of task `seq` (0 when none).
+  expected<std::int64_t> last_event(std::int64_t seq);
 
   /// The events of task `seq`, in order.
   expected<std::vector<stored_event>> events(std::int64_t seq);

@@ -1,0 +1,69 @@
+#pragma once
+
+// The node's journal as an actor: it owns the SQLite store, runs on its own
+// thread (a commit may wait for the disk), and commits whatever arrived
+// together (group commit): a request is answered once what it wrote is
+// durable. A commit that fails for lack of space is retried every second;
+// the writes of accepted tasks are kept meanwhile (their supervisors wait),
+// new submissions are refused with the reason.
+
+#include "tasksup/actors/journal_codec.hpp"
+#include "tasksup/actors/protocol.hpp"
+
+#include "tasksup/journal/journal_store.hpp"
+#include "tasksup/supervisor/expected.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tasksup {
+
+/// A task as the journal gave it back when the node started.
+struct journal_entry {
+  /// The task's number in the journal (submission order).
+  std::int64_t seq = 0;
+  journaled_task task;
+  /// Its machine inputs, in order (empty for a finished task: its status
+  /// says everything).
+  std::vector<journaled_input> inputs;
+  /// Present for a finished task.
+  std::optional<task_status> finished;
+  /// The number of its last journaled event.
+  std::int64_t last_event = 0;
+  double submitted_at = 0;
+};
+
+/// Everything a restarted node rebuilds from.
+struct journal_snapshot {
+  std::vector<journal_entry> tasks;
+  /// Node state by key (breakers, retry budget, rotation).
+  std::map<std::string, std::string> node_state;
+};
+
+/// Reads the whole journal; a record it cannot read is an error naming the
+/// task and record (the node refuses to start rather than lose it).
+expected<journal_snapshot> load_journal(journal::journal_store& store);
+
+/// How the journal keeps finished tasks.
+struct journal_retention {
+  /// Finished tasks older than this are pruned (0: kept regardless of age).
+  double max_age_s = 7 * 24 * 3600.0;
+  /// At most this many finished tasks are kept (0: no limit).
+  std::int64_t max_count = 10000;
+  /// How often pruning runs.
+  double interval_s = 300;
+};
+
+/// Spawns the journal on its own thread.
+caf::actor spawn_journal(caf::actor_system& sys,
+                         std::unique_ptr<journal::journal_store> store,
+                         journal_retention retention = {});
+
+} // namespace tasksup

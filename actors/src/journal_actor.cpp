@@ -1,0 +1,339 @@
+#include "tasksup/actors/journal_actor.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/value.hpp>
+
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/send.hpp>
+#include <caf/spawn_options.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <utility>
+#include <variant>
+
+namespace tasksup {
+
+expected<journal_snapshot> load_journal(journal::journal_store& store) {
+  journal_snapshot out;
+  auto tasks = store.tasks();
+  if (!tasks)
+    return tasks.error();
+  out.tasks.reserve(tasks->size());
+  for (auto& t : *tasks) {
+    auto what = "task '" + t.id + "'";
+    journal_entry e;
+    e.seq = t.seq;
+    e.submitted_at = t.submitted_at;
+    auto spec = decode_task(t.spec, what);
+    if (!spec)
+      return spec.error();
+    e.task = std::move(*spec);
+    if (t.finished_at) {
+      auto status = decode_status(t.result, what + ", result");
+      if (!status)
+        return status.error();
+      e.finished = std::move(*status);
+    } else {
+      auto records = store.records(t.seq);
+      if (!records)
+        return records.error();
+      auto last = store.last_event(t.seq);
+      if (!last)
+        return last.error();
+      e.last_event = *last;
+      e.inputs.reserve(records->size());
+      for (auto& r : *records) {
+        auto in =
+          decode_input(r.body, what + ", record " + std::to_string(r.n));
+        if (!in)
+          return in.error();
+        e.inputs.push_back(std::move(*in));
+      }
+    }
+    out.tasks.push_back(std::move(e));
+  }
+  for (auto* key : {"breakers", "budget", "rotation"}) {
+    auto body = store.state(key);
+    if (!body)
+      return body.error();
+    if (*body)
+      out.node_state.emplace(key, std::move(**body));
+  }
+  return out;
+}
+
+namespace {
+
+double wall_now() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+/// Writes, applied together at the next commit.
+struct task_op {
+  std::string id;
+  std::string bytes;
+  double at;
+  bool replace;
+  caf::response_promise rp;
+};
+struct input_op {
+  std::int64_t seq;
+  std::int64_t n;
+  std::string bytes;
+  caf::response_promise rp;
+};
+struct event_op {
+  std::int64_t seq;
+  std::int64_t n;
+  int kind;
+  std::string json;
+};
+struct end_op {
+  std::int64_t seq;
+  double at;
+  std::string bytes;
+};
+struct state_op {
+  std::string key;
+  std::string bytes;
+};
+using write_op = std::variant<task_op, input_op, event_op, end_op, state_op>;
+
+struct journal_state {
+  std::shared_ptr<journal::journal_store> store;
+  journal_retention retention;
+  std::vector<write_op> batch;
+  bool flush_pending = false;
+  /// Set while commits fail (e.g. a full disk): why.
+  std::optional<std::string> failing;
+  static inline const char* name = "tasksup.journal";
+};
+
+using journal_actor_t = caf::stateful_actor<journal_state>;
+
+/// Commits after the messages already queued: they share one commit.
+void schedule_flush(journal_actor_t* self) {
+  if (self->state.flush_pending)
+    return;
+  self->state.flush_pending = true;
+  self->send(self, jflush_atom::value);
+}
+
+/// Applies one write; a task's number is kept for its reply.
+struct apply_op {
+  journal::journal_store& store;
+  std::optional<std::int64_t>& seq;
+
+  expected<bool> operator()(task_op& x) const {
+    if (x.replace)
+      if (auto ok = store.drop_task(x.id); !ok)
+        return ok;
+    auto added = store.add_task(x.id, x.bytes, x.at);
+    if (!added)
+      return added.error();
+    seq = *added;
+    return true;
+  }
+  expected<bool> operator()(input_op& x) const {
+    return store.add_record(x.seq, x.n, x.bytes);
+  }
+  expected<bool> operator()(event_op& x) const {
+    return store.add_event(x.seq, x.n, x.kind, x.json);
+  }
+  expected<bool> operator()(end_op& x) const {
+    return store.end_task(x.seq, x.at, x.bytes);
+  }
+  expected<bool> operator()(state_op& x) const {
+    return store.put_state(x.key, x.bytes);
+  }
+};
+
+void flush(journal_actor_t* self) {
+  auto& st = self->state;
+  st.flush_pending = false;
+  if (st.batch.empty())
+    return;
+  auto batch = std::move(st.batch);
+  st.batch.clear();
+  std::vector<std::optional<std::int64_t>> seqs(batch.size());
+  std::vector<std::optional<tasksup::error>> refused(batch.size());
+  std::optional<tasksup::error> failure;
+  for (std::size_t i = 0; i < batch.size() && !failure; ++i) {
+    auto ok = std::visit(apply_op{*st.store, seqs[i]}, batch[i]);
+    if (ok)
+      continue;
+    if (st.store->last_failure_transient()) {
+      failure = ok.error();
+    } else {
+      // This write can never succeed (e.g. an id that exists): it alone is
+      // refused; the others go on.
+      refused[i] = ok.error();
+      std::fprintf(stderr, "tasksup: journal: %s\n",
+                   ok.error().to_string().c_str());
+    }
+  }
+  if (!failure)
+    if (auto ok = st.store->commit(); !ok)
+      failure = ok.error();
+  if (!failure) {
+    st.failing.reset();
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (auto* t = std::get_if<task_op>(&batch[i])) {
+        if (refused[i])
+          t->rp.deliver(make_error(
+            protocol_error::journal_failed,
+            "task '" + t->id + "' not accepted: " + refused[i]->to_string()));
+        else
+          t->rp.deliver(*seqs[i]);
+      } else if (auto* in = std::get_if<input_op>(&batch[i])) {
+        in->rp.deliver(true);
+      }
+    }
+    return;
+  }
+  st.store->rollback();
+  auto why = failure->to_string();
+  // A submission is refused at once (its client is told why); everything
+  // of the accepted tasks is kept and retried, so nothing they did is lost.
+  for (auto& op : batch) {
+    if (auto* t = std::get_if<task_op>(&op)) {
+      t->rp.deliver(make_error(protocol_error::journal_failed,
+                               "task '" + t->id + "' not accepted: " + why));
+      continue;
+    }
+    st.batch.push_back(std::move(op));
+  }
+  if (!st.failing)
+    std::fprintf(stderr, "tasksup: journal: %s (retrying every second)\n",
+                 why.c_str());
+  st.failing = why;
+  if (!st.batch.empty()) {
+    st.flush_pending = true;
+    self->delayed_send(self, std::chrono::seconds(1), jflush_atom::value);
+  }
+}
+
+std::vector<event> history(journal_actor_t* self, std::int64_t seq,
+                           const std::string& task_id) {
+  std::vector<event> out;
+  auto rows = self->state.store->events(seq);
+  if (!rows)
+    return out;
+  out.reserve(rows->size());
+  for (auto& r : *rows) {
+    event ev;
+    ev.kind = static_cast<event_kind>(r.kind);
+    if (!detail::valid_enum_value(ev.kind))
+      continue;
+    ev.task_id = task_id;
+    // The head fields are in every event's JSON (SPEC §9).
+    boost::json::error_code ec;
+    auto doc = boost::json::parse(r.json, ec);
+    if (!ec && doc.is_object()) {
+      auto& o = doc.get_object();
+      if (auto* a = o.if_contains("attempt"); a && a->is_int64())
+        ev.attempt = static_cast<int>(a->get_int64());
+      if (auto* t = o.if_contains("ts"); t && t->is_number())
+        ev.ts = t->to_number<double>();
+      if (auto* t = o.if_contains("trace_id"); t && t->is_string())
+        ev.trace_id = t->get_string().c_str();
+      if (auto* s = o.if_contains("span_id"); s && s->is_string())
+        ev.span_id = s->get_string().c_str();
+    }
+    ev.json = std::move(r.json);
+    out.push_back(std::move(ev));
+  }
+  return out;
+}
+
+void prune(journal_actor_t* self) {
+  auto& st = self->state;
+  auto& r = st.retention;
+  if (st.batch.empty() && !st.failing) {
+    auto n = st.store->prune(wall_now(), r.max_age_s, r.max_count);
+    if (n)
+      st.store->commit();
+    else
+      st.store->rollback();
+  }
+  if (r.interval_s > 0)
+    self->delayed_send(self,
+                       std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::duration<double>(r.interval_s)),
+                       jprune_atom::value);
+}
+
+caf::behavior journal_actor(journal_actor_t* self,
+                            std::shared_ptr<journal::journal_store> store,
+                            journal_retention retention) {
+  auto& st = self->state;
+  st.store = std::move(store);
+  st.retention = retention;
+  // Whatever arrived before the node shuts the journal down is committed.
+  self->set_exit_handler([self](const caf::exit_msg& msg) {
+    flush(self);
+    self->quit(msg.reason);
+  });
+  prune(self);
+  return {
+    [=](jtask_atom, std::string& id, std::string& bytes, double at,
+        bool replace) -> caf::result<std::int64_t> {
+      auto& st = self->state;
+      if (st.failing)
+        return make_error(protocol_error::journal_failed,
+                          "task '" + id + "' not accepted: " + *st.failing);
+      auto rp = self->make_response_promise<std::int64_t>();
+      st.batch.emplace_back(
+        task_op{std::move(id), std::move(bytes), at, replace, rp});
+      schedule_flush(self);
+      return rp;
+    },
+    [=](jinput_atom, std::int64_t seq, std::int64_t n,
+        std::string& bytes) -> caf::result<bool> {
+      auto rp = self->make_response_promise<bool>();
+      self->state.batch.emplace_back(input_op{seq, n, std::move(bytes), rp});
+      schedule_flush(self);
+      return rp;
+    },
+    [=](jevent_atom, std::int64_t seq, std::int64_t n, int kind,
+        std::string& json) {
+      self->state.batch.emplace_back(event_op{seq, n, kind, std::move(json)});
+      schedule_flush(self);
+    },
+    [=](jend_atom, std::int64_t seq, double at, std::string& bytes) {
+      self->state.batch.emplace_back(end_op{seq, at, std::move(bytes)});
+      schedule_flush(self);
+    },
+    [=](jstate_atom, std::string& key, std::string& bytes) {
+      self->state.batch.emplace_back(
+        state_op{std::move(key), std::move(bytes)});
+      schedule_flush(self);
+    },
+    [=](jhistory_atom, std::int64_t seq, const std::string& task_id) {
+      // Whatever is queued for this task first.
+      flush(self);
+      return history(self, seq, task_id);
+    },
+    [=](jflush_atom) { flush(self); },
+    [=](jprune_atom) { prune(self); },
+  };
+}
+
+} // namespace
+
+caf::actor spawn_journal(caf::actor_system& sys,
+                         std::unique_ptr<journal::journal_store> store,
+                         journal_retention retention) {
+  return sys.spawn<caf::detached>(
+    journal_actor, std::shared_ptr<journal::journal_store>{std::move(store)},
+    retention);
+}
+
+} // namespace tasksup
