@@ -136,11 +136,15 @@ progress_view::render(const boost::json::object& event) {
   auto kind = str(event, "event");
   auto pre = prefix(event);
   auto attempt = integer(num(event, "attempt"));
+  if (kind == "attempt_exited" || kind == "task_done")
+    running_.reset();
   if (kind == "task_submitted") {
     auto id = str(event, "task_id", "?");
     out.push_back(pre + paint(bold, "task " + printable(id)) + " submitted");
   } else if (kind == "attempt_started") {
     pending_.reset();
+    running_ =
+      "attempt " + attempt + ": " + printable(str(event, "agent_id", "?"));
     auto where = str(event, "container_id");
     // The process runtime names an attempt by its pid; say so.
     if (!where.empty() &&

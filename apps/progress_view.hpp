@@ -44,12 +44,19 @@ public:
     return pending_;
   }
 
+  /// The attempt running now (started, not yet exited): its words
+  /// (`attempt 2: codex`), for a live elapsed-time line.
+  const std::optional<std::string>& running() const noexcept {
+    return running_;
+  }
+
 private:
   std::string prefix(const boost::json::object& event) const;
   std::string paint(const char* code, const std::string& text) const;
 
   options opts_;
   std::optional<pending_retry> pending_;
+  std::optional<std::string> running_;
 };
 
 /// Formats seconds for people: `450ms`, `15s`, `1m30s`, `2h05m`.
