@@ -63,7 +63,7 @@ tr.row:hover { background:#f1f5f9; cursor:pointer; }
 .buttons button:disabled { opacity:.4; cursor:default; }
 .timeline { position:relative; height:34px; background:var(--card);
   border:1px solid var(--line); margin:6px 0 4px; }
-.bar { position:absolute; top:5px; height:24px; border-radius:3px;
+.bar { position:absolute; top:5px; height:24px; border-radius:3px; min-width:6px;
   color:#fff; font-size:11px; padding:4px 4px; overflow:hidden; }
 .bar.ok { background:var(--ok); } .bar.bad { background:var(--bad); }
 .bar.run { background:var(--run); }

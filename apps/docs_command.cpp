@@ -5,6 +5,7 @@
 
 #include "commands.hpp"
 
+#include <cstdio>
 #include <iostream>
 #include <memory>
 #include <sstream>
@@ -54,7 +55,8 @@ std::vector<command_doc> collect(CLI::App& app) {
         for (auto& l : opt->get_lnames())
           o.names.push_back("--" + l);
       }
-      o.takes_value = !o.positional && opt->get_type_size() > 0;
+      // Flags expect no value (CLI11 sets expected(0) for them).
+      o.takes_value = !o.positional && opt->get_expected_max() > 0;
       if (!o.names.empty())
         c.options.push_back(std::move(o));
     }
@@ -169,20 +171,42 @@ std::string zsh_script(const std::vector<command_doc>& cmds) {
   return out.str();
 }
 
-/// Text safe in roff: backslashes doubled, a leading '.' or '\'' escaped.
+/// Text safe in roff: backslashes and hyphens escaped, a leading '.' or
+/// '\'' guarded, every non-ASCII character as `\[uXXXX]` (groff reads its
+/// input as Latin-1 otherwise).
 std::string roff(const std::string& text) {
   std::string out;
   bool line_start = true;
-  for (char c : text) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    auto c = static_cast<unsigned char>(text[i]);
     if (line_start && (c == '.' || c == '\''))
       out += "\\&";
-    if (c == '\\')
-      out += "\\e";
-    else if (c == '-')
-      out += "\\-";
-    else
-      out += c;
     line_start = c == '\n';
+    if (c == '\\') {
+      out += "\\e";
+    } else if (c == '-') {
+      out += "\\-";
+    } else if (c < 0x80) {
+      out += static_cast<char>(c);
+    } else {
+      // Decode one UTF-8 sequence; an invalid byte becomes U+FFFD.
+      int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+      unsigned cp = len == 4 ? c & 0x07 : len == 3 ? c & 0x0F : c & 0x1F;
+      bool ok = len > 0 && i + len <= text.size();
+      for (int k = 1; ok && k < len; ++k) {
+        auto cc = static_cast<unsigned char>(text[i + k]);
+        ok = (cc & 0xC0) == 0x80;
+        cp = (cp << 6) | (cc & 0x3F);
+      }
+      if (!ok) {
+        cp = 0xFFFD;
+        len = 1;
+      }
+      char buf[16];
+      std::snprintf(buf, sizeof buf, "\\[u%04X]", cp);
+      out += buf;
+      i += static_cast<std::size_t>(len) - 1;
+    }
   }
   return out;
 }

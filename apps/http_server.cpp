@@ -31,7 +31,17 @@ struct connection {
   /// A response is queued: read nothing more, close once it is sent.
   bool responding = false;
   clock_type::time_point responding_since;
+  /// Sent and shut down for writing: what the client still sends is read
+  /// and dropped until it closes (a close with unread input would reset
+  /// the connection and could destroy the response before it is read).
+  bool draining = false;
+  clock_type::time_point draining_since;
+  std::size_t drained = 0;
 };
+
+/// How long and how much a finished connection is drained at most.
+constexpr std::chrono::milliseconds linger_time{2000};
+constexpr std::size_t linger_bytes = 1 << 20;
 
 } // namespace
 
@@ -152,7 +162,28 @@ struct http_server::impl {
     }
     // All sent: close our side; the client reads to the end.
     ::shutdown(c.fd, SHUT_WR);
-    return false;
+    c.draining = true;
+    c.draining_since = clock_type::now();
+    c.out.clear();
+    c.out.shrink_to_fit();
+    return true;
+  }
+
+  /// Drops input after the response; returns false once the client closed.
+  bool on_drain(connection& c) {
+    char buf[4096];
+    for (;;) {
+      auto n = ::recv(c.fd, buf, sizeof buf, 0);
+      if (n > 0) {
+        c.drained += static_cast<std::size_t>(n);
+        if (c.drained > linger_bytes)
+          return false;
+        continue;
+      }
+      if (n < 0 && errno == EINTR)
+        continue;
+      return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    }
   }
 
   void run() {
@@ -164,8 +195,8 @@ struct http_server::impl {
       fds.push_back({wake, POLLIN, 0});
       fds.push_back({listener, POLLIN, 0});
       for (auto i = conns.begin(); i != conns.end(); ++i) {
-        fds.push_back(
-          {i->fd, static_cast<short>(i->responding ? POLLOUT : POLLIN), 0});
+        short want = i->draining ? POLLIN : i->responding ? POLLOUT : POLLIN;
+        fds.push_back({i->fd, want, 0});
         owners.push_back(i);
       }
       // Wake at least every 250 ms to enforce the timeouts.
@@ -188,6 +219,11 @@ struct http_server::impl {
         bool keep = true;
         if (rev & (POLLERR | POLLNVAL)) {
           keep = false;
+        } else if (c.draining) {
+          if (rev & (POLLIN | POLLHUP))
+            keep = on_drain(c);
+          if (keep && now - c.draining_since > linger_time)
+            keep = false;
         } else if (c.responding) {
           if (rev & (POLLOUT | POLLHUP))
             keep = on_writable(c);

@@ -436,9 +436,12 @@ void node_stats::add(const event& ev) {
       t.first_failure_ts = 0;
       t.times.finished_ts = ev.ts;
       t.times.next_retry_ts = 0;
-      if (outcome != "succeeded")
-        if (auto* err = obj.if_contains("error"); err && err->is_string())
-          t.times.last_decision = std::string{err->get_string()};
+      if (outcome == "succeeded")
+        t.times.last_decision = "succeeded on attempt " +
+                                std::to_string(ev.attempt) + " (" +
+                                (t.agent_id.empty() ? "?" : t.agent_id) + ")";
+      else if (auto* err = obj.if_contains("error"); err && err->is_string())
+        t.times.last_decision = std::string{err->get_string()};
       return;
     }
     case event_kind::escalated: {
