@@ -295,7 +295,7 @@ void setup_status(CLI::App& app, int& status_code) {
   auto opts = std::make_shared<status_options>();
   auto* cmd = app.add_subcommand(
     "status", "Show what a node's tasks are doing: state, agent, attempt, "
-              "retries and outcome.");
+              "retries, age, next retry and outcome.");
   cmd->add_option("task", opts->task_id, "Only this task (by id)");
   cmd->add_flag("--json", opts->json,
                 "Print JSON instead of a table: an array of task records "

@@ -201,7 +201,7 @@ TEST_CASE("per-agent statistics over a window, and the fallback order with "
   // good: 9 of 10 succeed, 10 s each; lucky: 1 of 1; bad: 1 of 4, breaker
   // open.
   for (int i = 0; i < 10; ++i) {
-    task_script t{stats, "g" + std::to_string(i), 1000 + i * 100};
+    task_script t{stats, "g" + std::to_string(i), 1000.0 + i * 100};
     t.attempt("good", 10, i == 0 ? 1 : 0);
     t.done(i == 0 ? task_outcome::failed : task_outcome::succeeded, 1);
   }
@@ -211,7 +211,7 @@ TEST_CASE("per-agent statistics over a window, and the fallback order with "
     t.done(task_outcome::succeeded);
   }
   for (int i = 0; i < 4; ++i) {
-    task_script t{stats, "b" + std::to_string(i), 6000 + i * 100};
+    task_script t{stats, "b" + std::to_string(i), 6000.0 + i * 100};
     t.attempt("bad", 20 + i, i == 3 ? 0 : 1, error_class::rate_limit,
               "HTTP 429 from provider");
     t.done(i == 3 ? task_outcome::succeeded : task_outcome::failed, 1);
@@ -308,7 +308,7 @@ TEST_CASE("kept tasks and attempt records are bounded") {
   lim.max_records = 4;
   node_stats stats{lim};
   for (int i = 0; i < 10; ++i) {
-    task_script t{stats, "t" + std::to_string(i), i};
+    task_script t{stats, "t" + std::to_string(i), static_cast<double>(i)};
     t.attempt("a", 1, 0);
     t.done(task_outcome::succeeded);
   }

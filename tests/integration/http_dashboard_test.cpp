@@ -81,7 +81,7 @@ std::string read_all(int fd, std::chrono::milliseconds limit = 15s) {
 }
 
 /// Sends `raw` as is and returns the whole response.
-std::string exchange(int port, const std::string& raw) {
+std::string http_exchange(int port, const std::string& raw) {
   int fd = connect_to(port);
   if (fd < 0)
     return {};
@@ -103,7 +103,8 @@ std::string body_of(const std::string& response) {
 }
 
 std::string get(int port, const std::string& path) {
-  return exchange(port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  return http_exchange(port,
+                       "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
 }
 
 /// A node with --http on free loopback ports.
@@ -255,36 +256,39 @@ TEST_CASE("serve --http: hostile and wrong requests get their status codes "
   scratch dir;
   web_node n{dir};
   auto port = n.web();
-  CHECK(status_of(exchange(port, "GARBAGE\r\n\r\n")) == 400);
-  CHECK(status_of(exchange(port, "GET / HTTP/1.1\r\n\r\n")) == 400);
-  CHECK(status_of(exchange(port, "GET /" + std::string(10000, 'a') +
-                                   " HTTP/1.1\r\n")) == 414);
-  CHECK(status_of(exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nX: " +
-                                   std::string(40000, 'b'))) == 431);
-  CHECK(status_of(exchange(port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: "
-                                 "127.0.0.1\r\nContent-Length: 999999\r\n"
-                                 "\r\n")) == 413);
+  CHECK(status_of(http_exchange(port, "GARBAGE\r\n\r\n")) == 400);
+  CHECK(status_of(http_exchange(port, "GET / HTTP/1.1\r\n\r\n")) == 400);
+  CHECK(status_of(http_exchange(port, "GET /" + std::string(10000, 'a') +
+                                        " HTTP/1.1\r\n")) == 414);
+  CHECK(status_of(http_exchange(port, "GET / HTTP/1.1\r\nHost: x\r\nX: " +
+                                        std::string(40000, 'b'))) == 431);
+  CHECK(
+    status_of(http_exchange(port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: "
+                                  "127.0.0.1\r\nContent-Length: 999999\r\n"
+                                  "\r\n")) == 413);
   CHECK(status_of(get(port, "/nope")) == 404);
-  auto post = exchange(port, "POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                             "Content-Length: 0\r\n\r\n");
+  auto post =
+    http_exchange(port, "POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                        "Content-Length: 0\r\n\r\n");
   CHECK(status_of(post) == 405);
   CHECK(post.find("Allow: GET, HEAD") != std::string::npos);
   CHECK(status_of(get(port, "/api/tasks/x/stop")) == 405);
   // DNS rebinding: another site's name as Host.
-  CHECK(status_of(exchange(port, "GET /api/tasks HTTP/1.1\r\nHost: "
-                                 "evil.example:80\r\n\r\n")) == 403);
+  CHECK(status_of(http_exchange(port, "GET /api/tasks HTTP/1.1\r\nHost: "
+                                      "evil.example:80\r\n\r\n")) == 403);
   // A control request without the CSRF header, or from another origin.
-  CHECK(status_of(exchange(port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: "
-                                 "127.0.0.1\r\nContent-Length: 0\r\n\r\n")) ==
-        403);
-  CHECK(status_of(exchange(
+  CHECK(status_of(http_exchange(
+          port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: "
+                "127.0.0.1\r\nContent-Length: 0\r\n\r\n")) == 403);
+  CHECK(status_of(http_exchange(
           port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                 "Origin: http://evil.example\r\nX-Tasksup-CSRF: 1\r\n"
                 "Content-Length: 0\r\n\r\n")) == 403);
   // With it: an unknown task is 404.
-  CHECK(status_of(exchange(port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: "
-                                 "127.0.0.1\r\nX-Tasksup-CSRF: 1\r\n"
-                                 "Content-Length: 0\r\n\r\n")) == 404);
+  CHECK(
+    status_of(http_exchange(port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: "
+                                  "127.0.0.1\r\nX-Tasksup-CSRF: 1\r\n"
+                                  "Content-Length: 0\r\n\r\n")) == 404);
   CHECK(status_of(get(port, "/api/agents?window=banana")) == 400);
 
   // A client that sends half a request and stalls is answered 408 after
@@ -315,9 +319,10 @@ TEST_CASE("serve --http: the control endpoints act like the CLI") {
                .out.find("\"state\":\"running\"") != std::string::npos;
     },
     20s));
-  auto resp = exchange(n.web(), "POST /api/tasks/demo-slow/kill HTTP/1.1\r\n"
-                                "Host: 127.0.0.1\r\nX-Tasksup-CSRF: 1\r\n"
-                                "Content-Length: 0\r\n\r\n");
+  auto resp =
+    http_exchange(n.web(), "POST /api/tasks/demo-slow/kill HTTP/1.1\r\n"
+                           "Host: 127.0.0.1\r\nX-Tasksup-CSRF: 1\r\n"
+                           "Content-Length: 0\r\n\r\n");
   REQUIRE(status_of(resp) == 200);
   CHECK(body_of(resp).find("\"ok\":true") != std::string::npos);
   REQUIRE(n.wait_done("demo-slow"));
@@ -342,6 +347,20 @@ TEST_CASE("serve --http: the dashboard in headless Chromium shows tasks, "
   REQUIRE(n.wait_done("demo-recovery"));
   REQUIRE(n.wait_done("demo-flaky"));
   REQUIRE(n.cmd({"submit", example("demo-slow.json")}).status == 0);
+  // One that fails once and then waits 10 minutes to retry.
+  auto waiting = dir.write(
+    "demo-waiting.json",
+    R"({"id": "demo-waiting", "prompt": "Write the release notes",
+        "agent_selection": {"agents": [{"agent_id": "flaky", "agent_cli": ")" +
+      example("agents/flaky-agent") + R"(", "cli_flags": "--succeed-at 2"}]},
+        "supervisor": {"backoff_base_seconds": 600}})");
+  REQUIRE(n.cmd({"submit", waiting}).status == 0);
+  REQUIRE(eventually(
+    [&] {
+      return n.cmd({"status", "demo-waiting", "--json"})
+               .out.find("\"state\":\"backoff\"") != std::string::npos;
+    },
+    20s));
 
   auto base = "http://127.0.0.1:" + std::to_string(n.web()) + "/";
   auto chromium = [&](const std::string& what, const std::string& url) {
@@ -362,6 +381,11 @@ TEST_CASE("serve --http: the dashboard in headless Chromium shows tasks, "
   CHECK(list.find("data-task=\"demo-flaky\"") != std::string::npos);
   CHECK(list.find("outcome outcome-succeeded") != std::string::npos);
   CHECK(list.find("live · updated") != std::string::npos);
+  // The waiting task counts down to its retry.
+  CHECK(std::regex_search(
+    list, std::regex{"data-task=\"demo-waiting\".*class=\"state "
+                     "state-backoff\">backoff<.*data-deadline=\"[0-9.]+\">in "
+                     "[0-9]+m"}));
 
   auto task = dom(base + "#/task/demo-recovery");
   CHECK(task.find("Task demo-recovery") != std::string::npos);
@@ -390,6 +414,7 @@ TEST_CASE("serve --http: the dashboard in headless Chromium shows tasks, "
   CHECK(std::filesystem::exists(shot_task));
 
   n.cmd({"kill", "demo-slow"});
+  n.cmd({"kill", "demo-waiting"});
   n.process().signal(SIGTERM);
   CHECK(n.process().wait(30s) == 0);
 }
