@@ -14,6 +14,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <limits>
@@ -449,12 +450,13 @@ TEST_CASE("event numbers are plain decimals, never in exponent form",
   CHECK(ts_of(-2.5) == "-2.5");
   CHECK(ts_of(1e-7) == "0.0000001");
   CHECK(ts_of(std::numeric_limits<double>::infinity()) == "null");
-  // Every finite double reads back as itself.
+  // Every finite double reads back as itself (through strtod: Boost.JSON's
+  // own parser rounds numbers near DBL_MAX to infinity).
   for (double x :
        {1e300, 5e-324, std::numeric_limits<double>::max(), 1763790000.123456}) {
     auto text = ts_of(x);
     CHECK(text.find_first_of("eE") == std::string::npos);
-    CHECK(boost::json::parse(text).as_double() == x);
+    CHECK(std::strtod(text.c_str(), nullptr) == x);
   }
 }
 
