@@ -236,6 +236,26 @@ TEST_CASE("serve --http: /metrics parses with Prometheus' parser and counts "
                "tasksup_attempt_duration_seconds_count",
                {{"agent", "backup"}}) == 3);
 
+  // The status view: times, the state filter, plain JSON numbers.
+  auto js = n.cmd({"status", "demo-recovery", "--json"});
+  REQUIRE(js.status == 0);
+  CHECK(js.out.find("E9") == std::string::npos);
+  auto st = boost::json::parse(js.out).as_object();
+  CHECK(st.at("submitted_ts").as_double() > 1.7e9);
+  CHECK(st.at("finished_ts").as_double() >= st.at("submitted_ts").as_double());
+  CHECK(st.at("next_retry_ts").is_null());
+  auto human = n.cmd({"status", "demo-recovery"});
+  CHECK(human.out.find("AGE") != std::string::npos);
+  CHECK(human.out.find("NEXT RETRY") != std::string::npos);
+  CHECK(std::regex_search(human.out,
+                          std::regex{"submitted: +20[0-9]{2}-[0-9]{2}-[0-9]{2}T"
+                                     "[0-9]{2}:[0-9]{2}:[0-9]{2}Z"}));
+  CHECK(n.cmd({"status", "--state", "done"}).out.find("demo-recovery") !=
+        std::string::npos);
+  CHECK(n.cmd({"status", "--state", "running,queued"}).out ==
+        "no tasks in that state\n");
+  CHECK(n.cmd({"status", "--state", "sleeping"}).status == 2);
+
   // The same figures per agent, from the CLI.
   auto agents = n.cmd({"agents", "--json"});
   INFO(agents.err);
