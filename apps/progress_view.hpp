@@ -23,6 +23,9 @@ public:
     bool prefix_task = false;
     /// ANSI colours (only for terminals).
     bool color = false;
+    /// Prefix every line with the event's time in ISO 8601 (UTC), e.g.
+    /// `2026-11-22T20:42:00Z ` (events without a time get none).
+    bool show_time = false;
   };
 
   progress_view();
