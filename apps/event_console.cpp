@@ -5,15 +5,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <system_error>
 
 namespace tasksup::app {
 
+bool no_color() {
+  auto* v = std::getenv("NO_COLOR");
+  return v != nullptr && *v != '\0';
+}
+
 namespace {
 
-/// Colours only make sense on a terminal.
+/// Colours only make sense on a terminal, and not when NO_COLOR is set.
 event_console::options normalized(event_console::options opts) {
-  if (!opts.terminal)
+  if (!opts.terminal || no_color())
     opts.view.color = false;
   return opts;
 }
@@ -49,6 +55,10 @@ void event_console::write(std::string_view json,
     pending_since_ = std::chrono::steady_clock::now();
   else if (!view_.pending())
     pending_since_.reset();
+  if (kind == "attempt_started" && view_.running())
+    running_since_ = std::chrono::steady_clock::now();
+  else if (!view_.running())
+    running_since_.reset();
   bool always = kind == "task_done" || kind == "warning";
   if (opts_.quiet && !always)
     return;
@@ -61,11 +71,20 @@ void event_console::tick() {
   if (!opts_.terminal || opts_.quiet || !opts_.human)
     return;
   auto& pending = view_.pending();
+  using namespace std::chrono;
+  if ((!pending || !pending_since_) && view_.running() && running_since_) {
+    auto ran = duration<double>(steady_clock::now() - *running_since_).count();
+    auto text = "  " + *view_.running() + " running for " +
+                human_duration(std::floor(ran));
+    std::fprintf(opts_.human, "\r\x1b[K%s", text.c_str());
+    std::fflush(opts_.human);
+    countdown_shown_ = true;
+    return;
+  }
   if (!pending || !pending_since_) {
     clear_countdown();
     return;
   }
-  using namespace std::chrono;
   auto waited = duration<double>(steady_clock::now() - *pending_since_).count();
   auto left = std::max(0.0, pending->delay_s - waited);
   auto text = "  " + pending->text + " in " + human_duration(std::ceil(left));

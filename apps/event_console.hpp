@@ -12,11 +12,16 @@
 
 namespace tasksup::app {
 
+/// Whether NO_COLOR asks for no colours (set and not empty).
+bool no_color();
+
 /// Where the events of `run` and `events` go: every event as one JSON line
 /// to an optional JSON stream, and through `progress_view` to a human
-/// stream. On a terminal a pending retry shows a countdown that `tick`
-/// rewrites in place; elsewhere only whole lines are written, so logs and
-/// pipes never see carriage returns or escape codes.
+/// stream. On a terminal a pending retry shows a countdown, and a running
+/// attempt its elapsed time, that `tick` rewrites in place; elsewhere only
+/// whole lines are written, so logs and pipes never see carriage returns or
+/// escape codes. NO_COLOR (set and not empty, see no-color.org) turns the
+/// colours off.
 class event_console {
 public:
   struct options {
@@ -59,6 +64,8 @@ private:
   progress_view view_;
   /// When the pending retry was scheduled, for its countdown.
   std::optional<std::chrono::steady_clock::time_point> pending_since_;
+  /// When the running attempt started, for its elapsed time.
+  std::optional<std::chrono::steady_clock::time_point> running_since_;
   bool countdown_shown_ = false;
 };
 

@@ -200,6 +200,7 @@ Example:
         copts.view.show_output = !opts->no_output;
         copts.view.prefix_task = opts->task_id.empty();
         copts.view.color = copts.terminal;
+        copts.view.show_time = true;
         if (opts->json) {
           copts.human = nullptr;
           copts.json = stdout;

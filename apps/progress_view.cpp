@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <string_view>
 
 namespace tasksup::app {
@@ -92,9 +93,19 @@ progress_view::progress_view() : progress_view(options{}) {}
 progress_view::progress_view(options opts) : opts_(opts) {}
 
 std::string progress_view::prefix(const boost::json::object& event) const {
-  if (!opts_.prefix_task)
-    return {};
-  return "[" + printable(str(event, "task_id", "?")) + "] ";
+  std::string out;
+  if (opts_.show_time)
+    if (auto ts = num(event, "ts"); ts && *ts > 0 && *ts < 1e11) {
+      auto t = static_cast<std::time_t>(*ts);
+      std::tm tm{};
+      gmtime_r(&t, &tm);
+      char buf[32];
+      std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ ", &tm);
+      out += buf;
+    }
+  if (opts_.prefix_task)
+    out += "[" + printable(str(event, "task_id", "?")) + "] ";
+  return out;
 }
 
 std::string progress_view::paint(const char* code,
@@ -136,11 +147,15 @@ progress_view::render(const boost::json::object& event) {
   auto kind = str(event, "event");
   auto pre = prefix(event);
   auto attempt = integer(num(event, "attempt"));
+  if (kind == "attempt_exited" || kind == "task_done")
+    running_.reset();
   if (kind == "task_submitted") {
     auto id = str(event, "task_id", "?");
     out.push_back(pre + paint(bold, "task " + printable(id)) + " submitted");
   } else if (kind == "attempt_started") {
     pending_.reset();
+    running_ =
+      "attempt " + attempt + ": " + printable(str(event, "agent_id", "?"));
     auto where = str(event, "container_id");
     // The process runtime names an attempt by its pid; say so.
     if (!where.empty() &&

@@ -23,6 +23,9 @@ public:
     bool prefix_task = false;
     /// ANSI colours (only for terminals).
     bool color = false;
+    /// Prefix every line with the event's time in ISO 8601 (UTC), e.g.
+    /// `2026-11-22T20:42:00Z ` (events without a time get none).
+    bool show_time = false;
   };
 
   progress_view();
@@ -44,12 +47,19 @@ public:
     return pending_;
   }
 
+  /// The attempt running now (started, not yet exited): its words
+  /// (`attempt 2: codex`), for a live elapsed-time line.
+  const std::optional<std::string>& running() const noexcept {
+    return running_;
+  }
+
 private:
   std::string prefix(const boost::json::object& event) const;
   std::string paint(const char* code, const std::string& text) const;
 
   options opts_;
   std::optional<pending_retry> pending_;
+  std::optional<std::string> running_;
 };
 
 /// Formats seconds for people: `450ms`, `15s`, `1m30s`, `2h05m`.

@@ -4,8 +4,11 @@
 #include "commands.hpp"
 #include "config_location.hpp"
 #include "connection_guard.hpp"
+#include "dashboard.hpp"
+#include "http_server.hpp"
 #include "node_address.hpp"
 #include "node_setup.hpp"
+#include "notifier.hpp"
 #include "progress_view.hpp"
 #include "signal_watch.hpp"
 
@@ -13,9 +16,11 @@
 #include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/registry_actor.hpp"
+#include "tasksup/actors/stats_actor.hpp"
 
 #include "tasksup/journal/journal_store.hpp"
 #include "tasksup/runtime/docker_runtime.hpp"
+#include "tasksup/supervisor/shlex.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -54,6 +59,12 @@ struct serve_options {
   std::string journal_sync = "full";
   double retain_days = 7;
   std::int64_t retain_tasks = 10000;
+  /// HOST:PORT for /metrics and the dashboard; empty: off.
+  std::string http;
+  /// Task-end hooks (see notifier.hpp).
+  std::string notify_command;
+  std::string notify_url;
+  std::vector<std::string> notify_on;
 };
 
 /// How long a shutdown waits for tasks to end after stopping them
@@ -109,6 +120,41 @@ int serve(const serve_options& opts) {
                "can run commands on this machine as this user. Pass "
                "--allow-remote to listen there anyway (and protect the port "
                "with a firewall).");
+  std::optional<node_address> http_addr;
+  if (!opts.http.empty()) {
+    auto h = parse_node_address(opts.http, true);
+    if (!h)
+      return bad("--http: " + h.error().to_string());
+    if (!is_loopback_host(h->host) && !opts.allow_remote)
+      return bad("refusing to serve HTTP on " + h->to_string() +
+                 ": it is not a loopback address, and the dashboard can stop "
+                 "tasks. Pass --allow-remote to serve there anyway.");
+    http_addr = *h;
+  }
+  notifier_options notify_opts;
+  if (!opts.notify_command.empty()) {
+    auto argv = shlex_split(opts.notify_command);
+    if (!argv)
+      return bad("--notify-command: " + argv.error().to_string());
+    if (argv->empty())
+      return bad("--notify-command: no command given");
+    notify_opts.command = std::move(*argv);
+  }
+  if (!opts.notify_url.empty()) {
+    auto u = parse_http_url(opts.notify_url);
+    if (!u)
+      return bad(u.error().to_string());
+    notify_opts.url = opts.notify_url;
+  }
+  if (!opts.notify_on.empty()) {
+    notify_opts.outcomes.clear();
+    for (auto& o : opts.notify_on) {
+      if (o != "succeeded" && o != "failed" && o != "stopped")
+        return bad("--notify-on: expected succeeded, failed or stopped; got '" +
+                   o + "'");
+      notify_opts.outcomes.insert(o);
+    }
+  }
   auto cfg = load_node_config(opts.config_dir);
   if (!cfg)
     return bad(cfg.error().to_string());
@@ -197,7 +243,9 @@ int serve(const serve_options& opts) {
   auto registry = spawn_registry(sys, std::move(reg));
   // Clients reach the node through its door only: the registry's own
   // handlers (slots, breaker reports, events) stay internal.
-  auto door = spawn_node_door(sys, registry);
+  // The statistics start before the door opens: they see every event.
+  auto stats = spawn_stats(sys, registry);
+  auto door = spawn_node_door(sys, registry, stats);
   // The door is not published on a CAF port: the connection guard owns the
   // listening socket, checks each frame's announced size, times out stalled
   // frames and caps connections, and hands CAF's BASP broker one end of a
@@ -226,6 +274,34 @@ int serve(const serve_options& opts) {
       self->send_exit(journal, caf::exit_reason::user_shutdown);
     return exit_status::unavailable;
   }
+  std::unique_ptr<http_server> web;
+  if (http_addr) {
+    dashboard_context ctx;
+    ctx.sys = &sys;
+    ctx.registry = registry;
+    ctx.stats = stats;
+    ctx.allow_remote = opts.allow_remote;
+    http_server_options web_opts;
+    web_opts.host = http_addr->host;
+    web_opts.port = http_addr->port;
+    std::string web_error;
+    web = http_server::start(
+      web_opts,
+      [ctx](const http_request& req) { return handle_node_request(ctx, req); },
+      web_error);
+    if (!web) {
+      spdlog::error("cannot serve HTTP on {}: {}", http_addr->to_string(),
+                    web_error);
+      front.reset();
+      self->send_exit(stats, caf::exit_reason::user_shutdown);
+      self->send_exit(door, caf::exit_reason::user_shutdown);
+      self->send_exit(registry, caf::exit_reason::user_shutdown);
+      return exit_status::unavailable;
+    }
+    spdlog::info("metrics on http://{}/metrics, dashboard on http://{}/",
+                 node_address{http_addr->host, web->port()}.to_string(),
+                 node_address{http_addr->host, web->port()}.to_string());
+  }
   auto port = front->port();
   node_address bound{addr->host, port};
   spdlog::info("listening on {} (runtime {}, at most {} attempts at once, "
@@ -245,6 +321,32 @@ int serve(const serve_options& opts) {
                spdlog::warn("events will not be logged: {}", error_text(err));
              });
 
+  std::unique_ptr<notifier> notify;
+  if (!notify_opts.command.empty() || !notify_opts.url.empty())
+    notify = std::make_unique<notifier>(
+      notify_opts, [](const notify_report& r, bool final) {
+        if (r.delivered)
+          spdlog::info("[{}] notified ({}, try {})", r.task_id, r.target,
+                       r.tries);
+        else if (final)
+          spdlog::error("[{}] notification ({}) given up after {} tries: {}",
+                        r.task_id, r.target, r.tries, r.error);
+        else
+          spdlog::warn("[{}] notification ({}) failed (try {}): {}; will "
+                       "retry",
+                       r.task_id, r.target, r.tries, r.error);
+      });
+  auto on_event = [&](const event& ev) {
+    if (notify && ev.kind == event_kind::task_done) {
+      boost::system::error_code ec;
+      auto doc = boost::json::parse(ev.json, ec);
+      if (!ec && doc.is_object())
+        if (auto* o = doc.get_object().if_contains("outcome");
+            o && o->is_string())
+          notify->offer(ev.task_id, std::string{o->get_string()}, ev.json);
+    }
+  };
+
   progress_view::options view_opts;
   view_opts.show_output = false;
   view_opts.prefix_task = true;
@@ -253,10 +355,13 @@ int serve(const serve_options& opts) {
   std::optional<std::chrono::steady_clock::time_point> stopping_since;
   bool killed = false;
   for (;;) {
-    self->receive([&](event_atom, const event& ev) { log_event(view, ev); },
-                  [&](signal_atom, int count) { signals_seen = count; },
-                  [&](bool) {}, [&](caf::error&) {},
-                  caf::after(std::chrono::milliseconds{250}) >> [] {});
+    self->receive(
+      [&](event_atom, const event& ev) {
+        log_event(view, ev);
+        on_event(ev);
+      },
+      [&](signal_atom, int count) { signals_seen = count; }, [&](bool) {},
+      [&](caf::error&) {}, caf::after(std::chrono::milliseconds{250}) >> [] {});
     if (signals_seen == 0)
       continue;
     if (!stopping_since) {
@@ -290,9 +395,15 @@ int serve(const serve_options& opts) {
   // Drain the events of the last stops into the log.
   bool draining = true;
   self->receive_while([&] { return draining; })(
-    [&](event_atom, const event& ev) { log_event(view, ev); },
+    [&](event_atom, const event& ev) {
+      log_event(view, ev);
+      on_event(ev);
+    },
     [&](signal_atom, int) {}, [&](bool) {}, [&](caf::error&) {},
     caf::after(std::chrono::milliseconds{100}) >> [&] { draining = false; });
+  web.reset();
+  notify.reset();
+  self->send_exit(stats, caf::exit_reason::user_shutdown);
   self->send_exit(door, caf::exit_reason::user_shutdown);
   self->send_exit(registry, caf::exit_reason::user_shutdown);
   if (journal)
@@ -348,8 +459,23 @@ void setup_serve(CLI::App& app, int& status) {
     ->check(CLI::NonNegativeNumber)
     ->capture_default_str();
   cmd->add_flag("--allow-remote", opts->allow_remote,
-                "Allow --listen on an address other than loopback. Anyone "
-                "who can reach it can run commands as this user");
+                "Allow --listen (and --http) on an address other than "
+                "loopback. Anyone who can reach it can run commands as this "
+                "user");
+  cmd->add_option("--http", opts->http,
+                  "Serve Prometheus metrics at /metrics and the dashboard at "
+                  "/ on HOST:PORT (off by default; port 0 picks a free one; "
+                  "loopback only unless --allow-remote)");
+  cmd->add_option("--notify-command", opts->notify_command,
+                  "When a task ends, run this command (split like a shell "
+                  "would, not run through one) with the task_done event as "
+                  "JSON on stdin");
+  cmd->add_option("--notify-url", opts->notify_url,
+                  "When a task ends, POST the task_done event as JSON to "
+                  "this http://HOST:PORT/PATH");
+  cmd->add_option("--notify-on", opts->notify_on,
+                  "Outcomes that notify: succeeded, failed, stopped (repeat; "
+                  "default all)");
   cmd->footer(std::string{config_dir_rule} + R"(
 
 The node runs at most node.json's max_concurrent attempts at once; further
@@ -358,12 +484,17 @@ tasks queue in submission order. Every task is recorded in the journal
 step it takes before it is carried out: a node killed at any point and
 started again on the same state directory resumes its tasks (a retry waits
 only the time left; an attempt that was running is judged lost, as an
-infrastructure failure) and keeps the history of finished ones. It logs to stderr. SIGINT or SIGTERM stops
+infrastructure failure) and keeps the history of finished ones. It logs to
+stderr. Notifications (--notify-command, --notify-url) are delivered on a
+thread of their own and retried with backoff (1 s, doubling, 5 tries)
+without ever holding up the tasks; each failed try is logged. SIGINT or
+SIGTERM stops
 accepting tasks, stops the running ones gracefully and exits once they have
 ended; a second signal kills them.
 
 Example:
-  tasksup serve --listen 127.0.0.1:7420 --config config &
+  tasksup serve --listen 127.0.0.1:7420 --config config \
+    --http 127.0.0.1:7421 &
   tasksup submit config/examples/demo-flaky.json
   tasksup status)");
   cmd->callback([opts, &status] { status = serve(*opts); });

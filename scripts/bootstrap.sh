@@ -11,6 +11,9 @@ packages=(
   libcaf-dev libssl-dev
   libboost1.81-dev libboost-json1.81-dev libboost-system1.81-dev
   libspdlog-dev libfmt-dev catch2 libre2-dev libcli11-dev libsqlite3-dev
+  # The observability tests: Prometheus' own text parser checks /metrics,
+  # a headless browser loads the dashboard.
+  python3-prometheus-client chromium
 )
 # npm installs the real agent CLIs for the agent-profile tests
 # (scripts/agent-clis.sh); a node that came with its own npm is kept.

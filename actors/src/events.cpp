@@ -3,9 +3,6 @@
 #include "tasksup/supervisor/error_class.hpp"
 #include "tasksup/supervisor/text.hpp"
 
-#include <boost/json/serializer.hpp>
-#include <boost/json/value.hpp>
-
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -41,7 +38,8 @@ std::string hex_digits(trace_id_generator& rng, int words) {
 
 /// Writes one JSON document straight into a string, byte for byte what
 /// `boost::json::serialize` produces for the same object built key by key
-/// (same escaping, same number formatting), without building the object:
+/// (same escaping), except numbers, which never take exponent form
+/// (`format_json_number`); it does so without building the object:
 /// rendering events through `boost::json::object` cost ~18 % of the CPU of
 /// a supervised attempt (BENCHMARKS.md §1).
 class json_writer {
@@ -111,17 +109,8 @@ public:
 
   void number(double x) {
     separator();
-    if (std::isfinite(x)) {
-      shortest(x);
-      return;
-    }
-    // Boost.JSON's own spelling of infinities and NaN.
-    boost::json::value v(x);
-    boost::json::serializer sr;
-    sr.reset(&v);
-    char buf[64];
-    while (!sr.done())
-      append(sr.read(buf, sizeof(buf)));
+    reserve(max_json_number_chars);
+    p_ += format_json_number(x, p_);
   }
 
   void boolean(bool x) {
@@ -217,28 +206,6 @@ private:
     *p_++ = '"';
     copy(s);
     *p_++ = '"';
-  }
-
-  /// A finite double as Boost.JSON writes it: the shortest digits that read
-  /// back as `x` (Ryu), in scientific form with an upper-case `E` and a bare
-  /// exponent (`1.5E0`, `-2.5E-7`, `1.7639E9`). `std::to_chars` gives the
-  /// same shortest digits; only the exponent is spelled differently.
-  void shortest(double x) {
-    char buf[40];
-    auto r =
-      std::to_chars(buf, buf + sizeof(buf), x, std::chars_format::scientific);
-    std::string_view text{buf, static_cast<std::size_t>(r.ptr - buf)};
-    auto e = text.find('e');
-    auto exp = text.substr(e + 1); // "+09", "-07", "+308"
-    reserve(text.size());
-    copy(text.substr(0, e));
-    *p_++ = 'E';
-    if (exp.front() == '-')
-      *p_++ = '-';
-    exp.remove_prefix(1);
-    while (exp.size() > 1 && exp.front() == '0')
-      exp.remove_prefix(1);
-    copy(exp);
   }
 
   /// `s` quoted with JSON escapes (at most 6 bytes per input byte).
@@ -402,6 +369,30 @@ std::string trace_id_generator::span_id() {
 
 std::uint64_t trace_id_generator::child_seed() {
   return next();
+}
+
+std::size_t format_json_number(double x, char* out) {
+  if (!std::isfinite(x)) {
+    // JSON has no infinities or NaN.
+    std::memcpy(out, "null", 4);
+    return 4;
+  }
+  // The shortest digits that read back as `x`, in plain decimal notation:
+  // a timestamp reads 1795362464.5893607, not 1.7953624645893607E9.
+  auto r = std::to_chars(out, out + max_json_number_chars - 2, x,
+                         std::chars_format::fixed);
+  auto n = static_cast<std::size_t>(r.ptr - out);
+  if (std::memchr(out, '.', n) == nullptr) {
+    // Keep it a floating-point number for readers that tell them apart.
+    out[n++] = '.';
+    out[n++] = '0';
+  }
+  return n;
+}
+
+void append_json_number(std::string& out, double x) {
+  char buf[max_json_number_chars];
+  out.append(buf, format_json_number(x, buf));
 }
 
 double wall_clock_s() {

@@ -22,6 +22,8 @@ namespace {
 
 struct door_state {
   caf::actor registry;
+  /// The statistics actor for `(agents, window_s)`, if the node has one.
+  caf::actor stats;
   /// Remote (or local) event subscribers, each monitored.
   std::vector<caf::actor> subscribers;
   static inline const char* name = "tasksup.node_door";
@@ -42,8 +44,9 @@ caf::result<R> forward(door_actor* self, Ts&&... xs) {
   return rp;
 }
 
-caf::behavior door(door_actor* self, caf::actor registry) {
+caf::behavior door(door_actor* self, caf::actor registry, caf::actor stats) {
   self->state.registry = registry;
+  self->state.stats = stats;
   // Anything outside the client protocol: a request gets
   // unexpected_message, an asynchronous message is dropped, and nothing is
   // printed (a peer must not be able to flood the node's log).
@@ -99,6 +102,28 @@ caf::behavior door(door_actor* self, caf::actor registry) {
     },
     [=](status_atom) {
       return forward<std::vector<task_status>>(self, status_atom::value);
+    },
+    [=](view_atom) -> caf::result<std::string> {
+      if (!self->state.stats)
+        return caf::make_error(caf::sec::unexpected_message,
+                               "view: this node keeps no statistics");
+      auto rp = self->make_response_promise<std::string>();
+      self->request(self->state.stats, caf::infinite, view_atom::value)
+        .then([rp](std::string& x) mutable { rp.deliver(std::move(x)); },
+              [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [=](agents_atom, double window_s) -> caf::result<std::string> {
+      if (!self->state.stats)
+        return caf::make_error(caf::sec::unexpected_message,
+                               "agents: this node keeps no statistics");
+      auto rp = self->make_response_promise<std::string>();
+      self
+        ->request(self->state.stats, caf::infinite, agents_atom::value,
+                  window_s)
+        .then([rp](std::string& x) mutable { rp.deliver(std::move(x)); },
+              [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
     },
     [=](status_atom, std::string& task_id) {
       return forward<task_status>(self, status_atom::value, std::move(task_id));
@@ -194,7 +219,12 @@ caf::behavior door(door_actor* self, caf::actor registry) {
 } // namespace
 
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry) {
-  return sys.spawn(door, std::move(registry));
+  return sys.spawn(door, std::move(registry), caf::actor{});
+}
+
+caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
+                           caf::actor stats) {
+  return sys.spawn(door, std::move(registry), std::move(stats));
 }
 
 } // namespace tasksup

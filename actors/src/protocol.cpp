@@ -143,7 +143,8 @@ void register_protocol(caf::actor_system_config& cfg) {
     .add_message_type<delay_request>("tasksup::delay_request")
     .add_message_type<delay_decision>("tasksup::delay_decision")
     .add_message_type<permit_request>("tasksup::permit_request")
-    .add_message_type<permit_reply>("tasksup::permit_reply");
+    .add_message_type<permit_reply>("tasksup::permit_reply")
+    .add_message_type<node_health>("tasksup::node_health");
   add_checked_enum<stop_mode>(cfg, "tasksup::stop_mode");
   cfg.add_error_category(
     protocol_error_category,

@@ -692,6 +692,22 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       return control(self, task_id, force_fallback_atom::value);
     },
     [=](status_atom) { return all_status(self); },
+    [=](health_atom) {
+      auto& st = self->state;
+      auto now = now_s(self);
+      node_health h;
+      for (auto& agent : st.breaker->keys())
+        h.breakers.push_back({agent, st.breaker->state(agent, now)});
+      h.budget_limited = !st.budget.unlimited();
+      if (h.budget_limited) {
+        h.budget_tokens = st.budget.available(now);
+        h.budget_capacity = *st.opts.config.node.retry_budget_capacity;
+      }
+      h.slots_in_use = static_cast<int>(st.slot_holders.size());
+      h.slot_limit = static_cast<int>(slot_limit(self));
+      h.queued = static_cast<int>(st.slot_queue.size());
+      return h;
+    },
     [=](status_atom, const std::string& task_id) -> caf::result<task_status> {
       auto& st = self->state;
       if (auto i = st.active.find(task_id); i != st.active.end()) {

@@ -107,4 +107,12 @@ std::size_t circuit_breaker::size() const noexcept {
   return entries_.size();
 }
 
+std::vector<std::string> circuit_breaker::keys() const {
+  std::vector<std::string> out;
+  out.reserve(entries_.size());
+  for (auto& kv : entries_)
+    out.push_back(kv.first);
+  return out;
+}
+
 } // namespace tasksup

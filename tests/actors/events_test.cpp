@@ -11,7 +11,10 @@
 #include <boost/json/serialize.hpp>
 #include <boost/json/string.hpp>
 
+#include <charconv>
+#include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 #include <limits>
@@ -380,11 +383,82 @@ struct input_source {
   }
 };
 
+/// The reference number spelling: the shortest round-trip digits in plain
+/// notation with a fraction, `null` for what JSON cannot spell.
+std::string ref_number(double x) {
+  if (!std::isfinite(x))
+    return "null";
+  char buf[400];
+  auto r = std::to_chars(buf, buf + sizeof(buf), x, std::chars_format::fixed);
+  std::string out{buf, r.ptr};
+  if (out.find('.') == std::string::npos)
+    out += ".0";
+  return out;
+}
+
+/// Boost.JSON's serialization, except for doubles (`ref_number`).
+std::string ser_value(const boost::json::value& v) {
+  switch (v.kind()) {
+    case boost::json::kind::double_:
+      return ref_number(v.get_double());
+    case boost::json::kind::object: {
+      std::string out = "{";
+      for (auto& kv : v.get_object()) {
+        if (out.size() > 1)
+          out += ',';
+        out += boost::json::serialize(boost::json::string{kv.key()});
+        out += ':';
+        out += ser_value(kv.value());
+      }
+      return out + "}";
+    }
+    case boost::json::kind::array: {
+      std::string out = "[";
+      for (auto& x : v.get_array()) {
+        if (out.size() > 1)
+          out += ',';
+        out += ser_value(x);
+      }
+      return out + "]";
+    }
+    default:
+      return boost::json::serialize(v);
+  }
+}
+
 std::string ser(const boost::json::object& obj) {
-  return boost::json::serialize(obj);
+  return ser_value(obj);
 }
 
 } // namespace
+
+TEST_CASE("event numbers are plain decimals, never in exponent form",
+          "[events]") {
+  auto ts_of = [](double ts) {
+    event_head h;
+    h.task_id = "t";
+    h.trace_id = "0123456789abcdef0123456789abcdef";
+    h.span_id = "0123456789abcdef";
+    h.ts = ts;
+    auto json = warning_event(h, "m").json;
+    auto at = json.find("\"ts\":") + 5;
+    return json.substr(at, json.find(',', at) - at);
+  };
+  CHECK(ts_of(1795362464.5893607) == "1795362464.5893607");
+  CHECK(ts_of(30) == "30.0");
+  CHECK(ts_of(0.1) == "0.1");
+  CHECK(ts_of(-2.5) == "-2.5");
+  CHECK(ts_of(1e-7) == "0.0000001");
+  CHECK(ts_of(std::numeric_limits<double>::infinity()) == "null");
+  // Every finite double reads back as itself (through strtod: Boost.JSON's
+  // own parser rounds numbers near DBL_MAX to infinity).
+  for (double x :
+       {1e300, 5e-324, std::numeric_limits<double>::max(), 1763790000.123456}) {
+    auto text = ts_of(x);
+    CHECK(text.find_first_of("eE") == std::string::npos);
+    CHECK(std::strtod(text.c_str(), nullptr) == x);
+  }
+}
 
 TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
   input_source in{42};

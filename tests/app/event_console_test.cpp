@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 using namespace tasksup::app;
@@ -82,4 +83,37 @@ TEST_CASE("quiet shows only the summary; a non-object is a warning") {
   CHECK(view.find("retrying") == std::string::npos);
   CHECK(view.find("task succeeded") != std::string::npos);
   CHECK(view.find("warning") != std::string::npos);
+}
+
+TEST_CASE("on a terminal a running attempt shows its elapsed time in place") {
+  captured human;
+  event_console console{{human.file, true, false, {}, nullptr}};
+  console.write(R"({"event":"attempt_started","task_id":"t","attempt":2,)"
+                R"("agent_id":"codex","agent_cli":"codex"})");
+  console.tick();
+  auto view = human.text();
+  CHECK(view.find("\r\x1b[K  attempt 2: codex running for 0s") !=
+        std::string::npos);
+  console.write(R"({"event":"attempt_exited","task_id":"t","attempt":2,)"
+                R"("exit_code":0,"duration_s":1.5})");
+  auto before = human.text().size();
+  console.tick();
+  // Exited: the line is cleared and not drawn again.
+  CHECK(human.text().substr(before).find("running for") == std::string::npos);
+}
+
+TEST_CASE("NO_COLOR turns colours off even on a terminal") {
+  captured painted;
+  captured plain;
+  event_console::options opts{painted.file, true, false, {}, nullptr};
+  opts.view.color = true;
+  ::unsetenv("NO_COLOR");
+  event_console{opts}.write(done);
+  ::setenv("NO_COLOR", "1", 1);
+  opts.human = plain.file;
+  event_console{opts}.write(done);
+  ::unsetenv("NO_COLOR");
+  CHECK(painted.text().find('\x1b') != std::string::npos);
+  CHECK(plain.text().find('\x1b') == std::string::npos);
+  CHECK(plain.text().find("task succeeded") != std::string::npos);
 }

@@ -145,3 +145,23 @@ TEST_CASE("an attempt that never started says so, with no exit code") {
   REQUIRE_FALSE(done.empty());
   CHECK(done[0] == "task failed: no agent left");
 }
+
+TEST_CASE("with show_time every line starts with the event's ISO 8601 time") {
+  progress_view::options opts;
+  opts.show_time = true;
+  opts.prefix_task = true;
+  progress_view view{opts};
+  auto lines = view.render(
+    boost::json::parse(R"({"event":"attempt_exited","task_id":"t","attempt":1,)"
+                       R"("ts":1795362464.5893607,"exit_code":3})")
+      .as_object());
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].rfind("2026-11-22T15:47:44Z [t] attempt 1 exited with code 3",
+                       0) == 0);
+  // No time, no prefix.
+  auto bare = view.render(
+    boost::json::parse(R"({"event":"warning","task_id":"t","message":"m"})")
+      .as_object());
+  REQUIRE(bare.size() == 1);
+  CHECK(bare[0].rfind("[t] ", 0) == 0);
+}

@@ -299,8 +299,9 @@ TEST_CASE("control commands: an unreachable node exits 3 with a clear "
 
 TEST_CASE("every command has --help with an example") {
   scratch dir;
-  for (auto cmd : {"run", "serve", "submit", "status", "stop", "kill",
-                   "retry-now", "fallback-now", "events"}) {
+  for (auto cmd :
+       {"run", "serve", "submit", "status", "stop", "kill", "retry-now",
+        "fallback-now", "events", "agents", "completion", "man"}) {
     auto r = run_to_end(dir, {cmd, "--help"});
     INFO(cmd);
     CHECK(r.status == 0);

@@ -12,6 +12,7 @@
 #include "tasksup/supervisor/classifier.hpp"
 #include "tasksup/supervisor/outcome.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -111,6 +112,18 @@ event warning_event(const event_head& h, std::string_view message);
 /// The result as the JSON object `task_done` carries (without `event` keys),
 /// serialized; for `tasksup run` and status output.
 std::string result_to_json(const task_result& r);
+
+/// Room `format_json_number` needs (the longest double in fixed notation).
+inline constexpr std::size_t max_json_number_chars = 332;
+
+/// Writes `x` as a JSON number at `out` (room for `max_json_number_chars`)
+/// and returns its length: the shortest digits that read back as `x`, never
+/// in exponent form, always with a fraction (`30.0`, `1795362464.5893607`);
+/// `null` for NaN and infinities, which JSON cannot spell.
+std::size_t format_json_number(double x, char* out);
+
+/// Appends `format_json_number(x)` to `out`.
+void append_json_number(std::string& out, double x);
 
 /// `s` with every invalid UTF-8 sequence replaced by U+FFFD.
 std::string sanitize_utf8(std::string_view s);

@@ -23,4 +23,10 @@ namespace tasksup {
 /// the door. It ends when the registry ends.
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry);
 
+/// As above, and `(agents, window_s)` and `(view)` answered by the node's
+/// statistics actor `stats` (see stats_actor.hpp); without one these
+/// queries are refused.
+caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
+                           caf::actor stats);
+
 } // namespace tasksup

@@ -6,6 +6,7 @@
 
 #include "tasksup/actors/inspect.hpp"
 
+#include "tasksup/supervisor/circuit_breaker.hpp"
 #include "tasksup/supervisor/classifier.hpp"
 #include "tasksup/supervisor/error_class.hpp"
 #include "tasksup/supervisor/outcome.hpp"
@@ -122,6 +123,17 @@ using jhistory_atom = caf::atom_constant<caf::atom("jhistory")>;
 using jflush_atom = caf::atom_constant<caf::atom("jflush")>;
 /// The journal to itself: prune finished tasks.
 using jprune_atom = caf::atom_constant<caf::atom("jprune")>;
+/// `(health)` -> node_health: breakers, retry budget and slots, for
+/// metrics and the dashboard.
+using health_atom = caf::atom_constant<caf::atom("health")>;
+/// `(agents, window_s)` -> JSON text: per-agent statistics over the last
+/// `window_s` seconds (0: everything kept) and a suggested fallback order.
+using agents_atom = caf::atom_constant<caf::atom("agents")>;
+/// `(metrics)` -> the node's figures as Prometheus text.
+using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
+/// `(view)` -> JSON text: every task with its times (dashboard list);
+/// `(view, task_id)` -> JSON text: one task with its events.
+using view_atom = caf::atom_constant<caf::atom("view")>;
 
 // -- enums
 // ---------------------------------------------------------------------
@@ -299,6 +311,26 @@ struct permit_reply {
   bool token = true;
 };
 
+/// One agent's circuit breaker, as `(health)` reports it.
+struct agent_breaker {
+  std::string agent_id;
+  breaker_state state = breaker_state::closed;
+};
+
+/// The registry's shared-health figures at one moment.
+struct node_health {
+  /// Every agent with breaker state (agents unused for long are dropped).
+  std::vector<agent_breaker> breakers;
+  /// The retry budget has a capacity (else it is unlimited).
+  bool budget_limited = false;
+  double budget_tokens = 0;
+  double budget_capacity = 0;
+  /// Attempt slots held, the limit, and tasks waiting for one.
+  int slots_in_use = 0;
+  int slot_limit = 0;
+  int queued = 0;
+};
+
 // -- errors
 // --------------------------------------------------------------------
 
@@ -348,6 +380,9 @@ struct enum_size<task_outcome> : std::integral_constant<std::size_t, 3> {};
 
 template<>
 struct enum_size<event_kind> : std::integral_constant<std::size_t, 11> {};
+
+template<>
+struct enum_size<breaker_state> : std::integral_constant<std::size_t, 3> {};
 
 } // namespace detail
 
@@ -463,6 +498,26 @@ typename Inspector::result_type inspect(Inspector& f, permit_request& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, permit_reply& x) {
   return f(caf::meta::type_name("permit_reply"), x.agent_allowed, x.token);
+}
+
+/// Serializes one agent's breaker state.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, agent_breaker& x) {
+  return f(caf::meta::type_name("agent_breaker"), x.agent_id,
+           detail::checked(x.state, "breaker.state"),
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.agent_id, wire::max_id_bytes, "breaker.agent_id"}});
+           }));
+}
+
+/// Serializes the health figures.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_health& x) {
+  return f(caf::meta::type_name("node_health"),
+           detail::bounded(x.breakers, "health.breakers"), x.budget_limited,
+           x.budget_tokens, x.budget_capacity, x.slots_in_use, x.slot_limit,
+           x.queued);
 }
 
 // -- registration

@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tasksup {
 
@@ -55,6 +56,9 @@ public:
 
   /// Number of keys with state (for tests and status).
   std::size_t size() const noexcept;
+
+  /// The keys with state, in order (for metrics and the dashboard).
+  std::vector<std::string> keys() const;
 
 private:
   struct entry {

@@ -1,0 +1,223 @@
+#pragma once
+
+// What an operator looks at: figures folded from a node's event stream.
+// `node_stats` is fed every event the registry publishes (or replays from a
+// task's history) and keeps counters and histograms for Prometheus, the
+// times of each task for the dashboard (age, next retry), and a bounded
+// record of finished attempts for per-agent statistics. It reads no clock
+// and does no I/O: callers pass `now`.
+
+#include "tasksup/actors/protocol.hpp"
+
+#include "tasksup/supervisor/error_class.hpp"
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+namespace tasksup {
+
+/// What the supervisor decided after an attempt ended.
+enum class attempt_decision : std::uint8_t {
+  /// Exit 0: the task succeeded.
+  succeeded,
+  /// Retried with the same agent after a backoff.
+  retry,
+  /// Moved on to the next agent of the chain.
+  fallback,
+  /// The task failed (fatal class, retries and agents exhausted, limits).
+  failed,
+  /// The user stopped the task.
+  stopped,
+  /// A new attempt started without a recorded decision (`permanent` tasks).
+  restarted,
+};
+
+/// "succeeded", "retry", "fallback", "failed", "stopped" or "restarted".
+std::string_view to_string(attempt_decision x) noexcept;
+
+/// One finished attempt as the statistics keep it.
+struct attempt_record {
+  std::string task_id;
+  std::string agent_id;
+  int attempt = 0;
+  /// When it exited (seconds since the epoch) and how long it ran.
+  double ended_ts = 0;
+  double duration_s = 0;
+  int exit_code = 0;
+  /// The classification of a failure (absent on success).
+  std::optional<error_class> cls;
+  std::string rule;
+  /// The matched output line, cut to `node_stats::max_line_bytes`.
+  std::string line;
+  attempt_decision decision = attempt_decision::failed;
+};
+
+/// One agent's figures over a window.
+struct agent_summary {
+  std::string agent_id;
+  /// Attempts that ended in the window, and of those: succeeded, failed,
+  /// stopped by the user (left out of the success rate: not the agent's
+  /// doing).
+  int attempts = 0;
+  int succeeded = 0;
+  int failed = 0;
+  int stopped = 0;
+  /// succeeded / (succeeded + failed); 0 when nothing was judged.
+  double success_rate = 0;
+  /// The Wilson score lower bound (95 %) of the success rate: a rate from
+  /// few attempts counts for less than the same rate from many.
+  double success_lower_bound = 0;
+  double median_duration_s = 0;
+  double p90_duration_s = 0;
+  /// Failures by class name.
+  std::map<std::string, int> failure_classes;
+  std::optional<attempt_record> last_failure;
+  /// The agent's circuit breaker, when the registry has state for it.
+  std::optional<breaker_state> breaker;
+};
+
+/// The agents in the order a task's fallback chain should try them, each
+/// with the reason for its place.
+struct fallback_suggestion {
+  std::string agent_id;
+  std::string why;
+};
+
+/// Times and the latest decision of one task, which `task_status` does not
+/// carry.
+struct task_times {
+  /// 0 when unknown (the task began before the statistics did).
+  double submitted_ts = 0;
+  double attempt_started_ts = 0;
+  /// When the pending retry starts; 0 when none is pending.
+  double next_retry_ts = 0;
+  double finished_ts = 0;
+  /// The latest decision in words ("retry 1/3 in 5 s: ...").
+  std::string last_decision;
+};
+
+/// Figures folded from events. Bounded: at most `max_agent_labels` agent ids
+/// become metric labels (the rest count as "other": agent ids come from
+/// task files, which anyone who can submit writes), at most `max_records`
+/// finished attempts and `max_tasks` tasks are kept, oldest first out.
+class node_stats {
+public:
+  /// Bounds on what is kept.
+  struct limits {
+    std::size_t max_agent_labels = 64;
+    std::size_t max_records = 20000;
+    std::size_t max_tasks = 20000;
+  };
+
+  /// Upper bounds of the duration histograms, in seconds.
+  static constexpr std::array<double, 11> duration_buckets{
+    1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 14400};
+
+  /// Matched lines are cut to this many bytes.
+  static constexpr std::size_t max_line_bytes = 240;
+
+  node_stats();
+  explicit node_stats(limits lim);
+
+  /// Folds one event in (log lines are ignored).
+  void add(const event& ev);
+
+  /// Whether any event of `task_id` was folded in (and not evicted).
+  bool knows(const std::string& task_id) const;
+
+  /// The task's times, or null.
+  const task_times* times(const std::string& task_id) const;
+
+  /// Finished attempts kept, oldest first.
+  const std::deque<attempt_record>& records() const noexcept {
+    return records_;
+  }
+
+  /// Per-agent figures over the attempts that ended in
+  /// [`now - window_s`, `now`] (`window_s` <= 0: every kept attempt), with
+  /// the breaker states of `health`; sorted by agent id.
+  std::vector<agent_summary> agents(double now, double window_s,
+                                    const node_health& health) const;
+
+  /// The suggested fallback order for `agents`: closed breakers first, then
+  /// by the lower bound of the success rate, then the median duration.
+  static std::vector<fallback_suggestion>
+  fallback_order(const std::vector<agent_summary>& agents);
+
+  /// The Prometheus text exposition (format 0.0.4) of the counters and
+  /// histograms, the task states of `tasks` and the figures of `health`.
+  std::string prometheus(const std::vector<task_status>& tasks,
+                         const node_health& health) const;
+
+  /// `agents(...)` and the fallback order as one JSON object.
+  std::string agents_json(double now, double window_s,
+                          const node_health& health) const;
+
+  /// Every task of `tasks` with its times, as a JSON object for the
+  /// dashboard's list (`now` is the node's clock, for countdowns).
+  std::string tasks_json(const std::vector<task_status>& tasks,
+                         double now) const;
+
+  /// One task with its events (`history`, as the registry keeps them).
+  std::string task_json(const task_status& status,
+                        const std::vector<event>& history, double now) const;
+
+private:
+  /// A finished attempt waiting for the decision that follows it.
+  struct pending_attempt {
+    attempt_record rec;
+    bool judged = false;
+  };
+
+  /// What is tracked per task.
+  struct task_track {
+    task_times times;
+    std::string agent_id;
+    std::optional<pending_attempt> pending;
+    /// The end of the first failed attempt since the last success.
+    double first_failure_ts = 0;
+  };
+
+  /// A fixed-bucket histogram.
+  struct histogram {
+    std::array<std::uint64_t, duration_buckets.size()> counts{};
+    std::uint64_t count = 0;
+    double sum = 0;
+    void observe(double x);
+  };
+
+  task_track& track(const std::string& task_id);
+  void settle(task_track& t, attempt_decision d);
+  std::string agent_label(const std::string& agent_id);
+
+  limits lim_;
+  std::map<std::string, task_track> tasks_;
+  std::deque<std::string> task_order_;
+  std::deque<attempt_record> records_;
+  std::map<std::string, bool> agent_labels_;
+
+  std::uint64_t submitted_ = 0;
+  std::uint64_t warnings_ = 0;
+  std::map<std::string, std::uint64_t> finished_;
+  std::map<std::tuple<std::string, std::string, std::string>, std::uint64_t>
+    attempts_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> retries_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> fallbacks_;
+  std::map<std::string, std::uint64_t> escalations_;
+  std::map<std::string, std::uint64_t> user_stops_;
+  std::map<std::string, histogram> durations_;
+  histogram recovery_;
+};
+
+/// Escapes a Prometheus label value (backslash, double quote, newline).
+std::string prometheus_label_value(std::string_view text);
+
+} // namespace tasksup

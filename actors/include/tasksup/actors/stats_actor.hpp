@@ -1,0 +1,18 @@
+#pragma once
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+namespace tasksup {
+
+/// Spawns the node's statistics actor: it subscribes to `registry`'s event
+/// stream, folds every event into a `node_stats`, and on start replays the
+/// histories of tasks that had already finished (after a restart these come
+/// from the journal through the same registry API). It answers
+/// `(metrics)` -> Prometheus text, `(agents, window_s)` -> JSON,
+/// `(view)` -> JSON of every task, `(view, task_id)` -> JSON of one task
+/// with its events. Figures that live in the registry (task states,
+/// breakers, budget, slots) are asked for at the moment of the query.
+caf::actor spawn_stats(caf::actor_system& sys, caf::actor registry);
+
+} // namespace tasksup

@@ -1,0 +1,849 @@
+#include "tasksup/actors/node_stats.hpp"
+
+#include "tasksup/actors/events.hpp"
+
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+namespace tasksup {
+
+namespace {
+
+/// A small JSON text builder for the views: keys are fixed ASCII, strings
+/// are escaped (invalid UTF-8 replaced), numbers never take exponent form.
+class json_text {
+public:
+  void begin_object() {
+    sep();
+    out_ += '{';
+    first_ = true;
+  }
+  void end_object() {
+    out_ += '}';
+    first_ = false;
+  }
+  void begin_array() {
+    sep();
+    out_ += '[';
+    first_ = true;
+  }
+  void end_array() {
+    out_ += ']';
+    first_ = false;
+  }
+  void key(std::string_view k) {
+    sep();
+    str(k);
+    out_ += ':';
+    first_ = true;
+  }
+  void string(std::string_view s) {
+    sep();
+    str(s);
+  }
+  void number(double x) {
+    sep();
+    append_json_number(out_, x);
+  }
+  void integer(long long x) {
+    sep();
+    out_ += std::to_string(x);
+  }
+  void boolean(bool x) {
+    sep();
+    out_ += x ? "true" : "false";
+  }
+  void null() {
+    sep();
+    out_ += "null";
+  }
+  /// A JSON text produced elsewhere (an event's rendered line).
+  void raw(std::string_view json) {
+    sep();
+    out_ += json;
+  }
+  /// A number when positive, else null (unknown times).
+  void time_or_null(double x) {
+    if (x > 0)
+      number(x);
+    else
+      null();
+  }
+  std::string take() { return std::move(out_); }
+
+private:
+  void sep() {
+    if (!first_)
+      out_ += ',';
+    first_ = false;
+  }
+  void str(std::string_view s) {
+    static constexpr char hex[] = "0123456789abcdef";
+    auto clean = sanitize_utf8(s);
+    out_ += '"';
+    for (char ch : clean) {
+      auto c = static_cast<unsigned char>(ch);
+      switch (c) {
+        case '"':
+          out_ += "\\\"";
+          break;
+        case '\\':
+          out_ += "\\\\";
+          break;
+        case '\n':
+          out_ += "\\n";
+          break;
+        case '\r':
+          out_ += "\\r";
+          break;
+        case '\t':
+          out_ += "\\t";
+          break;
+        default:
+          if (c < 0x20 || c == 0x7f) {
+            out_ += "\\u00";
+            out_ += hex[c >> 4];
+            out_ += hex[c & 15];
+          } else {
+            out_ += ch;
+          }
+      }
+    }
+    out_ += '"';
+  }
+
+  std::string out_;
+  bool first_ = true;
+};
+
+std::string text_at(const boost::json::object& obj, std::string_view key) {
+  if (auto* v = obj.if_contains(key); v && v->is_string())
+    return std::string{v->get_string()};
+  return {};
+}
+
+double number_at(const boost::json::object& obj, std::string_view key) {
+  auto* v = obj.if_contains(key);
+  if (!v)
+    return 0;
+  if (v->is_double())
+    return v->get_double();
+  if (v->is_int64())
+    return static_cast<double>(v->get_int64());
+  if (v->is_uint64())
+    return static_cast<double>(v->get_uint64());
+  return 0;
+}
+
+/// The `q`-quantile of sorted `xs` (nearest rank).
+double quantile(const std::vector<double>& xs, double q) {
+  if (xs.empty())
+    return 0;
+  auto rank = static_cast<std::size_t>(std::ceil(q * xs.size()));
+  return xs[std::min(xs.size() - 1, rank == 0 ? 0 : rank - 1)];
+}
+
+/// Wilson score interval lower bound at 95 %.
+double wilson_lower(int ok, int n) {
+  if (n <= 0)
+    return 0;
+  constexpr double z = 1.96;
+  double p = static_cast<double>(ok) / n;
+  double z2n = z * z / n;
+  double centre = p + z2n / 2;
+  double margin = z * std::sqrt(p * (1 - p) / n + z2n / (4.0 * n));
+  return std::max(0.0, (centre - margin) / (1 + z2n));
+}
+
+std::string seconds_text(double s) {
+  char buf[32];
+  if (s < 10)
+    std::snprintf(buf, sizeof(buf), "%.1f s", s);
+  else
+    std::snprintf(buf, sizeof(buf), "%.0f s", s);
+  return buf;
+}
+
+std::string percent(double x) {
+  return std::to_string(static_cast<int>(std::lround(x * 100))) + "%";
+}
+
+std::string cut(std::string s, std::size_t n) {
+  if (s.size() > n)
+    s.resize(n);
+  return s;
+}
+
+/// Prometheus sample value: integers plainly, others with enough digits.
+std::string sample(double x) {
+  if (std::isnan(x))
+    return "NaN";
+  if (std::isinf(x))
+    return x > 0 ? "+Inf" : "-Inf";
+  std::string out;
+  append_json_number(out, x);
+  if (out.size() > 2 && out.compare(out.size() - 2, 2, ".0") == 0)
+    out.resize(out.size() - 2);
+  return out;
+}
+
+/// Writes the HELP and TYPE lines of one family.
+void family(std::string& out, std::string_view name, std::string_view type,
+            std::string_view help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+using labels_t = std::vector<std::pair<std::string_view, std::string_view>>;
+
+void line(std::string& out, std::string_view name, const labels_t& labels,
+          double value) {
+  out += name;
+  if (!labels.empty()) {
+    out += '{';
+    bool first = true;
+    for (auto& [k, v] : labels) {
+      if (!first)
+        out += ',';
+      first = false;
+      out += k;
+      out += "=\"";
+      out += prometheus_label_value(v);
+      out += '"';
+    }
+    out += '}';
+  }
+  out += ' ';
+  out += sample(value);
+  out += '\n';
+}
+
+} // namespace
+
+std::string_view to_string(attempt_decision x) noexcept {
+  switch (x) {
+    case attempt_decision::succeeded:
+      return "succeeded";
+    case attempt_decision::retry:
+      return "retry";
+    case attempt_decision::fallback:
+      return "fallback";
+    case attempt_decision::failed:
+      return "failed";
+    case attempt_decision::stopped:
+      return "stopped";
+    case attempt_decision::restarted:
+      return "restarted";
+  }
+  return "failed";
+}
+
+std::string prometheus_label_value(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+void node_stats::histogram::observe(double x) {
+  if (!std::isfinite(x) || x < 0)
+    return;
+  for (std::size_t i = 0; i < duration_buckets.size(); ++i)
+    if (x <= duration_buckets[i])
+      ++counts[i];
+  ++count;
+  sum += x;
+}
+
+node_stats::node_stats() : node_stats(limits{}) {}
+
+node_stats::node_stats(limits lim) : lim_(lim) {}
+
+bool node_stats::knows(const std::string& task_id) const {
+  return tasks_.count(task_id) > 0;
+}
+
+const task_times* node_stats::times(const std::string& task_id) const {
+  auto i = tasks_.find(task_id);
+  return i == tasks_.end() ? nullptr : &i->second.times;
+}
+
+node_stats::task_track& node_stats::track(const std::string& task_id) {
+  auto i = tasks_.find(task_id);
+  if (i != tasks_.end())
+    return i->second;
+  while (tasks_.size() >= std::max<std::size_t>(1, lim_.max_tasks) &&
+         !task_order_.empty()) {
+    tasks_.erase(task_order_.front());
+    task_order_.pop_front();
+  }
+  task_order_.push_back(task_id);
+  return tasks_[task_id];
+}
+
+std::string node_stats::agent_label(const std::string& agent_id) {
+  if (agent_labels_.count(agent_id) > 0)
+    return agent_id;
+  if (agent_labels_.size() < lim_.max_agent_labels) {
+    agent_labels_.emplace(agent_id, true);
+    return agent_id;
+  }
+  return "other";
+}
+
+void node_stats::settle(task_track& t, attempt_decision d) {
+  if (!t.pending)
+    return;
+  auto rec = std::move(t.pending->rec);
+  t.pending.reset();
+  rec.decision = d;
+  auto cls = rec.cls ? std::string{to_string(*rec.cls)}
+                     : std::string{rec.exit_code == 0 ? "none" : "unknown"};
+  auto agent = agent_label(rec.agent_id);
+  ++attempts_[{agent, cls, std::string{to_string(d)}}];
+  if (d == attempt_decision::retry)
+    ++retries_[{agent, cls}];
+  records_.push_back(std::move(rec));
+  while (records_.size() > std::max<std::size_t>(1, lim_.max_records))
+    records_.pop_front();
+}
+
+void node_stats::add(const event& ev) {
+  if (ev.kind == event_kind::log)
+    return;
+  boost::system::error_code ec;
+  auto doc = boost::json::parse(ev.json, ec);
+  if (ec || !doc.is_object())
+    return;
+  auto& obj = doc.get_object();
+  switch (ev.kind) {
+    case event_kind::log:
+      return;
+    case event_kind::task_submitted: {
+      ++submitted_;
+      track(ev.task_id).times.submitted_ts = ev.ts;
+      return;
+    }
+    case event_kind::attempt_started: {
+      auto& t = track(ev.task_id);
+      settle(t, attempt_decision::restarted);
+      t.agent_id = text_at(obj, "agent_id");
+      t.times.attempt_started_ts = ev.ts;
+      t.times.next_retry_ts = 0;
+      return;
+    }
+    case event_kind::attempt_exited: {
+      auto& t = track(ev.task_id);
+      settle(t, attempt_decision::restarted);
+      pending_attempt p;
+      p.rec.task_id = ev.task_id;
+      p.rec.agent_id = t.agent_id.empty() ? "unknown" : t.agent_id;
+      p.rec.attempt = ev.attempt;
+      p.rec.ended_ts = ev.ts;
+      p.rec.duration_s = number_at(obj, "duration_s");
+      p.rec.exit_code = static_cast<int>(number_at(obj, "exit_code"));
+      if (auto* started = obj.if_contains("started");
+          started && started->is_bool() && !started->get_bool())
+        p.rec.exit_code = p.rec.exit_code == 0 ? -1 : p.rec.exit_code;
+      durations_[agent_label(p.rec.agent_id)].observe(p.rec.duration_s);
+      if (p.rec.exit_code != 0 && t.first_failure_ts == 0)
+        t.first_failure_ts = ev.ts;
+      t.pending = std::move(p);
+      return;
+    }
+    case event_kind::classified: {
+      auto& t = track(ev.task_id);
+      if (t.pending) {
+        t.pending->rec.cls = parse_error_class(text_at(obj, "class"));
+        t.pending->rec.rule = cut(text_at(obj, "rule"), max_line_bytes);
+        t.pending->rec.line = cut(text_at(obj, "line"), max_line_bytes);
+        t.pending->judged = true;
+      }
+      return;
+    }
+    case event_kind::retry_scheduled: {
+      auto& t = track(ev.task_id);
+      std::string cls = "unknown";
+      if (t.pending && t.pending->rec.cls)
+        cls = std::string{to_string(*t.pending->rec.cls)};
+      settle(t, attempt_decision::retry);
+      auto delay = number_at(obj, "delay_s");
+      t.times.next_retry_ts = ev.ts + delay;
+      t.times.last_decision =
+        "retry " +
+        std::to_string(static_cast<int>(number_at(obj, "retry_count"))) + "/" +
+        std::to_string(static_cast<int>(number_at(obj, "max_retries"))) +
+        " of " + text_at(obj, "agent") + " after " + cls + ", in " +
+        seconds_text(delay) + " (" + text_at(obj, "delay_source") +
+        (obj.if_contains("capped") && obj.at("capped").is_bool() &&
+             obj.at("capped").get_bool()
+           ? ", capped"
+           : "") +
+        ")";
+      if (auto reason = text_at(obj, "reason"); !reason.empty())
+        t.times.last_decision += ": " + reason;
+      return;
+    }
+    case event_kind::agent_switched: {
+      auto& t = track(ev.task_id);
+      settle(t, attempt_decision::fallback);
+      auto from = text_at(obj, "from");
+      auto to = text_at(obj, "to");
+      ++fallbacks_[{agent_label(from), agent_label(to)}];
+      t.times.last_decision = "fallback from " + from + " to " + to;
+      if (auto reason = text_at(obj, "reason"); !reason.empty())
+        t.times.last_decision += ": " + reason;
+      return;
+    }
+    case event_kind::user_stop: {
+      auto mode = text_at(obj, "mode");
+      ++user_stops_[mode == "kill" ? "kill" : "cancel"];
+      track(ev.task_id).times.last_decision = "user stop (" + mode + ")";
+      return;
+    }
+    case event_kind::task_done: {
+      auto& t = track(ev.task_id);
+      auto outcome = text_at(obj, "outcome");
+      if (outcome != "succeeded" && outcome != "failed" && outcome != "stopped")
+        outcome = "failed";
+      settle(t, outcome == "succeeded" ? attempt_decision::succeeded
+                : outcome == "stopped" ? attempt_decision::stopped
+                                       : attempt_decision::failed);
+      ++finished_[outcome];
+      if (outcome == "succeeded" && t.first_failure_ts > 0)
+        recovery_.observe(ev.ts - t.first_failure_ts);
+      t.first_failure_ts = 0;
+      t.times.finished_ts = ev.ts;
+      t.times.next_retry_ts = 0;
+      if (outcome == "succeeded")
+        t.times.last_decision = "succeeded on attempt " +
+                                std::to_string(ev.attempt) + " (" +
+                                (t.agent_id.empty() ? "?" : t.agent_id) + ")";
+      else if (auto* err = obj.if_contains("error"); err && err->is_string())
+        t.times.last_decision = std::string{err->get_string()};
+      return;
+    }
+    case event_kind::escalated: {
+      auto outcome = text_at(obj, "outcome");
+      if (outcome != "succeeded" && outcome != "failed" && outcome != "stopped")
+        outcome = "failed";
+      ++escalations_[outcome];
+      return;
+    }
+    case event_kind::warning:
+      ++warnings_;
+      return;
+  }
+}
+
+std::vector<agent_summary> node_stats::agents(double now, double window_s,
+                                              const node_health& health) const {
+  std::map<std::string, agent_summary> by_agent;
+  std::map<std::string, std::vector<double>> durations;
+  for (auto& r : records_) {
+    if (window_s > 0 && r.ended_ts < now - window_s)
+      continue;
+    auto& a = by_agent[r.agent_id];
+    a.agent_id = r.agent_id;
+    ++a.attempts;
+    durations[r.agent_id].push_back(r.duration_s);
+    if (r.decision == attempt_decision::stopped) {
+      ++a.stopped;
+    } else if (r.exit_code == 0) {
+      ++a.succeeded;
+    } else {
+      ++a.failed;
+      auto cls = r.cls ? std::string{to_string(*r.cls)} : "unknown";
+      ++a.failure_classes[cls];
+      a.last_failure = r;
+    }
+  }
+  for (auto& b : health.breakers)
+    if (auto i = by_agent.find(b.agent_id); i != by_agent.end())
+      i->second.breaker = b.state;
+  std::vector<agent_summary> out;
+  for (auto& [id, a] : by_agent) {
+    auto judged = a.succeeded + a.failed;
+    a.success_rate =
+      judged > 0 ? static_cast<double>(a.succeeded) / judged : 0.0;
+    a.success_lower_bound = wilson_lower(a.succeeded, judged);
+    auto& d = durations[id];
+    std::sort(d.begin(), d.end());
+    a.median_duration_s = quantile(d, 0.5);
+    a.p90_duration_s = quantile(d, 0.9);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+std::vector<fallback_suggestion>
+node_stats::fallback_order(const std::vector<agent_summary>& agents) {
+  std::vector<const agent_summary*> order;
+  for (auto& a : agents)
+    order.push_back(&a);
+  auto open = [](const agent_summary* a) {
+    return a->breaker && *a->breaker == breaker_state::open;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](auto* x, auto* y) {
+    if (open(x) != open(y))
+      return !open(x);
+    if (x->success_lower_bound != y->success_lower_bound)
+      return x->success_lower_bound > y->success_lower_bound;
+    if (x->median_duration_s != y->median_duration_s)
+      return x->median_duration_s < y->median_duration_s;
+    return x->agent_id < y->agent_id;
+  });
+  std::vector<fallback_suggestion> out;
+  for (auto* a : order) {
+    auto judged = a->succeeded + a->failed;
+    std::string why;
+    if (judged == 0) {
+      why = "no judged attempts in the window";
+    } else {
+      why = "succeeded " + std::to_string(a->succeeded) + " of " +
+            std::to_string(judged) + " (" + percent(a->success_rate) +
+            ", at least " + percent(a->success_lower_bound) +
+            " at 95% confidence), median " + seconds_text(a->median_duration_s);
+      if (!a->failure_classes.empty()) {
+        auto top = std::max_element(
+          a->failure_classes.begin(), a->failure_classes.end(),
+          [](auto& x, auto& y) { return x.second < y.second; });
+        why += ", mostly " + top->first + " failures";
+      }
+    }
+    if (open(a))
+      why = "circuit breaker open; " + why;
+    out.push_back({a->agent_id, std::move(why)});
+  }
+  return out;
+}
+
+std::string node_stats::prometheus(const std::vector<task_status>& tasks,
+                                   const node_health& health) const {
+  std::string out;
+  out.reserve(4096);
+  family(out, "tasksup_tasks_submitted_total", "counter",
+         "Tasks submitted to this node.");
+  line(out, "tasksup_tasks_submitted_total", {}, submitted_);
+
+  family(out, "tasksup_tasks_finished_total", "counter",
+         "Tasks finished, by outcome.");
+  for (auto o : {"succeeded", "failed", "stopped"}) {
+    auto i = finished_.find(o);
+    line(out, "tasksup_tasks_finished_total", {{"outcome", o}},
+         i == finished_.end() ? 0 : i->second);
+  }
+
+  family(out, "tasksup_attempts_total", "counter",
+         "Finished attempts by agent, failure class (none for success) and "
+         "the decision that followed.");
+  for (auto& [k, n] : attempts_)
+    line(out, "tasksup_attempts_total",
+         {{"agent", std::get<0>(k)},
+          {"class", std::get<1>(k)},
+          {"decision", std::get<2>(k)}},
+         n);
+
+  family(out, "tasksup_retries_total", "counter",
+         "Retries scheduled, by agent and failure class.");
+  for (auto& [k, n] : retries_)
+    line(out, "tasksup_retries_total",
+         {{"agent", k.first}, {"class", k.second}}, n);
+
+  family(out, "tasksup_fallbacks_total", "counter",
+         "Switches from one agent to the next in a task's chain.");
+  for (auto& [k, n] : fallbacks_)
+    line(out, "tasksup_fallbacks_total", {{"from", k.first}, {"to", k.second}},
+         n);
+
+  family(out, "tasksup_escalations_total", "counter",
+         "Results escalated to the parent, by outcome.");
+  for (auto o : {"succeeded", "failed", "stopped"}) {
+    auto i = escalations_.find(o);
+    line(out, "tasksup_escalations_total", {{"outcome", o}},
+         i == escalations_.end() ? 0 : i->second);
+  }
+
+  family(out, "tasksup_user_stops_total", "counter",
+         "Stop requests by mode (cancel or kill).");
+  for (auto m : {"cancel", "kill"}) {
+    auto i = user_stops_.find(m);
+    line(out, "tasksup_user_stops_total", {{"mode", m}},
+         i == user_stops_.end() ? 0 : i->second);
+  }
+
+  family(out, "tasksup_warnings_total", "counter",
+         "Warnings (agent chain problems).");
+  line(out, "tasksup_warnings_total", {}, warnings_);
+
+  family(out, "tasksup_tasks", "gauge", "Tasks the node knows, by state.");
+  std::array<int, 4> by_state{};
+  for (auto& s : tasks)
+    if (auto i = static_cast<std::size_t>(s.state); i < by_state.size())
+      ++by_state[i];
+  for (std::size_t i = 0; i < by_state.size(); ++i)
+    line(out, "tasksup_tasks",
+         {{"state", to_string(static_cast<task_state>(i))}}, by_state[i]);
+
+  family(out, "tasksup_agent_breaker_state", "gauge",
+         "1 for the current circuit-breaker state of each agent, else 0.");
+  std::size_t breakers = 0;
+  for (auto& b : health.breakers) {
+    // Agent ids come from task files: bound the label set.
+    if (++breakers > lim_.max_agent_labels)
+      break;
+    for (auto st :
+         {breaker_state::closed, breaker_state::open, breaker_state::half_open})
+      line(out, "tasksup_agent_breaker_state",
+           {{"agent", b.agent_id}, {"state", to_string(st)}},
+           b.state == st ? 1 : 0);
+  }
+
+  family(out, "tasksup_retry_budget_limited", "gauge",
+         "1 when the node's retry budget has a capacity, 0 when unlimited.");
+  line(out, "tasksup_retry_budget_limited", {}, health.budget_limited ? 1 : 0);
+  if (health.budget_limited) {
+    family(out, "tasksup_retry_budget_tokens", "gauge",
+           "Retry tokens available now.");
+    line(out, "tasksup_retry_budget_tokens", {}, health.budget_tokens);
+    family(out, "tasksup_retry_budget_capacity", "gauge",
+           "Retry tokens the budget holds when full.");
+    line(out, "tasksup_retry_budget_capacity", {}, health.budget_capacity);
+  }
+
+  family(out, "tasksup_attempt_slots_in_use", "gauge",
+         "Attempt slots held by tasks (running or judging an attempt).");
+  line(out, "tasksup_attempt_slots_in_use", {}, health.slots_in_use);
+  family(out, "tasksup_attempt_slots", "gauge",
+         "Attempts the node runs at once at most (max_concurrent).");
+  line(out, "tasksup_attempt_slots", {}, health.slot_limit);
+  family(out, "tasksup_queue_length", "gauge",
+         "Tasks waiting for an attempt slot.");
+  line(out, "tasksup_queue_length", {}, health.queued);
+
+  auto hist = [&](std::string_view name, const histogram& h,
+                  const labels_t& labels) {
+    std::string bucket{name};
+    bucket += "_bucket";
+    for (std::size_t i = 0; i < duration_buckets.size(); ++i) {
+      auto le = sample(duration_buckets[i]);
+      auto l = labels;
+      l.emplace_back("le", le);
+      line(out, bucket, l, h.counts[i]);
+    }
+    auto l = labels;
+    l.emplace_back("le", "+Inf");
+    line(out, bucket, l, h.count);
+    line(out, std::string{name} + "_sum", labels, h.sum);
+    line(out, std::string{name} + "_count", labels, h.count);
+  };
+  family(out, "tasksup_attempt_duration_seconds", "histogram",
+         "How long attempts ran, by agent.");
+  for (auto& [agent, h] : durations_)
+    hist("tasksup_attempt_duration_seconds", h, {{"agent", agent}});
+  family(out, "tasksup_time_to_recovery_seconds", "histogram",
+         "From a task's first failed attempt to its success.");
+  hist("tasksup_time_to_recovery_seconds", recovery_, {});
+  return out;
+}
+
+std::string node_stats::agents_json(double now, double window_s,
+                                    const node_health& health) const {
+  auto all = agents(now, window_s, health);
+  json_text w;
+  w.begin_object();
+  w.key("window_s");
+  w.number(window_s > 0 ? window_s : 0);
+  w.key("now");
+  w.number(now);
+  w.key("agents");
+  w.begin_array();
+  for (auto& a : all) {
+    w.begin_object();
+    w.key("agent_id");
+    w.string(a.agent_id);
+    w.key("attempts");
+    w.integer(a.attempts);
+    w.key("succeeded");
+    w.integer(a.succeeded);
+    w.key("failed");
+    w.integer(a.failed);
+    w.key("stopped");
+    w.integer(a.stopped);
+    w.key("success_rate");
+    w.number(a.success_rate);
+    w.key("success_lower_bound");
+    w.number(a.success_lower_bound);
+    w.key("median_duration_s");
+    w.number(a.median_duration_s);
+    w.key("p90_duration_s");
+    w.number(a.p90_duration_s);
+    w.key("failure_classes");
+    w.begin_object();
+    for (auto& [cls, n] : a.failure_classes) {
+      w.key(cls);
+      w.integer(n);
+    }
+    w.end_object();
+    w.key("breaker");
+    if (a.breaker)
+      w.string(to_string(*a.breaker));
+    else
+      w.null();
+    w.key("last_failure");
+    if (a.last_failure) {
+      auto& f = *a.last_failure;
+      w.begin_object();
+      w.key("task_id");
+      w.string(f.task_id);
+      w.key("attempt");
+      w.integer(f.attempt);
+      w.key("ts");
+      w.number(f.ended_ts);
+      w.key("exit_code");
+      w.integer(f.exit_code);
+      w.key("class");
+      if (f.cls)
+        w.string(to_string(*f.cls));
+      else
+        w.null();
+      w.key("rule");
+      w.string(f.rule);
+      w.key("line");
+      w.string(f.line);
+      w.key("decision");
+      w.string(to_string(f.decision));
+      w.end_object();
+    } else {
+      w.null();
+    }
+    w.end_object();
+  }
+  w.end_array();
+  w.key("fallback_order");
+  w.begin_array();
+  for (auto& s : fallback_order(all)) {
+    w.begin_object();
+    w.key("agent_id");
+    w.string(s.agent_id);
+    w.key("why");
+    w.string(s.why);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  return w.take();
+}
+
+namespace {
+
+void status_fields(json_text& w, const task_status& s,
+                   const task_times* times) {
+  w.key("task_id");
+  w.string(s.task_id);
+  w.key("environment");
+  w.string(s.environment);
+  w.key("state");
+  w.string(to_string(s.state));
+  w.key("agent_id");
+  w.string(s.agent_id);
+  w.key("attempt");
+  w.integer(s.attempt);
+  w.key("retry_count");
+  w.integer(s.retry_count);
+  w.key("max_retries");
+  w.integer(s.max_retries);
+  w.key("total_attempts");
+  w.integer(s.total_attempts);
+  w.key("fallback_count");
+  w.integer(s.fallback_count);
+  w.key("outcome");
+  if (s.result)
+    w.string(to_string(s.result->outcome));
+  else
+    w.null();
+  w.key("exit_code");
+  if (s.result)
+    w.integer(s.result->exit_code);
+  else
+    w.null();
+  w.key("error");
+  if (s.result && s.result->error)
+    w.string(*s.result->error);
+  else
+    w.null();
+  w.key("submitted_ts");
+  w.time_or_null(times ? times->submitted_ts : 0);
+  w.key("attempt_started_ts");
+  w.time_or_null(times ? times->attempt_started_ts : 0);
+  w.key("next_retry_ts");
+  w.time_or_null(times && s.state == task_state::backoff ? times->next_retry_ts
+                                                         : 0);
+  w.key("finished_ts");
+  w.time_or_null(times ? times->finished_ts : 0);
+  w.key("last_decision");
+  w.string(times ? times->last_decision : std::string{});
+}
+
+} // namespace
+
+std::string node_stats::tasks_json(const std::vector<task_status>& tasks,
+                                   double now) const {
+  json_text w;
+  w.begin_object();
+  w.key("now");
+  w.number(now);
+  w.key("tasks");
+  w.begin_array();
+  for (auto& s : tasks) {
+    w.begin_object();
+    status_fields(w, s, times(s.task_id));
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  return w.take();
+}
+
+std::string node_stats::task_json(const task_status& status,
+                                  const std::vector<event>& history,
+                                  double now) const {
+  json_text w;
+  w.begin_object();
+  w.key("now");
+  w.number(now);
+  w.key("task");
+  w.begin_object();
+  status_fields(w, status, times(status.task_id));
+  w.end_object();
+  w.key("events");
+  w.begin_array();
+  for (auto& ev : history)
+    w.raw(ev.json);
+  w.end_array();
+  w.end_object();
+  return w.take();
+}
+
+} // namespace tasksup

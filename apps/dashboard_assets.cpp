@@ -1,0 +1,368 @@
+// The dashboard's page, script and style, served from the binary (no CDN,
+// nothing fetched from the internet). The script builds every element with
+// textContent: task ids, agent output and error texts are untrusted and
+// never become markup.
+
+#include "dashboard.hpp"
+
+namespace tasksup::app {
+
+const std::string_view dashboard_html = R"html(<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>tasksup</title>
+<link rel="stylesheet" href="/dashboard.css">
+</head>
+<body>
+<header>
+  <h1>tasksup</h1>
+  <nav>
+    <a href="#/" id="nav-tasks">Tasks</a>
+    <a href="#/agents" id="nav-agents">Agents</a>
+    <a href="/metrics">Metrics</a>
+  </nav>
+  <span id="conn" class="muted">connecting…</span>
+</header>
+<main id="main"></main>
+<script src="/dashboard.js"></script>
+</body>
+</html>
+)html";
+
+const std::string_view dashboard_css = R"css(
+:root { --bg:#fafafa; --fg:#1d2330; --muted:#6b7280; --line:#e5e7eb;
+  --ok:#15803d; --bad:#b91c1c; --warn:#b45309; --run:#1d4ed8; --card:#fff; }
+* { box-sizing: border-box; }
+body { margin:0; font:14px/1.45 system-ui, sans-serif; background:var(--bg);
+  color:var(--fg); }
+header { display:flex; gap:24px; align-items:baseline; padding:10px 20px;
+  background:#1d2330; color:#fff; }
+header h1 { font-size:18px; margin:0; }
+header a { color:#cbd5e1; text-decoration:none; margin-right:14px; }
+header a.active { color:#fff; border-bottom:2px solid #60a5fa; }
+main { padding:16px 20px; }
+h2 { font-size:16px; margin:18px 0 8px; }
+table { border-collapse:collapse; width:100%; background:var(--card); }
+th, td { text-align:left; padding:6px 10px; border-bottom:1px solid var(--line);
+  white-space:nowrap; }
+th { font-weight:600; color:var(--muted); font-size:12px;
+  text-transform:uppercase; }
+td.wrap { white-space:normal; }
+tr.row:hover { background:#f1f5f9; cursor:pointer; }
+.muted { color:var(--muted); }
+.state-running { color:var(--run); font-weight:600; }
+.state-backoff { color:var(--warn); font-weight:600; }
+.state-queued { color:var(--muted); }
+.outcome-succeeded { color:var(--ok); font-weight:600; }
+.outcome-failed { color:var(--bad); font-weight:600; }
+.outcome-stopped { color:var(--warn); }
+.buttons button { margin-right:8px; padding:4px 12px; border:1px solid #94a3b8;
+  background:#fff; border-radius:4px; cursor:pointer; }
+.buttons button:disabled { opacity:.4; cursor:default; }
+.timeline { position:relative; height:34px; background:var(--card);
+  border:1px solid var(--line); margin:6px 0 4px; }
+.bar { position:absolute; top:5px; height:24px; border-radius:3px; min-width:6px;
+  color:#fff; font-size:11px; padding:4px 4px; overflow:hidden; }
+.bar.ok { background:var(--ok); } .bar.bad { background:var(--bad); }
+.bar.run { background:var(--run); }
+.bar.wait { background:repeating-linear-gradient(45deg,#fde68a,#fde68a 4px,
+  #fef3c7 4px,#fef3c7 8px); color:#92400e; }
+pre.output { background:#0f172a; color:#e2e8f0; padding:10px; max-height:360px;
+  overflow:auto; font-size:12px; }
+.card { background:var(--card); border:1px solid var(--line); padding:10px 14px;
+  margin-bottom:10px; }
+.kv span { margin-right:18px; }
+#message { margin:8px 0; min-height:18px; }
+)css";
+
+const std::string_view dashboard_js = R"js('use strict';
+// tasksup dashboard: polls the node's JSON endpoints once a second.
+const main = document.getElementById('main');
+let skew = 0; // node clock minus browser clock, seconds
+let timer = null;
+
+function el(tag, attrs, ...kids) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === 'class') e.className = v;
+    else if (k === 'onclick') e.addEventListener('click', v);
+    else e.setAttribute(k, v);
+  }
+  for (const k of kids) {
+    if (k === null || k === undefined) continue;
+    e.appendChild(typeof k === 'string' || typeof k === 'number'
+      ? document.createTextNode(String(k)) : k);
+  }
+  return e;
+}
+
+function now() { return Date.now() / 1000 + skew; }
+
+function dur(s) {
+  if (s === null || s === undefined || !isFinite(s)) return '-';
+  s = Math.max(0, s);
+  if (s < 60) return (s < 10 ? s.toFixed(1) : Math.round(s)) + 's';
+  const m = Math.floor(s / 60), r = Math.round(s % 60);
+  if (m < 60) return m + 'm' + (r ? ' ' + r + 's' : '');
+  const h = Math.floor(m / 60);
+  return h + 'h ' + (m % 60) + 'm';
+}
+
+function iso(ts) {
+  return ts ? new Date(ts * 1000).toISOString().replace(/\.\d+Z$/, 'Z') : '-';
+}
+
+async function getJson(url) {
+  const r = await fetch(url, {cache: 'no-store'});
+  if (!r.ok) throw new Error(url + ': ' + r.status + ' ' + (await r.text()));
+  return r.json();
+}
+
+function setConn(ok, text) {
+  const c = document.getElementById('conn');
+  c.textContent = text;
+  c.className = ok ? 'muted' : 'outcome-failed';
+}
+
+function nextRetryCell(t) {
+  const td = el('td', {class: 'next-retry'});
+  if (t.state === 'backoff' && t.next_retry_ts) {
+    td.dataset.deadline = t.next_retry_ts;
+    td.textContent = 'in ' + dur(t.next_retry_ts - now());
+  } else td.textContent = '-';
+  return td;
+}
+
+function tick() {
+  for (const td of document.querySelectorAll('[data-deadline]'))
+    td.textContent = 'in ' + dur(Number(td.dataset.deadline) - now());
+  for (const td of document.querySelectorAll('[data-since]'))
+    td.textContent = dur(now() - Number(td.dataset.since));
+}
+setInterval(tick, 250);
+
+async function control(id, action) {
+  const msg = document.getElementById('message');
+  try {
+    const r = await fetch('/api/tasks/' + encodeURIComponent(id) + '/' + action,
+      {method: 'POST', headers: {'X-Tasksup-CSRF': '1'}});
+    const body = await r.json().catch(() => ({message: r.statusText}));
+    msg.textContent = body.message || (action + ': ' + r.status);
+    msg.className = r.ok && body.ok ? 'outcome-succeeded' : 'outcome-failed';
+  } catch (e) {
+    msg.textContent = String(e);
+    msg.className = 'outcome-failed';
+  }
+  refresh();
+}
+
+function taskRow(t) {
+  const tr = el('tr', {class: 'row', 'data-task': t.task_id,
+                       onclick: () => { location.hash = '#/task/' +
+                         encodeURIComponent(t.task_id); }});
+  const age = el('td', {class: 'age'});
+  if (t.submitted_ts) {
+    if (t.finished_ts) age.textContent = dur(t.finished_ts - t.submitted_ts);
+    else { age.dataset.since = t.submitted_ts; age.textContent =
+      dur(now() - t.submitted_ts); }
+  } else age.textContent = '-';
+  let retries = String(t.retry_count);
+  if (t.max_retries > 0 && t.state !== 'done') retries += '/' + t.max_retries;
+  tr.append(
+    el('td', {class: 'task'}, t.task_id),
+    el('td', {class: 'state state-' + t.state}, t.state),
+    el('td', {class: 'agent'}, t.agent_id || '-'),
+    el('td', {class: 'attempt'}, t.attempt),
+    el('td', {class: 'retries'}, retries),
+    age, nextRetryCell(t),
+    el('td', {class: 'outcome' + (t.outcome ? ' outcome-' + t.outcome : '')},
+       t.outcome ? t.outcome + (t.outcome !== 'succeeded' && t.exit_code >= 0
+         ? ' (exit ' + t.exit_code + ')' : '') : '-'),
+    el('td', {class: 'wrap decision muted'}, t.last_decision || ''));
+  return tr;
+}
+
+async function showTasks() {
+  const data = await getJson('/api/tasks');
+  skew = data.now - Date.now() / 1000;
+  const counts = {queued: 0, running: 0, backoff: 0, done: 0};
+  for (const t of data.tasks) counts[t.state] = (counts[t.state] || 0) + 1;
+  const table = el('table', {id: 'tasks'},
+    el('thead', {}, el('tr', {}, ...['Task', 'State', 'Agent', 'Attempt',
+      'Retries', 'Age', 'Next retry', 'Outcome', 'Last decision']
+      .map(h => el('th', {}, h)))),
+    el('tbody', {}, ...data.tasks.map(taskRow)));
+  main.replaceChildren(
+    el('h2', {}, 'Tasks'),
+    el('p', {class: 'muted', id: 'summary'},
+       `${counts.running} running · ${counts.backoff} waiting to retry · ` +
+       `${counts.queued} queued · ${counts.done} done`),
+    data.tasks.length ? table : el('p', {class: 'muted'}, 'no tasks yet'));
+}
+
+function eventLine(e) {
+  switch (e.event) {
+    case 'task_submitted': return 'submitted (agents: ' +
+      (e.agents || []).join(', ') + ')';
+    case 'attempt_started': return 'attempt ' + e.attempt + ' started: ' +
+      e.agent_id + ' (' + e.agent_cli + ', ' + e.container_id + ')';
+    case 'attempt_exited': return 'attempt ' + e.attempt + ' exited ' +
+      e.exit_code + (e.signal ? ' (signal ' + e.signal + ')' : '') +
+      (e.oom_killed ? ' OOM-killed' : '') + ' after ' + dur(e.duration_s) +
+      (e.infrastructure_error ? ': ' + e.infrastructure_error : '');
+    case 'classified': return 'classified ' + e['class'] + ' by rule ' +
+      e.rule + (e.line ? ' — matched: "' + e.line + '"' : '') +
+      (e.retry_after_s !== null && e.retry_after_s !== undefined
+        ? ' (retry-after hint ' + e.retry_after_s + 's)' : '');
+    case 'retry_scheduled': return 'retry ' + e.retry_count + '/' +
+      e.max_retries + ' of ' + e.agent + ' in ' + dur(e.delay_s) +
+      ' — delay from ' + e.delay_source + ' (schedule step ' +
+      dur(e.scheduled_s) + (e.capped ? ', capped' : '') + ')' +
+      (e.reason ? ': ' + e.reason : '');
+    case 'agent_switched': return 'fallback ' + e.from + ' → ' + e.to +
+      (e.reason ? ': ' + e.reason : '');
+    case 'user_stop': return 'user stop (' + e.mode + '): ' + e.message;
+    case 'task_done': return 'task ' + e.outcome + ', exit ' + e.exit_code +
+      (e.error ? ': ' + e.error : '');
+    case 'escalated': return 'escalated (' + e.outcome + ') to ' + e.parent;
+    case 'warning': return 'warning: ' + e.message;
+    default: return e.event;
+  }
+}
+
+function timeline(events, task) {
+  const start = task.submitted_ts || (events[0] && events[0].ts) || now();
+  const end = task.finished_ts || now();
+  const span = Math.max(end - start, 0.001);
+  const box = el('div', {class: 'timeline', id: 'timeline'});
+  const pos = ts => ((ts - start) / span * 100).toFixed(3) + '%';
+  const open = {};
+  const bars = [];
+  for (const e of events) {
+    if (e.event === 'attempt_started') open[e.attempt] = e;
+    if (e.event === 'attempt_exited') {
+      const s = open[e.attempt];
+      const from = s ? s.ts : e.ts - e.duration_s;
+      bars.push({from, to: e.ts, cls: e.exit_code === 0 ? 'ok' : 'bad',
+                 label: '#' + e.attempt + ' ' + (s ? s.agent_id : '')});
+      delete open[e.attempt];
+    }
+    if (e.event === 'retry_scheduled')
+      bars.push({from: e.ts, to: Math.min(e.ts + e.delay_s, end), cls: 'wait',
+                 label: 'wait ' + dur(e.delay_s)});
+  }
+  for (const s of Object.values(open))
+    bars.push({from: s.ts, to: end, cls: 'run', label: '#' + s.attempt + ' ' +
+               s.agent_id});
+  for (const b of bars) {
+    const bar = el('div', {class: 'bar ' + b.cls, title: b.label + ' (' +
+      dur(b.to - b.from) + ')'}, b.label);
+    bar.style.left = pos(b.from);
+    bar.style.width = 'calc(' + pos(b.to) + ' - ' + pos(b.from) + ')';
+    box.appendChild(bar);
+  }
+  return box;
+}
+
+async function showTask(id) {
+  const data = await getJson('/api/tasks/' + encodeURIComponent(id));
+  skew = data.now - Date.now() / 1000;
+  const t = data.task;
+  const live = t.state !== 'done';
+  const btn = (label, action, enabled) => el('button',
+    {'data-action': action, onclick: () => control(t.task_id, action)}, label);
+  const buttons = el('div', {class: 'buttons'},
+    btn('Stop', 'stop'), btn('Kill', 'kill'), btn('Retry now', 'retry-now'),
+    btn('Fallback now', 'fallback-now'));
+  for (const b of buttons.querySelectorAll('button')) b.disabled = !live;
+  const decisions = el('tbody');
+  const output = {};
+  for (const e of data.events) {
+    if (e.event === 'log') {
+      (output[e.attempt] = output[e.attempt] || []).push(
+        (e.stream === 'stderr' ? '! ' : '') + e.line);
+      continue;
+    }
+    decisions.appendChild(el('tr', {class: 'ev ev-' + e.event},
+      el('td', {}, iso(e.ts)), el('td', {}, e.attempt),
+      el('td', {}, e.event), el('td', {class: 'wrap'}, eventLine(e))));
+  }
+  const outs = Object.keys(output).map(a => el('div', {},
+    el('h2', {}, 'Output of attempt ' + a),
+    el('pre', {class: 'output', 'data-attempt': a}, output[a].join('\n'))));
+  const since = el('span', {}, 'age ');
+  const ageText = el('b', {});
+  if (t.submitted_ts && !t.finished_ts) ageText.dataset.since = t.submitted_ts;
+  ageText.textContent = t.submitted_ts
+    ? dur((t.finished_ts || now()) - t.submitted_ts) : '-';
+  since.appendChild(ageText);
+  main.replaceChildren(
+    el('h2', {id: 'task-title'}, 'Task ' + t.task_id),
+    el('div', {class: 'card kv'},
+      el('span', {}, 'state ', el('b', {id: 'task-state',
+        class: 'state-' + t.state}, t.state)),
+      el('span', {}, 'agent ', el('b', {}, t.agent_id || '-')),
+      el('span', {}, 'attempt ', el('b', {}, t.attempt)),
+      since,
+      el('span', {}, 'submitted ', el('b', {}, iso(t.submitted_ts))),
+      el('span', {}, 'outcome ', el('b', {id: 'task-outcome',
+        class: t.outcome ? 'outcome-' + t.outcome : ''}, t.outcome || '-')),
+      t.error ? el('div', {class: 'outcome-failed'}, t.error) : null),
+    buttons, el('div', {id: 'message'}),
+    el('h2', {}, 'Attempts'), timeline(data.events, t),
+    el('h2', {}, 'Decisions'),
+    el('table', {id: 'decisions'}, el('thead', {}, el('tr', {},
+      ...['Time', 'Attempt', 'Event', 'What and why'].map(h => el('th', {}, h)))),
+      decisions),
+    ...outs);
+}
+
+async function showAgents() {
+  const data = await getJson('/api/agents');
+  const rows = data.agents.map(a => el('tr', {'data-agent': a.agent_id},
+    el('td', {}, a.agent_id),
+    el('td', {class: 'rate'}, Math.round(a.success_rate * 100) + '%'),
+    el('td', {}, a.attempts),
+    el('td', {}, dur(a.median_duration_s)), el('td', {}, dur(a.p90_duration_s)),
+    el('td', {class: 'wrap'}, Object.entries(a.failure_classes)
+      .map(([k, v]) => k + ' ×' + v).join(', ') || '-'),
+    el('td', {class: a.breaker === 'open' ? 'outcome-failed' : ''},
+       a.breaker || '-'),
+    el('td', {class: 'wrap muted'}, a.last_failure
+      ? iso(a.last_failure.ts) + ' ' + (a.last_failure['class'] || '') + ': ' +
+        (a.last_failure.line || 'exit ' + a.last_failure.exit_code) : '-')));
+  main.replaceChildren(
+    el('h2', {}, 'Agents'),
+    data.agents.length ? el('table', {id: 'agents'},
+      el('thead', {}, el('tr', {}, ...['Agent', 'Success', 'Attempts',
+        'Median', 'p90', 'Failure classes', 'Breaker', 'Last failure']
+        .map(h => el('th', {}, h)))), el('tbody', {}, ...rows))
+      : el('p', {class: 'muted'}, 'no attempts yet'),
+    el('h2', {}, 'Suggested fallback order'),
+    el('ol', {id: 'fallback-order'}, ...data.fallback_order.map(s =>
+      el('li', {}, el('b', {}, s.agent_id), ' — ', s.why))));
+}
+
+async function refresh() {
+  const h = location.hash || '#/';
+  for (const a of document.querySelectorAll('nav a'))
+    a.classList.toggle('active', a.getAttribute('href') === h);
+  try {
+    if (h.startsWith('#/task/'))
+      await showTask(decodeURIComponent(h.slice(7)));
+    else if (h === '#/agents') await showAgents();
+    else await showTasks();
+    setConn(true, 'live · updated ' + new Date().toLocaleTimeString());
+  } catch (e) {
+    setConn(false, String(e.message || e));
+  }
+}
+
+window.addEventListener('hashchange', refresh);
+refresh();
+timer = setInterval(refresh, 1000);
+)js";
+
+} // namespace tasksup::app

@@ -1,0 +1,322 @@
+// Figures folded from events: the Prometheus text, per-agent statistics and
+// the suggested fallback order, the task times the dashboard shows.
+
+#include "tasksup/actors/node_stats.hpp"
+
+#include "tasksup/actors/events.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json/parse.hpp>
+
+#include <string>
+#include <vector>
+
+using namespace tasksup;
+
+namespace {
+
+/// Emits the events of one task the way a supervisor does.
+class task_script {
+public:
+  task_script(node_stats& stats, std::string id, double t0)
+    : stats_(stats), id_(std::move(id)), now_(t0) {
+    stats_.add(task_submitted_event(head(), "env", {"a", "b"}));
+  }
+
+  /// One attempt of `agent` that runs `secs` and exits `code`; a failure is
+  /// classified as `cls` with `line`.
+  void attempt(const std::string& agent, double secs, int code,
+               error_class cls = error_class::retryable,
+               const std::string& line = "boom") {
+    ++attempt_;
+    stats_.add(attempt_started_event(head(), agent, "cli", "pid 1"));
+    now_ += secs;
+    attempt_outcome out;
+    out.exit_code = code;
+    out.duration_s = secs;
+    stats_.add(attempt_exited_event(head(), out));
+    if (code != 0) {
+      classification c;
+      c.cls = cls;
+      c.rule = "rule-" + std::string{to_string(cls)};
+      c.line = line;
+      stats_.add(classified_event(head(), c));
+    }
+  }
+
+  void retry(const std::string& agent, double delay) {
+    delay_decision d;
+    d.delay_s = delay;
+    d.scheduled_s = delay;
+    stats_.add(retry_scheduled_event(head(), 1, 3, agent, d, "retryable"));
+    now_ += delay;
+  }
+
+  void fallback(const std::string& from, const std::string& to) {
+    stats_.add(agent_switched_event(head(), from, to, "exhausted"));
+  }
+
+  void done(task_outcome outcome, int code = 0) {
+    task_result r;
+    r.task_id = id_;
+    r.outcome = outcome;
+    r.exit_code = code;
+    if (outcome != task_outcome::succeeded)
+      r.error = "gave up";
+    stats_.add(task_done_event(head(), r));
+    stats_.add(escalated_event(head(), outcome, "registry"));
+  }
+
+  double now() const { return now_; }
+
+private:
+  event_head head() {
+    event_head h;
+    h.task_id = id_;
+    h.attempt = attempt_;
+    h.trace_id = "0123456789abcdef0123456789abcdef";
+    h.span_id = "0123456789abcdef";
+    h.ts = now_;
+    return h;
+  }
+
+  node_stats& stats_;
+  std::string id_;
+  double now_;
+  int attempt_ = 0;
+};
+
+bool has_line(const std::string& text, const std::string& line) {
+  return text.find("\n" + line + "\n") != std::string::npos ||
+         text.rfind(line + "\n", 0) == 0;
+}
+
+} // namespace
+
+TEST_CASE("attempts are counted by agent, class and the decision after them") {
+  node_stats stats;
+  task_script t{stats, "t1", 1000};
+  t.attempt("a", 2, 1);
+  t.retry("a", 5);
+  t.attempt("a", 3, 1, error_class::rate_limit, "429 too many");
+  t.fallback("a", "b");
+  t.attempt("b", 4, 0);
+  t.done(task_outcome::succeeded);
+
+  auto text = stats.prometheus({}, node_health{});
+  CHECK(has_line(text, "tasksup_tasks_submitted_total 1"));
+  CHECK(
+    has_line(text, R"(tasksup_tasks_finished_total{outcome="succeeded"} 1)"));
+  CHECK(has_line(
+    text,
+    R"(tasksup_attempts_total{agent="a",class="retryable",decision="retry"} 1)"));
+  CHECK(has_line(
+    text,
+    R"(tasksup_attempts_total{agent="a",class="rate_limit",decision="fallback"} 1)"));
+  CHECK(has_line(
+    text,
+    R"(tasksup_attempts_total{agent="b",class="none",decision="succeeded"} 1)"));
+  CHECK(
+    has_line(text, R"(tasksup_retries_total{agent="a",class="retryable"} 1)"));
+  CHECK(has_line(text, R"(tasksup_fallbacks_total{from="a",to="b"} 1)"));
+  CHECK(has_line(text, R"(tasksup_escalations_total{outcome="succeeded"} 1)"));
+  // Durations: a ran 2 s and 3 s; buckets are cumulative.
+  CHECK(has_line(
+    text, R"(tasksup_attempt_duration_seconds_bucket{agent="a",le="1"} 0)"));
+  CHECK(has_line(
+    text, R"(tasksup_attempt_duration_seconds_bucket{agent="a",le="5"} 2)"));
+  CHECK(has_line(
+    text, R"(tasksup_attempt_duration_seconds_bucket{agent="a",le="+Inf"} 2)"));
+  CHECK(has_line(text, R"(tasksup_attempt_duration_seconds_sum{agent="a"} 5)"));
+  // Recovery: first failure ended at 1002, success at 1014.
+  CHECK(has_line(text, R"(tasksup_time_to_recovery_seconds_count 1)"));
+  CHECK(has_line(text, R"(tasksup_time_to_recovery_seconds_sum 12)"));
+  CHECK(
+    has_line(text, R"(tasksup_time_to_recovery_seconds_bucket{le="15"} 1)"));
+  CHECK(has_line(text, R"(tasksup_time_to_recovery_seconds_bucket{le="5"} 0)"));
+}
+
+TEST_CASE("task states, breakers, budget and slots come from the registry's "
+          "figures") {
+  node_stats stats;
+  std::vector<task_status> tasks(3);
+  tasks[0].state = task_state::running;
+  tasks[1].state = task_state::backoff;
+  tasks[2].state = task_state::backoff;
+  node_health h;
+  h.breakers = {{"a", breaker_state::open}, {"b", breaker_state::closed}};
+  h.budget_limited = true;
+  h.budget_tokens = 2.5;
+  h.budget_capacity = 10;
+  h.slots_in_use = 1;
+  h.slot_limit = 4;
+  h.queued = 0;
+  auto text = stats.prometheus(tasks, h);
+  CHECK(has_line(text, R"(tasksup_tasks{state="queued"} 0)"));
+  CHECK(has_line(text, R"(tasksup_tasks{state="running"} 1)"));
+  CHECK(has_line(text, R"(tasksup_tasks{state="backoff"} 2)"));
+  CHECK(
+    has_line(text, R"(tasksup_agent_breaker_state{agent="a",state="open"} 1)"));
+  CHECK(has_line(text,
+                 R"(tasksup_agent_breaker_state{agent="a",state="closed"} 0)"));
+  CHECK(has_line(text, "tasksup_retry_budget_tokens 2.5"));
+  CHECK(has_line(text, "tasksup_retry_budget_capacity 10"));
+  CHECK(has_line(text, "tasksup_attempt_slots 4"));
+  CHECK(has_line(text, "tasksup_attempt_slots_in_use 1"));
+  CHECK(has_line(text, "tasksup_queue_length 0"));
+  // An unlimited budget has no token figures.
+  auto unlimited = stats.prometheus(tasks, node_health{});
+  CHECK(has_line(unlimited, "tasksup_retry_budget_limited 0"));
+  CHECK(unlimited.find("tasksup_retry_budget_tokens") == std::string::npos);
+}
+
+TEST_CASE("agent labels are bounded; label values are escaped") {
+  node_stats::limits lim;
+  lim.max_agent_labels = 2;
+  node_stats stats{lim};
+  for (auto agent : {"x", "y\"\\\n", "z", "w"}) {
+    task_script t{stats, std::string{"t-"} + agent, 0};
+    t.attempt(agent, 1, 0);
+    t.done(task_outcome::succeeded);
+  }
+  auto text = stats.prometheus({}, node_health{});
+  CHECK(has_line(
+    text,
+    R"(tasksup_attempts_total{agent="x",class="none",decision="succeeded"} 1)"));
+  CHECK(has_line(
+    text,
+    R"(tasksup_attempts_total{agent="y\"\\\n",class="none",decision="succeeded"} 1)"));
+  CHECK(has_line(
+    text,
+    R"(tasksup_attempts_total{agent="other",class="none",decision="succeeded"} 2)"));
+  CHECK(text.find("agent=\"z\"") == std::string::npos);
+  // No task id ever becomes a label.
+  CHECK(text.find("t-x") == std::string::npos);
+}
+
+TEST_CASE("per-agent statistics over a window, and the fallback order with "
+          "reasons") {
+  node_stats stats;
+  // good: 9 of 10 succeed, 10 s each; lucky: 1 of 1; bad: 1 of 4, breaker
+  // open.
+  for (int i = 0; i < 10; ++i) {
+    task_script t{stats, "g" + std::to_string(i), 1000.0 + i * 100};
+    t.attempt("good", 10, i == 0 ? 1 : 0);
+    t.done(i == 0 ? task_outcome::failed : task_outcome::succeeded, 1);
+  }
+  {
+    task_script t{stats, "l", 5000};
+    t.attempt("lucky", 1, 0);
+    t.done(task_outcome::succeeded);
+  }
+  for (int i = 0; i < 4; ++i) {
+    task_script t{stats, "b" + std::to_string(i), 6000.0 + i * 100};
+    t.attempt("bad", 20 + i, i == 3 ? 0 : 1, error_class::rate_limit,
+              "HTTP 429 from provider");
+    t.done(i == 3 ? task_outcome::succeeded : task_outcome::failed, 1);
+  }
+  node_health h;
+  h.breakers = {{"bad", breaker_state::open}};
+  auto all = stats.agents(7000, 0, h);
+  REQUIRE(all.size() == 3);
+  auto& bad = all[0];
+  auto& good = all[1];
+  REQUIRE(bad.agent_id == "bad");
+  REQUIRE(good.agent_id == "good");
+  CHECK(good.attempts == 10);
+  CHECK(good.succeeded == 9);
+  CHECK(good.success_rate == Approx(0.9));
+  CHECK(good.median_duration_s == Approx(10));
+  CHECK(bad.success_rate == Approx(0.25));
+  CHECK(bad.failure_classes.at("rate_limit") == 3);
+  REQUIRE(bad.last_failure);
+  CHECK(bad.last_failure->line == "HTTP 429 from provider");
+  CHECK(bad.last_failure->task_id == "b2");
+  CHECK(bad.median_duration_s == Approx(21));
+  CHECK(bad.p90_duration_s == Approx(23));
+  CHECK(bad.breaker == breaker_state::open);
+
+  auto order = node_stats::fallback_order(all);
+  REQUIRE(order.size() == 3);
+  CHECK(order[0].agent_id == "good");
+  CHECK(order[1].agent_id == "lucky");
+  CHECK(order[2].agent_id == "bad");
+  CHECK(order[0].why.find("succeeded 9 of 10 (90%") != std::string::npos);
+  CHECK(order[2].why.find("circuit breaker open") == 0);
+  CHECK(order[2].why.find("mostly rate_limit") != std::string::npos);
+
+  // A window that reaches back only over bad's attempts.
+  auto recent = stats.agents(6400, 500, h);
+  REQUIRE(recent.size() == 1);
+  CHECK(recent[0].agent_id == "bad");
+
+  auto doc = boost::json::parse(stats.agents_json(7000, 0, h));
+  CHECK(doc.at("agents").as_array().size() == 3);
+  CHECK(doc.at("fallback_order").at(0).at("agent_id").as_string() == "good");
+}
+
+TEST_CASE("user-stopped attempts are left out of the success rate") {
+  node_stats stats;
+  task_script t{stats, "s", 0};
+  t.attempt("a", 5, 143, error_class::retryable);
+  t.done(task_outcome::stopped, 143);
+  auto all = stats.agents(10, 0, node_health{});
+  REQUIRE(all.size() == 1);
+  CHECK(all[0].stopped == 1);
+  CHECK(all[0].failed == 0);
+  CHECK(all[0].success_rate == 0);
+}
+
+TEST_CASE("task times: submitted, next retry while waiting, finished") {
+  node_stats stats;
+  task_script t{stats, "t", 100};
+  t.attempt("a", 2, 1);
+  delay_decision d;
+  d.delay_s = 15;
+  event_head h;
+  h.task_id = "t";
+  h.attempt = 1;
+  h.ts = 103;
+  stats.add(retry_scheduled_event(h, 1, 3, "a", d, "retryable"));
+  auto* times = stats.times("t");
+  REQUIRE(times);
+  CHECK(times->submitted_ts == 100);
+  CHECK(times->next_retry_ts == 118);
+  CHECK(times->last_decision.find("retry 1/3 of a after retryable, in 15 s") ==
+        0);
+
+  task_status st;
+  st.task_id = "t";
+  st.state = task_state::backoff;
+  auto list = boost::json::parse(stats.tasks_json({st}, 110));
+  auto& row = list.at("tasks").at(0);
+  CHECK(row.at("next_retry_ts").as_double() == 118);
+  CHECK(row.at("submitted_ts").as_double() == 100);
+  CHECK(row.at("finished_ts").is_null());
+  // Times never take exponent form.
+  CHECK(stats.tasks_json({st}, 1795362464.5).find("1795362464.5") !=
+        std::string::npos);
+
+  stats.add(attempt_started_event(h, "a", "cli", "pid"));
+  CHECK(stats.times("t")->next_retry_ts == 0);
+}
+
+TEST_CASE("kept tasks and attempt records are bounded") {
+  node_stats::limits lim;
+  lim.max_tasks = 3;
+  lim.max_records = 4;
+  node_stats stats{lim};
+  for (int i = 0; i < 10; ++i) {
+    task_script t{stats, "t" + std::to_string(i), static_cast<double>(i)};
+    t.attempt("a", 1, 0);
+    t.done(task_outcome::succeeded);
+  }
+  CHECK(stats.records().size() == 4);
+  CHECK(stats.records().front().task_id == "t6");
+  CHECK_FALSE(stats.knows("t6"));
+  CHECK(stats.knows("t9"));
+  // Counters are not bounded by what is kept.
+  CHECK(has_line(stats.prometheus({}, node_health{}),
+                 "tasksup_tasks_submitted_total 10"));
+}
