@@ -208,7 +208,7 @@ public:
     auto capture = output_capture::append_to(
       log,
       [this](output_stream stream, std::string_view line) {
-        if (replayed_ < replay_bytes_ || !cb_.on_line)
+        if (replaying_ || !cb_.on_line)
           return true;
         return cb_.on_line(stream, line);
       },
@@ -290,9 +290,18 @@ private:
 
   void make_demux() {
     demux_.emplace([this](int stream, std::string_view bytes) {
-      capture_->feed(stream == 2 ? output_stream::err : output_stream::out,
-                     bytes);
-      replayed_ += bytes.size();
+      auto s = stream == 2 ? output_stream::err : output_stream::out;
+      // An adopted container's output starts with what the log holds.
+      if (replayed_ < replay_bytes_) {
+        auto n = static_cast<std::size_t>(
+          std::min<std::uint64_t>(bytes.size(), replay_bytes_ - replayed_));
+        replaying_ = true;
+        capture_->feed(s, bytes.substr(0, n));
+        replaying_ = false;
+        replayed_ += n;
+        bytes.remove_prefix(n);
+      }
+      capture_->feed(s, bytes);
     });
   }
 
@@ -334,7 +343,10 @@ private:
     phase_ = phase::starting;
     output_ = detail::async_engine_attach(
       core_->io, core_->endpoint,
-      container_path() + "/attach?stream=1&logs=1&stdout=1&stderr=1",
+      // Everything it wrote so far, then (while it runs) what it writes
+      // on; a stopped container's output ends with its log.
+      container_path() + "/attach?logs=1&stdout=1&stderr=1&stream=" +
+        (state->running ? "1" : "0"),
       [self = shared_from_this()] {
         if (self->phase_ != phase::done)
           self->on_attached();
@@ -745,6 +757,7 @@ private:
   /// Bytes of output the log already held at adoption, and bytes read.
   std::uint64_t replay_bytes_ = 0;
   std::uint64_t replayed_ = 0;
+  bool replaying_ = false;
   std::optional<clock_type::time_point> ended_at_;
   std::vector<std::string> artifacts_;
   std::string infra_error_;
