@@ -198,28 +198,6 @@ public:
     }
     name_ = id;
     container_id_ = id;
-    // The output is read again from the container's start: what the log
-    // holds already is neither appended nor delivered again, only fed to
-    // the tail.
-    auto log = (fs::path{spec_.attempt_dir} / "output.log").string();
-    struct stat st {};
-    if (::stat(log.c_str(), &st) == 0 && st.st_size > 0)
-      replay_bytes_ = static_cast<std::uint64_t>(st.st_size);
-    auto capture = output_capture::append_to(
-      log,
-      [this](output_stream stream, std::string_view line) {
-        if (replaying_ || !cb_.on_line)
-          return true;
-        return cb_.on_line(stream, line);
-      },
-      core_->options.output_limits);
-    if (!capture) {
-      not_adopted(capture.error().to_string());
-      return;
-    }
-    capture_.emplace(std::move(*capture));
-    capture_->skip_logging(replay_bytes_);
-    make_demux();
     step_ = request(verb::get, container_path() + "/json", {},
                     core_->options.request_timeout,
                     [](docker_attempt& self, engine_response resp) {
@@ -340,6 +318,32 @@ private:
       complete_now();
       return;
     }
+    // The output is read again from the container's start: what the log
+    // holds already is neither appended nor delivered again, only fed to
+    // the tail.
+    auto log = (fs::path{spec_.attempt_dir} / "output.log").string();
+    struct stat st {};
+    if (::stat(log.c_str(), &st) == 0 && st.st_size > 0)
+      replay_bytes_ = static_cast<std::uint64_t>(st.st_size);
+    auto on_line = [this](output_stream stream, std::string_view line) {
+      if (replaying_ || !cb_.on_line)
+        return true;
+      return cb_.on_line(stream, line);
+    };
+    auto capture =
+      output_capture::append_to(log, on_line, core_->options.output_limits);
+    // Without its log the attempt is still watched to its end (and its
+    // container removed); its lines and tail still arrive.
+    if (!capture)
+      capture =
+        output_capture::create({}, on_line, core_->options.output_limits);
+    if (!capture) {
+      not_adopted(capture.error().to_string());
+      return;
+    }
+    capture_.emplace(std::move(*capture));
+    capture_->skip_logging(replay_bytes_);
+    make_demux();
     phase_ = phase::starting;
     output_ = detail::async_engine_attach(
       core_->io, core_->endpoint,
