@@ -1024,3 +1024,45 @@ TEST_CASE("docker: a container that is gone cannot be adopted", "[docker]") {
         std::string::npos);
   CHECK(out.infrastructure_error.find("gone") != std::string::npos);
 }
+
+TEST_CASE("docker: an engine that records OOMKilled after answering wait "
+          "still reports the OOM kill",
+          "[docker][fake-engine]") {
+  // The race seen on a freshly started engine: wait says 137 before the
+  // engine has handled the kernel's OOM event; inspect says OOMKilled
+  // false, then true.
+  temp_dir tmp;
+  std::atomic<int> inspections{0};
+  auto path = "/v1.41/containers/" + fake_id;
+  fake_engine engine{
+    tmp.path() / "engine.sock", [&](const fake_request& req) {
+      return healthy_answer(req, "", [&](const fake_request& r) {
+        if (r.target == path + "/wait")
+          return http_answer(200, R"({"StatusCode":137})");
+        if (r.target == path + "/json")
+          return http_answer(
+            200, ++inspections < 3
+                   ? R"({"State":{"ExitCode":137,"OOMKilled":false}})"
+                   : R"({"State":{"ExitCode":137,"OOMKilled":true}})");
+        return std::string{};
+      });
+    }};
+  auto rt = make_docker_runtime(engine.options());
+  recorder rec;
+  auto spec = shell_spec(tmp.path(), "fake-oom", "eat memory");
+  spec.memory_limit_mb = 16;
+  auto out = rec.wait_outcome_of(*rt, spec);
+  CHECK(out.exit_code == 137);
+  CHECK(out.oom_killed);
+  CHECK(inspections == 3);
+
+  SECTION("a SIGKILL without a memory limit is not looked at again") {
+    inspections = 0;
+    recorder rec2;
+    auto out2 =
+      rec2.wait_outcome_of(*rt, shell_spec(tmp.path(), "fake-kill", "killed"));
+    CHECK(out2.exit_code == 137);
+    CHECK_FALSE(out2.oom_killed);
+    CHECK(inspections == 1);
+  }
+}
