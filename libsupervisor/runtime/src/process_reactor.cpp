@@ -36,15 +36,15 @@ constexpr std::chrono::milliseconds follow_interval{50};
 
 // A cgroup directory name from task id and attempt: no slashes, no dots
 // alone, bounded length.
-std::string cgroup_name_for(const attempt_spec& spec) {
+std::string cgroup_name_for(const std::string& task_id, int attempt) {
   std::string name;
-  for (char c : spec.task_id.substr(0, 200))
+  for (char c : task_id.substr(0, 200))
     name += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'
               ? c
               : '_';
   if (name.empty())
     name = "task";
-  return name + "-" + std::to_string(spec.attempt);
+  return name + "-" + std::to_string(attempt);
 }
 
 /// The attempt directory as the shim is told it (and as its command line
@@ -282,7 +282,8 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   if (spec.memory_limit_mb && *spec.memory_limit_mb > 0) {
     if (auto* ctrl = memory_controller()) {
       auto cg = detail::memory_cgroup::create(
-        *ctrl, cgroup_name_for(spec), *spec.memory_limit_mb * 1024 * 1024);
+        *ctrl, cgroup_name_for(spec.task_id, spec.attempt),
+        *spec.memory_limit_mb * 1024 * 1024);
       if (cg) {
         a->cgroup.emplace(std::move(*cg));
         a->cgroup->close_procs_fd();
@@ -493,10 +494,11 @@ std::shared_ptr<attempt_handle> reactor::adopt(adopt_spec spec,
   a->log_fd = ::open(a->log_path.c_str(), O_RDONLY | O_CLOEXEC);
   auto index_path = dir + "/" + std::string{stream_index_name};
   a->index_fd = ::open(index_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  // Not the reactor's buffer: this runs on the caller's thread.
+  std::vector<char> buf(64 * 1024);
   a->delivering = false;
   if (a->log_fd >= 0 && a->index_fd >= 0)
-    follow_log(*a);
-  a->delivering = true;
+    follow_log(*a, buf);
 
   auto exit_path = dir + "/" + std::string{exit_record_name};
   auto shim_path = dir + "/" + std::string{shim_record_name};
@@ -516,10 +518,10 @@ std::shared_ptr<attempt_handle> reactor::adopt(adopt_spec spec,
   auto finished = [&] {
     a->exited = true;
     a->ended = clock_type::now();
-    // The log is complete: read what the replay left.
-    a->delivering = true;
+    // The log is complete: read what the replay left (all of it was
+    // written before the adoption, so none of it is delivered).
     if (a->log_fd >= 0 && a->index_fd >= 0)
-      follow_log(*a);
+      follow_log(*a, buf);
     a->eof = true;
     return submit(std::move(a));
   };
@@ -536,8 +538,11 @@ std::shared_ptr<attempt_handle> reactor::adopt(adopt_spec spec,
   } else {
     shim_problem = shim.error().to_string();
   }
-  if (rec && !rec->cgroup.empty())
-    a->cgroup.emplace(memory_cgroup::existing(rec->cgroup));
+  if (rec && !rec->cgroup.empty()) {
+    if (auto cg = recorded_cgroup(rec->cgroup,
+                                  cgroup_name_for(spec.task_id, spec.attempt)))
+      a->cgroup.emplace(std::move(*cg));
+  }
 
   if (auto bad = take_exit()) {
     if (bad->empty())
@@ -572,6 +577,7 @@ std::shared_ptr<attempt_handle> reactor::adopt(adopt_spec spec,
       a->pid = rec->shim_pid;
       a->pidfd = fd;
       a->agent_pid = rec->agent_pid;
+      a->delivering = true;
       if (a->log_fd < 0 || a->index_fd < 0)
         warn("process runtime: adopted attempt in " + dir +
              " has no readable output.log or output.streams; its output "
@@ -595,7 +601,7 @@ std::shared_ptr<attempt_handle> reactor::adopt(adopt_spec spec,
                                  : std::string{}));
 }
 
-bool reactor::follow_log(attempt& a) {
+bool reactor::follow_log(attempt& a, std::vector<char>& buffer) {
   if (a.log_fd < 0 || a.index_fd < 0)
     return true;
   char buf[4096];
@@ -624,9 +630,9 @@ bool reactor::follow_log(attempt& a) {
       continue;
     }
     auto want = static_cast<std::size_t>(
-      std::min<std::uint64_t>(seg.bytes, read_buf_.size()));
-    auto n = ::pread(a.log_fd, read_buf_.data(), want,
-                     static_cast<off_t>(a.log_offset));
+      std::min<std::uint64_t>(seg.bytes, buffer.size()));
+    auto n =
+      ::pread(a.log_fd, buffer.data(), want, static_cast<off_t>(a.log_offset));
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
@@ -636,7 +642,7 @@ bool reactor::follow_log(attempt& a) {
     seg.bytes -= got;
     if (seg.kind != 'n')
       a.capture->feed(seg.kind == 'e' ? output_stream::err : output_stream::out,
-                      {read_buf_.data(), got});
+                      {buffer.data(), got});
     if (a.delivering && a.capture->full()) {
       set_paused(a, true);
       return false;
@@ -678,6 +684,23 @@ void reactor::read_exit_record(attempt& a) {
       kill_group_members(rec->agent_pgid, rec->agent_start, a.attempt_dir);
   if (a.cgroup)
     a.cgroup->kill_all();
+}
+
+std::optional<memory_cgroup> reactor::recorded_cgroup(const std::string& path,
+                                                      const std::string& name) {
+  // Only a directory this runtime would have made: right below its own
+  // parent, and (when known) named for the attempt.
+  auto* ctrl = memory_controller();
+  if (ctrl == nullptr)
+    return std::nullopt;
+  auto prefix = ctrl->parent_dir + "/";
+  if (path.compare(0, prefix.size(), prefix) != 0)
+    return std::nullopt;
+  auto base = path.substr(prefix.size());
+  if (base.empty() || base.find('/') != std::string::npos || base == "." ||
+      base == ".." || (!name.empty() && base != name))
+    return std::nullopt;
+  return memory_cgroup::existing(path);
 }
 
 reap_report reactor::reap(const reap_spec& spec) {
@@ -734,8 +757,10 @@ reap_report reactor::reap(const reap_spec& spec) {
       how += (how.empty() ? "" : "; ") + std::string{"killed "} +
              std::to_string(killed) + " processes of group " +
              std::to_string(rec->agent_pgid);
-    if (!rec->cgroup.empty())
-      memory_cgroup::existing(rec->cgroup).kill_all();
+    // The cgroup only of an attempt shown to be one.
+    if (!how.empty() && !rec->cgroup.empty())
+      if (auto cg = recorded_cgroup(rec->cgroup, {}))
+        cg->kill_all();
     if (!how.empty())
       report.reaped.push_back(dir + ": " + how);
   }
@@ -928,7 +953,7 @@ void reactor::on_leader_exit(attempt& a) {
   close_fd(a.control_fd);
   if (a.adopted) {
     a.drain_until = now + options_.drain_timeout;
-    if (!a.paused && follow_log(a))
+    if (!a.paused && follow_log(a, read_buf_))
       a.eof = true;
   }
   // Nothing the agent started outlives it; what they wrote stays readable
@@ -1065,7 +1090,7 @@ void reactor::advance(attempt& a) {
   if (!a.exited) {
     if (a.adopted && !a.paused && a.drain_until && now >= *a.drain_until) {
       // drain_until is the next look at an adopted attempt's log.
-      follow_log(a);
+      follow_log(a, read_buf_);
       a.drain_until = now + follow_interval;
       schedule(*a.drain_until, a.id);
     }
@@ -1078,7 +1103,7 @@ void reactor::advance(attempt& a) {
   if (!a.eof) {
     if (a.paused)
       return; // set_paused(false) starts the drain again
-    if (a.adopted && follow_log(a)) {
+    if (a.adopted && follow_log(a, read_buf_)) {
       a.eof = true;
     } else if (a.adopted) {
       if (!a.paused) {

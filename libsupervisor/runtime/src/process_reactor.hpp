@@ -346,7 +346,13 @@ private:
   }
   void retry_cgroup_removals(bool final_pass);
   void read_exit_record(attempt& a);
-  bool follow_log(attempt& a);
+  /// Reads what output.streams says was appended to an adopted attempt's
+  /// log into its capture; true when all of it was read.
+  bool follow_log(attempt& a, std::vector<char>& buffer);
+  /// The memory cgroup named in a shim record, when it is one this runtime
+  /// would have made (`name`: the attempt's, empty when not known).
+  std::optional<detail::memory_cgroup> recorded_cgroup(const std::string& path,
+                                                       const std::string& name);
   output_capture::line_callback line_sink(attempt& a);
 
   process_runtime_options options_;
