@@ -248,6 +248,8 @@ private:
   bool group_gone();
   void finish();
   int poll_timeout() const;
+  /// True while output waits for the runtime to read it.
+  bool blocked() const;
 
   options o_;
   std::optional<rt::output_capture> capture_;
@@ -401,8 +403,13 @@ bool shim::group_gone() {
   return group_empty_;
 }
 
+bool shim::blocked() const {
+  return forwarding_ &&
+         (!streams_[0].pending.empty() || !streams_[1].pending.empty());
+}
+
 int shim::poll_timeout() const {
-  if (agent_running_)
+  if (agent_running_ || blocked())
     return -1;
   auto now = clock_type::now();
   auto left = [&](clock_type::time_point t) {
@@ -561,6 +568,14 @@ int shim::run() {
     }
     if (agent_running_)
       continue;
+    // Output the runtime has not taken yet is not lingering output: the
+    // drain waits for the runtime, not against it.
+    if (blocked()) {
+      drain_until_.reset(); // starts again once the runtime has read
+      continue;
+    }
+    if (!drain_until_)
+      drain_until_ = clock_type::now() + o_.drain;
     bool eof = streams_[0].in < 0 && streams_[1].in < 0;
     if (!eof && clock_type::now() >= *drain_until_) {
       record_.warnings.push_back(

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <sys/prctl.h>
@@ -427,4 +428,69 @@ TEST_CASE("shim: reap kills the attempts below a root that nobody adopts, "
   CHECK(eventually([&] { return fs::exists(f.attempt_dir + "/exit.status"); }));
   ::kill(-kept_agent, SIGKILL);
   CHECK(eventually([&] { return group_gone(kept_agent); }));
+}
+
+TEST_CASE("shim: a receiver that stops taking lines holds the agent back, "
+          "and still gets every line when it resumes after the agent "
+          "exited") {
+  temp_dir dir;
+  process_runtime_options opts;
+  // Far shorter than the pause below: output waiting for the receiver
+  // must not be taken for output held open by a stray process.
+  opts.drain_timeout = 200ms;
+  std::mutex mtx;
+  std::vector<std::string> warnings;
+  opts.on_warning = [&](std::string_view w) {
+    std::lock_guard<std::mutex> guard{mtx};
+    warnings.emplace_back(w);
+  };
+  auto rt = make_process_runtime(std::move(opts));
+  std::condition_variable cv;
+  std::vector<std::string> lines;
+  std::optional<attempt_outcome> outcome;
+  // Full from the first line until resumed.
+  bool holding = true;
+  attempt_callbacks cb;
+  cb.on_line = [&](output_stream, std::string_view line) {
+    std::lock_guard<std::mutex> guard{mtx};
+    lines.emplace_back(line);
+    return !holding;
+  };
+  cb.on_exit = [&](attempt_outcome out) {
+    std::lock_guard<std::mutex> guard{mtx};
+    outcome = std::move(out);
+    cv.notify_all();
+  };
+  attempt_spec spec;
+  spec.task_id = "flow";
+  spec.agent_id = "seq";
+  // About 110 kB: more than one pipe holds, less than the pipes and the
+  // shim's one pending read hold together, so the agent can finish.
+  spec.argv = {"/bin/sh", "-c", "seq 1 20000"};
+  spec.attempt_dir = dir.path + "/attempt-1";
+  auto handle = rt->start(spec, cb);
+  auto agent = static_cast<pid_t>(std::stol(handle->id()));
+  // The agent has written everything and ended while nobody read.
+  REQUIRE(eventually([&] { return group_gone(agent); }));
+  std::this_thread::sleep_for(3 * 200ms);
+  {
+    std::lock_guard<std::mutex> guard{mtx};
+    // At most what the first read held.
+    CHECK(lines.size() < 20000);
+    CHECK_FALSE(outcome.has_value());
+    holding = false;
+  }
+  handle->resume_output();
+  std::unique_lock<std::mutex> guard{mtx};
+  REQUIRE(cv.wait_for(guard, patience, [&] { return outcome.has_value(); }));
+  CHECK(outcome->exit_code == 0);
+  for (auto& w : warnings)
+    UNSCOPED_INFO(w);
+  UNSCOPED_INFO(read_all(dir.path + "/attempt-1/exit.status"));
+  CHECK(warnings.empty());
+  auto log = read_all(dir.path + "/attempt-1/output.log");
+  CHECK(std::count(log.begin(), log.end(), '\n') == 20000);
+  REQUIRE(lines.size() == 20000);
+  CHECK(lines.front() == "1");
+  CHECK(lines.back() == "20000");
 }
