@@ -494,3 +494,26 @@ TEST_CASE("shim: a receiver that stops taking lines holds the agent back, "
   CHECK(lines.front() == "1");
   CHECK(lines.back() == "20000");
 }
+
+TEST_CASE("shim: an adopted attempt can be stopped and killed like one "
+          "started here") {
+  fixture f;
+  // Ignores SIGTERM, so only the kill after the grace ends it.
+  f.spec.argv = {"/bin/sh", "-c",
+                 "trap '' TERM; echo before; while :; do sleep 0.05; done"};
+  doomed_node node{f.spec, orphan_policy::keep, f.dir.path};
+  auto agent = node.agent();
+  REQUIRE(eventually([&] { return f.logged("before\n"); }));
+  node.kill9();
+
+  auto rt = make_process_runtime();
+  recorder rec;
+  auto handle = rt->adopt(f.adoption(agent), rec.callbacks());
+  handle->stop(100ms);
+  auto out = rec.wait();
+  INFO(out.infrastructure_error);
+  CHECK(out.infrastructure_error.empty());
+  CHECK(out.signal == SIGKILL);
+  CHECK(out.exit_code == 128 + SIGKILL);
+  CHECK(eventually([&] { return group_gone(agent); }));
+}
