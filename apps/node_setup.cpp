@@ -34,7 +34,8 @@ expected<loaded_config> load_node_config(const std::string& flag) {
 }
 
 expected<std::shared_ptr<runtime::container_runtime>>
-make_named_runtime(std::string_view name, const node_config& node) {
+make_named_runtime(std::string_view name, const node_config& node,
+                   const runtime_owner& owner) {
   auto warn = [](std::string_view message) { spdlog::warn("{}", message); };
   runtime::output_capture_limits limits;
   limits.log_bytes = node.output_log_max_bytes;
@@ -44,6 +45,7 @@ make_named_runtime(std::string_view name, const node_config& node) {
     runtime::process_runtime_options opts;
     opts.on_warning = warn;
     opts.output_limits = limits;
+    opts.orphans = owner.orphans;
     return runtime::make_process_runtime(std::move(opts));
   }
   if (name == "docker") {
@@ -51,6 +53,7 @@ make_named_runtime(std::string_view name, const node_config& node) {
     if (!opts)
       return opts.error();
     opts->output_limits = limits;
+    opts->owner = owner.name;
     return runtime::make_docker_runtime(std::move(*opts));
   }
   return error{{},

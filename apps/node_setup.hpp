@@ -1,5 +1,6 @@
 #pragma once
 
+#include "tasksup/runtime/process_runtime.hpp"
 #include "tasksup/runtime/runtime.hpp"
 #include "tasksup/supervisor/config.hpp"
 #include "tasksup/supervisor/expected.hpp"
@@ -25,8 +26,17 @@ expected<loaded_config> load_node_config(const std::string& flag);
 /// Creates the runtime named `name` ("process" or "docker") with the output
 /// limits of `node`; warnings of the runtime go to the log. Errors say what is
 /// wrong (an unknown name, an unusable DOCKER_HOST).
+/// Who starts a runtime's attempts, and what becomes of them when that
+/// program dies without stopping them.
+struct runtime_owner {
+  /// The label tasksup.owner on its containers: "run" or "serve".
+  std::string name;
+  runtime::orphan_policy orphans = runtime::orphan_policy::kill;
+};
+
 expected<std::shared_ptr<runtime::container_runtime>>
-make_named_runtime(std::string_view name, const node_config& node);
+make_named_runtime(std::string_view name, const node_config& node,
+                   const runtime_owner& owner);
 
 /// A fresh directory name for the attempts of one `run` or `serve`:
 /// `$TMPDIR/tasksup/<kind>-<local time>-<pid>` (not created here).

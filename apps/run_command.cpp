@@ -107,9 +107,22 @@ int run_task(const run_options& opts) {
                            caf::anon_send(target, signal_atom::value, count);
                        }};
   setup_logging(false);
-  auto runtime = make_named_runtime(runtime_name, cfg->config.node);
+  // Nothing of this run outlives it: each agent's shim kills the agent when
+  // this process dies, even by SIGKILL; containers carry the owner label
+  // "run" with this process's pid and start time, so a later run removes
+  // them should this one be killed before it could.
+  auto runtime =
+    make_named_runtime(runtime_name, cfg->config.node,
+                       runtime_owner{"run", runtime::orphan_policy::kill});
   if (!runtime)
     return fail_input(runtime.error().to_string());
+  runtime::reap_report reaped;
+  if (runtime_name == "docker") {
+    runtime::reap_spec orphans;
+    orphans.owner = "run";
+    orphans.dead_owners = true;
+    reaped = (*runtime)->reap(orphans);
+  }
 
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, false);
@@ -146,6 +159,10 @@ int run_task(const run_options& opts) {
   console_opts.view.color = terminal;
   console_opts.json = json_out;
   event_console console{console_opts};
+  for (auto& line : reaped.reaped)
+    console.note("left by a tasksup run that died: " + line);
+  for (auto& line : reaped.errors)
+    console.note("cannot clean up after a tasksup run that died: " + line);
 
   // Subscribe before submitting so that no event is missed.
   using namespace std::chrono_literals;

@@ -196,11 +196,14 @@ int serve(const serve_options& opts) {
     }
     reg.restored = std::move(*snapshot);
   }
-  auto process = make_named_runtime("process", cfg->config.node);
+  // Attempts outlive a crashed node (their shims and containers keep
+  // running) so that a restarted node can adopt them.
+  runtime_owner owner{"serve", runtime::orphan_policy::keep};
+  auto process = make_named_runtime("process", cfg->config.node, owner);
   if (!process)
     return bad(process.error().to_string());
   reg.runtimes["process"] = *process;
-  if (auto docker = make_named_runtime("docker", cfg->config.node))
+  if (auto docker = make_named_runtime("docker", cfg->config.node, owner))
     reg.runtimes["docker"] = *docker;
   else if (default_runtime == "docker")
     return bad(docker.error().to_string());

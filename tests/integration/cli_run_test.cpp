@@ -323,3 +323,93 @@ TEST_CASE("run --runtime docker: attempts run in containers and the task's "
   CHECK(r.out.find("inside 2") != std::string::npos);
   CHECK(text(of_kind(evs, "task_done").at(0), "outcome") == "failed");
 }
+
+namespace {
+
+/// The first "agent-pid N" printed in the events file, once it is there.
+pid_t agent_pid_in(const std::string& events) {
+  pid_t pid = -1;
+  REQUIRE(eventually(
+    [&] {
+      auto all = slurp(events);
+      auto at = all.find("agent-pid ");
+      if (at == std::string::npos)
+        return false;
+      pid = static_cast<pid_t>(std::atol(all.c_str() + at + 10));
+      return pid > 0;
+    },
+    30s));
+  return pid;
+}
+
+} // namespace
+
+TEST_CASE("run: killed with SIGKILL mid-attempt, it leaves no agent process "
+          "behind") {
+  scratch dir;
+  auto task = dir.write("orphan.json", R"({"id": "orphan", "prompt": "p",
+    "agent_selection": {"agents": [{"agent_id": "sleeper",
+      "agent_cli": "/bin/sh",
+      "cli_flags": "-c 'echo agent-pid $$; sleep 300 & sleep 300; wait'"}]}})");
+  auto events = dir / "events.jsonl";
+  tasksup_child run{dir,
+                    "run",
+                    {"run", "--config", config_dir(), "--events", events,
+                     "--work-dir", dir / "work", task}};
+  auto agent = agent_pid_in(events);
+  // The agent leads its process group; both sleeps are in it.
+  REQUIRE(::kill(-agent, 0) == 0);
+  run.signal(SIGKILL);
+  run.wait(20s);
+  CHECK(
+    eventually([&] { return ::kill(-agent, 0) != 0 && errno == ESRCH; }, 20s));
+}
+
+TEST_CASE("run --runtime docker: the container of a run killed with SIGKILL "
+          "is removed by the next run",
+          "[docker]") {
+  auto problem = docker_problem();
+  if (!problem.empty()) {
+    WARN("skipping: " << problem);
+    return;
+  }
+  using namespace tasksup::runtime;
+  scratch dir;
+  auto task_id = "orphan-" + std::to_string(::getpid());
+  auto task = dir.write("orphan.json", R"({"id": ")" + task_id +
+                                         R"(", "prompt": "p", "image": ")" +
+                                         docker_test_image() + R"(",
+    "agent_selection": {"agents": [{"agent_id": "bb", "agent_cli": "sh",
+      "cli_flags": "-c 'echo agent-pid 1; exec sleep 300'"}]}})");
+  auto events = dir / "events.jsonl";
+  auto options = docker_options_from_environment();
+  REQUIRE(options);
+  auto containers = [&] {
+    auto list = list_docker_containers(*options, "tasksup.task_id=" + task_id);
+    REQUIRE(list);
+    return *list;
+  };
+  {
+    tasksup_child run{dir,
+                      "run",
+                      {"run", "--runtime", "docker", "--config", config_dir(),
+                       "--events", events, "--work-dir", dir / "work", task}};
+    agent_pid_in(events);
+    run.signal(SIGKILL);
+    run.wait(20s);
+  }
+  auto left = containers();
+  REQUIRE(left.size() == 1);
+  CHECK(left[0].labels["tasksup.owner"] == "run");
+  auto quick = dir.write("quick.json", R"({"id": "quick", "prompt": "p",
+    "image": ")" + docker_test_image() + R"(",
+    "agent_selection": {"agents": [{"agent_id": "bb", "agent_cli": "true"}]}})");
+  auto r = run_to_end(dir,
+                      {"run", "--runtime", "docker", "--config", config_dir(),
+                       "--work-dir", dir / "work2", quick},
+                      120s);
+  INFO(r.out << r.err);
+  CHECK(r.status == 0);
+  CHECK(containers().empty());
+  CHECK(r.out.find("left by a tasksup run that died") != std::string::npos);
+}

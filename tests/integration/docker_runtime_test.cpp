@@ -27,6 +27,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 namespace {
@@ -940,4 +941,128 @@ TEST_CASE("docker: a failing or lying engine ends the attempt as an "
     CHECK(requests.back().method == "DELETE");
   else
     CHECK(requests.size() == 1); // nothing was created
+}
+
+TEST_CASE("docker: a container outlives its killed node and is adopted with "
+          "its real exit code and the rest of its output",
+          "[docker]") {
+  if (!engine_ready())
+    return;
+  temp_dir tmp;
+  auto task_id = unique_task_id("adopt");
+  // Waits for a file in its workspace, then ends with exit 7.
+  auto spec =
+    shell_spec(tmp.path(), task_id,
+               "echo before; while [ ! -e /workspace/go ]; do sleep 0.05; "
+               "done; echo after; echo after-err >&2; exit 7");
+  auto id_file = (tmp.path() / "id").string();
+  // The node that dies: a child process with its own runtime.
+  pid_t node = ::fork();
+  REQUIRE(node >= 0);
+  if (node == 0) {
+    auto rt = make_docker_runtime(engine_options());
+    recorder rec;
+    auto handle = rt->start(spec, rec.callbacks());
+    rec.wait_for_line("before");
+    std::ofstream{id_file + ".tmp"} << handle->id();
+    std::rename((id_file + ".tmp").c_str(), id_file.c_str());
+    for (;;)
+      ::pause();
+  }
+  auto deadline = std::chrono::steady_clock::now() + attempt_bound;
+  while (!fs::exists(id_file) && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  REQUIRE(fs::exists(id_file));
+  std::string container;
+  std::ifstream{id_file} >> container;
+  ::kill(node, SIGKILL);
+  ::waitpid(node, nullptr, 0);
+  REQUIRE(containers_of(task_id).size() == 1);
+
+  auto rt = make_docker_runtime(engine_options());
+  recorder rec;
+  adopt_spec adopt;
+  adopt.task_id = spec.task_id;
+  adopt.attempt = spec.attempt;
+  adopt.agent_id = spec.agent_id;
+  adopt.attempt_dir = spec.attempt_dir;
+  adopt.runtime_id = container;
+  auto handle = rt->adopt(adopt, rec.callbacks());
+  CHECK(handle->id() == container);
+  std::ofstream{fs::path{spec.attempt_dir} / "workspace" / "go"} << "go";
+  auto out = rec.wait();
+  INFO(out.infrastructure_error);
+  CHECK(out.infrastructure_error.empty());
+  CHECK(out.exit_code == 7);
+  CHECK(out.started);
+  CHECK(contains(rec.lines(), "after"));
+  CHECK(contains(rec.lines(), "after-err"));
+  CHECK_FALSE(contains(rec.lines(), "before"));
+  CHECK(contains(out.tail, "before"));
+  // The log holds each line once.
+  std::ifstream log{fs::path{spec.attempt_dir} / "output.log"};
+  std::string all{std::istreambuf_iterator<char>{log}, {}};
+  CHECK(all.find("before") == all.rfind("before"));
+  CHECK(all.find("after\n") != std::string::npos);
+  CHECK(containers_of(task_id).empty());
+  CHECK(rec.exits() == 1);
+}
+
+TEST_CASE("docker: a container that is gone cannot be adopted", "[docker]") {
+  if (!engine_ready())
+    return;
+  temp_dir tmp;
+  auto rt = make_docker_runtime(engine_options());
+  recorder rec;
+  adopt_spec adopt;
+  adopt.task_id = unique_task_id("gone");
+  adopt.attempt_dir = (tmp.path() / "a").string();
+  adopt.runtime_id = "0123456789abcdef0123456789abcdef";
+  rt->adopt(adopt, rec.callbacks());
+  auto out = rec.wait();
+  CHECK(out.infrastructure_error.find("could not be adopted") !=
+        std::string::npos);
+  CHECK(out.infrastructure_error.find("gone") != std::string::npos);
+}
+
+TEST_CASE("docker: an engine that records OOMKilled after answering wait "
+          "still reports the OOM kill",
+          "[docker][fake-engine]") {
+  // The race seen on a freshly started engine: wait says 137 before the
+  // engine has handled the kernel's OOM event; inspect says OOMKilled
+  // false, then true.
+  temp_dir tmp;
+  std::atomic<int> inspections{0};
+  auto path = "/v1.41/containers/" + fake_id;
+  fake_engine engine{
+    tmp.path() / "engine.sock", [&](const fake_request& req) {
+      return healthy_answer(req, "", [&](const fake_request& r) {
+        if (r.target == path + "/wait")
+          return http_answer(200, R"({"StatusCode":137})");
+        if (r.target == path + "/json")
+          return http_answer(
+            200, ++inspections < 3
+                   ? R"({"State":{"ExitCode":137,"OOMKilled":false}})"
+                   : R"({"State":{"ExitCode":137,"OOMKilled":true}})");
+        return std::string{};
+      });
+    }};
+  auto rt = make_docker_runtime(engine.options());
+  recorder rec;
+  auto spec = shell_spec(tmp.path(), "fake-oom", "eat memory");
+  spec.memory_limit_mb = 16;
+  auto out = rec.wait_outcome_of(*rt, spec);
+  CHECK(out.exit_code == 137);
+  CHECK(out.oom_killed);
+  CHECK(inspections == 3);
+
+  SECTION("a SIGKILL without a memory limit is not looked at again") {
+    inspections = 0;
+    recorder rec2;
+    auto out2 =
+      rec2.wait_outcome_of(*rt, shell_spec(tmp.path(), "fake-kill", "killed"));
+    CHECK(out2.exit_code == 137);
+    CHECK_FALSE(out2.oom_killed);
+    CHECK(inspections == 1);
+  }
 }

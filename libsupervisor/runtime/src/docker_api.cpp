@@ -199,6 +199,18 @@ expected<docker_container_state> parse_docker_inspect(std::string_view body) {
   }
   if (auto* err = state->if_contains("Error"); err && err->is_string())
     out.error = printable(err->as_string(), max_message_bytes);
+  if (auto* running = state->if_contains("Running")) {
+    if (!running->is_bool())
+      return engine_error("/State/Running", "inspect: expected a boolean");
+    out.running = running->as_bool();
+  }
+  auto* config_value = obj->if_contains("Config");
+  auto* config = config_value ? config_value->if_object() : nullptr;
+  auto* labels = config ? config->if_contains("Labels") : nullptr;
+  if (labels && labels->is_object())
+    for (auto& [key, val] : labels->as_object())
+      if (val.is_string())
+        out.labels.emplace(std::string{key}, std::string{val.as_string()});
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include "docker_engine_client.hpp"
 #include "tasksup/runtime/detail/docker_api.hpp"
 #include "tasksup/runtime/detail/docker_log_demux.hpp"
+#include "tasksup/runtime/detail/shim_record.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -22,6 +23,9 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace tasksup::runtime {
 
@@ -168,10 +172,7 @@ public:
       return;
     }
     capture_.emplace(std::move(*capture));
-    demux_.emplace([this](int stream, std::string_view bytes) {
-      capture_->feed(stream == 2 ? output_stream::err : output_stream::out,
-                     bytes);
-    });
+    make_demux();
     // Named by `start`, so `attempt_started` can name the container before
     // the engine has answered the create.
     name_ = id_->get();
@@ -179,6 +180,28 @@ public:
                     std::move(*body), core_->options.request_timeout,
                     [](docker_attempt& self, engine_response resp) {
                       self.on_created(std::move(resp));
+                    });
+  }
+
+  /// Takes over container `id`, started by another instance of the runtime.
+  void begin_adopt(std::string id) {
+    adopting_ = true;
+    phase_ = phase::creating;
+    auto valid = !id.empty() && id.size() <= 128 &&
+                 std::all_of(id.begin(), id.end(), [](char c) {
+                   return std::isalnum(static_cast<unsigned char>(c)) ||
+                          c == '_' || c == '.' || c == '-';
+                 });
+    if (!valid) {
+      not_adopted("no usable container id ('" + id.substr(0, 64) + "')");
+      return;
+    }
+    name_ = id;
+    container_id_ = id;
+    step_ = request(verb::get, container_path() + "/json", {},
+                    core_->options.request_timeout,
+                    [](docker_attempt& self, engine_response resp) {
+                      self.on_adopt_inspected(std::move(resp));
                     });
   }
 
@@ -242,6 +265,119 @@ private:
   };
 
   enum class user_request { none, stop, kill };
+
+  void make_demux() {
+    demux_.emplace([this](int stream, std::string_view bytes) {
+      auto s = stream == 2 ? output_stream::err : output_stream::out;
+      // An adopted container's output starts with what the log holds.
+      if (replayed_ < replay_bytes_) {
+        auto n = static_cast<std::size_t>(
+          std::min<std::uint64_t>(bytes.size(), replay_bytes_ - replayed_));
+        replaying_ = true;
+        capture_->feed(s, bytes.substr(0, n));
+        replaying_ = false;
+        replayed_ += n;
+        bytes.remove_prefix(n);
+      }
+      capture_->feed(s, bytes);
+    });
+  }
+
+  void not_adopted(std::string why) {
+    fail("node restarted and the attempt could not be adopted: " +
+         std::move(why));
+    complete();
+  }
+
+  void on_adopt_inspected(engine_response resp) {
+    if (resp.status == 404) {
+      not_adopted("container " + container_id_ + " is gone");
+      return;
+    }
+    if (!resp.ok()) {
+      not_adopted("docker inspect of " + container_id_ +
+                  " failed: " + engine_text(resp));
+      return;
+    }
+    auto state = detail::parse_docker_inspect(resp.body);
+    if (!state) {
+      not_adopted(state.error().to_string());
+      return;
+    }
+    auto label = [&](const std::string& key) {
+      auto it = state->labels.find(key);
+      return it == state->labels.end() ? std::string{} : it->second;
+    };
+    // A container of another attempt is not ours to watch or remove.
+    if (label("tasksup.task_id") != spec_.task_id ||
+        label("tasksup.attempt") != std::to_string(spec_.attempt)) {
+      fail("node restarted and the attempt could not be adopted: container " +
+           container_id_ + " belongs to task '" + label("tasksup.task_id") +
+           "' attempt " + label("tasksup.attempt"));
+      phase_ = phase::done;
+      complete_now();
+      return;
+    }
+    // The output is read again from the container's start: what the log
+    // holds already is neither appended nor delivered again, only fed to
+    // the tail.
+    auto log = (fs::path{spec_.attempt_dir} / "output.log").string();
+    struct stat st {};
+    if (::stat(log.c_str(), &st) == 0 && st.st_size > 0)
+      replay_bytes_ = static_cast<std::uint64_t>(st.st_size);
+    auto on_line = [this](output_stream stream, std::string_view line) {
+      if (replaying_ || !cb_.on_line)
+        return true;
+      return cb_.on_line(stream, line);
+    };
+    auto capture =
+      output_capture::append_to(log, on_line, core_->options.output_limits);
+    // Without its log the attempt is still watched to its end (and its
+    // container removed); its lines and tail still arrive.
+    if (!capture)
+      capture =
+        output_capture::create({}, on_line, core_->options.output_limits);
+    if (!capture) {
+      not_adopted(capture.error().to_string());
+      return;
+    }
+    capture_.emplace(std::move(*capture));
+    capture_->skip_logging(replay_bytes_);
+    make_demux();
+    phase_ = phase::starting;
+    output_ = detail::async_engine_attach(
+      core_->io, core_->endpoint,
+      // Everything it wrote so far, then (while it runs) what it writes
+      // on; a stopped container's output ends with its log.
+      container_path() + "/attach?logs=1&stdout=1&stderr=1&stream=" +
+        (state->running ? "1" : "0"),
+      [self = shared_from_this()] {
+        if (self->phase_ != phase::done)
+          self->on_attached();
+      },
+      [self = shared_from_this()](std::string_view bytes) {
+        self->on_output_bytes(bytes);
+      },
+      [self = shared_from_this()](engine_response resp) {
+        if (self->phase_ != phase::done)
+          self->on_output_end(std::move(resp));
+      });
+  }
+
+  /// The container runs (or ran, when adopted after its end): wait for it.
+  void running() {
+    phase_ = phase::running;
+    started_at_ = clock_type::now();
+    wait_ = request(verb::post, container_path() + "/wait", {},
+                    std::chrono::milliseconds{0},
+                    [](docker_attempt& self, engine_response resp) {
+                      self.on_waited(std::move(resp));
+                    });
+    if (requested_ == user_request::kill)
+      send_kill();
+    else if (requested_ == user_request::stop)
+      send_stop();
+  }
 
   using step_handler = void (*)(docker_attempt&, engine_response);
 
@@ -337,6 +473,10 @@ private:
 
   void on_attached() {
     attached_ = true;
+    if (adopting_) {
+      running();
+      return;
+    }
     if (requested_ != user_request::none) {
       end_unstarted();
       return;
@@ -362,17 +502,7 @@ private:
       inspect();
       return;
     }
-    phase_ = phase::running;
-    started_at_ = clock_type::now();
-    wait_ = request(verb::post, container_path() + "/wait", {},
-                    std::chrono::milliseconds{0},
-                    [](docker_attempt& self, engine_response resp) {
-                      self.on_waited(std::move(resp));
-                    });
-    if (requested_ == user_request::kill)
-      send_kill();
-    else if (requested_ == user_request::stop)
-      send_stop();
+    running();
   }
 
   void send_stop() {
@@ -488,6 +618,27 @@ private:
         fail("docker start failed: " + start_error_);
       }
     }
+    // The engine answers `wait` once it has handled the container's exit;
+    // the kernel's OOM event reaches it separately and may be handled later
+    // (seen on a freshly started engine: exit 137, OOMKilled false, then
+    // true). A SIGKILL under a memory limit that nobody here asked for is
+    // looked at again until the engine agrees or the settle time is over.
+    if (state && !state->oom_killed && state->exit_code == 128 + sigkill &&
+        spec_.memory_limit_mb && requested_ == user_request::none &&
+        start_error_.empty() && core_->options.oom_settle_timeout.count() > 0) {
+      auto now = clock_type::now();
+      if (!settle_until_)
+        settle_until_ = now + core_->options.oom_settle_timeout;
+      if (now < *settle_until_) {
+        drain_timer_.expires_after(std::chrono::milliseconds{50});
+        drain_timer_.async_wait(
+          [self = shared_from_this()](boost::system::error_code ec) {
+            if (!ec && self->phase_ == phase::collecting)
+              self->inspect();
+          });
+        return;
+      }
+    }
     if (state) {
       exit_code_ = state->exit_code;
       oom_killed_ = state->oom_killed;
@@ -531,6 +682,10 @@ private:
     if (phase_ == phase::done)
       return;
     phase_ = phase::done;
+    complete_now();
+  }
+
+  void complete_now() {
     drain_timer_.cancel();
     for (auto* ex : {&step_, &wait_, &output_})
       if (*ex) {
@@ -562,7 +717,7 @@ private:
     }
     out.artifacts = std::move(artifacts_);
     out.infrastructure_error = std::move(infra_error_);
-    out.started = started_at_.has_value();
+    out.started = started_at_.has_value() || adopting_;
     out.retry_futile = retry_futile_;
     auto on_exit = std::move(cb_.on_exit);
     cb_ = {};
@@ -600,6 +755,13 @@ private:
   int signal_ = 0;
   bool oom_killed_ = false;
   std::optional<clock_type::time_point> started_at_;
+  std::optional<clock_type::time_point> settle_until_;
+  /// Adopted from another instance: found, not created.
+  bool adopting_ = false;
+  /// Bytes of output the log already held at adoption, and bytes read.
+  std::uint64_t replay_bytes_ = 0;
+  std::uint64_t replayed_ = 0;
+  bool replaying_ = false;
   std::optional<clock_type::time_point> ended_at_;
   std::vector<std::string> artifacts_;
   std::string infra_error_;
@@ -691,6 +853,10 @@ public:
 
   std::shared_ptr<attempt_handle> start(attempt_spec spec,
                                         attempt_callbacks cb) override {
+    if (!core_->options.owner.empty())
+      spec.labels["tasksup.owner"] = core_->options.owner;
+    spec.labels["tasksup.owner_pid"] = owner_pid_;
+    spec.labels["tasksup.owner_start"] = owner_start_;
     auto id = std::make_shared<id_box>();
     // Until the engine answers the create, the attempt is known by the name
     // it will be created with (the engine accepts either).
@@ -705,22 +871,111 @@ public:
     return handle;
   }
 
+  std::shared_ptr<attempt_handle> adopt(adopt_spec spec,
+                                        attempt_callbacks cb) override;
+
+  reap_report reap(const reap_spec& spec) override;
+
 private:
   std::shared_ptr<docker_core> core_;
   std::thread thread_;
+  std::string owner_pid_ = std::to_string(::getpid());
+  std::string owner_start_ =
+    std::to_string(detail::process_start_time(::getpid()).value_or(0));
 };
 
 /// Runs one request to completion on a private io_context.
 engine_response sync_request(const docker_runtime_options& options,
-                             std::string target) {
+                             std::string target, verb method = verb::get) {
   asio::io_context io;
   engine_response out;
   detail::async_engine_request(
-    io, endpoint_of(options), verb::get, std::move(target), {},
+    io, endpoint_of(options), method, std::move(target), {},
     options.request_timeout,
     [&out](engine_response resp) { out = std::move(resp); });
   io.run();
   return out;
+}
+
+std::shared_ptr<attempt_handle> docker_runtime::adopt(adopt_spec spec,
+                                                      attempt_callbacks cb) {
+  auto container = spec.runtime_id;
+  if (container.empty()) {
+    // Found by its labels: the task's id and the attempt's number.
+    auto list =
+      list_docker_containers(core_->options, "tasksup.task_id=" + spec.task_id);
+    if (list)
+      for (auto& c : *list)
+        if (auto it = c.labels.find("tasksup.attempt");
+            it != c.labels.end() && it->second == std::to_string(spec.attempt))
+          container = c.id;
+  }
+  auto id = std::make_shared<id_box>();
+  id->set(container);
+  attempt_spec as;
+  as.task_id = std::move(spec.task_id);
+  as.attempt = spec.attempt;
+  as.agent_id = std::move(spec.agent_id);
+  as.attempt_dir = std::move(spec.attempt_dir);
+  as.labels = std::move(spec.labels);
+  auto attempt =
+    std::make_shared<docker_attempt>(core_, std::move(as), std::move(cb), id);
+  auto handle = std::make_shared<docker_handle>(core_, attempt, id);
+  asio::post(core_->io, [core = core_, attempt, container] {
+    core->live.emplace(attempt.get(), attempt);
+    attempt->begin_adopt(container);
+  });
+  return handle;
+}
+
+reap_report docker_runtime::reap(const reap_spec& spec) {
+  reap_report report;
+  if (spec.owner.empty())
+    return report;
+  auto list =
+    list_docker_containers(core_->options, "tasksup.owner=" + spec.owner);
+  if (!list) {
+    report.errors.push_back(list.error().to_string());
+    return report;
+  }
+  for (auto& c : *list) {
+    if (spec.keep.count(c.id) != 0)
+      continue;
+    auto label = [&](const char* key) {
+      auto it = c.labels.find(key);
+      return it == c.labels.end() ? std::string{} : it->second;
+    };
+    auto pid_text = label("tasksup.owner_pid");
+    auto start_text = label("tasksup.owner_start");
+    if (spec.dead_owners) {
+      // Alive means: that pid runs and started when the owner did. Labels
+      // that say nothing usable leave the container alone.
+      char* end = nullptr;
+      auto pid = std::strtol(pid_text.c_str(), &end, 10);
+      if (pid_text.empty() || *end != '\0' || pid <= 1 || pid > 4'194'304)
+        continue;
+      auto start = detail::process_start_time(static_cast<pid_t>(pid));
+      if (start && std::to_string(*start) == start_text)
+        continue;
+    }
+    auto resp =
+      sync_request(core_->options,
+                   "/containers/" + detail::url_encode(c.id) + "?force=1&v=1",
+                   verb::delete_);
+    auto what = "container " + c.id.substr(0, 12) + " (task '" +
+                label("tasksup.task_id") + "' attempt " +
+                label("tasksup.attempt") + ", owner " + spec.owner + " pid " +
+                pid_text + ")";
+    if (resp.ok() || resp.status == 404)
+      report.reaped.push_back("removed " + what);
+    else
+      report.errors.push_back(
+        "cannot remove " + what + ": " +
+        (resp.transport_error.empty()
+           ? detail::docker_error_message(resp.status, resp.body)
+           : resp.transport_error));
+  }
+  return report;
 }
 
 } // namespace

@@ -245,6 +245,12 @@ void memory_cgroup::close_procs_fd() noexcept {
   }
 }
 
+memory_cgroup memory_cgroup::existing(const std::string& path) {
+  auto version =
+    exists(path + "/memory.events") ? cgroup_version::v2 : cgroup_version::v1;
+  return memory_cgroup{version, path, -1};
+}
+
 bool memory_cgroup::oom_killed() const {
   auto file =
     version_ == cgroup_version::v1 ? "/memory.oom_control" : "/memory.events";

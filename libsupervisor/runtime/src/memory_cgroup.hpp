@@ -38,6 +38,10 @@ public:
                                         const std::string& name,
                                         std::uint64_t limit_bytes);
 
+  /// An existing cgroup directory (one another process created, e.g. the
+  /// node before it restarted): its version is told by its files.
+  static memory_cgroup existing(const std::string& path);
+
   memory_cgroup(memory_cgroup&& other) noexcept;
 
   memory_cgroup& operator=(memory_cgroup&& other) noexcept;

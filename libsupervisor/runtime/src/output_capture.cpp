@@ -27,6 +27,23 @@ expected<output_capture> output_capture::create(std::string log_path,
   return output_capture{std::move(log_path), fd, std::move(on_line), limits};
 }
 
+expected<output_capture>
+output_capture::append_to(std::string log_path, line_callback on_line,
+                          output_capture_limits limits) {
+  if (limits.max_piece_bytes == 0)
+    return error{"output capture", "max_piece_bytes", "must be at least 1"};
+  int fd = -1;
+  if (!log_path.empty()) {
+    fd =
+      ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+      return error{log_path, "",
+                   std::string{"cannot open output log: "} +
+                     std::strerror(errno)};
+  }
+  return output_capture{std::move(log_path), fd, std::move(on_line), limits};
+}
+
 output_capture::output_capture(std::string log_path, int fd,
                                line_callback on_line,
                                output_capture_limits limits)
@@ -38,13 +55,13 @@ output_capture::output_capture(std::string log_path, int fd,
 
 output_capture::output_capture(output_capture&& other) noexcept
   : log_path_(std::move(other.log_path_)), fd_(std::exchange(other.fd_, -1)),
-    on_line_(std::move(other.on_line_)),
+    on_line_(std::move(other.on_line_)), observer_(std::move(other.observer_)),
     limits_(other.limits_), lines_{std::move(other.lines_[0]),
                                    std::move(other.lines_[1])},
     finished_(other.finished_), full_(other.full_),
     tail_(std::move(other.tail_)), log_error_(std::move(other.log_error_)),
     bytes_seen_(other.bytes_seen_), logged_bytes_(other.logged_bytes_),
-    unlogged_bytes_(other.unlogged_bytes_),
+    skip_log_(other.skip_log_), unlogged_bytes_(other.unlogged_bytes_),
     delivered_bytes_(other.delivered_bytes_), held_bytes_(other.held_bytes_),
     held_lines_(other.held_lines_) {}
 
@@ -54,6 +71,7 @@ output_capture& output_capture::operator=(output_capture&& other) noexcept {
     log_path_ = std::move(other.log_path_);
     fd_ = std::exchange(other.fd_, -1);
     on_line_ = std::move(other.on_line_);
+    observer_ = std::move(other.observer_);
     limits_ = other.limits_;
     lines_[0] = std::move(other.lines_[0]);
     lines_[1] = std::move(other.lines_[1]);
@@ -63,6 +81,7 @@ output_capture& output_capture::operator=(output_capture&& other) noexcept {
     log_error_ = std::move(other.log_error_);
     bytes_seen_ = other.bytes_seen_;
     logged_bytes_ = other.logged_bytes_;
+    skip_log_ = other.skip_log_;
     unlogged_bytes_ = other.unlogged_bytes_;
     delivered_bytes_ = other.delivered_bytes_;
     held_bytes_ = other.held_bytes_;
@@ -79,7 +98,10 @@ void output_capture::feed(output_stream stream, std::string_view bytes) {
   if (finished_ || bytes.empty())
     return;
   bytes_seen_ += bytes.size();
-  write_log(bytes);
+  write_log(stream, bytes);
+  // A writer that only logs (the shim) needs no lines.
+  if (!on_line_ && limits_.tail_lines == 0)
+    return;
   auto& l = lines_[stream == output_stream::err ? 1 : 0];
   while (!bytes.empty()) {
     auto* nl =
@@ -107,7 +129,8 @@ void output_capture::finish() {
   }
   if (unlogged_bytes_ > 0)
     write_log_raw("[tasksup: " + std::to_string(unlogged_bytes_) +
-                  " more bytes of output were not logged]\n");
+                    " more bytes of output were not logged]\n",
+                  'n');
   close_log();
 }
 
@@ -132,7 +155,16 @@ std::string output_capture::summary() const {
   return text;
 }
 
-void output_capture::write_log(std::string_view bytes) {
+void output_capture::write_log(output_stream s, std::string_view bytes) {
+  char kind = s == output_stream::err ? 'e' : 'o';
+  if (skip_log_ > 0) {
+    auto n = std::min<std::uint64_t>(skip_log_, bytes.size());
+    skip_log_ -= n;
+    logged_bytes_ += n;
+    bytes.remove_prefix(static_cast<std::size_t>(n));
+    if (bytes.empty())
+      return;
+  }
   if (fd_ < 0)
     return;
   if (limits_.log_bytes > 0) {
@@ -146,20 +178,22 @@ void output_capture::write_log(std::string_view bytes) {
       auto head = bytes.substr(0, static_cast<std::size_t>(room));
       unlogged_bytes_ += bytes.size() - head.size();
       logged_bytes_ = limits_.log_bytes + 1;
-      write_log_raw(head);
+      write_log_raw(head, kind);
       write_log_raw("\n[tasksup: output.log reached its cap of " +
-                    std::to_string(limits_.log_bytes) +
-                    " bytes; further output is counted, not logged]\n");
+                      std::to_string(limits_.log_bytes) +
+                      " bytes; further output is counted, not logged]\n",
+                    'n');
       return;
     }
   }
   logged_bytes_ += bytes.size();
-  write_log_raw(bytes);
+  write_log_raw(bytes, kind);
 }
 
-void output_capture::write_log_raw(std::string_view bytes) {
-  if (fd_ < 0)
+void output_capture::write_log_raw(std::string_view bytes, char kind) {
+  if (fd_ < 0 || bytes.empty())
     return;
+  auto size = bytes.size();
   while (!bytes.empty()) {
     auto n = ::write(fd_, bytes.data(), bytes.size());
     if (n < 0) {
@@ -173,6 +207,8 @@ void output_capture::write_log_raw(std::string_view bytes) {
     }
     bytes.remove_prefix(static_cast<std::size_t>(n));
   }
+  if (observer_)
+    observer_(kind, size);
 }
 
 void output_capture::append_partial(output_stream s, line_state& l,

@@ -10,11 +10,13 @@
 #include <filesystem>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -26,16 +28,83 @@ namespace {
 
 namespace fs = std::filesystem;
 
+/// How long `start` waits for the shim to say the agent runs.
+constexpr int shim_report_timeout_ms = 10'000;
+
+/// How often an adopted attempt's log is looked at for new output.
+constexpr std::chrono::milliseconds follow_interval{50};
+
+// A cgroup directory name from task id and attempt: no slashes, no dots
 // alone, bounded length.
-std::string cgroup_name_for(const attempt_spec& spec) {
+std::string cgroup_name_for(const std::string& task_id, int attempt) {
   std::string name;
-  for (char c : spec.task_id.substr(0, 200))
+  for (char c : task_id.substr(0, 200))
     name += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'
               ? c
               : '_';
   if (name.empty())
     name = "task";
-  return name + "-" + std::to_string(spec.attempt);
+  return name + "-" + std::to_string(attempt);
+}
+
+/// The attempt directory as the shim is told it (and as its command line
+/// shows it): absolute, normalised, without a trailing slash.
+std::string shim_dir_of(const std::string& dir) {
+  std::error_code ec;
+  auto p = fs::absolute(dir, ec);
+  if (ec)
+    p = dir;
+  p = p.lexically_normal();
+  if (!p.has_filename() && p.has_parent_path() && p != p.root_path())
+    p = p.parent_path();
+  return p.string();
+}
+
+int pidfd_open(pid_t pid) {
+  return static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+}
+
+int pidfd_signal(int pidfd, int sig) {
+  return static_cast<int>(
+    ::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+/// Reads the shim's report (the agent's pid and a newline) from `fd`:
+/// the pid, 0 when the agent could not start, -1 when the shim said nothing
+/// (it failed before starting the agent), -2 when it did not answer in time.
+pid_t read_shim_report(int fd) {
+  char buf[32];
+  std::size_t got = 0;
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds{shim_report_timeout_ms};
+  while (got < sizeof buf) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now())
+                  .count();
+    if (left <= 0)
+      return -2;
+    pollfd p{fd, POLLIN, 0};
+    auto r = ::poll(&p, 1, static_cast<int>(left));
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      return r == 0 ? -2 : -1;
+    auto n = ::read(fd, buf + got, sizeof buf - got);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    got += static_cast<std::size_t>(n);
+    if (std::memchr(buf, '\n', got) != nullptr)
+      break;
+  }
+  long pid = 0;
+  std::size_t i = 0;
+  for (; i < got && buf[i] >= '0' && buf[i] <= '9' && pid < 1 << 23; ++i)
+    pid = pid * 10 + (buf[i] - '0');
+  if (i == 0 || i >= got || buf[i] != '\n')
+    return -1;
+  return static_cast<pid_t>(pid);
 }
 
 } // namespace
@@ -46,8 +115,10 @@ std::shared_ptr<attempt_handle> reactor::finish_unposted(attempt_ptr item) {
   out.exit_code = 1;
   out.infrastructure_error = "process runtime is shutting down";
   if (item->pid > 0) {
-    ::kill(-item->pid, SIGKILL);
-    ::waitpid(item->pid, nullptr, 0);
+    // The shim kills the agent's group, records the end and exits.
+    pidfd_signal(item->pidfd, SIGUSR1);
+    if (!item->adopted)
+      ::waitpid(item->pid, nullptr, 0);
   }
   deliver_sync(item->cb, std::move(out));
   return std::make_shared<process_handle>(weak_from_this(), item->id,
@@ -57,29 +128,29 @@ std::shared_ptr<attempt_handle> reactor::finish_unposted(attempt_ptr item) {
 int reactor::watch(attempt& a) {
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.u64 = key(a.id, kind_exit);
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, a.pidfd, &ev) != 0)
-    return errno;
-  ev.data.u64 = key(a.id, kind_output);
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, a.output_fd, &ev) != 0) {
-    auto err = errno;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
-    return err;
-  }
-  ev.data.u64 = key(a.id, kind_error);
-  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, a.error_fd, &ev) != 0) {
-    auto err = errno;
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
-    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.output_fd, nullptr);
-    return err;
+  std::vector<int> added;
+  for (auto [fd, kind] :
+       {std::pair{a.pidfd, kind_exit}, std::pair{a.output_fd, kind_output},
+        std::pair{a.error_fd, kind_error}}) {
+    if (fd < 0)
+      continue;
+    ev.data.u64 = key(a.id, kind);
+    if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+      auto err = errno;
+      for (auto done : added)
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, done, nullptr);
+      return err;
+    }
+    added.push_back(fd);
   }
   return 0;
 }
 
 void reactor::abandon(attempt& a, std::string error) {
   signal_group(a, SIGKILL);
-  while (::waitpid(a.pid, nullptr, 0) < 0 && errno == EINTR) {
-  }
+  if (!a.adopted)
+    while (::waitpid(a.pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
   a.pid = -1;
   close_fd(a.pidfd);
   close_fd(a.output_fd);
@@ -93,6 +164,7 @@ void reactor::abandon(attempt& a, std::string error) {
 std::shared_ptr<attempt_handle> reactor::submit(attempt_ptr item) {
   auto id = item->id;
   auto pid = item->pid;
+  auto agent = item->agent_pid;
   bool wake_needed = false;
   std::shared_ptr<process_handle> handle;
   {
@@ -104,7 +176,8 @@ std::shared_ptr<attempt_handle> reactor::submit(attempt_ptr item) {
     // A running attempt is watched from here, under the lock: the reactor
     // wakes on the attempt's own events, and takes it from the queue (which
     // needs this lock) before it looks at them. No wake-up write is needed
-    // for it; an attempt that never ran needs one.
+    // for it; an attempt that never ran, or one whose log is followed, needs
+    // one.
     if (pid > 0) {
       if (auto err = watch(*item); err != 0) {
         guard.unlock();
@@ -112,17 +185,33 @@ std::shared_ptr<attempt_handle> reactor::submit(attempt_ptr item) {
                          errno_text(err));
         return submit(std::move(item));
       }
-    } else {
-      wake_needed = !std::exchange(wake_pending_, true);
     }
+    if (pid <= 0 || item->adopted)
+      wake_needed = !std::exchange(wake_pending_, true);
     handle = std::make_shared<process_handle>(
-      weak_from_this(), id, pid > 0 ? std::to_string(pid) : std::string{});
+      weak_from_this(), id, agent > 0 ? std::to_string(agent) : std::string{});
     item->handle = handle;
     commands_.push_back(command{command::add, id, {}, std::move(item)});
   }
   if (wake_needed)
     wake();
   return handle;
+}
+
+output_capture::line_callback reactor::line_sink(attempt& a) {
+  auto* self = this;
+  auto* at = &a;
+  auto on_line = a.cb.on_line;
+  return [self, at, on_line](output_stream stream, std::string_view line) {
+    if (!on_line || !at->delivering)
+      return true;
+    try {
+      return on_line(stream, line);
+    } catch (...) {
+      self->warn("process runtime: an on_line callback threw");
+      return true;
+    }
+  };
 }
 
 std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
@@ -165,51 +254,49 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
       return submit(
         fail("cannot create " + spec.attempt_dir + ": " + ec.message()));
   }
-  a->artifacts_dir = spec.attempt_dir + "/artifacts";
+  auto dir = shim_dir_of(spec.attempt_dir);
+  a->attempt_dir = dir;
+  a->artifacts_dir = dir + "/artifacts";
   if (auto err = fresh_dir(a->artifacts_dir); !err.empty())
     return submit(fail(err));
   auto cwd = spec.workdir;
   if (cwd.empty()) {
-    cwd = spec.attempt_dir + "/workspace";
+    cwd = dir + "/workspace";
     if (auto err = fresh_dir(cwd); !err.empty())
       return submit(fail(err));
   }
+  // A record left by an earlier use of the directory must not be taken for
+  // this attempt's.
+  for (auto name : {exit_record_name, shim_record_name})
+    ::unlink((dir + "/" + std::string{name}).c_str());
 
-  // Output capture; lines go to the callback on the reactor thread.
-  auto* self = this;
-  auto on_line = a->cb.on_line;
-  auto cap = output_capture::create(
-    spec.attempt_dir + "/output.log",
-    [self, on_line](output_stream stream, std::string_view line) {
-      if (!on_line)
-        return true;
-      try {
-        return on_line(stream, line);
-      } catch (...) {
-        self->warn("process runtime: an on_line callback threw");
-        return true;
-      }
-    },
-    options_.output_limits);
+  // Lines go to the callback on the reactor thread; the shim writes the log.
+  a->log_path = dir + "/output.log";
+  auto cap = output_capture::create({}, line_sink(*a), options_.output_limits);
   if (!cap)
     return submit(fail(cap.error().to_string()));
   a->capture.emplace(std::move(*cap));
 
-  // Memory limit: a cgroup the child joins before exec.
+  // Memory limit: a cgroup the agent joins before exec (the shim stays out
+  // of it, so an OOM kill never takes the shim).
   if (spec.memory_limit_mb && *spec.memory_limit_mb > 0) {
     if (auto* ctrl = memory_controller()) {
       auto cg = detail::memory_cgroup::create(
-        *ctrl, cgroup_name_for(spec), *spec.memory_limit_mb * 1024 * 1024);
-      if (cg)
+        *ctrl, cgroup_name_for(spec.task_id, spec.attempt),
+        *spec.memory_limit_mb * 1024 * 1024);
+      if (cg) {
         a->cgroup.emplace(std::move(*cg));
-      else
+        a->cgroup->close_procs_fd();
+      } else {
         warn("process runtime: task " + spec.task_id + " attempt " +
              std::to_string(spec.attempt) +
              " runs without its memory limit: " + cg.error().to_string());
+      }
     }
   }
 
-  // Environment: the inherited minimum, the spec's, then ours.
+  // Environment: the inherited minimum, the spec's, then ours. The shim
+  // runs with it and passes it on unchanged.
   auto env = base_env_;
   for (auto& [k, v] : spec.env)
     env[k] = v;
@@ -219,8 +306,29 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   if (!spec.config_dir.empty())
     env["TASKSUP_AGENT_CONFIG_DIR"] = spec.config_dir;
 
-  child_plan plan;
+  std::vector<std::string> args = {
+    shim_path_,
+    "--attempt-dir",
+    dir,
+    "--log-bytes",
+    std::to_string(options_.output_limits.log_bytes),
+    "--drain-ms",
+    std::to_string(std::max<long long>(0, options_.drain_timeout.count())),
+    "--group-ms",
+    std::to_string(std::max<long long>(0, options_.group_exit_timeout.count())),
+    "--orphan",
+    options_.orphans == orphan_policy::kill ? "kill" : "keep",
+  };
+  if (a->cgroup) {
+    args.emplace_back("--cgroup");
+    args.push_back(a->cgroup->path());
+  }
+  args.emplace_back("--");
   for (auto& arg : spec.argv)
+    args.push_back(arg);
+
+  child_plan plan;
+  for (auto& arg : args)
     plan.argv.push_back(arg.data());
   plan.argv.push_back(nullptr);
   for (auto& [k, v] : env)
@@ -228,49 +336,66 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   for (auto& s : plan.env_strings)
     plan.envp.push_back(s.data());
   plan.envp.push_back(nullptr);
-  auto path_it = env.find("PATH");
-  plan.candidates = exec_candidates(
-    spec.argv.front(),
-    path_it != env.end() ? path_it->second : "/usr/local/bin:/usr/bin:/bin");
+  plan.candidates = {shim_path_};
   plan.cwd = cwd;
   plan.stdin_fd = devnull_fd_;
   plan.max_fd = max_fd_;
-  plan.cgroup_fd = a->cgroup ? a->cgroup->procs_fd() : -1;
 
-  // One pipe per stream, so each line keeps the stream it came from.
-  int out_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0)
+  // One pipe per stream, so each line keeps the stream it came from; one
+  // for the shim's report; with orphan_policy::kill, one whose hang-up tells
+  // the shim that we are gone.
+  auto close_all = [&] {
+    for (auto* fd : {&plan.output_fd, &plan.error_fd, &plan.extra_fd,
+                     &a->output_fd, &a->error_fd, &a->control_fd})
+      close_fd(*fd);
+    if (plan.stdin_fd != devnull_fd_)
+      close_fd(plan.stdin_fd);
+  };
+  int report_fd = -1;
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0)
     return submit(fail("cannot create the output pipe: " + errno_text(errno)));
-  a->output_fd = out_pipe[0];
-  plan.output_fd = out_pipe[1];
-  int err_pipe[2];
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) {
+  a->output_fd = p[0];
+  plan.output_fd = p[1];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
     auto err = errno;
-    close_fd(plan.output_fd);
-    close_fd(a->output_fd);
+    close_all();
     return submit(fail("cannot create the error pipe: " + errno_text(err)));
   }
-  a->error_fd = err_pipe[0];
-  plan.error_fd = err_pipe[1];
+  a->error_fd = p[0];
+  plan.error_fd = p[1];
+  if (::pipe2(p, O_CLOEXEC) != 0) {
+    auto err = errno;
+    close_all();
+    return submit(fail("cannot create the shim's pipe: " + errno_text(err)));
+  }
+  report_fd = p[0];
+  plan.extra_fd = p[1];
+  if (options_.orphans == orphan_policy::kill) {
+    if (::pipe2(p, O_CLOEXEC) != 0) {
+      auto err = errno;
+      close_all();
+      close_fd(report_fd);
+      return submit(fail("cannot create the shim's pipe: " + errno_text(err)));
+    }
+    plan.stdin_fd = p[0];
+    a->control_fd = p[1];
+  }
   if (!raise_fd(plan.output_fd) || !raise_fd(plan.error_fd) ||
-      (plan.cgroup_fd >= 0 && plan.cgroup_fd < 3) ||
+      !raise_fd(plan.extra_fd) || !raise_fd(plan.stdin_fd) ||
       ::fcntl(a->output_fd, F_SETFL, O_NONBLOCK) != 0 ||
       ::fcntl(a->error_fd, F_SETFL, O_NONBLOCK) != 0) {
     auto err = errno;
-    close_fd(plan.output_fd);
-    close_fd(plan.error_fd);
-    close_fd(a->output_fd);
-    close_fd(a->error_fd);
+    close_all();
+    close_fd(report_fd);
     return submit(fail("cannot prepare descriptors: " + errno_text(err)));
   }
   sigemptyset(&plan.mask);
   child_stack stack{stacks_};
   if (stack.top() == nullptr) {
     auto err = errno;
-    close_fd(plan.output_fd);
-    close_fd(plan.error_fd);
-    close_fd(a->output_fd);
-    close_fd(a->error_fd);
+    close_all();
+    close_fd(report_fd);
     return submit(fail("cannot map a stack for the child: " + errno_text(err)));
   }
 
@@ -279,64 +404,367 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   auto pid = spawned.pid;
   int pidfd = spawned.pidfd;
   auto spawn_err = spawned.err;
-  // The child has exec'd or exited by now (CLONE_VFORK).
+  // The shim has exec'd or exited by now (CLONE_VFORK).
   close_fd(plan.output_fd);
   close_fd(plan.error_fd);
-  if (a->cgroup)
-    a->cgroup->close_procs_fd();
-  if (pid < 0) {
+  close_fd(plan.extra_fd);
+  if (plan.stdin_fd != devnull_fd_)
+    close_fd(plan.stdin_fd);
+  auto give_up = [&](std::string text) {
+    close_fd(report_fd);
     close_fd(a->output_fd);
     close_fd(a->error_fd);
-    return submit(
-      fail("cannot start a process: clone failed: " + errno_text(spawn_err)));
-  }
-
+    close_fd(a->control_fd);
+    return submit(fail(std::move(text)));
+  };
+  if (pid < 0)
+    return give_up("cannot start a process: clone failed: " +
+                   errno_text(spawn_err));
   if (plan.failed_stage != 0) {
-    // The child could not exec and has exited; reap it here.
+    // The shim could not exec and has exited; reap it here.
     close_fd(pidfd);
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    close_fd(a->output_fd);
-    close_fd(a->error_fd);
-    auto stage = plan.failed_stage;
-    auto err = plan.failed_err;
-    if (stage == stage_exec && (err == ENOENT || err == ENOTDIR ||
-                                err == ELOOP || err == ENAMETOOLONG)) {
-      a->spawn_failed = true;
-      a->ended = clock_type::now();
-      a->preset_exit_code = 127;
-      a->failure_line = "tasksup: " + a->argv0 + ": command not found";
-      return submit(std::move(a));
-    }
-    if (stage == stage_exec &&
-        (err == EACCES || err == EPERM || err == ENOEXEC || err == EISDIR)) {
-      // Worded so that the classifier sees an agent failure (126), not the
-      // "permission denied" of a fatal authentication error.
-      a->spawn_failed = true;
-      a->ended = clock_type::now();
-      a->preset_exit_code = 126;
-      a->failure_line =
-        "tasksup: " + a->argv0 + ": " +
-        (err == ENOEXEC ? "not an executable format" : "not executable");
-      return submit(std::move(a));
-    }
-    return submit(fail("cannot start " + a->argv0 + ": " + stage_text(stage) +
-                       ": " + errno_text(err)));
+    if (plan.failed_stage == stage_exec)
+      return give_up("cannot start tasksup-shim (" + shim_path_ +
+                     "): " + errno_text(plan.failed_err));
+    return give_up("cannot start " + a->argv0 + ": " +
+                   stage_text(plan.failed_stage) + ": " +
+                   errno_text(plan.failed_err));
   }
-
-  a->pid = pid;
-  a->pidfd = pidfd; // close-on-exec already (CLONE_PIDFD)
-  if (a->pidfd < 0) {
-    ::kill(-pid, SIGKILL);
+  if (pidfd < 0) {
+    ::kill(pid, SIGKILL);
     while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    a->pid = -1;
-    close_fd(a->output_fd);
-    close_fd(a->error_fd);
-    return submit(
-      fail("cannot watch process " + std::to_string(pid) + ": no pidfd"));
+    return give_up("cannot watch process " + std::to_string(pid) +
+                   ": no pidfd");
   }
+  // The shim answers once the agent has exec'd (or could not).
+  auto agent = read_shim_report(report_fd);
+  close_fd(report_fd);
+  if (agent == -2) {
+    pidfd_signal(pidfd, SIGUSR1);
+    ::kill(pid, SIGKILL);
+    close_fd(pidfd);
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    return give_up("tasksup-shim did not report the agent's start within " +
+                   std::to_string(shim_report_timeout_ms) + " ms");
+  }
+  a->pid = pid;
+  a->pidfd = pidfd; // close-on-exec already (CLONE_PIDFD)
+  a->agent_pid = agent;
   return submit(std::move(a));
+}
+
+std::shared_ptr<attempt_handle> reactor::adopt(adopt_spec spec,
+                                               attempt_callbacks cb) {
+  auto a = std::make_unique<attempt>();
+  a->id = next_id_.fetch_add(1);
+  a->started = clock_type::now();
+  a->cb = std::move(cb);
+  a->adopted = true;
+  a->argv0 = spec.agent_id;
+  auto dir = shim_dir_of(spec.attempt_dir);
+  a->attempt_dir = dir;
+  a->artifacts_dir = dir + "/artifacts";
+  a->log_path = dir + "/output.log";
+  auto not_adopted = [&](std::string why) {
+    a->spawn_failed = true;
+    a->preset_exit_code = 1;
+    a->infrastructure_error =
+      "node restarted and the attempt could not be adopted: " + std::move(why);
+    a->ended = clock_type::now();
+    a->pid = -1;
+    close_fd(a->pidfd);
+    return submit(std::move(a));
+  };
+  if (!init_error_.empty()) {
+    a->spawn_failed = true;
+    a->infrastructure_error = init_error_;
+    return finish_unposted(std::move(a));
+  }
+  if (spec.attempt_dir.empty())
+    return not_adopted("no attempt directory was given");
+  auto cap = output_capture::create({}, line_sink(*a), options_.output_limits);
+  if (!cap)
+    return not_adopted(cap.error().to_string());
+  a->capture.emplace(std::move(*cap));
+  // The output so far rebuilds the tail; only later lines are delivered.
+  a->log_fd = ::open(a->log_path.c_str(), O_RDONLY | O_CLOEXEC);
+  auto index_path = dir + "/" + std::string{stream_index_name};
+  a->index_fd = ::open(index_path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  // Not the reactor's buffer: this runs on the caller's thread.
+  std::vector<char> buf(64 * 1024);
+  a->delivering = false;
+  if (a->log_fd >= 0 && a->index_fd >= 0)
+    follow_log(*a, buf);
+
+  auto exit_path = dir + "/" + std::string{exit_record_name};
+  auto shim_path = dir + "/" + std::string{shim_record_name};
+  // Returns true when the attempt's end is recorded (then it is reported).
+  auto take_exit = [&]() -> std::optional<std::string> {
+    auto text = read_small_file(exit_path);
+    if (!text)
+      return text.error().path == "missing"
+               ? std::optional<std::string>{}
+               : std::optional<std::string>{text.error().to_string()};
+    auto rec = parse_exit_record(*text, exit_path);
+    if (!rec)
+      return rec.error().to_string();
+    a->record = std::move(*rec);
+    return std::string{};
+  };
+  auto finished = [&] {
+    a->exited = true;
+    a->ended = clock_type::now();
+    // The log is complete: read what the replay left (all of it was
+    // written before the adoption, so none of it is delivered).
+    if (a->log_fd >= 0 && a->index_fd >= 0)
+      follow_log(*a, buf);
+    a->eof = true;
+    return submit(std::move(a));
+  };
+
+  auto shim = read_small_file(shim_path);
+  std::optional<shim_record> rec;
+  std::string shim_problem;
+  if (shim) {
+    auto parsed = parse_shim_record(*shim, shim_path);
+    if (parsed)
+      rec = std::move(*parsed);
+    else
+      shim_problem = parsed.error().to_string();
+  } else {
+    shim_problem = shim.error().to_string();
+  }
+  if (rec && !rec->cgroup.empty()) {
+    if (auto cg = recorded_cgroup(rec->cgroup,
+                                  cgroup_name_for(spec.task_id, spec.attempt)))
+      a->cgroup.emplace(std::move(*cg));
+  }
+
+  if (auto bad = take_exit()) {
+    if (bad->empty())
+      return finished();
+    if (rec && is_shim_of(rec->shim_pid, rec->shim_start, dir)) {
+      // A live shim with a corrupt exit record is not ours to believe.
+      int fd = pidfd_open(rec->shim_pid);
+      if (fd >= 0 && is_shim_of(rec->shim_pid, rec->shim_start, dir))
+        pidfd_signal(fd, SIGKILL);
+      if (fd >= 0)
+        ::close(fd);
+    }
+    if (rec)
+      kill_group_members(rec->agent_pgid, rec->agent_start, dir);
+    if (a->cgroup)
+      a->cgroup->kill_all();
+    return not_adopted(*bad);
+  }
+  if (!rec)
+    return not_adopted("no usable shim record (" + shim_problem +
+                       "), so nothing of it can be found or killed");
+  if (!spec.runtime_id.empty() &&
+      spec.runtime_id != std::to_string(rec->agent_pid))
+    return not_adopted(shim_path + " names agent pid " +
+                       std::to_string(rec->agent_pid) + ", not " +
+                       spec.runtime_id);
+  if (is_shim_of(rec->shim_pid, rec->shim_start, dir)) {
+    // The pidfd names the process we checked only if the check still holds
+    // once it is open.
+    int fd = pidfd_open(rec->shim_pid);
+    if (fd >= 0 && is_shim_of(rec->shim_pid, rec->shim_start, dir)) {
+      a->pid = rec->shim_pid;
+      a->pidfd = fd;
+      a->agent_pid = rec->agent_pid;
+      a->delivering = true;
+      if (a->log_fd < 0 || a->index_fd < 0)
+        warn("process runtime: adopted attempt in " + dir +
+             " has no readable output.log or output.streams; its output "
+             "from now on is only in its shim's log");
+      return submit(std::move(a));
+    }
+    if (fd >= 0)
+      ::close(fd);
+  }
+  // The shim is gone; it may have recorded the end just now.
+  if (auto bad = take_exit(); bad && bad->empty())
+    return finished();
+  auto killed = kill_group_members(rec->agent_pgid, rec->agent_start, dir);
+  if (a->cgroup)
+    a->cgroup->kill_all();
+  return not_adopted("its shim (pid " + std::to_string(rec->shim_pid) +
+                     ") is gone and recorded no exit" +
+                     (killed > 0 ? "; killed " + std::to_string(killed) +
+                                     " processes left in its group " +
+                                     std::to_string(rec->agent_pgid)
+                                 : std::string{}));
+}
+
+bool reactor::follow_log(attempt& a, std::vector<char>& buffer) {
+  if (a.log_fd < 0 || a.index_fd < 0)
+    return true;
+  char buf[4096];
+  for (;;) {
+    auto n = ::read(a.index_fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      break;
+    auto segs =
+      a.index.feed({buf, static_cast<std::size_t>(n)},
+                   a.attempt_dir + "/" + std::string{stream_index_name});
+    if (!segs) {
+      warn("process runtime: " + segs.error().to_string() +
+           "; the rest of the attempt's output is not followed");
+      close_fd(a.index_fd);
+      a.segments.clear();
+      return true;
+    }
+    a.segments.insert(a.segments.end(), segs->begin(), segs->end());
+  }
+  while (!a.segments.empty()) {
+    auto& seg = a.segments.front();
+    if (seg.bytes == 0) {
+      a.segments.pop_front();
+      continue;
+    }
+    auto want = static_cast<std::size_t>(
+      std::min<std::uint64_t>(seg.bytes, buffer.size()));
+    auto n =
+      ::pread(a.log_fd, buffer.data(), want, static_cast<off_t>(a.log_offset));
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false; // the log is behind its index: not written yet
+    auto got = static_cast<std::size_t>(n);
+    a.log_offset += got;
+    seg.bytes -= got;
+    if (seg.kind != 'n')
+      a.capture->feed(seg.kind == 'e' ? output_stream::err : output_stream::out,
+                      {buffer.data(), got});
+    if (a.delivering && a.capture->full()) {
+      set_paused(a, true);
+      return false;
+    }
+  }
+  return true;
+}
+
+void reactor::read_exit_record(attempt& a) {
+  auto path = a.attempt_dir + "/" + std::string{exit_record_name};
+  auto text = read_small_file(path);
+  std::string problem;
+  if (text) {
+    auto rec = parse_exit_record(*text, path);
+    if (rec) {
+      a.record = std::move(*rec);
+      return;
+    }
+    problem = "its exit record is unusable: " + rec.error().to_string();
+  } else if (text.error().path == "missing") {
+    problem = "it recorded no exit";
+  } else {
+    problem = "its exit record is unreadable: " + text.error().to_string();
+  }
+  std::string how;
+  if (!a.adopted && WIFEXITED(a.wait_status))
+    how = " (it exited with status " +
+          std::to_string(WEXITSTATUS(a.wait_status)) + ")";
+  else if (!a.adopted && WIFSIGNALED(a.wait_status))
+    how = " (killed by signal " + std::to_string(WTERMSIG(a.wait_status)) + ")";
+  a.infrastructure_error = "tasksup-shim of process " +
+                           std::to_string(a.agent_pid) + " ended" + how +
+                           " but " + problem;
+  // Whatever of the agent's group is left goes with it.
+  auto shim_path = a.attempt_dir + "/" + std::string{shim_record_name};
+  if (auto s = read_small_file(shim_path))
+    if (auto rec = parse_shim_record(*s, shim_path);
+        rec && (a.agent_pid <= 0 || rec->agent_pid == a.agent_pid))
+      kill_group_members(rec->agent_pgid, rec->agent_start, a.attempt_dir);
+  if (a.cgroup)
+    a.cgroup->kill_all();
+}
+
+std::optional<memory_cgroup> reactor::recorded_cgroup(const std::string& path,
+                                                      const std::string& name) {
+  // Only a directory this runtime would have made: right below its own
+  // parent, and (when known) named for the attempt.
+  auto* ctrl = memory_controller();
+  if (ctrl == nullptr)
+    return std::nullopt;
+  auto prefix = ctrl->parent_dir + "/";
+  if (path.compare(0, prefix.size(), prefix) != 0)
+    return std::nullopt;
+  auto base = path.substr(prefix.size());
+  if (base.empty() || base.find('/') != std::string::npos || base == "." ||
+      base == ".." || (!name.empty() && base != name))
+    return std::nullopt;
+  return memory_cgroup::existing(path);
+}
+
+reap_report reactor::reap(const reap_spec& spec) {
+  reap_report report;
+  if (spec.attempt_root.empty())
+    return report;
+  auto root = shim_dir_of(spec.attempt_root);
+  std::error_code ec;
+  fs::recursive_directory_iterator it{
+    root, fs::directory_options::skip_permission_denied, ec};
+  if (ec) {
+    if (ec != std::errc::no_such_file_or_directory)
+      report.errors.push_back(root + ": " + ec.message());
+    return report;
+  }
+  for (; !ec && it != fs::recursive_directory_iterator{}; it.increment(ec)) {
+    if (it.depth() >= 2) {
+      it.disable_recursion_pending();
+    }
+    if (it->path().filename() != shim_record_name)
+      continue;
+    std::error_code sec;
+    if (it->symlink_status(sec).type() != fs::file_type::regular)
+      continue;
+    auto dir = it->path().parent_path().string();
+    if (fs::exists(dir + "/" + std::string{exit_record_name}, sec))
+      continue; // ended; nothing runs
+    auto path = it->path().string();
+    auto text = read_small_file(path);
+    if (!text) {
+      report.errors.push_back(text.error().to_string());
+      continue;
+    }
+    auto rec = parse_shim_record(*text, path);
+    if (!rec) {
+      report.errors.push_back(rec.error().to_string());
+      continue;
+    }
+    if (spec.keep.count(dir) != 0 ||
+        spec.keep.count(std::to_string(rec->agent_pid)) != 0)
+      continue;
+    std::string how;
+    if (is_shim_of(rec->shim_pid, rec->shim_start, dir)) {
+      int fd = pidfd_open(rec->shim_pid);
+      if (fd >= 0 && is_shim_of(rec->shim_pid, rec->shim_start, dir) &&
+          pidfd_signal(fd, SIGUSR1) == 0)
+        how = "asked its shim (pid " + std::to_string(rec->shim_pid) +
+              ") to kill process group " + std::to_string(rec->agent_pgid);
+      if (fd >= 0)
+        ::close(fd);
+    }
+    auto killed = kill_group_members(rec->agent_pgid, rec->agent_start, dir);
+    if (killed > 0)
+      how += (how.empty() ? "" : "; ") + std::string{"killed "} +
+             std::to_string(killed) + " processes of group " +
+             std::to_string(rec->agent_pgid);
+    // The cgroup only of an attempt shown to be one.
+    if (!how.empty() && !rec->cgroup.empty())
+      if (auto cg = recorded_cgroup(rec->cgroup, {}))
+        cg->kill_all();
+    if (!how.empty())
+      report.reaped.push_back(dir + ": " + how);
+  }
+  return report;
 }
 
 void reactor::run() {
@@ -482,38 +910,52 @@ void reactor::add_attempt(attempt_ptr item) {
   // Its descriptors are already watched (submit()).
   auto& a = *item;
   attempts_.emplace(a.id, std::move(item));
-  if (a.spawn_failed)
+  if (a.spawn_failed || (a.adopted && a.exited)) {
     finalize(a);
+    return;
+  }
+  // An adopted attempt's output is read from its log as it grows.
+  if (a.adopted) {
+    a.drain_until = clock_type::now();
+    advance(a);
+  }
 }
 
 void reactor::signal_group(attempt& a, int sig) {
-  // Once the leader is reaped, an empty group stays empty: nobody can join a
-  // group that has no member.
-  if (a.pid > 0 && !a.group_empty && ::kill(-a.pid, sig) != 0 &&
-      errno == ESRCH && a.exited)
-    a.group_empty = true;
+  // The shim signals the agent's group: SIGTERM stops (with SIGCONT),
+  // SIGUSR1 kills. Through the pidfd, so a shim that has gone and whose pid
+  // was reused is never hit; once the shim has exited it has killed the
+  // group already.
+  if (!a.exited && a.pidfd >= 0 && (sig == SIGTERM || sig == SIGKILL))
+    pidfd_signal(a.pidfd, sig == SIGKILL ? SIGUSR1 : SIGTERM);
   if (sig == SIGKILL && a.cgroup)
     a.cgroup->kill_all();
 }
 
 void reactor::on_leader_exit(attempt& a) {
-  int status = 0;
-  pid_t r;
-  do {
-    r = ::waitpid(a.pid, &status, WNOHANG);
-  } while (r < 0 && errno == EINTR);
-  if (r == 0)
-    return; // not yet reapable; the pidfd stays readable
   auto now = clock_type::now();
+  if (!a.adopted) {
+    int status = 0;
+    pid_t r;
+    do {
+      r = ::waitpid(a.pid, &status, WNOHANG);
+    } while (r < 0 && errno == EINTR);
+    if (r == 0)
+      return; // not yet reapable; the pidfd stays readable
+    if (r > 0)
+      a.wait_status = status;
+  }
   a.exited = true;
   a.ended = now;
-  if (r > 0)
-    a.wait_status = status;
-  else
-    a.infrastructure_error = "exit status of process " + std::to_string(a.pid) +
-                             " was lost: " + errno_text(errno);
+  read_exit_record(a);
   ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
   close_fd(a.pidfd);
+  close_fd(a.control_fd);
+  if (a.adopted) {
+    a.drain_until = now + options_.drain_timeout;
+    if (!a.paused && follow_log(a, read_buf_))
+      a.eof = true;
+  }
   // Nothing the agent started outlives it; what they wrote stays readable
   // in the pipe.
   signal_group(a, SIGKILL);
@@ -580,6 +1022,14 @@ void reactor::set_paused(attempt& a, bool paused) {
     else
       ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
   }
+  if (!paused && a.adopted) {
+    // Reading the log goes on at once.
+    a.drain_until =
+      clock_type::now() +
+      (a.exited ? options_.drain_timeout : std::chrono::milliseconds{0});
+    schedule(clock_type::now(), a.id);
+    return;
+  }
   // The drain after the agent's exit waits for the receiver, not against it.
   if (!paused && a.exited && !a.eof) {
     auto at = clock_type::now() + options_.drain_timeout;
@@ -602,7 +1052,11 @@ void reactor::close_output(attempt& a) {
 }
 
 bool reactor::group_gone(attempt& a) {
-  if (a.pid <= 0)
+  // The shim waited for the agent's group to vanish before it exited; the
+  // shim's own group held only the shim.
+  if (a.pid <= 0 || a.adopted)
+    a.group_empty = true;
+  if (a.pid <= 0 && !a.cgroup)
     return true;
   // Members orphaned by the agent are our children (subreaper): reap them.
   if (!a.group_empty)
@@ -634,6 +1088,12 @@ bool reactor::group_gone(attempt& a) {
 void reactor::advance(attempt& a) {
   auto now = clock_type::now();
   if (!a.exited) {
+    if (a.adopted && !a.paused && a.drain_until && now >= *a.drain_until) {
+      // drain_until is the next look at an adopted attempt's log.
+      follow_log(a, read_buf_);
+      a.drain_until = now + follow_interval;
+      schedule(*a.drain_until, a.id);
+    }
     if (a.kill_at && now >= *a.kill_at) {
       a.kill_at.reset();
       signal_group(a, SIGKILL);
@@ -643,7 +1103,24 @@ void reactor::advance(attempt& a) {
   if (!a.eof) {
     if (a.paused)
       return; // set_paused(false) starts the drain again
-    if (a.drain_until && now >= *a.drain_until) {
+    if (a.adopted && follow_log(a, read_buf_)) {
+      a.eof = true;
+    } else if (a.adopted) {
+      if (!a.paused) {
+        // The log is behind its index (cannot be, once the shim exited,
+        // unless the file was cut): look again shortly, not forever.
+        if (a.drain_until && now >= *a.drain_until) {
+          warn("process runtime: " + a.log_path +
+               " is shorter than output.streams says; stopped reading");
+          a.eof = true;
+        } else {
+          schedule(now + poll_interval, a.id);
+          return;
+        }
+      } else {
+        return;
+      }
+    } else if (a.drain_until && now >= *a.drain_until) {
       warn("process runtime: output of process " + std::to_string(a.pid) +
            " still open " + std::to_string(options_.drain_timeout.count()) +
            " ms after it exited (held by a process outside its group); "
@@ -668,23 +1145,32 @@ void reactor::advance(attempt& a) {
 
 void reactor::finalize(attempt& a) {
   attempt_outcome out;
+  // A missing or unexecutable agent reports 127/126 as a shell would; only
+  // a failure of the runtime itself means nothing ran. An adopted attempt
+  // has run, whatever became of it.
+  out.started = !(a.spawn_failed && !a.infrastructure_error.empty());
+  out.duration_s = std::chrono::duration<double>(a.ended - a.started).count();
   if (a.spawn_failed) {
     out.exit_code = a.preset_exit_code;
     if (!a.failure_line.empty() && a.capture)
       a.capture->feed(a.failure_line + "\n");
-  } else if (WIFEXITED(a.wait_status)) {
-    out.exit_code = WEXITSTATUS(a.wait_status);
-  } else if (WIFSIGNALED(a.wait_status)) {
-    out.signal = WTERMSIG(a.wait_status);
-    out.exit_code = 128 + out.signal;
+    out.started = out.started || a.adopted;
+  } else if (a.record) {
+    out.exit_code = a.record->exit_code;
+    out.signal = a.record->signal;
+    out.started = a.record->started;
+    if (!a.record->started)
+      a.infrastructure_error = a.record->error;
+    for (auto& w : a.record->warnings)
+      warn("process runtime: " + w);
+    if (a.capture)
+      a.capture->add_not_logged(a.record->bytes_not_logged);
+    if (a.adopted || a.record->duration_us > 0)
+      out.duration_s = static_cast<double>(a.record->duration_us) / 1e6;
   }
   out.infrastructure_error = a.infrastructure_error;
-  // A missing or unexecutable agent reports 127/126 as a shell would; only
-  // a failure of the runtime itself means nothing ran.
-  out.started = !(a.spawn_failed && !a.infrastructure_error.empty());
   if (!out.infrastructure_error.empty() && out.exit_code == 0)
     out.exit_code = 1;
-  out.duration_s = std::chrono::duration<double>(a.ended - a.started).count();
   if (a.capture) {
     a.capture->finish();
     if (auto text = a.capture->summary(); !text.empty() && a.cb.on_notice) {
@@ -695,7 +1181,7 @@ void reactor::finalize(attempt& a) {
       }
     }
     out.tail = a.capture->tail();
-    out.log_path = a.capture->log_path();
+    out.log_path = a.log_path;
     if (!a.capture->log_error().empty())
       warn("process runtime: " + a.capture->log_error());
   }
@@ -725,6 +1211,7 @@ void reactor::finalize(attempt& a) {
   if (a.pidfd >= 0)
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
   close_fd(a.pidfd);
+  close_fd(a.control_fd);
   close_output(a);
   if (auto handle = a.handle.lock())
     handle->mark_ended();

@@ -6,12 +6,14 @@
 
 #include "memory_cgroup.hpp"
 #include "process_spawn.hpp"
+#include "tasksup/runtime/detail/shim_record.hpp"
 #include "tasksup/runtime/output_capture.hpp"
 #include "tasksup/runtime/process_runtime.hpp"
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -76,8 +78,32 @@ struct attempt {
   clock_type::time_point started;
   clock_type::time_point ended;
 
+  /// The shim's pid (our child, or for an adopted attempt another node's)
+  /// and the pidfd through which it is watched and signalled.
   pid_t pid = -1;
   int pidfd = -1;
+  /// The agent's pid, as the shim reported it.
+  pid_t agent_pid = -1;
+  /// orphan_policy::kill: our end of the shim's stdin; closing it (or our
+  /// death) makes the shim kill the agent.
+  int control_fd = -1;
+  /// output.log, written by the shim.
+  std::string log_path;
+  /// Delivery of lines to `cb.on_line`; off while an adopted attempt's log
+  /// is read up to where it was at adoption.
+  bool delivering = true;
+  /// How the agent ended, as the shim recorded it.
+  std::optional<exit_record> record;
+
+  // An adopted attempt: its shim is not our child; its output is read from
+  // output.log as output.streams describes it.
+  bool adopted = false;
+  int log_fd = -1;
+  int index_fd = -1;
+  stream_index_reader index;
+  std::deque<log_segment> segments;
+  std::uint64_t log_offset = 0;
+  std::string cgroup_path;
   /// Read ends of the agent's stdout and stderr pipes.
   int output_fd = -1;
   int error_fd = -1;
@@ -107,6 +133,9 @@ struct attempt {
     close_fd(pidfd);
     close_fd(output_fd);
     close_fd(error_fd);
+    close_fd(control_fd);
+    close_fd(log_fd);
+    close_fd(index_fd);
   }
 };
 
@@ -129,6 +158,16 @@ public:
   /// reports `init_error_`.
   void init() {
     raise_fd_limit();
+    std::string looked;
+    shim_path_ = find_shim(options_.shim_path, looked);
+    if (shim_path_.empty()) {
+      init_error_ = "process runtime: cannot find the tasksup-shim program "
+                    "(looked at " +
+                    looked +
+                    "); set process_runtime_options::shim_path or "
+                    "TASKSUP_SHIM";
+      return;
+    }
     if (options_.child_subreaper) {
       if (::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0)
         subreaper_ = true;
@@ -184,6 +223,10 @@ public:
 
   std::shared_ptr<attempt_handle> start(attempt_spec spec,
                                         attempt_callbacks cb);
+
+  std::shared_ptr<attempt_handle> adopt(adopt_spec spec, attempt_callbacks cb);
+
+  reap_report reap(const reap_spec& spec);
 
   void post_stop(std::uint64_t id, std::chrono::milliseconds grace) {
     post(command{command::stop, id, grace, nullptr});
@@ -302,8 +345,19 @@ private:
     deadlines_.emplace(at, id);
   }
   void retry_cgroup_removals(bool final_pass);
+  void read_exit_record(attempt& a);
+  /// Reads what output.streams says was appended to an adopted attempt's
+  /// log into its capture; true when all of it was read.
+  bool follow_log(attempt& a, std::vector<char>& buffer);
+  /// The memory cgroup named in a shim record, when it is one this runtime
+  /// would have made (`name`: the attempt's, empty when not known).
+  std::optional<detail::memory_cgroup> recorded_cgroup(const std::string& path,
+                                                       const std::string& name);
+  output_capture::line_callback line_sink(attempt& a);
 
   process_runtime_options options_;
+  /// The tasksup-shim program, empty when none was found (`init_error_`).
+  std::string shim_path_;
   std::map<std::string, std::string> base_env_;
   std::string init_error_;
   bool subreaper_ = false;

@@ -25,6 +25,15 @@ public:
     return reactor_->start(std::move(spec), std::move(cb));
   }
 
+  std::shared_ptr<attempt_handle> adopt(adopt_spec spec,
+                                        attempt_callbacks cb) override {
+    return reactor_->adopt(std::move(spec), std::move(cb));
+  }
+
+  reap_report reap(const reap_spec& spec) override {
+    return reactor_->reap(spec);
+  }
+
 private:
   std::shared_ptr<detail::reactor> reactor_;
 };

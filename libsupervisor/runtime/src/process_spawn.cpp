@@ -1,6 +1,7 @@
 #include "process_spawn.hpp"
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -105,13 +106,18 @@ int child_main(void* arg) {
   if (::dup2(p.stdin_fd, 0) < 0 || ::dup2(p.output_fd, 1) < 0 ||
       ::dup2(p.error_fd, 2) < 0)
     child_fail(p, stage_stdio, errno);
+  // dup2 onto itself would keep close-on-exec set.
+  if (p.extra_fd == 3 ? ::fcntl(3, F_SETFD, 0) != 0
+                      : p.extra_fd >= 0 && ::dup2(p.extra_fd, 3) < 0)
+    child_fail(p, stage_stdio, errno);
   if (::chdir(p.cwd.c_str()) != 0)
     child_fail(p, stage_chdir, errno);
   // Descriptors opened elsewhere in the program without O_CLOEXEC must not
   // leak into the agent (a leaked pipe end would keep another attempt's
   // output open).
-  if (::syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
-    for (int fd = 3; fd < p.max_fd; ++fd)
+  unsigned first = p.extra_fd >= 0 ? 4U : 3U;
+  if (::syscall(SYS_close_range, first, ~0U, CLOSE_RANGE_CLOEXEC) != 0)
+    for (int fd = static_cast<int>(first); fd < p.max_fd; ++fd)
       ::fcntl(fd, F_SETFD, FD_CLOEXEC);
   int err = ENOENT;
   bool saw_eacces = false;
@@ -220,6 +226,33 @@ bool empty_dir(const std::string& dir) {
 }
 
 // A cgroup directory name from task id and attempt: no slashes, no dots
+
+std::string find_shim(const std::string& configured, std::string& looked) {
+  auto usable = [&](const std::string& path) {
+    looked += looked.empty() ? path : ", " + path;
+    return !path.empty() && ::access(path.c_str(), X_OK) == 0;
+  };
+  if (!configured.empty())
+    return usable(configured) ? configured : std::string{};
+  if (const char* env = std::getenv("TASKSUP_SHIM"); env != nullptr && *env)
+    return usable(env) ? std::string{env} : std::string{};
+  std::error_code ec;
+  auto self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    auto beside = (self.parent_path() / "tasksup-shim").string();
+    if (usable(beside))
+      return beside;
+  }
+#ifdef TASKSUP_SHIM_BUILD_PATH
+  if (usable(TASKSUP_SHIM_BUILD_PATH))
+    return TASKSUP_SHIM_BUILD_PATH;
+#endif
+#ifdef TASKSUP_SHIM_INSTALL_PATH
+  if (usable(TASKSUP_SHIM_INSTALL_PATH))
+    return TASKSUP_SHIM_INSTALL_PATH;
+#endif
+  return {};
+}
 
 std::vector<std::string> exec_candidates(const std::string& argv0,
                                          const std::string& path_var) {

@@ -49,6 +49,8 @@ struct child_plan {
   int stdin_fd = -1;
   int output_fd = -1;
   int error_fd = -1;
+  /// Given to the child as descriptor 3 when set (the shim's status pipe).
+  int extra_fd = -1;
   int cgroup_fd = -1;
   int max_fd = 1024;
   /// The signal mask to give the agent.
@@ -168,6 +170,11 @@ std::string fresh_dir(const std::string& dir);
 /// True if `dir` is a directory holding nothing; false if it holds anything
 /// or cannot be read.
 bool empty_dir(const std::string& dir);
+
+/// The tasksup-shim program: `configured` when set, else $TASKSUP_SHIM,
+/// else next to the running program, else the build tree's or the install
+/// prefix's; empty when none exists. `looked` lists where it looked.
+std::string find_shim(const std::string& configured, std::string& looked);
 
 /// The paths execvp would try for `argv0` with `path_var` as PATH.
 std::vector<std::string> exec_candidates(const std::string& argv0,

@@ -53,6 +53,17 @@ struct docker_runtime_options {
   std::size_t max_artifacts = 10'000;
   /// Bounds of each attempt's output capture.
   output_capture_limits output_limits;
+  /// The label tasksup.owner on every container (e.g. "run", "serve"), so
+  /// that `reap` finds the containers of an owner that died; empty: none.
+  /// Every container also carries tasksup.owner_pid and tasksup.owner_start
+  /// (this process's pid and start time), which tell a dead owner from a
+  /// live one.
+  std::string owner;
+  /// An attempt with a memory limit that the kernel SIGKILLed (exit 137)
+  /// while the engine did not yet say OOMKilled is inspected again for this
+  /// long: the engine handles the container's exit and its OOM event
+  /// separately, and may answer `wait` before it has recorded the OOM kill.
+  std::chrono::milliseconds oom_settle_timeout{2000};
 };
 
 /// Options for the engine named by DOCKER_HOST (only `unix://` sockets are
@@ -74,7 +85,15 @@ expected<docker_runtime_options> docker_options_from_environment();
 /// before `on_exit`. The image must already exist: tasksup never pulls.
 /// A stop or kill that arrives before the container started means it never
 /// starts (exit 143 or 137 is reported). The engine reports a signal death
-/// as exit 128+N, so exit codes 129..192 also set `signal`. Destroying the
+/// as exit 128+N, so exit codes 129..192 also set `signal`. `adopt` takes
+/// over a container another instance started (found by id, or by the labels
+/// tasksup.task_id and tasksup.attempt when the id is empty; its labels must
+/// name the same task and attempt): it re-reads the container's output from
+/// the engine (what output.log already holds is not appended or delivered
+/// again), waits for its end, reads exit code and OOMKilled from the engine
+/// and removes it; a container that is gone is reported as not adopted.
+/// `reap` removes (force) the containers labelled with `reap_spec::owner`
+/// that are not kept. Destroying the
 /// runtime kills and removes its running containers (their outcomes carry
 /// an infrastructure error) and joins the thread.
 std::shared_ptr<container_runtime>

@@ -113,6 +113,34 @@ public:
   /// Total bytes consumed so far.
   std::size_t bytes_seen() const noexcept { return bytes_seen_; }
 
+  /// What went into the log file: `kind` is 'o' (stdout), 'e' (stderr) or
+  /// 'n' (a note of tasksup's own, e.g. at the log's cap), `bytes` how many
+  /// bytes of that kind were just appended. Lets a writer keep an index of
+  /// which stream each byte of the log came from.
+  using log_observer = std::function<void(char kind, std::size_t bytes)>;
+
+  /// Sets the observer of log writes (empty: none).
+  void set_log_observer(log_observer observer) {
+    observer_ = std::move(observer);
+  }
+
+  /// Counts `bytes` that another writer of the same log (the process
+  /// runtime's shim) kept out of it, for `summary()`.
+  void add_not_logged(std::uint64_t bytes) noexcept {
+    unlogged_bytes_ += bytes;
+  }
+
+  /// The next `bytes` fed are in the log already (an adopting runtime reads
+  /// the attempt's output again from its start): they count towards the
+  /// log's cap but are not written.
+  void skip_logging(std::uint64_t bytes) noexcept { skip_log_ = bytes; }
+
+  /// Opens `log_path` for appending instead of truncating it (a runtime
+  /// that adopts an attempt another process started).
+  static expected<output_capture> append_to(std::string log_path,
+                                            line_callback on_line,
+                                            output_capture_limits limits = {});
+
 private:
   /// The line being read on one stream.
   struct line_state {
@@ -129,9 +157,9 @@ private:
   output_capture(std::string log_path, int fd, line_callback on_line,
                  output_capture_limits limits);
 
-  void write_log(std::string_view bytes);
+  void write_log(output_stream s, std::string_view bytes);
 
-  void write_log_raw(std::string_view bytes);
+  void write_log_raw(std::string_view bytes, char kind);
 
   void append_partial(output_stream s, line_state& l, std::string_view bytes);
 
@@ -147,6 +175,7 @@ private:
   std::string log_path_;
   int fd_ = -1;
   line_callback on_line_;
+  log_observer observer_;
   output_capture_limits limits_;
   line_state lines_[2];
   bool finished_ = false;
@@ -155,6 +184,7 @@ private:
   std::string log_error_;
   std::size_t bytes_seen_ = 0;
   std::uint64_t logged_bytes_ = 0;
+  std::uint64_t skip_log_ = 0;
   std::uint64_t unlogged_bytes_ = 0;
   std::uint64_t delivered_bytes_ = 0;
   std::uint64_t held_bytes_ = 0;

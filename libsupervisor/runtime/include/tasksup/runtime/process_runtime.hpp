@@ -4,6 +4,7 @@
 #include "tasksup/runtime/runtime.hpp"
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -12,9 +13,37 @@
 
 namespace tasksup::runtime {
 
-/// Settings of the process runtime (SPEC §10: the agent runs as a child
-/// process in its own process group).
+/// What happens to a running attempt when the program that started it dies
+/// without stopping it (crash, SIGKILL).
+enum class orphan_policy : std::uint8_t {
+  /// The shim kills the agent's process group (it sees its stdin pipe from
+  /// the runtime hang up) and records the exit: nothing outlives the
+  /// program. For `tasksup run` and embedding programs.
+  kill,
+  /// The shim outlives the program: it keeps logging the agent's output and
+  /// records its exit, so a restarted node can `adopt` the attempt. For
+  /// `tasksup serve`.
+  keep,
+};
+
+/// Settings of the process runtime (SPEC §10). Each attempt runs under a
+/// `tasksup-shim` process of its own (like conmon): the shim starts the
+/// agent in its own process group, holds its output pipes, writes
+/// `output.log`, `output.streams` (which stream each byte came from),
+/// `shim.pid` (the shim's and the agent's pid and start time) and, at the
+/// end, `exit.status` into the attempt directory, and forwards the output to
+/// the runtime while the runtime is there. Stop and kill are asked of the
+/// shim (SIGTERM, SIGUSR1 through a pidfd, so a reused pid is never hit);
+/// the shim signals the agent's group.
 struct process_runtime_options {
+  /// The tasksup-shim program. Empty: $TASKSUP_SHIM, else `tasksup-shim`
+  /// next to the running program, else the one in the build tree or the
+  /// install prefix this library was built for.
+  std::string shim_path;
+
+  /// What a shim does when this program dies under it.
+  orphan_policy orphans = orphan_policy::kill;
+
   /// Receives operator-facing warnings (e.g. "memory limits are not enforced:
   /// ..."); may be called from any thread, never concurrently. Empty: dropped.
   std::function<void(std::string_view message)> on_warning;

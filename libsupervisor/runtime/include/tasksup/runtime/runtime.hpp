@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -96,6 +97,46 @@ public:
   virtual std::string id() const = 0;
 };
 
+/// An attempt that another instance of the runtime started (the node died
+/// and restarted while it ran), to be taken over by `adopt`.
+struct adopt_spec {
+  std::string task_id;
+  int attempt = 1;
+  std::string agent_id;
+  /// The attempt's directory, as `attempt_spec::attempt_dir` named it.
+  std::string attempt_dir;
+  /// What `attempt_handle::id()` returned for it: the agent's pid (process)
+  /// or the container id (docker).
+  std::string runtime_id;
+  /// The labels it was started with (docker checks them against the
+  /// container's, so a reused id is never taken for the attempt).
+  std::map<std::string, std::string> labels;
+};
+
+/// What `reap` may remove: attempts nobody will ever adopt.
+struct reap_spec {
+  /// Process runtime: the shims recorded in attempt directories below this
+  /// directory (`<root>/<task>/<attempt>/shim.pid`, up to three levels).
+  std::string attempt_root;
+  /// Docker: containers labelled `tasksup.owner=<owner>` (e.g. "run",
+  /// "serve"); empty for none.
+  std::string owner;
+  /// Docker: only those of them whose owning process (labels
+  /// tasksup.owner_pid and tasksup.owner_start) is no longer alive.
+  bool dead_owners = false;
+  /// Runtime ids (pids, container ids) and attempt directories left alone:
+  /// the attempts being adopted.
+  std::set<std::string> keep;
+};
+
+/// What `reap` did.
+struct reap_report {
+  /// One line per attempt killed or container removed.
+  std::vector<std::string> reaped;
+  /// What could not be looked at or removed, naming it.
+  std::vector<std::string> errors;
+};
+
 /// A container runtime: process, docker or scripted.
 class container_runtime {
 public:
@@ -109,6 +150,22 @@ public:
   /// `infrastructure_error` set), so callers have exactly one path.
   virtual std::shared_ptr<attempt_handle> start(attempt_spec spec,
                                                 attempt_callbacks cb) = 0;
+
+  /// Takes over a running or finished attempt that another instance of this
+  /// runtime started, and reports it through `cb` like one `start`ed here:
+  /// `on_line` for the output written from now on (lines written before are
+  /// only in the log and the outcome's tail), `on_exit` exactly once with
+  /// the agent's real end. An attempt that cannot be adopted (no trace of it
+  /// is left, or its record is unreadable) has whatever is left of it killed
+  /// and is reported with `infrastructure_error` saying that the node
+  /// restarted and the attempt could not be adopted. The default (a runtime
+  /// whose attempts die with it) reports just that.
+  virtual std::shared_ptr<attempt_handle> adopt(adopt_spec spec,
+                                                attempt_callbacks cb);
+
+  /// Kills what is left of attempts that nobody will adopt (see
+  /// `reap_spec`); synchronous. The default has nothing to reap.
+  virtual reap_report reap(const reap_spec& spec);
 };
 
 } // namespace tasksup::runtime

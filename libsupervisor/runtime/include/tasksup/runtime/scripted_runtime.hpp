@@ -58,7 +58,11 @@ struct scripted_call {
 /// and durations are scripted per agent and attempt. The n-th attempt of an
 /// agent within a task plays the n-th step of that agent's script (the last
 /// step repeats); a script for a (task, agent) pair wins over the agent's.
-/// Agents without a script exit 0 at once. Thread-safe.
+/// Agents without a script exit 0 at once. Thread-safe. Its attempts live in
+/// this object's memory and die with it, so `adopt` (the base class's)
+/// reports every attempt as not adopted (infrastructure, "node restarted")
+/// and `reap` has nothing to do: a node restarted on a scripted runtime
+/// counts its interrupted attempts once, as infrastructure failures.
 class scripted_runtime : public container_runtime {
 public:
   /// Runs `fire` after `delay_s` seconds. The actor layer supplies one driven

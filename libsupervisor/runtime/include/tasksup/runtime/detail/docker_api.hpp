@@ -4,6 +4,7 @@
 #include "tasksup/runtime/runtime.hpp"
 #include "tasksup/supervisor/expected.hpp"
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,10 @@ struct docker_container_state {
   bool oom_killed = false;
   /// State.Error, the engine's reason when it could not run the process.
   std::string error;
+  /// State.Running.
+  bool running = false;
+  /// Config.Labels (string values only).
+  std::map<std::string, std::string> labels;
 };
 
 /// The state from a GET /containers/{id}/json response.
