@@ -147,6 +147,25 @@ void start_attempt(worker_actor* self) {
   if (st.opts.output != output_format::text)
     st.parser.emplace(st.opts.output);
   auto agent_id = st.opts.spec.agent_id;
+  if (st.opts.adopt_id) {
+    // The attempt outlived a node that restarted: take it over.
+    runtime::adopt_spec a;
+    a.task_id = st.opts.spec.task_id;
+    a.attempt = st.opts.spec.attempt;
+    a.agent_id = agent_id;
+    a.attempt_dir = st.opts.spec.attempt_dir;
+    a.runtime_id = *st.opts.adopt_id;
+    a.labels = std::move(st.opts.spec.labels);
+    st.handle = st.opts.runtime->adopt(std::move(a), std::move(cb));
+    if (st.handle)
+      self->attach_functor(
+        [handle = st.handle](const caf::error&) { handle->kill(); });
+    self->send(st.supervisor, event_atom::value,
+               warning_event(st.head(), "attempt " +
+                                          std::to_string(st.attempt) +
+                                          " adopted after the node restarted"));
+    return;
+  }
   st.handle = st.opts.runtime->start(std::move(st.opts.spec), std::move(cb));
   // However the worker ends (an exit message from an embedding application,
   // a crash), its attempt must not outlive it: kill() after the attempt has
@@ -154,9 +173,13 @@ void start_attempt(worker_actor* self) {
   if (st.handle)
     self->attach_functor(
       [handle = st.handle](const caf::error&) { handle->kill(); });
-  self->send(st.supervisor, event_atom::value,
-             attempt_started_event(st.head(), agent_id, st.opts.agent_cli,
-                                   st.handle ? st.handle->id() : ""));
+  auto runtime_id = st.handle ? st.handle->id() : std::string{};
+  self->send(
+    st.supervisor, event_atom::value,
+    attempt_started_event(st.head(), agent_id, st.opts.agent_cli, runtime_id));
+  // For the journal: the pid or container id a restarted node adopts.
+  if (!runtime_id.empty())
+    self->send(st.supervisor, start_atom::value, st.attempt, runtime_id);
   if (st.handle && st.opts.idle_timeout_s > 0) {
     st.idle_timer = make_actor_timer(self->system());
     st.last_output = self->clock().now();

@@ -107,6 +107,9 @@ struct registry_state {
   /// Rebuilt tasks that have not yet asked again for what they waited for;
   /// queued slots are granted once none is left, in submission order.
   std::set<std::string> resuming;
+  /// What the rebuilt tasks adopted (attempt directories and runtime ids):
+  /// left alone when the rest of the old node's attempts are reaped.
+  std::set<std::string> adopted;
   static inline const char* name = "tasksup.registry";
 };
 
@@ -178,12 +181,40 @@ std::int64_t order_of(registry_actor_t* self, const std::string& task_id) {
   return i == seqs.end() ? std::numeric_limits<std::int64_t>::max() : i->second;
 }
 
+/// Once every rebuilt task has adopted its attempt: whatever else the old
+/// node left running (an attempt it started but never recorded, a container
+/// of a dead node) is killed, so no process or container is left behind.
+void reap_orphans(registry_actor_t* self) {
+  auto& st = self->state;
+  if (!st.opts.journal)
+    return;
+  runtime::reap_spec spec;
+  spec.attempt_root = st.opts.attempt_root;
+  spec.owner = "serve";
+  spec.dead_owners = true;
+  spec.keep = std::move(st.adopted);
+  st.adopted.clear();
+  std::set<runtime::container_runtime*> done;
+  for (auto& [name, rt] : st.opts.runtimes) {
+    if (!rt || !done.insert(rt.get()).second)
+      continue;
+    auto report = rt->reap(spec);
+    for (auto& line : report.reaped)
+      std::fprintf(stderr, "tasksup: reaped after the restart: %s\n",
+                   line.c_str());
+    for (auto& line : report.errors)
+      std::fprintf(stderr, "tasksup: reaping after the restart: %s\n",
+                   line.c_str());
+  }
+}
+
 /// A rebuilt task has asked again for what it waited for (or ended). Once
 /// all have, the queue is put back in submission order and served.
 void resumed(registry_actor_t* self, const std::string& task_id) {
   auto& st = self->state;
   if (st.resuming.erase(task_id) == 0 || !st.resuming.empty())
     return;
+  reap_orphans(self);
   std::stable_sort(
     st.slot_queue.begin(), st.slot_queue.end(), [&](auto& x, auto& y) {
       return order_of(self, x.first.task_id) < order_of(self, y.first.task_id);
@@ -785,9 +816,15 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
           !from_other_supervisor(self, task_id))
         st.slot_holders.insert(task_id);
     },
-    [=](resumed_atom, const std::string& task_id) {
-      if (!from_other_supervisor(self, task_id))
-        resumed(self, task_id);
+    [=](resumed_atom, const std::string& task_id, std::string& dir,
+        std::string& runtime_id) {
+      if (from_other_supervisor(self, task_id))
+        return;
+      if (!dir.empty())
+        self->state.adopted.insert(std::move(dir));
+      if (!runtime_id.empty())
+        self->state.adopted.insert(std::move(runtime_id));
+      resumed(self, task_id);
     },
     [=](agent_result_atom, const std::string& agent_id, bool success) {
       auto& st = self->state;

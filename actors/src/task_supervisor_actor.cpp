@@ -111,6 +111,10 @@ struct supervisor_state {
   caf::actor journal;
   std::int64_t journal_seq = 0;
   std::int64_t journal_n = 0;
+  /// After a restart: the runtime id of the attempt to adopt (from the
+  /// journal), and the directory of the attempt being adopted.
+  std::string adopt_id;
+  std::string adopted_dir;
   /// The failed attempt's outcome with its output tail, for the classifier.
   std::optional<attempt_outcome> to_classify;
   static inline const char* name = "tasksup.task_supervisor";
@@ -155,16 +159,6 @@ using after_input = std::function<void(bool)>;
 
 bool drive(supervisor_actor* self, machine_input in, after_input then = {});
 
-/// The outcome of an attempt the node could not take over after a restart.
-attempt_outcome lost_outcome(int attempt) {
-  attempt_outcome o;
-  o.exit_code = -1;
-  o.infrastructure_error = "node restarted: attempt " +
-                           std::to_string(attempt) +
-                           " was running and could not be adopted";
-  return o;
-}
-
 /// Carries out one effect; an input it produces at once (a permission when
 /// there are no node services) goes to `next`.
 struct carrier {
@@ -208,7 +202,20 @@ struct carrier {
   }
 
   void operator()(const effect::adopt_attempt& e) const {
-    next.emplace_back(input::attempt_ended{e.attempt, lost_outcome(e.attempt)});
+    auto& s = st();
+    const auto& agent = s.agent(e.agent_index);
+    worker_options w;
+    apply_agent_options(w, agent);
+    w.spec = detail::make_attempt_spec(*s.opts, *s.node, agent, e.attempt);
+    w.runtime = s.node->runtime;
+    w.trace_id = s.opts->trace_id;
+    w.span_id = std::string_view{s.span};
+    w.agent_cli = agent.agent_cli;
+    w.adopt_id = s.adopt_id;
+    s.adopted_dir = w.spec.attempt_dir;
+    s.worker = spawn_container_worker(self, caf::actor_cast<caf::actor>(self),
+                                      std::move(w));
+    self->monitor(s.worker);
   }
 
   void operator()(const effect::start_attempt& e) const {
@@ -498,6 +505,8 @@ void resume(supervisor_actor* self, std::vector<journaled_input> replay) {
     if (auto* end = std::get_if<input::attempt_ended>(&r.in);
         end && !end->outcome.succeeded())
       st.to_classify = std::move(end->outcome);
+    if (auto* started = std::get_if<input::attempt_started>(&r.in))
+      st.adopt_id = started->runtime_id;
   }
   if (st.m.phase == task_phase::done) {
     // The task ended just before the restart; its end was not recorded.
@@ -510,7 +519,8 @@ void resume(supervisor_actor* self, std::vector<journaled_input> replay) {
   drive(self, input::resumed{}, [self](bool) {
     auto& st = self->state;
     if (st.node->services)
-      self->send(st.node->services, resumed_atom::value, st.task_id());
+      self->send(st.node->services, resumed_atom::value, st.task_id(),
+                 st.adopted_dir, st.worker ? st.adopt_id : std::string{});
   });
 }
 
@@ -581,6 +591,13 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
         return;
       self->demonitor(st.worker);
       attempt_ended(self, r.attempt, std::move(r.outcome));
+    },
+    [=](start_atom, int attempt, std::string& runtime_id) {
+      // The worker's attempt runs under this pid / container id: journaled,
+      // so that a restarted node can adopt it.
+      auto& st = self->state;
+      if (st.worker && self->current_sender() == st.worker && st.journal)
+        drive(self, input::attempt_started{attempt, std::move(runtime_id)});
     },
     [=](event_atom, event& ev) {
       // Worker events (attempt_started, log) pass through in order.

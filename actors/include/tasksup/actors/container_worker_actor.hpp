@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,10 @@ struct worker_options {
   /// attempt's (the agent's `env_passthrough`); a variable the task's own
   /// `env` sets wins, a missing one is left out.
   std::vector<std::string> env_passthrough;
+  /// Set for an attempt that ran when the node restarted: the worker takes
+  /// it over (`container_runtime::adopt`, with this runtime id; empty when
+  /// unknown) instead of starting it.
+  std::optional<std::string> adopt_id;
 };
 
 /// Copies what the worker needs from the agent that runs the attempt: its
