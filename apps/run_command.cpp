@@ -84,8 +84,8 @@ int run_task(const run_options& opts) {
                         : cfg->config.node.default_runtime;
   // Admission: a task that cannot work is not queued.
   if (auto admitted = runtime::admit_task(*task, runtime_name); !admitted)
-    return fail_input(opts.task_file +
-                      ": rejected at admission: " + admitted.error().to_string());
+    return fail_input(opts.task_file + ": rejected at admission: " +
+                      admitted.error().to_string());
   // Events to stdout push the human view to stderr.
   std::FILE* json_out = nullptr;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> json_file{nullptr,

@@ -79,8 +79,8 @@ TEST_CASE_METHOD(steps_fixture,
                  "a permanent task waits its restart backoff after each clean "
                  "exit and says so",
                  "[task_supervisor][steps]") {
-  runtime->script("a", {exits(0), exits(0), exits(0), exits(0, {}, 400),
-                        exits(0)});
+  runtime->script("a",
+                  {exits(0), exits(0), exits(0), exits(0, {}, 400), exits(0)});
   auto t = task_with("pm", {"a"});
   t.supervisor.restart = restart_type::permanent;
   t.supervisor.intensity.max_restarts = 4;
