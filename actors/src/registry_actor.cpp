@@ -7,6 +7,8 @@
 #include "tasksup/actors/events.hpp"
 #include "tasksup/actors/task_supervisor_actor.hpp"
 
+#include "tasksup/runtime/workspace.hpp"
+
 #include "tasksup/supervisor/circuit_breaker.hpp"
 #include "tasksup/supervisor/retry_budget.hpp"
 
@@ -15,6 +17,7 @@
 #include <caf/exit_reason.hpp>
 #include <caf/response_promise.hpp>
 #include <caf/send.hpp>
+#include <caf/spawn_options.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
@@ -89,6 +92,8 @@ struct registry_state {
   /// them when the registry ends.
   std::shared_ptr<std::map<std::string, caf::actor>> supervisors;
   std::uint64_t next_number = 1;
+  /// Ids of tasks whose admission checks run (not queued yet).
+  std::set<std::string> admitting;
   static inline const char* name = "tasksup.registry";
 };
 
@@ -189,7 +194,21 @@ bool from_other_supervisor(registry_actor_t* self, const std::string& task_id) {
   return j != st.by_supervisor.end() && j->second != task_id;
 }
 
-caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
+using admit_atom = caf::atom_constant<caf::atom("admit")>;
+
+/// Runs a task's admission checks (git, its admit command) on a thread of
+/// its own and answers the error text, empty when admitted.
+caf::behavior admission_actor(caf::event_based_actor* self) {
+  return {[=](admit_atom, const task_spec& task,
+              const std::string& runtime_name) -> std::string {
+    self->quit();
+    auto ok = runtime::admit_task(task, runtime_name);
+    return ok ? std::string{} : ok.error().to_string();
+  }};
+}
+
+caf::result<std::string> submit(registry_actor_t* self, task_spec task,
+                                bool admitted = false) {
   auto& st = self->state;
   // However the task arrived (typed from another node or an embedding
   // application, or JSON), it is resolved against this node's config and
@@ -205,7 +224,8 @@ caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
     do
       task.id = "task-" + std::to_string(st.next_number++);
     while (st.active.count(task.id) > 0 || st.finished.count(task.id) > 0);
-  } else if (st.active.count(task.id) > 0 || st.finished.count(task.id) > 0) {
+  } else if (st.active.count(task.id) > 0 || st.finished.count(task.id) > 0 ||
+             (!admitted && st.admitting.count(task.id) > 0)) {
     return make_error(protocol_error::duplicate_task,
                       "a task with id '" + task.id + "' exists already");
   }
@@ -218,6 +238,34 @@ caf::result<std::string> submit(registry_actor_t* self, task_spec task) {
     return make_error(protocol_error::unknown_runtime,
                       "task '" + task.id + "': no runtime named '" +
                         runtime_name + "' on this node");
+  // Repository tasks and tasks with an admit command are checked before
+  // they are queued; a rejected one leaves nothing behind.
+  if (!admitted && (task.repo || task.admit)) {
+    auto id = task.id;
+    st.admitting.insert(id);
+    auto rp = self->make_response_promise<std::string>();
+    auto job = self->spawn<caf::detached>(admission_actor);
+    self->request(job, caf::infinite, admit_atom::value, task, runtime_name)
+      .then(
+        [=](std::string& err) mutable {
+          self->state.admitting.erase(id);
+          if (!err.empty()) {
+            rp.deliver(make_error(protocol_error::invalid_task,
+                                  "rejected at admission: " + err));
+            return;
+          }
+          auto r = submit(self, task, true);
+          if (r.flag == caf::rt_value)
+            rp.deliver(r.value.get_as<std::string>(0));
+          else
+            rp.deliver(std::move(r.err));
+        },
+        [=](caf::error& err) mutable {
+          self->state.admitting.erase(id);
+          rp.deliver(std::move(err));
+        });
+    return rp;
+  }
   supervisor_options opts;
   // Round-robin rotates the first agent per environment; fallbacks within a
   // task never move it.

@@ -488,3 +488,37 @@ TEST_CASE("repo task in a container: a fresh checkout per attempt",
   CHECK(slurp(attempt_dir(dir, "dk1", 2) + "/artifacts/feedback.txt")
           .find("expected 42") != std::string::npos);
 }
+
+TEST_CASE("repo task: a node refuses a task that fails admission and keeps "
+          "nothing of it",
+          "[repo]") {
+  scratch dir;
+  auto repo = make_repo(dir);
+  auto agent = make_agent(dir);
+  std::filesystem::create_directories(dir / "not-a-repo");
+  tasksup_child node{dir,
+                     "serve",
+                     {"serve", "--listen", "127.0.0.1:0", "--config",
+                      config_dir(), "--work-dir", dir / "node-work"}};
+  auto port = listening_port(node);
+  REQUIRE(port);
+  auto address = "127.0.0.1:" + std::to_string(*port);
+  auto bad =
+    dir.write("bad.json", task_json("same-id", dir / "not-a-repo", agent, ""));
+  auto refused = run_to_end(dir, {"submit", "--node", address, bad}, 60s);
+  CHECK(refused.status != 0);
+  CHECK(refused.err.find("rejected at admission") != std::string::npos);
+  CHECK(refused.err.find("repository check") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "node-work/same-id"));
+  // Nothing was queued under its id: a good task may take it.
+  auto good = dir.write("good.json", task_json("same-id", repo, agent, ""));
+  auto accepted = run_to_end(dir, {"submit", "--node", address, good}, 60s);
+  INFO(accepted.err);
+  CHECK(accepted.status == 0);
+  CHECK(accepted.out.find("same-id") != std::string::npos);
+  CHECK(eventually(
+    [&] {
+      return git_ok(repo, {"rev-parse", "--verify", "tasksup/same-id"});
+    },
+    60s));
+}
