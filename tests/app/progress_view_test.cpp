@@ -145,3 +145,14 @@ TEST_CASE("an attempt that never started says so, with no exit code") {
   REQUIRE_FALSE(done.empty());
   CHECK(done[0] == "task failed: no agent left");
 }
+
+TEST_CASE("progress view: a step event says which step, and how it went",
+          "[progress_view]") {
+  progress_view view;
+  auto lines = render(view, R"({"event": "step", "task_id": "t",
+    "attempt": 1, "step": "gate", "name": "tests", "passed": false,
+    "exit_code": 1, "message": "failed: 2 tests failed"})");
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].find("gate tests") != std::string::npos);
+  CHECK(lines[0].find("failed: 2 tests failed") != std::string::npos);
+}
