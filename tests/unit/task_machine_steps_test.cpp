@@ -6,6 +6,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <optional>
+#include <random>
 #include <string>
 #include <utility>
 
@@ -315,4 +318,207 @@ TEST_CASE("steps: a permanent task's restarts follow restart_backoff and "
   // A stable run: back to the first step.
   t.end(exited(0, 61));
   CHECK(only<effect::ask_delay>(t.fx).retry_index == 0);
+}
+
+// -- property: random inputs with every step ---------------------------------
+
+namespace {
+
+/// The world around a task with preflight, gates, delivery, an attempt
+/// timeout and a done exit code: it answers what the machine asks, in a
+/// random order, mixed with user controls and stale replies.
+struct step_world {
+  step_world(std::uint64_t seed, supervisor_config cfg)
+    : t(std::move(cfg), 2), rng(seed) {}
+
+  task t;
+  std::mt19937_64 rng;
+  std::optional<std::uint64_t> permission;
+  std::optional<std::uint64_t> classify_gen;
+  std::optional<std::uint64_t> delay_gen;
+  std::optional<std::uint64_t> backoff_timer;
+  std::optional<int> attempt_timer;
+  int preflight = 0;
+  int gates = 0;
+  int deliver = 0;
+  int running = 0;
+  bool slot = false;
+  int finishes = 0;
+
+  std::size_t pick(std::size_t n) { return rng() % n; }
+
+  void feed(machine_input in) {
+    auto was_done = t.st.phase == task_phase::done;
+    t.fx.clear();
+    t.machine.handle(t.st, std::move(in), t.now, t.fx);
+    if (was_done)
+      REQUIRE(t.fx.empty()); // nothing moves a finished task
+    for (auto& e : t.fx) {
+      if (auto* x = std::get_if<effect::ask_permission>(&e)) {
+        permission = x->generation;
+        if (x->need_slot)
+          slot = true;
+      } else if (std::holds_alternative<effect::release_slot>(e)) {
+        slot = false;
+        permission.reset();
+      } else if (auto* x = std::get_if<effect::run_preflight>(&e)) {
+        preflight = x->attempt;
+      } else if (auto* x = std::get_if<effect::start_attempt>(&e)) {
+        REQUIRE(running == 0);
+        running = x->attempt;
+      } else if (auto* x = std::get_if<effect::run_gates>(&e)) {
+        // Gates only for an attempt that ended.
+        REQUIRE(running == 0);
+        gates = x->attempt;
+      } else if (auto* x = std::get_if<effect::deliver>(&e)) {
+        REQUIRE(gates == 0);
+        deliver = x->attempt;
+      } else if (auto* x = std::get_if<effect::classify>(&e)) {
+        classify_gen = x->generation;
+      } else if (auto* x = std::get_if<effect::ask_delay>(&e)) {
+        delay_gen = x->generation;
+      } else if (auto* x = std::get_if<effect::set_timer>(&e)) {
+        if (x->kind == timer_kind::backoff)
+          backoff_timer = x->generation;
+        else if (x->kind == timer_kind::attempt)
+          attempt_timer = static_cast<int>(x->generation);
+      } else if (std::holds_alternative<effect::finish>(e)) {
+        ++finishes;
+      }
+    }
+    REQUIRE(finishes <= 1);
+    if (t.st.phase == task_phase::done)
+      REQUIRE_FALSE(t.st.holds_slot);
+    if (t.st.holds_slot)
+      REQUIRE((t.st.phase == task_phase::waiting ||
+               t.st.phase == task_phase::running ||
+               t.st.phase == task_phase::preflight));
+  }
+
+  void step(bool cooperative) {
+    t.now += static_cast<double>(pick(50)) / 10.0;
+    switch (pick(cooperative ? 9 : 12)) {
+      case 0:
+        if (permission) {
+          auto g = *permission;
+          permission.reset();
+          feed(input::permission{g, cooperative || pick(6) != 0, true, "x"});
+        }
+        break;
+      case 1:
+        if (preflight != 0) {
+          auto a = std::exchange(preflight, 0);
+          feed(input::preflight_done{a, pick(3) != 0, 1, false, "no"});
+        }
+        break;
+      case 2:
+        if (running != 0) {
+          auto a = std::exchange(running, 0);
+          int codes[] = {0, 1, 99};
+          input::attempt_ended in;
+          in.attempt = a;
+          in.outcome = exited(codes[pick(3)]);
+          in.done_file = pick(5) == 0;
+          feed(std::move(in));
+        }
+        break;
+      case 3:
+        if (gates != 0) {
+          auto a = std::exchange(gates, 0);
+          feed(input::gates_done{a, pick(2) == 0, "g", 1, false, "x"});
+        }
+        break;
+      case 4:
+        if (deliver != 0) {
+          auto a = std::exchange(deliver, 0);
+          feed(input::delivered{a, pick(4) != 0, "conflict"});
+        }
+        break;
+      case 5:
+        if (classify_gen) {
+          auto g = *classify_gen;
+          classify_gen.reset();
+          classification c;
+          c.cls = all_error_classes[pick(all_error_classes.size())];
+          feed(input::classified{g, c});
+        }
+        break;
+      case 6:
+        if (delay_gen) {
+          auto g = *delay_gen;
+          delay_gen.reset();
+          delay_decision d;
+          d.delay_s = static_cast<double>(pick(3));
+          feed(input::delay_decided{g, d});
+        }
+        break;
+      case 7:
+        if (backoff_timer) {
+          auto g = *backoff_timer;
+          backoff_timer.reset();
+          feed(input::timer{timer_kind::backoff, g});
+        }
+        break;
+      case 8:
+        if (attempt_timer) {
+          auto a = *attempt_timer;
+          attempt_timer.reset();
+          feed(
+            input::timer{timer_kind::attempt, static_cast<std::uint64_t>(a)});
+        }
+        break;
+      case 9:
+        feed(input::stop{pick(2) == 0 ? stop_request::cancel
+                                      : stop_request::kill});
+        break;
+      case 10:
+        feed(input::force_fallback{});
+        break;
+      default: {
+        // Stale answers for any attempt.
+        auto a = static_cast<int>(pick(4));
+        switch (pick(3)) {
+          case 0:
+            feed(input::preflight_done{a, true, 0, false, ""});
+            break;
+          case 1:
+            feed(input::gates_done{a, true, "", 0, false, ""});
+            break;
+          default:
+            feed(input::delivered{a, true, ""});
+            break;
+        }
+        break;
+      }
+    }
+  }
+};
+
+} // namespace
+
+TEST_CASE("steps: random inputs never break the machine, and every task "
+          "ends exactly once",
+          "[task_machine][steps]") {
+  for (std::uint64_t seed = 1; seed <= 300; ++seed) {
+    supervisor_config cfg;
+    cfg.steps.preflight = seed % 2 == 0;
+    cfg.steps.gates = seed % 3 != 0;
+    cfg.steps.deliver = seed % 5 != 0;
+    cfg.attempt_timeout_s = 10;
+    cfg.done_exit_code = 99;
+    cfg.max_total_attempts = 12;
+    if (seed % 4 == 0)
+      cfg.restart = restart_type::permanent;
+    step_world w{seed, cfg};
+    INFO("seed " << seed);
+    w.feed(input::start{});
+    for (int i = 0; i < 200 && w.t.st.phase != task_phase::done; ++i)
+      w.step(false);
+    // Left to a cooperative world, the task ends.
+    for (int i = 0; i < 20000 && w.t.st.phase != task_phase::done; ++i)
+      w.step(true);
+    CHECK(w.t.st.phase == task_phase::done);
+    CHECK(w.finishes == 1);
+    CHECK_FALSE(w.slot);
+  }
 }
