@@ -469,6 +469,13 @@ TEST_CASE("repo task in a container: a fresh checkout per attempt",
   scratch dir;
   auto repo = make_repo(dir);
   auto agent = make_agent(dir);
+  // An image that is not on this host is refused at admission.
+  auto missing = run_task(dir, "dk0",
+                          task_json("dk0", repo, "/agent/coder.sh",
+                                    ",\"runtime\": \"docker\", \"image\": "
+                                    "\"tasksup/no-such-image:none\""));
+  CHECK(missing.run.status == 2);
+  CHECK(missing.run.err.find("image check") != std::string::npos);
   auto r = run_task(
     dir, "dk",
     task_json("dk1", repo, "/agent/coder.sh",

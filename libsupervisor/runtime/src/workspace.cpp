@@ -1,5 +1,7 @@
 #include "tasksup/runtime/workspace.hpp"
 
+#include "tasksup/runtime/docker_runtime.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -502,6 +504,20 @@ expected<bool> admit_task(const task_spec& task, const std::string& runtime) {
                      "agent check: " + a.agent_cli +
                        " is not an executable file nor found in PATH"};
     }
+  }
+  // The image must be on this host: tasksup never pulls.
+  if (check_agents && runtime == "docker" && !task.image.empty()) {
+    auto opts = docker_options_from_environment();
+    auto present = opts ? docker_image_present(*opts, task.image)
+                        : expected<bool>{opts.error()};
+    if (!present)
+      return error{"admit", "/image",
+                   "image check: cannot ask the Docker engine about " +
+                     task.image + ": " + present.error().to_string()};
+    if (!*present)
+      return error{"admit", "/image",
+                   "image check: " + task.image +
+                     " is not on this host (tasksup never pulls images)"};
   }
   for (auto* cmd : {task.preflight ? &*task.preflight : nullptr,
                     task.admit ? &*task.admit : nullptr}) {
