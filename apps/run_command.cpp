@@ -83,7 +83,9 @@ int run_task(const run_options& opts) {
                         ? task->runtime
                         : cfg->config.node.default_runtime;
   // Admission: a task that cannot work is not queued.
-  if (auto admitted = runtime::admit_task(*task, runtime_name); !admitted)
+  if (auto admitted = runtime::admit_task(*task, runtime_name,
+                                          cfg->config.node.allowed_paths);
+      !admitted)
     return fail_input(opts.task_file + ": rejected at admission: " +
                       admitted.error().to_string());
   // Events to stdout push the human view to stderr.

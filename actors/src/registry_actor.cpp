@@ -198,11 +198,12 @@ using admit_atom = caf::atom_constant<caf::atom("admit")>;
 
 /// Runs a task's admission checks (git, its admit command) on a thread of
 /// its own and answers the error text, empty when admitted.
-caf::behavior admission_actor(caf::event_based_actor* self) {
+caf::behavior admission_actor(caf::event_based_actor* self,
+                              std::vector<std::string> allowed) {
   return {[=](admit_atom, const task_spec& task,
               const std::string& runtime_name) -> std::string {
     self->quit();
-    auto ok = runtime::admit_task(task, runtime_name);
+    auto ok = runtime::admit_task(task, runtime_name, allowed);
     return ok ? std::string{} : ok.error().to_string();
   }};
 }
@@ -244,7 +245,8 @@ caf::result<std::string> submit(registry_actor_t* self, task_spec task,
     auto id = task.id;
     st.admitting.insert(id);
     auto rp = self->make_response_promise<std::string>();
-    auto job = self->spawn<caf::detached>(admission_actor);
+    auto job = self->spawn<caf::detached>(admission_actor,
+                                          st.opts.config.node.allowed_paths);
     self->request(job, caf::infinite, admit_atom::value, task, runtime_name)
       .then(
         [=](std::string& err) mutable {

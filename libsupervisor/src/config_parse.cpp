@@ -419,8 +419,20 @@ node_config read_node(const reader& r, const json::value& v) {
   const auto& obj = r.object(v, path);
   r.check_keys(obj, path,
                {"max_concurrent", "circuit_breaker", "retry_budget",
-                "default_agent", "default_runtime", "output"});
+                "default_agent", "default_runtime", "output", "allowed_paths"});
   node_config node;
+  if (const auto* x = obj.if_contains("allowed_paths")) {
+    auto ptr = child(path, "allowed_paths");
+    const auto& arr = r.array(*x, ptr);
+    if (arr.size() > 1000)
+      r.fail(ptr, "expected at most 1000 paths");
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      auto p = r.nonempty_string(arr[i], child(ptr, i));
+      if (p[0] != '/' || p.find('\0') != std::string::npos)
+        r.fail(child(ptr, i), "expected an absolute path, got " + quote(p));
+      node.allowed_paths.push_back(std::move(p));
+    }
+  }
   if (const auto* x = obj.if_contains("output")) {
     auto ptr = child(path, "output");
     const auto& sub = r.object(*x, ptr);

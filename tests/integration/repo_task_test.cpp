@@ -529,3 +529,25 @@ TEST_CASE("repo task: a node refuses a task that fails admission and keeps "
     },
     60s));
 }
+
+TEST_CASE("repo task: a node's allowed_paths confine repositories", "[repo]") {
+  scratch dir;
+  auto repo = make_repo(dir);
+  auto agent = make_agent(dir);
+  auto config = dir / "config";
+  std::filesystem::create_directories(config);
+  std::filesystem::create_directories(dir / "allowed");
+  dir.write("config/node.json",
+            "{\"allowed_paths\": [\"" + dir / "allowed" + "\"]}");
+  auto file = dir.write("t.json", task_json("ap1", repo, agent, ""));
+  // The repository's real path is outside, also when named through `..`.
+  auto sneaky =
+    dir.write("t2.json", task_json("ap2", dir / "allowed/../repo", agent, ""));
+  for (auto& f : {file, sneaky}) {
+    auto r = run_to_end(
+      dir, {"run", "--config", config, "--work-dir", dir / "work", f}, 60s);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("outside the node's allowed_paths") != std::string::npos);
+  }
+  CHECK_FALSE(std::filesystem::exists(dir / "work"));
+}

@@ -701,7 +701,7 @@ TEST_CASE("node: errors") {
   check_error(node(R"({"workers": 2})"), "node.json", "/workers",
               "unknown key \"workers\" (allowed: max_concurrent, "
               "circuit_breaker, retry_budget, default_agent, "
-              "default_runtime, output)");
+              "default_runtime, output, allowed_paths)");
   check_error(node(R"({"output": {"log_max_bytes": 0}})"), "node.json",
               "/output/log_max_bytes",
               "expected an integer from 1 to 1099511627776");

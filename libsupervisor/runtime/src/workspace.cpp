@@ -456,7 +456,36 @@ expected<bool> repo_workspace::apply(const std::string& patch_path) const {
   return true;
 }
 
-expected<bool> admit_task(const task_spec& task, const std::string& runtime) {
+expected<bool> admit_task(const task_spec& task, const std::string& runtime,
+                          const std::vector<std::string>& allowed_paths) {
+  // Paths are compared after resolving `..` and symlinks, so neither leads
+  // out of an allowed directory.
+  auto allowed = [&](const std::string& p) {
+    if (allowed_paths.empty())
+      return true;
+    std::error_code ec;
+    auto real = fs::weakly_canonical(p, ec);
+    if (ec)
+      return false;
+    for (auto& root : allowed_paths) {
+      auto base = fs::weakly_canonical(root, ec);
+      if (ec)
+        continue;
+      auto rel = real.lexically_relative(base);
+      if (!rel.empty() && *rel.begin() != "..")
+        return true;
+    }
+    return false;
+  };
+  if (task.repo && !allowed(task.repo->path))
+    return error{"admit", "/repo/path",
+                 "path check: " + task.repo->path +
+                   " is outside the node's allowed_paths"};
+  for (std::size_t i = 0; i < task.mounts.size(); ++i)
+    if (!allowed(task.mounts[i].host_path))
+      return error{"admit", "/mounts/" + std::to_string(i) + "/host_path",
+                   "path check: " + task.mounts[i].host_path +
+                     " is outside the node's allowed_paths"};
   if (task.repo) {
     std::error_code ec;
     if (!fs::is_directory(task.repo->path, ec))

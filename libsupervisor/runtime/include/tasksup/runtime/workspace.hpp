@@ -123,8 +123,10 @@ private:
 /// queued: a repository task's repository is a git repository and its base
 /// resolves; every agent's CLI resolves (process runtime: an executable in
 /// PATH or at its path); the task's mounts exist on this host. The error
-/// names the check and the task field.
-expected<bool> admit_task(const task_spec& task, const std::string& runtime);
+/// names the check and the task field. With `allowed_paths` (node.json),
+/// the repository and every mount must lie in one of them.
+expected<bool> admit_task(const task_spec& task, const std::string& runtime,
+                          const std::vector<std::string>& allowed_paths = {});
 
 /// The prompt of an attempt after a failure: `prompt`, then `tmpl` (or the
 /// default template) with `{attempt}`, `{reason}` and `{output}` replaced.
