@@ -227,6 +227,17 @@ int describe(node_session& s, const describe_options& opts) {
         std::cout << '\n';
         break;
       }
+      case event_kind::step: {
+        std::cout << when << "    " << text_of(o, "step");
+        if (auto name = text_of(o, "name"); !name.empty())
+          std::cout << " " << name;
+        if (auto passed = text_of(o, "passed"); !passed.empty())
+          std::cout << (passed == "true" ? ": passed" : ": failed");
+        if (auto msg = text_of(o, "message"); !msg.empty())
+          std::cout << " (" << msg << ")";
+        std::cout << '\n';
+        break;
+      }
       case event_kind::log:
       case event_kind::escalated:
         break;

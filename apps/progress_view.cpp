@@ -220,6 +220,16 @@ progress_view::render(const boost::json::object& event) {
   } else if (kind == "warning") {
     out.push_back(pre + paint(yellow, "warning: ") +
                   printable(str(event, "message")));
+  } else if (kind == "step") {
+    // Preflight, gates, delivery, worktree, attempt timeout, voluntary end.
+    auto passed = event.if_contains("passed") != nullptr &&
+                  event.at("passed").is_bool() && event.at("passed").get_bool();
+    auto name = str(event, "name");
+    std::string head = printable(str(event, "step", "step"));
+    if (!name.empty())
+      head += " " + printable(name);
+    out.push_back(pre + paint(passed ? green : yellow, head) + ": " +
+                  printable(str(event, "message")));
   } else if (kind == "task_done") {
     pending_.reset();
     auto outcome = str(event, "outcome", "?");

@@ -11,6 +11,7 @@
 
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/registry_actor.hpp"
+#include "tasksup/runtime/workspace.hpp"
 
 #include "tasksup/supervisor/config.hpp"
 
@@ -81,6 +82,12 @@ int run_task(const run_options& opts) {
                       : !task->runtime.empty()
                         ? task->runtime
                         : cfg->config.node.default_runtime;
+  // Admission: a task that cannot work is not queued.
+  if (auto admitted = runtime::admit_task(*task, runtime_name,
+                                          cfg->config.node.allowed_paths);
+      !admitted)
+    return fail_input(opts.task_file + ": rejected at admission: " +
+                      admitted.error().to_string());
   // Events to stdout push the human view to stderr.
   std::FILE* json_out = nullptr;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> json_file{nullptr,

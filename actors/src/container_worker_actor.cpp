@@ -178,7 +178,7 @@ void start_attempt(worker_actor* self) {
     st.supervisor, event_atom::value,
     attempt_started_event(st.head(), agent_id, st.opts.agent_cli, runtime_id));
   // For the journal: the pid or container id a restarted node adopts.
-  if (!runtime_id.empty())
+  if (st.opts.report_runtime_id && !runtime_id.empty())
     self->send(st.supervisor, start_atom::value, st.attempt, runtime_id);
   if (st.handle && st.opts.idle_timeout_s > 0) {
     st.idle_timer = make_actor_timer(self->system());

@@ -554,6 +554,27 @@ event warning_event(const event_head& h, std::string_view message) {
   return finish(event_kind::warning, h, w);
 }
 
+event step_event(const event_head& h, std::string_view step,
+                 std::string_view name, bool passed,
+                 std::optional<int> exit_code, std::string_view message) {
+  json_writer w;
+  head_fields(w, "step", h);
+  w.key("step");
+  w.string(step);
+  w.key("name");
+  w.string(name);
+  w.key("passed");
+  w.boolean(passed);
+  w.key("exit_code");
+  if (exit_code)
+    w.integer(*exit_code);
+  else
+    w.null();
+  w.key("message");
+  w.string(message);
+  return finish(event_kind::step, h, w);
+}
+
 std::string result_to_json(const task_result& r) {
   json_writer w;
   w.begin_object();

@@ -17,7 +17,7 @@ namespace tasksup {
 namespace detail {
 
 template<>
-struct enum_size<timer_kind> : std::integral_constant<std::size_t, 2> {};
+struct enum_size<timer_kind> : std::integral_constant<std::size_t, 3> {};
 
 template<>
 struct enum_size<stop_request> : std::integral_constant<std::size_t, 3> {};
@@ -55,7 +55,7 @@ typename Inspector::result_type inspect(Inspector& f, attempt_started& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attempt_ended& x) {
   return f(caf::meta::type_name("attempt_ended"), x.attempt, x.outcome,
-           x.not_started, x.permanent);
+           x.not_started, x.permanent, x.done_file);
 }
 
 template<class Inspector>
@@ -100,6 +100,36 @@ typename Inspector::result_type inspect(Inspector& f, reply_failed& x) {
 }
 
 template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, preflight_done& x) {
+  return f(caf::meta::type_name("preflight_done"), x.attempt, x.passed,
+           x.exit_code, x.timed_out, x.detail,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.detail, wire::max_text_bytes, "preflight_done.detail"}});
+           }));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gates_done& x) {
+  return f(caf::meta::type_name("gates_done"), x.attempt, x.passed, x.gate,
+           x.exit_code, x.timed_out, x.detail,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.gate, wire::max_id_bytes, "gates_done.gate"},
+                {x.detail, wire::max_text_bytes, "gates_done.detail"}});
+           }));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delivered& x) {
+  return f(caf::meta::type_name("delivered"), x.attempt, x.ok, x.detail,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.detail, wire::max_text_bytes, "delivered.detail"}});
+           }));
+}
+
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, resumed&) {
   return f(caf::meta::type_name("resumed"));
 }
@@ -125,6 +155,14 @@ typename Inspector::result_type save_window(Inspector& f,
   return f(max, period, times);
 }
 
+template<class Inspector>
+typename Inspector::result_type save_decision(Inspector& f, decision& d) {
+  return f(d.step, d.cause, d.rule, d.limit, d.cls, detail::opt(d.classified),
+           d.count, d.count_max, d.retry_count, d.backoff_class.has_value(),
+           d.backoff_class.value_or(error_class::retryable), d.agent_index,
+           d.chain_size, d.restarts, d.reset_retries, d.agent_id, d.at_s);
+}
+
 struct state_view {
   const task_machine_state& st;
 };
@@ -140,18 +178,17 @@ typename Inspector::result_type inspect(Inspector& f, state_view& v) {
     return err;
   if (auto err = save_window(f, c.restarts))
     return err;
-  auto plan = s.plan.has_value();
-  if (auto err = f(s.generation, s.attempt, s.holds_slot, s.stop,
-                   s.fallback_requested, s.deadline_passed, plan))
+  if (auto err =
+        f(s.generation, s.attempt, s.holds_slot, s.stop, s.fallback_requested,
+          s.deadline_passed, s.timed_out, s.voluntary, s.restart_streak))
     return err;
-  if (plan) {
-    auto& d = *s.plan;
-    if (auto err =
-          f(d.step, d.cause, d.rule, d.limit, d.cls, detail::opt(d.classified),
-            d.count, d.count_max, d.retry_count, d.backoff_class.has_value(),
-            d.backoff_class.value_or(error_class::retryable), d.agent_index,
-            d.chain_size, d.restarts, d.reset_retries, d.agent_id, d.at_s))
+  for (auto* d : {&s.plan, &s.ending}) {
+    auto present = d->has_value();
+    if (auto err = f(present))
       return err;
+    if (present)
+      if (auto err = save_decision(f, **d))
+        return err;
   }
   return f(detail::opt(s.ended), s.previous_delay_s, s.started_at_s,
            s.retry_at_s, detail::opt(s.last_exit_code), s.last_artifacts,

@@ -339,6 +339,9 @@ void node_stats::add(const event& ev) {
   auto& obj = doc.get_object();
   switch (ev.kind) {
     case event_kind::log:
+    case event_kind::step:
+      // Steps (preflight, gates, delivery) show in the task's events; their
+      // verdicts reach the figures as classifications and ends.
       return;
     case event_kind::task_submitted: {
       ++submitted_;

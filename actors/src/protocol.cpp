@@ -24,7 +24,7 @@ constexpr std::string_view event_kind_names[] = {
   "task_submitted", "attempt_started", "log",
   "attempt_exited", "classified",      "retry_scheduled",
   "agent_switched", "user_stop",       "task_done",
-  "escalated",      "warning",
+  "escalated",      "warning",         "step",
 };
 
 constexpr std::string_view protocol_error_names[] = {

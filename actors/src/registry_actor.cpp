@@ -7,6 +7,8 @@
 #include "tasksup/actors/events.hpp"
 #include "tasksup/actors/task_supervisor_actor.hpp"
 
+#include "tasksup/runtime/workspace.hpp"
+
 #include "tasksup/supervisor/circuit_breaker.hpp"
 #include "tasksup/supervisor/retry_budget.hpp"
 
@@ -15,6 +17,7 @@
 #include <caf/exit_reason.hpp>
 #include <caf/response_promise.hpp>
 #include <caf/send.hpp>
+#include <caf/spawn_options.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
@@ -110,6 +113,8 @@ struct registry_state {
   /// What the rebuilt tasks adopted (attempt directories and runtime ids):
   /// left alone when the rest of the old node's attempts are reaped.
   std::set<std::string> adopted;
+  /// Ids of tasks whose admission checks run (not queued yet).
+  std::set<std::string> admitting;
   static inline const char* name = "tasksup.registry";
 };
 
@@ -280,6 +285,20 @@ bool from_other_supervisor(registry_actor_t* self, const std::string& task_id) {
   return j != st.by_supervisor.end() && j->second != task_id;
 }
 
+using admit_atom = caf::atom_constant<caf::atom("admit")>;
+
+/// Runs a task's admission checks (git, its admit command) on a thread of
+/// its own and answers the error text, empty when admitted.
+caf::behavior admission_actor(caf::event_based_actor* self,
+                              std::vector<std::string> allowed) {
+  return {[=](admit_atom, const task_spec& task,
+              const std::string& runtime_name) -> std::string {
+    self->quit();
+    auto ok = runtime::admit_task(task, runtime_name, allowed);
+    return ok ? std::string{} : ok.error().to_string();
+  }};
+}
+
 /// Records the round-robin positions in the journal.
 void save_rotation(registry_actor_t* self) {
   auto& st = self->state;
@@ -296,16 +315,20 @@ void save_rotation(registry_actor_t* self) {
              std::move(text));
 }
 
-/// A task accepted by `prepare`, ready to run.
+/// A task accepted by `prepare`, ready to run (or to be admitted first).
 struct prepared_task {
   supervisor_options opts;
   std::string environment;
+  /// A repository task or one with an admit command: its checks run
+  /// before it is queued (`opts.task` is set, nothing else).
+  bool needs_admission = false;
+  std::string runtime_name;
 };
 
 /// Validates `task` against the node's config, names it, and builds its
 /// supervisor's options.
 caf::expected<prepared_task> prepare(registry_actor_t* self, task_spec task,
-                                     bool replace) {
+                                     bool replace, bool admitted) {
   auto& st = self->state;
   // However the task arrived (typed from another node or an embedding
   // application, or JSON), it is resolved against this node's config and
@@ -319,13 +342,14 @@ caf::expected<prepared_task> prepare(registry_actor_t* self, task_spec task,
   task = std::move(*resolved);
   auto known = [&](const std::string& id) {
     return st.active.count(id) > 0 || st.finished.count(id) > 0 ||
-           st.reserved.count(id) > 0;
+           st.reserved.count(id) > 0 || st.admitting.count(id) > 0;
   };
   if (task.id.empty()) {
     do
       task.id = "task-" + std::to_string(st.next_number++);
     while (known(task.id));
-  } else if (st.active.count(task.id) > 0 || st.reserved.count(task.id) > 0) {
+  } else if (st.active.count(task.id) > 0 || st.reserved.count(task.id) > 0 ||
+             (!admitted && st.admitting.count(task.id) > 0)) {
     return make_error(protocol_error::duplicate_task,
                       "a task with id '" + task.id +
                         "' exists already and has not finished");
@@ -346,6 +370,14 @@ caf::expected<prepared_task> prepare(registry_actor_t* self, task_spec task,
                         runtime_name + "' on this node");
   prepared_task p;
   auto& opts = p.opts;
+  // Repository tasks and tasks with an admit command are checked before
+  // they are queued; a rejected one leaves nothing behind.
+  if (!admitted && (task.repo || task.admit)) {
+    p.needs_admission = true;
+    p.runtime_name = runtime_name;
+    opts.task = std::move(task);
+    return p;
+  }
   // Round-robin rotates the first agent per environment; fallbacks within a
   // task never move it.
   if (task.selection && task.selection->mode == selection_mode::round_robin &&
@@ -412,24 +444,50 @@ void forget(registry_actor_t* self, const std::string& task_id) {
     std::find(st.finished_order.begin(), st.finished_order.end(), task_id));
 }
 
-caf::result<std::string> submit(registry_actor_t* self, task_spec task,
-                                bool replace = false) {
+/// Accepts `task` (checked, admitted, journaled) and answers `rp` with its
+/// id, or the reason it was refused.
+void submit_into(registry_actor_t* self, task_spec task, bool replace,
+                 bool admitted, caf::response_promise rp) {
   auto& st = self->state;
-  auto p = prepare(self, std::move(task), replace);
-  if (!p)
-    return std::move(p.error());
+  auto p = prepare(self, std::move(task), replace, admitted);
+  if (!p) {
+    rp.deliver(std::move(p.error()));
+    return;
+  }
   auto id = p->opts.task.id;
+  if (p->needs_admission) {
+    // On a thread of its own (git, the user's admit command).
+    st.admitting.insert(id);
+    auto job = self->spawn<caf::detached>(admission_actor,
+                                          st.opts.config.node.allowed_paths);
+    auto task = std::make_shared<task_spec>(std::move(p->opts.task));
+    self->request(job, caf::infinite, admit_atom::value, *task, p->runtime_name)
+      .then(
+        [self, rp, id, task, replace](std::string& err) mutable {
+          self->state.admitting.erase(id);
+          if (!err.empty())
+            rp.deliver(make_error(protocol_error::invalid_task,
+                                  "rejected at admission: " + err));
+          else
+            submit_into(self, std::move(*task), replace, true, rp);
+        },
+        [self, rp, id](caf::error& err) mutable {
+          self->state.admitting.erase(id);
+          rp.deliver(std::move(err));
+        });
+    return;
+  }
   if (!st.opts.journal) {
     forget(self, id);
     launch(self, std::move(p->opts), std::move(p->environment));
-    return id;
+    rp.deliver(id);
+    return;
   }
   // Durable before it is answered: the id is held while the journal
   // records the task.
   journaled_task jt{p->opts.task, p->opts.trace_id, p->opts.seed,
                     p->opts.start_agent_id};
   st.reserved.insert(id);
-  auto rp = self->make_response_promise<std::string>();
   auto shared = std::make_shared<prepared_task>(std::move(*p));
   self
     ->request(st.opts.journal, caf::infinite, jtask_atom::value, id, encode(jt),
@@ -448,6 +506,12 @@ caf::result<std::string> submit(registry_actor_t* self, task_spec task,
         self->state.reserved.erase(id);
         rp.deliver(std::move(err));
       });
+}
+
+caf::result<std::string> submit(registry_actor_t* self, task_spec task,
+                                bool replace = false) {
+  auto rp = self->make_response_promise<std::string>();
+  submit_into(self, std::move(task), replace, false, rp);
   return rp;
 }
 

@@ -98,9 +98,14 @@ std::shared_ptr<const shared_settings> shared_node(shared_settings x) {
   return pool.share(std::move(x));
 }
 
+std::string done_file(const std::string& attempt_dir) {
+  return attempt_dir + "/artifacts/tasksup-done";
+}
+
 runtime::attempt_spec make_attempt_spec(const task_settings& settings,
                                         const shared_settings& node,
-                                        const agent_spec& agent, int attempt) {
+                                        const agent_spec& agent, int attempt,
+                                        std::string_view span_id) {
   const auto& task = settings.task;
   runtime::attempt_spec spec;
   spec.task_id = task.id;
@@ -135,6 +140,19 @@ runtime::attempt_spec make_attempt_spec(const task_settings& settings,
   spec.labels["tasksup.attempt"] = std::to_string(attempt);
   spec.labels["tasksup.agent_id"] = agent.agent_id;
   spec.labels["tasksup.trace_id"] = settings.trace_id;
+  // The trace context, so that the agent's own telemetry joins the task's
+  // trace (W3C trace-context: version 00, sampled).
+  if (!span_id.empty()) {
+    spec.env["TASKSUP_TRACE_ID"] = settings.trace_id;
+    spec.env["TASKSUP_SPAN_ID"] = std::string{span_id};
+    spec.env["TRACEPARENT"] =
+      "00-" + settings.trace_id + "-" + std::string{span_id} + "-01";
+  }
+  // Inside a container the artifacts directory is mounted at /artifacts.
+  auto in_container = node.runtime && node.runtime->name() == "docker";
+  spec.env["TASKSUP_DONE_FILE"] = in_container
+                                    ? std::string{"/artifacts/tasksup-done"}
+                                    : done_file(spec.attempt_dir);
   return spec;
 }
 

@@ -39,9 +39,25 @@ struct task_settings {
     std::string workdir;
     std::optional<std::uint64_t> memory_limit_mb;
   };
+  /// A task's repository, gates, hooks and feedback; kept only by tasks
+  /// that have any (most tasks have none).
+  struct hook_fields {
+    std::optional<repo_spec> repo;
+    bool keep_failed = false;
+    std::vector<command_spec> gates;
+    delivery_mode deliver = delivery_mode::branch;
+    feedback_spec feedback;
+    std::optional<command_spec> preflight;
+  };
   task_fields task;
   std::string trace_id;
+  /// Null when the task has no repository, gates, preflight or feedback.
+  std::unique_ptr<const hook_fields> hooks;
 };
+
+/// The file an agent creates to say "done, do not restart me", as the host
+/// sees it, for attempt directory `attempt_dir`.
+std::string done_file(const std::string& attempt_dir);
 
 /// What the tasks of a node usually have in common. One block per distinct
 /// combination, shared between the tasks that have it.
@@ -73,9 +89,12 @@ std::shared_ptr<const shared_settings> shared_node(shared_settings x);
 
 /// The spec of attempt `attempt` of `agent`: argv with the prompt (or
 /// TASKSUP_PROMPT), the directory `<attempt_root>/<task id>/attempt-<n>`,
-/// mounts, limits and the tasksup.* labels.
+/// mounts, limits and the tasksup.* labels; the trace context of the
+/// attempt's span `span_id` (TASKSUP_TRACE_ID, TASKSUP_SPAN_ID,
+/// TRACEPARENT) and TASKSUP_DONE_FILE.
 runtime::attempt_spec make_attempt_spec(const task_settings& task,
                                         const shared_settings& node,
-                                        const agent_spec& agent, int attempt);
+                                        const agent_spec& agent, int attempt,
+                                        std::string_view span_id = {});
 
 } // namespace tasksup::detail

@@ -14,21 +14,26 @@
 #include "tasksup/actors/container_worker_actor.hpp"
 #include "tasksup/actors/events.hpp"
 
+#include "tasksup/runtime/workspace.hpp"
 #include "tasksup/supervisor/agent_chain.hpp"
 
 #include <caf/actor_cast.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
+#include <caf/spawn_options.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -37,11 +42,63 @@
 #include <utility>
 #include <vector>
 
+namespace tasksup::detail {
+
+/// A job on a task's workspace thread (false: the last one, the thread
+/// ends), or a reply run back on the supervisor.
+using workspace_fn = std::function<bool()>;
+
+} // namespace tasksup::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tasksup::detail::workspace_fn)
+
 namespace tasksup {
 
 namespace {
 
 using detail::now_s;
+using detail::workspace_fn;
+
+using ws_job_atom = caf::atom_constant<caf::atom("wsjob")>;
+using ws_done_atom = caf::atom_constant<caf::atom("wsdone")>;
+
+/// The task's workspace thread: git, gates, preflight and delivery block,
+/// so they run here, one job after the other, never on the scheduler.
+caf::behavior workspace_actor(caf::event_based_actor* self) {
+  return {[=](ws_job_atom, workspace_fn& job) {
+    if (!job())
+      self->quit();
+  }};
+}
+
+/// What a task with a repository, gates, a preflight or feedback keeps
+/// while it runs.
+struct hook_run {
+  /// The workspace thread, spawned on first use.
+  caf::actor ws;
+  /// Null without a repository.
+  std::shared_ptr<const runtime::repo_workspace> repo;
+  /// The base's commit, resolved before the first attempt.
+  std::string base_commit;
+  /// The current attempt's directory and worktree (empty: none).
+  std::string attempt_dir;
+  std::string worktree;
+  /// The current attempt failed (its worktree is kept with keep_failed).
+  bool failed = false;
+  /// The attempt whose change was captured as a patch.
+  int captured = 0;
+  bool change_empty = true;
+  /// Set when the task ends: a running gate or preflight is killed.
+  std::shared_ptr<std::atomic<bool>> cancel =
+    std::make_shared<std::atomic<bool>>(false);
+  /// Feedback for the next attempt: the failed attempt, why, what it said.
+  int failed_attempt = 0;
+  std::string reason;
+  std::vector<std::string> lines;
+  /// The last failed attempt's and gate's (or preflight's) output lines.
+  std::vector<std::string> attempt_tail;
+  std::vector<std::string> step_tail;
+};
 
 using detail::shared_settings;
 using detail::task_settings;
@@ -103,6 +160,8 @@ struct supervisor_state {
   span_text task_span;
   /// The span of the current attempt.
   span_text span;
+  /// The attempt `span` belongs to (its preflight and its run share it).
+  int span_attempt = 0;
   /// The task brought its own classifier rules (dropped when it ends).
   bool has_own_rules = false;
   caf::actor worker;
@@ -117,6 +176,8 @@ struct supervisor_state {
   std::string adopted_dir;
   /// The failed attempt's outcome with its output tail, for the classifier.
   std::optional<attempt_outcome> to_classify;
+  /// Null for tasks without repository, gates, preflight or feedback.
+  std::unique_ptr<hook_run> run;
   static inline const char* name = "tasksup.task_supervisor";
 
   const task_machine& machine() const { return node->machine; }
@@ -158,6 +219,222 @@ void emit(supervisor_actor* self, event ev) {
 using after_input = std::function<void(bool)>;
 
 bool drive(supervisor_actor* self, machine_input in, after_input then = {});
+
+void attempt_ended(supervisor_actor* self, int attempt, attempt_outcome out);
+
+using attempt_timer_atom = caf::atom_constant<caf::atom("attempttmr")>;
+
+/// `<attempt_root>/<task id>/attempt-<n>`, as make_attempt_spec names it.
+std::string attempt_dir_of(const supervisor_state& s, int attempt) {
+  std::string dir = s.node->attempt_root;
+  if (!dir.empty() && dir.back() != '/')
+    dir += '/';
+  return dir + s.task_id() + "/attempt-" + std::to_string(attempt);
+}
+
+bool in_container(const supervisor_state& s) {
+  return s.node->runtime && s.node->runtime->name() == "docker";
+}
+
+/// Runs `job` on the task's workspace thread (spawned on first use).
+void ws_submit(supervisor_actor* self, workspace_fn job) {
+  auto& run = *self->state.run;
+  if (!run.ws)
+    run.ws = self->system().spawn<caf::detached>(workspace_actor);
+  self->send(run.ws, ws_job_atom::value, std::move(job));
+}
+
+/// From a job: runs `reply` on the supervisor (dropped if it is gone).
+void ws_reply(const caf::actor& sup, workspace_fn reply) {
+  caf::anon_send(sup, ws_done_atom::value, std::move(reply));
+}
+
+/// What a gate or the preflight learns about its attempt.
+std::map<std::string, std::string> hook_env(const supervisor_state& s,
+                                            int attempt) {
+  std::map<std::string, std::string> env;
+  env["TASKSUP_TASK_ID"] = s.task_id();
+  env["TASKSUP_ATTEMPT"] = std::to_string(attempt);
+  std::string span{std::string_view{s.span}};
+  env["TASKSUP_TRACE_ID"] = s.opts->trace_id;
+  env["TASKSUP_SPAN_ID"] = span;
+  env["TRACEPARENT"] = "00-" + s.opts->trace_id + "-" + span + "-01";
+  if (s.run && !s.run->worktree.empty())
+    env["TASKSUP_WORKTREE"] = s.run->worktree;
+  return env;
+}
+
+std::string joined(const std::vector<std::string>& lines, std::size_t max) {
+  std::string out;
+  auto from = lines.size() > max ? lines.size() - max : 0;
+  for (auto i = from; i < lines.size(); ++i) {
+    out += lines[i];
+    out += '\n';
+  }
+  return out;
+}
+
+/// Starts the worker of the attempt whose spec is ready.
+void spawn_worker(supervisor_actor* self, runtime::attempt_spec spec,
+                  std::size_t agent_index) {
+  auto& s = self->state;
+  const auto& agent = s.agent(agent_index);
+  worker_options w;
+  apply_agent_options(w, agent);
+  w.spec = std::move(spec);
+  w.runtime = s.node->runtime;
+  w.trace_id = s.opts->trace_id;
+  w.span_id = std::string_view{s.span};
+  w.agent_cli = agent.agent_cli;
+  w.report_runtime_id = static_cast<bool>(s.journal);
+  s.worker = spawn_container_worker(self, caf::actor_cast<caf::actor>(self),
+                                    std::move(w));
+  self->monitor(s.worker);
+}
+
+/// Lets the current attempt's worktree go: removed, or kept for inspection
+/// when it failed and the task says `keep_failed`. `last`: the task ends
+/// (its workspace thread ends after this job).
+void drop_worktree(supervisor_actor* self, bool last, bool failed) {
+  auto& s = self->state;
+  auto& run = *s.run;
+  auto dir = std::exchange(run.worktree, {});
+  auto keep = !dir.empty() && s.opts->hooks->keep_failed && failed;
+  if (keep)
+    emit(self, step_event(s.head(), "worktree", "", true, std::nullopt,
+                          "failed attempt's worktree kept at " + dir));
+  if (dir.empty() || keep) {
+    if (last && run.ws)
+      ws_submit(self, [ws = run.ws]() mutable {
+        ws = nullptr;
+        return false;
+      });
+    return;
+  }
+  auto repo = run.repo;
+  // The last job holds the thread's handle until it ran.
+  caf::actor ws_hold = last ? run.ws : caf::actor{};
+  ws_submit(self, [repo, dir, last, ws_hold]() mutable {
+    repo->remove(dir);
+    ws_hold = nullptr;
+    return !last;
+  });
+}
+
+/// The worktree of attempt `attempt` is ready (or could not be made).
+void worktree_ready(supervisor_actor* self, runtime::attempt_spec spec,
+                    std::size_t agent_index, int attempt,
+                    const std::string& commit, const std::string& err) {
+  auto& s = self->state;
+  if (!commit.empty())
+    s.run->base_commit = commit;
+  if (s.m.phase != task_phase::running || s.m.attempt != attempt || s.worker)
+    return;
+  attempt_outcome out;
+  out.exit_code = -1;
+  out.started = false;
+  if (!err.empty()) {
+    emit(self, step_event(s.head(), "worktree", "", false, std::nullopt, err));
+    out.infrastructure_error = "cannot prepare the worktree: " + err;
+    attempt_ended(self, attempt, std::move(out));
+    return;
+  }
+  // Stopped (user, deadline, timeout, fallback) while it was made.
+  if (s.m.stop != stop_request::none || s.m.timed_out || s.m.deadline_passed ||
+      s.m.fallback_requested) {
+    out.infrastructure_error = "stopped before the agent started";
+    attempt_ended(self, attempt, std::move(out));
+    return;
+  }
+  spawn_worker(self, std::move(spec), agent_index);
+}
+
+/// A task with hooks: feedback into the spec, then (repository tasks) a
+/// fresh worktree at the base, then the worker.
+void prepare_attempt(supervisor_actor* self, runtime::attempt_spec spec,
+                     std::size_t agent_index, int attempt) {
+  auto& s = self->state;
+  auto& run = *s.run;
+  const auto& h = *s.opts->hooks;
+  if (!run.worktree.empty())
+    drop_worktree(self, false, run.failed);
+  run.attempt_dir = spec.attempt_dir;
+  run.failed = false;
+  auto docker = in_container(s);
+  if (h.feedback.enabled && run.failed_attempt > 0) {
+    auto output = joined(run.lines, static_cast<std::size_t>(h.feedback.lines));
+    std::error_code ec;
+    std::filesystem::create_directories(spec.attempt_dir, ec);
+    auto path = spec.attempt_dir + "/feedback.txt";
+    {
+      std::ofstream f{path, std::ios::binary | std::ios::trunc};
+      f << "attempt: " << run.failed_attempt << "\nreason: " << run.reason
+        << "\n\n"
+        << output;
+    }
+    spec.env["TASKSUP_FEEDBACK"] = docker ? "/tasksup/feedback.txt" : path;
+    if (docker)
+      spec.mounts.push_back({path, "/tasksup/feedback.txt", true});
+    auto prompt =
+      runtime::feedback_prompt(s.opts->task.prompt, h.feedback.template_text,
+                               run.failed_attempt, run.reason, output);
+    if (s.agent(agent_index).prompt_as_argument && !spec.argv.empty())
+      spec.argv.back() = std::move(prompt);
+    else
+      spec.env["TASKSUP_PROMPT"] = std::move(prompt);
+  }
+  if (!run.repo) {
+    spawn_worker(self, std::move(spec), agent_index);
+    return;
+  }
+  run.worktree = spec.attempt_dir + "/workspace";
+  // A container sees the worktree at its workspace mount.
+  if (!docker)
+    spec.workdir = run.worktree;
+  spec.env["TASKSUP_WORKTREE"] = docker ? "/workspace" : run.worktree;
+  auto sup = caf::actor_cast<caf::actor>(self);
+  auto* me = self;
+  ws_submit(self, [sup, me, repo = run.repo, base = run.base_commit,
+                   dir = run.worktree, spec = std::move(spec), agent_index,
+                   attempt]() mutable {
+    auto commit = base;
+    std::string err;
+    if (commit.empty()) {
+      if (auto r = repo->resolve_base())
+        commit = *r;
+      else
+        err = r.error().to_string();
+    }
+    if (err.empty())
+      if (auto added = repo->add(dir, commit); !added)
+        err = added.error().to_string();
+    ws_reply(sup, [me, spec = std::move(spec), agent_index, attempt, commit,
+                   err]() mutable {
+      worktree_ready(me, std::move(spec), agent_index, attempt, commit, err);
+      return true;
+    });
+    return true;
+  });
+}
+
+/// One command's result as a `step` event.
+void emit_step(supervisor_actor* self, std::string_view step,
+               const std::string& name, const runtime::command_result& r) {
+  std::string msg;
+  if (!r.error.empty())
+    msg = r.error;
+  else if (r.timed_out)
+    msg = "timed out";
+  else if (r.cancelled)
+    msg = "cancelled";
+  else
+    msg = (r.passed() ? "passed" : "failed") +
+          (r.last_line().empty() ? std::string{} : ": " + r.last_line());
+  emit(self, step_event(self->state.head(), step, name, r.passed(),
+                        r.error.empty() ? std::optional<int>{r.exit_code}
+                                        : std::nullopt,
+                        msg));
+}
 
 /// Carries out one effect; an input it produces at once (a permission when
 /// there are no node services) goes to `next`.
@@ -220,18 +497,199 @@ struct carrier {
 
   void operator()(const effect::start_attempt& e) const {
     auto& s = st();
+    if (s.span_attempt != e.attempt) {
+      s.span = s.ids->span_id();
+      s.span_attempt = e.attempt;
+    }
+    auto spec =
+      detail::make_attempt_spec(*s.opts, *s.node, s.agent(e.agent_index),
+                                e.attempt, std::string_view{s.span});
+    if (s.run)
+      prepare_attempt(self, std::move(spec), e.agent_index, e.attempt);
+    else
+      spawn_worker(self, std::move(spec), e.agent_index);
+  }
+
+  void operator()(const effect::run_preflight& e) const {
+    auto& s = st();
     s.span = s.ids->span_id();
-    const auto& agent = s.agent(e.agent_index);
-    worker_options w;
-    apply_agent_options(w, agent);
-    w.spec = detail::make_attempt_spec(*s.opts, *s.node, agent, e.attempt);
-    w.runtime = s.node->runtime;
-    w.trace_id = s.opts->trace_id;
-    w.span_id = std::string_view{s.span};
-    w.agent_cli = agent.agent_cli;
-    s.worker = spawn_container_worker(self, caf::actor_cast<caf::actor>(self),
-                                      std::move(w));
-    self->monitor(s.worker);
+    s.span_attempt = e.attempt;
+    const auto& cmd = *s.opts->hooks->preflight;
+    runtime::command_options o;
+    o.argv = cmd.argv;
+    o.timeout_s = cmd.timeout_s;
+    if (s.opts->hooks->repo)
+      o.cwd = s.opts->hooks->repo->path;
+    o.env = hook_env(s, e.attempt);
+    // The attempt has no worktree yet.
+    o.env.erase("TASKSUP_WORKTREE");
+    o.tail_lines =
+      static_cast<std::size_t>(std::max(s.opts->hooks->feedback.lines, 1));
+    auto cancel = s.run->cancel;
+    auto sup = caf::actor_cast<caf::actor>(self);
+    auto* me = self;
+    auto attempt = e.attempt;
+    ws_submit(self, [sup, me, o, cancel, attempt, name = cmd.name]() mutable {
+      o.cancel = cancel.get();
+      auto r = runtime::run_command(o);
+      ws_reply(sup, [me, r, attempt, name] {
+        emit_step(me, "preflight", name, r);
+        me->state.run->step_tail = r.tail;
+        drive(me, input::preflight_done{attempt, r.passed(), r.exit_code,
+                                        r.timed_out, r.last_line()});
+        return true;
+      });
+      return true;
+    });
+  }
+
+  void operator()(const effect::run_gates& e) const {
+    auto& s = st();
+    auto& run = *s.run;
+    const auto& h = *s.opts->hooks;
+    auto env = hook_env(s, e.attempt);
+    auto sup = caf::actor_cast<caf::actor>(self);
+    auto* me = self;
+    auto attempt = e.attempt;
+    auto lines = static_cast<std::size_t>(std::max(h.feedback.lines, 1));
+    ws_submit(self, [sup, me, attempt, env, lines, gates = h.gates,
+                     repo = run.repo, dir = run.worktree,
+                     commit = run.base_commit, adir = run.attempt_dir,
+                     cancel = run.cancel]() mutable {
+      // The change is taken before the gates run, so whatever they build
+      // (caches, outputs) is not part of it.
+      std::string capture_err;
+      bool empty = true;
+      if (repo) {
+        auto c = repo->capture_change(dir, commit, adir + "/change.patch");
+        if (c)
+          empty = c->empty;
+        else
+          capture_err = c.error().to_string();
+      }
+      std::vector<std::pair<std::string, runtime::command_result>> results;
+      for (auto& g : gates) {
+        if (!capture_err.empty())
+          break;
+        runtime::command_options o;
+        o.argv = g.argv;
+        o.cwd = dir;
+        o.env = env;
+        o.timeout_s = g.timeout_s;
+        o.tail_lines = lines;
+        o.log_path = adir + "/gates.log";
+        o.cancel = cancel.get();
+        results.emplace_back(g.name, runtime::run_command(o));
+        if (!results.back().second.passed())
+          break;
+      }
+      ws_reply(sup, [me, attempt, results, capture_err, empty] {
+        auto& st = me->state;
+        if (!capture_err.empty()) {
+          emit(me, step_event(st.head(), "gate", "git", false, std::nullopt,
+                              capture_err));
+          st.run->step_tail = {capture_err};
+          drive(me, input::gates_done{attempt, false, "git", -1, false,
+                                      capture_err});
+          return true;
+        }
+        st.run->captured = attempt;
+        st.run->change_empty = empty;
+        for (auto& [name, r] : results)
+          emit_step(me, "gate", name, r);
+        input::gates_done in;
+        in.attempt = attempt;
+        in.passed = true;
+        if (!results.empty() && !results.back().second.passed()) {
+          const auto& [name, r] = results.back();
+          in.passed = false;
+          in.gate = name;
+          in.exit_code = r.exit_code;
+          in.timed_out = r.timed_out;
+          in.detail = r.last_line();
+          st.run->step_tail = r.tail;
+        }
+        drive(me, std::move(in));
+        return true;
+      });
+      return true;
+    });
+  }
+
+  void operator()(const effect::deliver& e) const {
+    auto& s = st();
+    auto& run = *s.run;
+    const auto& h = *s.opts->hooks;
+    auto sup = caf::actor_cast<caf::actor>(self);
+    auto* me = self;
+    auto attempt = e.attempt;
+    std::string message = "tasksup: task " + s.task_id() + ", agent " +
+                          s.agent().agent_id + ", attempt " +
+                          std::to_string(attempt);
+    auto first = s.opts->task.prompt.substr(
+      0, std::min(s.opts->task.prompt.find('\n'), std::size_t{200}));
+    message += "\n\n" + first + "\n";
+    ws_submit(self, [sup, me, attempt, message, mode = h.deliver,
+                     repo = run.repo, dir = run.worktree,
+                     commit = run.base_commit, adir = run.attempt_dir,
+                     captured = run.captured == attempt,
+                     empty = run.change_empty]() mutable {
+      auto patch = adir + "/change.patch";
+      std::string err;
+      std::string detail;
+      if (!captured) {
+        if (auto c = repo->capture_change(dir, commit, patch))
+          empty = c->empty;
+        else
+          err = c.error().to_string();
+      }
+      if (err.empty() && empty) {
+        detail = "the attempt changed nothing; nothing to deliver";
+      } else if (err.empty()) {
+        switch (mode) {
+          case delivery_mode::patch:
+            detail = "patch at " + patch;
+            break;
+          case delivery_mode::apply:
+            if (auto a = repo->apply(patch); !a)
+              err = a.error().what;
+            else
+              detail = "applied to " + repo->repo().path;
+            break;
+          case delivery_mode::branch:
+            if (auto c = repo->commit_to_branch(dir, repo->branch(), message);
+                !c)
+              err = c.error().what;
+            else
+              detail = "committed " + *c + " on " + repo->branch();
+            break;
+        }
+      }
+      ws_reply(sup, [me, attempt, mode, err, detail] {
+        auto ok = err.empty();
+        emit(me, step_event(me->state.head(), "deliver", to_string(mode), ok,
+                            std::nullopt, ok ? detail : err));
+        drive(me, input::delivered{attempt, ok, err});
+        return true;
+      });
+      return true;
+    });
+  }
+
+  void operator()(const effect::attempt_timed_out& e) const {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf),
+                  "attempt_timeout_s (%g s) exceeded: stopping the attempt",
+                  e.timeout_s);
+    emit(self, step_event(st().head(), "attempt_timeout", "", false,
+                          std::nullopt, buf));
+  }
+
+  void operator()(const effect::voluntary_end& e) const {
+    emit(self,
+         step_event(st().head(), "voluntary_end", "", true, e.exit_code,
+                    e.done_file ? "the agent created its done file"
+                                : "the agent exited with done_exit_code"));
   }
 
   void operator()(const effect::stop_attempt& e) const {
@@ -282,7 +740,10 @@ struct carrier {
   }
 
   void operator()(const effect::set_timer& e) const {
-    if (e.kind == timer_kind::backoff)
+    if (e.kind == timer_kind::attempt)
+      self->delayed_send(self, to_duration(e.delay_s),
+                         attempt_timer_atom::value, e.generation);
+    else if (e.kind == timer_kind::backoff)
       self->delayed_send(self, to_duration(e.delay_s),
                          backoff_timer_atom::value, e.generation);
     else
@@ -300,7 +761,21 @@ struct carrier {
   }
 
   void operator()(const effect::classified& e) const {
-    emit(self, classified_event(st().head(), e.result));
+    auto& s = st();
+    emit(self, classified_event(s.head(), e.result));
+    if (!s.run)
+      return;
+    // What the next attempt is told.
+    auto& run = *s.run;
+    run.failed = true;
+    run.failed_attempt = s.m.attempt;
+    run.reason =
+      std::string{to_string(e.result.cls)} + " (rule " + e.result.rule + ")";
+    if (!e.result.line.empty())
+      run.reason += ": " + e.result.line;
+    auto own = e.result.cls == error_class::gate_failed ||
+               e.result.cls == error_class::preflight_failed;
+    run.lines = own ? run.step_tail : run.attempt_tail;
   }
 
   void operator()(const effect::retry_scheduled& e) const {
@@ -355,6 +830,16 @@ struct carrier {
       r.artifacts = std::move(s.m.last_artifacts);
     }
     r.error = describe(e, s.machine().config());
+    if (s.run) {
+      // The change is always an artifact.
+      auto patch = s.run->attempt_dir + "/change.patch";
+      std::error_code ec;
+      if (!s.run->attempt_dir.empty() && std::filesystem::exists(patch, ec))
+        r.artifacts.push_back(patch);
+      s.run->cancel->store(true);
+      drop_worktree(self, true,
+                    e.outcome != end_kind::succeeded || s.run->failed);
+    }
     const auto& c = s.m.counters;
     r.metadata.agent_used = s.agent().agent_cli;
     r.metadata.agent_id = s.agent().agent_id;
@@ -438,6 +923,15 @@ void attempt_ended(supervisor_actor* self, int attempt, attempt_outcome out) {
   st.worker = nullptr;
   input::attempt_ended in;
   in.attempt = attempt;
+  if (out.started && out.exit_code == 0) {
+    std::error_code ec;
+    in.done_file = std::filesystem::exists(
+      detail::done_file(attempt_dir_of(st, attempt)), ec);
+  }
+  if (st.run && !out.succeeded())
+    st.run->attempt_tail.assign(out.tail.size() > 200 ? out.tail.end() - 200
+                                                      : out.tail.begin(),
+                                out.tail.end());
   if (!out.succeeded() && st.journal) {
     // The journal keeps the tail, so a restarted node can classify again.
     in.outcome = out;
@@ -469,6 +963,9 @@ task_status status_of(supervisor_actor* self) {
     case task_phase::running:
     case task_phase::classifying:
     case task_phase::delaying:
+    case task_phase::preflight:
+    case task_phase::gating:
+    case task_phase::delivering:
       s.state = task_state::running;
       break;
     case task_phase::backoff:
@@ -537,6 +1034,12 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
   st.journal_seq = start.journal_seq;
   st.task_span = st.ids->span_id();
   st.m = st.machine().initial();
+  if (st.opts->hooks) {
+    st.run = std::make_unique<hook_run>();
+    if (st.opts->hooks->repo)
+      st.run->repo = std::make_shared<const runtime::repo_workspace>(
+        *st.opts->hooks->repo, st.opts->task.id);
+  }
   auto more = std::move(start.more);
   if (!more)
     more = std::make_unique<start_info::extras>();
@@ -606,6 +1109,10 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
     [=](backoff_timer_atom, std::uint64_t gen) {
       drive(self, input::timer{timer_kind::backoff, gen});
     },
+    [=](attempt_timer_atom, std::uint64_t gen) {
+      drive(self, input::timer{timer_kind::attempt, gen});
+    },
+    [=](ws_done_atom, workspace_fn& reply) { reply(); },
     [=](stop_atom, stop_mode mode) {
       return drive_and_reply(self, input::stop{mode == stop_mode::kill
                                                  ? stop_request::kill
@@ -681,6 +1188,17 @@ caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
   fields.mounts = std::move(task.mounts);
   fields.workdir = std::move(task.workdir);
   fields.memory_limit_mb = task.memory_limit_mb;
+  if (task.repo || !task.gates.empty() || task.preflight ||
+      task.feedback.enabled) {
+    auto h = std::make_unique<detail::task_settings::hook_fields>();
+    h->repo = std::move(task.repo);
+    h->keep_failed = task.keep_failed;
+    h->gates = std::move(task.gates);
+    h->deliver = task.deliver;
+    h->feedback = std::move(task.feedback);
+    h->preflight = std::move(task.preflight);
+    settings->hooks = std::move(h);
+  }
   return sys.spawn(task_supervisor_actor, std::move(parent),
                    std::unique_ptr<const task_settings>{std::move(settings)},
                    detail::shared_node(std::move(node)), std::move(start));

@@ -108,12 +108,12 @@ void read_backoff_spec(const reader& r, const json::value& v,
 void read_supervisor(const reader& r, const json::value& v,
                      const std::string& path, supervisor_config& cfg) {
   const auto& obj = r.object(v, path);
-  r.check_keys(obj, path,
-               {"max_retries_per_agent", "enable_fallback",
-                "backoff_base_seconds", "rate_limit_backoff_base",
-                "max_total_attempts", "max_crash_restarts", "actions",
-                "restart", "intensity", "backoff", "deadline_s", "stop_grace_s",
-                "fatal_scope"});
+  r.check_keys(
+    obj, path,
+    {"max_retries_per_agent", "enable_fallback", "backoff_base_seconds",
+     "rate_limit_backoff_base", "max_total_attempts", "max_crash_restarts",
+     "actions", "restart", "intensity", "backoff", "deadline_s", "stop_grace_s",
+     "fatal_scope", "attempt_timeout_s", "done_exit_code", "restart_backoff"});
   if (const auto* x = obj.if_contains("max_retries_per_agent"))
     cfg.max_retries_per_agent =
       r.int_value(*x, child(path, "max_retries_per_agent"), 0);
@@ -181,6 +181,23 @@ void read_supervisor(const reader& r, const json::value& v,
     cfg.fatal =
       enum_value<fatal_scope>(r, *x, child(path, "fatal_scope"),
                               parse_fatal_scope, {"provider", "task"});
+  if (const auto* x = obj.if_contains("attempt_timeout_s")) {
+    if (x->is_null())
+      cfg.attempt_timeout_s.reset();
+    else
+      cfg.attempt_timeout_s =
+        r.seconds(*x, child(path, "attempt_timeout_s"), true);
+  }
+  if (const auto* x = obj.if_contains("done_exit_code")) {
+    if (x->is_null())
+      cfg.done_exit_code.reset();
+    else
+      cfg.done_exit_code =
+        r.int_value(*x, child(path, "done_exit_code"), 1, 255);
+  }
+  if (const auto* x = obj.if_contains("restart_backoff"))
+    read_backoff_spec(r, *x, child(path, "restart_backoff"),
+                      cfg.restart_backoff);
 }
 
 namespace {
@@ -402,8 +419,20 @@ node_config read_node(const reader& r, const json::value& v) {
   const auto& obj = r.object(v, path);
   r.check_keys(obj, path,
                {"max_concurrent", "circuit_breaker", "retry_budget",
-                "default_agent", "default_runtime", "output"});
+                "default_agent", "default_runtime", "output", "allowed_paths"});
   node_config node;
+  if (const auto* x = obj.if_contains("allowed_paths")) {
+    auto ptr = child(path, "allowed_paths");
+    const auto& arr = r.array(*x, ptr);
+    if (arr.size() > 1000)
+      r.fail(ptr, "expected at most 1000 paths");
+    for (std::size_t i = 0; i < arr.size(); ++i) {
+      auto p = r.nonempty_string(arr[i], child(ptr, i));
+      if (p[0] != '/' || p.find('\0') != std::string::npos)
+        r.fail(child(ptr, i), "expected an absolute path, got " + quote(p));
+      node.allowed_paths.push_back(std::move(p));
+    }
+  }
   if (const auto* x = obj.if_contains("output")) {
     auto ptr = child(path, "output");
     const auto& sub = r.object(*x, ptr);
@@ -474,15 +503,154 @@ std::string absolute_path(const reader& r, const json::value& v,
   return str;
 }
 
+/// Most gates a task may have.
+constexpr std::size_t max_gates = 32;
+
+/// A command: a string split like `cli_flags`, an argv array, or an object
+/// `{"name", "command", "timeout_s"}` whose `command` is either.
+command_spec read_command(const reader& r, const json::value& v,
+                          const std::string& path, double default_timeout_s) {
+  command_spec cmd;
+  cmd.timeout_s = default_timeout_s;
+  const json::value* argv = &v;
+  std::string argv_path = path;
+  if (v.is_object()) {
+    const auto& obj = v.get_object();
+    r.check_keys(obj, path, {"name", "command", "timeout_s"});
+    argv = &r.required(obj, path, "command");
+    argv_path = child(path, "command");
+    if (const auto* x = obj.if_contains("name"))
+      cmd.name = r.identifier(*x, child(path, "name"), "a command name");
+    if (const auto* x = obj.if_contains("timeout_s"))
+      cmd.timeout_s =
+        r.number(*x, child(path, "timeout_s"), 0, true, max_command_timeout_s);
+  }
+  if (argv->is_string()) {
+    auto words = shlex_split(r.string(*argv, argv_path));
+    if (!words)
+      r.fail(argv_path, words.error().what);
+    cmd.argv = std::move(*words);
+  } else if (argv->is_array()) {
+    const auto& arr = argv->get_array();
+    for (std::size_t i = 0; i < arr.size(); ++i)
+      cmd.argv.push_back(r.string(arr[i], child(argv_path, i)));
+  } else {
+    r.fail(argv_path, "expected a command: a string (split like cli_flags, "
+                      "never run through a shell) or an array of arguments");
+  }
+  if (cmd.argv.empty() || cmd.argv[0].empty())
+    r.fail(argv_path, "expected a non-empty command");
+  for (std::size_t i = 0; i < cmd.argv.size(); ++i)
+    if (cmd.argv[i].find('\0') != std::string::npos)
+      r.fail(argv_path, "arguments cannot contain NUL bytes");
+  if (cmd.name.empty()) {
+    auto slash = cmd.argv[0].rfind('/');
+    cmd.name =
+      slash == std::string::npos ? cmd.argv[0] : cmd.argv[0].substr(slash + 1);
+    if (cmd.name.size() > 64)
+      cmd.name.resize(64);
+  }
+  return cmd;
+}
+
+/// The repository keys of a task: `repo`, `keep_failed`, `gates`,
+/// `gate_timeout_s`, `deliver`, `feedback`, `preflight`, `admit`.
+void read_repo_keys(const reader& r, const json::object& obj, task_spec& task) {
+  if (const auto* x = obj.if_contains("repo")) {
+    repo_spec repo;
+    if (x->is_string()) {
+      repo.path = absolute_path(r, *x, "/repo");
+    } else {
+      const auto& sub = r.object(*x, "/repo");
+      r.check_keys(sub, "/repo", {"path", "base"});
+      repo.path =
+        absolute_path(r, r.required(sub, "/repo", "path"), "/repo/path");
+      if (const auto* y = sub.if_contains("base")) {
+        repo.base = r.nonempty_string(*y, "/repo/base");
+        // A base is handed to git as one argument: no option, no NUL.
+        if (repo.base[0] == '-' || repo.base.find('\0') != std::string::npos)
+          r.fail("/repo/base",
+                 "expected a branch, tag or commit, got " + quote(repo.base));
+      }
+    }
+    task.repo = std::move(repo);
+  }
+  if (const auto* x = obj.if_contains("keep_failed"))
+    task.keep_failed = r.boolean(*x, "/keep_failed");
+  double gate_timeout = 600.0;
+  if (const auto* x = obj.if_contains("gate_timeout_s"))
+    gate_timeout =
+      r.number(*x, "/gate_timeout_s", 0, true, max_command_timeout_s);
+  if (const auto* x = obj.if_contains("gates")) {
+    const auto& arr = r.array(*x, "/gates");
+    if (arr.size() > max_gates)
+      r.fail("/gates",
+             "expected at most " + std::to_string(max_gates) + " gates");
+    for (std::size_t i = 0; i < arr.size(); ++i)
+      task.gates.push_back(
+        read_command(r, arr[i], child("/gates", i), gate_timeout));
+  }
+  if (const auto* x = obj.if_contains("deliver"))
+    task.deliver = enum_value<delivery_mode>(
+      r, *x, "/deliver", parse_delivery_mode, {"branch", "apply", "patch"});
+  // Feedback is on by default for repository tasks.
+  task.feedback.enabled = task.repo.has_value();
+  if (const auto* x = obj.if_contains("feedback")) {
+    task.feedback.enabled = true;
+    if (x->is_bool()) {
+      task.feedback.enabled = x->get_bool();
+    } else if (x->is_string()) {
+      task.feedback.template_text = r.nonempty_string(*x, "/feedback");
+    } else {
+      const auto& sub = r.object(*x, "/feedback");
+      r.check_keys(sub, "/feedback", {"enabled", "template", "lines"});
+      if (const auto* y = sub.if_contains("enabled"))
+        task.feedback.enabled = r.boolean(*y, "/feedback/enabled");
+      if (const auto* y = sub.if_contains("template"))
+        task.feedback.template_text =
+          r.nonempty_string(*y, "/feedback/template");
+      if (const auto* y = sub.if_contains("lines"))
+        task.feedback.lines = r.int_value(*y, "/feedback/lines", 0, 1000);
+    }
+  }
+  if (const auto* x = obj.if_contains("preflight"))
+    task.preflight = read_command(r, *x, "/preflight", 60.0);
+  if (const auto* x = obj.if_contains("admit"))
+    task.admit = read_command(r, *x, "/admit", 60.0);
+  if (!task.repo) {
+    for (auto key : {"gates", "deliver", "keep_failed"})
+      if (obj.contains(key))
+        r.fail(child("", key), "\"" + std::string{key} +
+                                 "\" needs a repository task (\"repo\")");
+  }
+}
+
 } // namespace
 
 task_spec read_task(const reader& r, const json::value& v) {
   const std::string path;
   const auto& obj = r.object(v, path);
   r.check_keys(obj, path,
-               {"id", "prompt", "environment", "agent_selection", "supervisor",
-                "runtime", "image", "env", "memory_limit_mb", "classifier",
-                "mounts", "workdir"});
+               {"id",
+                "prompt",
+                "environment",
+                "agent_selection",
+                "supervisor",
+                "runtime",
+                "image",
+                "env",
+                "memory_limit_mb",
+                "classifier",
+                "mounts",
+                "workdir",
+                "repo",
+                "keep_failed",
+                "gates",
+                "gate_timeout_s",
+                "deliver",
+                "feedback",
+                "preflight",
+                "admit"});
   task_spec task;
   if (const auto* x = obj.if_contains("id"))
     task.id = r.identifier(*x, "/id", "a task id");
@@ -545,6 +713,14 @@ task_spec read_task(const reader& r, const json::value& v) {
   }
   if (const auto* x = obj.if_contains("workdir"))
     task.workdir = absolute_path(r, *x, "/workdir");
+  read_repo_keys(r, obj, task);
+  if (task.repo && !task.workdir.empty())
+    r.fail("/workdir", "a repository task works in a fresh worktree per "
+                       "attempt; \"workdir\" cannot be set with \"repo\"");
+  // The machine asks for the steps the task has.
+  task.supervisor.steps.preflight = task.preflight.has_value();
+  task.supervisor.steps.gates = !task.gates.empty();
+  task.supervisor.steps.deliver = task.repo.has_value();
   return task;
 }
 

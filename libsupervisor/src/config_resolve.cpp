@@ -13,6 +13,13 @@ using namespace detail;
 
 namespace {
 
+/// The same schedule, field by field.
+bool same_settings_spec(const backoff_spec& a, const backoff_spec& b) {
+  return a.kind == b.kind && a.table_s == b.table_s &&
+         a.initial_s == b.initial_s && a.multiplier == b.multiplier &&
+         a.max_s == b.max_s && a.jit == b.jit;
+}
+
 /// Puts the settings of `task` that differ from the built-in defaults over
 /// `base`.
 void overlay(supervisor_config& base, const supervisor_config& task) {
@@ -50,6 +57,12 @@ void overlay(supervisor_config& base, const supervisor_config& task) {
     base.deadline_s = task.deadline_s;
   take(base.stop_grace_s, task.stop_grace_s, defaults.stop_grace_s);
   take(base.fatal, task.fatal, defaults.fatal);
+  if (task.attempt_timeout_s)
+    base.attempt_timeout_s = task.attempt_timeout_s;
+  if (task.done_exit_code)
+    base.done_exit_code = task.done_exit_code;
+  if (!same_settings_spec(task.restart_backoff, defaults.restart_backoff))
+    base.restart_backoff = task.restart_backoff;
 }
 
 std::string known_environments(const config_set& cfg) {
@@ -95,6 +108,10 @@ expected<task_spec> resolve_task(task_spec task, const config_set& cfg,
     }
     overlay(settings, task.supervisor);
     task.supervisor = std::move(settings);
+    // The steps come from the task's own keys, whatever `supervisor` said.
+    task.supervisor.steps.preflight = task.preflight.has_value();
+    task.supervisor.steps.gates = !task.gates.empty();
+    task.supervisor.steps.deliver = task.repo.has_value();
     own_rules = task.classifier_rules.has_value();
     if (env != nullptr) {
       if (!task.selection && !env->selection.agents.empty())

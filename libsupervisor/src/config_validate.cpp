@@ -76,6 +76,33 @@ void check_class(const reader& r, error_class cls, const std::string& path) {
            "unknown error class " + std::to_string(static_cast<unsigned>(cls)));
 }
 
+void check_backoff_spec(const reader& r, const backoff_spec& spec,
+                        const std::string& bp) {
+  if (!in_range(spec.kind, backoff_spec::kind_t::exponential))
+    r.fail(child(bp, "kind"),
+           "unknown schedule kind " +
+             std::to_string(static_cast<unsigned>(spec.kind)));
+  if (!in_range(spec.jit, jitter::decorrelated))
+    r.fail(child(bp, "jitter"),
+           "unknown jitter " + std::to_string(static_cast<unsigned>(spec.jit)));
+  constexpr std::size_t max_entries = 1000;
+  if (spec.table_s.size() > max_entries)
+    r.fail(child(bp, "table_s"),
+           "expected at most " + std::to_string(max_entries) + " entries");
+  for (std::size_t i = 0; i < spec.table_s.size(); ++i)
+    check_seconds(r, spec.table_s[i], child(child(bp, "table_s"), i));
+  check_seconds(r, spec.initial_s, child(bp, "initial_s"));
+  r.number(json::value(spec.multiplier), child(bp, "multiplier"), 1.0, false,
+           100.0);
+  check_seconds(r, spec.max_s, child(bp, "max_s"));
+  if (spec.kind == backoff_spec::kind_t::table && spec.table_s.empty())
+    r.fail(bp, "a \"table\" schedule needs a non-empty \"table_s\"");
+  if (spec.kind == backoff_spec::kind_t::exponential &&
+      spec.max_s < spec.initial_s)
+    r.fail(bp, "\"max_s\" must be at least \"initial_s\" for an "
+               "\"exponential\" schedule");
+}
+
 void check_supervisor(const reader& r, const supervisor_config& cfg,
                       const std::string& path) {
   check_int(r, cfg.max_retries_per_agent, child(path, "max_retries_per_agent"),
@@ -102,35 +129,37 @@ void check_supervisor(const reader& r, const supervisor_config& cfg,
   check_seconds(r, cfg.intensity.reset_after_s, child(ptr, "reset_after_s"));
   for (const auto& [cls, spec] : cfg.backoff) {
     check_class(r, cls, class_ptr(child(path, "backoff"), cls));
-    auto bp = child(child(path, "backoff"), to_string(cls));
-    if (!in_range(spec.kind, backoff_spec::kind_t::exponential))
-      r.fail(child(bp, "kind"),
-             "unknown schedule kind " +
-               std::to_string(static_cast<unsigned>(spec.kind)));
-    if (!in_range(spec.jit, jitter::decorrelated))
-      r.fail(child(bp, "jitter"),
-             "unknown jitter " +
-               std::to_string(static_cast<unsigned>(spec.jit)));
-    constexpr std::size_t max_entries = 1000;
-    if (spec.table_s.size() > max_entries)
-      r.fail(child(bp, "table_s"),
-             "expected at most " + std::to_string(max_entries) + " entries");
-    for (std::size_t i = 0; i < spec.table_s.size(); ++i)
-      check_seconds(r, spec.table_s[i], child(child(bp, "table_s"), i));
-    check_seconds(r, spec.initial_s, child(bp, "initial_s"));
-    r.number(json::value(spec.multiplier), child(bp, "multiplier"), 1.0, false,
-             100.0);
-    check_seconds(r, spec.max_s, child(bp, "max_s"));
-    if (spec.kind == backoff_spec::kind_t::table && spec.table_s.empty())
-      r.fail(bp, "a \"table\" schedule needs a non-empty \"table_s\"");
-    if (spec.kind == backoff_spec::kind_t::exponential &&
-        spec.max_s < spec.initial_s)
-      r.fail(bp, "\"max_s\" must be at least \"initial_s\" for an "
-                 "\"exponential\" schedule");
+    check_backoff_spec(r, spec, child(child(path, "backoff"), to_string(cls)));
   }
   if (cfg.deadline_s)
     check_seconds(r, *cfg.deadline_s, child(path, "deadline_s"), true);
   check_seconds(r, cfg.stop_grace_s, child(path, "stop_grace_s"));
+  if (cfg.attempt_timeout_s)
+    check_seconds(r, *cfg.attempt_timeout_s, child(path, "attempt_timeout_s"),
+                  true);
+  if (cfg.done_exit_code)
+    check_int(r, *cfg.done_exit_code, child(path, "done_exit_code"), 1, 255);
+  check_backoff_spec(r, cfg.restart_backoff, child(path, "restart_backoff"));
+}
+
+/// Longest argv of a gate, preflight or admit command (arguments).
+constexpr std::size_t max_command_args = 1024;
+
+void check_command(const reader& r, const command_spec& cmd,
+                   const std::string& path) {
+  if (!cmd.name.empty())
+    check_text(r, cmd.name, child(path, "name"), true, 64);
+  if (cmd.argv.empty() || cmd.argv[0].empty())
+    r.fail(child(path, "command"), "expected a non-empty command");
+  if (cmd.argv.size() > max_command_args)
+    r.fail(child(path, "command"), "expected at most " +
+                                     std::to_string(max_command_args) +
+                                     " arguments");
+  for (std::size_t i = 0; i < cmd.argv.size(); ++i)
+    check_text(r, cmd.argv[i], child(child(path, "command"), i), true,
+               max_argument_bytes);
+  r.number(json::value(cmd.timeout_s), child(path, "timeout_s"), 0, true,
+           max_command_timeout_s);
 }
 
 /// The bytes the agent's command line takes in `execve`.
@@ -283,6 +312,33 @@ expected<bool> detail::check_task(const task_spec& task, std::string_view where,
     }
     if (!task.workdir.empty())
       check_absolute(r, task.workdir, "/workdir");
+    if (task.repo) {
+      check_absolute(r, task.repo->path, "/repo/path");
+      check_text(r, task.repo->base, "/repo/base", true, 256);
+      if (task.repo->base.empty() || task.repo->base[0] == '-')
+        r.fail("/repo/base", "expected a branch, tag or commit, got " +
+                               quote(task.repo->base));
+      if (!task.workdir.empty())
+        r.fail("/workdir", "a repository task works in a fresh worktree per "
+                           "attempt; \"workdir\" cannot be set with \"repo\"");
+    } else if (!task.gates.empty() || task.keep_failed) {
+      r.fail(task.gates.empty() ? "/keep_failed" : "/gates",
+             "needs a repository task (\"repo\")");
+    }
+    if (task.gates.size() > 32)
+      r.fail("/gates", "expected at most 32 gates");
+    for (std::size_t i = 0; i < task.gates.size(); ++i)
+      check_command(r, task.gates[i], child("/gates", i));
+    if (!in_range(task.deliver, delivery_mode::patch))
+      r.fail("/deliver", "unknown delivery mode " +
+                           std::to_string(static_cast<unsigned>(task.deliver)));
+    check_text(r, task.feedback.template_text, "/feedback/template", false);
+    if (task.feedback.lines < 0 || task.feedback.lines > 1000)
+      r.fail("/feedback/lines", "expected an integer from 0 to 1000");
+    if (task.preflight)
+      check_command(r, *task.preflight, "/preflight");
+    if (task.admit)
+      check_command(r, *task.admit, "/admit");
     return true;
   });
 }

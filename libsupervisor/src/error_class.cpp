@@ -9,8 +9,8 @@ namespace {
 
 // Kept in declaration order; a unit test checks every value round-trips.
 constexpr std::string_view class_names[] = {
-  "container_crash", "rate_limit", "fatal",
-  "agent_failure",   "retryable",  "infrastructure",
+  "container_crash", "rate_limit",  "fatal",   "agent_failure",    "retryable",
+  "infrastructure",  "gate_failed", "timeout", "preflight_failed",
 };
 
 constexpr std::string_view action_names[] = {"retry", "fallback", "fail"};

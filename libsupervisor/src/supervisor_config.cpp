@@ -47,6 +47,12 @@ bool same(const backoff_spec& a, const backoff_spec& b) noexcept {
   return true;
 }
 
+bool same(const attempt_steps& a, const attempt_steps& b) noexcept {
+  const auto& [a_pre, a_gates, a_deliver] = a;
+  const auto& [b_pre, b_gates, b_deliver] = b;
+  return a_pre == b_pre && a_gates == b_gates && a_deliver == b_deliver;
+}
+
 /// Mixes `x` into `seed`.
 void mix(std::size_t& seed, std::uint64_t x) noexcept {
   hash_combine(seed, std::hash<std::uint64_t>{}(x));
@@ -101,16 +107,20 @@ bool same_settings(const supervisor_config& a,
   // breaks the build here until it is compared (and hashed below).
   const auto& [a_retries, a_fallback, a_base, a_rl_base, a_total, a_crash,
                a_actions, a_restart, a_intensity, a_backoff, a_deadline,
-               a_grace, a_fatal] = a;
+               a_grace, a_fatal, a_attempt_timeout, a_done, a_restart_backoff,
+               a_steps] = a;
   const auto& [b_retries, b_fallback, b_base, b_rl_base, b_total, b_crash,
                b_actions, b_restart, b_intensity, b_backoff, b_deadline,
-               b_grace, b_fatal] = b;
+               b_grace, b_fatal, b_attempt_timeout, b_done, b_restart_backoff,
+               b_steps] = b;
   if (a_retries != b_retries || a_fallback != b_fallback ||
       !same(a_base, b_base) || !same(a_rl_base, b_rl_base) ||
       a_total != b_total || a_crash != b_crash || a_actions != b_actions ||
       a_restart != b_restart || !same(a_intensity, b_intensity) ||
       !same(a_deadline, b_deadline) || !same(a_grace, b_grace) ||
-      a_fatal != b_fatal || a_backoff.size() != b_backoff.size())
+      a_fatal != b_fatal || a_backoff.size() != b_backoff.size() ||
+      !same(a_attempt_timeout, b_attempt_timeout) || a_done != b_done ||
+      !same(a_restart_backoff, b_restart_backoff) || !same(a_steps, b_steps))
     return false;
   for (auto i = a_backoff.begin(), j = b_backoff.begin(); i != a_backoff.end();
        ++i, ++j)
@@ -121,7 +131,8 @@ bool same_settings(const supervisor_config& a,
 
 std::size_t settings_hash(const supervisor_config& cfg) noexcept {
   const auto& [retries, fallback, base, rl_base, total, crash, actions, restart,
-               intensity, backoff, deadline, grace, fatal] = cfg;
+               intensity, backoff, deadline, grace, fatal, attempt_timeout,
+               done, restart_backoff, steps] = cfg;
   std::size_t h = 0;
   mix(h, static_cast<std::uint64_t>(retries));
   mix(h, static_cast<std::uint64_t>(fallback));
@@ -138,8 +149,7 @@ std::size_t settings_hash(const supervisor_config& cfg) noexcept {
   mix(h, static_cast<std::uint64_t>(intensity.max_restarts));
   mix(h, intensity.period_s);
   mix(h, intensity.reset_after_s);
-  for (auto& [cls, spec] : backoff) {
-    mix(h, static_cast<std::uint64_t>(cls));
+  auto mix_spec = [&h](const backoff_spec& spec) {
     mix(h, static_cast<std::uint64_t>(spec.kind));
     for (auto x : spec.table_s)
       mix(h, x);
@@ -147,7 +157,21 @@ std::size_t settings_hash(const supervisor_config& cfg) noexcept {
     mix(h, spec.multiplier);
     mix(h, spec.max_s);
     mix(h, static_cast<std::uint64_t>(spec.jit));
+  };
+  for (auto& [cls, spec] : backoff) {
+    mix(h, static_cast<std::uint64_t>(cls));
+    mix_spec(spec);
   }
+  mix_spec(restart_backoff);
+  mix(h, static_cast<std::uint64_t>(attempt_timeout.has_value()));
+  if (attempt_timeout)
+    mix(h, *attempt_timeout);
+  mix(h, static_cast<std::uint64_t>(done.has_value()));
+  if (done)
+    mix(h, static_cast<std::uint64_t>(*done));
+  mix(h, static_cast<std::uint64_t>(steps.preflight) |
+           static_cast<std::uint64_t>(steps.gates) << 1 |
+           static_cast<std::uint64_t>(steps.deliver) << 2);
   mix(h, static_cast<std::uint64_t>(deadline.has_value()));
   if (deadline)
     mix(h, *deadline);

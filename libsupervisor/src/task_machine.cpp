@@ -1,7 +1,6 @@
 #include "tasksup/supervisor/task_machine.hpp"
 
 #include <algorithm>
-
 #include <cstdio>
 #include <utility>
 
@@ -65,6 +64,12 @@ std::string_view to_string(task_phase x) noexcept {
       return "backoff";
     case task_phase::done:
       return "done";
+    case task_phase::preflight:
+      return "preflight";
+    case task_phase::gating:
+      return "gating";
+    case task_phase::delivering:
+      return "delivering";
   }
   return "unknown";
 }
@@ -90,6 +95,10 @@ std::optional<std::string> describe(const effect::finish& f,
       return std::string{request_name(f.request)} + ": " + f.detail;
     case end_cause::start_refused:
       return "could not start: " + f.detail;
+    case end_cause::voluntary:
+      return std::nullopt;
+    case end_cause::delivery_failed:
+      return "delivery failed: " + f.detail;
   }
   return std::string{"failed"};
 }
@@ -166,9 +175,14 @@ bool task_machine::on(task_machine_state& st, const input::permission& in,
   policy_.count_attempt(st.counters);
   ++st.attempt;
   ++st.generation;
-  st.phase = task_phase::running;
   st.retry_at_s = 0;
-  out.emplace_back(effect::start_attempt{st.attempt, st.counters.agent_index});
+  if (config().steps.preflight) {
+    st.phase = task_phase::preflight;
+    out.emplace_back(
+      effect::run_preflight{st.attempt, st.counters.agent_index});
+    return true;
+  }
+  launch(st, out);
   return true;
 }
 
@@ -220,13 +234,48 @@ bool task_machine::on(task_machine_state& st, const input::attempt_ended& in,
         now_s, out);
     return true;
   }
+  // "Done, do not restart me": a clean exit after creating the done file,
+  // or the configured exit code.
+  auto done_code = config().done_exit_code;
+  if (o.infrastructure_error.empty() && o.started &&
+      ((in.done_file && o.exit_code == 0) ||
+       (done_code && o.exit_code == *done_code))) {
+    out.emplace_back(effect::voluntary_end{o.exit_code, in.done_file});
+    out.emplace_back(effect::report_agent{st.counters.agent_index, true});
+    st.voluntary = true;
+    st.ended = exit_facts(o);
+    if (config().steps.gates) {
+      st.phase = task_phase::gating;
+      out.emplace_back(effect::run_gates{st.attempt, true});
+      return true;
+    }
+    succeeded(st, now_s, out);
+    return true;
+  }
   if (o.succeeded()) {
     out.emplace_back(effect::report_agent{st.counters.agent_index, true});
-    act(st, policy_.on_exit(st.counters, o, std::nullopt, now_s), now_s, out);
+    st.ended = exit_facts(o);
+    if (config().steps.gates) {
+      st.phase = task_phase::gating;
+      out.emplace_back(effect::run_gates{st.attempt, false});
+      return true;
+    }
+    succeeded(st, now_s, out);
     return true;
   }
   // What judging needs (the carrier keeps the tail for the classifier).
   st.ended = exit_facts(o);
+  if (st.timed_out) {
+    // Stopped for running too long: the stop's exit says nothing more.
+    classification c;
+    c.cls = error_class::timeout;
+    c.rule = "attempt_timeout";
+    c.line = "attempt_timeout_s (" +
+             seconds_text(config().attempt_timeout_s.value_or(0)) +
+             " s) exceeded";
+    judge_as(st, std::move(c), true, now_s, out);
+    return true;
+  }
   if (o.retry_futile) {
     // Starting it again cannot help: the agent is given up at once.
     classification c;
@@ -276,6 +325,21 @@ bool task_machine::on(task_machine_state& st, const input::delay_decided& in,
 
 bool task_machine::on(task_machine_state& st, const input::timer& in,
                       double now_s, machine_effects& out) const {
+  if (in.kind == timer_kind::attempt) {
+    // Only the attempt it was set for, while it runs and nothing else is
+    // already stopping it (a user stop, a forced fallback, the deadline).
+    if (!config().attempt_timeout_s || st.phase != task_phase::running ||
+        in.generation != static_cast<std::uint64_t>(st.attempt) ||
+        st.timed_out || st.stop != stop_request::none ||
+        st.fallback_requested || st.deadline_passed)
+      return false;
+    st.timed_out = true;
+    out.emplace_back(
+      effect::attempt_timed_out{config().attempt_timeout_s.value_or(0)});
+    out.emplace_back(
+      effect::stop_attempt{stop_request::cancel, config().stop_grace_s});
+    return true;
+  }
   if (in.kind == timer_kind::backoff) {
     if (st.phase != task_phase::backoff || in.generation != st.generation)
       return false;
@@ -343,7 +407,9 @@ bool task_machine::on(task_machine_state& st, const input::retry_now&, double,
 bool task_machine::on(task_machine_state& st, const input::force_fallback&,
                       double now_s, machine_effects& out) const {
   // Nothing changes when there is nowhere to fall back to.
-  if (st.phase == task_phase::created || !policy_.has_next_agent(st.counters))
+  if (st.phase == task_phase::created || st.phase == task_phase::gating ||
+      st.phase == task_phase::delivering ||
+      !policy_.has_next_agent(st.counters))
     return false;
   if (st.phase == task_phase::running) {
     if (st.stop != stop_request::none || st.fallback_requested)
@@ -431,10 +497,31 @@ bool task_machine::on(task_machine_state& st, const input::resumed&,
       break;
     case task_phase::running:
       // The attempt may outlive the node: the node counts its slot and
-      // adopts it; its end comes as attempt_ended.
+      // adopts it; its end comes as attempt_ended. Its timeout starts
+      // again (when it started is not known to the machine).
       out.emplace_back(effect::reclaim_slot{});
       out.emplace_back(
         effect::adopt_attempt{st.attempt, st.counters.agent_index});
+      if (auto t = config().attempt_timeout_s; t && *t > 0)
+        out.emplace_back(effect::set_timer{
+          timer_kind::attempt, static_cast<std::uint64_t>(st.attempt), *t});
+      break;
+    case task_phase::preflight:
+      // A step that ran when the node died runs again.
+      if (st.holds_slot)
+        out.emplace_back(effect::reclaim_slot{});
+      out.emplace_back(
+        effect::run_preflight{st.attempt, st.counters.agent_index});
+      break;
+    case task_phase::gating:
+      if (st.holds_slot)
+        out.emplace_back(effect::reclaim_slot{});
+      out.emplace_back(effect::run_gates{st.attempt, st.voluntary});
+      break;
+    case task_phase::delivering:
+      if (st.holds_slot)
+        out.emplace_back(effect::reclaim_slot{});
+      out.emplace_back(effect::deliver{st.attempt});
       break;
     case task_phase::classifying:
       out.emplace_back(effect::classify{++st.generation});
@@ -451,7 +538,128 @@ bool task_machine::on(task_machine_state& st, const input::resumed&,
   return true;
 }
 
+bool task_machine::on(task_machine_state& st, const input::preflight_done& in,
+                      double now_s, machine_effects& out) const {
+  if (st.phase != task_phase::preflight || in.attempt != st.attempt)
+    return false;
+  if (in.passed) {
+    launch(st, out);
+    return true;
+  }
+  // The agent never ran: give the slot back and judge the skip by its own
+  // class; the agent's health is not in question.
+  if (st.holds_slot) {
+    st.holds_slot = false;
+    out.emplace_back(effect::release_slot{});
+  }
+  st.last_not_started = true;
+  attempt_outcome o;
+  o.exit_code = in.exit_code == 0 ? 1 : in.exit_code;
+  o.started = false;
+  st.ended = o;
+  classification c;
+  c.cls = error_class::preflight_failed;
+  c.rule = "preflight";
+  c.line = in.timed_out ? "preflight timed out" : in.detail;
+  judge_as(st, std::move(c), false, now_s, out);
+  return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::gates_done& in,
+                      double now_s, machine_effects& out) const {
+  if (st.phase != task_phase::gating || in.attempt != st.attempt)
+    return false;
+  if (in.passed) {
+    succeeded(st, now_s, out);
+    return true;
+  }
+  // The agent's work did not pass: a failure of the attempt, judged like
+  // one (the gate's exit code stands for the attempt's).
+  st.voluntary = false;
+  if (st.ended)
+    st.ended->exit_code = in.exit_code == 0 ? 1 : in.exit_code;
+  classification c;
+  c.cls = error_class::gate_failed;
+  c.rule = "gate:" + in.gate;
+  c.line = in.timed_out ? "gate " + in.gate + " timed out" : in.detail;
+  judge_as(st, std::move(c), false, now_s, out);
+  return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::delivered& in,
+                      double, machine_effects& out) const {
+  if (st.phase != task_phase::delivering || in.attempt != st.attempt)
+    return false;
+  effect::finish f;
+  if (in.ok) {
+    f.outcome = end_kind::succeeded;
+    f.cause = st.voluntary ? end_cause::voluntary : end_cause::decision;
+    f.why = std::move(st.ending);
+  } else {
+    f.cause = end_cause::delivery_failed;
+    f.detail = in.detail;
+  }
+  finish(st, std::move(f), out);
+  return true;
+}
+
 // -- steps --------------------------------------------------------------------
+
+void task_machine::launch(task_machine_state& st, machine_effects& out) const {
+  st.phase = task_phase::running;
+  st.timed_out = false;
+  st.voluntary = false;
+  out.emplace_back(effect::start_attempt{st.attempt, st.counters.agent_index});
+  if (auto t = config().attempt_timeout_s; t && *t > 0)
+    out.emplace_back(effect::set_timer{
+      timer_kind::attempt, static_cast<std::uint64_t>(st.attempt), *t});
+}
+
+void task_machine::succeeded(task_machine_state& st, double now_s,
+                             machine_effects& out) const {
+  auto o = st.ended ? std::move(*st.ended) : attempt_outcome{};
+  st.ended.reset();
+  o.exit_code = 0;
+  if (st.voluntary) {
+    decision d;
+    d.step = next_step::succeed;
+    d.cause = decision_cause::succeeded;
+    d.rule = decision_rule::success;
+    d.agent_index = st.counters.agent_index;
+    d.chain_size = st.counters.chain_size;
+    d.retry_count = st.counters.retry_count;
+    d.at_s = now_s;
+    if (config().steps.deliver) {
+      st.ending = std::move(d);
+      st.phase = task_phase::delivering;
+      out.emplace_back(effect::deliver{st.attempt});
+      return;
+    }
+    effect::finish f;
+    f.outcome = end_kind::succeeded;
+    f.cause = end_cause::voluntary;
+    f.why = std::move(d);
+    finish(st, std::move(f), out);
+    return;
+  }
+  auto d = policy_.on_exit(st.counters, o, std::nullopt, now_s);
+  if (d.step == next_step::succeed && config().steps.deliver) {
+    st.ending = std::move(d);
+    st.phase = task_phase::delivering;
+    out.emplace_back(effect::deliver{st.attempt});
+    return;
+  }
+  act(st, std::move(d), now_s, out);
+}
+
+void task_machine::judge_as(task_machine_state& st, classification c,
+                            bool report, double now_s,
+                            machine_effects& out) const {
+  out.emplace_back(effect::classified{c});
+  if (report)
+    out.emplace_back(effect::report_agent{st.counters.agent_index, false});
+  judge(st, std::move(c), now_s, out);
+}
 
 void task_machine::begin_attempt(task_machine_state& st,
                                  machine_effects& out) const {
@@ -504,10 +712,11 @@ void task_machine::act(task_machine_state& st, decision d, double,
     }
     case next_step::retry: {
       if (!d.backoff_class) {
-        // A permanent task restarting after exit 0: no delay.
-        st.plan = std::move(d);
-        begin_attempt(st, out);
-        return;
+        // A permanent task restarting after exit 0 waits its own schedule,
+        // from the first step again after a stable run.
+        if (d.reset_retries)
+          st.restart_streak = 0;
+        st.restart_streak = std::min(st.restart_streak + 1, 1 << 20);
       }
       st.plan = std::move(d);
       st.phase = task_phase::delaying;
@@ -521,8 +730,15 @@ void task_machine::ask_delay(task_machine_state& st,
                              machine_effects& out) const {
   const auto& d = *st.plan;
   effect::ask_delay ask;
-  ask.spec = backoff_.spec(*d.backoff_class);
-  ask.retry_index = d.retry_count - 1;
+  if (!d.backoff_class) {
+    // The restart of a permanent task after exit 0 (`restart_streak`
+    // counts it already).
+    ask.spec = config().restart_backoff;
+    ask.retry_index = st.restart_streak - 1;
+  } else {
+    ask.spec = backoff_.spec(*d.backoff_class);
+    ask.retry_index = d.retry_count - 1;
+  }
   ask.previous_s = st.previous_delay_s;
   // Only a rate-limit message's "come back in N s" sets the delay; other
   // output that happens to mention a retry is not trusted for timing.
@@ -540,6 +756,7 @@ void task_machine::finish(task_machine_state& st, effect::finish f,
   st.phase = task_phase::done;
   st.plan.reset();
   st.ended.reset();
+  st.ending.reset();
   st.retry_at_s = 0;
   ++st.generation;
   out.emplace_back(std::move(f));

@@ -165,3 +165,14 @@ TEST_CASE("with show_time every line starts with the event's ISO 8601 time") {
   REQUIRE(bare.size() == 1);
   CHECK(bare[0].rfind("[t] ", 0) == 0);
 }
+
+TEST_CASE("progress view: a step event says which step, and how it went",
+          "[progress_view]") {
+  progress_view view;
+  auto lines = render(view, R"({"event": "step", "task_id": "t",
+    "attempt": 1, "step": "gate", "name": "tests", "passed": false,
+    "exit_code": 1, "message": "failed: 2 tests failed"})");
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].find("gate tests") != std::string::npos);
+  CHECK(lines[0].find("failed: 2 tests failed") != std::string::npos);
+}

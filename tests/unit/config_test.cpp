@@ -407,7 +407,8 @@ TEST_CASE("supervisor: unknown keys are errors naming the key and the allowed "
               "unknown key \"max_retries\" (allowed: max_retries_per_agent, "
               "enable_fallback, backoff_base_seconds, rate_limit_backoff_base, "
               "max_total_attempts, max_crash_restarts, actions, restart, "
-              "intensity, backoff, deadline_s, stop_grace_s, fatal_scope)");
+              "intensity, backoff, deadline_s, stop_grace_s, fatal_scope, "
+              "attempt_timeout_s, done_exit_code, restart_backoff)");
   check_error(sup(R"({"intensity": {"period": 1}})"), "sup.json",
               "/intensity/period",
               "unknown key \"period\" (allowed: max_restarts, period_s, "
@@ -488,12 +489,14 @@ TEST_CASE("supervisor: bad enum values list the valid ones") {
               "/actions/oom",
               "unknown error class \"oom\" (expected one of "
               "\"container_crash\", \"rate_limit\", \"fatal\", "
-              "\"agent_failure\", \"retryable\", \"infrastructure\")");
+              "\"agent_failure\", \"retryable\", \"infrastructure\", "
+              "\"gate_failed\", \"timeout\", \"preflight_failed\")");
   check_error(sup(R"({"backoff": {"crash": {"kind": "table"}}})"), "sup.json",
               "/backoff/crash",
               "unknown error class \"crash\" (expected one of "
               "\"container_crash\", \"rate_limit\", \"fatal\", "
-              "\"agent_failure\", \"retryable\", \"infrastructure\")");
+              "\"agent_failure\", \"retryable\", \"infrastructure\", "
+              "\"gate_failed\", \"timeout\", \"preflight_failed\")");
   check_error(sup(R"({"backoff": {"fatal": {"kind": "linear"}}})"), "sup.json",
               "/backoff/fatal/kind",
               "expected one of \"table\", \"exponential\", got \"linear\"");
@@ -590,7 +593,8 @@ TEST_CASE("classifier rules: errors") {
               "classifier.json", "/rules/0/class",
               "expected one of \"container_crash\", \"rate_limit\", "
               "\"fatal\", \"agent_failure\", \"retryable\", "
-              "\"infrastructure\", got \"boom\"");
+              "\"infrastructure\", \"gate_failed\", \"timeout\", "
+              "\"preflight_failed\", got \"boom\"");
   check_error(rules(R"({"rules": [{"id": "a", "class": "fatal",
     "exit_codes": [1]}, {"id": "a", "class": "fatal", "exit_codes": [2]}]})"),
               "classifier.json", "/rules/1/id",
@@ -697,7 +701,7 @@ TEST_CASE("node: errors") {
   check_error(node(R"({"workers": 2})"), "node.json", "/workers",
               "unknown key \"workers\" (allowed: max_concurrent, "
               "circuit_breaker, retry_budget, default_agent, "
-              "default_runtime, output)");
+              "default_runtime, output, allowed_paths)");
   check_error(node(R"({"output": {"log_max_bytes": 0}})"), "node.json",
               "/output/log_max_bytes",
               "expected an integer from 1 to 1099511627776");
@@ -1034,7 +1038,9 @@ TEST_CASE("task: errors") {
   check_error(task(R"({"prompt": "p", "timeout": 5})"), "task.json", "/timeout",
               "unknown key \"timeout\" (allowed: id, prompt, environment, "
               "agent_selection, supervisor, runtime, image, env, "
-              "memory_limit_mb, classifier, mounts, workdir)");
+              "memory_limit_mb, classifier, mounts, workdir, repo, "
+              "keep_failed, gates, gate_timeout_s, deliver, feedback, "
+              "preflight, admit)");
   check_error_contains(task(R"({"prompt": "p", "classifier": {"rules": [
                        {"id": "r", "class": "fatal", "patterns": ["(x"]}]}})"),
                        "/classifier/rules/0/patterns/0", "(x");

@@ -444,8 +444,8 @@ TEST_CASE("task machine: failed replies", "[task_machine]") {
   }
 }
 
-TEST_CASE("task machine: a permanent task restarts after exit 0 without a "
-          "delay, within its intensity",
+TEST_CASE("task machine: a permanent task restarts after exit 0 after its "
+          "restart backoff, within its intensity",
           "[task_machine]") {
   supervisor_config cfg;
   cfg.restart = restart_type::permanent;
@@ -454,7 +454,12 @@ TEST_CASE("task machine: a permanent task restarts after exit 0 without a "
   task t{cfg, 1};
   t.start_running();
   t.end(exited(0));
-  CHECK_FALSE(has<effect::ask_delay>(t.fx));
+  // The restart waits its own schedule (and says so), never at once.
+  auto ask = only<effect::ask_delay>(t.fx);
+  CHECK(ask.retry_index == 0);
+  CHECK(ask.spec.initial_s == cfg.restart_backoff.initial_s);
+  t.delay(0);
+  CHECK(has<effect::retry_scheduled>(t.fx));
   CHECK(only<effect::ask_permission>(t.fx).need_token);
   t.grant();
   CHECK(t.st.counters.restarts.count(0) == 1);

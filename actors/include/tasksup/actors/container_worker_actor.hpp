@@ -54,6 +54,9 @@ struct worker_options {
   /// it over (`container_runtime::adopt`, with this runtime id; empty when
   /// unknown) instead of starting it.
   std::optional<std::string> adopt_id;
+  /// Also send `(start, attempt, runtime_id)` to the supervisor once the
+  /// attempt runs (a journaling supervisor records it for adoption).
+  bool report_runtime_id = false;
 };
 
 /// Copies what the worker needs from the agent that runs the attempt: its

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -108,6 +109,13 @@ event escalated_event(const event_head& h, task_outcome outcome,
 
 /// `warning`: a problem that did not stop the task (`message`).
 event warning_event(const event_head& h, std::string_view message);
+
+/// `step`: a step around an attempt: `step` ("preflight", "gate",
+/// "deliver", "worktree", "attempt_timeout", "voluntary_end"), `name`,
+/// `passed`, `exit_code` (null when none) and a human `message`.
+event step_event(const event_head& h, std::string_view step,
+                 std::string_view name, bool passed,
+                 std::optional<int> exit_code, std::string_view message);
 
 /// The result as the JSON object `task_done` carries (without `event` keys),
 /// serialized; for `tasksup run` and status output.

@@ -73,6 +73,9 @@ struct enum_size<fatal_scope> : std::integral_constant<std::size_t, 2> {};
 template<>
 struct enum_size<delay_source> : std::integral_constant<std::size_t, 3> {};
 
+template<>
+struct enum_size<delivery_mode> : std::integral_constant<std::size_t, 3> {};
+
 /// Whether the raw value `x` names an enumerator of `E`.
 template<class E>
 constexpr bool valid_enum(std::underlying_type_t<E> x) noexcept {
@@ -349,6 +352,13 @@ typename Inspector::result_type inspect(Inspector& f, intensity_config& x) {
            x.reset_after_s);
 }
 
+/// Serializes the steps around each attempt.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attempt_steps& x) {
+  return f(caf::meta::type_name("attempt_steps"), x.preflight, x.gates,
+           x.deliver);
+}
+
 /// Serializes a task's supervision policy.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, supervisor_config& x) {
@@ -359,7 +369,9 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_config& x) {
            detail::checked(x.restart, "supervisor.restart"), x.intensity,
            detail::bounded(x.backoff, "supervisor.backoff"),
            detail::opt(x.deadline_s), x.stop_grace_s,
-           detail::checked(x.fatal, "supervisor.fatal_scope"));
+           detail::checked(x.fatal, "supervisor.fatal_scope"),
+           detail::opt(x.attempt_timeout_s), detail::opt(x.done_exit_code),
+           x.restart_backoff, x.steps);
 }
 
 /// Serializes a classification rule.
@@ -403,6 +415,38 @@ typename Inspector::result_type inspect(Inspector& f, mount_spec& x) {
     }));
 }
 
+/// Serializes a repository.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, repo_spec& x) {
+  return f(caf::meta::type_name("repo_spec"), x.path, x.base,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.path, wire::max_text_bytes, "repo.path"},
+                {x.base, wire::max_text_bytes, "repo.base"}});
+           }));
+}
+
+/// Serializes a gate, preflight or admit command.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, command_spec& x) {
+  return f(caf::meta::type_name("command_spec"), x.name,
+           detail::bounded(x.argv, "command.argv"), x.timeout_s,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.name, wire::max_id_bytes, "command.name"}});
+           }));
+}
+
+/// Serializes feedback settings.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, feedback_spec& x) {
+  return f(caf::meta::type_name("feedback_spec"), x.enabled, x.template_text,
+           x.lines, caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.template_text, wire::max_text_bytes, "feedback.template"}});
+           }));
+}
+
 /// Serializes a validated task.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, task_spec& x) {
@@ -411,7 +455,10 @@ typename Inspector::result_type inspect(Inspector& f, task_spec& x) {
            detail::opt_list(x.classifier_rules, "classifier_rules"), x.runtime,
            x.image, detail::bounded(x.env, "env"),
            detail::bounded(x.mounts, "mounts"), x.workdir,
-           detail::opt(x.memory_limit_mb),
+           detail::opt(x.memory_limit_mb), detail::opt(x.repo), x.keep_failed,
+           detail::bounded(x.gates, "gates"),
+           detail::checked(x.deliver, "task.deliver"), x.feedback,
+           detail::opt(x.preflight), detail::opt(x.admit),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
                {{x.id, wire::max_id_bytes, "task.id"},

@@ -186,6 +186,9 @@ enum class event_kind : std::uint8_t {
   task_done,
   escalated,
   warning,
+  /// A step around an attempt: preflight, gate, delivery, worktree,
+  /// attempt timeout, voluntary end, restart backoff.
+  step,
 };
 
 /// The event's JSON name, e.g. "attempt_started".
@@ -379,7 +382,7 @@ template<>
 struct enum_size<task_outcome> : std::integral_constant<std::size_t, 3> {};
 
 template<>
-struct enum_size<event_kind> : std::integral_constant<std::size_t, 11> {};
+struct enum_size<event_kind> : std::integral_constant<std::size_t, 12> {};
 
 template<>
 struct enum_size<breaker_state> : std::integral_constant<std::size_t, 3> {};

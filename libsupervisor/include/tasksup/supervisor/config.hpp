@@ -49,6 +49,9 @@ struct node_config {
   std::uint64_t output_log_max_bytes = 100 * 1024 * 1024;
   std::uint64_t output_line_max_bytes = 4 * 1024;
   std::uint64_t output_attempt_max_bytes = 1024 * 1024;
+  /// Absolute directories a repository task's `repo` and a task's mounts
+  /// must lie in (`allowed_paths` in node.json); empty: anywhere.
+  std::vector<std::string> allowed_paths;
 };
 
 /// Everything under a config directory, validated.

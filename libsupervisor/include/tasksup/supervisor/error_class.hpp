@@ -24,13 +24,29 @@ enum class error_class : uint8_t {
   /// The runtime could not start or watch the attempt (engine unreachable,
   /// spawn failed, worker died): retry with standard backoff.
   infrastructure,
+  /// The attempt exited 0 but one of the task's gates (its tests, a linter)
+  /// failed in the attempt's worktree: retry with standard backoff (the next
+  /// attempt is told why), then fall back. Never produced by output rules.
+  gate_failed,
+  /// The attempt ran longer than `attempt_timeout_s` and was stopped: retry
+  /// with standard backoff.
+  timeout,
+  /// The task's `preflight` command refused the attempt (non-zero exit,
+  /// timeout), so the agent never ran: retry with standard backoff.
+  preflight_failed,
 };
 
 /// Every class, in the declaration order above.
-inline constexpr std::array<error_class, 6> all_error_classes{
-  error_class::container_crash, error_class::rate_limit,
-  error_class::fatal,           error_class::agent_failure,
-  error_class::retryable,       error_class::infrastructure,
+inline constexpr std::array<error_class, 9> all_error_classes{
+  error_class::container_crash,
+  error_class::rate_limit,
+  error_class::fatal,
+  error_class::agent_failure,
+  error_class::retryable,
+  error_class::infrastructure,
+  error_class::gate_failed,
+  error_class::timeout,
+  error_class::preflight_failed,
 };
 
 /// The snake_case name used in config files and events.

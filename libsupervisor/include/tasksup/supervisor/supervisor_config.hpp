@@ -50,6 +50,30 @@ struct intensity_config {
   double reset_after_s = 300.0;
 };
 
+/// The steps around each attempt, taken from the task's own keys
+/// (`preflight`, `gates`, `repo`), never from a `supervisor` object: the
+/// machine asks for each step as an effect and waits for its verdict.
+struct attempt_steps {
+  /// A preflight command runs before each attempt; non-zero skips it.
+  bool preflight = false;
+  /// Gates run after an attempt exits 0; all must pass for success.
+  bool gates = false;
+  /// A repository task: its change is delivered before it succeeds.
+  bool deliver = false;
+};
+
+/// The delay schedule of a `permanent` task restarted after a clean exit:
+/// 1, 2, 4, ... seconds, at most 60, back to the first step after a run of
+/// at least `intensity.reset_after_s`.
+inline backoff_spec default_restart_backoff() {
+  backoff_spec x;
+  x.kind = backoff_spec::kind_t::exponential;
+  x.initial_s = 1.0;
+  x.multiplier = 2.0;
+  x.max_s = 60.0;
+  return x;
+}
+
 /// The supervision policy of one task (SPEC §5). Defaults live here and only
 /// here; `config/supervisor.json` must agree with them (a test checks it).
 struct supervisor_config {
@@ -80,6 +104,18 @@ struct supervisor_config {
   double stop_grace_s = 10.0;
   /// What a `fatal` failure ends: its provider's agents or the whole task.
   fatal_scope fatal = fatal_scope::provider;
+  /// Optional limit on one attempt's run time in seconds: the attempt is
+  /// stopped (grace, then kill) and classified `timeout`. Off unless set;
+  /// independent of the task's `deadline_s`.
+  std::optional<double> attempt_timeout_s;
+  /// An exit code by which an agent says "done, do not restart me": the
+  /// task ends succeeded, even a `permanent` one. Off unless set; an agent
+  /// can always say the same by creating the file `TASKSUP_DONE_FILE`.
+  std::optional<int> done_exit_code;
+  /// The schedule of a `permanent` task's restarts after exit 0.
+  backoff_spec restart_backoff = default_restart_backoff();
+  /// The steps around each attempt (from the task's keys).
+  attempt_steps steps;
 
   /// The backoff policy these settings describe.
   backoff_policy make_backoff() const {

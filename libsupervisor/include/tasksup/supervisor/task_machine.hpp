@@ -39,6 +39,13 @@ enum class task_phase : std::uint8_t {
   backoff,
   /// Finished; the result is final.
   done,
+  /// The task's preflight command runs before the attempt (the attempt is
+  /// counted; the agent has not started).
+  preflight,
+  /// The attempt exited 0 (or ended voluntarily); its gates run.
+  gating,
+  /// The gates passed; the change is being delivered.
+  delivering,
 };
 
 /// "created", "waiting", "running", ...
@@ -48,7 +55,12 @@ std::string_view to_string(task_phase x) noexcept;
 enum class stop_request : std::uint8_t { none, cancel, kill };
 
 /// The machine's timers.
-enum class timer_kind : std::uint8_t { backoff, deadline };
+enum class timer_kind : std::uint8_t {
+  backoff,
+  deadline,
+  /// `attempt_timeout_s` of one attempt; its generation is the attempt.
+  attempt,
+};
 
 /// Requests whose reply can fail.
 enum class request_kind : std::uint8_t { permission, classify, delay, rules };
@@ -71,6 +83,12 @@ enum class end_cause : std::uint8_t {
   /// The attempt could not be started at all and will not start by
   /// retrying (e.g. a missing Docker image where none can be pulled).
   start_refused,
+  /// The agent said "done, do not restart me" (`done_exit_code` or the
+  /// done file): succeeded, even for a `permanent` task.
+  voluntary,
+  /// The gates passed but the change could not be delivered (a conflict):
+  /// failed, `detail` says why; the patch is kept.
+  delivery_failed,
 };
 
 /// The state of one task: a plain value, copyable, comparable, journaled.
@@ -112,6 +130,15 @@ struct task_machine_state {
   /// reported them; absent while none did.
   std::optional<token_usage> usage;
   std::optional<double> cost_usd;
+  /// The running attempt outlived `attempt_timeout_s` and is being stopped.
+  bool timed_out = false;
+  /// The attempt that ended (or is being gated) ended voluntarily.
+  bool voluntary = false;
+  /// A `permanent` task's restarts after exit 0 since its last stable run:
+  /// the step of `restart_backoff` the next one waits.
+  int restart_streak = 0;
+  /// The decision that ends the task once its change is delivered.
+  std::optional<decision> ending;
 };
 
 namespace input {
@@ -145,6 +172,42 @@ struct attempt_ended {
   /// The runtime says starting again cannot help (e.g. image missing and
   /// no registry to pull from): fail the agent at once.
   bool permanent = false;
+  /// The agent created its done file (`TASKSUP_DONE_FILE`): an exit 0 is
+  /// then a voluntary end.
+  bool done_file = false;
+};
+
+/// The answer to `effect::run_preflight`.
+struct preflight_done {
+  int attempt = 0;
+  bool passed = false;
+  /// The command's exit code (-1 when it could not run or timed out).
+  int exit_code = 0;
+  bool timed_out = false;
+  /// Its last output line, or why it could not run.
+  std::string detail;
+};
+
+/// The answer to `effect::run_gates`: every gate passed, or the first that
+/// failed.
+struct gates_done {
+  int attempt = 0;
+  bool passed = false;
+  /// The failing gate's name.
+  std::string gate;
+  /// Its exit code (-1 when it could not run or timed out).
+  int exit_code = 0;
+  bool timed_out = false;
+  /// Its last output line, or why it could not run.
+  std::string detail;
+};
+
+/// The answer to `effect::deliver`.
+struct delivered {
+  int attempt = 0;
+  bool ok = false;
+  /// Why it failed (e.g. the patch does not apply).
+  std::string detail;
 };
 
 /// The classifier's answer.
@@ -196,7 +259,8 @@ using machine_input =
   std::variant<input::start, input::permission, input::attempt_started,
                input::attempt_ended, input::classified, input::delay_decided,
                input::timer, input::stop, input::retry_now,
-               input::force_fallback, input::reply_failed, input::resumed>;
+               input::force_fallback, input::reply_failed, input::resumed,
+               input::preflight_done, input::gates_done, input::delivered>;
 
 namespace effect {
 
@@ -293,6 +357,37 @@ struct deadline_passed {
   bool stopping = false;
 };
 
+/// Run the task's preflight command for attempt `attempt` of
+/// `agent_index`; answered by `input::preflight_done`.
+struct run_preflight {
+  int attempt = 0;
+  std::size_t agent_index = 0;
+};
+
+/// Run the task's gates in attempt `attempt`'s worktree; answered by
+/// `input::gates_done`.
+struct run_gates {
+  int attempt = 0;
+  /// The attempt ended voluntarily (for the event).
+  bool voluntary = false;
+};
+
+/// Deliver attempt `attempt`'s change; answered by `input::delivered`.
+struct deliver {
+  int attempt = 0;
+};
+
+/// The running attempt outlived `attempt_timeout_s` and is being stopped.
+struct attempt_timed_out {
+  double timeout_s = 0;
+};
+
+/// The agent said it is done (exit `done_exit_code`, or its done file).
+struct voluntary_end {
+  int exit_code = 0;
+  bool done_file = false;
+};
+
 /// The task is over.
 struct finish {
   end_kind outcome = end_kind::failed;
@@ -310,14 +405,14 @@ struct finish {
 } // namespace effect
 
 /// Everything a carrier must do.
-using machine_effect =
-  std::variant<effect::ask_permission, effect::release_slot,
-               effect::reclaim_slot, effect::adopt_attempt,
-               effect::start_attempt, effect::stop_attempt, effect::classify,
-               effect::ask_delay, effect::set_timer, effect::report_agent,
-               effect::attempt_exited, effect::classified,
-               effect::retry_scheduled, effect::agent_switched,
-               effect::user_stopped, effect::deadline_passed, effect::finish>;
+using machine_effect = std::variant<
+  effect::ask_permission, effect::release_slot, effect::reclaim_slot,
+  effect::adopt_attempt, effect::start_attempt, effect::stop_attempt,
+  effect::classify, effect::ask_delay, effect::set_timer, effect::report_agent,
+  effect::attempt_exited, effect::classified, effect::retry_scheduled,
+  effect::agent_switched, effect::user_stopped, effect::deadline_passed,
+  effect::finish, effect::run_preflight, effect::run_gates, effect::deliver,
+  effect::attempt_timed_out, effect::voluntary_end>;
 
 /// A batch of effects, in the order they must be carried out.
 using machine_effects = std::vector<machine_effect>;
@@ -389,6 +484,24 @@ private:
 
   /// Asks for the delay of the planned retry.
   void ask_delay(task_machine_state& st, machine_effects& out) const;
+  bool on(task_machine_state& st, const input::preflight_done& in, double now_s,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::gates_done& in, double now_s,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::delivered& in, double now_s,
+          machine_effects& out) const;
+
+  /// Starts the agent of the attempt just granted (and its timeout).
+  void launch(task_machine_state& st, machine_effects& out) const;
+
+  /// The attempt (and its gates) succeeded: deliver, then end, or restart.
+  void succeeded(task_machine_state& st, double now_s,
+                 machine_effects& out) const;
+
+  /// Judges a failure the machine classified itself (gate, timeout,
+  /// preflight).
+  void judge_as(task_machine_state& st, classification c, bool report,
+                double now_s, machine_effects& out) const;
 
   /// Asks for permission to start the next attempt.
   void begin_attempt(task_machine_state& st, machine_effects& out) const;

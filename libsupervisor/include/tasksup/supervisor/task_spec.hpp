@@ -47,6 +47,63 @@ struct mount_spec {
   bool read_only = false;
 };
 
+/// How a repository task's change reaches the repository once its gates
+/// passed.
+enum class delivery_mode : std::uint8_t {
+  /// Committed on the branch `tasksup/<task id>` (the default).
+  branch,
+  /// Applied to the repository's working tree (not committed).
+  apply,
+  /// Left as the patch artifact only.
+  patch,
+};
+
+/// "branch", "apply" or "patch".
+std::string_view to_string(delivery_mode x) noexcept;
+
+/// Parses the names above; nullopt for anything else.
+std::optional<delivery_mode> parse_delivery_mode(std::string_view str) noexcept;
+
+/// A git repository a task changes: every attempt works in a fresh worktree
+/// (or checkout) of `base`.
+struct repo_spec {
+  /// Absolute path of the repository (its work tree or a bare repository).
+  std::string path;
+  /// What each attempt starts from: a branch, tag or commit.
+  std::string base = "HEAD";
+};
+
+/// Longest timeout of a gate, preflight or admit command: one day.
+inline constexpr double max_command_timeout_s = 86400.0;
+
+/// A command tasksup runs itself (a gate, the preflight, an admit check):
+/// argv, never a shell unless argv names one.
+struct command_spec {
+  /// For events and feedback: the command's `name`, or its argv[0].
+  std::string name;
+  std::vector<std::string> argv;
+  /// Stopped (SIGTERM, then SIGKILL) after this many seconds.
+  double timeout_s = 600.0;
+};
+
+/// What the next attempt is told about the previous one's failure.
+struct feedback_spec {
+  /// Off: no file, nothing appended to the prompt. A task file turns it on
+  /// for repository tasks unless it says otherwise.
+  bool enabled = false;
+  /// Appended to the prompt; `{attempt}`, `{reason}` and `{output}` are
+  /// replaced. Empty: `default_feedback_template`.
+  std::string template_text;
+  /// Lines of output (the failing gate's, else the attempt's) passed on.
+  int lines = 40;
+};
+
+/// The feedback template used when a task names none.
+inline constexpr std::string_view default_feedback_template =
+  "\n\n---\nThe previous attempt ({attempt}) was rejected: {reason}\n"
+  "Its last output lines:\n{output}\n"
+  "You start again from a clean checkout; none of its edits are kept.";
+
 /// One task as submitted (SPEC §12), after validation: every field checked,
 /// `supervisor` already merged over the environment's and global defaults.
 struct task_spec {
@@ -70,6 +127,21 @@ struct task_spec {
   /// empty means a fresh directory per attempt.
   std::string workdir;
   std::optional<std::uint64_t> memory_limit_mb;
+  /// A repository task: fresh worktree per attempt, gates, delivery.
+  std::optional<repo_spec> repo;
+  /// Keep the worktree (or checkout) of a failed attempt for inspection.
+  bool keep_failed = false;
+  /// Run in the attempt's worktree after it exits 0, in order; all must
+  /// pass (exit 0 within their timeout) for the attempt to succeed.
+  std::vector<command_spec> gates;
+  delivery_mode deliver = delivery_mode::branch;
+  feedback_spec feedback;
+  /// Run before each attempt; a non-zero exit skips that attempt
+  /// (`preflight_failed`).
+  std::optional<command_spec> preflight;
+  /// Run once at submission, after the built-in checks; a non-zero exit
+  /// rejects the task.
+  std::optional<command_spec> admit;
 };
 
 } // namespace tasksup
