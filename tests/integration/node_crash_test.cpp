@@ -72,11 +72,14 @@ TEST_CASE("node crash: 10 SIGKILLs during 200 tasks lose nothing and run "
   ::chmod(agent.c_str(), 0755);
   auto config = dir / "config";
   std::filesystem::create_directories(config);
+  // One agent fails on purpose in a third of the tasks: its breaker must
+  // not end the others.
   std::ofstream{config + "/node.json"}
     << R"({"max_concurrent": 16, "default_agent": {"agent_id": "sh",
           "agent_cli": ")"
     << agent << R"(", "cli_flags": "", "prompt_as_argument": true},
-          "default_runtime": "process"})";
+          "default_runtime": "process",
+          "circuit_breaker": {"max_failures": 100000}})";
   std::vector<std::string> serve{"serve",      "--listen",    "127.0.0.1:0",
                                  "--config",   config,        "--work-dir",
                                  dir / "work", "--state-dir", dir / "state"};
