@@ -37,9 +37,13 @@ const char* name_of(kind k) {
 /// Whether any process still runs the agent of this test (its path is in
 /// its command line).
 bool agents_left(const std::string& agent) {
-  auto r =
-    std::system(("pgrep -f '^/bin/sh " + agent + "' >/dev/null").c_str());
-  return WIFEXITED(r) && WEXITSTATUS(r) == 0;
+  std::error_code ec;
+  for (auto& entry : std::filesystem::directory_iterator{"/proc", ec}) {
+    auto cmdline = slurp(entry.path().string() + "/cmdline");
+    if (cmdline.find(agent) != std::string::npos)
+      return true;
+  }
+  return false;
 }
 
 } // namespace
