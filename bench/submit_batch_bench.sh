@@ -17,7 +17,7 @@ cat >"$work/config/node.json" <<JSON
  "cli_flags": "", "prompt_as_argument": true}, "default_runtime": "process"}
 JSON
 "$tasksup" serve --listen 127.0.0.1:0 --config "$work/config" \
-  --work-dir "$work/node" 2>"$work/node.err" &
+  --work-dir "$work/node" --state-dir "$work/state" 2>"$work/node.err" &
 node=$!
 for _ in $(seq 100); do
   grep -q "listening on" "$work/node.err" && break

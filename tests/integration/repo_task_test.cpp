@@ -506,7 +506,8 @@ TEST_CASE("repo task: a node refuses a task that fails admission and keeps "
   tasksup_child node{dir,
                      "serve",
                      {"serve", "--listen", "127.0.0.1:0", "--config",
-                      config_dir(), "--work-dir", dir / "node-work"}};
+                      config_dir(), "--work-dir", dir / "node-work",
+                      "--state-dir", dir / "state"}};
   auto port = listening_port(node);
   REQUIRE(port);
   auto address = "127.0.0.1:" + std::to_string(*port);
