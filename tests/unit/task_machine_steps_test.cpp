@@ -2,6 +2,8 @@
 // delivery, attempt timeout, voluntary end and the restart backoff of
 // permanent tasks, fed by hand.
 
+#include "task_machine_support.hpp"
+
 #include "tasksup/supervisor/task_machine.hpp"
 
 #include <catch2/catch.hpp>
@@ -13,35 +15,9 @@
 #include <utility>
 
 using namespace tasksup;
+using namespace tasksup::test;
 
 namespace {
-
-template<class T>
-const T& only(const machine_effects& fx) {
-  const T* found = nullptr;
-  for (auto& e : fx)
-    if (auto* x = std::get_if<T>(&e)) {
-      REQUIRE(found == nullptr);
-      found = x;
-    }
-  REQUIRE(found != nullptr);
-  return *found;
-}
-
-template<class T>
-bool has(const machine_effects& fx) {
-  for (auto& e : fx)
-    if (std::holds_alternative<T>(e))
-      return true;
-  return false;
-}
-
-attempt_outcome exited(int code, double duration = 1) {
-  attempt_outcome o;
-  o.exit_code = code;
-  o.duration_s = duration;
-  return o;
-}
 
 struct task {
   explicit task(supervisor_config cfg = {}, std::size_t chain = 1)

@@ -2,6 +2,8 @@
 // effects) for SPEC §6-§9, and random input sequences that must never reach
 // an invalid state and must end every task exactly once.
 
+#include "task_machine_support.hpp"
+
 #include "tasksup/supervisor/task_machine.hpp"
 
 #include <catch2/catch.hpp>
@@ -15,51 +17,9 @@
 #include <vector>
 
 using namespace tasksup;
+using namespace tasksup::test;
 
 namespace {
-
-template<class T>
-std::vector<T> all_of(const machine_effects& fx) {
-  std::vector<T> out;
-  for (auto& e : fx)
-    if (auto* x = std::get_if<T>(&e))
-      out.push_back(*x);
-  return out;
-}
-
-template<class T>
-const T& only(const machine_effects& fx) {
-  const T* found = nullptr;
-  for (auto& e : fx)
-    if (auto* x = std::get_if<T>(&e)) {
-      REQUIRE(found == nullptr);
-      found = x;
-    }
-  REQUIRE(found != nullptr);
-  return *found;
-}
-
-template<class T>
-bool has(const machine_effects& fx) {
-  for (auto& e : fx)
-    if (std::holds_alternative<T>(e))
-      return true;
-  return false;
-}
-
-attempt_outcome exited(int code, double duration = 1) {
-  attempt_outcome o;
-  o.exit_code = code;
-  o.duration_s = duration;
-  return o;
-}
-
-classification as(error_class cls, std::string rule = "r") {
-  classification c;
-  c.cls = cls;
-  c.rule = std::move(rule);
-  return c;
-}
 
 /// One task on a machine, fed inputs by hand.
 struct task {
