@@ -138,6 +138,13 @@ void publish(registry_actor_t* self, const event& ev) {
     self->send(sub, event_atom::value, ev);
 }
 
+/// Records a piece of node state in the journal.
+void save_state(registry_actor_t* self, const char* key, std::string text) {
+  if (self->state.opts.journal)
+    self->send(self->state.opts.journal, jstate_atom::value, std::string{key},
+               std::move(text));
+}
+
 /// The answer to a task that holds its slot: the agent's breaker, then
 /// (only when the agent may run) a retry token.
 permit_reply permit(registry_actor_t* self, const permit_request& req) {
@@ -145,8 +152,11 @@ permit_reply permit(registry_actor_t* self, const permit_request& req) {
   auto now = now_s(self);
   permit_reply r;
   r.agent_allowed = st.breaker->allow(req.agent_id, now);
-  if (r.agent_allowed && req.need_token)
+  if (r.agent_allowed && req.need_token) {
     r.token = st.budget.try_take(now);
+    if (!st.budget.unlimited())
+      save_state(self, "budget", st.budget.save());
+  }
   return r;
 }
 
@@ -311,8 +321,7 @@ void save_rotation(registry_actor_t* self) {
     text += std::to_string(pos);
     text += '\n';
   }
-  self->send(st.opts.journal, jstate_atom::value, std::string{"rotation"},
-             std::move(text));
+  save_state(self, "rotation", std::move(text));
 }
 
 /// A task accepted by `prepare`, ready to run (or to be admitted first).
@@ -521,6 +530,12 @@ void restore(registry_actor_t* self) {
   auto& st = self->state;
   auto snapshot = std::move(st.opts.restored);
   st.opts.restored = {};
+  if (auto i = snapshot.node_state.find("breakers");
+      i != snapshot.node_state.end())
+    st.breaker->restore(i->second);
+  if (auto i = snapshot.node_state.find("budget");
+      i != snapshot.node_state.end())
+    st.budget.restore(i->second);
   if (auto i = snapshot.node_state.find("rotation");
       i != snapshot.node_state.end()) {
     // "environment\tposition\n" lines.
@@ -898,6 +913,7 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       else
         st.breaker->record_failure(agent_id, now);
       st.breaker->drop_stale(now);
+      save_state(self, "breakers", st.breaker->save());
     },
   };
 }

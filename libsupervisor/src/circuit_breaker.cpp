@@ -1,5 +1,7 @@
 #include "tasksup/supervisor/circuit_breaker.hpp"
 
+#include <cstdio>
+
 #include <algorithm>
 #include <iterator>
 
@@ -113,6 +115,44 @@ std::vector<std::string> circuit_breaker::keys() const {
   for (auto& kv : entries_)
     out.push_back(kv.first);
   return out;
+}
+
+std::string circuit_breaker::save() const {
+  std::string out;
+  char buf[160];
+  for (auto& [key, e] : entries_) {
+    std::snprintf(buf, sizeof(buf), "\t%d\t%d\t%.17g\t%.17g\n", e.failures,
+                  static_cast<int>(e.st), e.opened_at, e.last_used);
+    out += key;
+    out += buf;
+  }
+  return out;
+}
+
+void circuit_breaker::restore(std::string_view text) {
+  entries_.clear();
+  while (!text.empty()) {
+    auto eol = text.find('\n');
+    auto line = std::string{text.substr(0, eol)};
+    text =
+      eol == std::string_view::npos ? std::string_view{} : text.substr(eol + 1);
+    auto tab = line.find('\t');
+    if (tab == std::string::npos || tab == 0)
+      continue;
+    entry e;
+    int st = 0;
+    if (std::sscanf(line.c_str() + tab, "\t%d\t%d\t%lf\t%lf", &e.failures, &st,
+                    &e.opened_at, &e.last_used) != 4 ||
+        st < 0 || st > static_cast<int>(breaker_state::half_open) ||
+        e.failures < 0)
+      continue;
+    // A half-open breaker's probe died with the old node: open again, so
+    // the next request after the reset timeout probes anew.
+    e.st = static_cast<breaker_state>(st) == breaker_state::half_open
+             ? breaker_state::open
+             : static_cast<breaker_state>(st);
+    entries_.insert_or_assign(line.substr(0, tab), e);
+  }
 }
 
 } // namespace tasksup

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <string>
 
 namespace tasksup {
 
@@ -48,6 +50,26 @@ bool retry_budget::try_take(double now_s) {
     return false;
   tokens_ -= 1;
   return true;
+}
+
+std::string retry_budget::save() const {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%.17g %.17g %d", tokens_, last_s_,
+                started_ ? 1 : 0);
+  return buf;
+}
+
+void retry_budget::restore(std::string_view text) {
+  double tokens = 0;
+  double last = 0;
+  int started = 0;
+  if (std::sscanf(std::string{text}.c_str(), "%lf %lf %d", &tokens, &last,
+                  &started) != 3 ||
+      !(tokens >= 0))
+    return;
+  tokens_ = capacity_ ? std::min(tokens, *capacity_) : tokens;
+  last_s_ = last;
+  started_ = started != 0;
 }
 
 } // namespace tasksup

@@ -136,3 +136,28 @@ TEST_CASE("breaker state names") {
   CHECK(to_string(breaker_state::open) == "open");
   CHECK(to_string(breaker_state::half_open) == "half_open");
 }
+
+TEST_CASE("a circuit breaker's state survives save and restore") {
+  circuit_breaker_config cfg;
+  cfg.max_failures = 2;
+  cfg.reset_timeout_s = 10;
+  circuit_breaker a{cfg};
+  a.record_failure("bad", 1);
+  a.record_failure("bad", 2); // opens
+  a.record_failure("flaky", 3);
+  REQUIRE(a.state("bad", 3) == breaker_state::open);
+  circuit_breaker b{cfg};
+  b.restore(a.save());
+  CHECK(b.state("bad", 3) == breaker_state::open);
+  CHECK_FALSE(b.allow("bad", 5));
+  CHECK(b.allow("bad", 13)); // reset timeout from the original opening
+  // One more failure opens "flaky": its count came back too.
+  b.record_failure("flaky", 4);
+  CHECK(b.state("flaky", 4) == breaker_state::open);
+  SECTION("malformed lines are skipped") {
+    circuit_breaker c{cfg};
+    c.restore("nokey\n\tx\t1\nbad\t-1\t0\t0\t0\nok\t0\t9\t0\t0\n" + a.save());
+    CHECK(c.state("bad", 3) == breaker_state::open);
+    CHECK(c.size() == 2);
+  }
+}

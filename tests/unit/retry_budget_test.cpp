@@ -59,3 +59,24 @@ TEST_CASE("a retry budget without refill or capacity") {
   CHECK_FALSE(bad.try_take(0));
   CHECK(bad.available(10) == 0);
 }
+
+TEST_CASE("a retry budget's tokens survive save and restore") {
+  retry_budget a{3, 1};
+  REQUIRE(a.try_take(10));
+  REQUIRE(a.try_take(10));
+  retry_budget b{3, 1};
+  b.restore(a.save());
+  CHECK(b.available(10) == Approx(1));
+  CHECK(b.available(11) == Approx(2));
+  SECTION("malformed text changes nothing") {
+    retry_budget c{3, 1};
+    c.restore("garbage");
+    c.restore("-5 0 1");
+    CHECK(c.available(0) == 3);
+  }
+  SECTION("tokens beyond this budget's capacity are cut") {
+    retry_budget small{0.5, 1};
+    small.restore(retry_budget{3, 1}.save());
+    CHECK(small.available(0) <= 0.5);
+  }
+}

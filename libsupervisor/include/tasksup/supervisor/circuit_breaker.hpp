@@ -60,6 +60,13 @@ public:
   /// The keys with state, in order (for metrics and the dashboard).
   std::vector<std::string> keys() const;
 
+  /// The breakers as text, one line per key (what a node journals).
+  std::string save() const;
+
+  /// Replaces the breakers with those `save` wrote; malformed lines are
+  /// skipped. A probe that was in flight is not (its attempt is gone).
+  void restore(std::string_view text);
+
 private:
   struct entry {
     int failures = 0;

@@ -1,6 +1,8 @@
 #pragma once
 
 #include <optional>
+#include <string>
+#include <string_view>
 
 namespace tasksup {
 
@@ -25,6 +27,14 @@ public:
 
   /// True when constructed without a capacity.
   bool unlimited() const noexcept { return !capacity_.has_value(); }
+
+  /// The tokens and the time they were counted at, as text (what a node
+  /// journals).
+  std::string save() const;
+
+  /// Takes back what `save` wrote (the capacity and rate stay this
+  /// budget's own); malformed text changes nothing.
+  void restore(std::string_view text);
 
 private:
   void refill(double now_s);
