@@ -18,10 +18,10 @@ namespace tasksup::detail {
 inline double now_s(caf::local_actor* self) {
   using namespace std::chrono;
   static const double offset =
-    duration<double>(system_clock::now().time_since_epoch()).count()
-    - duration<double>(steady_clock::now().time_since_epoch()).count();
-  return duration<double>(self->clock().now().time_since_epoch()).count()
-         + offset;
+    duration<double>(system_clock::now().time_since_epoch()).count() -
+    duration<double>(steady_clock::now().time_since_epoch()).count();
+  return duration<double>(self->clock().now().time_since_epoch()).count() +
+         offset;
 }
 
 } // namespace tasksup::detail

@@ -20,9 +20,10 @@ namespace {
 class node {
 public:
   explicit node(const scratch& dir)
-    : dir_(dir), child_(dir, "serve",
-                        {"serve", "--listen", "127.0.0.1:0", "--config",
-                         config_dir(), "--work-dir", dir / "node-work", "--state-dir", dir / "state"}) {
+    : dir_(dir),
+      child_(dir, "serve",
+             {"serve", "--listen", "127.0.0.1:0", "--config", config_dir(),
+              "--work-dir", dir / "node-work", "--state-dir", dir / "state"}) {
     auto port = listening_port(child_);
     if (!port)
       FAIL("the node did not start: " << child_.err());

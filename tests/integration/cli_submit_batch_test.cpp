@@ -39,7 +39,8 @@ TEST_CASE("submit: 8 parallel batch clients x 2,000 tasks, every id back and "
   tasksup_child node{dir,
                      "serve",
                      {"serve", "--listen", "127.0.0.1:0", "--config", config,
-                      "--work-dir", dir / "node-work", "--state-dir", dir / "state"}};
+                      "--work-dir", dir / "node-work", "--state-dir",
+                      dir / "state"}};
   auto port = listening_port(node);
   REQUIRE(port);
   auto address = "127.0.0.1:" + std::to_string(*port);

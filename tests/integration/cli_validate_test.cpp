@@ -174,9 +174,10 @@ namespace e2e = tasksup::test;
 class node {
 public:
   explicit node(const e2e::scratch& dir)
-    : dir_(dir), child_(dir, "serve",
-                        {"serve", "--listen", "127.0.0.1:0", "--config",
-                         e2e::config_dir(), "--work-dir", dir / "node-work", "--state-dir", dir / "state"}) {
+    : dir_(dir),
+      child_(dir, "serve",
+             {"serve", "--listen", "127.0.0.1:0", "--config", e2e::config_dir(),
+              "--work-dir", dir / "node-work", "--state-dir", dir / "state"}) {
     auto port = e2e::listening_port(child_);
     if (!port)
       FAIL("the node did not start: " << child_.err());

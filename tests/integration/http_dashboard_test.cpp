@@ -111,11 +111,10 @@ std::string get(int port, const std::string& path) {
 class web_node {
 public:
   explicit web_node(const scratch& dir)
-    : dir_(dir),
-      child_(dir, "serve",
-             {"serve", "--listen", "127.0.0.1:0", "--http", "127.0.0.1:0",
-              "--config", config_dir(), "--work-dir", dir / "node-work",
-              "--state-dir", dir / "state"}) {
+    : dir_(dir), child_(dir, "serve",
+                        {"serve", "--listen", "127.0.0.1:0", "--http",
+                         "127.0.0.1:0", "--config", config_dir(), "--work-dir",
+                         dir / "node-work", "--state-dir", dir / "state"}) {
     auto port = listening_port(child_);
     auto web = http_port(child_);
     if (!port || !web)
@@ -533,8 +532,8 @@ TEST_CASE("serve --notify-command/--notify-url: a finished task is handed "
     dir,
     "serve",
     {"serve", "--listen", "127.0.0.1:0", "--config", config_dir(), "--work-dir",
-     dir / "node-work", "--state-dir", dir / "state", "--notify-command", "sh -c 'cat >> " + hook_file + "'",
-     "--notify-url",
+     dir / "node-work", "--state-dir", dir / "state", "--notify-command",
+     "sh -c 'cat >> " + hook_file + "'", "--notify-url",
      "http://127.0.0.1:" + std::to_string(hook.port()) + "/hook"}};
   auto port = listening_port(node);
   REQUIRE(port);

@@ -40,9 +40,10 @@ constexpr long rss_bound_kb = 150 * 1024;
 class door_node {
 public:
   explicit door_node(const scratch& dir)
-    : dir_(dir), child_(dir, "serve",
-                        {"serve", "--listen", "127.0.0.1:0", "--config",
-                         config_dir(), "--work-dir", dir / "node-work", "--state-dir", dir / "state"}) {
+    : dir_(dir),
+      child_(dir, "serve",
+             {"serve", "--listen", "127.0.0.1:0", "--config", config_dir(),
+              "--work-dir", dir / "node-work", "--state-dir", dir / "state"}) {
     auto port = listening_port(child_);
     if (!port)
       FAIL("the node did not start: " << child_.err());

@@ -191,7 +191,8 @@ TEST_CASE("serve: a node running an agent printing 1 GiB stays within "
   tasksup_child node{dir,
                      "serve",
                      {"serve", "--listen", "127.0.0.1:0", "--config", config,
-                      "--work-dir", dir / "node-work", "--state-dir", dir / "state"}};
+                      "--work-dir", dir / "node-work", "--state-dir",
+                      dir / "state"}};
   auto port = listening_port(node);
   REQUIRE(port);
   auto address = "127.0.0.1:" + std::to_string(*port);
