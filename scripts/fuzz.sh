@@ -13,7 +13,7 @@ generator=()
 CXX=${TASKSUP_FUZZ_CXX:-clang++-14} cmake -S "$root" -B "$build" \
   "${generator[@]}" -DTASKSUP_FUZZ=ON -DTASKSUP_BUILD_BENCH=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-targets=(classifier task protocol)
+targets=(classifier task protocol journal)
 cmake --build "$build" -j "$(nproc)" --target \
   $(for t in "${targets[@]}"; do echo "tasksup_${t}_fuzz"; done)
 scratch=$(mktemp -d)
