@@ -182,9 +182,8 @@ TEST_CASE("a pid from a record is only taken for the shim it names") {
 TEST_CASE("killing a recorded group spares a group that is not an "
           "attempt's") {
   // Our own group holds this test program, which is not an attempt's
-  // process: nothing may be killed.
-  auto start = process_start_time(::getpgrp());
-  REQUIRE(start);
+  // process: nothing may be killed. (The group's leader need not be alive:
+  // under a test runner started in the background it often is not.)
   CHECK(kill_group_members(::getpgrp(), 0, "/nonexistent/attempt") == 0);
 }
 
