@@ -50,19 +50,6 @@ struct run_options {
   bool no_output = false;
 };
 
-/// The program's exit status for a finished task.
-int exit_status_of(const task_result& r) {
-  switch (r.outcome) {
-    case task_outcome::succeeded:
-      return exit_status::ok;
-    case task_outcome::stopped:
-      return exit_status::stopped;
-    default:
-      // A shell can only see 1..255; 0 or unknown would read as success.
-      return r.exit_code > 0 && r.exit_code < 256 ? r.exit_code : 1;
-  }
-}
-
 int run_task(const run_options& opts) {
   auto fail_input = [](const std::string& text) {
     std::cerr << "tasksup run: " << text << '\n';
@@ -256,7 +243,7 @@ int run_task(const run_options& opts) {
   }
   console.clear_countdown();
   shutdown();
-  return exit_status_of(*result);
+  return task_exit_status(*result);
 }
 
 void setup_run(CLI::App& app, int& status) {
