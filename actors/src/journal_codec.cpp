@@ -7,6 +7,7 @@
 #include <caf/meta/load_callback.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include <cmath>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -297,9 +298,40 @@ expected<journaled_task> decode_task(std::string_view bytes,
   return decode_as<journaled_task>(bytes, what);
 }
 
+namespace {
+
+/// Whether every number of `x` is finite: a journal never holds an infinity
+/// or NaN (time, durations, delays), and CAF 0.17's serializer does not end
+/// on an infinite double, so one must never be written back.
+bool finite_numbers(const journaled_input& x) {
+  auto ok = [](double d) { return std::isfinite(d); };
+  auto outcome_ok = [&](const attempt_outcome& o) {
+    return ok(o.duration_s) && (!o.structured || !o.structured->cost_usd ||
+                                ok(*o.structured->cost_usd));
+  };
+  auto class_ok = [&](const classification& c) {
+    return !c.retry_after_s || ok(*c.retry_after_s);
+  };
+  if (!ok(x.at_s))
+    return false;
+  if (auto* e = std::get_if<input::attempt_ended>(&x.in))
+    return outcome_ok(e->outcome);
+  if (auto* c = std::get_if<input::classified>(&x.in))
+    return class_ok(c->result);
+  if (auto* d = std::get_if<input::delay_decided>(&x.in))
+    return ok(d->delay.delay_s) && ok(d->delay.scheduled_s);
+  return true;
+}
+
+} // namespace
+
 expected<journaled_input> decode_input(std::string_view bytes,
                                        const std::string& what) {
-  return decode_as<journaled_input, input_view>(bytes, what);
+  auto x = decode_as<journaled_input, input_view>(bytes, what);
+  if (x && !finite_numbers(*x))
+    return tasksup::error{"journal", "",
+                          what + ": a number that is not finite"};
+  return x;
 }
 
 expected<task_status> decode_status(std::string_view bytes,

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -260,4 +261,27 @@ TEST_CASE("journal: damaged records are refused with an error naming them") {
     REQUIRE_FALSE(x);
     CHECK_THAT(x.error().to_string(), Catch::Contains("stray bytes"));
   }
+}
+
+TEST_CASE("journal: a record with a number that is not finite is refused") {
+  // CAF 0.17's serializer does not end on an infinite double: a record
+  // holding one must never be loaded (and written back).
+  auto x = decode_input(encode(journaled_input{1, input::retry_now{}}), "r");
+  REQUIRE(x);
+  delay_decision d;
+  d.delay_s = 3;
+  auto good = encode(journaled_input{1, input::delay_decided{2, d}});
+  REQUIRE(decode_input(good, "r"));
+  // The same record with its time made infinite: the first 8 bytes are the
+  // time, IEEE 754 in CAF's byte order (found from 1.0 = 0x3ff0...).
+  auto one = encode(journaled_input{1, input::retry_now{}});
+  auto big_endian = static_cast<unsigned char>(one[0]) == 0x3f;
+  auto inf = good;
+  for (int i = 0; i < 8; ++i)
+    inf[big_endian ? i : 7 - i] = static_cast<char>(i == 0   ? 0x7f
+                                                    : i == 1 ? 0xf0
+                                                             : 0x00);
+  auto bad = decode_input(inf, "record 9");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().to_string(), Catch::Contains("not finite"));
 }
