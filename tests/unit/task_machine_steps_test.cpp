@@ -19,25 +19,9 @@ using namespace tasksup::test;
 
 namespace {
 
-struct task {
+struct task : machine_task {
   explicit task(supervisor_config cfg = {}, std::size_t chain = 1)
-    : machine(std::make_shared<const supervisor_config>(std::move(cfg)), chain),
-      st(machine.initial()) {}
-
-  task_machine machine;
-  task_machine_state st;
-  machine_effects fx;
-  double now = 0;
-
-  bool feed(machine_input in) {
-    fx.clear();
-    return machine.handle(st, std::move(in), now, fx);
-  }
-
-  void grant() {
-    auto ask = only<effect::ask_permission>(fx);
-    REQUIRE(feed(input::permission{ask.generation, true, true, "agent"}));
-  }
+    : machine_task(std::move(cfg), chain) {}
 
   void start() {
     REQUIRE(feed(input::start{}));

@@ -7,6 +7,9 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstddef>
+#include <memory>
+
 #include <string>
 #include <utility>
 #include <variant>
@@ -61,5 +64,29 @@ inline classification as(error_class cls, std::string rule = "r") {
   c.rule = std::move(rule);
   return c;
 }
+
+/// One task on a machine, fed inputs by hand; each test file adds the
+/// steps it drives.
+struct machine_task {
+  machine_task(supervisor_config cfg, std::size_t chain)
+    : machine(std::make_shared<const supervisor_config>(std::move(cfg)), chain),
+      st(machine.initial()) {}
+
+  task_machine machine;
+  task_machine_state st;
+  machine_effects fx;
+  double now = 0;
+
+  bool feed(machine_input in) {
+    fx.clear();
+    return machine.handle(st, std::move(in), now, fx);
+  }
+
+  /// Grants the pending permission: the attempt starts.
+  void grant(bool allowed = true, bool token = true) {
+    auto ask = only<effect::ask_permission>(fx);
+    REQUIRE(feed(input::permission{ask.generation, allowed, token, "agent"}));
+  }
+};
 
 } // namespace tasksup::test

@@ -22,31 +22,14 @@ using namespace tasksup::test;
 namespace {
 
 /// One task on a machine, fed inputs by hand.
-struct task {
+struct task : machine_task {
   explicit task(supervisor_config cfg = {}, std::size_t chain = 2)
-    : machine(std::make_shared<const supervisor_config>(std::move(cfg)), chain),
-      st(machine.initial()) {}
-
-  task_machine machine;
-  task_machine_state st;
-  machine_effects fx;
-  double now = 0;
-
-  bool feed(machine_input in) {
-    fx.clear();
-    return machine.handle(st, std::move(in), now, fx);
-  }
+    : machine_task(std::move(cfg), chain) {}
 
   /// Starts the task and lets its first attempt run.
   void start_running() {
     REQUIRE(feed(input::start{}));
     grant();
-  }
-
-  /// Grants the pending permission: the attempt starts.
-  void grant(bool allowed = true, bool token = true) {
-    auto ask = only<effect::ask_permission>(fx);
-    REQUIRE(feed(input::permission{ask.generation, allowed, token, "agent"}));
   }
 
   void end(attempt_outcome o) {
