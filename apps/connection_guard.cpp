@@ -1,4 +1,5 @@
 #include "connection_guard.hpp"
+#include "listen_socket.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -351,48 +352,10 @@ connection_guard::start(const connection_guard_options& opts, adopt_fn adopt,
   st->opts = opts;
   st->adopt = std::move(adopt);
   st->max_links = descriptor_budget(opts.max_connections);
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-  addrinfo* res = nullptr;
-  auto port_text = std::to_string(opts.port);
-  if (int rc =
-        ::getaddrinfo(opts.host.c_str(), port_text.c_str(), &hints, &res);
-      rc != 0) {
-    err = "cannot resolve " + opts.host + ": " + ::gai_strerror(rc);
+  st->listener = open_listener(opts.host, opts.port, err);
+  if (st->listener < 0)
     return nullptr;
-  }
-  std::string last_error = "no address";
-  for (auto* ai = res; ai != nullptr && st->listener < 0; ai = ai->ai_next) {
-    int fd =
-      ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
-               ai->ai_protocol);
-    if (fd < 0)
-      continue;
-    int one = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
-        ::listen(fd, SOMAXCONN) == 0) {
-      st->listener = fd;
-      break;
-    }
-    last_error = std::strerror(errno);
-    ::close(fd);
-  }
-  ::freeaddrinfo(res);
-  if (st->listener < 0) {
-    err = last_error;
-    return nullptr;
-  }
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  ::getsockname(st->listener, reinterpret_cast<sockaddr*>(&bound), &len);
-  std::uint16_t port = 0;
-  if (bound.ss_family == AF_INET)
-    port = ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-  else if (bound.ss_family == AF_INET6)
-    port = ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+  auto port = bound_port(st->listener);
   st->epoll = ::epoll_create1(EPOLL_CLOEXEC);
   st->wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (st->epoll < 0 || st->wake < 0) {
