@@ -246,10 +246,81 @@ std::string save(T& x) {
   return std::string(buf.begin(), buf.end());
 }
 
+/// CAF's binary reader that also refuses every number that is not finite: a
+/// journal never holds an infinity or NaN (times, durations, delays, costs),
+/// and CAF 0.17's serializer does not end on an infinite double, so a loaded
+/// record holding one could never be written back.
+class finite_reader final : public caf::deserializer {
+public:
+  finite_reader(std::string_view bytes)
+    : inner_(nullptr, bytes.data(), bytes.size()) {
+    // nop
+  }
+
+  std::size_t remaining() const noexcept { return inner_.remaining(); }
+
+  caf::error begin_object(std::uint16_t& nr, std::string& name) override {
+    return inner_.begin_object(nr, name);
+  }
+
+  caf::error end_object() override { return inner_.end_object(); }
+
+  caf::error begin_sequence(std::size_t& size) override {
+    return inner_.begin_sequence(size);
+  }
+
+  caf::error end_sequence() override { return inner_.end_sequence(); }
+
+  caf::error apply_raw(std::size_t n, void* data) override {
+    return inner_.apply_raw(n, data);
+  }
+
+protected:
+  caf::error apply_impl(std::int8_t& x) override { return inner_.apply(x); }
+
+  caf::error apply_impl(std::uint8_t& x) override { return inner_.apply(x); }
+
+  caf::error apply_impl(std::int16_t& x) override { return inner_.apply(x); }
+
+  caf::error apply_impl(std::uint16_t& x) override { return inner_.apply(x); }
+
+  caf::error apply_impl(std::int32_t& x) override { return inner_.apply(x); }
+
+  caf::error apply_impl(std::uint32_t& x) override { return inner_.apply(x); }
+
+  caf::error apply_impl(std::int64_t& x) override { return inner_.apply(x); }
+
+  caf::error apply_impl(std::uint64_t& x) override { return inner_.apply(x); }
+
+  caf::error apply_impl(float& x) override { return finite(x); }
+
+  caf::error apply_impl(double& x) override { return finite(x); }
+
+  caf::error apply_impl(long double& x) override { return finite(x); }
+
+  caf::error apply_impl(std::string& x) override { return inner_.apply(x); }
+
+  caf::error apply_impl(std::u16string& x) override { return inner_.apply(x); }
+
+  caf::error apply_impl(std::u32string& x) override { return inner_.apply(x); }
+
+private:
+  template<class Float>
+  caf::error finite(Float& x) {
+    if (auto err = inner_.apply(x))
+      return err;
+    if (!std::isfinite(x))
+      return detail::wire_error("number", "a number that is not finite");
+    return caf::none;
+  }
+
+  caf::binary_deserializer inner_;
+};
+
 /// Reads `x` from all of `bytes`.
 template<class T>
 expected<bool> load(std::string_view bytes, const std::string& what, T& x) {
-  caf::binary_deserializer source{nullptr, bytes.data(), bytes.size()};
+  finite_reader source{bytes};
   if (auto err = source(x))
     return tasksup::error{"journal", "",
                           what + ": unreadable (" + caf::to_string(err) + ")"};
@@ -298,40 +369,9 @@ expected<journaled_task> decode_task(std::string_view bytes,
   return decode_as<journaled_task>(bytes, what);
 }
 
-namespace {
-
-/// Whether every number of `x` is finite: a journal never holds an infinity
-/// or NaN (time, durations, delays), and CAF 0.17's serializer does not end
-/// on an infinite double, so one must never be written back.
-bool finite_numbers(const journaled_input& x) {
-  auto ok = [](double d) { return std::isfinite(d); };
-  auto outcome_ok = [&](const attempt_outcome& o) {
-    return ok(o.duration_s) && (!o.structured || !o.structured->cost_usd ||
-                                ok(*o.structured->cost_usd));
-  };
-  auto class_ok = [&](const classification& c) {
-    return !c.retry_after_s || ok(*c.retry_after_s);
-  };
-  if (!ok(x.at_s))
-    return false;
-  if (auto* e = std::get_if<input::attempt_ended>(&x.in))
-    return outcome_ok(e->outcome);
-  if (auto* c = std::get_if<input::classified>(&x.in))
-    return class_ok(c->result);
-  if (auto* d = std::get_if<input::delay_decided>(&x.in))
-    return ok(d->delay.delay_s) && ok(d->delay.scheduled_s);
-  return true;
-}
-
-} // namespace
-
 expected<journaled_input> decode_input(std::string_view bytes,
                                        const std::string& what) {
-  auto x = decode_as<journaled_input, input_view>(bytes, what);
-  if (x && !finite_numbers(*x))
-    return tasksup::error{"journal", "",
-                          what + ": a number that is not finite"};
-  return x;
+  return decode_as<journaled_input, input_view>(bytes, what);
 }
 
 expected<task_status> decode_status(std::string_view bytes,

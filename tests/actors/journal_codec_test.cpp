@@ -285,3 +285,30 @@ TEST_CASE("journal: a record with a number that is not finite is refused") {
   REQUIRE_FALSE(bad);
   CHECK_THAT(bad.error().to_string(), Catch::Contains("not finite"));
 }
+
+TEST_CASE("journal: a number that is not finite is refused wherever it is") {
+  // The fuzzer found an attempt's record whose provider error carried an
+  // infinite retry-after hint: loaded, it could never be written back.
+  attempt_outcome o;
+  o.exit_code = 1;
+  structured_error e;
+  e.retry_after_s = 1.5; // 0x3ff8000000000000, unique in the record
+  o.structured = structured_result{};
+  o.structured->error = e;
+  auto good = encode(journaled_input{0, input::attempt_ended{1, o}});
+  REQUIRE(decode_input(good, "r"));
+  const std::string one_and_a_half{"\x3f\xf8\0\0\0\0\0\0", 8};
+  auto at = good.find(one_and_a_half);
+  if (at == std::string::npos) { // little-endian order
+    std::string reversed{one_and_a_half.rbegin(), one_and_a_half.rend()};
+    at = good.find(reversed);
+    REQUIRE(at != std::string::npos);
+    good.replace(at, 8, std::string{"\0\0\0\0\0\0\xf0\x7f", 8});
+  } else {
+    good.replace(at, 8, std::string{"\x7f\xf0\0\0\0\0\0\0", 8});
+  }
+  auto bad = decode_input(good, "record 4");
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().to_string(), Catch::Contains("record 4"));
+  CHECK_THAT(bad.error().to_string(), Catch::Contains("not finite"));
+}
