@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses of tests/fuzz with clang into build-fuzz/ (or
 # $TASKSUP_FUZZ_BUILD_DIR) and runs each for $TASKSUP_FUZZ_SECONDS seconds
-# (default 60) from its seed corpus. New inputs go to a scratch directory, not
+# (default 60) from its seed corpus; one input running over 30 s is a hang
+# and fails the run. New inputs go to a scratch directory, not
 # into the tree; a crash fails the run and leaves its input in build-fuzz/.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -23,6 +24,6 @@ for t in "${targets[@]}"; do
   echo "fuzzing $t for ${seconds}s" >&2
   (cd "$build" && UBSAN_OPTIONS=suppressions=$root/tests/sanitizers/ubsan.supp \
     "$build/tests/fuzz/tasksup_${t}_fuzz" -max_total_time="$seconds" \
-    -max_len=65536 -rss_limit_mb=2048 -print_final_stats=1 \
+    -max_len=65536 -rss_limit_mb=2048 -timeout=30 -print_final_stats=1 \
     "$scratch/$t" "$root/tests/fuzz/corpus/$t")
 done

@@ -11,17 +11,26 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TASKSUP_BUILD_DIR:-$root/build}
 export TASKSUP_WITH_DOCKER=1
-"$root/scripts/build.sh"
-"$root/scripts/docker-setup.sh"
+# Runs one step and says how long it took (the whole run takes minutes).
+step() {
+  local name=$1 started=$SECONDS
+  shift
+  echo "== $name" >&2
+  "$@"
+  echo "== $name: done in $((SECONDS - started)) s" >&2
+}
+step build "$root/scripts/build.sh"
+step docker "$root/scripts/docker-setup.sh"
 # The real agent CLIs (pinned, from npm, into the build tree); without npm or
 # the registry the tests that run them skip with a message.
-TASKSUP_BUILD_DIR="$build" "$root/scripts/agent-clis.sh"
-(cd "$build" && ctest --output-on-failure -j "$(nproc)" "$@")
+step "agent CLIs" env TASKSUP_BUILD_DIR="$build" "$root/scripts/agent-clis.sh"
+step tests bash -c 'cd "$1" && shift && ctest --output-on-failure -j "$(nproc)" "$@"' \
+  ctest "$build" "$@"
 if (($# == 0)); then
   if [[ "${TASKSUP_SANITIZE:-1}" != 0 ]]; then
-    "$root/scripts/sanitize.sh"
+    step "sanitizers" "$root/scripts/sanitize.sh"
   fi
   if [[ "${TASKSUP_FUZZ_SECONDS:-60}" != 0 ]]; then
-    "$root/scripts/fuzz.sh"
+    step fuzz "$root/scripts/fuzz.sh"
   fi
 fi
