@@ -11,6 +11,7 @@
 #include "notifier.hpp"
 #include "progress_view.hpp"
 #include "signal_watch.hpp"
+#include "worker_node.hpp"
 
 #include "tasksup/actors/journal_actor.hpp"
 #include "tasksup/actors/node_door_actor.hpp"
@@ -65,6 +66,11 @@ struct serve_options {
   std::string notify_command;
   std::string notify_url;
   std::vector<std::string> notify_on;
+  /// A worker node: the coordinator to join (see worker_node.hpp).
+  worker_node_options worker;
+  /// A coordinator drops a worker node (and retries its attempts
+  /// elsewhere) after this long without a heartbeat from it.
+  double peer_timeout_s = 10;
 };
 
 /// How long a shutdown waits for tasks to end after stopping them
@@ -223,6 +229,13 @@ int serve(const serve_options& opts) {
 
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, true);
+  // Heartbeats also tell a frozen worker node from a busy one.
+  sys_cfg.set("middleman.heartbeat-interval",
+              caf::timespan{opts.worker.heartbeat});
+  sys_cfg.set("middleman.connection-timeout",
+              caf::timespan{std::chrono::duration_cast<caf::timespan>(
+                std::chrono::duration<double>(opts.peer_timeout_s))});
+  reg.node_name = addr->to_string();
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
   std::size_t resumed = 0;
@@ -479,6 +492,44 @@ void setup_serve(CLI::App& app, int& status) {
   cmd->add_option("--notify-on", opts->notify_on,
                   "Outcomes that notify: succeeded, failed, stopped (repeat; "
                   "default all)");
+  cmd->add_option("--join", opts->worker.join,
+                  "Run as a worker node of the coordinator at HOST:PORT: "
+                  "offer this node's attempt slots, runtimes and labels, and "
+                  "run the attempts it places here (no journal, no tasks of "
+                  "its own)");
+  cmd->add_option("--name", opts->worker.name,
+                  "With --join: this node's name in the cluster (default: "
+                  "the host name)");
+  cmd->add_option("--label", opts->worker.labels,
+                  "With --join: a label KEY=VALUE tasks can ask for with "
+                  "placement.labels (repeat)");
+  cmd
+    ->add_option(
+      "--heartbeat-ms",
+      [opts](const std::vector<std::string>& v) {
+        opts->worker.heartbeat = std::chrono::milliseconds{std::stoll(v.at(0))};
+        return true;
+      },
+      "Milliseconds between heartbeats to peers (default 1000)")
+    ->check(CLI::Range(50, 60000));
+  cmd
+    ->add_option("--peer-timeout", opts->peer_timeout_s,
+                 "Seconds without a heartbeat after which a worker node is "
+                 "lost: its attempts are retried on other nodes")
+    ->check(CLI::Range(0.2, 3600.0))
+    ->capture_default_str();
+  cmd
+    ->add_option(
+      "--lease",
+      [opts](const std::vector<std::string>& v) {
+        opts->worker.lease = std::chrono::milliseconds{
+          static_cast<std::int64_t>(std::stod(v.at(0)) * 1000)};
+        return true;
+      },
+      "With --join: seconds without a word from the coordinator "
+      "after which this node kills its attempts (default 5; keep "
+      "it below the coordinator's --peer-timeout)")
+    ->check(CLI::Range(0.1, 3600.0));
   cmd->footer(std::string{config_dir_rule} + R"(
 
 The node runs at most node.json's max_concurrent attempts at once; further
@@ -500,7 +551,16 @@ Example:
     --http 127.0.0.1:7421 &
   tasksup submit config/examples/demo-flaky.json
   tasksup status)");
-  cmd->callback([opts, &status] { status = serve(*opts); });
+  cmd->callback([opts, &status] {
+    if (!opts->worker.join.empty()) {
+      opts->worker.config_dir = opts->config_dir;
+      opts->worker.work_dir = opts->work_dir;
+      opts->worker.state_dir = opts->state_dir;
+      status = run_worker_node(opts->worker);
+      return;
+    }
+    status = serve(*opts);
+  });
 }
 
 command_registrar registrar{40, setup_serve};

@@ -125,6 +125,8 @@ boost::json::object to_json(const task_status& s, const times_view& tv) {
   out["total_attempts"] = s.total_attempts;
   out["fallback_count"] = s.fallback_count;
   out["trace_id"] = s.trace_id;
+  out["node"] = s.node;
+  out["waiting_for"] = s.waiting_for;
   const task_clock* c = nullptr;
   if (auto i = tv.tasks.find(s.task_id); i != tv.tasks.end())
     c = &i->second;
@@ -166,11 +168,17 @@ std::string outcome_of(const task_status& s) {
 }
 
 /// The table a person reads: one row per task. AGE is the time since
-/// submission; NEXT RETRY the wait left for a task in backoff.
+/// submission; NEXT RETRY the wait left for a task in backoff; NODE (in a
+/// cluster) the worker node running its attempt. Queued tasks that wait for
+/// a reason (no fitting worker node) get a line under the table.
 void print_table(const std::vector<task_status>& all, const times_view& tv) {
+  auto cluster = std::any_of(all.begin(), all.end(),
+                             [](auto& s) { return !s.node.empty(); });
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"TASK", "STATE", "AGENT", "ATTEMPT", "RETRIES", "AGE",
                   "NEXT RETRY", "OUTCOME"});
+  if (cluster)
+    rows.front().insert(rows.front().begin() + 2, "NODE");
   for (auto& s : all) {
     auto retries = std::to_string(s.retry_count);
     if (s.max_retries > 0 && s.state != task_state::done)
@@ -187,6 +195,9 @@ void print_table(const std::vector<task_status>& all, const times_view& tv) {
     rows.push_back({cell(s.task_id), std::string{to_string(s.state)},
                     cell(s.agent_id), std::to_string(s.attempt), retries, age,
                     next, cell(outcome_of(s))});
+    if (cluster)
+      rows.back().insert(rows.back().begin() + 2,
+                         s.state == task_state::running ? cell(s.node) : "-");
   }
   std::vector<std::size_t> width(rows.front().size(), 0);
   for (auto& row : rows)
@@ -201,6 +212,9 @@ void print_table(const std::vector<task_status>& all, const times_view& tv) {
     }
     std::cout << line << '\n';
   }
+  for (auto& s : all)
+    if (!s.waiting_for.empty())
+      std::cout << cell(s.task_id) << " waits: " << cell(s.waiting_for) << '\n';
 }
 
 /// The times of one task, as lines under its table.
@@ -209,6 +223,10 @@ void print_details(const task_status& st, const times_view& tv) {
   if (i == tv.tasks.end())
     return;
   auto& c = i->second;
+  if (!st.node.empty() && st.state == task_state::running)
+    std::cout << "node:          " << cell(st.node) << '\n';
+  if (!st.waiting_for.empty())
+    std::cout << "waits:         " << cell(st.waiting_for) << '\n';
   if (c.submitted)
     std::cout << "submitted:     " << iso8601(*c.submitted) << '\n';
   if (st.state == task_state::backoff && c.next_retry)

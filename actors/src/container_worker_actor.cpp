@@ -1,6 +1,7 @@
 #include "tasksup/actors/container_worker_actor.hpp"
 
 #include "tasksup/actors/actor_timer.hpp"
+#include "tasksup/actors/cluster.hpp"
 #include "tasksup/actors/protocol.hpp"
 
 #include "tasksup/supervisor/output_parser.hpp"
@@ -62,6 +63,8 @@ struct output_credit {
 struct worker_state {
   worker_options opts;
   caf::actor supervisor;
+  /// Set when its node stops: the outcome says the attempt was lost there.
+  std::string lost_with_node;
   std::shared_ptr<runtime::attempt_handle> handle;
   std::deque<std::string> tail;
   std::size_t log_events = 0;
@@ -249,6 +252,11 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
         result.error = std::move(e);
         out.structured = std::move(result);
       }
+      if (!st.lost_with_node.empty()) {
+        out.lost_node = st.lost_with_node;
+        out.infrastructure_error =
+          "worker node " + st.lost_with_node + " stopped during the attempt";
+      }
       attempt_report report;
       report.attempt = st.attempt;
       report.outcome = std::move(out);
@@ -275,6 +283,18 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
                                         std::to_string(st.opts.idle_timeout_s) +
                                         " s: stopping the attempt"));
       st.handle->stop(std::chrono::milliseconds{st.opts.idle_stop_grace_ms});
+    },
+    // Its node is stopping (a worker node's agent): the attempt is killed
+    // and reported as lost with the node, so its coordinator retries it
+    // elsewhere at once.
+    [=](node_lost_atom, std::string& node) {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      if (!sender || sender->node() != self->node())
+        return;
+      st.lost_with_node = std::move(node);
+      if (st.handle)
+        st.handle->kill();
     },
     [=](stop_atom, stop_mode mode, std::int64_t grace_ms) {
       auto& st = self->state;

@@ -1,5 +1,6 @@
 #include "tasksup/actors/node_door_actor.hpp"
 
+#include "tasksup/actors/cluster.hpp"
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/wire_limits.hpp"
 
@@ -150,6 +151,15 @@ caf::behavior door(door_actor* self, caf::actor registry, caf::actor stats) {
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
+    },
+    // A worker node joining this coordinator (its agent then gets the
+    // attempts placed on it).
+    [=](join_atom, node_offer& offer, caf::actor& agent) {
+      return forward<std::string>(self, join_atom::value, std::move(offer),
+                                  std::move(agent));
+    },
+    [=](nodes_atom) {
+      return forward<std::vector<node_info>>(self, nodes_atom::value);
     },
     [=](await_atom, std::string& task_id) {
       return forward<task_result>(self, await_atom::value, std::move(task_id));

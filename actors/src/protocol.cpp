@@ -1,5 +1,7 @@
 #include "tasksup/actors/protocol.hpp"
 
+#include "tasksup/actors/cluster.hpp"
+
 #include <caf/deserializer.hpp>
 #include <caf/detail/type_erased_value_impl.hpp>
 #include <caf/message.hpp>
@@ -144,7 +146,11 @@ void register_protocol(caf::actor_system_config& cfg) {
     .add_message_type<delay_decision>("tasksup::delay_decision")
     .add_message_type<permit_request>("tasksup::permit_request")
     .add_message_type<permit_reply>("tasksup::permit_reply")
-    .add_message_type<node_health>("tasksup::node_health");
+    .add_message_type<node_health>("tasksup::node_health")
+    .add_message_type<node_offer>("tasksup::node_offer")
+    .add_message_type<node_info>("tasksup::node_info")
+    .add_message_type<std::vector<node_info>>("std::vector<tasksup::node_info>")
+    .add_message_type<remote_attempt>("tasksup::remote_attempt");
   add_checked_enum<stop_mode>(cfg, "tasksup::stop_mode");
   cfg.add_error_category(
     protocol_error_category,

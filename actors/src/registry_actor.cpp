@@ -1,5 +1,7 @@
 #include "tasksup/actors/registry_actor.hpp"
 
+#include "tasksup/actors/cluster.hpp"
+
 #include "actor_now.hpp"
 
 #include "tasksup/actors/backoff_actor.hpp"
@@ -48,6 +50,19 @@ struct active_task {
   caf::actor supervisor;
   std::string environment;
   std::string trace_id;
+  /// What its attempts need from a worker node.
+  placement_request placement;
+  /// Its attempts run here whatever nodes joined (repository tasks).
+  bool local_only = false;
+};
+
+/// A worker node that joined this coordinator.
+struct worker_node {
+  node_offer offer;
+  caf::actor agent;
+  /// Attempts placed there that have not released their slot.
+  int running = 0;
+  double joined_at = 0;
 };
 
 /// The events of one task, kept so that a client subscribing after the task
@@ -88,6 +103,10 @@ struct registry_state {
   retry_budget budget;
   /// Attempt slots: holders and the FIFO of waiting tasks.
   std::set<std::string> slot_holders;
+  /// The node of each holder's slot ("" for this node).
+  std::map<std::string, std::string> slot_node;
+  /// The worker nodes that joined, by name.
+  std::map<std::string, worker_node> nodes;
   std::deque<std::pair<permit_request, caf::response_promise>> slot_queue;
   /// Round-robin position per environment.
   std::map<std::string, std::size_t> rotation;
@@ -165,20 +184,104 @@ std::size_t slot_limit(registry_actor_t* self) {
     std::max(1, self->state.opts.config.node.max_concurrent));
 }
 
+/// Slots held on this node (not on worker nodes).
+std::size_t local_slots(registry_actor_t* self) {
+  auto& st = self->state;
+  return static_cast<std::size_t>(
+    std::count_if(st.slot_node.begin(), st.slot_node.end(),
+                  [](auto& x) { return x.second.empty(); }));
+}
+
+/// The worker nodes as placement sees them, and their names.
+std::vector<node_load> node_loads(registry_actor_t* self,
+                                  std::vector<std::string>* names = nullptr) {
+  std::vector<node_load> out;
+  for (auto& [name, n] : self->state.nodes) {
+    out.push_back(node_load{n.offer, n.running});
+    if (names)
+      names->push_back(name);
+  }
+  return out;
+}
+
+/// Where `req`'s attempt can run now: a worker node's name, "" for this
+/// node, nullopt when nothing fits or all that fits is busy. A coordinator
+/// without worker nodes runs attempts itself; with some, only repository
+/// tasks run here.
+std::optional<std::string> place(registry_actor_t* self,
+                                 const permit_request& req) {
+  auto& st = self->state;
+  if (req.local_only || st.nodes.empty()) {
+    if (local_slots(self) < slot_limit(self))
+      return std::string{};
+    return std::nullopt;
+  }
+  std::vector<std::string> names;
+  auto loads = node_loads(self, &names);
+  if (auto i = choose_node(loads, req.placement))
+    return names[*i];
+  return std::nullopt;
+}
+
+/// Why `req` waits in the queue, for `status`.
+std::string waiting_reason(registry_actor_t* self, const permit_request& req) {
+  auto& st = self->state;
+  if (req.local_only || st.nodes.empty())
+    return "all " + std::to_string(slot_limit(self)) +
+           " attempt slots of this node are busy";
+  return unplaced_reason(node_loads(self), req.placement);
+}
+
+/// The permit of a task holding its slot, with where that slot is.
+permit_reply placed_permit(registry_actor_t* self, const permit_request& req) {
+  auto& st = self->state;
+  auto r = permit(self, req);
+  r.runtime = req.placement.runtime;
+  if (auto i = st.slot_node.find(req.task_id);
+      i != st.slot_node.end() && !i->second.empty())
+    if (auto n = st.nodes.find(i->second); n != st.nodes.end()) {
+      r.node = i->second;
+      r.agent = n->second.agent;
+    }
+  return r;
+}
+
+/// Gives `req`'s task the slot on `node` and answers with it.
+permit_reply grant(registry_actor_t* self, const permit_request& req,
+                   const std::string& node) {
+  auto& st = self->state;
+  st.slot_holders.insert(req.task_id);
+  st.slot_node[req.task_id] = node;
+  if (auto n = st.nodes.find(node); n != st.nodes.end())
+    ++n->second.running;
+  return placed_permit(self, req);
+}
+
+/// Serves the queue in order; a task that fits nowhere now keeps its place
+/// and does not hold up the tasks behind it that fit elsewhere.
 void grant_slots(registry_actor_t* self) {
   auto& st = self->state;
   if (!st.resuming.empty())
     return;
-  while (!st.slot_queue.empty() && st.slot_holders.size() < slot_limit(self)) {
-    auto [req, rp] = std::move(st.slot_queue.front());
-    st.slot_queue.pop_front();
-    st.slot_holders.insert(req.task_id);
-    rp.deliver(permit(self, req));
+  for (auto i = st.slot_queue.begin(); i != st.slot_queue.end();) {
+    auto node = place(self, i->first);
+    if (!node) {
+      ++i;
+      continue;
+    }
+    auto [req, rp] = std::move(*i);
+    i = st.slot_queue.erase(i);
+    rp.deliver(grant(self, req, *node));
   }
 }
 
 void release(registry_actor_t* self, const std::string& task_id) {
   auto& st = self->state;
+  if (auto i = st.slot_node.find(task_id); i != st.slot_node.end()) {
+    if (auto n = st.nodes.find(i->second); n != st.nodes.end())
+      --n->second.running;
+    st.slot_node.erase(i);
+  }
   if (st.slot_holders.erase(task_id) == 0) {
     auto i = std::find_if(st.slot_queue.begin(), st.slot_queue.end(),
                           [&](auto& x) { return x.first.task_id == task_id; });
@@ -235,6 +338,75 @@ void resumed(registry_actor_t* self, const std::string& task_id) {
       return order_of(self, x.first.task_id) < order_of(self, y.first.task_id);
     });
   grant_slots(self);
+}
+
+/// Forgets worker node `name` (its connection is gone): nothing is placed
+/// there any more; its attempts are lost and their supervisors retry them
+/// elsewhere (each sees its own worker go down).
+void node_lost(registry_actor_t* self, const std::string& name,
+               const std::string& why) {
+  auto& st = self->state;
+  auto i = st.nodes.find(name);
+  if (i == st.nodes.end())
+    return;
+  std::fprintf(stderr,
+               "tasksup: worker node %s lost (%s); %d running attempt(s) "
+               "there are retried elsewhere\n",
+               name.c_str(), why.c_str(), i->second.running);
+  self->demonitor(i->second.agent);
+  st.nodes.erase(i);
+  // Without worker nodes the coordinator runs the queue itself again.
+  grant_slots(self);
+}
+
+/// A worker node joins (through the door): its offer is checked, its
+/// agent monitored, and the queue served with the new capacity.
+caf::result<std::string> join(registry_actor_t* self, node_offer& offer,
+                              caf::actor& agent) {
+  auto& st = self->state;
+  if (auto ok = check_offer(offer); !ok)
+    return make_error(protocol_error::invalid_task, ok.error().to_string());
+  if (!agent)
+    return make_error(protocol_error::invalid_task, "join: no node agent");
+  if (auto i = st.nodes.find(offer.name); i != st.nodes.end()) {
+    if (i->second.agent.node() != agent.node())
+      return make_error(protocol_error::duplicate_task,
+                        "a worker node named '" + offer.name +
+                          "' has joined already (start the node with "
+                          "another --name)");
+    // The same node again (it reconnected before its loss was seen).
+    node_lost(self, offer.name, "it joined again");
+  }
+  if (st.nodes.size() >= max_nodes)
+    return make_error(protocol_error::invalid_task,
+                      "this coordinator takes at most " +
+                        std::to_string(max_nodes) + " worker nodes");
+  std::string runtimes;
+  for (auto& r : offer.runtimes)
+    runtimes += (runtimes.empty() ? "" : ",") + r;
+  std::fprintf(stderr,
+               "tasksup: worker node %s joined (at most %d attempts, "
+               "runtimes %s%s%s)\n",
+               offer.name.c_str(), offer.max_concurrent, runtimes.c_str(),
+               offer.labels.empty() ? "" : ", labels ",
+               to_string(offer.labels).c_str());
+  self->monitor(agent);
+  auto name = offer.name;
+  st.nodes.emplace(
+    name, worker_node{std::move(offer), std::move(agent), 0, now_s(self)});
+  grant_slots(self);
+  return st.opts.node_name;
+}
+
+/// Where a task runs or why it waits, added to its supervisor's status.
+void add_placement(registry_actor_t* self, task_status& s) {
+  auto& st = self->state;
+  if (auto i = st.slot_node.find(s.task_id); i != st.slot_node.end())
+    s.node = i->second;
+  auto q = std::find_if(st.slot_queue.begin(), st.slot_queue.end(),
+                        [&](auto& x) { return x.first.task_id == s.task_id; });
+  if (q != st.slot_queue.end())
+    s.waiting_for = waiting_reason(self, q->first);
 }
 
 /// Records a final result; answers everyone awaiting it.
@@ -417,13 +589,22 @@ void launch(registry_actor_t* self, supervisor_options opts,
   opts.journal = st.opts.journal;
   auto id = opts.task.id;
   auto trace = opts.trace_id;
+  auto runtime_name = opts.task.runtime.empty()
+                        ? st.opts.config.node.default_runtime
+                        : opts.task.runtime;
+  auto labels = opts.task.placement.labels;
+  auto local_only = opts.task.repo.has_value();
   auto sup = spawn_task_supervisor(
     self->system(), caf::actor_cast<caf::actor>(self), std::move(opts));
   self->monitor(sup);
   st.by_supervisor.emplace(sup.address(), id);
   st.history[id];
   st.supervisors->emplace(id, sup);
-  st.active.emplace(id, active_task{sup, std::move(environment), trace});
+  active_task t{sup, std::move(environment), trace, {}, false};
+  t.placement.runtime = std::move(runtime_name);
+  t.placement.labels = std::move(labels);
+  t.local_only = local_only;
+  st.active.emplace(id, std::move(t));
 }
 
 /// Forgets a finished task that is submitted again (`--replace`). Its
@@ -644,6 +825,7 @@ caf::result<std::vector<task_status>> all_status(registry_actor_t* self) {
     self->request(t.supervisor, caf::infinite, status_atom::value)
       .then(
         [=](task_status& s) mutable {
+          add_placement(self, s);
           acc->push_back(std::move(s));
           done();
         },
@@ -776,6 +958,11 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       record_result(self, std::move(r));
       return;
     }
+    for (auto& [name, n] : st.nodes)
+      if (n.agent.address() == dm.source) {
+        node_lost(self, name, self->system().render(dm.reason));
+        return;
+      }
     auto& subs = st.subscribers;
     subs.erase(
       std::remove_if(subs.begin(), subs.end(),
@@ -815,14 +1002,28 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       }
       h.slots_in_use = static_cast<int>(st.slot_holders.size());
       h.slot_limit = static_cast<int>(slot_limit(self));
+      if (!st.nodes.empty()) {
+        // The cluster's capacity: the worker nodes' (and repository tasks'
+        // slots here).
+        h.slot_limit = 0;
+        for (auto& [name, n] : st.nodes)
+          h.slot_limit += n.offer.max_concurrent;
+      }
       h.queued = static_cast<int>(st.slot_queue.size());
       return h;
     },
     [=](status_atom, const std::string& task_id) -> caf::result<task_status> {
       auto& st = self->state;
       if (auto i = st.active.find(task_id); i != st.active.end()) {
-        self->delegate(i->second.supervisor, status_atom::value);
-        return caf::delegated<task_status>{};
+        auto rp = self->make_response_promise<task_status>();
+        self->request(i->second.supervisor, caf::infinite, status_atom::value)
+          .then(
+            [=](task_status& s) mutable {
+              add_placement(self, s);
+              rp.deliver(std::move(s));
+            },
+            [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
+        return rp;
       }
       if (auto i = st.finished.find(task_id); i != st.finished.end())
         return i->second;
@@ -873,13 +1074,15 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       if (from_other_supervisor(self, req.task_id))
         return make_error(protocol_error::unknown_task,
                           "task '" + req.task_id + "' is not yours");
-      if (!req.need_slot || st.slot_holders.count(req.task_id) > 0)
-        return permit(self, req);
-      if (st.slot_queue.empty() && st.resuming.empty() &&
-          st.slot_holders.size() < slot_limit(self)) {
-        st.slot_holders.insert(req.task_id);
-        return permit(self, req);
+      if (auto i = st.active.find(req.task_id); i != st.active.end()) {
+        req.placement = i->second.placement;
+        req.local_only = i->second.local_only;
       }
+      if (!req.need_slot || st.slot_holders.count(req.task_id) > 0)
+        return placed_permit(self, req);
+      if (st.slot_queue.empty() && st.resuming.empty())
+        if (auto node = place(self, req))
+          return grant(self, req, *node);
       auto rp = self->make_response_promise();
       st.slot_queue.emplace_back(std::move(req), rp);
       return rp;
@@ -892,8 +1095,10 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       // Only a rebuilt task's own supervisor, once.
       auto& st = self->state;
       if (st.resuming.count(task_id) > 0 &&
-          !from_other_supervisor(self, task_id))
+          !from_other_supervisor(self, task_id)) {
         st.slot_holders.insert(task_id);
+        st.slot_node[task_id] = "";
+      }
     },
     [=](resumed_atom, const std::string& task_id, std::string& dir,
         std::string& runtime_id) {
@@ -904,6 +1109,29 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       if (!runtime_id.empty())
         self->state.adopted.insert(std::move(runtime_id));
       resumed(self, task_id);
+    },
+    // -- worker nodes -----------------------------------------------------
+    [=](join_atom, node_offer& offer, caf::actor& agent) {
+      return join(self, offer, agent);
+    },
+    [=](node_lost_atom, const std::string& name, const caf::node_id& nid) {
+      // A supervisor whose attempt was lost with the node's connection:
+      // seen before (or instead of) the registry's own down message.
+      auto& st = self->state;
+      auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+      if (st.by_supervisor.count(sender) == 0)
+        return;
+      if (auto i = st.nodes.find(name);
+          i != st.nodes.end() && i->second.agent.node() == nid)
+        node_lost(self, name, "its connection failed");
+    },
+    [=](nodes_atom) {
+      auto& st = self->state;
+      std::vector<node_info> out;
+      auto now = now_s(self);
+      for (auto& [name, n] : st.nodes)
+        out.push_back(node_info{n.offer, n.running, now - n.joined_at});
+      return out;
     },
     [=](agent_result_atom, const std::string& agent_id, bool success) {
       auto& st = self->state;

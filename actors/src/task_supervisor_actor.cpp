@@ -11,6 +11,7 @@
 
 #include "tasksup/actors/backoff_actor.hpp"
 #include "tasksup/actors/classifier_actor.hpp"
+#include "tasksup/actors/cluster.hpp"
 #include "tasksup/actors/container_worker_actor.hpp"
 #include "tasksup/actors/events.hpp"
 
@@ -165,6 +166,17 @@ struct supervisor_state {
   /// The task brought its own classifier rules (dropped when it ends).
   bool has_own_rules = false;
   caf::actor worker;
+  /// Where the next attempt runs, as the registry placed it: a worker
+  /// node's name and agent (empty and null: on this node).
+  std::string placed_node;
+  caf::actor placed_agent;
+  std::string placed_runtime;
+  /// The worker node of `worker` (empty: this node).
+  std::string worker_node;
+  /// The attempt a worker node is starting (its worker not known yet), and
+  /// the stop asked for meanwhile.
+  int remote_starting = 0;
+  std::optional<std::pair<stop_mode, std::int64_t>> pending_stop;
   /// The node's journal (null: none), the task's number in it and the
   /// number of the last input recorded.
   caf::actor journal;
@@ -222,6 +234,26 @@ bool drive(supervisor_actor* self, machine_input in, after_input then = {});
 
 void attempt_ended(supervisor_actor* self, int attempt, attempt_outcome out);
 
+/// The machine's input for the end of `attempt` (the carrier keeps the
+/// output tail for the classifier).
+input::attempt_ended ended_input(supervisor_actor* self, int attempt,
+                                 attempt_outcome out);
+
+/// A remote attempt's runtime id, as the journal keeps it:
+/// `node:<node>/<id on that node>`.
+std::string remote_runtime_id(const std::string& node, const std::string& id) {
+  return "node:" + node + "/" + id;
+}
+
+/// The node of a runtime id made by `remote_runtime_id`, else empty.
+std::string remote_node_of(const std::string& runtime_id) {
+  if (runtime_id.rfind("node:", 0) != 0)
+    return {};
+  auto slash = runtime_id.find('/', 5);
+  return runtime_id.substr(5, slash == std::string::npos ? std::string::npos
+                                                         : slash - 5);
+}
+
 using attempt_timer_atom = caf::atom_constant<caf::atom("attempttmr")>;
 
 /// `<attempt_root>/<task id>/attempt-<n>`, as make_attempt_spec names it.
@@ -274,6 +306,100 @@ std::string joined(const std::vector<std::string>& lines, std::size_t max) {
   return out;
 }
 
+void attempt_ended(supervisor_actor* self, int attempt, attempt_outcome out);
+
+/// An attempt lost with worker node `node`: why, for the classifier.
+attempt_outcome lost_outcome(const std::string& node, std::string why) {
+  attempt_outcome out;
+  out.exit_code = -1;
+  out.lost_node = node;
+  out.infrastructure_error = "worker node " + node + " lost: " + why;
+  return out;
+}
+
+/// Takes `w` as the worker of the current attempt (it runs on `node`).
+void take_worker(supervisor_actor* self, caf::actor w,
+                 const std::string& node) {
+  auto& s = self->state;
+  s.worker = std::move(w);
+  s.worker_node = node;
+  s.remote_starting = 0;
+  self->monitor(s.worker);
+  if (auto stop = std::exchange(s.pending_stop, std::nullopt))
+    self->send(s.worker, stop_atom::value, stop->first, stop->second);
+}
+
+/// Whether the current message comes from the current attempt's worker, or
+/// from the worker node starting it (its first words may come before the
+/// node's answer; the worker is then taken from them).
+bool from_worker(supervisor_actor* self) {
+  auto& s = self->state;
+  auto sender = self->current_sender();
+  if (!sender)
+    return false;
+  if (s.worker)
+    return sender == caf::actor_cast<caf::strong_actor_ptr>(s.worker);
+  if (s.remote_starting == 0 || !s.placed_agent ||
+      sender->node() != s.placed_agent.node())
+    return false;
+  take_worker(self, caf::actor_cast<caf::actor>(sender), s.placed_node);
+  return true;
+}
+
+/// Asks the worker node the registry placed the attempt on to start it.
+void start_remote(supervisor_actor* self, worker_options w) {
+  auto& s = self->state;
+  remote_attempt ra;
+  ra.spec = std::move(w.spec);
+  ra.runtime = s.placed_runtime;
+  ra.trace_id = std::move(w.trace_id);
+  ra.span_id = std::move(w.span_id);
+  ra.agent_cli = std::move(w.agent_cli);
+  ra.output = w.output;
+  ra.idle_timeout_s = w.idle_timeout_s;
+  ra.env_passthrough = std::move(w.env_passthrough);
+  ra.max_log_events = static_cast<std::int64_t>(w.max_log_events);
+  ra.tail_lines = static_cast<std::int64_t>(w.tail_lines);
+  auto attempt = ra.spec.attempt;
+  auto node = s.placed_node;
+  s.remote_starting = attempt;
+  self
+    ->request(s.placed_agent, remote_start_timeout, run_attempt_atom::value,
+              std::move(ra), caf::actor_cast<caf::actor>(self))
+    .then(
+      [self, attempt, node](caf::actor& worker) {
+        auto& st = self->state;
+        if (st.remote_starting == attempt)
+          take_worker(self, std::move(worker), node);
+      },
+      [self, attempt, node](caf::error& err) {
+        auto& st = self->state;
+        if (st.remote_starting != attempt)
+          return;
+        st.remote_starting = 0;
+        st.pending_stop.reset();
+        if (err == caf::sec::request_timeout) {
+          // The node never answered: as good as lost.
+          if (st.node->services)
+            self->send(st.node->services, node_lost_atom::value, node,
+                       st.placed_agent.node());
+          attempt_ended(
+            self, attempt,
+            lost_outcome(node, "it did not start the attempt "
+                               "within " +
+                                 std::to_string(remote_start_timeout.count()) +
+                                 " s"));
+          return;
+        }
+        attempt_outcome out;
+        out.exit_code = -1;
+        out.infrastructure_error =
+          "worker node " + node +
+          " could not start the attempt: " + error_text(err);
+        attempt_ended(self, attempt, std::move(out));
+      });
+}
+
 /// Starts the worker of the attempt whose spec is ready.
 void spawn_worker(supervisor_actor* self, runtime::attempt_spec spec,
                   std::size_t agent_index) {
@@ -287,6 +413,11 @@ void spawn_worker(supervisor_actor* self, runtime::attempt_spec spec,
   w.span_id = std::string_view{s.span};
   w.agent_cli = agent.agent_cli;
   w.report_runtime_id = static_cast<bool>(s.journal);
+  if (s.placed_agent) {
+    start_remote(self, std::move(w));
+    return;
+  }
+  s.worker_node.clear();
   s.worker = spawn_container_worker(self, caf::actor_cast<caf::actor>(self),
                                     std::move(w));
   self->monitor(s.worker);
@@ -452,7 +583,11 @@ struct carrier {
     }
     auto gen = e.generation;
     auto* s = self;
-    permit_request req{st().task_id(), agent_id, e.need_slot, e.need_token};
+    permit_request req;
+    req.task_id = st().task_id();
+    req.agent_id = agent_id;
+    req.need_slot = e.need_slot;
+    req.need_token = e.need_token;
     // No timeout: waiting in the queue for a slot may take as long as the
     // tasks before this one run. The registry is on this node.
     self
@@ -460,6 +595,10 @@ struct carrier {
                 std::move(req))
       .then(
         [s, gen, agent_id](permit_reply r) {
+          auto& st = s->state;
+          st.placed_node = std::move(r.node);
+          st.placed_agent = std::move(r.agent);
+          st.placed_runtime = std::move(r.runtime);
           drive(s, input::permission{gen, r.agent_allowed, r.token, agent_id});
         },
         [s, gen](caf::error& err) {
@@ -480,6 +619,13 @@ struct carrier {
 
   void operator()(const effect::adopt_attempt& e) const {
     auto& s = st();
+    if (auto node = remote_node_of(s.adopt_id); !node.empty()) {
+      // It ran on a worker node, which stopped it when it lost this node.
+      auto out = lost_outcome(node, "the coordinator restarted while the "
+                                    "attempt ran there");
+      next.emplace_back(ended_input(self, e.attempt, std::move(out)));
+      return;
+    }
     const auto& agent = s.agent(e.agent_index);
     worker_options w;
     apply_agent_options(w, agent);
@@ -698,6 +844,9 @@ struct carrier {
     if (st().worker)
       self->send(st().worker, stop_atom::value, to_stop_mode(e.mode),
                  std::int64_t{grace.count()});
+    else if (st().remote_starting != 0)
+      st().pending_stop.emplace(to_stop_mode(e.mode),
+                                std::int64_t{grace.count()});
   }
 
   void operator()(const effect::classify& e) const {
@@ -919,8 +1068,14 @@ caf::result<bool> drive_and_reply(supervisor_actor* self, machine_input in) {
 /// The attempt ended: the machine keeps what judging needs, the carrier the
 /// output tail for the classifier.
 void attempt_ended(supervisor_actor* self, int attempt, attempt_outcome out) {
+  drive(self, ended_input(self, attempt, std::move(out)));
+}
+
+input::attempt_ended ended_input(supervisor_actor* self, int attempt,
+                                 attempt_outcome out) {
   auto& st = self->state;
   st.worker = nullptr;
+  st.worker_node.clear();
   input::attempt_ended in;
   in.attempt = attempt;
   if (out.started && out.exit_code == 0) {
@@ -947,7 +1102,7 @@ void attempt_ended(supervisor_actor* self, int attempt, attempt_outcome out) {
   } else {
     in.outcome = std::move(out);
   }
-  drive(self, std::move(in));
+  return in;
 }
 
 task_status status_of(supervisor_actor* self) {
@@ -1053,6 +1208,20 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
     auto& st = self->state;
     if (!st.worker || dm.source != st.worker.address())
       return;
+    if (!st.worker_node.empty() &&
+        dm.reason == caf::exit_reason::remote_link_unreachable) {
+      // Its node is gone (killed, frozen, cut off): the attempt is lost
+      // with it, and no attempt goes there any more.
+      auto node = st.worker_node;
+      if (st.node->services)
+        self->send(st.node->services, node_lost_atom::value, node,
+                   st.worker.node());
+      attempt_ended(self, st.m.attempt,
+                    lost_outcome(node, "the connection to it failed (" +
+                                         self->system().render(dm.reason) +
+                                         ")"));
+      return;
+    }
     // The worker died without reporting its exit: the machinery failed.
     attempt_outcome out;
     out.exit_code = -1;
@@ -1090,20 +1259,31 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
     },
     [=](attempt_exited_atom, attempt_report& r) {
       auto& st = self->state;
-      if (!st.worker || r.attempt != st.m.attempt)
+      if (!from_worker(self) || r.attempt != st.m.attempt)
         return;
       self->demonitor(st.worker);
+      // Its node is stopping: nothing more goes there.
+      if (!r.outcome.lost_node.empty() && !st.worker_node.empty() &&
+          st.node->services)
+        self->send(st.node->services, node_lost_atom::value, st.worker_node,
+                   st.worker.node());
       attempt_ended(self, r.attempt, std::move(r.outcome));
     },
     [=](start_atom, int attempt, std::string& runtime_id) {
       // The worker's attempt runs under this pid / container id: journaled,
       // so that a restarted node can adopt it.
       auto& st = self->state;
-      if (st.worker && self->current_sender() == st.worker && st.journal)
-        drive(self, input::attempt_started{attempt, std::move(runtime_id)});
+      if (!from_worker(self) || !st.journal)
+        return;
+      if (!st.worker_node.empty())
+        runtime_id = remote_runtime_id(st.worker_node, runtime_id);
+      drive(self, input::attempt_started{attempt, std::move(runtime_id)});
     },
     [=](event_atom, event& ev) {
-      // Worker events (attempt_started, log) pass through in order.
+      // Worker events (attempt_started, log) pass through in order; only
+      // the current worker's, about this task.
+      if (!from_worker(self) || ev.task_id != self->state.task_id())
+        return;
       self->send(self->state.parent, event_atom::value, std::move(ev));
     },
     [=](backoff_timer_atom, std::uint64_t gen) {

@@ -659,6 +659,12 @@ expected<classifier> classifier::make(std::vector<classifier_rule> rules) {
 classification classifier::classify(const attempt_outcome& outcome,
                                     std::string_view agent_cli) const {
   classification result;
+  if (!outcome.lost_node.empty()) {
+    result.cls = error_class::infrastructure;
+    result.rule = std::string{node_lost_rule_prefix} + outcome.lost_node;
+    result.line = display_line(outcome.infrastructure_error, 0);
+    return result;
+  }
   if (!outcome.infrastructure_error.empty()) {
     result.cls = error_class::infrastructure;
     result.rule = "infrastructure";
@@ -792,5 +798,11 @@ classifier::classifier(const classifier&) = default;
 classifier& classifier::operator=(const classifier&) = default;
 
 classifier::~classifier() = default;
+
+bool is_node_loss(const classification& c) noexcept {
+  return c.cls == error_class::infrastructure &&
+         std::string_view{c.rule}.substr(0, node_lost_rule_prefix.size()) ==
+           node_lost_rule_prefix;
+}
 
 } // namespace tasksup

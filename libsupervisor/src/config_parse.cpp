@@ -650,7 +650,8 @@ task_spec read_task(const reader& r, const json::value& v) {
                 "deliver",
                 "feedback",
                 "preflight",
-                "admit"});
+                "admit",
+                "placement"});
   task_spec task;
   if (const auto* x = obj.if_contains("id"))
     task.id = r.identifier(*x, "/id", "a task id");
@@ -714,6 +715,17 @@ task_spec read_task(const reader& r, const json::value& v) {
   if (const auto* x = obj.if_contains("workdir"))
     task.workdir = absolute_path(r, *x, "/workdir");
   read_repo_keys(r, obj, task);
+  if (const auto* x = obj.if_contains("placement")) {
+    const auto& sub = r.object(*x, "/placement");
+    r.check_keys(sub, "/placement", {"labels"});
+    if (const auto* y = sub.if_contains("labels"))
+      for (const auto& kv : r.object(*y, "/placement/labels")) {
+        std::string key{kv.key().data(), kv.key().size()};
+        auto ptr = child("/placement/labels", key);
+        task.placement.labels.emplace(std::move(key),
+                                      r.string(kv.value(), ptr));
+      }
+  }
   if (task.repo && !task.workdir.empty())
     r.fail("/workdir", "a repository task works in a fresh worktree per "
                        "attempt; \"workdir\" cannot be set with \"repo\"");

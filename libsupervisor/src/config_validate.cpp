@@ -339,6 +339,12 @@ expected<bool> detail::check_task(const task_spec& task, std::string_view where,
       check_command(r, *task.preflight, "/preflight");
     if (task.admit)
       check_command(r, *task.admit, "/admit");
+    if (task.placement.labels.size() > max_labels)
+      r.fail("/placement/labels",
+             "expected at most " + std::to_string(max_labels) + " labels");
+    for (auto& [key, value] : task.placement.labels)
+      if (auto ok = check_label(key, value, "a label"); !ok)
+        r.fail(child("/placement/labels", key), ok.error().what);
     return true;
   });
 }

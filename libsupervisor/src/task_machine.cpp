@@ -297,8 +297,9 @@ bool task_machine::on(task_machine_state& st, const input::classified& in,
   if (st.phase != task_phase::classifying || in.generation != st.generation)
     return false;
   out.emplace_back(effect::classified{in.result});
-  // Fatal failures say nothing about the agent's health (a bad key).
-  if (in.result.cls != error_class::fatal)
+  // Fatal failures say nothing about the agent's health (a bad key), nor
+  // does a lost worker node.
+  if (in.result.cls != error_class::fatal && !is_node_loss(in.result))
     out.emplace_back(effect::report_agent{st.counters.agent_index, false});
   judge(st, in.result, now_s, out);
   return true;
@@ -729,6 +730,16 @@ void task_machine::act(task_machine_state& st, decision d, double,
 void task_machine::ask_delay(task_machine_state& st,
                              machine_effects& out) const {
   const auto& d = *st.plan;
+  if (d.classified && is_node_loss(*d.classified)) {
+    // The attempt was lost with its node, not failed: it runs again at once
+    // on another node, with no backoff to wait.
+    delay_decision now; // no delay, by no schedule
+    st.previous_delay_s = 0;
+    out.emplace_back(effect::retry_scheduled{d, now});
+    st.phase = task_phase::backoff;
+    begin_attempt(st, out);
+    return;
+  }
   effect::ask_delay ask;
   if (!d.backoff_class) {
     // The restart of a permanent task after exit 0 (`restart_streak`

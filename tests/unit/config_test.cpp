@@ -1040,7 +1040,7 @@ TEST_CASE("task: errors") {
               "agent_selection, supervisor, runtime, image, env, "
               "memory_limit_mb, classifier, mounts, workdir, repo, "
               "keep_failed, gates, gate_timeout_s, deliver, feedback, "
-              "preflight, admit)");
+              "preflight, admit, placement)");
   check_error_contains(task(R"({"prompt": "p", "classifier": {"rules": [
                        {"id": "r", "class": "fatal", "patterns": ["(x"]}]}})"),
                        "/classifier/rules/0/patterns/0", "(x");

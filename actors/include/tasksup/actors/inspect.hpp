@@ -459,6 +459,7 @@ typename Inspector::result_type inspect(Inspector& f, task_spec& x) {
            detail::bounded(x.gates, "gates"),
            detail::checked(x.deliver, "task.deliver"), x.feedback,
            detail::opt(x.preflight), detail::opt(x.admit),
+           detail::bounded(x.placement.labels, "placement.labels"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
                {{x.id, wire::max_id_bytes, "task.id"},
@@ -477,11 +478,12 @@ typename Inspector::result_type inspect(Inspector& f, attempt_outcome& x) {
            x.oom_killed, detail::bounded(x.tail, "outcome.tail"), x.duration_s,
            detail::bounded(x.artifacts, "outcome.artifacts"),
            x.infrastructure_error, x.log_path, x.started, x.retry_futile,
-           detail::opt(x.structured),
+           detail::opt(x.structured), x.lost_node,
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
                {{x.infrastructure_error, wire::max_text_bytes,
                  "outcome.infrastructure_error"},
+                {x.lost_node, wire::max_id_bytes, "outcome.lost_node"},
                 {x.log_path, wire::max_text_bytes, "outcome.log_path"}});
            }));
 }

@@ -13,6 +13,7 @@
 #include "tasksup/supervisor/supervisor_config.hpp"
 #include "tasksup/supervisor/task_spec.hpp"
 
+#include <caf/actor.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/atom.hpp>
 #include <caf/error.hpp>
@@ -249,6 +250,11 @@ struct task_status {
   std::string trace_id;
   /// The final result once `state` is done.
   std::optional<task_result> result;
+  /// The worker node of the running attempt; empty on this node.
+  std::string node;
+  /// Why a queued task waits (no fitting worker node, all busy); empty
+  /// when it is simply next in line.
+  std::string waiting_for;
 };
 
 /// One event: the fields a consumer filters on, plus the rendered JSON line
@@ -304,6 +310,11 @@ struct permit_request {
   bool need_slot = true;
   /// The attempt is a retry: take a token from the retry budget.
   bool need_token = false;
+  /// What the attempt needs from a worker node (runtime, labels).
+  placement_request placement;
+  /// The attempt runs on the coordinator itself whatever nodes joined (a
+  /// repository task: its worktrees, gates and delivery are here).
+  bool local_only = false;
 };
 
 /// The registry's answer, sent once the task holds a slot.
@@ -312,6 +323,12 @@ struct permit_reply {
   bool agent_allowed = true;
   /// A retry token was granted (true when none was asked for).
   bool token = true;
+  /// The worker node the slot is on, empty for this node.
+  std::string node;
+  /// That node's agent, which starts the attempt there.
+  caf::actor agent;
+  /// The runtime the attempt uses there.
+  std::string runtime;
 };
 
 /// One agent's circuit breaker, as `(health)` reports it.
@@ -424,10 +441,12 @@ typename Inspector::result_type inspect(Inspector& f, task_status& x) {
   return f(caf::meta::type_name("task_status"), x.task_id, x.environment,
            detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
            x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
-           x.trace_id, detail::opt(x.result),
+           x.trace_id, detail::opt(x.result), x.node, x.waiting_for,
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
                {{x.task_id, wire::max_id_bytes, "status.task_id"},
+                {x.node, wire::max_id_bytes, "status.node"},
+                {x.waiting_for, wire::max_text_bytes, "status.waiting_for"},
                 {x.environment, wire::max_id_bytes, "status.environment"},
                 {x.agent_id, wire::max_id_bytes, "status.agent_id"},
                 {x.trace_id, wire::max_id_bytes, "status.trace_id"}});
@@ -488,19 +507,28 @@ typename Inspector::result_type inspect(Inspector& f, delay_decision& x) {
 /// Serializes a permit request.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, permit_request& x) {
-  return f(caf::meta::type_name("permit_request"), x.task_id, x.agent_id,
-           x.need_slot, x.need_token,
-           caf::meta::load_callback([&]() -> caf::error {
-             return detail::check_sizes(
-               {{x.task_id, wire::max_id_bytes, "permit_request.task_id"},
-                {x.agent_id, wire::max_id_bytes, "permit_request.agent_id"}});
-           }));
+  return f(
+    caf::meta::type_name("permit_request"), x.task_id, x.agent_id, x.need_slot,
+    x.need_token, x.placement.runtime,
+    detail::bounded(x.placement.labels, "permit_request.labels"), x.local_only,
+    caf::meta::load_callback([&]() -> caf::error {
+      return detail::check_sizes(
+        {{x.task_id, wire::max_id_bytes, "permit_request.task_id"},
+         {x.placement.runtime, wire::max_id_bytes, "permit_request.runtime"},
+         {x.agent_id, wire::max_id_bytes, "permit_request.agent_id"}});
+    }));
 }
 
 /// Serializes a permit reply.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, permit_reply& x) {
-  return f(caf::meta::type_name("permit_reply"), x.agent_allowed, x.token);
+  return f(caf::meta::type_name("permit_reply"), x.agent_allowed, x.token,
+           x.node, x.agent, x.runtime,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.node, wire::max_id_bytes, "permit_reply.node"},
+                {x.runtime, wire::max_id_bytes, "permit_reply.runtime"}});
+           }));
 }
 
 /// Serializes one agent's breaker state.

@@ -31,6 +31,8 @@ struct registry_options {
   std::string attempt_root;
   /// Finished tasks kept for `status` and `await`; the oldest go first.
   std::size_t history_limit = 10000;
+  /// This node's name, answered to worker nodes that join.
+  std::string node_name = "coordinator";
   /// The node's journal (null: tasks live in memory only). With one, a task
   /// is recorded before `submit` answers, and its events and end follow.
   caf::actor journal;

@@ -76,6 +76,13 @@ std::vector<classifier_rule> default_classifier_rules();
 /// Runs in time linear in the line and never allocates.
 std::optional<double> parse_retry_after(std::string_view line);
 
+/// The rule of an attempt lost with its worker node: `node_lost:<node>`.
+inline constexpr std::string_view node_lost_rule_prefix = "node_lost:";
+
+/// Whether `c` says the attempt was lost with its worker node: the agent's
+/// health is not in question and the retry goes elsewhere at once.
+bool is_node_loss(const classification& c) noexcept;
+
 /// Classifies attempt outcomes with a compiled rule set. Matching runs in time
 /// linear in the output (RE2) and does not allocate per line per pattern.
 /// Immutable after construction; safe to share between threads.

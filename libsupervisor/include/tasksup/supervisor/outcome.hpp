@@ -27,6 +27,10 @@ struct attempt_outcome {
   /// (engine unreachable, spawn failure other than a missing agent, worker
   /// died); such an outcome classifies as `infrastructure` with this text.
   std::string infrastructure_error;
+  /// The worker node that was lost while the attempt ran there (killed,
+  /// frozen, cut off); such an outcome classifies as `infrastructure` with
+  /// the rule `node_lost:<node>` and is retried at once, elsewhere.
+  std::string lost_node;
   /// Where the full output of this attempt was saved, empty if nowhere.
   std::string log_path;
   /// False when the runtime could not start the attempt at all (spawn

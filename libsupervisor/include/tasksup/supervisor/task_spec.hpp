@@ -2,6 +2,7 @@
 
 #include "tasksup/supervisor/agent.hpp"
 #include "tasksup/supervisor/classifier.hpp"
+#include "tasksup/supervisor/placement.hpp"
 #include "tasksup/supervisor/supervisor_config.hpp"
 
 #include <array>
@@ -104,6 +105,12 @@ inline constexpr std::string_view default_feedback_template =
   "Its last output lines:\n{output}\n"
   "You start again from a clean checkout; none of its edits are kept.";
 
+/// Where a task's attempts may run in a cluster.
+struct placement_spec {
+  /// Labels the worker node must carry (`--label KEY=VALUE`), all of them.
+  label_map labels;
+};
+
 /// One task as submitted (SPEC §12), after validation: every field checked,
 /// `supervisor` already merged over the environment's and global defaults.
 struct task_spec {
@@ -142,6 +149,8 @@ struct task_spec {
   /// Run once at submission, after the built-in checks; a non-zero exit
   /// rejects the task.
   std::optional<command_spec> admit;
+  /// Which worker nodes may run its attempts (ignored on a node alone).
+  placement_spec placement;
 };
 
 } // namespace tasksup

@@ -1,0 +1,183 @@
+#pragma once
+
+// A cluster of tasksup nodes: worker nodes join a coordinator over CAF's
+// network layer and run the attempts it places on them. The task
+// supervisors stay on the coordinator; each remote attempt's container
+// worker runs on its worker node, spawned there by the node's agent, and
+// reports to its supervisor across the network. See README "Design: the
+// cluster".
+
+#include "tasksup/actors/container_worker_actor.hpp"
+#include "tasksup/actors/inspect.hpp"
+
+#include "tasksup/runtime/runtime.hpp"
+#include "tasksup/supervisor/placement.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
+#include <caf/meta/load_callback.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace tasksup {
+
+/// Worker node -> coordinator's door: `(join, node_offer, agent)` -> the
+/// coordinator's name, or an error (a node of that name is joined, the
+/// offer is out of bounds).
+using join_atom = caf::atom_constant<caf::atom("join")>;
+
+/// Supervisor -> a node's agent: `(run_attempt, remote_attempt, supervisor)`
+/// -> the attempt's container worker on that node.
+using run_attempt_atom = caf::atom_constant<caf::atom("runattempt")>;
+
+/// Supervisor -> registry: `(node_lost, node)`: the supervisor's attempt on
+/// `node` was lost with its connection; place nothing there any more.
+using node_lost_atom = caf::atom_constant<caf::atom("nodelost")>;
+
+/// `(nodes)` -> the coordinator's worker nodes, for `tasksup nodes` and
+/// `status`.
+using nodes_atom = caf::atom_constant<caf::atom("nodes")>;
+
+/// How long a supervisor waits for a node's agent to start an attempt.
+inline constexpr std::chrono::seconds remote_start_timeout{10};
+
+/// One attempt as a coordinator sends it to a worker node: the attempt and
+/// what its container worker needs (the runtime is the node's own, by
+/// name; paths in `spec` are made the node's own by its agent).
+struct remote_attempt {
+  runtime::attempt_spec spec;
+  /// `process` or `docker`.
+  std::string runtime;
+  std::string trace_id;
+  std::string span_id;
+  std::string agent_cli;
+  output_format output = output_format::text;
+  double idle_timeout_s = 0;
+  std::vector<std::string> env_passthrough;
+  std::int64_t max_log_events = 10000;
+  std::int64_t tail_lines = 200;
+};
+
+/// One worker node as the coordinator sees it.
+struct node_info {
+  node_offer offer;
+  /// Attempts the coordinator has placed there and that still run.
+  int running = 0;
+  /// Seconds since the node joined.
+  double joined_s = 0;
+};
+
+/// What a worker node's agent needs.
+struct node_agent_options {
+  /// The node's name in the cluster (for messages and attempt paths).
+  std::string name;
+  /// The node's runtimes by name.
+  std::map<std::string, std::shared_ptr<runtime::container_runtime>> runtimes;
+  /// Where the attempts placed here keep their directories.
+  std::string attempt_root;
+};
+
+/// Spawns a worker node's agent: it starts the attempts its coordinator
+/// places here (`run_attempt`), each in a container worker that reports to
+/// the attempt's supervisor on the coordinator and kills its attempt when
+/// that supervisor becomes unreachable (the node lost its coordinator).
+caf::actor spawn_node_agent(caf::actor_system& sys, node_agent_options opts);
+
+/// The attempt's directory on a worker node: `<root>/<task>/attempt-<n>`,
+/// with a `.<k>` suffix when one from an earlier run of the same task id is
+/// there. Empty when the task id is not a plain name (untrusted input).
+std::string remote_attempt_dir(const std::string& root,
+                               const std::string& task_id, int attempt);
+
+// -- serialization ------------------------------------------------------
+
+namespace detail {
+
+template<>
+struct enum_size<output_format>
+  : std::integral_constant<
+      std::size_t, static_cast<std::size_t>(output_format::gemini_json) + 1> {};
+
+} // namespace detail
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_offer& x) {
+  return f(caf::meta::type_name("node_offer"), x.name, x.max_concurrent,
+           detail::bounded(x.runtimes, "node_offer.runtimes"),
+           detail::bounded(x.labels, "node_offer.labels"),
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.name, wire::max_id_bytes, "node_offer.name"}});
+           }));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_info& x) {
+  return f(caf::meta::type_name("node_info"), x.offer, x.running, x.joined_s);
+}
+
+namespace runtime {
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, mount& x) {
+  return f(
+    caf::meta::type_name("mount"), x.host_path, x.container_path, x.read_only,
+    caf::meta::load_callback([&]() -> caf::error {
+      return detail::check_sizes(
+        {{x.host_path, wire::max_text_bytes, "mount.host_path"},
+         {x.container_path, wire::max_text_bytes, "mount.container_path"}});
+    }));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attempt_spec& x) {
+  return f(caf::meta::type_name("attempt_spec"), x.task_id, x.attempt,
+           x.agent_id, detail::bounded(x.argv, "attempt.argv"),
+           detail::bounded(x.env, "attempt.env"), x.attempt_dir, x.workdir,
+           detail::bounded(x.mounts, "attempt.mounts"), x.config_dir,
+           detail::opt(x.memory_limit_mb), x.image,
+           detail::bounded(x.labels, "attempt.labels"),
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.task_id, wire::max_id_bytes, "attempt.task_id"},
+                {x.agent_id, wire::max_id_bytes, "attempt.agent_id"},
+                {x.attempt_dir, wire::max_text_bytes, "attempt.attempt_dir"},
+                {x.workdir, wire::max_text_bytes, "attempt.workdir"},
+                {x.config_dir, wire::max_text_bytes, "attempt.config_dir"},
+                {x.image, wire::max_text_bytes, "attempt.image"}});
+           }));
+}
+
+} // namespace runtime
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, remote_attempt& x) {
+  return f(
+    caf::meta::type_name("remote_attempt"), x.spec, x.runtime, x.trace_id,
+    x.span_id, x.agent_cli, detail::checked(x.output, "remote_attempt.output"),
+    x.idle_timeout_s,
+    detail::bounded(x.env_passthrough, "remote_attempt.env_passthrough"),
+    x.max_log_events, x.tail_lines,
+    caf::meta::load_callback([&]() -> caf::error {
+      if (x.max_log_events < 0 || x.max_log_events > 1000000 ||
+          x.tail_lines < 0 || x.tail_lines > 100000 ||
+          !(x.idle_timeout_s >= 0 && x.idle_timeout_s <= 7 * 86400.0))
+        return detail::wire_error("remote_attempt", "a limit out of range");
+      return detail::check_sizes(
+        {{x.runtime, wire::max_id_bytes, "remote_attempt.runtime"},
+         {x.trace_id, wire::max_id_bytes, "remote_attempt.trace_id"},
+         {x.span_id, wire::max_id_bytes, "remote_attempt.span_id"},
+         {x.agent_cli, wire::max_text_bytes, "remote_attempt.agent_cli"}});
+    }));
+}
+
+} // namespace tasksup

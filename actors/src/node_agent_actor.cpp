@@ -1,0 +1,137 @@
+#include "tasksup/actors/cluster.hpp"
+
+#include "tasksup/actors/protocol.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/node_id.hpp>
+#include <caf/response_promise.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/system_messages.hpp>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace tasksup {
+
+namespace {
+
+struct node_agent_state {
+  node_agent_options opts;
+  /// The coordinator's node: only it places attempts here.
+  caf::node_id coordinator;
+  /// The container workers of the attempts running here.
+  std::map<caf::actor_addr, caf::actor> workers;
+  /// Answered once the last worker is gone, after `(stop)`.
+  std::vector<caf::response_promise> stopping;
+  static inline const char* name = "tasksup.node_agent";
+};
+
+using node_agent_actor = caf::stateful_actor<node_agent_state>;
+
+bool plain_name(const std::string& x) {
+  if (x.empty() || x.size() > wire::max_id_bytes || x[0] == '.')
+    return false;
+  return std::all_of(x.begin(), x.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+  });
+}
+
+caf::behavior node_agent(node_agent_actor* self, node_agent_options opts) {
+  self->state.opts = std::move(opts);
+  self->set_down_handler([=](const caf::down_msg& dm) {
+    auto& st = self->state;
+    st.workers.erase(dm.source);
+    if (st.workers.empty())
+      for (auto& rp : std::exchange(st.stopping, {}))
+        rp.deliver(true);
+  });
+  return {
+    // The local node process, once it joined: whose placements to take.
+    [=](join_atom, const caf::node_id& coordinator) {
+      if (self->current_sender() &&
+          self->current_sender()->node() == self->node())
+        self->state.coordinator = coordinator;
+    },
+    [=](run_attempt_atom, remote_attempt& ra,
+        caf::actor& supervisor) -> caf::result<caf::actor> {
+      auto& st = self->state;
+      auto fail = [&](std::string what) {
+        return make_error(protocol_error::invalid_task,
+                          "node " + st.opts.name + ": " + std::move(what));
+      };
+      auto sender = self->current_sender();
+      if (!sender || sender->node() != st.coordinator || !supervisor)
+        return fail("attempts are placed here by its coordinator only");
+      auto rt = st.opts.runtimes.find(ra.runtime);
+      if (rt == st.opts.runtimes.end() || !rt->second)
+        return fail("no " + ra.runtime.substr(0, 32) + " runtime here");
+      auto dir = remote_attempt_dir(st.opts.attempt_root, ra.spec.task_id,
+                                    ra.spec.attempt);
+      if (dir.empty())
+        return fail("the task id is not a plain name");
+      worker_options w;
+      w.spec = std::move(ra.spec);
+      w.spec.attempt_dir = std::move(dir);
+      w.runtime = rt->second;
+      w.trace_id = std::move(ra.trace_id);
+      w.span_id = std::move(ra.span_id);
+      w.agent_cli = std::move(ra.agent_cli);
+      w.output = ra.output;
+      w.idle_timeout_s = ra.idle_timeout_s;
+      w.env_passthrough = std::move(ra.env_passthrough);
+      w.max_log_events = static_cast<std::size_t>(ra.max_log_events);
+      w.tail_lines = static_cast<std::size_t>(ra.tail_lines);
+      w.report_runtime_id = true;
+      auto worker =
+        spawn_container_worker(self->system(), supervisor, std::move(w));
+      self->monitor(worker);
+      st.workers.emplace(worker.address(), worker);
+      return worker;
+    },
+    // The local node is stopping: every attempt here ends, reported to its
+    // supervisor as lost with this node (retried elsewhere at once).
+    // Answered once all have ended.
+    [=](stop_atom) -> caf::result<bool> {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      if (!sender || sender->node() != self->node())
+        return false;
+      if (st.workers.empty())
+        return true;
+      for (auto& [addr, w] : st.workers)
+        self->send(w, node_lost_atom::value, st.opts.name);
+      auto rp = self->make_response_promise<bool>();
+      st.stopping.push_back(rp);
+      return rp;
+    },
+    [=](status_atom) { return static_cast<int>(self->state.workers.size()); },
+  };
+}
+
+} // namespace
+
+std::string remote_attempt_dir(const std::string& root,
+                               const std::string& task_id, int attempt) {
+  if (!plain_name(task_id) || attempt < 1)
+    return {};
+  auto base = root + "/" + task_id + "/attempt-" + std::to_string(attempt);
+  auto dir = base;
+  std::error_code ec;
+  for (int k = 1; std::filesystem::exists(dir, ec) && k < 100000; ++k)
+    dir = base + "." + std::to_string(k);
+  return dir;
+}
+
+caf::actor spawn_node_agent(caf::actor_system& sys, node_agent_options opts) {
+  return sys.spawn(node_agent, std::move(opts));
+}
+
+} // namespace tasksup

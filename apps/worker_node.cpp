@@ -1,0 +1,203 @@
+#include "worker_node.hpp"
+
+#include "actor_setup.hpp"
+#include "commands.hpp"
+#include "node_address.hpp"
+#include "node_setup.hpp"
+#include "signal_watch.hpp"
+
+#include "tasksup/actors/cluster.hpp"
+#include "tasksup/actors/protocol.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/system_messages.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <system_error>
+
+namespace tasksup::app {
+
+namespace {
+
+std::string host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0 || buf[0] == '\0')
+    return "worker";
+  return buf;
+}
+
+/// The longest the worker waits between two tries to reach its coordinator.
+constexpr std::chrono::seconds max_reconnect_wait{5};
+
+} // namespace
+
+int run_worker_node(const worker_node_options& opts) {
+  auto bad = [](const std::string& text) {
+    std::cerr << "tasksup serve: " << text << '\n';
+    return exit_status::bad_input;
+  };
+  auto addr = parse_node_address(opts.join);
+  if (!addr)
+    return bad("--join: " + addr.error().to_string());
+  if (opts.lease < 2 * opts.heartbeat)
+    return bad("--lease must be at least twice --heartbeat-ms (a lease "
+               "shorter than two heartbeats drops healthy connections)");
+  auto cfg = load_node_config(opts.config_dir);
+  if (!cfg)
+    return bad(cfg.error().to_string());
+  node_offer offer;
+  offer.name = opts.name.empty() ? host_name() : opts.name;
+  offer.max_concurrent = cfg->config.node.max_concurrent;
+  for (auto& text : opts.labels) {
+    auto label = parse_label(text);
+    if (!label)
+      return bad("--label: " + label.error().to_string());
+    offer.labels.insert(std::move(*label));
+  }
+  setup_logging(true);
+  // Attempts die with this node's connection to its coordinator: nothing
+  // here is adopted later (the coordinator retries lost attempts).
+  runtime_owner owner{"worker", runtime::orphan_policy::kill};
+  node_agent_options agent_opts;
+  agent_opts.name = offer.name;
+  auto process = make_named_runtime("process", cfg->config.node, owner);
+  if (!process)
+    return bad(process.error().to_string());
+  agent_opts.runtimes["process"] = *process;
+  offer.runtimes.push_back("process");
+  if (auto docker = make_named_runtime("docker", cfg->config.node, owner)) {
+    agent_opts.runtimes["docker"] = *docker;
+    offer.runtimes.push_back("docker");
+  } else {
+    spdlog::warn("the docker runtime is not available here: {}",
+                 docker.error().to_string());
+  }
+  if (auto ok = check_offer(offer); !ok)
+    return bad(ok.error().what);
+  auto state_dir =
+    opts.state_dir.empty() ? default_state_dir() : opts.state_dir;
+  agent_opts.attempt_root =
+    opts.work_dir.empty() ? state_dir + "/attempts" : opts.work_dir;
+  std::error_code ec;
+  std::filesystem::create_directories(agent_opts.attempt_root, ec);
+  if (ec)
+    return bad("cannot create " + agent_opts.attempt_root + ": " +
+               ec.message());
+
+  std::mutex target_mutex;
+  caf::actor target;
+  signal_watch signals{{SIGINT, SIGTERM}, [&](int, int count) {
+                         std::lock_guard<std::mutex> guard{target_mutex};
+                         if (target)
+                           caf::anon_send(target, signal_atom::value, count);
+                       }};
+  caf::actor_system_config sys_cfg;
+  configure_actor_system(sys_cfg, true);
+  sys_cfg.set("middleman.heartbeat-interval", caf::timespan{opts.heartbeat});
+  sys_cfg.set("middleman.connection-timeout", caf::timespan{opts.lease});
+  caf::actor_system sys{sys_cfg};
+  caf::scoped_actor self{sys};
+  {
+    std::lock_guard<std::mutex> guard{target_mutex};
+    target = caf::actor_cast<caf::actor>(self);
+  }
+  auto agent = spawn_node_agent(sys, agent_opts);
+  spdlog::info("worker node {} (at most {} attempts, runtimes {}{}{}), "
+               "attempts in {}",
+               offer.name, offer.max_concurrent,
+               offer.runtimes.size() > 1 ? "process, docker" : "process",
+               offer.labels.empty() ? "" : ", labels ", to_string(offer.labels),
+               agent_opts.attempt_root);
+  bool stopping = false;
+  int status = exit_status::ok;
+  auto wait = std::chrono::milliseconds{250};
+  // Sleeps `d` unless a signal comes first.
+  auto pause = [&](std::chrono::milliseconds d) {
+    self->receive([&](signal_atom, int) { stopping = true; },
+                  caf::after(d) >> [] {});
+  };
+  bool reported_unreachable = false;
+  while (!stopping) {
+    auto door = sys.middleman().remote_actor(addr->host, addr->port);
+    if (!door) {
+      if (!reported_unreachable)
+        spdlog::warn("cannot reach the coordinator at {}: {}; trying again",
+                     addr->to_string(), sys.render(door.error()));
+      reported_unreachable = true;
+      pause(wait);
+      wait = std::min(wait * 2, std::chrono::milliseconds{max_reconnect_wait});
+      continue;
+    }
+    std::optional<std::string> joined;
+    bool refused = false;
+    self
+      ->request(*door, std::chrono::seconds{10}, join_atom::value, offer, agent)
+      .receive([&](std::string& coordinator) { joined = coordinator; },
+               [&](caf::error& err) {
+                 if (err.category() == protocol_error_category) {
+                   spdlog::error("the coordinator at {} refused this node: {}",
+                                 addr->to_string(), error_text(err));
+                   refused = true;
+                 } else {
+                   spdlog::warn("joining the coordinator at {} failed: {}",
+                                addr->to_string(), error_text(err));
+                 }
+               });
+    if (refused) {
+      status = exit_status::bad_input;
+      break;
+    }
+    if (!joined) {
+      pause(wait);
+      continue;
+    }
+    reported_unreachable = false;
+    wait = std::chrono::milliseconds{250};
+    self->send(agent, join_atom::value, door->node());
+    self->monitor(*door);
+    spdlog::info("joined the coordinator {} at {}", *joined, addr->to_string());
+    bool connected = true;
+    while (connected && !stopping)
+      self->receive(
+        [&](caf::down_msg& dm) {
+          if (dm.source != door->address())
+            return;
+          connected = false;
+          spdlog::warn("lost the coordinator at {} ({}): the attempts "
+                       "running here were stopped; reconnecting",
+                       addr->to_string(), sys.render(dm.reason));
+        },
+        [&](signal_atom, int) { stopping = true; });
+  }
+  {
+    std::lock_guard<std::mutex> guard{target_mutex};
+    target = nullptr;
+  }
+  // The attempts here end, reported to the coordinator (while it is still
+  // connected) as lost with this node: it retries them elsewhere at once.
+  self->request(agent, std::chrono::seconds{30}, stop_atom::value)
+    .receive([](bool) {},
+             [](caf::error& err) {
+               spdlog::warn("not every attempt here ended: {}",
+                            error_text(err));
+             });
+  self->send_exit(agent, caf::exit_reason::user_shutdown);
+  spdlog::info("worker node {} stopped", offer.name);
+  return status;
+}
+
+} // namespace tasksup::app

@@ -1,0 +1,38 @@
+#pragma once
+
+// `tasksup serve --join HOST:PORT`: a worker node. It offers its capacity
+// (attempts at once, runtimes, labels) to a coordinator and runs the
+// attempts the coordinator places on it; the tasks, their journal and their
+// supervisors stay on the coordinator. See README "Design: the cluster".
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace tasksup::app {
+
+/// Everything a worker node is started with.
+struct worker_node_options {
+  /// The coordinator, HOST:PORT.
+  std::string join;
+  /// The node's name in the cluster; empty: the host name.
+  std::string name;
+  /// `KEY=VALUE` labels tasks can ask for (`placement.labels`).
+  std::vector<std::string> labels;
+  std::string config_dir;
+  /// Where attempt directories go; empty: `<state dir>/attempts`.
+  std::string work_dir;
+  std::string state_dir;
+  /// How often CAF heartbeats flow both ways.
+  std::chrono::milliseconds heartbeat{1000};
+  /// Without a word from the coordinator for this long, the connection is
+  /// dropped and every attempt on this node is killed (a partitioned worker
+  /// never keeps running work its coordinator already moved elsewhere):
+  /// keep it below the coordinator's --peer-timeout.
+  std::chrono::milliseconds lease{5000};
+};
+
+/// Runs a worker node until SIGINT/SIGTERM; returns the exit status.
+int run_worker_node(const worker_node_options& opts);
+
+} // namespace tasksup::app

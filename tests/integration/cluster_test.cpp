@@ -1,0 +1,388 @@
+// A coordinator and worker nodes as real processes on loopback: attempts
+// placed by capacity and labels, a worker killed or frozen mid-attempt and
+// its attempt finished on another within the bounds, a coordinator killed
+// and restarted with its workers joining again and no task lost.
+
+#include "tasksup_child.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace tasksup;
+using namespace tasksup::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// One start of an agent, as the agent recorded it.
+struct start_line {
+  std::string task;
+  int attempt = 0;
+  /// The worker node it ran on (from its directory).
+  std::string node;
+  double at = 0;
+  /// The agent's process id.
+  int pid = 0;
+};
+
+/// A coordinator with worker nodes, all in one scratch directory.
+class cluster {
+public:
+  explicit cluster(std::vector<std::string> coordinator_flags = {}) {
+    ran_ = dir_ / "ran.txt";
+    // Records each start (task, attempt, where, when) and each clean end;
+    // the prompt says how long to work: "<seconds>" or "<first> <later>"
+    // (the first attempt works longer).
+    agent_ = dir_.write(
+      "agent.sh",
+      "#!/bin/sh\n"
+      "echo \"start $TASKSUP_TASK_ID $TASKSUP_ATTEMPT $PWD "
+      "$(date +%s.%N) $$\" >> '" +
+        ran_ +
+        "'\n"
+        "set -- $*\n"
+        "t=$1\n"
+        "if [ \"$TASKSUP_ATTEMPT\" -gt 1 ] && [ -n \"$2\" ]; then t=$2; fi\n"
+        "sleep \"$t\"\n"
+        "echo \"end $TASKSUP_TASK_ID $TASKSUP_ATTEMPT\" >> '" +
+        ran_ + "'\n");
+    ::chmod(agent_.c_str(), 0755);
+    port_ = unused_port();
+    coordinator_flags_ = std::move(coordinator_flags);
+    start_coordinator();
+  }
+
+  /// Starts (or starts again) the coordinator on the same port and state.
+  void start_coordinator() {
+    auto config = write_config("coordinator", 4);
+    std::vector<std::string> args{"serve",
+                                  "--listen",
+                                  address(),
+                                  "--config",
+                                  config,
+                                  "--state-dir",
+                                  dir_ / "coordinator-state",
+                                  "--heartbeat-ms",
+                                  "200"};
+    args.insert(args.end(), coordinator_flags_.begin(),
+                coordinator_flags_.end());
+    coordinator_ = std::make_unique<tasksup_child>(
+      dir_, "coordinator-" + std::to_string(++starts_), args);
+    INFO(coordinator_->err());
+    REQUIRE(listening_port(*coordinator_));
+  }
+
+  /// Starts worker node `name` with `slots` attempts at once and `flags`;
+  /// returns once the coordinator says it joined.
+  tasksup_child& add_worker(const std::string& name, int slots,
+                            std::vector<std::string> flags = {}) {
+    auto config = write_config(name, slots);
+    std::vector<std::string> args{
+      "serve",    "--join",  address(),     "--name",    name,
+      "--config", config,    "--state-dir", dir_ / name, "--heartbeat-ms",
+      "200",      "--lease", "1.5"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    auto& w = workers_[name];
+    w = std::make_unique<tasksup_child>(dir_, name, args);
+    wait_joined(name, 1);
+    return *w;
+  }
+
+  /// Waits until the coordinator's current log says `name` joined `n`
+  /// times.
+  void wait_joined(const std::string& name, int n) {
+    auto needle = "worker node " + name + " joined";
+    auto joined = eventually(
+      [&] {
+        auto log = coordinator_->err();
+        int count = 0;
+        for (auto at = log.find(needle); at != std::string::npos;
+             at = log.find(needle, at + 1))
+          ++count;
+        return count >= n;
+      },
+      20s);
+    INFO(coordinator_->err());
+    INFO(workers_.at(name)->err());
+    REQUIRE(joined);
+  }
+
+  tasksup_child& worker(const std::string& name) { return *workers_.at(name); }
+  tasksup_child& coordinator() { return *coordinator_; }
+
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+
+  /// Submits one task; returns its id.
+  std::string submit(const std::string& id, const std::string& prompt,
+                     const std::string& extra = "") {
+    auto file = dir_.write(
+      id + ".json", R"({"id": ")" + id + R"(", "prompt": ")" + prompt +
+                      R"(", "supervisor": {"backoff_base_seconds": 0.2})" +
+                      extra + "}");
+    auto r = run_to_end(dir_, {"submit", "--node", address(), file});
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    return id;
+  }
+
+  /// The agent starts recorded so far.
+  std::vector<start_line> starts() const {
+    std::vector<start_line> out;
+    std::istringstream in{slurp(ran_)};
+    std::string word;
+    while (in >> word) {
+      if (word == "end") {
+        std::string task;
+        int attempt = 0;
+        in >> task >> attempt;
+        continue;
+      }
+      start_line s;
+      std::string pwd;
+      in >> s.task >> s.attempt >> pwd >> s.at >> s.pid;
+      // <dir>/<node>/attempts/<task>/attempt-<n>/workspace
+      for (auto& [name, w] : workers_)
+        if (pwd.rfind(dir_ / name + "/", 0) == 0)
+          s.node = name;
+      out.push_back(s);
+    }
+    return out;
+  }
+
+  /// How many attempts of `task` ended cleanly (their agent finished).
+  int clean_ends(const std::string& task) const {
+    std::istringstream in{slurp(ran_)};
+    std::string line;
+    int n = 0;
+    while (std::getline(in, line))
+      if (line.rfind("end " + task + " ", 0) == 0)
+        ++n;
+    return n;
+  }
+
+  /// The task's status as JSON, once it is done (within `limit`).
+  boost::json::object wait_done(const std::string& id,
+                                std::chrono::seconds limit = 30s) {
+    boost::json::object out;
+    auto done = eventually(
+      [&] {
+        auto r =
+          run_to_end(dir_, {"status", "--json", "--node", address(), id});
+        if (r.status != 0)
+          return false;
+        auto lines = json_lines(r.out);
+        if (lines.empty())
+          return false;
+        out = lines.front();
+        return out["state"] == "done";
+      },
+      limit);
+    INFO(coordinator_->err());
+    REQUIRE(done);
+    return out;
+  }
+
+  /// The task's events (JSON lines).
+  std::vector<boost::json::object> events(const std::string& id) {
+    auto r = run_to_end(dir_, {"events", "--json", "--node", address(), id});
+    return json_lines(r.out);
+  }
+
+  const scratch& dir() const { return dir_; }
+
+private:
+  std::string write_config(const std::string& name, int slots) {
+    auto config = dir_ / ("config-" + name);
+    std::filesystem::create_directories(config);
+    std::ofstream{config + "/node.json"}
+      << R"({"max_concurrent": )" << slots
+      << R"(, "default_agent": {"agent_id": "sh", "agent_cli": ")" << agent_
+      << R"(", "cli_flags": "", "prompt_as_argument": true},
+            "default_runtime": "process"})";
+    return config;
+  }
+
+  scratch dir_;
+  std::string ran_;
+  std::string agent_;
+  int port_ = 0;
+  int starts_ = 0;
+  std::vector<std::string> coordinator_flags_;
+  std::unique_ptr<tasksup_child> coordinator_;
+  std::map<std::string, std::unique_ptr<tasksup_child>> workers_;
+};
+
+/// The starts of `task`, in order.
+std::vector<start_line> starts_of(const cluster& c, const std::string& task) {
+  std::vector<start_line> out;
+  for (auto& s : c.starts())
+    if (s.task == task)
+      out.push_back(s);
+  return out;
+}
+
+/// The first event of `kind`, if any.
+const boost::json::object*
+find_event(const std::vector<boost::json::object>& evs,
+           const std::string& kind) {
+  for (auto& e : evs)
+    if (e.at("event") == kind.c_str())
+      return &e;
+  return nullptr;
+}
+
+} // namespace
+
+TEST_CASE("cluster: attempts go to the fitting worker with the most free "
+          "slots; a task nothing fits waits and status says why",
+          "[cluster]") {
+  cluster c;
+  c.add_worker("w1", 1, {"--label", "gpu=true"});
+  c.add_worker("w2", 3);
+  c.add_worker("w3", 2);
+  c.submit("gpu", "2", R"(, "placement": {"labels": {"gpu": "true"}})");
+  REQUIRE(eventually([&] { return starts_of(c, "gpu").size() == 1; }, 10s));
+  CHECK(starts_of(c, "gpu").front().node == "w1");
+  // Five more fill w2 (3) and w3 (2); w1 is busy with the gpu task.
+  for (int i = 0; i < 5; ++i)
+    c.submit("t" + std::to_string(i), "2");
+  REQUIRE(eventually([&] { return c.starts().size() == 6; }, 10s));
+  std::map<std::string, int> per_node;
+  for (auto& s : c.starts())
+    ++per_node[s.node];
+  CHECK(per_node["w1"] == 1);
+  CHECK(per_node["w2"] == 3);
+  CHECK(per_node["w3"] == 2);
+  // Running tasks say where; a task no node fits waits, saying why.
+  auto r = run_to_end(c.dir(), {"status", "--node", c.address()});
+  CHECK_THAT(r.out, Catch::Contains("NODE") && Catch::Contains("w2"));
+  c.submit("tpu", "1", R"(, "placement": {"labels": {"tpu": "v5"}})");
+  r = run_to_end(c.dir(), {"status", "--node", c.address(), "tpu"});
+  CHECK_THAT(r.out,
+             Catch::Contains("no worker node with the process runtime has "
+                             "label tpu=v5"));
+  for (auto id : {"gpu", "t0", "t1", "t2", "t3", "t4"}) {
+    auto st = c.wait_done(id);
+    CHECK(st.at("result").at("outcome") == "succeeded");
+    CHECK(st.at("total_attempts") == 1);
+  }
+  // A node with the label joins: the waiting task runs there.
+  c.add_worker("w4", 1, {"--label", "tpu=v5"});
+  auto st = c.wait_done("tpu");
+  CHECK(st.at("result").at("outcome") == "succeeded");
+  REQUIRE(starts_of(c, "tpu").size() == 1);
+  CHECK(starts_of(c, "tpu").front().node == "w4");
+}
+
+TEST_CASE("cluster: a worker killed mid-attempt: the attempt runs again on "
+          "another within 2 s, counted once, and the task succeeds",
+          "[cluster]") {
+  cluster c;
+  c.add_worker("w1", 1);
+  c.add_worker("w2", 1);
+  c.submit("job", "30 1");
+  REQUIRE(eventually([&] { return starts_of(c, "job").size() == 1; }, 10s));
+  auto first = starts_of(c, "job").front();
+  auto other = first.node == "w1" ? "w2" : "w1";
+  auto killed_at = std::chrono::system_clock::now();
+  c.worker(first.node).signal(SIGKILL);
+  REQUIRE(eventually([&] { return starts_of(c, "job").size() == 2; }, 10s));
+  auto second = starts_of(c, "job").back();
+  CHECK(second.node == other);
+  CHECK(second.attempt == 2);
+  auto killed_s =
+    std::chrono::duration<double>(killed_at.time_since_epoch()).count();
+  CHECK(second.at - killed_s < 2.0);
+  // The killed node's agent did not outlive it.
+  CHECK(eventually([&] { return ::kill(first.pid, 0) != 0; }, 3s));
+  auto st = c.wait_done("job");
+  CHECK(st.at("result").at("outcome") == "succeeded");
+  CHECK(st.at("total_attempts") == 2);
+  CHECK(st.at("retry_count") == 1);
+  // The lost attempt is an infrastructure failure naming the node; the
+  // retry waited for nothing.
+  auto evs = c.events("job");
+  auto* cls = find_event(evs, "classified");
+  REQUIRE(cls);
+  CHECK(cls->at("class") == "infrastructure");
+  CHECK(cls->at("rule") == ("node_lost:" + first.node).c_str());
+  auto* retry = find_event(evs, "retry_scheduled");
+  REQUIRE(retry);
+  CHECK(retry->at("delay_s").to_number<double>() == 0.0);
+  CHECK(c.clean_ends("job") == 1);
+}
+
+TEST_CASE("cluster: a frozen worker is detected and its attempt moved; "
+          "thawed, it does not finish the attempt a second time",
+          "[cluster]") {
+  cluster c{{"--peer-timeout", "2"}};
+  c.add_worker("w1", 1);
+  c.add_worker("w2", 1);
+  c.submit("job", "8 1");
+  REQUIRE(eventually([&] { return starts_of(c, "job").size() == 1; }, 10s));
+  auto first = starts_of(c, "job").front();
+  c.worker(first.node).signal(SIGSTOP);
+  // Seen after the peer timeout (2 s, checked at each 200 ms heartbeat).
+  REQUIRE(eventually([&] { return starts_of(c, "job").size() == 2; }, 10s));
+  CHECK(starts_of(c, "job").back().node != first.node);
+  c.worker(first.node).signal(SIGCONT);
+  auto st = c.wait_done("job");
+  CHECK(st.at("result").at("outcome") == "succeeded");
+  CHECK(st.at("total_attempts") == 2);
+  // The thawed node kills its copy (which needed 8 s) on finding its
+  // coordinator gone, long before that copy could have finished: only the
+  // second attempt ever ends cleanly.
+  REQUIRE(eventually(
+    [&] {
+      return c.worker(first.node).err().find("lost the coordinator") !=
+             std::string::npos;
+    },
+    10s));
+  CHECK(eventually([&] { return ::kill(first.pid, 0) != 0; }, 3s));
+  CHECK(c.clean_ends("job") == 1);
+  // It joins again and takes new work.
+  c.wait_joined(first.node, 2);
+}
+
+TEST_CASE("cluster: the coordinator killed and restarted: its workers join "
+          "again and every task ends",
+          "[cluster]") {
+  cluster c;
+  c.add_worker("w1", 2);
+  c.add_worker("w2", 2);
+  for (int i = 0; i < 6; ++i)
+    c.submit("t" + std::to_string(i), "3 0.5");
+  REQUIRE(eventually([&] { return c.starts().size() >= 4; }, 10s));
+  c.coordinator().signal(SIGKILL);
+  REQUIRE(c.coordinator().wait(10s) == 128 + SIGKILL);
+  // The workers see it go and stop the attempts it placed.
+  for (auto w : {"w1", "w2"})
+    REQUIRE(eventually(
+      [&] {
+        return c.worker(w).err().find("lost the coordinator") !=
+               std::string::npos;
+      },
+      10s));
+  c.start_coordinator();
+  c.wait_joined("w1", 1);
+  c.wait_joined("w2", 1);
+  for (int i = 0; i < 6; ++i) {
+    auto id = "t" + std::to_string(i);
+    auto st = c.wait_done(id, 60s);
+    INFO(id);
+    CHECK(st.at("result").at("outcome") == "succeeded");
+    // One attempt ends cleanly per task: none ran to its end twice.
+    CHECK(c.clean_ends(id) == 1);
+  }
+}
