@@ -26,6 +26,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <system_error>
 
@@ -97,6 +98,22 @@ int run_worker_node(const worker_node_options& opts) {
   if (ec)
     return bad("cannot create " + agent_opts.attempt_root + ": " +
                ec.message());
+  // What an earlier worker left running here (it was killed: its
+  // coordinator has retried those attempts elsewhere long since).
+  runtime::reap_spec leftovers;
+  leftovers.attempt_root = agent_opts.attempt_root;
+  leftovers.owner = owner.name;
+  leftovers.dead_owners = true;
+  std::set<runtime::container_runtime*> reaped;
+  for (auto& [name, rt] : agent_opts.runtimes) {
+    if (!reaped.insert(rt.get()).second)
+      continue;
+    auto report = rt->reap(leftovers);
+    for (auto& line : report.reaped)
+      spdlog::info("reaped what an earlier worker left: {}", line);
+    for (auto& line : report.errors)
+      spdlog::warn("reaping what an earlier worker left: {}", line);
+  }
 
   std::mutex target_mutex;
   caf::actor target;

@@ -5,6 +5,8 @@
 
 #include "tasksup_child.hpp"
 
+#include <boost/json/parse.hpp>
+
 #include <catch2/catch.hpp>
 
 #include <signal.h>
@@ -41,6 +43,7 @@ class cluster {
 public:
   explicit cluster(std::vector<std::string> coordinator_flags = {}) {
     ran_ = dir_ / "ran.txt";
+    release_ = dir_ / "release";
     // Records each start (task, attempt, where, when) and each clean end;
     // the prompt says how long to work: "<seconds>" or "<first> <later>"
     // (the first attempt works longer).
@@ -52,6 +55,12 @@ public:
         ran_ +
         "'\n"
         "set -- $*\n"
+        "if [ \"$1\" = hold ]; then\n"
+        "  n=0; while [ ! -e '" +
+        release_ +
+        "' ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); done\n"
+        "  set -- 0\n"
+        "fi\n"
         "t=$1\n"
         "if [ \"$TASKSUP_ATTEMPT\" -gt 1 ] && [ -n \"$2\" ]; then t=$2; fi\n"
         "sleep \"$t\"\n"
@@ -201,6 +210,9 @@ public:
 
   const scratch& dir() const { return dir_; }
 
+  /// Lets the agents prompted "hold" finish.
+  void release() { std::ofstream{release_} << "go\n"; }
+
 private:
   std::string write_config(const std::string& name, int slots) {
     auto config = dir_ / ("config-" + name);
@@ -215,6 +227,8 @@ private:
 
   scratch dir_;
   std::string ran_;
+  /// Agents prompted "hold" work until this file exists.
+  std::string release_;
   std::string agent_;
   int port_ = 0;
   int starts_ = 0;
@@ -251,12 +265,13 @@ TEST_CASE("cluster: attempts go to the fitting worker with the most free "
   c.add_worker("w1", 1, {"--label", "gpu=true"});
   c.add_worker("w2", 3);
   c.add_worker("w3", 2);
-  c.submit("gpu", "2", R"(, "placement": {"labels": {"gpu": "true"}})");
+  // The gpu task holds w1's only slot until the test lets it go.
+  c.submit("gpu", "hold", R"(, "placement": {"labels": {"gpu": "true"}})");
   REQUIRE(eventually([&] { return starts_of(c, "gpu").size() == 1; }, 10s));
   CHECK(starts_of(c, "gpu").front().node == "w1");
   // Five more fill w2 (3) and w3 (2); w1 is busy with the gpu task.
   for (int i = 0; i < 5; ++i)
-    c.submit("t" + std::to_string(i), "2");
+    c.submit("t" + std::to_string(i), "hold");
   REQUIRE(eventually([&] { return c.starts().size() == 6; }, 10s));
   std::map<std::string, int> per_node;
   for (auto& s : c.starts())
@@ -264,6 +279,15 @@ TEST_CASE("cluster: attempts go to the fitting worker with the most free "
   CHECK(per_node["w1"] == 1);
   CHECK(per_node["w2"] == 3);
   CHECK(per_node["w3"] == 2);
+  // The coordinator lists its nodes with what runs on each.
+  auto listed = run_to_end(c.dir(), {"nodes", "--json", "--node", c.address()});
+  REQUIRE(listed.status == 0);
+  auto list = boost::json::parse(listed.out).as_array();
+  REQUIRE(list.size() == 3);
+  CHECK(list[0].at("name") == "w1");
+  CHECK(list[0].at("labels").at("gpu") == "true");
+  CHECK(list[1].at("running") == 3);
+  CHECK(list[2].at("max_concurrent") == 2);
   // Running tasks say where; a task no node fits waits, saying why.
   auto r = run_to_end(c.dir(), {"status", "--node", c.address()});
   CHECK_THAT(r.out, Catch::Contains("NODE") && Catch::Contains("w2"));
@@ -272,6 +296,7 @@ TEST_CASE("cluster: attempts go to the fitting worker with the most free "
   CHECK_THAT(r.out,
              Catch::Contains("no worker node with the process runtime has "
                              "label tpu=v5"));
+  c.release();
   for (auto id : {"gpu", "t0", "t1", "t2", "t3", "t4"}) {
     auto st = c.wait_done(id);
     CHECK(st.at("result").at("outcome") == "succeeded");
