@@ -255,6 +255,7 @@ TEST_CASE("front door: a CAF client cannot reach internal handlers, forge "
   auto sub = n.cmd({"submit", example("demo-crash.json")});
   INFO(sub.err);
   REQUIRE(sub.status == 0);
+  INFO(n.process().err());
   CHECK(eventually(
     [&] {
       auto r = n.cmd({"status", "demo-crash", "--json"});

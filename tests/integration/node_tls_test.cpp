@@ -151,7 +151,7 @@ TEST_CASE("tls: a client without a certificate of the node's CA is refused "
   // A plain-TCP client starts at once: it waits for the handshake timeout.
   tasksup_child plain{
     dir, "plain", {"status", "--insecure", "--node", n.address()}};
-  REQUIRE(n.cmd({"certs", "init", dir / "foreign"}).status == 0);
+  REQUIRE(run_to_end(dir, {"certs", "init", dir / "foreign"}).status == 0);
   auto foreign = client_files(dir / "foreign");
   tls_files impostor{good.ca, foreign.certificate, foreign.key};
 
@@ -165,10 +165,11 @@ TEST_CASE("tls: a client without a certificate of the node's CA is refused "
     CHECK_FALSE(peer.handshake_ok());
   }
   {
-    // TLS 1.3: the client finishes its side first; the node still refuses
-    // the certificate and closes before anything is relayed.
+    // TLS 1.3: the client may finish its side before the node has checked
+    // its certificate; the node refuses it all the same and closes (a write
+    // may already fail on the node's alert).
     tls_client peer{n.port(), impostor, TLS1_3_VERSION};
-    REQUIRE(peer.send(basp_header(2, 16)));
+    peer.send(basp_header(2, 16));
     CHECK(peer.closed_by_node(5s));
   }
   // CAF clients through CAF's OpenSSL module.
