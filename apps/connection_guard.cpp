@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
@@ -21,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <mutex>
 #include <optional>
@@ -548,6 +550,14 @@ struct connection_guard::impl {
   }
 
   void run() {
+    // OpenSSL writes to the peer's socket without MSG_NOSIGNAL: a peer that
+    // has gone would raise SIGPIPE and kill the node. Blocked on this thread
+    // (the signal is raised on the writing thread), the write fails with
+    // EPIPE instead and the connection is dropped.
+    sigset_t pipe_only;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_only, nullptr);
     epoll_event events[64];
     auto next_sweep = clock_type::now();
     while (!stopping) {

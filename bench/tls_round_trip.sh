@@ -20,18 +20,23 @@ trap cleanup EXIT
 start_node() { # name, extra flags...
   local name=$1
   shift
+  mkdir -p "$work/$name"
   "$bin" serve --listen 127.0.0.1:0 --work-dir "$work/$name/work" \
-    --state-dir "$work/$name/state" --no-journal "$@" 2>"$work/$name.err" &
+    --state-dir "$work/$name/state" --no-journal "$@" \
+    >/dev/null 2>"$work/$name.err" &
   pids+=($!)
+}
+address_of() { # name -> HOST:PORT once the node has logged it
   for _ in $(seq 100); do
-    grep -q "listening on" "$work/$name.err" 2>/dev/null && break
+    grep -q "listening on" "$work/$1.err" 2>/dev/null && break
     sleep 0.1
   done
-  sed -n 's/.*listening on \(127\.0\.0\.1:[0-9]*\).*/\1/p' "$work/$name.err" | head -n 1
+  sed -n 's/.*listening on \(127\.0\.0\.1:[0-9]*\).*/\1/p' "$work/$1.err" | head -n 1
 }
-mkdir -p "$work/tls" "$work/plain"
-tls_node=$(start_node tls)
-plain_node=$(start_node plain --insecure)
+start_node tls
+start_node plain --insecure
+tls_node=$(address_of tls)
+plain_node=$(address_of plain)
 export TASKSUP_CERTS=$work/tls/state/certs
 "$bin" status --node "$tls_node" >/dev/null
 "$bin" status --node "$plain_node" --insecure >/dev/null 2>&1
