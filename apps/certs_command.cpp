@@ -51,25 +51,26 @@ void setup_certs(CLI::App& app, int& status) {
   cmd->add_option("dir", opts->dir, "Directory for the files (created 0700)")
     ->required();
   cmd->add_flag("--force", opts->force,
-                "Replace files that exist (every connection made with the "
-                "old ones is refused from then on)");
+                "Replace files that exist (a node started with the new ones "
+                "refuses every peer that holds only the old ones)");
   cmd
     ->add_option("--days", opts->days,
                  "Validity of the node and client certificates in days (the "
                  "CA's: 3650)")
     ->check(CLI::Range(1, 36500))
     ->capture_default_str();
-  cmd->footer(std::string{R"(Writes, with OpenSSL's library: )"} +
-              cert_file::ca_key + ", " + cert_file::ca_certificate +
-              " (the CA), " + cert_file::node_key + ", " +
+  cmd->footer(std::string{"Writes, with OpenSSL's library: "} +
+              cert_file::ca_key + " and " + cert_file::ca_certificate +
+              " (the CA), " + cert_file::node_key + " and " +
               cert_file::node_certificate + " (for `tasksup serve`), " +
-              cert_file::client_key + ", " + cert_file::client_certificate +
-              R"( (for the commands). EC P-256 keys,
-SHA-256 signatures, random serial numbers. Keys are 0600, the directory 0700;
-an existing file is never replaced without --force. A node started without
---certs creates the same files in <state dir>/certs on its first start, so
-only this step is needed for a directory of your choosing. The node accepts
-only peers whose certificate its CA signed; keep ca.key away from clients.
+              cert_file::client_key + " and " + cert_file::client_certificate +
+              R"( (for the commands).
+EC P-256 keys, SHA-256 signatures, random serial numbers. Keys are 0600, the
+directory 0700; an existing file is never replaced without --force. A node
+started without --certs makes the same files in <state dir>/certs on its
+first start, so this command is needed only for certificates kept elsewhere
+(another user or machine). A node accepts only peers whose certificate its
+CA signed; give clients ca.crt, client.crt and client.key, never ca.key.
 
 Example:
   tasksup certs init ~/tasksup-certs

@@ -69,12 +69,15 @@ void add_node_option(CLI::App* cmd, std::string& node) {
                   "The node to talk to, HOST:PORT (default: $TASKSUP_NODE, "
                   "else 127.0.0.1:" +
                     std::to_string(default_node_port) + ")");
-  cmd->add_option("--certs", flags().certs,
-                  "Directory with ca.crt, client.crt and client.key "
-                  "(default: $TASKSUP_CERTS, else <state dir>/certs)");
-  cmd->add_flag("--insecure", flags().insecure,
-                "Plain TCP, no certificates: only for a node started with "
-                "--insecure");
+  auto* certs =
+    cmd->add_option("--certs", flags().certs,
+                    "Directory with ca.crt, client.crt and client.key "
+                    "(default: $TASKSUP_CERTS, else <state dir>/certs)");
+  cmd
+    ->add_flag("--insecure", flags().insecure,
+               "Plain TCP, no certificates: only for a node started with "
+               "--insecure")
+    ->excludes(certs);
 }
 
 std::string node_help() {

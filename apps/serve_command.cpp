@@ -488,13 +488,16 @@ void setup_serve(CLI::App& app, int& status) {
   cmd->add_option("--notify-on", opts->notify_on,
                   "Outcomes that notify: succeeded, failed, stopped (repeat; "
                   "default all)");
-  cmd->add_option("--certs", opts->certs,
-                  "Directory with ca.crt, node.crt and node.key (`tasksup "
-                  "certs init DIR`). Default: <state dir>/certs, created on "
-                  "the first start");
-  cmd->add_flag("--insecure", opts->insecure,
-                "Plain TCP without certificates: anyone who can reach the "
-                "port can run commands as this user");
+  auto* certs =
+    cmd->add_option("--certs", opts->certs,
+                    "Directory with ca.crt, node.crt and node.key (`tasksup "
+                    "certs init DIR`). Default: <state dir>/certs, created on "
+                    "the first start");
+  cmd
+    ->add_flag("--insecure", opts->insecure,
+               "Plain TCP without certificates: anyone who can reach the "
+               "port can run commands as this user")
+    ->excludes(certs);
   cmd->footer(std::string{config_dir_rule} + R"(
 
 The node runs at most node.json's max_concurrent attempts at once; further
