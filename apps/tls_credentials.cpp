@@ -86,6 +86,12 @@ std::string node_certs_dir(const std::string& flag,
   return flag.empty() ? state_dir + "/certs" : flag;
 }
 
+node_credentials joining_credentials(const std::string& flag, bool insecure) {
+  if (insecure)
+    return insecure_credentials();
+  return node_credentials_in(client_certs_dir(flag));
+}
+
 std::optional<error> check_credentials(const node_credentials& creds) {
   if (creds.insecure)
     return std::nullopt;

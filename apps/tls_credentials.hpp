@@ -53,6 +53,15 @@ std::string client_certs_dir(const std::string& flag);
 std::string node_certs_dir(const std::string& flag,
                            const std::string& state_dir);
 
+/// The credentials a worker node joins a coordinator with: insecure with
+/// `insecure`, else the node certificate and key (node.crt, node.key,
+/// ca.crt; valid as a client too) in the directory a command would use:
+/// `flag` (its `--certs DIR`), else $TASKSUP_CERTS, else
+/// `<default state dir>/certs`. On the coordinator's machine and user that
+/// is the coordinator's own directory; elsewhere, copy the coordinator's
+/// ca.crt, node.crt and node.key (never ca.key) and pass `--certs`.
+node_credentials joining_credentials(const std::string& flag, bool insecure);
+
 /// Whether each file of `creds` exists and can be read by this process;
 /// the error names the first one that cannot, and why. Nothing to check
 /// for insecure credentials.

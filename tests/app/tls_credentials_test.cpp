@@ -77,6 +77,15 @@ TEST_CASE("a command finds its certificates: --certs, else $TASKSUP_CERTS, "
   scoped_env xdg{"XDG_STATE_HOME", "/home/u/.state"};
   CHECK(client_certs_dir("") == "/home/u/.state/tasksup/certs");
   CHECK(default_state_dir() == "/home/u/.state/tasksup");
+  // A worker joining a coordinator: the node's files, found like a
+  // command's.
+  auto join = joining_credentials("", false);
+  CHECK_FALSE(join.insecure);
+  CHECK(join.certificate_file == "/home/u/.state/tasksup/certs/node.crt");
+  CHECK(join.key_file == "/home/u/.state/tasksup/certs/node.key");
+  CHECK(join.ca_file == "/home/u/.state/tasksup/certs/ca.crt");
+  CHECK(joining_credentials("/c", false).key_file == "/c/node.key");
+  CHECK(joining_credentials("/c", true).insecure);
   // A node: --certs, else <state dir>/certs.
   CHECK(node_certs_dir("", "/var/lib/x") == "/var/lib/x/certs");
   CHECK(node_certs_dir("/c", "/var/lib/x") == "/c");

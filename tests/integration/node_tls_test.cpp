@@ -186,8 +186,12 @@ TEST_CASE("tls: a client without a certificate of the node's CA is refused "
   CHECK(plain.wait(30s) == 3);
   CHECK(plain.err().find("cannot reach the node") != std::string::npos);
 
-  // The node is up, and a client with the node's certificates is served.
+  // The node is up, and a client with the node's certificates is served;
+  // so is one showing the node certificate (a worker joining a coordinator).
   CHECK(caf_client_served(n.port(), good));
+  auto certs = node_certs(dir);
+  CHECK(caf_client_served(
+    n.port(), {certs + "/ca.crt", certs + "/node.crt", certs + "/node.key"}));
   CHECK(n.serves());
   CHECK(n.cmd({"status", "demo-crash"}).status != 0);
   CHECK(n.log_lines_with("refused a TLS connection from 127.0.0.1:") >= 1);
