@@ -1,10 +1,18 @@
 #include "connection_guard.hpp"
 #include "listen_socket.hpp"
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
+#include <spdlog/spdlog.h>
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <pwd.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
@@ -14,8 +22,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -89,12 +99,69 @@ struct frame_reader {
 /// One relayed connection: the peer's socket and our end of the pair.
 struct link {
   int peer = -1;
+  /// Our end of the socket pair CAF has the other end of; with TLS, -1
+  /// until the handshake is complete (a refused peer never reaches CAF).
   int node = -1;
-  std::string up;   // peer -> node, not yet written
-  std::string down; // node -> peer, not yet written
+  /// The TLS session (null for plain TCP).
+  SSL* ssl = nullptr;
+  bool handshaking = false;
+  /// The last TLS call waits for bytes from the peer / room to write to it.
+  bool tls_wants_in = false;
+  bool tls_wants_out = false;
+  std::string up;   // peer -> node (plaintext), not yet written
+  std::string down; // node -> peer (plaintext), not yet written
   frame_reader frames;
+  clock_type::time_point accepted_at;
   clock_type::time_point last_peer_byte;
 };
+
+/// `host:port` of the peer of `fd`, for the log.
+std::string peer_text(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+    return "an unknown peer";
+  char host[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&addr);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    return std::string{host} + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (addr.ss_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&addr);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    return "[" + std::string{host} +
+           "]:" + std::to_string(ntohs(in6->sin6_port));
+  }
+  return "an unknown peer";
+}
+
+/// Why a TLS handshake failed, in OpenSSL's words (never the peer's bytes).
+std::string handshake_failure(SSL* ssl, int ssl_error) {
+  auto verify = SSL_get_verify_result(ssl);
+  std::string out;
+  if (verify != X509_V_OK)
+    out = std::string{"certificate refused: "} +
+          X509_verify_cert_error_string(verify);
+  else if (auto code = ERR_peek_error(); code != 0) {
+    auto* reason = ERR_reason_error_string(code);
+    out = reason != nullptr ? reason : "TLS error";
+  } else if (ssl_error == SSL_ERROR_SYSCALL ||
+             ssl_error == SSL_ERROR_ZERO_RETURN)
+    out = "the peer closed the connection during the handshake";
+  else
+    out = "TLS error";
+  ERR_clear_error();
+  return out;
+}
+
+/// The effective user's name, for the --insecure warning.
+std::string effective_user() {
+  auto uid = ::geteuid();
+  if (auto* pw = ::getpwuid(uid); pw != nullptr && pw->pw_name != nullptr)
+    return pw->pw_name;
+  return "uid " + std::to_string(uid);
+}
 
 void set_nonblocking(int fd) {
   auto flags = ::fcntl(fd, F_GETFL, 0);
@@ -126,12 +193,13 @@ struct connection_guard::impl {
   std::uint64_t next_id = 1;
   mutable std::mutex stats_mutex;
   connection_guard_stats counters;
+  /// Refused handshakes not logged yet, and when the last log line was.
+  std::size_t unlogged_refusals = 0;
+  std::optional<clock_type::time_point> last_refusal_log;
 
   ~impl() {
-    for (auto& kv : links) {
-      ::close(kv.second.peer);
-      ::close(kv.second.node);
-    }
+    for (auto& kv : links)
+      release(kv.second);
     for (int fd : {listener, epoll, wake})
       if (fd >= 0)
         ::close(fd);
@@ -151,25 +219,181 @@ struct connection_guard::impl {
     };
     std::uint32_t peer_events = 0;
     std::uint32_t node_events = 0;
-    if (l.up.size() < relay_buffer_bytes)
-      peer_events |= EPOLLIN;
-    if (!l.down.empty())
-      peer_events |= EPOLLOUT;
+    if (l.ssl != nullptr) {
+      // TLS: poll for what the last TLS call waits for; once established,
+      // also for the peer's bytes while there is room for them.
+      if (l.tls_wants_in ||
+          (!l.handshaking && l.up.size() < relay_buffer_bytes))
+        peer_events |= EPOLLIN;
+      if (l.tls_wants_out)
+        peer_events |= EPOLLOUT;
+    } else {
+      if (l.up.size() < relay_buffer_bytes)
+        peer_events |= EPOLLIN;
+      if (!l.down.empty())
+        peer_events |= EPOLLOUT;
+    }
     if (l.down.size() < relay_buffer_bytes)
       node_events |= EPOLLIN;
     if (!l.up.empty())
       node_events |= EPOLLOUT;
     mod(l.peer, id << 1, peer_events);
-    mod(l.node, (id << 1) | 1, node_events);
+    if (l.node >= 0)
+      mod(l.node, (id << 1) | 1, node_events);
+  }
+
+  /// Closes a connection's descriptors (which also removes them from
+  /// epoll) and frees its TLS session.
+  static void release(link& l) {
+    if (l.ssl != nullptr)
+      SSL_free(l.ssl);
+    ::close(l.peer);
+    if (l.node >= 0)
+      ::close(l.node);
   }
 
   void drop(std::uint64_t id) {
     auto i = links.find(id);
     if (i == links.end())
       return;
-    ::close(i->second.peer); // closing also removes them from epoll
-    ::close(i->second.node);
+    release(i->second);
     links.erase(i);
+  }
+
+  /// Gives CAF's BASP broker one end of a new socket pair for `l`; false
+  /// when that failed (the caller drops the connection).
+  bool attach_node(std::uint64_t id, link& l) {
+    int pair[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
+      return false;
+    set_nonblocking(pair[0]);
+    // CAF owns pair[1] from here on, whatever adopt returns.
+    if (!adopt(pair[1])) {
+      ::close(pair[0]);
+      return false;
+    }
+    count(&connection_guard_stats::accepted);
+    l.node = pair[0];
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = (id << 1) | 1;
+    ::epoll_ctl(epoll, EPOLL_CTL_ADD, l.node, &ev);
+    return true;
+  }
+
+  /// Counts a refused handshake and logs it: the first at once, later ones
+  /// summed up at most once per `refusal_log_interval`.
+  void refused(const link& l, const std::string& reason) {
+    count(&connection_guard_stats::refused_handshakes);
+    auto now = clock_type::now();
+    if (last_refusal_log &&
+        now - *last_refusal_log < opts.refusal_log_interval) {
+      ++unlogged_refusals;
+      return;
+    }
+    if (unlogged_refusals > 0)
+      spdlog::warn("refused a TLS connection from {}: {} ({} more refused "
+                   "since the last report)",
+                   peer_text(l.peer), reason, unlogged_refusals);
+    else
+      spdlog::warn("refused a TLS connection from {}: {}", peer_text(l.peer),
+                   reason);
+    last_refusal_log = now;
+    unlogged_refusals = 0;
+  }
+
+  /// The summary of refusals not logged yet, once the interval has passed.
+  void report_refusals(clock_type::time_point now) {
+    if (unlogged_refusals == 0 || !last_refusal_log ||
+        now - *last_refusal_log < opts.refusal_log_interval)
+      return;
+    spdlog::warn("refused {} more TLS connection(s) in the last {} s",
+                 unlogged_refusals, opts.refusal_log_interval.count());
+    last_refusal_log = now;
+    unlogged_refusals = 0;
+  }
+
+  /// Moves what can move on a TLS connection: the handshake, then
+  /// peer -> node (decrypted, frame-checked) and node -> peer (encrypted),
+  /// until nothing moves. False when the connection is to be dropped.
+  bool pump_tls(std::uint64_t id, link& l) {
+    auto* ssl = l.ssl;
+    if (l.handshaking) {
+      ERR_clear_error();
+      int r = SSL_do_handshake(ssl);
+      if (r != 1) {
+        int e = SSL_get_error(ssl, r);
+        l.tls_wants_in = e == SSL_ERROR_WANT_READ;
+        l.tls_wants_out = e == SSL_ERROR_WANT_WRITE;
+        if (l.tls_wants_in || l.tls_wants_out)
+          return true;
+        refused(l, handshake_failure(ssl, e));
+        return false;
+      }
+      l.handshaking = false;
+      l.tls_wants_in = false;
+      l.tls_wants_out = false;
+      if (!attach_node(id, l))
+        return false;
+    }
+    char chunk[relay_buffer_bytes];
+    for (;;) {
+      bool moved = false;
+      l.tls_wants_in = false;
+      l.tls_wants_out = false;
+      while (l.up.size() < relay_buffer_bytes) {
+        auto room = static_cast<int>(relay_buffer_bytes - l.up.size());
+        ERR_clear_error();
+        int n = SSL_read(ssl, chunk, room);
+        if (n <= 0) {
+          int e = SSL_get_error(ssl, n);
+          if (e == SSL_ERROR_WANT_READ)
+            break;
+          if (e == SSL_ERROR_WANT_WRITE) {
+            l.tls_wants_out = true;
+            break;
+          }
+          ERR_clear_error();
+          return false; // closed by the peer, or a TLS error
+        }
+        l.last_peer_byte = clock_type::now();
+        auto bytes = static_cast<std::size_t>(n);
+        if (!l.frames.consume(reinterpret_cast<const unsigned char*>(chunk),
+                              bytes, opts.max_payload_bytes)) {
+          count(&connection_guard_stats::oversized);
+          return false;
+        }
+        l.up.append(chunk, bytes);
+        moved = true;
+      }
+      auto up_before = l.up.size();
+      auto down_before = l.down.size();
+      if (!flush(l.node, l.up) ||
+          !fill(l.node, l.down, [](const char*, std::size_t) { return true; }))
+        return false;
+      moved = moved || l.up.size() != up_before || l.down.size() != down_before;
+      while (!l.down.empty()) {
+        ERR_clear_error();
+        int n = SSL_write(ssl, l.down.data(), static_cast<int>(l.down.size()));
+        if (n <= 0) {
+          int e = SSL_get_error(ssl, n);
+          if (e == SSL_ERROR_WANT_WRITE) {
+            l.tls_wants_out = true;
+            break;
+          }
+          if (e == SSL_ERROR_WANT_READ) {
+            l.tls_wants_in = true;
+            break;
+          }
+          ERR_clear_error();
+          return false;
+        }
+        l.down.erase(0, static_cast<std::size_t>(n));
+        moved = true;
+      }
+      if (!moved)
+        return true;
+    }
   }
 
   /// Writes what is buffered for `fd`; false on a broken connection.
@@ -213,6 +437,16 @@ struct connection_guard::impl {
     // input) would be reported again and again: the peer is gone, drop it.
     if ((events & (EPOLLHUP | EPOLLERR)) != 0 && (events & EPOLLIN) == 0) {
       drop(id);
+      return;
+    }
+    if (l.ssl != nullptr) {
+      if (!from_node && (events & EPOLLIN) != 0)
+        l.last_peer_byte = clock_type::now();
+      if (!pump_tls(id, l)) {
+        drop(id);
+        return;
+      }
+      watch(id, l);
       return;
     }
     bool ok = true;
@@ -266,30 +500,28 @@ struct connection_guard::impl {
       }
       if (links.size() >= max_links)
         evict_most_idle();
-      int pair[2];
-      if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) {
-        ::close(fd);
-        continue;
-      }
-      set_nonblocking(pair[0]);
-      // CAF owns pair[1] from here on, whatever adopt returns.
-      if (!adopt(pair[1])) {
-        ::close(fd);
-        ::close(pair[0]);
-        continue;
-      }
-      count(&connection_guard_stats::accepted);
       auto id = next_id++;
       auto& l = links[id];
       l.peer = fd;
-      l.node = pair[0];
-      l.last_peer_byte = clock_type::now();
-      for (auto [sock, tag] :
-           {std::pair{fd, id << 1}, std::pair{pair[0], (id << 1) | 1}}) {
-        epoll_event ev{};
-        ev.events = EPOLLIN;
-        ev.data.u64 = tag;
-        ::epoll_ctl(epoll, EPOLL_CTL_ADD, sock, &ev);
+      l.accepted_at = clock_type::now();
+      l.last_peer_byte = l.accepted_at;
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = id << 1;
+      ::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &ev);
+      if (opts.tls) {
+        // CAF gets its end of a socket pair once the handshake is done.
+        l.ssl = SSL_new(opts.tls.get());
+        if (l.ssl == nullptr || SSL_set_fd(l.ssl, fd) != 1) {
+          ERR_clear_error();
+          drop(id);
+          continue;
+        }
+        SSL_set_accept_state(l.ssl);
+        l.handshaking = true;
+        l.tls_wants_in = true;
+      } else if (!attach_node(id, l)) {
+        drop(id);
       }
     }
   }
@@ -298,6 +530,12 @@ struct connection_guard::impl {
     auto now = clock_type::now();
     std::vector<std::uint64_t> expired;
     for (auto& [id, l] : links) {
+      // A handshake has the frame timeout from the accept to complete,
+      // however slowly the peer trickles bytes.
+      if (l.handshaking && now - l.accepted_at > opts.frame_timeout) {
+        expired.push_back(id);
+        continue;
+      }
       auto silent = now - l.last_peer_byte;
       auto limit =
         l.frames.mid_frame() ? opts.frame_timeout : opts.idle_timeout;
@@ -308,9 +546,18 @@ struct connection_guard::impl {
       count(&connection_guard_stats::timed_out);
       drop(id);
     }
+    report_refusals(now);
   }
 
   void run() {
+    // OpenSSL writes to the peer's socket without MSG_NOSIGNAL: a peer that
+    // has gone would raise SIGPIPE and kill the node. Blocked on this thread
+    // (the signal is raised on the writing thread), the write fails with
+    // EPIPE instead and the connection is dropped.
+    sigset_t pipe_only;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    ::pthread_sigmask(SIG_BLOCK, &pipe_only, nullptr);
     epoll_event events[64];
     auto next_sweep = clock_type::now();
     while (!stopping) {
@@ -369,6 +616,10 @@ connection_guard::start(const connection_guard_options& opts, adopt_fn adopt,
     ev.data.u64 = tag;
     ::epoll_ctl(st->epoll, EPOLL_CTL_ADD, fd, &ev);
   }
+  if (!opts.tls)
+    spdlog::warn("--insecure: no TLS on {}:{}; anyone who can reach this "
+                 "port can run commands as {}",
+                 opts.host, port, effective_user());
   std::unique_ptr<connection_guard> out{new connection_guard};
   out->port_ = port;
   out->impl_ = std::move(st);

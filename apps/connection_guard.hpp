@@ -6,7 +6,12 @@
 // sizes its read buffer to a frame's announced payload length before any of
 // it arrives, never times out a frame that stops halfway and has no cap on
 // connections; the guard adds those three limits and leaves BASP itself to
-// CAF (the bytes pass unchanged). See README "Design: the front door".
+// CAF (the bytes pass unchanged). With a TLS context it also terminates
+// mutual TLS: a peer without a certificate signed by the node's CA is
+// refused during the handshake, before CAF has a connection, and the frame
+// checks apply to the decrypted stream. See README "Design: the front door".
+
+#include "tls_server_context.hpp"
 
 #include "tasksup/actors/wire_limits.hpp"
 
@@ -32,11 +37,19 @@ struct connection_guard_options {
   /// Largest BASP payload a peer may announce.
   std::uint32_t max_payload_bytes = wire::max_message_bytes;
   /// A frame begun and not completed, with no byte from the peer for this
-  /// long, closes the connection.
+  /// long, closes the connection; so does a TLS handshake not completed
+  /// this long after the connection was accepted.
   std::chrono::milliseconds frame_timeout{10000};
   /// A connection whose peer sends nothing at all (CAF peers send a
   /// heartbeat every second) for this long is closed.
   std::chrono::milliseconds idle_timeout{30000};
+  /// Mutual TLS (see tls_server_context.hpp); null: plain TCP, which start()
+  /// logs as a warning.
+  tls_server_context tls;
+  /// Seconds between two log lines about refused handshakes: the first
+  /// refusal is logged at once, later ones are counted and summed up at most
+  /// this often, so a flood cannot fill the disk.
+  std::chrono::seconds refusal_log_interval{10};
 };
 
 /// Counters of what the guard refused, for the node's log and tests.
@@ -45,6 +58,10 @@ struct connection_guard_stats {
   std::size_t oversized = 0;
   std::size_t timed_out = 0;
   std::size_t evicted = 0;
+  /// TLS handshakes that failed: no certificate, one not signed by the
+  /// node's CA, not TLS at all, an oversized record. (A handshake that
+  /// stalls counts as timed out.)
+  std::size_t refused_handshakes = 0;
 };
 
 /// Accepts connections on its own thread and hands CAF one end of a socket

@@ -10,6 +10,8 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/manager.hpp>
+#include <caf/openssl/remote_actor.hpp>
 #include <caf/sec.hpp>
 #include <caf/send.hpp>
 
@@ -20,19 +22,71 @@
 
 namespace tasksup::app {
 
+namespace {
+
+/// `--certs` and `--insecure` of the one command this program runs.
+struct client_flags {
+  std::string certs;
+  bool insecure = false;
+};
+
+client_flags& flags() {
+  static client_flags f;
+  return f;
+}
+
+} // namespace
+
+std::optional<error> configure_node_client(caf::actor_system_config& cfg,
+                                           const node_credentials& creds) {
+  if (creds.insecure)
+    return std::nullopt;
+  if (auto err = check_credentials(creds))
+    return err;
+  cfg.load<caf::openssl::manager>();
+  cfg.openssl_certificate = creds.certificate_file;
+  cfg.openssl_key = creds.key_file;
+  cfg.openssl_cafile = creds.ca_file;
+  return std::nullopt;
+}
+
+caf::expected<caf::actor> connect_to_node(caf::actor_system& sys,
+                                          const node_address& addr,
+                                          const node_credentials& creds) {
+  if (creds.insecure)
+    return sys.middleman().remote_actor(addr.host, addr.port);
+  if (!sys.has_openssl_manager())
+    return caf::make_error(caf::sec::runtime_error,
+                           "TLS is not configured in this actor system");
+  // The files could have gone since configure_node_client: CAF would abort.
+  if (auto err = check_credentials(creds))
+    return caf::make_error(caf::sec::runtime_error, err->to_string());
+  return caf::openssl::remote_actor(sys, addr.host, addr.port);
+}
+
 void add_node_option(CLI::App* cmd, std::string& node) {
   cmd->add_option("--node", node,
                   "The node to talk to, HOST:PORT (default: $TASKSUP_NODE, "
                   "else 127.0.0.1:" +
                     std::to_string(default_node_port) + ")");
+  auto* certs =
+    cmd->add_option("--certs", flags().certs,
+                    "Directory with ca.crt, client.crt and client.key "
+                    "(default: $TASKSUP_CERTS, else <state dir>/certs)");
+  cmd
+    ->add_flag("--insecure", flags().insecure,
+               "Plain TCP, no certificates: only for a node started with "
+               "--insecure")
+    ->excludes(certs);
 }
 
 std::string node_help() {
   return "The node is --node HOST:PORT if given, else $TASKSUP_NODE if set, "
          "else 127.0.0.1:" +
          std::to_string(default_node_port) +
-         " (where `tasksup serve` listens by default). Exit status 3: the "
-         "node could not be reached, did not answer within " +
+         " (where `tasksup serve` listens by default). " + client_certs_help() +
+         " Exit status 3: the node could not be reached (or refused the "
+         "certificate), did not answer within " +
          std::to_string(node_request_timeout.count()) +
          "s, or refused the request.";
 }
@@ -57,16 +111,34 @@ int with_node(const std::string& command, const std::string& node,
         if (target)
           caf::anon_send(target, signal_atom::value, count);
       });
+  auto creds = flags().insecure
+                 ? insecure_credentials()
+                 : client_credentials_in(client_certs_dir(flags().certs));
+  auto unreachable = [&](const std::string& why) {
+    std::cerr << "tasksup " << command << ": cannot reach the node at "
+              << addr->to_string() << ": " << why << '\n';
+    return exit_status::unavailable;
+  };
   caf::actor_system_config cfg;
   configure_actor_system(cfg, true);
+  if (auto err = configure_node_client(cfg, creds))
+    return unreachable(err->to_string() +
+                       " (a node started without --certs creates its "
+                       "certificates in <state dir>/certs; see --help)");
+  if (creds.insecure)
+    std::cerr << "tasksup " << command
+              << ": warning: --insecure: plain TCP, the node is not "
+                 "authenticated\n";
   caf::actor_system sys{cfg};
-  auto remote = sys.middleman().remote_actor(addr->host, addr->port);
-  if (!remote) {
-    std::cerr << "tasksup " << command << ": cannot reach the node at "
-              << addr->to_string() << ": " << sys.render(remote.error())
-              << " (is `tasksup serve` running there?)\n";
-    return exit_status::unavailable;
-  }
+  auto remote = connect_to_node(sys, *addr, creds);
+  if (!remote)
+    return unreachable(
+      sys.render(remote.error()) +
+      (creds.insecure
+         ? " (is `tasksup serve --insecure` running there?)"
+         : " (is `tasksup serve` running there, with certificates from the "
+           "same CA as " +
+             creds.ca_file + "?)"));
   caf::scoped_actor self{sys};
   {
     std::lock_guard<std::mutex> guard{target_mutex};

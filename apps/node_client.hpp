@@ -1,14 +1,21 @@
 #pragma once
 
+#include "node_address.hpp"
+#include "tls_credentials.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 #include <caf/error.hpp>
+#include <caf/expected.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include <chrono>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -30,7 +37,29 @@ struct node_session {
   std::string command;
 };
 
-/// Adds `--node HOST:PORT` (default $TASKSUP_NODE, else 127.0.0.1:7420).
+/// Prepares `cfg` (already set up by `configure_actor_system(cfg, true)`)
+/// to connect to nodes with `creds`: unless they are insecure, checks that
+/// every file can be read and loads CAF's OpenSSL module with them (CAF
+/// aborts the program on a file it cannot load, so a bad file must be
+/// caught here). The error names the file. A worker node joining a
+/// coordinator uses this with its node credentials, a command with its
+/// client credentials.
+std::optional<error> configure_node_client(caf::actor_system_config& cfg,
+                                           const node_credentials& creds);
+
+/// Connects to the node at `addr` with `creds` (mutual TLS through CAF's
+/// OpenSSL module; plain TCP when insecure) and returns the actor it serves.
+/// `sys` must have been configured by `configure_node_client` with the same
+/// credentials. A node that refuses the certificate, or whose certificate
+/// is not signed by our CA, ends the connection: that is an error here.
+caf::expected<caf::actor> connect_to_node(caf::actor_system& sys,
+                                          const node_address& addr,
+                                          const node_credentials& creds);
+
+/// Adds `--node HOST:PORT` (default $TASKSUP_NODE, else 127.0.0.1:7420),
+/// `--certs DIR` and `--insecure` (how the command proves who it is; see
+/// `client_certs_help`). A program runs one command, so the last two are
+/// kept for `with_node` rather than passed around.
 void add_node_option(CLI::App* cmd, std::string& node);
 
 /// The `--help` text on how the node is chosen, for command footers.
@@ -38,7 +67,8 @@ std::string node_help();
 
 /// Connects to the node at `node` and runs `body` with the session; returns
 /// its exit status. An unparsable address is bad input (2); an unreachable
-/// node is reported on stderr and gives `exit_status::unavailable` (3).
+/// node, one that refuses our certificate, or credentials that cannot be
+/// read are reported on stderr and give `exit_status::unavailable` (3).
 /// With `watch_signals`, SIGINT/SIGTERM arrive at `self` as
 /// `(signal_atom, count)` instead of ending the program.
 int with_node(const std::string& command, const std::string& node,

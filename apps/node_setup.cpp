@@ -76,6 +76,8 @@ std::string fresh_work_dir(std::string_view kind) {
 }
 
 std::string default_state_dir() {
+  if (auto* dir = std::getenv("TASKSUP_STATE_DIR"); dir && *dir != '\0')
+    return dir;
   if (auto* xdg = std::getenv("XDG_STATE_HOME"); xdg && *xdg == '/')
     return std::string{xdg} + "/tasksup";
   if (::geteuid() == 0)

@@ -42,8 +42,10 @@ make_named_runtime(std::string_view name, const node_config& node,
 /// `$TMPDIR/tasksup/<kind>-<local time>-<pid>` (not created here).
 std::string fresh_work_dir(std::string_view kind);
 
-/// The node's default state directory: $XDG_STATE_HOME/tasksup, else
-/// /var/lib/tasksup for root, else ~/.local/state/tasksup.
+/// The node's default state directory: $TASKSUP_STATE_DIR, else
+/// $XDG_STATE_HOME/tasksup, else /var/lib/tasksup for root, else
+/// ~/.local/state/tasksup. Client commands find a node's default
+/// certificates under the same directory.
 std::string default_state_dir();
 
 /// A seed for trace ids and jitter that differs between runs.

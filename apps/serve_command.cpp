@@ -11,6 +11,7 @@
 #include "notifier.hpp"
 #include "progress_view.hpp"
 #include "signal_watch.hpp"
+#include "tls_server_context.hpp"
 #include "worker_node.hpp"
 
 #include "tasksup/actors/journal_actor.hpp"
@@ -71,6 +72,9 @@ struct serve_options {
   /// A coordinator drops a worker node (and retries its attempts
   /// elsewhere) after this long without a heartbeat from it.
   double peer_timeout_s = 10;
+  /// Certificate directory (see tls_server_context.hpp); --insecure: none.
+  std::string certs;
+  bool insecure = false;
 };
 
 /// How long a shutdown waits for tasks to end after stopping them
@@ -202,6 +206,9 @@ int serve(const serve_options& opts) {
     }
     reg.restored = std::move(*snapshot);
   }
+  auto tls = front_door_tls(opts.certs, state_dir, opts.insecure);
+  if (!tls)
+    return bad(tls.error().to_string());
   // Attempts outlive a crashed node (their shims and containers keep
   // running) so that a restarted node can adopt them.
   runtime_owner owner{"serve", runtime::orphan_policy::keep};
@@ -280,6 +287,7 @@ int serve(const serve_options& opts) {
   connection_guard_options guard_opts;
   guard_opts.host = addr->host;
   guard_opts.port = addr->port;
+  guard_opts.tls = *tls;
   std::string guard_error;
   auto front = connection_guard::start(guard_opts, adopt, guard_error);
   if (!front) {
@@ -451,7 +459,8 @@ void setup_serve(CLI::App& app, int& status) {
                   "output logs (default: a fresh $TMPDIR/tasksup/node-...)");
   cmd->add_option("--state-dir", opts->state_dir,
                   "Directory of the node's journal (and, unless --work-dir, "
-                  "its attempts). Default: $XDG_STATE_HOME/tasksup, "
+                  "its attempts, and its default certificates). Default: "
+                  "$TASKSUP_STATE_DIR, else $XDG_STATE_HOME/tasksup, "
                   "/var/lib/tasksup for root, else ~/.local/state/tasksup");
   cmd->add_flag("--no-journal", opts->no_journal,
                 "Keep tasks in memory only: nothing survives the node");
@@ -530,6 +539,16 @@ void setup_serve(CLI::App& app, int& status) {
       "after which this node kills its attempts (default 5; keep "
       "it below the coordinator's --peer-timeout)")
     ->check(CLI::Range(0.1, 3600.0));
+  auto* certs =
+    cmd->add_option("--certs", opts->certs,
+                    "Directory with ca.crt, node.crt and node.key (`tasksup "
+                    "certs init DIR`). Default: <state dir>/certs, created on "
+                    "the first start");
+  cmd
+    ->add_flag("--insecure", opts->insecure,
+               "Plain TCP without certificates: anyone who can reach the "
+               "port can run commands as this user")
+    ->excludes(certs);
   cmd->footer(std::string{config_dir_rule} + R"(
 
 The node runs at most node.json's max_concurrent attempts at once; further
@@ -546,6 +565,13 @@ SIGTERM stops
 accepting tasks, stops the running ones gracefully and exits once they have
 ended; a second signal kills them.
 
+Every connection is mutual TLS (1.2 or later): a peer must show a
+certificate signed by the node's CA, or it is refused during the handshake,
+before anything reaches the node. The certificates are in --certs DIR, else
+in <state dir>/certs, where the first start creates a CA, a node and a client
+certificate readable by this user only; `tasksup` commands run by this user
+find them there (see `tasksup status --help`). --insecure turns TLS off.
+
 Example:
   tasksup serve --listen 127.0.0.1:7420 --config config \
     --http 127.0.0.1:7421 &
@@ -553,6 +579,8 @@ Example:
   tasksup status)");
   cmd->callback([opts, &status] {
     if (!opts->worker.join.empty()) {
+      opts->worker.certs = opts->certs;
+      opts->worker.insecure = opts->insecure;
       opts->worker.config_dir = opts->config_dir;
       opts->worker.work_dir = opts->work_dir;
       opts->worker.state_dir = opts->state_dir;

@@ -3,8 +3,10 @@
 #include "actor_setup.hpp"
 #include "commands.hpp"
 #include "node_address.hpp"
+#include "node_client.hpp"
 #include "node_setup.hpp"
 #include "signal_watch.hpp"
+#include "tls_credentials.hpp"
 
 #include "tasksup/actors/cluster.hpp"
 #include "tasksup/actors/protocol.hpp"
@@ -126,6 +128,14 @@ int run_worker_node(const worker_node_options& opts) {
   configure_actor_system(sys_cfg, true);
   sys_cfg.set("middleman.heartbeat-interval", caf::timespan{opts.heartbeat});
   sys_cfg.set("middleman.connection-timeout", caf::timespan{opts.lease});
+  // The worker joins as a client of the coordinator's door, with the node
+  // certificate (mutual TLS) unless --insecure.
+  auto creds = joining_credentials(opts.certs, opts.insecure);
+  if (auto err = configure_node_client(sys_cfg, creds))
+    return bad(err->to_string());
+  if (creds.insecure)
+    spdlog::warn("--insecure: joining the coordinator over plain TCP; "
+                 "anyone on the way can read and forge its attempts");
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
   {
@@ -149,7 +159,7 @@ int run_worker_node(const worker_node_options& opts) {
   };
   bool reported_unreachable = false;
   while (!stopping) {
-    auto door = sys.middleman().remote_actor(addr->host, addr->port);
+    auto door = connect_to_node(sys, *addr, creds);
     if (!door) {
       if (!reported_unreachable)
         spdlog::warn("cannot reach the coordinator at {}: {}; trying again",

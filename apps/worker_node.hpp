@@ -23,6 +23,10 @@ struct worker_node_options {
   /// Where attempt directories go; empty: `<state dir>/attempts`.
   std::string work_dir;
   std::string state_dir;
+  /// Credentials to join with (`--certs`, see tls_credentials.hpp), or
+  /// plain TCP with `insecure`.
+  std::string certs;
+  bool insecure = false;
   /// How often CAF heartbeats flow both ways.
   std::chrono::milliseconds heartbeat{1000};
   /// Without a word from the coordinator for this long, the connection is

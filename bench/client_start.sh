@@ -19,8 +19,10 @@ cleanup() {
 trap cleanup EXIT
 
 port=$((20000 + RANDOM % 20000))
+# The commands find the node's certificates in the same state directory.
+export TASKSUP_STATE_DIR=$work/state
 "$bin" serve --listen "127.0.0.1:$port" --work-dir "$work/node" \
-  >"$work/node.log" 2>&1 &
+  --state-dir "$work/state" >"$work/node.log" 2>&1 &
 node_pid=$!
 export TASKSUP_NODE=127.0.0.1:$port
 for ((i = 0; i < 100; i++)); do

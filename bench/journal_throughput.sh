@@ -8,6 +8,7 @@ run() {
   mkdir -p $d/config
   echo '{"max_concurrent": 16, "default_agent": {"agent_id": "t", "agent_cli": "/bin/true", "cli_flags": ""}, "default_runtime": "process", "circuit_breaker": {"max_failures": 100000}}' > $d/config/node.json
   local extra=""; [ "$mode" = off ] && extra="--no-journal"; [ "$mode" = normal ] && extra="--journal-sync normal"
+  export TASKSUP_STATE_DIR=$d/state # the commands find the node's certificates there
   $T serve --listen 127.0.0.1:0 --config $d/config --work-dir /dev/shm/jb-$$-$mode --state-dir $d/state $extra 2> $d/node.err &
   local node=$!
   for i in $(seq 50); do grep -q "listening on" $d/node.err && break; sleep 0.1; done

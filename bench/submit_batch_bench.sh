@@ -16,6 +16,8 @@ cat >"$work/config/node.json" <<JSON
 {"max_concurrent": 1, "default_agent": {"agent_id": "t", "agent_cli": "/bin/true",
  "cli_flags": "", "prompt_as_argument": true}, "default_runtime": "process"}
 JSON
+# The commands find the node's certificates in the same state directory.
+export TASKSUP_STATE_DIR=$work/state
 "$tasksup" serve --listen 127.0.0.1:0 --config "$work/config" \
   --work-dir "$work/node" --state-dir "$work/state" 2>"$work/node.err" &
 node=$!

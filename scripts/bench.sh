@@ -98,6 +98,9 @@ if command -v hyperfine >/dev/null; then
   run client-start "$root/bench/client_start.sh" "$build/apps/tasksup"
 fi
 
+# 11. Mutual TLS: `tasksup status` against a TLS node and an --insecure one.
+run tls-round-trip "$root/bench/tls_round_trip.sh" "$build/apps/tasksup" 50
+
 # 1. Supervision throughput and latency (in-memory runtime, zero backoff).
 run supervision-1 "$bin/bench_supervision" --tasks=1 --failures=20000
 run supervision-1k "$bin/bench_supervision" --tasks=1000 --failures=20

@@ -81,7 +81,7 @@ public:
                                   "--config",
                                   config,
                                   "--state-dir",
-                                  dir_ / "coordinator-state",
+                                  dir_ / "state",
                                   "--heartbeat-ms",
                                   "200"};
     args.insert(args.end(), coordinator_flags_.begin(),

@@ -1,10 +1,13 @@
-// A `tasksup serve` node on loopback against hostile peers: raw sockets
-// (huge length prefixes, stalled frames, thousands of idle connections,
+// A `tasksup serve` node on loopback against hostile peers: peers holding
+// a valid client certificate that misbehave inside TLS (huge length
+// prefixes, stalled frames), raw sockets (thousands of idle connections,
 // random bytes) and a CAF client linked with the protocol (internal
 // messages, forged events, out-of-range enums). Throughout, the node serves
 // a real client and its resident memory stays under `rss_bound_kb`.
+// Peers without a valid certificate: node_tls_test.cpp.
 
 #include "tasksup_child.hpp"
+#include "tls_peer.hpp"
 
 #include "tasksup/actors/protocol.hpp"
 
@@ -13,6 +16,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/remote_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/timespan.hpp>
 
@@ -117,26 +121,27 @@ std::string basp_header(std::uint32_t payload_len) {
   return h;
 }
 
-void send_all(int fd, const std::string& bytes) {
-  REQUIRE(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
-          static_cast<ssize_t>(bytes.size()));
-}
-
 } // namespace
 
 TEST_CASE("front door: a huge length prefix is refused before any buffer "
           "grows") {
   scratch dir;
   door_node n{dir};
-  int fd = raw_connect(n.port());
-  send_all(fd, basp_header(0xFFFFFFFFu));
-  CHECK(closed_by_node(fd, 5s));
-  ::close(fd);
-  // Just over the limit, too.
-  fd = raw_connect(n.port());
-  send_all(fd, basp_header((16u << 20) + 1));
-  CHECK(closed_by_node(fd, 5s));
-  ::close(fd);
+  // A certified peer: the frame checks apply to the decrypted stream.
+  auto certs = client_files(node_certs(dir));
+  {
+    tls_client peer{n.port(), certs};
+    REQUIRE(peer.handshake_ok());
+    REQUIRE(peer.send(basp_header(0xFFFFFFFFu)));
+    CHECK(peer.closed_by_node(5s));
+  }
+  {
+    // Just over the limit, too.
+    tls_client peer{n.port(), certs};
+    REQUIRE(peer.handshake_ok());
+    REQUIRE(peer.send(basp_header((16u << 20) + 1)));
+    CHECK(peer.closed_by_node(5s));
+  }
   CHECK(n.serves());
   CHECK(n.rss_kb() < rss_bound_kb);
 }
@@ -145,8 +150,9 @@ TEST_CASE("front door: a stalled frame and random bytes lose their "
           "connection; the node serves on") {
   scratch dir;
   door_node n{dir};
-  int stalled = raw_connect(n.port());
-  send_all(stalled, basp_header(1000).substr(0, 10));
+  tls_client stalled{n.port(), client_files(node_certs(dir))};
+  REQUIRE(stalled.handshake_ok());
+  REQUIRE(stalled.send(basp_header(1000).substr(0, 10)));
   std::mt19937 rng{42};
   std::string noise(64 * 1024, '\0');
   for (auto& c : noise)
@@ -157,8 +163,7 @@ TEST_CASE("front door: a stalled frame and random bytes lose their "
   // Real clients are served while the stalled frame waits.
   CHECK(n.serves());
   // The frame timeout is 10 s.
-  CHECK(closed_by_node(stalled, 20s));
-  ::close(stalled);
+  CHECK(stalled.closed_by_node(20s));
   ::close(noisy);
   CHECK(n.serves());
   CHECK(n.rss_kb() < rss_bound_kb);
@@ -196,13 +201,10 @@ TEST_CASE("front door: a CAF client cannot reach internal handlers, forge "
     std::vector<std::string>{"events", "--follow", "--json", "--node",
                              n.address()});
   caf::actor_system_config cfg;
-  register_protocol(cfg);
-  cfg.load<caf::io::middleman>();
-  cfg.set("middleman.heartbeat-interval",
-          caf::timespan{std::chrono::seconds{1}});
+  configure_caf_client(cfg, client_files(node_certs(dir)));
   caf::actor_system sys{cfg};
-  auto door = sys.middleman().remote_actor(
-    "127.0.0.1", static_cast<std::uint16_t>(n.port()));
+  auto door = caf::openssl::remote_actor(sys, "127.0.0.1",
+                                         static_cast<std::uint16_t>(n.port()));
   REQUIRE(door);
   caf::scoped_actor self{sys};
   auto refused = [&](auto... xs) {
@@ -254,6 +256,7 @@ TEST_CASE("front door: a CAF client cannot reach internal handlers, forge "
   auto sub = n.cmd({"submit", example("demo-crash.json")});
   INFO(sub.err);
   REQUIRE(sub.status == 0);
+  INFO(n.process().err());
   CHECK(eventually(
     [&] {
       auto r = n.cmd({"status", "demo-crash", "--json"});

@@ -97,14 +97,51 @@ private:
   std::string path_;
 };
 
+/// The environment of a tasksup child started in `dir`: the test's own,
+/// with TASKSUP_STATE_DIR set to `<dir>/state` (where every node a test
+/// starts keeps its state, and so its default certificates: the commands
+/// run in the same scratch directory find them) and then `extra`
+/// ("NAME=value", replacing an entry of the same name).
+inline std::vector<std::string>
+child_environment(const scratch& dir, const std::vector<std::string>& extra) {
+  std::vector<std::string> set{"TASKSUP_STATE_DIR=" + (dir / "state")};
+  set.insert(set.end(), extra.begin(), extra.end());
+  auto name_of = [](const std::string& entry) {
+    return entry.substr(0, entry.find('='));
+  };
+  std::vector<std::string> out;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry{*e};
+    bool replaced = false;
+    for (auto& s : set)
+      replaced = replaced || name_of(s) == name_of(entry);
+    if (!replaced)
+      out.push_back(std::move(entry));
+  }
+  // A later entry of `set` wins over an earlier one of the same name.
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    bool overridden = false;
+    for (std::size_t j = i + 1; j < set.size(); ++j)
+      overridden = overridden || name_of(set[j]) == name_of(set[i]);
+    if (!overridden)
+      out.push_back(set[i]);
+  }
+  return out;
+}
+
 /// A running `tasksup` with its output going to files.
 class tasksup_child {
 public:
   /// Starts TASKSUP_BINARY with `args`; output files go into `dir` under
-  /// `name`.out / `name`.err; stdin reads `stdin_path`.
+  /// `name`.out / `name`.err; stdin reads `stdin_path`; the environment is
+  /// `child_environment(dir, env)`. With `program`, runs that instead of
+  /// TASKSUP_BINARY (e.g. setpriv, to run tasksup as another user); `args`
+  /// are then its whole argument list after argv[0].
   tasksup_child(const scratch& dir, const std::string& name,
                 const std::vector<std::string>& args,
-                const std::string& stdin_path = "/dev/null")
+                const std::string& stdin_path = "/dev/null",
+                const std::vector<std::string>& env = {},
+                const std::string& program = TASKSUP_BINARY)
     : out_path_(dir / (name + ".out")), err_path_(dir / (name + ".err")) {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
@@ -114,12 +151,17 @@ public:
                                      O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_addopen(&actions, 2, err_path_.c_str(),
                                      O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> store{TASKSUP_BINARY};
+    std::vector<std::string> store{program};
     store.insert(store.end(), args.begin(), args.end());
     std::vector<char*> argv;
     for (auto& a : store)
       argv.push_back(a.data());
     argv.push_back(nullptr);
+    auto env_store = child_environment(dir, env);
+    std::vector<char*> envp;
+    for (auto& e : env_store)
+      envp.push_back(e.data());
+    envp.push_back(nullptr);
     // The child must see SIGINT with its default disposition and unblocked.
     posix_spawnattr_t attr;
     posix_spawnattr_init(&attr);
@@ -132,7 +174,7 @@ public:
     posix_spawnattr_setflags(&attr,
                              POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     int rc =
-      ::posix_spawn(&pid_, argv[0], &actions, &attr, argv.data(), environ);
+      ::posix_spawn(&pid_, argv[0], &actions, &attr, argv.data(), envp.data());
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&actions);
     if (rc != 0)
@@ -218,12 +260,15 @@ struct finished {
   std::string err;
 };
 
-/// Runs tasksup with `args` to its end (at most `limit`).
+/// Runs tasksup with `args` to its end (at most `limit`), with the
+/// environment of `child_environment(dir, env)`.
 inline finished run_to_end(const scratch& dir,
                            const std::vector<std::string>& args,
-                           std::chrono::milliseconds limit = 30s) {
+                           std::chrono::milliseconds limit = 30s,
+                           const std::vector<std::string>& env = {}) {
   static int counter = 0;
-  tasksup_child child{dir, "cmd-" + std::to_string(++counter), args};
+  tasksup_child child{dir, "cmd-" + std::to_string(++counter), args,
+                      "/dev/null", env};
   finished f;
   f.status = child.wait(limit);
   f.out = child.out();
