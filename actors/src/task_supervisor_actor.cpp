@@ -256,6 +256,16 @@ std::string remote_node_of(const std::string& runtime_id) {
 
 using attempt_timer_atom = caf::atom_constant<caf::atom("attempttmr")>;
 
+/// Supervisor -> itself: `(worker_gone, attempt)`: a remote worker went
+/// down while its node stayed connected and its report has had time to
+/// arrive.
+using worker_gone_atom = caf::atom_constant<caf::atom("workergone")>;
+
+/// How long a supervisor waits for the report of a remote worker that went
+/// down: CAF may deliver the worker's down message before the messages it
+/// sent just before it ended (they are deserialized apart).
+constexpr std::chrono::seconds remote_report_grace{2};
+
 /// `<attempt_root>/<task id>/attempt-<n>`, as make_attempt_spec names it.
 std::string attempt_dir_of(const supervisor_state& s, int attempt) {
   std::string dir = s.node->attempt_root;
@@ -1222,6 +1232,12 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
                                          ")"));
       return;
     }
+    if (!st.worker_node.empty()) {
+      // Its last messages may still be on their way: judged after a grace.
+      self->delayed_send(self, remote_report_grace, worker_gone_atom::value,
+                         st.m.attempt);
+      return;
+    }
     // The worker died without reporting its exit: the machinery failed.
     attempt_outcome out;
     out.exit_code = -1;
@@ -1288,6 +1304,18 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
     },
     [=](backoff_timer_atom, std::uint64_t gen) {
       drive(self, input::timer{timer_kind::backoff, gen});
+    },
+    [=](worker_gone_atom, int attempt) {
+      auto& st = self->state;
+      if (self->current_sender() != self->ctrl() || !st.worker ||
+          st.worker_node.empty() || attempt != st.m.attempt)
+        return;
+      attempt_outcome out;
+      out.exit_code = -1;
+      out.infrastructure_error = "the container worker on node " +
+                                 st.worker_node +
+                                 " ended without reporting its attempt";
+      attempt_ended(self, attempt, std::move(out));
     },
     [=](attempt_timer_atom, std::uint64_t gen) {
       drive(self, input::timer{timer_kind::attempt, gen});
