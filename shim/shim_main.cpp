@@ -318,17 +318,13 @@ void shim::open_log() {
 }
 
 int shim::next_to_read(bool ready_out, bool ready_err) const {
-  if (ready_out != ready_err)
-    return ready_out ? 0 : 1;
   // Both have bytes waiting: which were written first is not knowable from
-  // two pipes. The larger backlog has waited longer (and a final line on
-  // one stream after a flood on the other comes after the flood); neither
-  // stream can starve the other.
-  int queued[2] = {0, 0};
-  for (int i = 0; i < 2; ++i)
-    if (::ioctl(streams_[i].in, FIONREAD, &queued[i]) != 0)
-      queued[i] = 0;
-  return queued[1] > queued[0] ? 1 : 0;
+  // two pipes. Stdout first, as before the shim kept one read at a time:
+  // an agent's output and then its final error line, and a line on stdout
+  // and then a longer one on stderr, both come out in order. A flood on
+  // stdout cannot hold stderr back for ever: an agent blocked on a full
+  // stderr pipe writes no more stdout, which then drains.
+  return ready_out || !ready_err ? 0 : 1;
 }
 
 void shim::read_stream(int index) {
