@@ -267,7 +267,7 @@ int serve(const serve_options& opts) {
   // Clients reach the node through its door only: the registry's own
   // handlers (slots, breaker reports, events) stay internal.
   // The statistics start before the door opens: they see every event.
-  auto stats = spawn_stats(sys, registry);
+  auto stats = spawn_stats(sys, registry, journal);
   auto door = spawn_node_door(sys, registry, stats);
   // The door is not published on a CAF port: the connection guard owns the
   // listening socket, checks each frame's announced size, times out stalled

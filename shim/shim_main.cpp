@@ -5,8 +5,13 @@
 // agent has ended, exit.status — so a node that restarted can re-attach to
 // the attempt or read how it ended. While its runtime is there it forwards
 // the agent's output to it (fd 1 and 2) without buffering more than one
-// read per stream, so a runtime that stops reading stops the agent, as a
-// direct pipe would.
+// read, so a runtime that stops reading stops the agent, as a direct pipe
+// would. The runtime reads two pipes and cannot tell which bytes came first,
+// so the shim keeps the order for it: it holds one read at a time and
+// forwards it only once the runtime has read everything of the other
+// stream. (Else an agent's last line on stderr after a flood on stdout
+// could reach the runtime before the flood's end and fall out of the tail
+// the classifier scans.)
 //
 //   tasksup-shim --attempt-dir DIR [--log-bytes N] [--drain-ms N]
 //                [--group-ms N] [--orphan keep|kill] [--cgroup DIR]
@@ -39,8 +44,10 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -233,15 +240,21 @@ public:
 
 private:
   struct stream {
-    int in = -1;         // the agent's pipe
-    int out = -1;        // ours to the runtime (1 or 2)
-    std::string pending; // read, logged, not yet forwarded
+    int in = -1;  // the agent's pipe
+    int out = -1; // ours to the runtime (1 or 2)
     rt::output_stream kind = rt::output_stream::out;
   };
 
   void open_log();
-  void read_stream(stream& s);
-  void flush_stream(stream& s, bool block);
+  /// The agent stream to read next, of those `poll` found ready.
+  int next_to_read(bool ready_out, bool ready_err) const;
+  void read_stream(int index);
+  /// Forwards `pending_` (blocking until it is written when `block`).
+  void flush_pending(bool block);
+  /// Whether the runtime has read everything forwarded on the stream other
+  /// than the pending one, so that the pending bytes cannot overtake it.
+  bool other_drained() const;
+  void drop_forwarding();
   void on_signals();
   void reap();
   void signal_group(int sig);
@@ -256,6 +269,11 @@ private:
   int index_fd_ = -1;
   std::string index_buf_;
   stream streams_[2];
+  /// Read, logged, not yet forwarded (from `streams_[pending_stream_]`).
+  std::string pending_;
+  int pending_stream_ = 0;
+  /// Fds 1 and 2 are one pipe (or file): nothing to keep in order.
+  bool one_channel_ = false;
   bool forwarding_ = true;
   int signal_fd_ = -1;
   int control_fd_ = -1;
@@ -299,7 +317,18 @@ void shim::open_log() {
   });
 }
 
-void shim::read_stream(stream& s) {
+int shim::next_to_read(bool ready_out, bool ready_err) const {
+  // Both have bytes waiting: which were written first is not knowable from
+  // two pipes. Stdout first, as before the shim kept one read at a time:
+  // an agent's output and then its final error line, and a line on stdout
+  // and then a longer one on stderr, both come out in order. A flood on
+  // stdout cannot hold stderr back for ever: an agent blocked on a full
+  // stderr pipe writes no more stdout, which then drains.
+  return ready_out || !ready_err ? 0 : 1;
+}
+
+void shim::read_stream(int index) {
+  auto& s = streams_[index];
   auto n = ::read(s.in, buf_.data(), buf_.size());
   if (n < 0 && (errno == EINTR || errno == EAGAIN))
     return;
@@ -312,15 +341,44 @@ void shim::read_stream(stream& s) {
   capture_->feed(s.kind, bytes);
   if (!forwarding_)
     return;
-  s.pending.assign(bytes.data(), bytes.size());
-  flush_stream(s, false);
+  pending_.assign(bytes.data(), bytes.size());
+  pending_stream_ = index;
+  flush_pending(false);
 }
 
-void shim::flush_stream(stream& s, bool block) {
-  while (forwarding_ && !s.pending.empty()) {
-    auto n = ::write(s.out, s.pending.data(), s.pending.size());
+bool shim::other_drained() const {
+  if (one_channel_)
+    return true;
+  int unread = 0;
+  // FIONREAD on a pipe's write end counts what its reader has not taken.
+  if (::ioctl(streams_[1 - pending_stream_].out, FIONREAD, &unread) != 0)
+    return true; // not a pipe (a file, a terminal): nothing is reordered
+  return unread == 0;
+}
+
+void shim::drop_forwarding() {
+  forwarding_ = false;
+  pending_.clear();
+}
+
+void shim::flush_pending(bool block) {
+  while (forwarding_ && !pending_.empty()) {
+    if (!other_drained()) {
+      // No event says "the reader emptied the pipe": blocking, look every
+      // millisecond; else the main loop looks again in one (poll_timeout).
+      // A reader that went away leaves its bytes unread for ever: POLLERR.
+      pollfd p{streams_[1 - pending_stream_].out, 0, 0};
+      if (::poll(&p, 1, block ? 1 : 0) > 0 &&
+          (p.revents & (POLLERR | POLLHUP)) != 0)
+        drop_forwarding();
+      else if (!block)
+        return;
+      continue;
+    }
+    auto& s = streams_[pending_stream_];
+    auto n = ::write(s.out, pending_.data(), pending_.size());
     if (n > 0) {
-      s.pending.erase(0, static_cast<std::size_t>(n));
+      pending_.erase(0, static_cast<std::size_t>(n));
       continue;
     }
     if (n < 0 && errno == EINTR)
@@ -333,11 +391,8 @@ void shim::flush_stream(stream& s, bool block) {
       continue;
     }
     // The runtime is gone (EPIPE): the log goes on alone.
-    forwarding_ = false;
+    drop_forwarding();
   }
-  if (!forwarding_)
-    for (auto& st : streams_)
-      st.pending.clear();
 }
 
 void shim::signal_group(int sig) {
@@ -404,11 +459,13 @@ bool shim::group_gone() {
 }
 
 bool shim::blocked() const {
-  return forwarding_ &&
-         (!streams_[0].pending.empty() || !streams_[1].pending.empty());
+  return forwarding_ && !pending_.empty();
 }
 
 int shim::poll_timeout() const {
+  // Waiting for the runtime to read the other stream: no event tells.
+  if (blocked() && !other_drained())
+    return 1;
   if (agent_running_ || blocked())
     return -1;
   auto now = clock_type::now();
@@ -464,12 +521,16 @@ int shim::run() {
   auto agent = start_agent(o_);
   agent_ = agent.pid;
   agent_running_ = true;
-  streams_[0] = {agent.out, 1, {}, rt::output_stream::out};
-  streams_[1] = {agent.err, 2, {}, rt::output_stream::err};
+  streams_[0] = {agent.out, 1, rt::output_stream::out};
+  streams_[1] = {agent.err, 2, rt::output_stream::err};
   for (auto& s : streams_) {
     ::fcntl(s.in, F_SETFL, O_NONBLOCK);
     ::fcntl(s.out, F_SETFL, ::fcntl(s.out, F_GETFL) | O_NONBLOCK);
   }
+  struct stat st1 {};
+  struct stat st2 {};
+  one_channel_ = ::fstat(1, &st1) == 0 && ::fstat(2, &st2) == 0 &&
+                 st1.st_dev == st2.st_dev && st1.st_ino == st2.st_ino;
 
   if (agent.failed_stage != 0) {
     // The child exits at once; its exit status says nothing of the agent.
@@ -503,8 +564,9 @@ int shim::run() {
     ::close(o_.status_fd);
     if (!line.empty()) {
       capture_->feed(rt::output_stream::out, line);
-      streams_[0].pending = line;
-      flush_stream(streams_[0], true);
+      pending_ = line;
+      pending_stream_ = 0;
+      flush_pending(true);
     }
     for (auto& s : streams_)
       ::close(s.in);
@@ -532,15 +594,20 @@ int shim::run() {
     fds.push_back({signal_fd_, POLLIN, 0});
     if (control_fd_ >= 0)
       fds.push_back({control_fd_, POLLIN, 0});
-    for (auto& s : streams_) {
-      if (s.in >= 0 && s.pending.empty())
-        fds.push_back({s.in, POLLIN, 0});
-      if (forwarding_ && !s.pending.empty())
-        fds.push_back({s.out, POLLOUT, 0});
+    // One read at a time: the agent's streams are read only once what was
+    // read before has been forwarded, so it is forwarded in that order.
+    flush_pending(false);
+    if (!blocked()) {
+      for (auto& s : streams_)
+        if (s.in >= 0)
+          fds.push_back({s.in, POLLIN, 0});
+    } else if (other_drained()) {
+      fds.push_back({streams_[pending_stream_].out, POLLOUT, 0});
     }
     auto n = ::poll(fds.data(), fds.size(), poll_timeout());
     if (n < 0 && errno != EINTR)
       die(std::string{"poll failed: "} + std::strerror(errno));
+    bool ready[2] = {false, false};
     for (auto& p : fds) {
       if (p.revents == 0)
         continue;
@@ -552,20 +619,19 @@ int shim::run() {
         char c;
         if (::read(control_fd_, &c, 1) <= 0) {
           control_fd_ = -1;
-          forwarding_ = false;
-          for (auto& s : streams_)
-            s.pending.clear();
+          drop_forwarding();
           signal_group(SIGKILL);
         }
+      } else if ((p.events & POLLOUT) != 0) {
+        flush_pending(false);
       } else {
-        for (auto& s : streams_) {
-          if (p.fd == s.in && s.in >= 0)
-            read_stream(s);
-          else if (p.fd == s.out && (p.events & POLLOUT) != 0)
-            flush_stream(s, false);
-        }
+        for (int i = 0; i < 2; ++i)
+          ready[i] =
+            ready[i] || (p.fd == streams_[i].in && streams_[i].in >= 0);
       }
     }
+    if (!blocked() && (ready[0] || ready[1]))
+      read_stream(next_to_read(ready[0], ready[1]));
     if (agent_running_)
       continue;
     // Output the runtime has not taken yet is not lingering output: the
@@ -608,10 +674,9 @@ int shim::run() {
     record_.exit_code = 128 + record_.signal;
   }
   // Everything the runtime has not read yet goes before the exit.
-  for (auto& s : streams_) {
+  for (auto& s : streams_)
     ::fcntl(s.out, F_SETFL, ::fcntl(s.out, F_GETFL) & ~O_NONBLOCK);
-    flush_stream(s, true);
-  }
+  flush_pending(true);
   finish();
   return 0;
 }

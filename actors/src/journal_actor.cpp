@@ -1,5 +1,7 @@
 #include "tasksup/actors/journal_actor.hpp"
 
+#include "tasksup/actors/journal_figures.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
@@ -105,6 +107,8 @@ struct state_op {
   std::string bytes;
 };
 using write_op = std::variant<task_op, input_op, event_op, end_op, state_op>;
+// Written writes are counted by their index here.
+static_assert(std::variant_size_v<write_op> == journal_write_kinds.size());
 
 struct journal_state {
   std::shared_ptr<journal::journal_store> store;
@@ -113,6 +117,8 @@ struct journal_state {
   bool flush_pending = false;
   /// Set while commits fail (e.g. a full disk): why.
   std::optional<std::string> failing;
+  /// Counters for /metrics (the gauges are read when asked).
+  journal_figures figures;
   static inline const char* name = "tasksup.journal";
 };
 
@@ -124,6 +130,18 @@ void schedule_flush(journal_actor_t* self) {
     return;
   self->state.flush_pending = true;
   self->send(self, jflush_atom::value);
+}
+
+/// Counts one successful group commit that took `took`.
+void count_commit(journal_figures& f,
+                  std::chrono::steady_clock::duration took) {
+  auto s = std::chrono::duration<double>(took).count();
+  ++f.commits;
+  f.commit_seconds += s;
+  std::size_t i = 0;
+  while (i < journal_commit_buckets.size() && s > journal_commit_buckets[i])
+    ++i;
+  ++f.commit_buckets[i];
 }
 
 /// Applies one write; a task's number is kept for its reply.
@@ -165,6 +183,7 @@ void flush(journal_actor_t* self) {
   std::vector<std::optional<std::int64_t>> seqs(batch.size());
   std::vector<std::optional<tasksup::error>> refused(batch.size());
   std::optional<tasksup::error> failure;
+  auto started = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < batch.size() && !failure; ++i) {
     auto ok = std::visit(apply_op{*st.store, seqs[i]}, batch[i]);
     if (ok)
@@ -184,6 +203,10 @@ void flush(journal_actor_t* self) {
       failure = ok.error();
   if (!failure) {
     st.failing.reset();
+    count_commit(st.figures, std::chrono::steady_clock::now() - started);
+    for (std::size_t i = 0; i < batch.size(); ++i)
+      if (!refused[i])
+        ++st.figures.written[batch[i].index()];
     for (std::size_t i = 0; i < batch.size(); ++i) {
       if (auto* t = std::get_if<task_op>(&batch[i])) {
         if (refused[i])
@@ -200,6 +223,9 @@ void flush(journal_actor_t* self) {
   }
   st.store->rollback();
   auto why = failure->to_string();
+  ++st.figures.commit_failures;
+  // The store names a full disk (or its size limit) in these words.
+  st.figures.disk_full = why.find("is full") != std::string::npos;
   // A submission is refused at once (its client is told why); everything
   // of the accepted tasks is kept and retried, so nothing they did is lost.
   for (auto& op : batch) {
@@ -258,9 +284,9 @@ void prune(journal_actor_t* self) {
   auto& r = st.retention;
   if (st.batch.empty() && !st.failing) {
     auto n = st.store->prune(wall_now(), r.max_age_s, r.max_count);
-    if (n)
-      st.store->commit();
-    else
+    if (n && st.store->commit())
+      st.figures.pruned += static_cast<std::uint64_t>(*n);
+    else if (!n)
       st.store->rollback();
   }
   if (r.interval_s > 0)
@@ -286,9 +312,10 @@ caf::behavior journal_actor(journal_actor_t* self,
     [=](jtask_atom, std::string& id, std::string& bytes, double at,
         bool replace) -> caf::result<std::int64_t> {
       auto& st = self->state;
-      if (st.failing)
-        return make_error(protocol_error::journal_failed,
-                          "task '" + id + "' not accepted: " + *st.failing);
+      // Also while commits fail: the submission is tried with the next
+      // commit (within a second while retrying), so a disk that has room
+      // again is noticed by a submission too, not only by a running task's
+      // next write; if it still fails, the submission is refused with why.
       auto rp = self->make_response_promise<std::int64_t>();
       st.batch.emplace_back(
         task_op{std::move(id), std::move(bytes), at, replace, rp});
@@ -322,6 +349,19 @@ caf::behavior journal_actor(journal_actor_t* self,
       return history(self, seq, task_id);
     },
     [=](jflush_atom) { flush(self); },
+    [=](jstats_atom) {
+      auto& st = self->state;
+      auto f = st.figures;
+      f.pending = st.batch.size();
+      f.failing = st.failing.has_value();
+      f.disk_full = f.failing && f.disk_full;
+      if (auto s = st.store->stats()) {
+        f.bytes = s->bytes;
+        f.tasks = s->tasks;
+        f.unfinished = s->unfinished;
+      }
+      return f;
+    },
     [=](jprune_atom) { prune(self); },
   };
 }

@@ -543,7 +543,8 @@ node_stats::fallback_order(const std::vector<agent_summary>& agents) {
 }
 
 std::string node_stats::prometheus(const std::vector<task_status>& tasks,
-                                   const node_health& health) const {
+                                   const node_health& health,
+                                   const journal_figures* journal) const {
   std::string out;
   out.reserve(4096);
   family(out, "tasksup_tasks_submitted_total", "counter",
@@ -668,7 +669,74 @@ std::string node_stats::prometheus(const std::vector<task_status>& tasks,
   family(out, "tasksup_time_to_recovery_seconds", "histogram",
          "From a task's first failed attempt to its success.");
   hist("tasksup_time_to_recovery_seconds", recovery_, {});
+
+  family(out, "tasksup_journal_enabled", "gauge",
+         "1 when the node keeps a journal (and its figures follow), else 0.");
+  line(out, "tasksup_journal_enabled", {}, journal != nullptr ? 1 : 0);
+  if (journal != nullptr)
+    append_journal(out, *journal);
   return out;
+}
+
+void node_stats::append_journal(std::string& out, const journal_figures& j) {
+  family(out, "tasksup_journal_size_bytes", "gauge",
+         "Size of the journal's database file and write-ahead log.");
+  line(out, "tasksup_journal_size_bytes", {}, static_cast<double>(j.bytes));
+  family(out, "tasksup_journal_tasks", "gauge",
+         "Tasks stored in the journal, finished or not.");
+  line(out, "tasksup_journal_tasks", {{"state", "unfinished"}},
+       static_cast<double>(j.unfinished));
+  line(out, "tasksup_journal_tasks", {{"state", "finished"}},
+       static_cast<double>(j.tasks - j.unfinished));
+  family(out, "tasksup_journal_records_written_total", "counter",
+         "Writes committed to the journal, by kind (task, input of a task "
+         "machine, event, end of a task, node state).");
+  for (std::size_t i = 0; i < journal_write_kinds.size(); ++i)
+    line(out, "tasksup_journal_records_written_total",
+         {{"kind", journal_write_kinds[i]}},
+         i < j.written.size() ? static_cast<double>(j.written[i]) : 0);
+  family(out, "tasksup_journal_commits_total", "counter",
+         "Group commits: every write that arrived together is made durable "
+         "by one commit.");
+  line(out, "tasksup_journal_commits_total", {},
+       static_cast<double>(j.commits));
+  family(out, "tasksup_journal_commit_failures_total", "counter",
+         "Commits that failed (the writes are kept and retried every "
+         "second).");
+  line(out, "tasksup_journal_commit_failures_total", {},
+       static_cast<double>(j.commit_failures));
+  family(out, "tasksup_journal_commit_duration_seconds", "histogram",
+         "How long a group commit took (its writes and the sync).");
+  std::uint64_t cumulative = 0;
+  for (std::size_t i = 0; i < journal_commit_buckets.size(); ++i) {
+    cumulative += i < j.commit_buckets.size() ? j.commit_buckets[i] : 0;
+    auto le = sample(journal_commit_buckets[i]);
+    line(out, "tasksup_journal_commit_duration_seconds_bucket", {{"le", le}},
+         static_cast<double>(cumulative));
+  }
+  line(out, "tasksup_journal_commit_duration_seconds_bucket", {{"le", "+Inf"}},
+       static_cast<double>(j.commits));
+  line(out, "tasksup_journal_commit_duration_seconds_sum", {},
+       j.commit_seconds);
+  line(out, "tasksup_journal_commit_duration_seconds_count", {},
+       static_cast<double>(j.commits));
+  family(out, "tasksup_journal_pending_writes", "gauge",
+         "Writes waiting for the next commit.");
+  line(out, "tasksup_journal_pending_writes", {},
+       static_cast<double>(j.pending));
+  family(out, "tasksup_journal_failing", "gauge",
+         "1 while commits fail: new submissions are refused, accepted work "
+         "is kept and retried.");
+  line(out, "tasksup_journal_failing", {}, j.failing ? 1 : 0);
+  family(out, "tasksup_journal_disk_full", "gauge",
+         "1 while commits fail because the disk (or the journal's size "
+         "limit) is full.");
+  line(out, "tasksup_journal_disk_full", {}, j.disk_full ? 1 : 0);
+  family(out, "tasksup_journal_pruned_tasks_total", "counter",
+         "Finished tasks removed from the journal by retention (age and "
+         "count).");
+  line(out, "tasksup_journal_pruned_tasks_total", {},
+       static_cast<double>(j.pruned));
 }
 
 std::string node_stats::agents_json(double now, double window_s,

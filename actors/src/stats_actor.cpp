@@ -1,6 +1,7 @@
 #include "tasksup/actors/stats_actor.hpp"
 
 #include "tasksup/actors/events.hpp"
+#include "tasksup/actors/journal_figures.hpp"
 #include "tasksup/actors/node_stats.hpp"
 #include "tasksup/actors/protocol.hpp"
 
@@ -22,8 +23,14 @@ namespace {
 /// How long a query waits for the registry.
 constexpr std::chrono::seconds registry_timeout{5};
 
+/// How long a scrape waits for the journal (busy with a slow commit, it
+/// may not answer in time: the scrape then goes without its figures).
+constexpr std::chrono::seconds journal_timeout{2};
+
 struct stats_state {
   caf::actor registry;
+  /// The node's journal; null without one.
+  caf::actor journal;
   node_stats stats;
   static inline const char* name = "tasksup.stats";
 };
@@ -59,8 +66,28 @@ void replay_finished(stats_actor_t* self) {
       [](caf::error&) {});
 }
 
-caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry) {
+/// Answers `rp` with the metrics of `tasks` and `h`, and the journal's
+/// figures when the node has a journal that answers.
+void deliver_metrics(stats_actor_t* self, caf::response_promise rp,
+                     std::vector<task_status> tasks, node_health h) {
+  if (!self->state.journal) {
+    rp.deliver(self->state.stats.prometheus(tasks, h));
+    return;
+  }
+  self->request(self->state.journal, journal_timeout, jstats_atom::value)
+    .then(
+      [=](journal_figures& j) mutable {
+        rp.deliver(self->state.stats.prometheus(tasks, h, &j));
+      },
+      [=](caf::error&) mutable {
+        rp.deliver(self->state.stats.prometheus(tasks, h));
+      });
+}
+
+caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry,
+                             caf::actor journal) {
   self->state.registry = registry;
+  self->state.journal = std::move(journal);
   self->monitor(registry);
   self->set_down_handler([=](const caf::down_msg& dm) {
     if (dm.source == self->state.registry.address())
@@ -86,7 +113,7 @@ caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry) {
             self->request(reg, registry_timeout, health_atom::value)
               .then(
                 [=](node_health& h) mutable {
-                  rp.deliver(self->state.stats.prometheus(tasks, h));
+                  deliver_metrics(self, rp, tasks, h);
                 },
                 [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
           },
@@ -140,8 +167,9 @@ caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry) {
 
 } // namespace
 
-caf::actor spawn_stats(caf::actor_system& sys, caf::actor registry) {
-  return sys.spawn(stats_behavior, std::move(registry));
+caf::actor spawn_stats(caf::actor_system& sys, caf::actor registry,
+                       caf::actor journal) {
+  return sys.spawn(stats_behavior, std::move(registry), std::move(journal));
 }
 
 } // namespace tasksup

@@ -320,3 +320,52 @@ TEST_CASE("kept tasks and attempt records are bounded") {
   CHECK(has_line(stats.prometheus({}, node_health{}),
                  "tasksup_tasks_submitted_total 10"));
 }
+
+TEST_CASE("the journal's figures: cumulative commit buckets, writes by kind, "
+          "and whether the node has a journal at all") {
+  node_stats stats;
+  auto without = stats.prometheus({}, node_health{});
+  CHECK(has_line(without, "tasksup_journal_enabled 0"));
+  CHECK(without.find("tasksup_journal_commits_total") == std::string::npos);
+
+  journal_figures j;
+  j.bytes = 8192;
+  j.tasks = 5;
+  j.unfinished = 2;
+  j.written = {5, 30, 40, 3, 1};
+  j.commits = 4;
+  j.commit_buckets[0] = 1;     // <= 0.5 ms
+  j.commit_buckets[2] = 2;     // <= 2.5 ms
+  j.commit_buckets.back() = 1; // above the last bound
+  j.commit_seconds = 3.25;
+  j.commit_failures = 2;
+  j.failing = true;
+  j.disk_full = true;
+  j.pruned = 7;
+  auto text = stats.prometheus({}, node_health{}, &j);
+  CHECK(has_line(text, "tasksup_journal_enabled 1"));
+  CHECK(has_line(text, "tasksup_journal_size_bytes 8192"));
+  CHECK(has_line(text, R"(tasksup_journal_tasks{state="unfinished"} 2)"));
+  CHECK(has_line(text, R"(tasksup_journal_tasks{state="finished"} 3)"));
+  CHECK(has_line(text,
+                 R"(tasksup_journal_records_written_total{kind="input"} 30)"));
+  CHECK(
+    has_line(text, R"(tasksup_journal_records_written_total{kind="state"} 1)"));
+  CHECK(has_line(text, "tasksup_journal_commits_total 4"));
+  CHECK(has_line(
+    text, R"(tasksup_journal_commit_duration_seconds_bucket{le="0.0005"} 1)"));
+  CHECK(has_line(
+    text, R"(tasksup_journal_commit_duration_seconds_bucket{le="0.001"} 1)"));
+  CHECK(has_line(
+    text, R"(tasksup_journal_commit_duration_seconds_bucket{le="0.0025"} 3)"));
+  CHECK(has_line(
+    text, R"(tasksup_journal_commit_duration_seconds_bucket{le="2.5"} 3)"));
+  CHECK(has_line(
+    text, R"(tasksup_journal_commit_duration_seconds_bucket{le="+Inf"} 4)"));
+  CHECK(has_line(text, "tasksup_journal_commit_duration_seconds_sum 3.25"));
+  CHECK(has_line(text, "tasksup_journal_commit_duration_seconds_count 4"));
+  CHECK(has_line(text, "tasksup_journal_commit_failures_total 2"));
+  CHECK(has_line(text, "tasksup_journal_failing 1"));
+  CHECK(has_line(text, "tasksup_journal_disk_full 1"));
+  CHECK(has_line(text, "tasksup_journal_pruned_tasks_total 7"));
+}

@@ -271,6 +271,85 @@ TEST_CASE("serve --http: /metrics parses with Prometheus' parser and counts "
   CHECK(n.process().wait(30s) == 0);
 }
 
+TEST_CASE("serve --http: /metrics shows the journal's figures") {
+  scratch dir;
+  web_node n{dir};
+  REQUIRE(n.cmd({"submit", example("demo-fatal.json")}).status == 0);
+  REQUIRE(n.cmd({"submit", example("demo-flaky.json")}).status == 0);
+  REQUIRE(n.wait_done("demo-fatal"));
+  REQUIRE(n.wait_done("demo-flaky"));
+  dir.write("parse.py", prometheus_parser);
+  // The end of a task is journaled as it is reported: scrape until both
+  // ends are in (bounded).
+  boost::json::object families;
+  auto scrape = [&] {
+    auto resp = get(n.web(), "/metrics");
+    REQUIRE(status_of(resp) == 200);
+    dir.write("metrics.txt", body_of(resp));
+    REQUIRE(shell("/usr/bin/python3 " + dir / "parse.py" + " < " +
+                  dir / "metrics.txt" + " > " + dir / "families.json") == 0);
+    families = boost::json::parse(slurp(dir / "families.json")).as_object();
+    return sample(families, "tasksup_journal_records_written",
+                  "tasksup_journal_records_written_total",
+                  {{"kind", "end"}}) == 2;
+  };
+  REQUIRE(eventually(scrape, 10s));
+  auto type = [&](const char* f) {
+    return std::string{families.at(f).at("type").as_string()};
+  };
+  CHECK(type("tasksup_journal_enabled") == "gauge");
+  CHECK(type("tasksup_journal_size_bytes") == "gauge");
+  CHECK(type("tasksup_journal_records_written") == "counter");
+  CHECK(type("tasksup_journal_commits") == "counter");
+  CHECK(type("tasksup_journal_commit_failures") == "counter");
+  CHECK(type("tasksup_journal_commit_duration_seconds") == "histogram");
+  CHECK(type("tasksup_journal_failing") == "gauge");
+  CHECK(type("tasksup_journal_disk_full") == "gauge");
+  CHECK(type("tasksup_journal_pruned_tasks") == "counter");
+  CHECK(sample(families, "tasksup_journal_enabled", "tasksup_journal_enabled",
+               {}) == 1);
+  CHECK(sample(families, "tasksup_journal_size_bytes",
+               "tasksup_journal_size_bytes", {}) > 0);
+  CHECK(sample(families, "tasksup_journal_tasks", "tasksup_journal_tasks",
+               {{"state", "finished"}}) == 2);
+  CHECK(sample(families, "tasksup_journal_tasks", "tasksup_journal_tasks",
+               {{"state", "unfinished"}}) == 0);
+  auto written = [&](const char* kind) {
+    return sample(families, "tasksup_journal_records_written",
+                  "tasksup_journal_records_written_total", {{"kind", kind}});
+  };
+  CHECK(written("task") == 2);
+  // demo-fatal: two attempts (fatal, then the fallback succeeds);
+  // demo-flaky: three. Each attempt's inputs and events are journaled.
+  CHECK(written("input") >= 5);
+  CHECK(written("event") >= 5);
+  auto commits = sample(families, "tasksup_journal_commits",
+                        "tasksup_journal_commits_total", {});
+  CHECK(commits > 0);
+  // Group commits: never more commits than writes.
+  CHECK(commits <= written("task") + written("input") + written("event") +
+                     written("end") + written("state"));
+  CHECK(sample(families, "tasksup_journal_commit_duration_seconds",
+               "tasksup_journal_commit_duration_seconds_count", {}) == commits);
+  CHECK(sample(families, "tasksup_journal_commit_duration_seconds",
+               "tasksup_journal_commit_duration_seconds_bucket",
+               {{"le", "+Inf"}}) == commits);
+  CHECK(sample(families, "tasksup_journal_commit_duration_seconds",
+               "tasksup_journal_commit_duration_seconds_sum", {}) > 0);
+  CHECK(sample(families, "tasksup_journal_commit_failures",
+               "tasksup_journal_commit_failures_total", {}) == 0);
+  CHECK(sample(families, "tasksup_journal_failing", "tasksup_journal_failing",
+               {}) == 0);
+  CHECK(sample(families, "tasksup_journal_disk_full",
+               "tasksup_journal_disk_full", {}) == 0);
+  CHECK(sample(families, "tasksup_journal_pruned_tasks",
+               "tasksup_journal_pruned_tasks_total", {}) == 0);
+  CHECK(sample(families, "tasksup_queue_length", "tasksup_queue_length", {}) ==
+        0);
+  n.process().signal(SIGTERM);
+  CHECK(n.process().wait(30s) == 0);
+}
+
 TEST_CASE("serve --http: hostile and wrong requests get their status codes "
           "and the node goes on") {
   scratch dir;

@@ -161,13 +161,15 @@ TEST_CASE("docker inspect and wait responses are parsed defensively") {
 
 TEST_CASE("docker container list keeps ids, states and labels") {
   auto list = parse_docker_container_list(
-    R"([{"Id":"ab","State":"running","Labels":{"tasksup.task_id":"t"}},{"Id":"cd","Labels":null}])");
+    R"([{"Id":"ab","Names":["/tasksup-t-1-x"],"State":"running","Labels":{"tasksup.task_id":"t"}},{"Id":"cd","Names":["/",7],"Labels":null}])");
   REQUIRE(list.has_value());
   REQUIRE(list->size() == 2);
   CHECK((*list)[0].id == "ab");
+  CHECK((*list)[0].names == std::vector<std::string>{"tasksup-t-1-x"});
   CHECK((*list)[0].state == "running");
   CHECK((*list)[0].labels.at("tasksup.task_id") == "t");
   CHECK((*list)[1].labels.empty());
+  CHECK((*list)[1].names.empty());
   auto bad = parse_docker_container_list(R"([{"State":"running"}])");
   REQUIRE_FALSE(bad.has_value());
   CHECK(bad.error().path == "/0/Id");

@@ -256,6 +256,11 @@ parse_docker_container_list(std::string_view body) {
     item.id = std::string{id->as_string()};
     if (auto* state = obj->if_contains("State"); state && state->is_string())
       item.state = std::string{state->as_string()};
+    if (auto* names = obj->if_contains("Names"); names && names->is_array())
+      for (auto& n : names->as_array())
+        if (n.is_string() && n.as_string().size() > 1)
+          item.names.emplace_back(n.as_string().data() + 1,
+                                  n.as_string().size() - 1);
     if (auto* labels = obj->if_contains("Labels");
         labels && labels->is_object()) {
       for (auto& [key, val] : labels->as_object()) {

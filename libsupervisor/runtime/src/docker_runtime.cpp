@@ -939,7 +939,11 @@ reap_report docker_runtime::reap(const reap_spec& spec) {
     return report;
   }
   for (auto& c : *list) {
-    if (spec.keep.count(c.id) != 0)
+    // An adopted attempt is kept by the id it was journaled with: the
+    // container's name (its id is not known when the attempt starts).
+    if (spec.keep.count(c.id) != 0 ||
+        std::any_of(c.names.begin(), c.names.end(),
+                    [&](const std::string& n) { return spec.keep.count(n); }))
       continue;
     auto label = [&](const char* key) {
       auto it = c.labels.find(key);

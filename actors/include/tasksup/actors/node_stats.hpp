@@ -7,6 +7,7 @@
 // record of finished attempts for per-agent statistics. It reads no clock
 // and does no I/O: callers pass `now`.
 
+#include "tasksup/actors/journal_figures.hpp"
 #include "tasksup/actors/protocol.hpp"
 
 #include "tasksup/supervisor/error_class.hpp"
@@ -153,9 +154,11 @@ public:
   fallback_order(const std::vector<agent_summary>& agents);
 
   /// The Prometheus text exposition (format 0.0.4) of the counters and
-  /// histograms, the task states of `tasks` and the figures of `health`.
+  /// histograms, the task states of `tasks`, the figures of `health` and,
+  /// for a node with a journal, those of `journal`.
   std::string prometheus(const std::vector<task_status>& tasks,
-                         const node_health& health) const;
+                         const node_health& health,
+                         const journal_figures* journal = nullptr) const;
 
   /// `agents(...)` and the fallback order as one JSON object.
   std::string agents_json(double now, double window_s,
@@ -171,6 +174,9 @@ public:
                         const std::vector<event>& history, double now) const;
 
 private:
+  /// The journal's families of `prometheus`.
+  static void append_journal(std::string& out, const journal_figures& j);
+
   /// A finished attempt waiting for the decision that follows it.
   struct pending_attempt {
     attempt_record rec;

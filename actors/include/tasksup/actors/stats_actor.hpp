@@ -12,7 +12,9 @@ namespace tasksup {
 /// `(metrics)` -> Prometheus text, `(agents, window_s)` -> JSON,
 /// `(view)` -> JSON of every task, `(view, task_id)` -> JSON of one task
 /// with its events. Figures that live in the registry (task states,
-/// breakers, budget, slots) are asked for at the moment of the query.
-caf::actor spawn_stats(caf::actor_system& sys, caf::actor registry);
+/// breakers, budget, slots) are asked for at the moment of the query, and
+/// so are the figures of `journal` (the node's journal actor, if any).
+caf::actor spawn_stats(caf::actor_system& sys, caf::actor registry,
+                       caf::actor journal = {});
 
 } // namespace tasksup

@@ -112,6 +112,8 @@ expected<bool> docker_image_present(const docker_runtime_options& options,
 struct docker_container_summary {
   /// Full container id.
   std::string id;
+  /// Its names, without the leading '/'.
+  std::vector<std::string> names;
   /// "created", "running", "exited", ...
   std::string state;
   /// Every label of the container.

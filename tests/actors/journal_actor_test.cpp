@@ -1,0 +1,195 @@
+// The journal actor on a real store (its own thread, as in the node): a
+// request is answered once its write is committed; its figures for /metrics
+// count the committed writes by kind, the commits and their durations; a
+// full disk shows as failing and refuses submissions, and a submission that
+// fits again is accepted.
+
+#include "tasksup/actors/journal_actor.hpp"
+
+#include "tasksup/actors/journal_figures.hpp"
+#include "tasksup/actors/protocol.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+using namespace tasksup;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct temp_dir {
+  std::string path;
+  temp_dir() {
+    std::string tmpl =
+      (std::filesystem::temp_directory_path() / "tasksup-jactor-XXXXXX")
+        .string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+struct journal_fixture {
+  temp_dir dir;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  caf::actor journal;
+
+  explicit journal_fixture(std::int64_t max_pages,
+                           std::int64_t keep_finished = 10000) {
+    register_protocol(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
+    journal::store_options opts{dir.path + "/state"};
+    opts.max_pages = max_pages;
+    auto store = journal::journal_store::open(opts);
+    REQUIRE(store);
+    journal_retention keep;
+    keep.interval_s = 0; // no pruning timer: pruned when asked
+    keep.max_count = keep_finished;
+    journal = spawn_journal(*sys, std::move(*store), keep);
+  }
+
+  ~journal_fixture() {
+    caf::anon_send_exit(journal, caf::exit_reason::user_shutdown);
+  }
+
+  journal_figures figures() {
+    caf::scoped_actor self{*sys};
+    journal_figures out;
+    self->request(journal, 10s, jstats_atom::value)
+      .receive([&](journal_figures& f) { out = std::move(f); },
+               [&](caf::error& err) { FAIL(sys->render(err)); });
+    return out;
+  }
+
+  /// The sequence number of the last task accepted.
+  std::int64_t last_seq = 0;
+
+  /// Submits a task; empty on success, else the refusal's text.
+  std::string add_task(const std::string& id, std::size_t bytes,
+                       bool replace = false) {
+    caf::scoped_actor self{*sys};
+    std::string refusal;
+    self
+      ->request(journal, 10s, jtask_atom::value, id, std::string(bytes, 's'),
+                1.0, replace)
+      .receive([&](std::int64_t seq) { last_seq = seq; },
+               [&](caf::error& err) { refusal = sys->render(err); });
+    return refusal;
+  }
+
+  /// Ends task `seq` and waits until that is committed (asking for a
+  /// history commits whatever is queued first).
+  void end_task(std::int64_t seq) {
+    caf::anon_send(journal, jend_atom::value, seq, 2.0, std::string{"r"});
+    caf::scoped_actor self{*sys};
+    self->request(journal, 10s, jhistory_atom::value, seq, std::string{"x"})
+      .receive([](std::vector<event>&) {},
+               [&](caf::error& err) { FAIL(sys->render(err)); });
+  }
+
+  bool add_input(std::int64_t seq, std::int64_t n) {
+    caf::scoped_actor self{*sys};
+    bool ok = false;
+    self->request(journal, 10s, jinput_atom::value, seq, n, std::string{"in"})
+      .receive([&](bool) { ok = true; }, [](caf::error&) {});
+    return ok;
+  }
+};
+
+std::uint64_t sum(const std::vector<std::uint64_t>& xs) {
+  return std::accumulate(xs.begin(), xs.end(), std::uint64_t{0});
+}
+
+} // namespace
+
+TEST_CASE("journal actor: its figures count committed writes by kind and "
+          "every commit with its duration") {
+  journal_fixture j{0};
+  auto f0 = j.figures();
+  CHECK(f0.commits == 0);
+  CHECK(sum(f0.written) == 0);
+  CHECK_FALSE(f0.failing);
+  REQUIRE(j.add_task("a", 100).empty());
+  auto a = j.last_seq;
+  REQUIRE(j.add_task("b", 100).empty());
+  auto b = j.last_seq;
+  REQUIRE(j.add_input(a, 1));
+  REQUIRE(j.add_input(a, 2));
+  REQUIRE(j.add_input(b, 1));
+  auto f = j.figures();
+  // Each request waited for its commit before the next was sent.
+  CHECK(f.commits == 5);
+  CHECK(f.written[0] == 2); // task
+  CHECK(f.written[1] == 3); // input
+  CHECK(sum(f.written) == 5);
+  CHECK(f.commit_failures == 0);
+  CHECK(sum(f.commit_buckets) == f.commits);
+  CHECK(f.commit_seconds > 0);
+  CHECK(f.tasks == 2);
+  CHECK(f.unfinished == 2);
+  CHECK(f.bytes > 0);
+  CHECK(f.pending == 0);
+  CHECK_FALSE(f.failing);
+  CHECK_FALSE(f.disk_full);
+  CHECK(f.pruned == 0);
+}
+
+TEST_CASE("journal actor: a full disk shows in its figures, refuses "
+          "submissions, and a submission that fits again is accepted") {
+  journal_fixture j{40}; // 160 KiB at most
+  int accepted = 0;
+  std::vector<std::int64_t> seqs;
+  std::string refusal;
+  for (int i = 0; i < 1000 && refusal.empty(); ++i) {
+    refusal = j.add_task("t" + std::to_string(i), 2000);
+    if (refusal.empty()) {
+      ++accepted;
+      seqs.push_back(j.last_seq);
+    }
+  }
+  REQUIRE_FALSE(refusal.empty());
+  CHECK(refusal.find("full") != std::string::npos);
+  CHECK(accepted > 10);
+  auto f = j.figures();
+  CHECK(f.failing);
+  CHECK(f.disk_full);
+  CHECK(f.commit_failures == 1);
+  CHECK(f.written[0] == static_cast<std::uint64_t>(accepted));
+  CHECK(f.tasks == accepted);
+  // Still full: tried again (not refused unseen), refused with the reason.
+  CHECK(j.add_task("more", 2000).find("full") != std::string::npos);
+  CHECK(j.figures().commit_failures == 2);
+  // The tasks end (small updates in place still fit; they ended in 1970,
+  // so retention by age prunes them all): room again.
+  for (auto seq : seqs)
+    j.end_task(seq);
+  caf::anon_send(j.journal, jprune_atom::value);
+  auto g = j.figures();
+  CHECK(g.pruned == seqs.size());
+  CHECK(g.tasks == 0);
+  // A submission is accepted again and nothing fails any more. (Before, a
+  // node refused every submission from its first failed commit on until
+  // some running task happened to write.)
+  CHECK(j.add_task("after", 2000).empty());
+  auto h = j.figures();
+  CHECK_FALSE(h.failing);
+  CHECK_FALSE(h.disk_full);
+  CHECK(h.written[3] == seqs.size()); // end
+}
