@@ -147,9 +147,10 @@ records() {
 
 # batch TAG AGENT RETRIES COUNT: submits COUNT tasks at once, waits until
 # every one is done, checks each made 1 + RETRIES attempts and ended as it
-# must; prints "attempts seconds".
+# must; prints "attempts seconds wrong", wrong being the number of tasks
+# that did not (each named on stderr).
 batch() {
-  local tag=$1 agent=$2 retries=$3 count=$4 i t0 t1 want outcome
+  local tag=$1 agent=$2 retries=$3 count=$4 i t0 t1 want outcome wrong
   for ((i = 1; i <= count; i++)); do task "$tag-$i" "$agent" "$retries"; done \
     >"$D/$tag.jsonl"
   t0=$(now)
@@ -162,12 +163,13 @@ batch() {
   outcome=succeeded
   [ "$agent" = /bin/false ] && outcome=failed
   records "$tag-" >"$D/$tag.records"
-  awk -v n="$count" -v want="$want" -v o="$outcome" -v tag="$tag" '
-    $2 != want || $3 != o { bad++; if (bad <= 3) print tag ": task " $0 " (expected " want " attempts, " o ")" > "/dev/stderr" }
-    { seen++ }
-    END { if (seen != n) print tag ": " seen " finished records of " n > "/dev/stderr"; exit (bad > 0 || seen != n) }' \
-    "$D/$tag.records" || die "$tag: wrong attempts or outcomes"
-  awk -v a="$((count * want))" -v s="$t0" -v e="$t1" 'BEGIN {print a, e - s}'
+  [ "$(wc -l <"$D/$tag.records")" = "$count" ] ||
+    die "$tag: $(wc -l <"$D/$tag.records") finished tasks of $count"
+  wrong=$(awk -v want="$want" -v o="$outcome" -v tag="$tag" '
+    $2 != want || $3 != o { bad++; print tag ": task " $0 " (expected " want " attempts, " o ")" > "/dev/stderr" }
+    END { print bad + 0 }' "$D/$tag.records")
+  awk -v a="$((count * want))" -v s="$t0" -v e="$t1" -v w="$wrong" \
+    'BEGIN {print a, e - s, w}'
 }
 
 # One setup (single or cluster) in round R: the three workloads on fresh
@@ -192,6 +194,7 @@ setup() {
   echo "$kind serial $r $line" >>"$D/results"
   [ "$kind" = cluster ] && { stop w1; stop w2; }
   stop "$coordinator"
+  echo "$kind lost $r $(grep -c "container worker died" "$D/$coordinator.err")" >>"$D/results"
 }
 
 # The agent of the loss rounds: records "task attempt directory time pid",
@@ -275,14 +278,14 @@ done
 echo
 echo "Attempts per second ($N tasks at once; single: 1 node, $((2 * CAP)) slots; cluster: coordinator + 2 workers × $CAP slots):"
 echo
-echo "| round | workload | attempts | single s | single attempts/s | cluster s | cluster attempts/s | cluster / single |"
-echo "|---|---|---|---|---|---|---|---|"
+echo "| round | workload | attempts | single s | single attempts/s | cluster s | cluster attempts/s | cluster / single | tasks ended wrong (single, cluster) |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for w in true false; do
   for ((r = 1; r <= ROUNDS; r++)); do
-    awk -v w="$w" -v r="$r" '$2 == w && $3 == r {s[$1] = $5; a = $4}
-      END {printf "| %d | /bin/%s%s | %d | %.2f | %.0f | %.2f | %.0f | %.2f |\n", r, w,
+    awk -v w="$w" -v r="$r" '$2 == w && $3 == r {s[$1] = $5; a = $4; x[$1] = $6}
+      END {printf "| %d | /bin/%s%s | %d | %.2f | %.0f | %.2f | %.0f | %.2f | %d, %d |\n", r, w,
         (w == "false" ? " ×5" : ""), a, s["single"], a / s["single"],
-        s["cluster"], a / s["cluster"], s["single"] / s["cluster"]}' "$D/results"
+        s["cluster"], a / s["cluster"], s["single"] / s["cluster"], x["single"], x["cluster"]}' "$D/results"
   done
 done
 echo
@@ -295,6 +298,8 @@ for ((r = 1; r <= ROUNDS; r++)); do
     END {printf "| %d | %.2f | %.2f | %.2f |\n", r, s["single"], s["cluster"],
       s["cluster"] - s["single"]}' "$D/results"
 done
+echo
+echo "Attempts whose outcome was lost (\"container worker died: exit_reason(unknown)\" in the coordinator's log), per round (single, cluster):$(awk '$2 == "lost" {n[$1 " " $3] = $4} END {for (r = 1; ("single " r) in n; r++) printf " round %d: %d, %d;", r, n["single " r], n["cluster " r]}' "$D/results")"
 echo "load after part 1:$(uptime | sed 's/.*load average://')"
 
 # 2. Node loss.
