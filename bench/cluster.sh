@@ -89,7 +89,7 @@ config() {
 start_coordinator() {
   local name=$1
   shift
-  rm -rf "$D/$name"
+  rm -rf "${D:?}/$name"
   : >"$D/$name.err"
   ts_exec serve --listen 127.0.0.1:0 --config "$(config "$name" $((2 * CAP)))" \
     --state-dir "$D/$name" --heartbeat-ms 200 "$@" 2>"$D/$name.err" &
@@ -230,6 +230,7 @@ loss() {
   w=$(node_of "$(field "$id" 1 3)")
   p1=$(field "$id" 1 5)
   [ "$w" = "?" ] && die "$id: attempt 1 ran on no worker"
+  # shellcheck disable=SC2034 # read by the eval in until_ok
   before=$(joins "$w")
   t0=$(now)
   if [ "$kind" = kill ]; then
