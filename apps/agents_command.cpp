@@ -3,6 +3,7 @@
 
 #include "commands.hpp"
 #include "node_client.hpp"
+#include "safe_text.hpp"
 
 #include "tasksup/actors/protocol.hpp"
 
@@ -65,13 +66,6 @@ std::optional<double> parse_window(const std::string& text) {
   if (end != digits.c_str() + digits.size() || !(x > 0) || x * unit > 1e9)
     return std::nullopt;
   return x * unit;
-}
-
-std::string cell(std::string_view text) {
-  std::string out;
-  for (unsigned char c : text)
-    out += c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
-  return out.empty() ? "-" : out;
 }
 
 std::string str(const boost::json::value& v, std::string_view key) {
@@ -138,19 +132,7 @@ void print_table(const boost::json::value& doc) {
                     secs(num(a, "p90_duration_s")), cell(classes),
                     cell(str(a, "breaker")), cell(last)});
   }
-  std::vector<std::size_t> width(rows.front().size(), 0);
-  for (auto& row : rows)
-    for (std::size_t i = 0; i < row.size(); ++i)
-      width[i] = std::max(width[i], row[i].size());
-  for (auto& row : rows) {
-    std::string line;
-    for (std::size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size())
-        line += std::string(width[i] - row[i].size() + 2, ' ');
-    }
-    std::cout << line << '\n';
-  }
+  print_columns(std::cout, rows);
   auto* order = doc.at("fallback_order").if_array();
   if (!order || order->empty())
     return;

@@ -3,6 +3,7 @@
 
 #include "commands.hpp"
 #include "node_client.hpp"
+#include "safe_text.hpp"
 
 #include "tasksup/actors/cluster.hpp"
 #include "tasksup/actors/protocol.hpp"
@@ -25,13 +26,6 @@ struct nodes_options {
   std::string node;
   bool json = false;
 };
-
-std::string cell(std::string_view text) {
-  std::string out;
-  for (unsigned char c : text)
-    out += c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
-  return out.empty() ? "-" : out;
-}
 
 std::string joined(const std::vector<std::string>& xs) {
   std::string out;
@@ -65,19 +59,7 @@ void print_table(const std::vector<node_info>& all) {
                     std::to_string(n.offer.max_concurrent),
                     cell(joined(n.offer.runtimes)),
                     cell(to_string(n.offer.labels))});
-  std::vector<std::size_t> width(rows.front().size(), 0);
-  for (auto& row : rows)
-    for (std::size_t i = 0; i < row.size(); ++i)
-      width[i] = std::max(width[i], row[i].size());
-  for (auto& row : rows) {
-    std::string line;
-    for (std::size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size())
-        line += std::string(width[i] - row[i].size() + 2, ' ');
-    }
-    std::cout << line << '\n';
-  }
+  print_columns(std::cout, rows);
 }
 
 int nodes(const nodes_options& opts) {

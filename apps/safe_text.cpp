@@ -1,5 +1,7 @@
 #include "safe_text.hpp"
 
+#include <algorithm>
+
 #include "tasksup/supervisor/text.hpp"
 
 #include <cstddef>
@@ -49,6 +51,32 @@ std::string utf8_or_escaped(std::string_view str) {
 
 std::string printable(std::string_view str) {
   return convert(str, true);
+}
+
+std::string cell(std::string_view text) {
+  std::string out;
+  for (unsigned char c : text)
+    out += c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
+  return out.empty() ? "-" : out;
+}
+
+void print_columns(std::ostream& out,
+                   const std::vector<std::vector<std::string>>& rows) {
+  if (rows.empty())
+    return;
+  std::vector<std::size_t> width(rows.front().size(), 0);
+  for (auto& row : rows)
+    for (std::size_t i = 0; i < row.size() && i < width.size(); ++i)
+      width[i] = std::max(width[i], row[i].size());
+  for (auto& row : rows) {
+    std::string line;
+    for (std::size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size() && i < width.size())
+        line += std::string(width[i] - row[i].size() + 2, ' ');
+    }
+    out << line << '\n';
+  }
 }
 
 } // namespace tasksup::app

@@ -1,7 +1,9 @@
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tasksup::app {
 
@@ -13,5 +15,14 @@ std::string utf8_or_escaped(std::string_view str);
 /// characters (C0 except tab, DEL, C1) also become `\xNN` (C1 characters
 /// as their UTF-8 bytes), so output cannot move the cursor or change colours.
 std::string printable(std::string_view str);
+
+/// A table cell from remote data: control characters become `?`, an empty
+/// text `-`.
+std::string cell(std::string_view text);
+
+/// Prints `rows` (the first is the header) in columns two spaces apart,
+/// each as wide as its widest cell.
+void print_columns(std::ostream& out,
+                   const std::vector<std::vector<std::string>>& rows);
 
 } // namespace tasksup::app

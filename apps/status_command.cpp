@@ -3,6 +3,7 @@
 #include "commands.hpp"
 #include "json_text.hpp"
 #include "node_client.hpp"
+#include "safe_text.hpp"
 
 #include "tasksup/actors/events.hpp"
 #include "tasksup/actors/protocol.hpp"
@@ -150,14 +151,6 @@ boost::json::object to_json(const task_status& s, const times_view& tv) {
   return out;
 }
 
-/// Text for a terminal: no control characters from remote data.
-std::string cell(const std::string& text) {
-  std::string out;
-  for (unsigned char c : text)
-    out += c < 0x20 || c == 0x7f ? '?' : static_cast<char>(c);
-  return out.empty() ? "-" : out;
-}
-
 std::string outcome_of(const task_status& s) {
   if (!s.result)
     return "-";
@@ -199,19 +192,7 @@ void print_table(const std::vector<task_status>& all, const times_view& tv) {
       rows.back().insert(rows.back().begin() + 2,
                          s.state == task_state::running ? cell(s.node) : "-");
   }
-  std::vector<std::size_t> width(rows.front().size(), 0);
-  for (auto& row : rows)
-    for (std::size_t i = 0; i < row.size(); ++i)
-      width[i] = std::max(width[i], row[i].size());
-  for (auto& row : rows) {
-    std::string line;
-    for (std::size_t i = 0; i < row.size(); ++i) {
-      line += row[i];
-      if (i + 1 < row.size())
-        line += std::string(width[i] - row[i].size() + 2, ' ');
-    }
-    std::cout << line << '\n';
-  }
+  print_columns(std::cout, rows);
   for (auto& s : all)
     if (!s.waiting_for.empty())
       std::cout << cell(s.task_id) << " waits: " << cell(s.waiting_for) << '\n';

@@ -31,10 +31,10 @@ KILLS=${KILLS:-20}
 FREEZES=${FREEZES:-5}
 D=$(mktemp -d "${DIR:-${TMPDIR:-/tmp}}/tasksup-cluster.XXXXXX")
 
-# Every tasksup command goes through ts. When the node's port needs
-# certificates (mutual TLS), add the flags here: they follow the subcommand
-# (serve, submit, status), for the nodes and the client alike.
-ts_flags=()
+# Every tasksup command goes through ts, with the certificates of one CA
+# made for this run (mutual TLS): the nodes and the client alike.
+"$T" certs init "$D/certs" >/dev/null
+ts_flags=(--certs "$D/certs")
 ts() { "$T" "$1" "${ts_flags[@]}" "${@:2}"; }
 # The same, in place of the shell running it: a node started with
 # `ts_exec serve ... &` is the background process itself, so that $! is the

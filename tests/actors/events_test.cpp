@@ -188,7 +188,7 @@ TEST_CASE("trace and span ids have W3C sizes and follow the seed", "[events]") {
   CHECK(s != a.span_id());
 }
 
-TEST_CASE("event values have the types SPEC §9 implies; absent means null",
+TEST_CASE("event values have the types SPEC §9 implies, absent means null",
           "[events]") {
   attempt_outcome out;
   out.exit_code = 137;

@@ -171,7 +171,7 @@ TEST_CASE("task states, breakers, budget and slots come from the registry's "
   CHECK(unlimited.find("tasksup_retry_budget_tokens") == std::string::npos);
 }
 
-TEST_CASE("agent labels are bounded; label values are escaped") {
+TEST_CASE("agent labels are bounded, label values are escaped") {
   node_stats::limits lim;
   lim.max_agent_labels = 2;
   node_stats stats{lim};

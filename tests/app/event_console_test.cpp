@@ -73,7 +73,7 @@ TEST_CASE("on a terminal a pending retry counts down in place") {
   CHECK(view.rfind("\r\x1b[K") < view.find("task succeeded"));
 }
 
-TEST_CASE("quiet shows only the summary; a non-object is a warning") {
+TEST_CASE("quiet shows only the summary, a non-object is a warning") {
   captured human;
   event_console console{{human.file, false, true, {}, nullptr}};
   console.write(retry);

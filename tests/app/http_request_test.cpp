@@ -61,7 +61,7 @@ TEST_CASE("a request is incomplete until its header section and body are in") {
   CHECK(req.path == "/api/tasks/t/1/stop");
 }
 
-TEST_CASE("HTTP/1.0 needs no Host; HTTP/1.1 does") {
+TEST_CASE("HTTP/1.0 needs no Host, HTTP/1.1 does") {
   http_request req;
   CHECK(parse("GET /metrics HTTP/1.0\r\n\r\n", req).status ==
         http_parse_status::complete);

@@ -41,7 +41,7 @@ TEST_CASE("log_tail cuts long lines to the bound") {
   CHECK(tail.truncated_lines() == 1);
 }
 
-TEST_CASE("log_tail: empty input has no lines; an unterminated one counts") {
+TEST_CASE("log_tail: empty input has no lines, an unterminated one counts") {
   log_tail empty{5, 10};
   empty.finish();
   CHECK(empty.lines().empty());

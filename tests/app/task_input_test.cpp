@@ -44,7 +44,7 @@ TEST_CASE("values of the wrong type are left for validation to report") {
   CHECK(scalar == boost::json::parse("[1, 2]"));
 }
 
-TEST_CASE("a task file is read with its paths resolved; errors name it") {
+TEST_CASE("a task file is read with its paths resolved, errors name it") {
   auto dir = std::filesystem::temp_directory_path() / "tasksup-task-input";
   std::filesystem::create_directories(dir);
   auto path = (dir / "t.json").string();

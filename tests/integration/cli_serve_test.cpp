@@ -89,7 +89,7 @@ std::string agent(const std::string& id, const std::string& cli,
 
 } // namespace
 
-TEST_CASE("serve: tasks are submitted, followed and reported; a bad task is "
+TEST_CASE("serve: tasks are submitted, followed and reported, a bad task is "
           "rejected and the node goes on") {
   scratch dir;
   node n{dir};

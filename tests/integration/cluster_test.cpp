@@ -75,15 +75,9 @@ public:
   /// Starts (or starts again) the coordinator on the same port and state.
   void start_coordinator() {
     auto config = write_config("coordinator", 4);
-    std::vector<std::string> args{"serve",
-                                  "--listen",
-                                  address(),
-                                  "--config",
-                                  config,
-                                  "--state-dir",
-                                  dir_ / "state",
-                                  "--heartbeat-ms",
-                                  "200"};
+    std::vector<std::string> args{
+      "serve",       "--listen",     address(),        "--config", config,
+      "--state-dir", dir_ / "state", "--heartbeat-ms", "200"};
     args.insert(args.end(), coordinator_flags_.begin(),
                 coordinator_flags_.end());
     coordinator_ = std::make_unique<tasksup_child>(
@@ -259,7 +253,7 @@ find_event(const std::vector<boost::json::object>& evs,
 } // namespace
 
 TEST_CASE("cluster: attempts go to the fitting worker with the most free "
-          "slots; a task nothing fits waits and status says why",
+          "slots, a task nothing fits waits and status says why",
           "[cluster]") {
   cluster c;
   c.add_worker("w1", 1, {"--label", "gpu=true"});
@@ -348,7 +342,7 @@ TEST_CASE("cluster: a worker killed mid-attempt: the attempt runs again on "
   CHECK(c.clean_ends("job") == 1);
 }
 
-TEST_CASE("cluster: a frozen worker is detected and its attempt moved; "
+TEST_CASE("cluster: a frozen worker is detected and its attempt moved, "
           "thawed, it does not finish the attempt a second time",
           "[cluster]") {
   cluster c{{"--peer-timeout", "2"}};

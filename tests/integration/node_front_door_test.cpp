@@ -147,7 +147,7 @@ TEST_CASE("front door: a huge length prefix is refused before any buffer "
 }
 
 TEST_CASE("front door: a stalled frame and random bytes lose their "
-          "connection; the node serves on") {
+          "connection, the node serves on") {
   scratch dir;
   door_node n{dir};
   tls_client stalled{n.port(), client_files(node_certs(dir))};

@@ -144,7 +144,7 @@ unsigned mode_of(const std::string& path) {
 } // namespace
 
 TEST_CASE("tls: a client without a certificate of the node's CA is refused "
-          "during the handshake; the node serves on") {
+          "during the handshake, the node serves on") {
   scratch dir;
   tls_node n{dir};
   auto good = client_files(node_certs(dir));

@@ -101,7 +101,7 @@ TEST_CASE("shim record: truncated, corrupt or hostile content is rejected "
   }
 }
 
-TEST_CASE("exit record: exit codes and signals are read back; inconsistent "
+TEST_CASE("exit record: exit codes and signals are read back, inconsistent "
           "ones are rejected") {
   exit_record r;
   r.exit_code = 137;
