@@ -405,3 +405,29 @@ TEST_CASE("cluster: the coordinator killed and restarted: its workers join "
     CHECK(c.clean_ends(id) == 1);
   }
 }
+
+TEST_CASE("cluster: stop and kill reach an attempt on a worker node",
+          "[cluster]") {
+  cluster c;
+  c.add_worker("w1", 2);
+  c.submit("gentle", "30");
+  c.submit("hard", "30");
+  REQUIRE(eventually([&] { return c.starts().size() == 2; }, 10s));
+  auto stop = run_to_end(c.dir(), {"stop", "--node", c.address(), "gentle"});
+  INFO(stop.err);
+  CHECK(stop.status == 0);
+  auto kill = run_to_end(c.dir(), {"kill", "--node", c.address(), "hard"});
+  INFO(kill.err);
+  CHECK(kill.status == 0);
+  for (auto id : {"gentle", "hard"}) {
+    auto st = c.wait_done(id);
+    INFO(id);
+    CHECK(st.at("result").at("outcome") == "stopped");
+    CHECK(st.at("total_attempts") == 1);
+    REQUIRE(starts_of(c, id).size() == 1);
+    auto pid = starts_of(c, id).front().pid;
+    CHECK(eventually([&] { return ::kill(pid, 0) != 0; }, 5s));
+  }
+  CHECK(c.clean_ends("gentle") == 0);
+  CHECK(c.clean_ends("hard") == 0);
+}
