@@ -263,7 +263,8 @@ using worker_gone_atom = caf::atom_constant<caf::atom("workergone")>;
 
 /// How long a supervisor waits for the report of a remote worker that went
 /// down: CAF may deliver the worker's down message before the messages it
-/// sent just before it ended (they are deserialized apart).
+/// sent just before it ended (they are deserialized apart, and arrive
+/// through a new proxy of the worker).
 constexpr std::chrono::seconds remote_report_grace{2};
 
 /// `<attempt_root>/<task id>/attempt-<n>`, as make_attempt_spec names it.
@@ -347,8 +348,11 @@ bool from_worker(supervisor_actor* self) {
   auto sender = self->current_sender();
   if (!sender)
     return false;
+  // By identity, not by handle: a remote worker's proxy is replaced when
+  // its down message overtakes its last messages, which then come from a
+  // new proxy of the same actor.
   if (s.worker)
-    return sender == caf::actor_cast<caf::strong_actor_ptr>(s.worker);
+    return sender->node() == s.worker.node() && sender->id() == s.worker.id();
   if (s.remote_starting == 0 || !s.placed_agent ||
       sender->node() != s.placed_agent.node())
     return false;
