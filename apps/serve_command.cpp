@@ -572,11 +572,23 @@ in <state dir>/certs, where the first start creates a CA, a node and a client
 certificate readable by this user only; `tasksup` commands run by this user
 find them there (see `tasksup status --help`). --insecure turns TLS off.
 
+A cluster: worker nodes start with --join HOST:PORT (and --name, --label
+KEY=VALUE) and offer their slots, runtimes and labels; the coordinator places
+each attempt on the fitting worker with the most free slots (a task's
+placement.labels must all match) and keeps tasks, journal and supervisors
+itself. A worker joins with the node certificate in --certs DIR (copy the
+coordinator's ca.crt, node.crt and node.key there; never ca.key). A worker
+lost (killed, or silent for --peer-timeout) has its attempts retried on
+another at once; a worker that hears nothing for --lease kills its attempts.
+`tasksup nodes` lists the workers.
+
 Example:
   tasksup serve --listen 127.0.0.1:7420 --config config \
     --http 127.0.0.1:7421 &
   tasksup submit config/examples/demo-flaky.json
-  tasksup status)");
+  tasksup status
+  tasksup serve --join 10.0.0.1:7420 --name gpu-1 --label gpu=true \
+    --certs /etc/tasksup/certs   # on a worker machine)");
   cmd->callback([opts, &status] {
     if (!opts->worker.join.empty()) {
       opts->worker.certs = opts->certs;
