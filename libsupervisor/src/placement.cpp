@@ -62,10 +62,11 @@ std::string unplaced_reason(const std::vector<node_load>& nodes,
   });
   if (with_runtime == 0)
     return "no worker node has the " + req.runtime + " runtime";
-  for (auto& [key, value] : req.labels) {
+  for (auto& label : req.labels) {
+    const auto& [key, value] = label;
     auto any = std::any_of(nodes.begin(), nodes.end(), [&](auto& n) {
       return has_runtime(n.offer, req.runtime) &&
-             has_label(n.offer, key, value);
+             has_label(n.offer, label.first, label.second);
     });
     if (!any)
       return "no worker node with the " + req.runtime + " runtime has label " +
