@@ -166,7 +166,7 @@ TEST_CASE_METHOD(registry_fixture,
 }
 
 TEST_CASE_METHOD(registry_fixture,
-                 "round-robin rotates the first agent across tasks; a "
+                 "round-robin rotates the first agent across tasks, a "
                  "fallback does not move it",
                  "[registry]") {
   auto cfg = builtin_config();
@@ -191,7 +191,7 @@ TEST_CASE_METHOD(registry_fixture,
 }
 
 TEST_CASE_METHOD(registry_fixture,
-                 "control messages reach the task; status and await answer",
+                 "control messages reach the task, status and await answer",
                  "[registry]") {
   start(builtin_config());
   runtime->script("a", {hangs()});
@@ -329,7 +329,7 @@ TEST_CASE_METHOD(registry_fixture,
 
 TEST_CASE_METHOD(registry_fixture,
                  "a half-open breaker lets exactly one attempt through "
-                 "across tasks; its success closes it",
+                 "across tasks, its success closes it",
                  "[registry]") {
   auto cfg = builtin_config();
   cfg.node.breaker.max_failures = 1;
@@ -375,7 +375,7 @@ TEST_CASE_METHOD(registry_fixture, "the retry budget refills over time",
 }
 
 TEST_CASE_METHOD(registry_fixture,
-                 "a task stopped while queued leaves the queue; the others "
+                 "a task stopped while queued leaves the queue, the others "
                  "keep their order",
                  "[registry]") {
   auto cfg = builtin_config();

@@ -133,7 +133,7 @@ TEST_CASE_METHOD(supervisor_fixture,
 }
 
 TEST_CASE_METHOD(supervisor_fixture,
-                 "rate limits back off 60, 120, 300 s; a retry-after hint "
+                 "rate limits back off 60, 120, 300 s, a retry-after hint "
                  "sets the delay",
                  "[task_supervisor]") {
   SECTION("the long schedule") {
@@ -383,7 +383,7 @@ TEST_CASE_METHOD(supervisor_fixture,
 }
 
 TEST_CASE_METHOD(supervisor_fixture,
-                 "retry_now skips the backoff; force_fallback moves on",
+                 "retry_now skips the backoff, force_fallback moves on",
                  "[task_supervisor]") {
   runtime->script("a", {exits(1), exits(0)});
   runtime->script("b", {exits(0)});
@@ -515,7 +515,7 @@ TEST_CASE_METHOD(supervisor_fixture,
 }
 
 TEST_CASE_METHOD(supervisor_fixture,
-                 "every event of an attempt carries that attempt's span; "
+                 "every event of an attempt carries that attempt's span, "
                  "task events carry the task's span",
                  "[task_supervisor]") {
   runtime->script("a", {exits(1, {"glitch"}), exits(0)});
