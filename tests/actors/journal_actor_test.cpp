@@ -9,6 +9,8 @@
 #include "tasksup/actors/journal_figures.hpp"
 #include "tasksup/actors/protocol.hpp"
 
+#include "../temp_dir.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <caf/actor_system.hpp>
@@ -30,20 +32,7 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    std::string tmpl =
-      (std::filesystem::temp_directory_path() / "tasksup-jactor-XXXXXX")
-        .string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+using tasksup::test::temp_dir;
 
 struct journal_fixture {
   temp_dir dir;

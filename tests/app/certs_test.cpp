@@ -1,6 +1,8 @@
 #include "certs.hpp"
 #include "tls_credentials.hpp"
 
+#include "../temp_dir.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <openssl/bn.h>
@@ -25,21 +27,7 @@ using namespace tasksup::app;
 
 namespace {
 
-/// A scratch directory, removed at scope exit.
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    std::string tmpl =
-      (std::filesystem::temp_directory_path() / "tasksup-certs-XXXXXX")
-        .string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+using tasksup::test::temp_dir;
 
 unsigned mode_of(const std::string& path) {
   struct stat st {};

@@ -4,6 +4,8 @@
 #include "node_setup.hpp"
 #include "tls_server_context.hpp"
 
+#include "../temp_dir.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <sys/stat.h>
@@ -19,20 +21,7 @@ using namespace tasksup::app;
 
 namespace {
 
-struct temp_dir {
-  std::string path;
-  temp_dir() {
-    std::string tmpl =
-      (std::filesystem::temp_directory_path() / "tasksup-creds-XXXXXX")
-        .string();
-    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
-    path = tmpl;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+using tasksup::test::temp_dir;
 
 /// Sets (or, with nullptr, unsets) an environment variable for one scope.
 struct scoped_env {

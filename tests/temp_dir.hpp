@@ -1,0 +1,37 @@
+#pragma once
+
+// A scratch directory for one test, removed with everything in it at scope
+// exit. Shared by the unit, actor and app tests.
+
+#include <catch2/catch.hpp>
+
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+#include <system_error>
+
+namespace tasksup::test {
+
+struct temp_dir {
+  std::string path;
+
+  /// `<tmp>/tasksup-<kind>-XXXXXX`, created.
+  explicit temp_dir(const std::string& kind = "test") {
+    std::string tmpl =
+      (std::filesystem::temp_directory_path() / ("tasksup-" + kind + "-XXXXXX"))
+        .string();
+    REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
+    path = tmpl;
+  }
+
+  ~temp_dir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+};
+
+} // namespace tasksup::test
