@@ -37,17 +37,6 @@ using x509_ptr = std::unique_ptr<X509, ossl_deleter<X509, X509_free>>;
 using bn_ptr = std::unique_ptr<BIGNUM, ossl_deleter<BIGNUM, BN_free>>;
 using bio_ptr = std::unique_ptr<BIO, ossl_deleter<BIO, BIO_free_all>>;
 
-/// The first OpenSSL error of this thread as text (and the queue cleared).
-std::string ssl_error_text() {
-  auto code = ERR_get_error();
-  ERR_clear_error();
-  if (code == 0)
-    return "unknown OpenSSL error";
-  char buf[256];
-  ERR_error_string_n(code, buf, sizeof buf);
-  return buf;
-}
-
 error ssl_failure(const std::string& where, const std::string& what) {
   return error{where, {}, what + ": " + ssl_error_text()};
 }
@@ -401,6 +390,16 @@ std::vector<std::string> exposed_cert_files(const std::string& dir) {
       out.push_back(path);
   }
   return out;
+}
+
+std::string ssl_error_text() {
+  auto code = ERR_get_error();
+  ERR_clear_error();
+  if (code == 0)
+    return "unknown OpenSSL error";
+  char buf[256];
+  ERR_error_string_n(code, buf, sizeof buf);
+  return buf;
 }
 
 } // namespace tasksup::app

@@ -50,4 +50,8 @@ expected<node_certs_state> ensure_node_certs(const std::string& dir);
 /// the owner may read or write, for a warning at start.
 std::vector<std::string> exposed_cert_files(const std::string& dir);
 
+/// The first OpenSSL error of this thread as text (and the queue cleared),
+/// for messages.
+std::string ssl_error_text();
+
 } // namespace tasksup::app

@@ -17,16 +17,6 @@ namespace {
 /// node buffer.
 constexpr long max_peer_cert_list_bytes = 32 * 1024;
 
-std::string ssl_error_text() {
-  auto code = ERR_get_error();
-  ERR_clear_error();
-  if (code == 0)
-    return "unknown OpenSSL error";
-  char buf[256];
-  ERR_error_string_n(code, buf, sizeof buf);
-  return buf;
-}
-
 } // namespace
 
 expected<tls_server_context>

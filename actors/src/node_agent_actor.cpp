@@ -77,19 +77,8 @@ caf::behavior node_agent(node_agent_actor* self, node_agent_options opts) {
                                     ra.spec.attempt);
       if (dir.empty())
         return fail("the task id is not a plain name");
-      worker_options w;
-      w.spec = std::move(ra.spec);
+      auto w = from_remote(std::move(ra), rt->second);
       w.spec.attempt_dir = std::move(dir);
-      w.runtime = rt->second;
-      w.trace_id = std::move(ra.trace_id);
-      w.span_id = std::move(ra.span_id);
-      w.agent_cli = std::move(ra.agent_cli);
-      w.output = ra.output;
-      w.idle_timeout_s = ra.idle_timeout_s;
-      w.env_passthrough = std::move(ra.env_passthrough);
-      w.max_log_events = static_cast<std::size_t>(ra.max_log_events);
-      w.tail_lines = static_cast<std::size_t>(ra.tail_lines);
-      w.report_runtime_id = true;
       auto worker =
         spawn_container_worker(self->system(), supervisor, std::move(w));
       self->monitor(worker);
@@ -117,6 +106,39 @@ caf::behavior node_agent(node_agent_actor* self, node_agent_options opts) {
 }
 
 } // namespace
+
+remote_attempt to_remote(worker_options w, std::string runtime) {
+  remote_attempt ra;
+  ra.spec = std::move(w.spec);
+  ra.runtime = std::move(runtime);
+  ra.trace_id = std::move(w.trace_id);
+  ra.span_id = std::move(w.span_id);
+  ra.agent_cli = std::move(w.agent_cli);
+  ra.output = w.output;
+  ra.idle_timeout_s = w.idle_timeout_s;
+  ra.env_passthrough = std::move(w.env_passthrough);
+  ra.max_log_events = static_cast<std::int64_t>(w.max_log_events);
+  ra.tail_lines = static_cast<std::int64_t>(w.tail_lines);
+  return ra;
+}
+
+worker_options from_remote(remote_attempt ra,
+                           std::shared_ptr<runtime::container_runtime> rt) {
+  worker_options w;
+  w.spec = std::move(ra.spec);
+  w.runtime = std::move(rt);
+  w.trace_id = std::move(ra.trace_id);
+  w.span_id = std::move(ra.span_id);
+  w.agent_cli = std::move(ra.agent_cli);
+  w.output = ra.output;
+  w.idle_timeout_s = ra.idle_timeout_s;
+  w.env_passthrough = std::move(ra.env_passthrough);
+  w.max_log_events = static_cast<std::size_t>(ra.max_log_events);
+  w.tail_lines = static_cast<std::size_t>(ra.tail_lines);
+  // The coordinator journals where each remote attempt runs.
+  w.report_runtime_id = true;
+  return w;
+}
 
 std::string remote_attempt_dir(const std::string& root,
                                const std::string& task_id, int attempt) {

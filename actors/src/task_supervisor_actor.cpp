@@ -363,17 +363,7 @@ bool from_worker(supervisor_actor* self) {
 /// Asks the worker node the registry placed the attempt on to start it.
 void start_remote(supervisor_actor* self, worker_options w) {
   auto& s = self->state;
-  remote_attempt ra;
-  ra.spec = std::move(w.spec);
-  ra.runtime = s.placed_runtime;
-  ra.trace_id = std::move(w.trace_id);
-  ra.span_id = std::move(w.span_id);
-  ra.agent_cli = std::move(w.agent_cli);
-  ra.output = w.output;
-  ra.idle_timeout_s = w.idle_timeout_s;
-  ra.env_passthrough = std::move(w.env_passthrough);
-  ra.max_log_events = static_cast<std::int64_t>(w.max_log_events);
-  ra.tail_lines = static_cast<std::int64_t>(w.tail_lines);
+  auto ra = to_remote(std::move(w), s.placed_runtime);
   auto attempt = ra.spec.attempt;
   auto node = s.placed_node;
   s.remote_starting = attempt;

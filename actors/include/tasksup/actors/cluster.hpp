@@ -92,6 +92,14 @@ struct node_agent_options {
 /// that supervisor becomes unreachable (the node lost its coordinator).
 caf::actor spawn_node_agent(caf::actor_system& sys, node_agent_options opts);
 
+/// `w` as it goes to a worker node, which runs it with its `runtime`: the
+/// one mapping between the two, both ways.
+remote_attempt to_remote(worker_options w, std::string runtime);
+
+/// The container worker's options for `ra` on this node, with `rt`.
+worker_options from_remote(remote_attempt ra,
+                           std::shared_ptr<runtime::container_runtime> rt);
+
 /// The attempt's directory on a worker node: `<root>/<task>/attempt-<n>`,
 /// with a `.<k>` suffix when one from an earlier run of the same task id is
 /// there. Empty when the task id is not a plain name (untrusted input).
