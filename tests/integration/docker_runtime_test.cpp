@@ -494,8 +494,14 @@ TEST_CASE("docker: exceeding the memory limit is a real OOM kill", "[docker]") {
   temp_dir tmp;
   auto rt = make_docker_runtime(engine_options());
   recorder rec;
+  // The program starts growing after a second, as an agent does after its
+  // start-up: the engine sees an OOM kill only once containerd's shim has set
+  // its watch on the container's memory cgroup, which it does after starting
+  // the container. A program that reaches its limit within milliseconds can
+  // win that race (seen in CI under load: exit 137, OOMKilled false; see the
+  // README's Docker section).
   auto spec = shell_spec(tmp.path(), unique_task_id("oom"),
-                         "x=a; while true; do x=$x$x; done");
+                         "sleep 1; x=a; while true; do x=$x$x; done");
   spec.memory_limit_mb = 16;
   auto out = run_to_end(*rt, std::move(spec), rec);
   CHECK(out.oom_killed);
