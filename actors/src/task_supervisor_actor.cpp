@@ -1026,11 +1026,33 @@ void carry(supervisor_actor* self, const machine_effects& fx) {
     drive(self, std::move(in));
 }
 
+/// Whether `e` reaches outside the node (a process, a container, a
+/// repository, the task's end): carried out only once the input that caused
+/// it is recorded.
+bool held_until_recorded(const machine_effect& e) {
+  return std::visit(
+    [](const auto& x) {
+      using t = std::decay_t<decltype(x)>;
+      return std::is_same_v<t, effect::start_attempt> ||
+             std::is_same_v<t, effect::adopt_attempt> ||
+             std::is_same_v<t, effect::stop_attempt> ||
+             std::is_same_v<t, effect::run_preflight> ||
+             std::is_same_v<t, effect::run_gates> ||
+             std::is_same_v<t, effect::deliver> ||
+             std::is_same_v<t, effect::finish>;
+    },
+    e);
+}
+
 /// Feeds `in` to the machine and carries out its effects (and the inputs
-/// they produce at once); with a journal, only once `in` is recorded: the
-/// supervisor handles nothing else meanwhile, so the journal's order is the
-/// machine's. Returns whether `in` took effect; `then` runs after its
-/// effects.
+/// they produce at once). With a journal, `in` is recorded first. Effects
+/// that stay inside the node (a slot request, a classification, a timer,
+/// an event) are carried out at once: the journal keeps the inputs in the
+/// order this actor sends them and commits them in that order, so a later
+/// recorded input implies every earlier one. Effects that reach outside,
+/// the pid of a started attempt and a control request's reply wait until
+/// `in` is recorded, and the supervisor handles nothing else meanwhile.
+/// Returns whether `in` took effect; `then` runs after its effects.
 bool drive(supervisor_actor* self, machine_input in, after_input then) {
   auto& st = self->state;
   auto fx = std::move(st.fx);
@@ -1044,6 +1066,19 @@ bool drive(supervisor_actor* self, machine_input in, after_input then) {
     if (then)
       then(ok);
     return ok;
+  }
+  auto hold = then || std::holds_alternative<input::attempt_started>(in) ||
+              std::any_of(fx.begin(), fx.end(), held_until_recorded);
+  if (!hold) {
+    // A failed write is retried by the journal; nothing waits for it.
+    self
+      ->request(st.journal, caf::infinite, jinput_atom::value, st.journal_seq,
+                ++st.journal_n, encode(journaled_input{now, std::move(in)}))
+      .then([](bool) {}, [](caf::error&) {});
+    carry(self, fx);
+    fx.clear();
+    st.fx = std::move(fx);
+    return true;
   }
   auto pending = std::make_shared<machine_effects>(std::move(fx));
   auto go_on = [self, pending, then] {
