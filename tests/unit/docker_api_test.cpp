@@ -90,6 +90,43 @@ TEST_CASE("docker create body honours network mode, init and workdir") {
   CHECK(host.at("Mounts").as_array().size() == 3);
 }
 
+TEST_CASE("docker create body with a cgroup parent leaves the limit to it") {
+  auto spec = sample_spec();
+  auto body = docker_create_body(spec, {}, "/own/tasksup-docker/c-1");
+  REQUIRE(body.has_value());
+  auto parsed = json::parse(*body);
+  auto& host = parsed.as_object().at("HostConfig").as_object();
+  CHECK(host.at("CgroupParent") == "/own/tasksup-docker/c-1");
+  // The parent holds the limit; a limit of the container's own would be
+  // hit first and the parent's OOM watch would not see it.
+  CHECK_FALSE(host.contains("Memory"));
+  CHECK_FALSE(host.contains("MemorySwap"));
+  // An impossible limit is still refused.
+  spec.memory_limit_mb = std::uint64_t{1} << 60;
+  CHECK_FALSE(docker_create_body(spec, {}, "/p").has_value());
+}
+
+TEST_CASE("docker info gives the engine's cgroup driver and version") {
+  auto info = parse_docker_info(
+    R"({"ID":"x","CgroupDriver":"cgroupfs","CgroupVersion":"2","Driver":"overlay2"})");
+  REQUIRE(info.has_value());
+  CHECK(info->cgroup_driver == "cgroupfs");
+  CHECK(info->cgroup_version == "2");
+  // Engines before API 1.40 do not say the version: v1.
+  auto old = parse_docker_info(R"({"CgroupDriver":"systemd"})");
+  REQUIRE(old.has_value());
+  CHECK(old->cgroup_driver == "systemd");
+  CHECK(old->cgroup_version == "1");
+  CHECK(parse_docker_info(R"({"CgroupDriver":7})").error().path ==
+        "/CgroupDriver");
+  CHECK(
+    parse_docker_info(R"({"CgroupVersion":")" + std::string(100, 'x') + R"("})")
+      .error()
+      .path == "/CgroupVersion");
+  CHECK_FALSE(parse_docker_info("[1]").has_value());
+  CHECK_FALSE(parse_docker_info("{").has_value());
+}
+
 TEST_CASE("docker create body rejects what the engine cannot express") {
   auto check_rejects = [](attempt_spec spec, const std::string& path) {
     auto body = docker_create_body(spec, {});

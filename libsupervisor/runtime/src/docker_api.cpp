@@ -47,9 +47,9 @@ json::value parse_json(std::string_view body, boost::system::error_code& ec) {
 
 } // namespace
 
-expected<std::string>
-docker_create_body(const attempt_spec& spec,
-                   const docker_runtime_options& options) {
+expected<std::string> docker_create_body(const attempt_spec& spec,
+                                         const docker_runtime_options& options,
+                                         std::string_view cgroup_parent) {
   if (spec.image.empty())
     return spec_error("image", "the docker runtime needs an image");
   if (spec.argv.empty() || spec.argv.front().empty())
@@ -144,15 +144,45 @@ docker_create_body(const attempt_spec& spec,
     if (*spec.memory_limit_mb == 0 || *spec.memory_limit_mb > limit / mib)
       return spec_error("memory_limit_mb", "out of range");
     auto bytes = static_cast<std::int64_t>(*spec.memory_limit_mb * mib);
-    host["Memory"] = bytes;
-    // Swap equal to memory: no swap, so exceeding the limit is an OOM kill.
-    host["MemorySwap"] = bytes;
+    if (cgroup_parent.empty()) {
+      host["Memory"] = bytes;
+      // Swap equal to memory: no swap, so exceeding the limit is an OOM
+      // kill.
+      host["MemorySwap"] = bytes;
+    }
   }
+  if (!cgroup_parent.empty())
+    host["CgroupParent"] = cgroup_parent;
   if (!options.network_mode.empty())
     host["NetworkMode"] = options.network_mode;
   host["Init"] = options.init;
   body["HostConfig"] = std::move(host);
   return json::serialize(body);
+}
+
+expected<docker_engine_info> parse_docker_info(std::string_view body) {
+  boost::system::error_code ec;
+  auto value = parse_json(body, ec);
+  if (ec)
+    return engine_error("", "info: invalid JSON: " + ec.message());
+  auto* obj = value.if_object();
+  if (!obj)
+    return engine_error("", "info: expected an object");
+  docker_engine_info out;
+  auto text = [&](const char* key, std::string& to) -> bool {
+    auto* v = obj->if_contains(key);
+    if (!v)
+      return true;
+    if (!v->is_string() || v->as_string().size() > 64)
+      return false;
+    to = std::string{v->as_string()};
+    return true;
+  };
+  if (!text("CgroupDriver", out.cgroup_driver))
+    return engine_error("/CgroupDriver", "info: expected a short string");
+  if (!text("CgroupVersion", out.cgroup_version))
+    return engine_error("/CgroupVersion", "info: expected a short string");
+  return out;
 }
 
 expected<std::string> parse_docker_create_response(std::string_view body) {

@@ -1,6 +1,7 @@
 #include "tasksup/runtime/docker_runtime.hpp"
 
 #include "docker_engine_client.hpp"
+#include "docker_memory_watch.hpp"
 #include "tasksup/runtime/detail/docker_api.hpp"
 #include "tasksup/runtime/detail/docker_log_demux.hpp"
 #include "tasksup/runtime/detail/shim_record.hpp"
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <random>
@@ -78,6 +80,25 @@ struct id_box {
 
 class docker_attempt;
 
+engine_response sync_request(const docker_runtime_options& options,
+                             std::string target, verb method = verb::get);
+
+/// Where containers keep their memory limits (none: in their own cgroup,
+/// reported by the engine), or why not.
+expected<detail::docker_memory_home>
+memory_home_of(const docker_runtime_options& options) {
+  if (!options.watch_memory)
+    return error{"watch_memory", "", "off"};
+  auto resp = sync_request(options, "/info");
+  if (!resp.ok())
+    return error{"/info", "", "the engine did not say how it runs containers"};
+  auto info = detail::parse_docker_info(resp.body);
+  if (!info)
+    return info.error();
+  return detail::find_docker_memory_home(
+    options.socket_path, info->cgroup_driver, info->cgroup_version);
+}
+
 /// State shared by the runtime object, its I/O thread, its attempts and
 /// their handles. Everything but `io` and `container_name` (locked; called
 /// by `start` on the caller's thread) is touched on the I/O thread only.
@@ -104,6 +125,16 @@ public:
 
   void attempt_finished(docker_attempt* attempt);
 
+  /// Where containers keep their memory limits; looked for once, when first
+  /// needed (any thread).
+  const detail::docker_memory_home* memory_home() {
+    std::call_once(memory_home_once, [this] {
+      if (auto home = memory_home_of(options))
+        memory_home_.emplace(std::move(*home));
+    });
+    return memory_home_ ? &*memory_home_ : nullptr;
+  }
+
   std::string container_name(const attempt_spec& spec) {
     std::lock_guard<std::mutex> guard{rng_mtx};
     std::string name = "tasksup-";
@@ -129,6 +160,10 @@ public:
   std::mt19937_64 rng;
   std::unordered_map<docker_attempt*, std::shared_ptr<docker_attempt>> live;
   bool shutting_down = false;
+
+private:
+  std::once_flag memory_home_once;
+  std::optional<detail::docker_memory_home> memory_home_;
 };
 
 /// One attempt: create, start, stream logs, wait, inspect, collect
@@ -144,7 +179,13 @@ public:
 
   void begin() {
     phase_ = phase::creating;
-    auto body = detail::docker_create_body(spec_, core_->options);
+    // Named by `start`, so `attempt_started` can name the container before
+    // the engine has answered the create.
+    name_ = id_->get();
+    watch_memory();
+    auto body = detail::docker_create_body(
+      spec_, core_->options,
+      memory_watch_ ? memory_watch_->cgroup_parent() : std::string{});
     if (!body) {
       fail(body.error().to_string());
       complete();
@@ -173,14 +214,26 @@ public:
     }
     capture_.emplace(std::move(*capture));
     make_demux();
-    // Named by `start`, so `attempt_started` can name the container before
-    // the engine has answered the create.
-    name_ = id_->get();
     step_ = request(verb::post, "/containers/create?name=" + name_,
                     std::move(*body), core_->options.request_timeout,
                     [](docker_attempt& self, engine_response resp) {
                       self.on_created(std::move(resp));
                     });
+  }
+
+  /// The attempt's memory limit on a cgroup of its own, when the engine
+  /// allows it (else the container's own limit holds).
+  void watch_memory() {
+    constexpr std::uint64_t mib = 1024 * 1024;
+    constexpr auto most =
+      static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) /
+      mib;
+    auto mb = spec_.memory_limit_mb.value_or(0);
+    if (mb == 0 || mb > most)
+      return;
+    if (auto* home = core_->memory_home())
+      if (auto w = detail::docker_memory_watch::create(*home, name_, mb * mib))
+        memory_watch_.emplace(std::move(*w));
   }
 
   /// Takes over container `id`, started by another instance of the runtime.
@@ -198,6 +251,11 @@ public:
     }
     name_ = id;
     container_id_ = id;
+    // Journaled by name: its memory cgroup, if it has one, is watched from
+    // now on.
+    if (auto* home = core_->memory_home())
+      if (auto w = detail::docker_memory_watch::existing(*home, id))
+        memory_watch_.emplace(std::move(*w));
     step_ = request(verb::get, container_path() + "/json", {},
                     core_->options.request_timeout,
                     [](docker_attempt& self, engine_response resp) {
@@ -618,14 +676,20 @@ private:
         fail("docker start failed: " + start_error_);
       }
     }
-    // The engine answers `wait` once it has handled the container's exit;
-    // the kernel's OOM event reaches it separately and may be handled later
-    // (seen on a freshly started engine: exit 137, OOMKilled false, then
-    // true). A SIGKILL under a memory limit that nobody here asked for is
-    // looked at again until the engine agrees or the settle time is over.
-    if (state && !state->oom_killed && state->exit_code == 128 + sigkill &&
-        spec_.memory_limit_mb && requested_ == user_request::none &&
-        start_error_.empty() && core_->options.oom_settle_timeout.count() > 0) {
+    // The kernel told this process itself (the limit is on a cgroup of its
+    // own, watched before the container started).
+    if (state && memory_watch_ && memory_watch_->oom_killed())
+      state->oom_killed = true;
+    // Else the engine's word. It answers `wait` once it has handled the
+    // container's exit; the kernel's OOM event reaches it separately and may
+    // be handled later (seen on a freshly started engine: exit 137,
+    // OOMKilled false, then true). A SIGKILL under a memory limit that
+    // nobody here asked for is looked at again until the engine agrees or
+    // the settle time is over.
+    if (state && !memory_watch_ && !state->oom_killed &&
+        state->exit_code == 128 + sigkill && spec_.memory_limit_mb &&
+        requested_ == user_request::none && start_error_.empty() &&
+        core_->options.oom_settle_timeout.count() > 0) {
       auto now = clock_type::now();
       if (!settle_until_)
         settle_until_ = now + core_->options.oom_settle_timeout;
@@ -687,6 +751,10 @@ private:
 
   void complete_now() {
     drain_timer_.cancel();
+    // The container is removed (or could not be): its cgroup goes too, and
+    // stays only while something still runs in it.
+    if (memory_watch_)
+      memory_watch_->remove();
     for (auto* ex : {&step_, &wait_, &output_})
       if (*ex) {
         (*ex)->cancel();
@@ -754,6 +822,7 @@ private:
   int exit_code_ = 0;
   int signal_ = 0;
   bool oom_killed_ = false;
+  std::optional<detail::docker_memory_watch> memory_watch_;
   std::optional<clock_type::time_point> started_at_;
   std::optional<clock_type::time_point> settle_until_;
   /// Adopted from another instance: found, not created.
@@ -886,7 +955,7 @@ private:
 
 /// Runs one request to completion on a private io_context.
 engine_response sync_request(const docker_runtime_options& options,
-                             std::string target, verb method = verb::get) {
+                             std::string target, verb method) {
   asio::io_context io;
   engine_response out;
   detail::async_engine_request(
@@ -970,9 +1039,12 @@ reap_report docker_runtime::reap(const reap_spec& spec) {
                 label("tasksup.task_id") + "' attempt " +
                 label("tasksup.attempt") + ", owner " + spec.owner + " pid " +
                 pid_text + ")";
-    if (resp.ok() || resp.status == 404)
+    if (resp.ok() || resp.status == 404) {
       report.reaped.push_back("removed " + what);
-    else
+      if (auto* home = core_->memory_home())
+        for (auto& name : c.names)
+          detail::remove_docker_memory_dirs(*home, name);
+    } else
       report.errors.push_back(
         "cannot remove " + what + ": " +
         (resp.transport_error.empty()

@@ -114,7 +114,7 @@ expected<memory_controller> try_v1(const own_cgroups& own,
     if (err.empty() && ::access(dir.c_str(), W_OK) != 0)
       err = dir + " is not writable";
     if (err.empty())
-      return memory_controller{cgroup_version::v1, dir};
+      return memory_controller{cgroup_version::v1, dir, mount};
     reasons += (reasons.empty() ? "" : "; ") + err;
   }
   return error{mount, "", reasons};
@@ -148,7 +148,7 @@ expected<memory_controller> try_v2(const own_cgroups& own,
           !has_word(read_small_file(dir + "/cgroup.subtree_control"), "memory"))
         err = write_file(dir + "/cgroup.subtree_control", "+memory");
       if (err.empty())
-        return memory_controller{cgroup_version::v2, dir};
+        return memory_controller{cgroup_version::v2, dir, mount};
       reasons += (reasons.empty() ? "" : "; ") + err;
     }
   }

@@ -19,6 +19,8 @@ struct memory_controller {
   cgroup_version version = cgroup_version::v1;
   /// e.g. /sys/fs/cgroup/memory/<own cgroup>/tasksup.
   std::string parent_dir;
+  /// The hierarchy's mount point, e.g. /sys/fs/cgroup/memory.
+  std::string mount;
 };
 
 /// Finds a writable memory controller (cgroup v1 at /sys/fs/cgroup/memory,

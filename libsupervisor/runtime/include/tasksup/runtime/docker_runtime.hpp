@@ -64,6 +64,14 @@ struct docker_runtime_options {
   /// long: the engine handles the container's exit and its OOM event
   /// separately, and may answer `wait` before it has recorded the OOM kill.
   std::chrono::milliseconds oom_settle_timeout{2000};
+  /// Keep an attempt's memory limit on a cgroup of tasksup's own, made the
+  /// container's CgroupParent, so that the kernel tells tasksup of an OOM
+  /// kill itself, however early it comes (the engine misses one that comes
+  /// before containerd's shim watches the container's cgroup). Used when
+  /// the engine runs on this host in the same cgroup namespace with the
+  /// cgroupfs driver and a memory controller is writable here; otherwise
+  /// the limit is the container's own and OOMKilled is the engine's word.
+  bool watch_memory = true;
 };
 
 /// Options for the engine named by DOCKER_HOST (only `unix://` sockets are

@@ -14,9 +14,23 @@ namespace tasksup::runtime::detail {
 /// The body of POST /containers/create for one attempt: image, argv as Cmd,
 /// env (with the TASKSUP_* variables), working directory, labels, mounts,
 /// memory limit (swap capped at the same value so the limit is real). Fails
-/// naming the attempt_spec field that cannot be expressed.
+/// naming the attempt_spec field that cannot be expressed. With
+/// `cgroup_parent`, the container goes below that cgroup, which holds the
+/// memory limit instead of the container's own.
 expected<std::string> docker_create_body(const attempt_spec& spec,
-                                         const docker_runtime_options& options);
+                                         const docker_runtime_options& options,
+                                         std::string_view cgroup_parent = {});
+
+/// What GET /info says about the engine's cgroups.
+struct docker_engine_info {
+  /// CgroupDriver: "cgroupfs" or "systemd".
+  std::string cgroup_driver;
+  /// CgroupVersion: "1" or "2" (absent before API 1.40: "1").
+  std::string cgroup_version = "1";
+};
+
+/// The cgroup fields of a GET /info response.
+expected<docker_engine_info> parse_docker_info(std::string_view body);
 
 /// The container id from a create response; rejects ids that are not plain
 /// hex (they end up in request paths).
