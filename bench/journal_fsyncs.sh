@@ -13,6 +13,8 @@ N=${N:-500}
 run() {
   local mode=$1 d
   d=$(mktemp -d /tmp/tasksup-fsync-XXXXXX)
+  # The commands find the node's certificates there.
+  export TASKSUP_STATE_DIR=$d/state
   mkdir -p "$d/config" "$d/trace"
   echo '{"max_concurrent": 16, "default_agent": {"agent_id": "t", "agent_cli": "/bin/true", "cli_flags": ""}, "default_runtime": "process", "circuit_breaker": {"max_failures": 100000}}' > "$d/config/node.json"
   local extra=""

@@ -15,6 +15,8 @@ FIN=${FIN:-5000}
 UNF=${UNF:-5000}
 ROUNDS=${ROUNDS:-3}
 d=$(mktemp -d /tmp/tasksup-resume-XXXXXX)
+# The commands find the node's certificates there.
+export TASKSUP_STATE_DIR=$d/state
 node=""
 cleanup() {
   [ -n "$node" ] && kill -KILL "$node" 2>/dev/null && wait "$node" 2>/dev/null

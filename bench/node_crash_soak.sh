@@ -20,6 +20,8 @@ KILLS=${KILLS:-50}
 SEED=${SEED:-1}
 RANDOM=$SEED
 d=$(mktemp -d /tmp/tasksup-soak-XXXXXX)
+# The commands find the node's certificates there.
+export TASKSUP_STATE_DIR=$d/state
 node=""
 cleanup() {
   [ -n "$node" ] && kill -KILL "$node" 2>/dev/null && wait "$node" 2>/dev/null
