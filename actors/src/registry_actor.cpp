@@ -132,6 +132,8 @@ struct registry_state {
   /// What the rebuilt tasks adopted (attempt directories and runtime ids):
   /// left alone when the rest of the old node's attempts are reaped.
   std::set<std::string> adopted;
+  /// The attempts they adopted, as (task id, attempt number).
+  std::set<std::pair<std::string, int>> adopted_attempts;
   /// Ids of tasks whose admission checks run (not queued yet).
   std::set<std::string> admitting;
   static inline const char* name = "tasksup.registry";
@@ -312,6 +314,8 @@ void reap_orphans(registry_actor_t* self) {
   spec.dead_owners = true;
   spec.keep = std::move(st.adopted);
   st.adopted.clear();
+  spec.keep_attempts = std::move(st.adopted_attempts);
+  st.adopted_attempts.clear();
   std::set<runtime::container_runtime*> done;
   for (auto& [name, rt] : st.opts.runtimes) {
     if (!rt || !done.insert(rt.get()).second)
@@ -1101,9 +1105,11 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       }
     },
     [=](resumed_atom, const std::string& task_id, std::string& dir,
-        std::string& runtime_id) {
+        std::string& runtime_id, int attempt) {
       if (from_other_supervisor(self, task_id))
         return;
+      if (attempt > 0)
+        self->state.adopted_attempts.emplace(task_id, attempt);
       if (!dir.empty())
         self->state.adopted.insert(std::move(dir));
       if (!runtime_id.empty())

@@ -186,6 +186,7 @@ struct supervisor_state {
   /// journal), and the directory of the attempt being adopted.
   std::string adopt_id;
   std::string adopted_dir;
+  int adopted_attempt = 0;
   /// The failed attempt's outcome with its output tail, for the classifier.
   std::optional<attempt_outcome> to_classify;
   /// Null for tasks without repository, gates, preflight or feedback.
@@ -640,6 +641,7 @@ struct carrier {
     w.agent_cli = agent.agent_cli;
     w.adopt_id = s.adopt_id;
     s.adopted_dir = w.spec.attempt_dir;
+    s.adopted_attempt = e.attempt;
     s.worker = spawn_container_worker(self, caf::actor_cast<caf::actor>(self),
                                       std::move(w));
     self->monitor(s.worker);
@@ -1044,14 +1046,36 @@ bool held_until_recorded(const machine_effect& e) {
     e);
 }
 
+/// Whether `e` only tells another part of the node (a slot given back, a
+/// breaker fed, an event).
+bool only_notifies(const machine_effect& e) {
+  return std::visit(
+    [](const auto& x) {
+      using t = std::decay_t<decltype(x)>;
+      return std::is_same_v<t, effect::release_slot> ||
+             std::is_same_v<t, effect::report_agent> ||
+             std::is_same_v<t, effect::attempt_exited> ||
+             std::is_same_v<t, effect::classified> ||
+             std::is_same_v<t, effect::retry_scheduled> ||
+             std::is_same_v<t, effect::agent_switched> ||
+             std::is_same_v<t, effect::user_stopped> ||
+             std::is_same_v<t, effect::deadline_passed> ||
+             std::is_same_v<t, effect::attempt_timed_out> ||
+             std::is_same_v<t, effect::voluntary_end>;
+    },
+    e);
+}
+
 /// Feeds `in` to the machine and carries out its effects (and the inputs
 /// they produce at once). With a journal, `in` is recorded first. Effects
 /// that stay inside the node (a slot request, a classification, a timer,
 /// an event) are carried out at once: the journal keeps the inputs in the
 /// order this actor sends them and commits them in that order, so a later
 /// recorded input implies every earlier one. Effects that reach outside,
-/// the pid of a started attempt and a control request's reply wait until
-/// `in` is recorded, and the supervisor handles nothing else meanwhile.
+/// the pid or container id of a started attempt (what a restarted node
+/// keeps when it reaps what nobody adopted) and a control request's reply
+/// wait until `in` is recorded, and the supervisor handles nothing else
+/// meanwhile.
 /// Returns whether `in` took effect; `then` runs after its effects.
 bool drive(supervisor_actor* self, machine_input in, after_input then) {
   auto& st = self->state;
@@ -1080,7 +1104,14 @@ bool drive(supervisor_actor* self, machine_input in, after_input then) {
     st.fx = std::move(fx);
     return true;
   }
-  auto pending = std::make_shared<machine_effects>(std::move(fx));
+  // Notifications inside the node (the slot given back, the breaker fed,
+  // events) go at once: another task may use the slot while this one's end
+  // is being recorded. They produce no input of their own.
+  auto pending = std::make_shared<machine_effects>();
+  machine_effects early;
+  for (auto& e : fx)
+    (only_notifies(e) ? early : *pending).push_back(std::move(e));
+  carry(self, early);
   auto go_on = [self, pending, then] {
     carry(self, *pending);
     if (then)
@@ -1211,7 +1242,8 @@ void resume(supervisor_actor* self, std::vector<journaled_input> replay) {
     auto& st = self->state;
     if (st.node->services)
       self->send(st.node->services, resumed_atom::value, st.task_id(),
-                 st.adopted_dir, st.worker ? st.adopt_id : std::string{});
+                 st.adopted_dir, st.worker ? st.adopt_id : std::string{},
+                 st.worker ? st.adopted_attempt : 0);
   });
 }
 

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -603,6 +604,49 @@ TEST_CASE("docker: a memory limit is kept on a cgroup of tasksup's own: an "
     CHECK(attempt_cgroups(
             fs::path{"/sys/fs/cgroup/pids" + rel} / "tasksup-docker", task_id)
             .empty());
+}
+
+TEST_CASE("docker: reap removes an owner's containers but those being "
+          "adopted, kept by container id or by task and attempt labels",
+          "[docker]") {
+  if (!engine_ready())
+    return;
+  temp_dir tmp;
+  auto options = engine_options();
+  options.owner = "reap-test-" + std::to_string(::getpid());
+  auto rt = make_docker_runtime(options);
+  std::array<recorder, 3> recs;
+  std::vector<std::shared_ptr<tasksup::runtime::attempt_handle>> handles;
+  std::vector<std::string> tasks;
+  for (auto& rec : recs) {
+    tasks.push_back(unique_task_id("reap"));
+    handles.push_back(
+      rt->start(shell_spec(tmp.path(), tasks.back(), "echo up; sleep 60"),
+                rec.callbacks()));
+    rec.wait_for_line("up");
+  }
+  tasksup::runtime::reap_spec spec;
+  spec.owner = options.owner;
+  // The first is kept by its container id; the second, whose id a restarted
+  // node did not have, by its task and attempt.
+  spec.keep.insert(handles[0]->id());
+  spec.keep_attempts.emplace(tasks[1], 1);
+  auto report = rt->reap(spec);
+  CHECK(report.errors.empty());
+  REQUIRE(report.reaped.size() == 1);
+  CHECK_THAT(report.reaped[0], Catch::Contains(tasks[2]));
+  CHECK(containers_of(tasks[0]).size() == 1);
+  CHECK(containers_of(tasks[1]).size() == 1);
+  CHECK(containers_of(tasks[2]).empty());
+  // The reaped attempt ends; the kept ones run until killed.
+  recs[2].wait();
+  CHECK(recs[0].exits() == 0);
+  CHECK(recs[1].exits() == 0);
+  for (int i = 0; i < 2; ++i) {
+    handles[i]->kill();
+    recs[i].wait();
+    CHECK(containers_of(tasks[i]).empty());
+  }
 }
 
 TEST_CASE("docker: stop is graceful, kill is immediate", "[docker]") {

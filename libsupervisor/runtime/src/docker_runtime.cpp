@@ -1018,6 +1018,13 @@ reap_report docker_runtime::reap(const reap_spec& spec) {
       auto it = c.labels.find(key);
       return it == c.labels.end() ? std::string{} : it->second;
     };
+    auto kept = std::any_of(
+      spec.keep_attempts.begin(), spec.keep_attempts.end(), [&](auto& k) {
+        return label("tasksup.task_id") == k.first &&
+               label("tasksup.attempt") == std::to_string(k.second);
+      });
+    if (kept)
+      continue;
     auto pid_text = label("tasksup.owner_pid");
     auto start_text = label("tasksup.owner_start");
     if (spec.dead_owners) {

@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace tasksup::runtime {
@@ -127,6 +128,10 @@ struct reap_spec {
   /// Runtime ids (pids, container ids) and attempt directories left alone:
   /// the attempts being adopted.
   std::set<std::string> keep;
+  /// Docker: the attempts being adopted as (task id, attempt number), kept
+  /// by their labels however they were found (an attempt whose container id
+  /// was not recorded is adopted by its labels).
+  std::set<std::pair<std::string, int>> keep_attempts;
 };
 
 /// What `reap` did.
