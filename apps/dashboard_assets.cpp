@@ -212,7 +212,7 @@ async function showTasks() {
        `${counts.running} running · ${counts.backoff} waiting to retry · ` +
        `${counts.queued} queued · ${counts.done} done`),
     data.tasks.length ? table : el('p', {class: 'muted'}, 'no tasks yet'),
-    more);
+    ...(more ? [more] : []));
 }
 
 function eventLine(e) {
