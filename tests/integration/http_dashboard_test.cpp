@@ -580,7 +580,7 @@ TEST_CASE("serve --http: hostile and wrong requests get their status codes "
   CHECK(n.process().wait(30s) == 0);
 }
 
-TEST_CASE("serve --http: every request needs the token; a browser logs in "
+TEST_CASE("serve --http: every request needs the token, and a browser logs in "
           "with it once") {
   scratch dir;
   std::string token;
@@ -673,7 +673,7 @@ TEST_CASE("serve --http: every request needs the token; a browser logs in "
 }
 
 TEST_CASE("serve --http: /api/stream tells which tasks changed as they "
-          "change; /api/tasks comes in pages, newest first") {
+          "change, and /api/tasks comes in pages, newest first") {
   scratch dir;
   web_node n{dir};
   int fd = connect_to(n.web());
