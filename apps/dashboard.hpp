@@ -5,11 +5,14 @@
 // from the node's statistics actor and registry.
 
 #include "http_request.hpp"
+#include "http_server.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
+#include <cstddef>
 #include <functional>
+#include <string>
 #include <string_view>
 
 namespace tasksup::app {
@@ -24,6 +27,11 @@ extern const std::string_view dashboard_css;
 /// approves, so a page elsewhere cannot press the buttons for the user.
 inline constexpr std::string_view csrf_header = "x-tasksup-csrf";
 
+/// Tasks in one page of `/api/tasks` unless `limit` says otherwise, and the
+/// most a page can hold.
+inline constexpr std::size_t default_task_page = 100;
+inline constexpr std::size_t max_task_page = 1000;
+
 /// What the routes need.
 struct dashboard_context {
   caf::actor_system* sys = nullptr;
@@ -32,17 +40,32 @@ struct dashboard_context {
   /// Accept any Host header (the server listens beyond loopback); else only
   /// loopback names, against DNS rebinding.
   bool allow_remote = false;
+  /// The secret every request must show (dashboard_auth.hpp).
+  std::string token;
+  /// Where it is kept, for the 401 text.
+  std::string token_path;
+  /// The HTTP server's own figures, added to /metrics (null: none); called
+  /// on the server's thread.
+  std::function<http_server_stats()> server_stats;
 };
 
-/// Answers one request:
+/// The HTTP server's figures as Prometheus text (`tasksup_http_...`).
+std::string http_server_metrics(const http_server_stats& s);
+
+/// Answers one request, through `reply` (now, or later once the node's
+/// actors answered; the server's thread never waits):
 ///   GET  /metrics                      Prometheus text
 ///   GET  /, /dashboard.js, /dashboard.css
-///   GET  /api/tasks                    every task with its times
+///   GET  /api/tasks?limit=N&after=ID   one page of tasks, newest first
 ///   GET  /api/tasks/ID                 one task with its events
 ///   GET  /api/agents?window=SECONDS    per-agent statistics
+///   GET  /api/stream                   server-sent events: which tasks
+///                                      changed, at most 4 times a second
 ///   POST /api/tasks/ID/{stop,kill,retry-now,fallback-now}
-/// HEAD works wherever GET does; other methods get 405 with Allow.
-http_response handle_node_request(const dashboard_context& ctx,
-                                  const http_request& req);
+/// Every request must carry the token (`Authorization: Bearer`, or the
+/// cookie `GET /?token=TOKEN` sets), else 401. HEAD works wherever GET does;
+/// other methods get 405 with Allow.
+void handle_node_request(const dashboard_context& ctx, const http_request& req,
+                         http_reply reply);
 
 } // namespace tasksup::app

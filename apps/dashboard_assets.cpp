@@ -78,10 +78,17 @@ pre.output { background:#0f172a; color:#e2e8f0; padding:10px; max-height:360px;
 )css";
 
 const std::string_view dashboard_js = R"js('use strict';
-// tasksup dashboard: polls the node's JSON endpoints once a second.
+// tasksup dashboard: reloads the view when the node's event stream
+// (/api/stream) says tasks changed; polls once a second while the stream is
+// down and tries it again every 10 s.
 const main = document.getElementById('main');
 let skew = 0; // node clock minus browser clock, seconds
 let timer = null;
+let stream = null;
+let streaming = false;
+let streamMessages = 0;
+const pageStep = 50;
+let pageSize = pageStep;
 
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
@@ -185,10 +192,15 @@ function taskRow(t) {
 }
 
 async function showTasks() {
-  const data = await getJson('/api/tasks');
+  const data = await getJson('/api/tasks?limit=' + pageSize);
   skew = data.now - Date.now() / 1000;
-  const counts = {queued: 0, running: 0, backoff: 0, done: 0};
-  for (const t of data.tasks) counts[t.state] = (counts[t.state] || 0) + 1;
+  const counts = data.counts;
+  const more = data.next === null ? null : el('p', {},
+    el('button', {id: 'more', onclick: () => {
+      pageSize = Math.min(pageSize + pageStep, 1000); refresh(); }},
+      'Show ' + pageStep + ' more'),
+    el('span', {class: 'muted', id: 'shown'}, ' ' + data.tasks.length +
+       ' of ' + data.total + ' shown, newest first'));
   const table = el('table', {id: 'tasks'},
     el('thead', {}, el('tr', {}, ...['Task', 'State', 'Agent', 'Attempt',
       'Retries', 'Age', 'Next retry', 'Outcome', 'Last decision']
@@ -199,7 +211,8 @@ async function showTasks() {
     el('p', {class: 'muted', id: 'summary'},
        `${counts.running} running · ${counts.backoff} waiting to retry · ` +
        `${counts.queued} queued · ${counts.done} done`),
-    data.tasks.length ? table : el('p', {class: 'muted'}, 'no tasks yet'));
+    data.tasks.length ? table : el('p', {class: 'muted'}, 'no tasks yet'),
+    ...(more ? [more] : []));
 }
 
 function eventLine(e) {
@@ -345,7 +358,13 @@ async function showAgents() {
       el('li', {}, el('b', {}, s.agent_id), ' — ', s.why))));
 }
 
+let loading = false;
+let again = false;
+
 async function refresh() {
+  // One load at a time; a change that comes meanwhile loads once more.
+  if (loading) { again = true; return; }
+  loading = true;
   const h = location.hash || '#/';
   for (const a of document.querySelectorAll('nav a'))
     a.classList.toggle('active', a.getAttribute('href') === h);
@@ -354,15 +373,48 @@ async function refresh() {
       await showTask(decodeURIComponent(h.slice(7)));
     else if (h === '#/agents') await showAgents();
     else await showTasks();
-    setConn(true, 'live · updated ' + new Date().toLocaleTimeString());
+    setConn(true, (streaming ? 'live' : 'polling') + ' · updated ' +
+      new Date().toLocaleTimeString());
   } catch (e) {
     setConn(false, String(e.message || e));
   }
+  loading = false;
+  if (again) { again = false; refresh(); }
+}
+
+function poll(on) {
+  if (on && !timer) timer = setInterval(refresh, 1000);
+  if (!on && timer) { clearInterval(timer); timer = null; }
+}
+
+function openStream() {
+  if (!window.EventSource) { poll(true); return; }
+  stream = new EventSource('/api/stream');
+  stream.addEventListener('hello', () => {
+    streaming = true;
+    document.body.dataset.stream = 'open';
+    poll(false);
+    refresh();
+  });
+  stream.addEventListener('change', () => {
+    document.body.dataset.streamMessages = ++streamMessages;
+    refresh();
+  });
+  stream.onerror = () => {
+    // The node restarted, or dropped us for reading too slowly: poll
+    // meanwhile, and try the stream again.
+    stream.close();
+    stream = null;
+    streaming = false;
+    document.body.dataset.stream = 'polling';
+    poll(true);
+    setTimeout(openStream, 10000);
+  };
 }
 
 window.addEventListener('hashchange', refresh);
 refresh();
-timer = setInterval(refresh, 1000);
+openStream();
 )js";
 
 } // namespace tasksup::app

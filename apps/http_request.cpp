@@ -267,6 +267,10 @@ std::string_view http_reason(int status) {
       return "OK";
     case 204:
       return "No Content";
+    case 303:
+      return "See Other";
+    case 401:
+      return "Unauthorized";
     case 400:
       return "Bad Request";
     case 403:
@@ -304,7 +308,8 @@ std::string serialize_response(const http_response& r, bool head_only) {
   std::string out = "HTTP/1.1 " + std::to_string(r.status) + " ";
   out += http_reason(r.status);
   out += "\r\nContent-Type: " + r.content_type;
-  out += "\r\nContent-Length: " + std::to_string(r.body.size());
+  if (!r.stream)
+    out += "\r\nContent-Length: " + std::to_string(r.body.size());
   out += "\r\nConnection: close\r\nX-Content-Type-Options: nosniff";
   for (auto& [k, v] : r.headers)
     out += "\r\n" + k + ": " + v;

@@ -41,6 +41,9 @@ struct http_request {
   /// Header fields in order, names lowercased, values trimmed.
   std::vector<std::pair<std::string, std::string>> headers;
   std::string body;
+  /// The port the request came in on (set by the server; cookies are per
+  /// host, not per port, so the dashboard names its cookie after it).
+  unsigned short local_port = 0;
 
   /// The first header named `name` (lowercase), or null.
   const std::string* header(std::string_view name) const;
@@ -82,6 +85,9 @@ struct http_response {
   std::string body;
   /// Extra header fields ("Allow", "Cache-Control", ...).
   std::vector<std::pair<std::string, std::string>> headers;
+  /// A stream (server-sent events): no Content-Length, the body goes on
+  /// until the connection closes; `body` is its first bytes.
+  bool stream = false;
 };
 
 /// A plain-text response with `status` and `text` as the body.
@@ -90,7 +96,8 @@ http_response text_response(int status, std::string text);
 /// The reason phrase of a status code ("Not Found").
 std::string_view http_reason(int status);
 
-/// The response's bytes: status line, Content-Type, Content-Length,
+/// The response's bytes: status line, Content-Type, Content-Length (not for
+/// a stream),
 /// `Connection: close`, the extra headers, the body (omitted for HEAD).
 std::string serialize_response(const http_response& r, bool head_only);
 

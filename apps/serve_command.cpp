@@ -5,6 +5,7 @@
 #include "config_location.hpp"
 #include "connection_guard.hpp"
 #include "dashboard.hpp"
+#include "dashboard_auth.hpp"
 #include "http_server.hpp"
 #include "node_address.hpp"
 #include "node_setup.hpp"
@@ -37,6 +38,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <iostream>
@@ -63,6 +65,8 @@ struct serve_options {
   std::int64_t retain_tasks = 10000;
   /// HOST:PORT for /metrics and the dashboard; empty: off.
   std::string http;
+  /// The HTTP server's token file; empty: <state dir>/http-token.
+  std::string http_token_file;
   /// Task-end hooks (see notifier.hpp).
   std::string notify_command;
   std::string notify_url;
@@ -305,14 +309,31 @@ int serve(const serve_options& opts) {
     ctx.registry = registry;
     ctx.stats = stats;
     ctx.allow_remote = opts.allow_remote;
+    ctx.token_path = opts.http_token_file.empty() ? state_dir + "/http-token"
+                                                  : opts.http_token_file;
     http_server_options web_opts;
     web_opts.host = http_addr->host;
     web_opts.port = http_addr->port;
+    // Set once the server runs; read by its own handler only.
+    auto web_ref = std::make_shared<std::atomic<const http_server*>>(nullptr);
+    ctx.server_stats = [web_ref] {
+      auto* server = web_ref->load();
+      return server ? server->stats() : http_server_stats{};
+    };
     std::string web_error;
-    web = http_server::start(
-      web_opts,
-      [ctx](const http_request& req) { return handle_node_request(ctx, req); },
-      web_error);
+    if (auto token = load_or_create_http_token(ctx.token_path))
+      ctx.token = std::move(*token);
+    else
+      web_error = token.error().to_string();
+    if (web_error.empty())
+      web = http_server::start(
+        web_opts,
+        [ctx](const http_request& req, http_reply reply) {
+          handle_node_request(ctx, req, std::move(reply));
+        },
+        web_error);
+    if (web)
+      web_ref->store(web.get());
     if (!web) {
       spdlog::error("cannot serve HTTP on {}: {}", http_addr->to_string(),
                     web_error);
@@ -322,9 +343,11 @@ int serve(const serve_options& opts) {
       self->send_exit(registry, caf::exit_reason::user_shutdown);
       return exit_status::unavailable;
     }
-    spdlog::info("metrics on http://{}/metrics, dashboard on http://{}/",
-                 node_address{http_addr->host, web->port()}.to_string(),
-                 node_address{http_addr->host, web->port()}.to_string());
+    // Like Jupyter: the URL with the token, once, in the node's own log.
+    auto web_at = node_address{http_addr->host, web->port()}.to_string();
+    spdlog::info("metrics on http://{}/metrics (Authorization: Bearer, "
+                 "token in {}), dashboard on http://{}/?token={}",
+                 web_at, ctx.token_path, web_at, ctx.token);
   }
   auto port = front->port();
   node_address bound{addr->host, port};
@@ -491,6 +514,11 @@ void setup_serve(CLI::App& app, int& status) {
                   "Serve Prometheus metrics at /metrics and the dashboard at "
                   "/ on HOST:PORT (off by default; port 0 picks a free one; "
                   "loopback only unless --allow-remote)");
+  cmd->add_option("--http-token-file", opts->http_token_file,
+                  "The secret every HTTP request must show (Bearer token or "
+                  "the dashboard's login cookie); created with 256 random "
+                  "bits, mode 0600, when missing (default: "
+                  "<state dir>/http-token)");
   cmd->add_option("--notify-command", opts->notify_command,
                   "When a task ends, run this command (split like a shell "
                   "would, not run through one) with the task_done event as "
@@ -581,6 +609,16 @@ coordinator's ca.crt, node.crt and node.key there; never ca.key). A worker
 lost (killed, or silent for --peer-timeout) has its attempts retried on
 another at once; a worker that hears nothing for --lease kills its attempts.
 `tasksup nodes` lists the workers.
+
+The HTTP server (--http) answers only requests that show its token: the
+first start writes 256 random bits to <state dir>/http-token (mode 0600;
+--http-token-file PATH to keep it elsewhere) and later starts reuse it.
+Scrapers send `Authorization: Bearer TOKEN` (Prometheus:
+authorization.credentials_file pointing at the file); a browser opens the
+URL the node logs at start, /?token=TOKEN, which sets an HttpOnly,
+SameSite=Strict cookie and drops the token from the address bar. Anything
+else gets 401. The buttons' POSTs must also come from the page's own
+origin.
 
 Example:
   tasksup serve --listen 127.0.0.1:7420 --config config \

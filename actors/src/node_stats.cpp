@@ -897,6 +897,107 @@ std::string node_stats::tasks_json(const std::vector<task_status>& tasks,
   return w.take();
 }
 
+std::string
+node_stats::cluster_prometheus(const std::vector<node_load>& nodes,
+                               const std::vector<task_status>& tasks) {
+  std::string out;
+  family(out, "tasksup_cluster_nodes", "gauge",
+         "Worker nodes joined to this coordinator.");
+  line(out, "tasksup_cluster_nodes", {}, static_cast<double>(nodes.size()));
+  // Sorted by name; past the label cap, the rest are summed as "other".
+  std::map<std::string, std::pair<double, double>> by_node;
+  std::pair<double, double> other{0, 0};
+  bool any_other = false;
+  auto sorted = nodes;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const node_load& a, const node_load& b) {
+              return a.offer.name < b.offer.name;
+            });
+  for (auto& n : sorted) {
+    auto* slot =
+      by_node.size() < max_node_labels ? &by_node[n.offer.name] : &other;
+    any_other = any_other || slot == &other;
+    slot->first += n.offer.max_concurrent;
+    slot->second += n.running;
+  }
+  family(out, "tasksup_node_slots", "gauge",
+         "Attempt slots a worker node offers (max_concurrent).");
+  for (auto& [name, v] : by_node)
+    line(out, "tasksup_node_slots", {{"node", name}}, v.first);
+  if (any_other)
+    line(out, "tasksup_node_slots", {{"node", "other"}}, other.first);
+  family(out, "tasksup_node_slots_in_use", "gauge",
+         "Attempts placed on a worker node that still run.");
+  for (auto& [name, v] : by_node)
+    line(out, "tasksup_node_slots_in_use", {{"node", name}}, v.second);
+  if (any_other)
+    line(out, "tasksup_node_slots_in_use", {{"node", "other"}}, other.second);
+  family(out, "tasksup_placement_waiting", "gauge",
+         "Queued tasks waiting for a worker node that fits and has a free "
+         "slot (0 without worker nodes).");
+  double waiting = 0;
+  if (!nodes.empty())
+    for (auto& t : tasks)
+      if (t.state == task_state::queued && !t.waiting_for.empty())
+        ++waiting;
+  line(out, "tasksup_placement_waiting", {}, waiting);
+  return out;
+}
+
+std::string node_stats::tasks_page_json(std::vector<task_status> tasks,
+                                        double now, std::size_t limit,
+                                        const std::string& after) const {
+  auto submitted = [this](const task_status& s) {
+    auto* t = times(s.task_id);
+    return t ? t->submitted_ts : 0.0;
+  };
+  std::sort(tasks.begin(), tasks.end(),
+            [&](const task_status& a, const task_status& b) {
+              auto x = submitted(a);
+              auto y = submitted(b);
+              return x != y ? x > y : a.task_id < b.task_id;
+            });
+  std::size_t first = 0;
+  if (!after.empty())
+    for (std::size_t i = 0; i < tasks.size(); ++i)
+      if (tasks[i].task_id == after) {
+        first = i + 1;
+        break;
+      }
+  auto last = std::min(tasks.size(), first + limit);
+  json_text w;
+  w.begin_object();
+  w.key("now");
+  w.number(now);
+  w.key("total");
+  w.integer(static_cast<long long>(tasks.size()));
+  w.key("counts");
+  w.begin_object();
+  for (auto st : {task_state::queued, task_state::running, task_state::backoff,
+                  task_state::done}) {
+    w.key(to_string(st));
+    w.integer(
+      std::count_if(tasks.begin(), tasks.end(),
+                    [st](const task_status& s) { return s.state == st; }));
+  }
+  w.end_object();
+  w.key("tasks");
+  w.begin_array();
+  for (auto i = first; i < last; ++i) {
+    w.begin_object();
+    status_fields(w, tasks[i], times(tasks[i].task_id));
+    w.end_object();
+  }
+  w.end_array();
+  w.key("next");
+  if (last < tasks.size() && last > first)
+    w.string(tasks[last - 1].task_id);
+  else
+    w.null();
+  w.end_object();
+  return w.take();
+}
+
 std::string node_stats::task_json(const task_status& status,
                                   const std::vector<event>& history,
                                   double now) const {

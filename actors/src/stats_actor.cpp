@@ -1,5 +1,6 @@
 #include "tasksup/actors/stats_actor.hpp"
 
+#include "tasksup/actors/cluster.hpp"
 #include "tasksup/actors/events.hpp"
 #include "tasksup/actors/journal_figures.hpp"
 #include "tasksup/actors/node_stats.hpp"
@@ -12,6 +13,8 @@
 #include <caf/system_messages.hpp>
 
 #include <chrono>
+#include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,60 +30,120 @@ constexpr std::chrono::seconds registry_timeout{5};
 /// may not answer in time: the scrape then goes without its figures).
 constexpr std::chrono::seconds journal_timeout{2};
 
+/// Live events held before the replay sorted them out, at most; past it
+/// they are folded as they come (a node starting with that much going on
+/// then counts some events of resumed tasks twice rather than grow).
+constexpr std::size_t max_held_events = 100000;
+
 struct stats_state {
   caf::actor registry;
   /// The node's journal; null without one.
   caf::actor journal;
   node_stats stats;
+  /// Until the registry said which tasks it has, live events wait here.
+  bool sorted = false;
+  std::vector<event> early;
+  /// Live events of tasks whose history is on its way, by task.
+  std::map<std::string, std::vector<event>> held;
+  std::size_t held_count = 0;
   static inline const char* name = "tasksup.stats";
 };
 
 using stats_actor_t = caf::stateful_actor<stats_state>;
 
-/// Folds in the histories of tasks that finished before the subscription
-/// began. A task still running is left to the live stream (its earlier
-/// events are not replayed: they would be counted once, its later ones
-/// live); one already seen live is skipped, so nothing counts twice.
-void replay_finished(stats_actor_t* self) {
+/// Folds in `past` (a task's history) and then its held live events that
+/// the history did not have, in order: each event counts once, and a task
+/// resumed from the journal counts the attempts of its earlier life too.
+void fold_history(stats_actor_t* self, const std::string& id,
+                  const std::vector<event>& past) {
+  auto& st = self->state;
+  std::set<std::string> seen;
+  for (auto& ev : past) {
+    st.stats.add(ev);
+    seen.insert(ev.json);
+  }
+  if (auto i = st.held.find(id); i != st.held.end()) {
+    for (auto& ev : i->second)
+      if (seen.count(ev.json) == 0)
+        st.stats.add(ev);
+    st.held_count -= i->second.size();
+    st.held.erase(i);
+  }
+}
+
+/// Folds in the history of every task the registry has (finished ones
+/// from the journal after a restart, and unfinished ones resumed from it,
+/// whose earlier attempts count as well). Live events of a task wait until
+/// its history is in, so that nothing counts twice or out of order.
+void replay_history(stats_actor_t* self) {
   auto me = caf::actor_cast<caf::actor>(self);
+  auto release_early = [=] {
+    auto& st = self->state;
+    for (auto& ev : st.early) {
+      if (auto i = st.held.find(ev.task_id); i != st.held.end()) {
+        i->second.push_back(std::move(ev));
+        ++st.held_count;
+      } else {
+        st.stats.add(ev);
+      }
+    }
+    st.early.clear();
+    st.early.shrink_to_fit();
+    st.sorted = true;
+  };
   self->request(self->state.registry, registry_timeout, status_atom::value)
     .then(
       [=](std::vector<task_status>& all) {
+        for (auto& s : all)
+          self->state.held[s.task_id];
+        release_early();
         for (auto& s : all) {
-          if (s.state != task_state::done || self->state.stats.knows(s.task_id))
-            continue;
+          auto id = s.task_id;
           self
             ->request(self->state.registry, registry_timeout,
-                      subscribe_atom::value, me, s.task_id)
+                      subscribe_atom::value, me, id)
             .then(
-              [=](std::vector<event>& past) {
-                auto id = past.empty() ? std::string{} : past.front().task_id;
-                if (id.empty() || self->state.stats.knows(id))
-                  return;
-                for (auto& ev : past)
-                  self->state.stats.add(ev);
-              },
-              [](caf::error&) {});
+              [=](std::vector<event>& past) { fold_history(self, id, past); },
+              [=](caf::error&) { fold_history(self, id, {}); });
         }
       },
-      [](caf::error&) {});
+      [=](caf::error&) { release_early(); });
 }
 
 /// Answers `rp` with the metrics of `tasks` and `h`, and the journal's
 /// figures when the node has a journal that answers.
 void deliver_metrics(stats_actor_t* self, caf::response_promise rp,
-                     std::vector<task_status> tasks, node_health h) {
+                     std::vector<task_status> tasks, node_health h,
+                     std::string cluster) {
   if (!self->state.journal) {
-    rp.deliver(self->state.stats.prometheus(tasks, h));
+    rp.deliver(self->state.stats.prometheus(tasks, h) + cluster);
     return;
   }
   self->request(self->state.journal, journal_timeout, jstats_atom::value)
     .then(
       [=](journal_figures& j) mutable {
-        rp.deliver(self->state.stats.prometheus(tasks, h, &j));
+        rp.deliver(self->state.stats.prometheus(tasks, h, &j) + cluster);
       },
       [=](caf::error&) mutable {
-        rp.deliver(self->state.stats.prometheus(tasks, h));
+        rp.deliver(self->state.stats.prometheus(tasks, h) + cluster);
+      });
+}
+
+/// Adds the cluster's figures (the registry's worker nodes) and goes on
+/// with `deliver_metrics`; without an answer, the scrape goes without them.
+void deliver_with_cluster(stats_actor_t* self, caf::response_promise rp,
+                          std::vector<task_status> tasks, node_health h) {
+  self->request(self->state.registry, registry_timeout, nodes_atom::value)
+    .then(
+      [=](std::vector<node_info>& nodes) mutable {
+        std::vector<node_load> loads;
+        for (auto& n : nodes)
+          loads.push_back(node_load{n.offer, n.running});
+        deliver_metrics(self, rp, tasks, h,
+                        node_stats::cluster_prometheus(loads, tasks));
+      },
+      [=](caf::error&) mutable {
+        deliver_metrics(self, rp, tasks, h, std::string{});
       });
 }
 
@@ -96,13 +159,27 @@ caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry,
   self
     ->request(registry, registry_timeout, subscribe_atom::value,
               caf::actor_cast<caf::actor>(self))
-    .then([=](bool) { replay_finished(self); },
+    .then([=](bool) { replay_history(self); },
           [=](caf::error& err) { self->quit(std::move(err)); });
   return {
     [=](event_atom, const event& ev) {
-      if (self->current_sender() ==
-          caf::actor_cast<caf::strong_actor_ptr>(self->state.registry))
-        self->state.stats.add(ev);
+      auto& st = self->state;
+      if (self->current_sender() !=
+          caf::actor_cast<caf::strong_actor_ptr>(st.registry))
+        return;
+      if (ev.kind == event_kind::log)
+        return; // output lines are not figures
+      if (!st.sorted && st.early.size() < max_held_events) {
+        st.early.push_back(ev);
+        return;
+      }
+      if (auto i = st.held.find(ev.task_id);
+          i != st.held.end() && st.held_count < max_held_events) {
+        i->second.push_back(ev);
+        ++st.held_count;
+        return;
+      }
+      st.stats.add(ev);
     },
     [=](metrics_atom) -> caf::result<std::string> {
       auto rp = self->make_response_promise<std::string>();
@@ -113,7 +190,7 @@ caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry,
             self->request(reg, registry_timeout, health_atom::value)
               .then(
                 [=](node_health& h) mutable {
-                  deliver_metrics(self, rp, tasks, h);
+                  deliver_with_cluster(self, rp, tasks, h);
                 },
                 [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
           },
@@ -137,6 +214,18 @@ caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry,
         .then(
           [=](std::vector<task_status>& tasks) mutable {
             rp.deliver(self->state.stats.tasks_json(tasks, wall_clock_s()));
+          },
+          [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [=](view_atom, std::uint64_t limit,
+        const std::string& after) -> caf::result<std::string> {
+      auto rp = self->make_response_promise<std::string>();
+      self->request(self->state.registry, registry_timeout, status_atom::value)
+        .then(
+          [=](std::vector<task_status>& tasks) mutable {
+            rp.deliver(self->state.stats.tasks_page_json(
+              std::move(tasks), wall_clock_s(), limit, after));
           },
           [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;

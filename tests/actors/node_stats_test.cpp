@@ -9,6 +9,7 @@
 
 #include <boost/json/parse.hpp>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -368,4 +369,82 @@ TEST_CASE("the journal's figures: cumulative commit buckets, writes by kind, "
   CHECK(has_line(text, "tasksup_journal_failing 1"));
   CHECK(has_line(text, "tasksup_journal_disk_full 1"));
   CHECK(has_line(text, "tasksup_journal_pruned_tasks_total 7"));
+}
+
+TEST_CASE("the cluster's figures: nodes, slots per node (bounded labels), "
+          "placement waits") {
+  std::vector<node_load> nodes;
+  for (int i = 0; i < 70; ++i) {
+    node_load n;
+    char name[16];
+    std::snprintf(name, sizeof name, "w%02d", i);
+    n.offer.name = name;
+    n.offer.max_concurrent = 2;
+    n.running = i % 2;
+    nodes.push_back(n);
+  }
+  task_status waiting;
+  waiting.task_id = "t1";
+  waiting.state = task_state::queued;
+  waiting.waiting_for = "no worker node has label gpu=true";
+  task_status next;
+  next.task_id = "t2";
+  next.state = task_state::queued;
+  task_status running;
+  running.task_id = "t3";
+  running.state = task_state::running;
+  auto text = node_stats::cluster_prometheus(nodes, {waiting, next, running});
+  auto has = [&](const std::string& line) {
+    return text.find(line + "\n") != std::string::npos;
+  };
+  CHECK(has("# TYPE tasksup_cluster_nodes gauge"));
+  CHECK(has("tasksup_cluster_nodes 70"));
+  CHECK(has(R"(tasksup_node_slots{node="w00"} 2)"));
+  CHECK(has(R"(tasksup_node_slots_in_use{node="w01"} 1)"));
+  CHECK(has(R"(tasksup_node_slots{node="w63"} 2)"));
+  // Past 64 names, the rest are summed under "other".
+  CHECK(text.find(R"(node="w64")") == std::string::npos);
+  CHECK(has(R"(tasksup_node_slots{node="other"} 12)"));
+  CHECK(has(R"(tasksup_node_slots_in_use{node="other"} 3)"));
+  CHECK(has("tasksup_placement_waiting 1"));
+
+  // A node without workers: no node lines, nothing waits for placement.
+  auto alone = node_stats::cluster_prometheus({}, {waiting});
+  CHECK(alone.find("tasksup_cluster_nodes 0\n") != std::string::npos);
+  CHECK(alone.find("{node=") == std::string::npos);
+  CHECK(alone.find("tasksup_placement_waiting 0\n") != std::string::npos);
+}
+
+TEST_CASE("the task list comes in pages, newest first") {
+  node_stats stats;
+  std::vector<task_status> tasks;
+  for (int i = 0; i < 5; ++i) {
+    auto id = "t" + std::to_string(i);
+    task_script t{stats, id, 1000.0 + i};
+    task_status s;
+    s.task_id = id;
+    s.state = i == 4 ? task_state::running : task_state::done;
+    tasks.push_back(s);
+  }
+  auto page = boost::json::parse(stats.tasks_page_json(tasks, 2000, 2, ""));
+  CHECK(page.at("total").as_int64() == 5);
+  CHECK(page.at("counts").at("done").as_int64() == 4);
+  CHECK(page.at("counts").at("running").as_int64() == 1);
+  auto& first = page.at("tasks").as_array();
+  REQUIRE(first.size() == 2);
+  CHECK(first[0].at("task_id").as_string() == "t4");
+  CHECK(first[1].at("task_id").as_string() == "t3");
+  CHECK(page.at("next").as_string() == "t3");
+  auto second = boost::json::parse(stats.tasks_page_json(tasks, 2000, 2, "t3"));
+  CHECK(second.at("tasks").at(0).at("task_id").as_string() == "t2");
+  CHECK(second.at("next").as_string() == "t1");
+  auto last = boost::json::parse(stats.tasks_page_json(tasks, 2000, 2, "t1"));
+  REQUIRE(last.at("tasks").as_array().size() == 1);
+  CHECK(last.at("tasks").at(0).at("task_id").as_string() == "t0");
+  CHECK(last.at("next").is_null());
+  // An unknown cursor starts over.
+  auto unknown =
+    boost::json::parse(stats.tasks_page_json(tasks, 2000, 10, "gone"));
+  CHECK(unknown.at("tasks").as_array().size() == 5);
+  CHECK(unknown.at("next").is_null());
 }

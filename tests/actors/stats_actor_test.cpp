@@ -148,6 +148,39 @@ TEST_CASE_METHOD(stats_fixture,
   CHECK(agents.at("fallback_order").at(0).at("agent_id").as_string() == "b");
 }
 
+TEST_CASE_METHOD(stats_fixture,
+                 "a task still going when the statistics start (resumed "
+                 "after a restart) counts its earlier attempts, once",
+                 "[stats]") {
+  start(builtin_config());
+  runtime->script("a", {exits(1), exits(1), exits(0)});
+  auto t = task_with("resumed", {"a"});
+  t.supervisor.backoff_base_seconds = 100;
+  auto id = ask<std::string>(reg, submit_atom::value, std::move(t));
+  REQUIRE(id);
+  // The first attempt failed; the task waits 100 s to retry.
+  advance(1);
+  auto s = stats();
+  // The rest happens live: a second failure (after 100 s), then success
+  // (after 300 s more).
+  advance(150);
+  advance(400);
+  auto agents =
+    boost::json::parse(text(s, caf::make_message(agents_atom::value, 0.0)));
+  auto& all = agents.at("agents").as_array();
+  REQUIRE(all.size() == 1);
+  CHECK(all.at(0).at("agent_id").as_string() == "a");
+  CHECK(all.at(0).at("attempts").as_int64() == 3);
+  auto m = text(s, caf::make_message(metrics_atom::value));
+  CHECK(has_line(m, "tasksup_tasks_submitted_total 1"));
+  CHECK(has_line(
+    m,
+    R"(tasksup_attempts_total{agent="a",class="retryable",decision="retry"} 2)"));
+  CHECK(has_line(
+    m,
+    R"(tasksup_attempts_total{agent="a",class="none",decision="succeeded"} 1)"));
+}
+
 TEST_CASE_METHOD(stats_fixture, "a view of an unknown task is an error",
                  "[stats]") {
   start(builtin_config());

@@ -8,10 +8,13 @@
 #include <catch2/catch.hpp>
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
 
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -28,21 +31,27 @@ using namespace tasksup::test;
 
 namespace {
 
-/// The HTTP port a `serve --http 127.0.0.1:0` child logged.
-std::optional<int> http_port(const tasksup_child& child) {
-  std::optional<int> port;
-  const std::regex re{"dashboard on http://127\\.0\\.0\\.1:([0-9]+)/"};
+/// The HTTP port and token a `serve --http 127.0.0.1:0` child logged.
+struct web_login {
+  int port = 0;
+  std::string token;
+};
+
+std::optional<web_login> http_login(const tasksup_child& child) {
+  std::optional<web_login> out;
+  const std::regex re{"dashboard on http://127\\.0\\.0\\.1:([0-9]+)/"
+                      "\\?token=([0-9a-f]{64})"};
   eventually(
     [&] {
       auto err = child.err();
       std::smatch m;
       if (!std::regex_search(err, m, re))
         return false;
-      port = std::stoi(m[1].str());
+      out = web_login{std::stoi(m[1].str()), m[2].str()};
       return true;
     },
     20s);
-  return port;
+  return out;
 }
 
 /// Connects to 127.0.0.1:port; -1 on failure.
@@ -102,26 +111,55 @@ std::string body_of(const std::string& response) {
   return at == std::string::npos ? std::string{} : response.substr(at + 4);
 }
 
-std::string get(int port, const std::string& path) {
+/// A GET without credentials.
+std::string get_anonymous(int port, const std::string& path) {
   return http_exchange(port,
                        "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+}
+
+/// `raw` with `Authorization: Bearer token` after its request line.
+std::string with_bearer(std::string raw, const std::string& token) {
+  auto eol = raw.find("\r\n");
+  REQUIRE(eol != std::string::npos);
+  raw.insert(eol + 2, "Authorization: Bearer " + token + "\r\n");
+  return raw;
+}
+
+/// The value of header `name` (as sent, e.g. "Set-Cookie") in a response.
+std::string header_of(const std::string& response, const std::string& name) {
+  auto at = response.find("\r\n" + name + ": ");
+  if (at == std::string::npos)
+    return {};
+  at += name.size() + 4;
+  return response.substr(at, response.find("\r\n", at) - at);
 }
 
 /// A node with --http on free loopback ports.
 class web_node {
 public:
-  explicit web_node(const scratch& dir)
-    : dir_(dir), child_(dir, "serve",
-                        {"serve", "--listen", "127.0.0.1:0", "--http",
-                         "127.0.0.1:0", "--config", config_dir(), "--work-dir",
-                         dir / "node-work", "--state-dir", dir / "state"}) {
+  explicit web_node(const scratch& dir, std::vector<std::string> extra = {})
+    : dir_(dir), child_(dir, "serve", serve_args(dir, std::move(extra))) {
     auto port = listening_port(child_);
-    auto web = http_port(child_);
+    auto web = http_login(child_);
     if (!port || !web)
       FAIL("the node did not start: " << child_.err());
     address_ = "127.0.0.1:" + std::to_string(*port);
-    web_ = *web;
+    web_ = web->port;
+    token_ = web->token;
   }
+
+  /// `raw` sent with the token.
+  std::string exchange(const std::string& raw) {
+    return http_exchange(web_, with_bearer(raw, token_));
+  }
+
+  /// GET `path` with the token.
+  std::string get(const std::string& path) {
+    return exchange("GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+  }
+
+  const std::string& token() const { return token_; }
+  const std::string& address() const { return address_; }
 
   finished cmd(std::vector<std::string> args) {
     args.push_back("--node");
@@ -143,10 +181,21 @@ public:
   tasksup_child& process() { return child_; }
 
 private:
+  static std::vector<std::string> serve_args(const scratch& dir,
+                                             std::vector<std::string> extra) {
+    std::vector<std::string> args{
+      "serve",           "--listen",    "127.0.0.1:0", "--http",
+      "127.0.0.1:0",     "--config",    config_dir(),  "--work-dir",
+      dir / "node-work", "--state-dir", dir / "state"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
   const scratch& dir_;
   tasksup_child child_;
   std::string address_;
   int web_ = 0;
+  std::string token_;
 };
 
 /// Runs a shell command line; its exit status.
@@ -163,6 +212,103 @@ for fam in text_string_to_metric_families(sys.stdin.read()):
     out[fam.name] = {"type": fam.type,
                      "samples": [[s.name, s.labels, s.value] for s in fam.samples]}
 print(json.dumps(out))
+)py";
+
+/// Drives headless Chromium over its DevTools pipe (fd 3 in, fd 4 out,
+/// NUL-separated JSON): opens `url`, waits for each step's JS condition
+/// (then runs its `eval`, touches its `touch` file), saves the DOM and a
+/// screenshot. A page that keeps an event stream open never goes idle, so
+/// --dump-dom with a virtual time budget would wait for it forever.
+const char* devtools_script = R"py(
+import base64, json, os, subprocess, sys, tempfile, time
+spec = json.load(open(sys.argv[1]))
+pipes = os.pipe() + os.pipe()
+# Above 4 first, so that placing them on 3 and 4 overwrites nothing.
+r_cmd, w_cmd, r_out, w_out = [os.dup2(fd, 10 + i) for i, fd in enumerate(pipes)]
+for fd in pipes:
+    os.close(fd)
+def child_fds():
+    os.dup2(r_cmd, 3)
+    os.dup2(w_out, 4)
+    os.set_inheritable(3, True)
+    os.set_inheritable(4, True)
+profile = tempfile.mkdtemp(prefix="tasksup-chromium-")
+proc = subprocess.Popen(
+    ["chromium", "--headless", "--no-sandbox", "--disable-gpu",
+     "--no-first-run", "--user-data-dir=" + profile,
+     "--remote-debugging-pipe", "about:blank"],
+    preexec_fn=child_fds, close_fds=False,
+    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+os.close(r_cmd)
+os.close(w_out)
+deadline = time.time() + spec.get("timeout", 60)
+buf = b""
+last = 0
+def call(method, params=None, session=None):
+    global buf, last
+    last += 1
+    msg = {"id": last, "method": method, "params": params or {}}
+    if session:
+        msg["sessionId"] = session
+    os.write(w_cmd, json.dumps(msg).encode() + b"\0")
+    while True:
+        while b"\0" not in buf:
+            if time.time() > deadline:
+                raise SystemExit("timed out waiting for " + method)
+            chunk = os.read(r_out, 1 << 16)
+            if not chunk:
+                raise SystemExit("chromium closed its pipe")
+            buf += chunk
+        raw, buf = buf.split(b"\0", 1)
+        reply = json.loads(raw)
+        if reply.get("id") == last:
+            if "error" in reply:
+                raise SystemExit(method + ": " + json.dumps(reply["error"]))
+            return reply["result"]
+try:
+    target = call("Target.createTarget", {"url": "about:blank"})["targetId"]
+    session = call("Target.attachToTarget",
+                   {"targetId": target, "flatten": True})["sessionId"]
+    w, h = spec.get("size", [1280, 800])
+    call("Emulation.setDeviceMetricsOverride",
+         {"width": w, "height": h, "deviceScaleFactor": 1, "mobile": False},
+         session)
+    call("Page.navigate", {"url": spec["url"]}, session)
+    def value(expr):
+        r = call("Runtime.evaluate", {"expression": expr, "returnByValue": True},
+                 session)
+        return r.get("result", {}).get("value")
+    def dump():
+        with open(spec["dom"], "w") as f:
+            f.write(value("document.documentElement.outerHTML") or "")
+    for step in spec.get("steps", []):
+        cond = "(() => { try { return !!(" + step["wait"] + \
+               "); } catch (e) { return false; } })()"
+        while not value(cond):
+            if time.time() > deadline:
+                dump()
+                raise SystemExit("timed out waiting for: " + step["wait"])
+            time.sleep(0.1)
+        if "eval" in step:
+            value(step["eval"])
+        if "touch" in step:
+            open(step["touch"], "w").close()
+    dump()
+    if "screenshot" in spec:
+        png = call("Page.captureScreenshot", {"format": "png"}, session)["data"]
+        with open(spec["screenshot"], "wb") as f:
+            f.write(base64.b64decode(png))
+finally:
+    try:
+        call("Browser.close")
+    except BaseException:
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    subprocess.run(["rm", "-rf", profile])
 )py";
 
 /// The value of the sample `name` whose labels include `labels`; -1 if none.
@@ -186,6 +332,27 @@ double sample(const boost::json::object& families, const std::string& family,
   return -1;
 }
 
+/// /metrics of `n`, read by Prometheus' parser (families by name).
+boost::json::object scrape(web_node& n, const scratch& dir) {
+  auto resp = n.get("/metrics");
+  REQUIRE(status_of(resp) == 200);
+  dir.write("metrics.txt", body_of(resp));
+  dir.write("parse.py", prometheus_parser);
+  REQUIRE(shell("/usr/bin/python3 " + dir / "parse.py" + " < " +
+                dir / "metrics.txt" + " > " + dir / "families.json") == 0);
+  return boost::json::parse(slurp(dir / "families.json")).as_object();
+}
+
+/// A task whose first attempt fails and whose retry waits 10 minutes.
+std::string waiting_task(const scratch& dir) {
+  return dir.write(
+    "demo-waiting.json",
+    R"({"id": "demo-waiting", "prompt": "Write the release notes",
+        "agent_selection": {"agents": [{"agent_id": "flaky", "agent_cli": ")" +
+      example("agents/flaky-agent") + R"(", "cli_flags": "--succeed-at 2"}]},
+        "supervisor": {"backoff_base_seconds": 600}})");
+}
+
 } // namespace
 
 TEST_CASE("serve --http: /metrics parses with Prometheus' parser and counts "
@@ -195,7 +362,7 @@ TEST_CASE("serve --http: /metrics parses with Prometheus' parser and counts "
   REQUIRE(n.cmd({"submit", example("demo-recovery.json")}).status == 0);
   REQUIRE(n.wait_done("demo-recovery"));
 
-  auto resp = get(n.web(), "/metrics");
+  auto resp = n.get("/metrics");
   REQUIRE(status_of(resp) == 200);
   CHECK(resp.find("Content-Type: text/plain; version=0.0.4") !=
         std::string::npos);
@@ -283,7 +450,7 @@ TEST_CASE("serve --http: /metrics shows the journal's figures") {
   // ends are in (bounded).
   boost::json::object families;
   auto scrape = [&] {
-    auto resp = get(n.web(), "/metrics");
+    auto resp = n.get("/metrics");
     REQUIRE(status_of(resp) == 200);
     dir.write("metrics.txt", body_of(resp));
     REQUIRE(shell("/usr/bin/python3 " + dir / "parse.py" + " < " +
@@ -365,30 +532,35 @@ TEST_CASE("serve --http: hostile and wrong requests get their status codes "
     status_of(http_exchange(port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: "
                                   "127.0.0.1\r\nContent-Length: 999999\r\n"
                                   "\r\n")) == 413);
-  CHECK(status_of(get(port, "/nope")) == 404);
-  auto post =
-    http_exchange(port, "POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                        "Content-Length: 0\r\n\r\n");
+  CHECK(status_of(n.get("/nope")) == 404);
+  auto post = n.exchange("POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         "Content-Length: 0\r\n\r\n");
   CHECK(status_of(post) == 405);
   CHECK(post.find("Allow: GET, HEAD") != std::string::npos);
-  CHECK(status_of(get(port, "/api/tasks/x/stop")) == 405);
+  CHECK(status_of(n.get("/api/tasks/x/stop")) == 405);
   // DNS rebinding: another site's name as Host.
-  CHECK(status_of(http_exchange(port, "GET /api/tasks HTTP/1.1\r\nHost: "
-                                      "evil.example:80\r\n\r\n")) == 403);
-  // A control request without the CSRF header, or from another origin.
-  CHECK(status_of(http_exchange(
-          port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: "
-                "127.0.0.1\r\nContent-Length: 0\r\n\r\n")) == 403);
-  CHECK(status_of(http_exchange(
-          port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                "Origin: http://evil.example\r\nX-Tasksup-CSRF: 1\r\n"
-                "Content-Length: 0\r\n\r\n")) == 403);
-  // With it: an unknown task is 404.
-  CHECK(
-    status_of(http_exchange(port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: "
-                                  "127.0.0.1\r\nX-Tasksup-CSRF: 1\r\n"
-                                  "Content-Length: 0\r\n\r\n")) == 404);
-  CHECK(status_of(get(port, "/api/agents?window=banana")) == 400);
+  CHECK(status_of(n.exchange("GET /api/tasks HTTP/1.1\r\nHost: "
+                             "evil.example:80\r\n\r\n")) == 403);
+  // A control request without the CSRF header, or from another origin
+  // (with the token: a page elsewhere in a logged-in browser).
+  CHECK(status_of(n.exchange("POST /api/tasks/x/stop HTTP/1.1\r\nHost: "
+                             "127.0.0.1\r\nContent-Length: 0\r\n\r\n")) == 403);
+  CHECK(status_of(
+          n.exchange("POST /api/tasks/x/stop HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                     "Origin: http://evil.example\r\nX-Tasksup-CSRF: 1\r\n"
+                     "Content-Length: 0\r\n\r\n")) == 403);
+  // Same origin: an unknown task is 404.
+  CHECK(status_of(n.exchange(
+          "POST /api/tasks/x/stop HTTP/1.1\r\nHost: 127.0.0.1:" +
+          std::to_string(port) +
+          "\r\nOrigin: http://127.0.0.1:" + std::to_string(port) +
+          "\r\nX-Tasksup-CSRF: 1\r\nContent-Length: 0\r\n\r\n")) == 404);
+  CHECK(status_of(n.exchange("POST /api/tasks/x/stop HTTP/1.1\r\nHost: "
+                             "127.0.0.1\r\nX-Tasksup-CSRF: 1\r\n"
+                             "Content-Length: 0\r\n\r\n")) == 404);
+  CHECK(status_of(n.get("/api/agents?window=banana")) == 400);
+  CHECK(status_of(n.get("/api/tasks?limit=0")) == 400);
+  CHECK(status_of(n.get("/api/tasks?limit=1001")) == 400);
 
   // A client that sends half a request and stalls is answered 408 after
   // the request timeout (10 s) and does not block anyone meanwhile.
@@ -396,14 +568,272 @@ TEST_CASE("serve --http: hostile and wrong requests get their status codes "
   REQUIRE(slow >= 0);
   std::string half = "GET /metrics HTTP/1.1\r\nHost: 127";
   ::send(slow, half.data(), half.size(), MSG_NOSIGNAL);
-  CHECK(status_of(get(port, "/metrics")) == 200);
+  CHECK(status_of(n.get("/metrics")) == 200);
   auto late = read_all(slow, 20s);
   ::close(slow);
   CHECK(status_of(late) == 408);
 
   // Still serving, and the control node too.
-  CHECK(status_of(get(port, "/api/tasks")) == 200);
+  CHECK(status_of(n.get("/api/tasks")) == 200);
   CHECK(n.cmd({"status"}).status == 0);
+  n.process().signal(SIGTERM);
+  CHECK(n.process().wait(30s) == 0);
+}
+
+TEST_CASE("serve --http: every request needs the token, and a browser logs in "
+          "with it once") {
+  scratch dir;
+  std::string token;
+  auto token_file = dir / "state/http-token";
+  {
+    web_node n{dir};
+    auto port = n.web();
+    token = n.token();
+    // The token file: made on the first start, readable by the node's
+    // user only, and what the log's URL carries.
+    struct stat st {};
+    REQUIRE(::stat(token_file.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0600);
+    CHECK(slurp(token_file) == token + "\n");
+
+    // Without the token: 401, saying where it is.
+    for (auto path : {"/metrics", "/", "/dashboard.js", "/api/tasks",
+                      "/api/tasks/x", "/api/agents", "/api/stream"}) {
+      auto r = get_anonymous(port, path);
+      INFO(path);
+      CHECK(status_of(r) == 401);
+      CHECK(body_of(r).find(token_file) != std::string::npos);
+      CHECK(header_of(r, "WWW-Authenticate") == "Bearer realm=\"tasksup\"");
+      CHECK(r.find(token) == std::string::npos);
+    }
+    CHECK(status_of(http_exchange(
+            port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  "X-Tasksup-CSRF: 1\r\nContent-Length: 0\r\n\r\n")) == 401);
+    // A wrong one: 401 as well, in the header, a cookie or the URL.
+    std::string wrong(64, '0');
+    CHECK(status_of(http_exchange(
+            port, with_bearer("GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              "\r\n",
+                              wrong))) == 401);
+    CHECK(status_of(http_exchange(
+            port, "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nCookie: "
+                  "tasksup_token_" +
+                    std::to_string(port) + "=" + wrong + "\r\n\r\n")) == 401);
+    CHECK(status_of(get_anonymous(port, "/?token=" + wrong)) == 401);
+
+    // The bearer token (what Prometheus' credentials_file sends).
+    CHECK(status_of(n.get("/metrics")) == 200);
+
+    // Browser login: the token in the URL becomes an HttpOnly, SameSite
+    // cookie and the browser is sent to the page without it.
+    auto login = get_anonymous(port, "/?token=" + token);
+    CHECK(status_of(login) == 303);
+    CHECK(header_of(login, "Location") == "/");
+    auto cookie = header_of(login, "Set-Cookie");
+    auto cookie_pair = "tasksup_token_" + std::to_string(port) + "=" + token;
+    CHECK(cookie.rfind(cookie_pair + ";", 0) == 0);
+    CHECK(cookie.find("; HttpOnly") != std::string::npos);
+    CHECK(cookie.find("; SameSite=Strict") != std::string::npos);
+    CHECK(cookie.find("; Path=/") != std::string::npos);
+    auto page = http_exchange(port, "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                    "Cookie: " +
+                                      cookie_pair + "\r\n\r\n");
+    CHECK(status_of(page) == 200);
+    CHECK(page.find("<title>tasksup</title>") != std::string::npos);
+    // With the cookie, a POST from another origin is refused (CSRF).
+    CHECK(status_of(http_exchange(
+            port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  "Cookie: " +
+                    cookie_pair +
+                    "\r\nOrigin: http://evil.example\r\nX-Tasksup-CSRF: "
+                    "1\r\nContent-Length: 0\r\n\r\n")) == 403);
+    n.process().signal(SIGTERM);
+    CHECK(n.process().wait(30s) == 0);
+  }
+  // A restart on the same state directory keeps the token.
+  {
+    web_node again{dir};
+    CHECK(again.token() == token);
+    CHECK(status_of(again.get("/metrics")) == 200);
+    again.process().signal(SIGTERM);
+    CHECK(again.process().wait(30s) == 0);
+  }
+  // --http-token-file keeps it elsewhere, made there on first use.
+  {
+    auto elsewhere = dir / "tokens-http";
+    web_node other{dir, {"--http-token-file", elsewhere}};
+    CHECK(other.token() != token);
+    CHECK(slurp(elsewhere) == other.token() + "\n");
+    struct stat st {};
+    REQUIRE(::stat(elsewhere.c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0600);
+    other.process().signal(SIGTERM);
+    CHECK(other.process().wait(30s) == 0);
+  }
+}
+
+TEST_CASE("serve --http: /api/stream tells which tasks changed as they "
+          "change, and /api/tasks comes in pages, newest first") {
+  scratch dir;
+  web_node n{dir};
+  int fd = connect_to(n.web());
+  REQUIRE(fd >= 0);
+  auto ask = with_bearer("GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                         n.token());
+  ::send(fd, ask.data(), ask.size(), MSG_NOSIGNAL);
+  std::string stream;
+  auto read_for = [&](const std::string& what) {
+    auto deadline = steady::now() + 30s;
+    while (stream.find(what) == std::string::npos && steady::now() < deadline) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 1000) <= 0)
+        continue;
+      char buf[4096];
+      auto got = ::recv(fd, buf, sizeof buf, 0);
+      if (got <= 0)
+        break;
+      stream.append(buf, static_cast<std::size_t>(got));
+    }
+    return stream.find(what) != std::string::npos;
+  };
+  REQUIRE(read_for("event: hello\n"));
+  CHECK(status_of(stream) == 200);
+  CHECK(header_of(stream, "Content-Type") ==
+        "text/event-stream; charset=utf-8");
+  REQUIRE(n.cmd({"submit", example("demo-fatal.json")}).status == 0);
+  CHECK(read_for("event: change\ndata: {\"all\":false,\"tasks\":["
+                 "\"demo-fatal\"]}\n\n"));
+  // The figures count it as an open stream.
+  auto metrics = body_of(n.get("/metrics"));
+  CHECK(metrics.find("\ntasksup_http_streams 1\n") != std::string::npos);
+  ::close(fd);
+
+  REQUIRE(n.cmd({"submit", example("demo-flaky.json")}).status == 0);
+  REQUIRE(n.cmd({"submit", example("demo-recovery.json")}).status == 0);
+  REQUIRE(n.wait_done("demo-fatal"));
+  REQUIRE(n.wait_done("demo-flaky"));
+  REQUIRE(n.wait_done("demo-recovery"));
+  auto page = boost::json::parse(body_of(n.get("/api/tasks?limit=2")));
+  CHECK(page.at("total").as_int64() == 3);
+  CHECK(page.at("counts").at("done").as_int64() == 3);
+  auto& first = page.at("tasks").as_array();
+  REQUIRE(first.size() == 2);
+  CHECK(first[0].at("task_id").as_string() == "demo-recovery");
+  CHECK(first[1].at("task_id").as_string() == "demo-flaky");
+  CHECK(page.at("next").as_string() == "demo-flaky");
+  auto rest =
+    boost::json::parse(body_of(n.get("/api/tasks?limit=2&after=demo-flaky")));
+  auto& second = rest.at("tasks").as_array();
+  REQUIRE(second.size() == 1);
+  CHECK(second[0].at("task_id").as_string() == "demo-fatal");
+  CHECK(rest.at("next").is_null());
+  // The default page holds them all.
+  CHECK(boost::json::parse(body_of(n.get("/api/tasks")))
+          .at("tasks")
+          .as_array()
+          .size() == 3);
+  n.process().signal(SIGTERM);
+  CHECK(n.process().wait(30s) == 0);
+}
+
+TEST_CASE("serve --http: after a restart the figures count the earlier "
+          "attempts of a task the node resumed") {
+  scratch dir;
+  auto waiting = waiting_task(dir);
+  {
+    web_node n{dir};
+    REQUIRE(n.cmd({"submit", waiting}).status == 0);
+    REQUIRE(eventually(
+      [&] {
+        return n.cmd({"status", "demo-waiting", "--json"})
+                 .out.find("\"state\":\"backoff\"") != std::string::npos;
+      },
+      20s));
+    // Killed, not stopped: the task stays unfinished in the journal.
+    n.process().signal(SIGKILL);
+    n.process().wait(30s);
+  }
+  web_node again{dir};
+  auto st = again.cmd({"status", "demo-waiting", "--json"});
+  REQUIRE(st.status == 0);
+  CHECK(st.out.find("\"state\":\"backoff\"") != std::string::npos);
+  // The attempt before the restart counts, once.
+  boost::json::object families;
+  REQUIRE(eventually(
+    [&] {
+      families = scrape(again, dir);
+      return sample(families, "tasksup_attempts", "tasksup_attempts_total",
+                    {{"agent", "flaky"}}) >= 1;
+    },
+    10s));
+  CHECK(sample(families, "tasksup_attempts", "tasksup_attempts_total",
+               {{"agent", "flaky"},
+                {"class", "retryable"},
+                {"decision", "retry"}}) == 1);
+  CHECK(sample(families, "tasksup_attempt_duration_seconds",
+               "tasksup_attempt_duration_seconds_count",
+               {{"agent", "flaky"}}) == 1);
+  auto agents = again.cmd({"agents", "--json"});
+  REQUIRE(agents.status == 0);
+  auto doc = boost::json::parse(agents.out);
+  REQUIRE(doc.at("agents").as_array().size() == 1);
+  CHECK(doc.at("agents").at(0).at("agent_id").as_string() == "flaky");
+  CHECK(doc.at("agents").at(0).at("attempts").as_int64() == 1);
+  again.cmd({"kill", "demo-waiting"});
+  again.process().signal(SIGTERM);
+  CHECK(again.process().wait(30s) == 0);
+}
+
+TEST_CASE("serve --http: /metrics shows the cluster: worker nodes, their "
+          "slots, and tasks waiting for placement") {
+  scratch dir;
+  web_node n{dir, {"--heartbeat-ms", "200"}};
+  tasksup_child worker{dir,
+                       "w1",
+                       {"serve", "--join", n.address(), "--name", "w1",
+                        "--config", config_dir(), "--state-dir", dir / "w1",
+                        "--certs", dir / "state/certs", "--heartbeat-ms", "200",
+                        "--work-dir", dir / "w1-work"}};
+  REQUIRE(eventually(
+    [&] {
+      return n.process().err().find("worker node w1 joined") !=
+             std::string::npos;
+    },
+    20s));
+  REQUIRE(n.cmd({"submit", example("demo-slow.json")}).status == 0);
+  auto gpu = dir.write("needs-gpu.json",
+                       R"({"id": "needs-gpu", "prompt": "Train it",
+        "agent_selection": {"agents": [{"agent_id": "slow", "agent_cli": ")" +
+                         example("agents/slow-agent") +
+                         R"(", "cli_flags": "--seconds 1"}]},
+        "placement": {"labels": {"gpu": "true"}}})");
+  REQUIRE(n.cmd({"submit", gpu}).status == 0);
+  boost::json::object families;
+  REQUIRE(eventually(
+    [&] {
+      families = scrape(n, dir);
+      return sample(families, "tasksup_node_slots_in_use",
+                    "tasksup_node_slots_in_use", {{"node", "w1"}}) == 1;
+    },
+    20s));
+  auto type = [&](const char* f) {
+    return std::string{families.at(f).at("type").as_string()};
+  };
+  CHECK(type("tasksup_cluster_nodes") == "gauge");
+  CHECK(type("tasksup_node_slots") == "gauge");
+  CHECK(type("tasksup_placement_waiting") == "gauge");
+  CHECK(sample(families, "tasksup_cluster_nodes", "tasksup_cluster_nodes",
+               {}) == 1);
+  // config/node.json: max_concurrent 4.
+  CHECK(sample(families, "tasksup_node_slots", "tasksup_node_slots",
+               {{"node", "w1"}}) == 4);
+  CHECK(sample(families, "tasksup_placement_waiting",
+               "tasksup_placement_waiting", {}) == 1);
+  n.cmd({"kill", "demo-slow"});
+  n.cmd({"kill", "needs-gpu"});
+  // (A worker node ends on SIGTERM like one that lost its coordinator.)
+  worker.signal(SIGTERM);
+  worker.wait(30s);
   n.process().signal(SIGTERM);
   CHECK(n.process().wait(30s) == 0);
 }
@@ -418,14 +848,13 @@ TEST_CASE("serve --http: the control endpoints act like the CLI") {
                .out.find("\"state\":\"running\"") != std::string::npos;
     },
     20s));
-  auto resp =
-    http_exchange(n.web(), "POST /api/tasks/demo-slow/kill HTTP/1.1\r\n"
-                           "Host: 127.0.0.1\r\nX-Tasksup-CSRF: 1\r\n"
-                           "Content-Length: 0\r\n\r\n");
+  auto resp = n.exchange("POST /api/tasks/demo-slow/kill HTTP/1.1\r\n"
+                         "Host: 127.0.0.1\r\nX-Tasksup-CSRF: 1\r\n"
+                         "Content-Length: 0\r\n\r\n");
   REQUIRE(status_of(resp) == 200);
   CHECK(body_of(resp).find("\"ok\":true") != std::string::npos);
   REQUIRE(n.wait_done("demo-slow"));
-  auto task = boost::json::parse(body_of(get(n.web(), "/api/tasks/demo-slow")));
+  auto task = boost::json::parse(body_of(n.get("/api/tasks/demo-slow")));
   CHECK(task.at("task").at("outcome").as_string() == "stopped");
   bool saw_stop = false;
   for (auto& e : task.at("events").as_array())
@@ -447,12 +876,7 @@ TEST_CASE("serve --http: the dashboard in headless Chromium shows tasks, "
   REQUIRE(n.wait_done("demo-flaky"));
   REQUIRE(n.cmd({"submit", example("demo-slow.json")}).status == 0);
   // One that fails once and then waits 10 minutes to retry.
-  auto waiting = dir.write(
-    "demo-waiting.json",
-    R"({"id": "demo-waiting", "prompt": "Write the release notes",
-        "agent_selection": {"agents": [{"agent_id": "flaky", "agent_cli": ")" +
-      example("agents/flaky-agent") + R"(", "cli_flags": "--succeed-at 2"}]},
-        "supervisor": {"backoff_base_seconds": 600}})");
+  auto waiting = waiting_task(dir);
   REQUIRE(n.cmd({"submit", waiting}).status == 0);
   REQUIRE(eventually(
     [&] {
@@ -461,58 +885,109 @@ TEST_CASE("serve --http: the dashboard in headless Chromium shows tasks, "
     },
     20s));
 
-  auto base = "http://127.0.0.1:" + std::to_string(n.web()) + "/";
-  auto chromium = [&](const std::string& what, const std::string& url) {
-    return "timeout 90 chromium --headless --no-sandbox --disable-gpu "
-           "--no-first-run --user-data-dir=" +
-           dir / "chromium-profile" + " --virtual-time-budget=4000 " + what +
-           " '" + url + "'";
+  // Every page is opened with the token in the URL, as the node's log
+  // gives it: the browser logs in (cookie) and lands on the page without it.
+  auto login =
+    "http://127.0.0.1:" + std::to_string(n.web()) + "/?token=" + n.token();
+  auto loaded = std::string{"location.search === '' && "
+                            "document.body.dataset.stream === 'open' && "
+                            "document.getElementById('conn').textContent"
+                            ".startsWith('live')"};
+  dir.write("cdp.py", devtools_script);
+  // Runs one page; its exit status (no Catch2 here: it may run on a thread).
+  auto run_page = [&](const std::string& name, boost::json::object spec) {
+    spec["dom"] = dir / (name + ".html");
+    spec["timeout"] = 90;
+    dir.write(name + ".json", boost::json::serialize(spec));
+    return shell("timeout 120 /usr/bin/python3 " + dir / "cdp.py" + " " +
+                 dir / (name + ".json") + " 2> " + dir / (name + ".err"));
   };
-  auto dom = [&](const std::string& url) {
-    auto out = dir / "dom.html";
-    REQUIRE(shell(chromium("--dump-dom", url) + " > " + out + " 2>/dev/null") ==
-            0);
-    return slurp(out);
+  auto page_text = [&](const std::string& name, int status) {
+    INFO(slurp(dir / (name + ".err")));
+    CHECK(status == 0);
+    return slurp(dir / (name + ".html"));
   };
+  auto browse = [&](const std::string& name, boost::json::object spec) {
+    auto status = run_page(name, std::move(spec));
+    return page_text(name, status);
+  };
+  auto step = [](const std::string& wait) {
+    return boost::json::object{{"wait", wait}};
+  };
+  // Screenshots for the README, under the build tree.
+  auto shot = std::filesystem::current_path() / "dashboard.png";
+  auto shot_task = std::filesystem::current_path() / "dashboard-task.png";
+  std::filesystem::remove(shot);
+  std::filesystem::remove(shot_task);
 
-  auto list = dom(base + "#/");
+  // The list, live: the page shows demo-slow running; it is killed from
+  // the CLI meanwhile; the same page (no reload: the mark set on it stays)
+  // shows it done, told by the event stream.
+  auto ready = dir / "page-ready";
+  auto slow_state =
+    std::string{"document.querySelector('[data-task=\"demo-slow\"] "
+                ".state').textContent"};
+  auto first = step(loaded + " && " + slow_state + " === 'running'");
+  first["eval"] = "window.tasksupMark = 42";
+  first["touch"] = ready;
+  boost::json::object live{
+    {"url", login + "#/"},
+    {"size", boost::json::array{1280, 640}},
+    {"screenshot", shot.string()},
+    {"steps",
+     boost::json::array{first, step(slow_state + " === 'done' && "
+                                                 "window.tasksupMark === 42 "
+                                                 "&& Number(document.body."
+                                                 "dataset.streamMessages) >= "
+                                                 "1")}}};
+  int list_status = -1;
+  std::thread page{[&] { list_status = run_page("list", live); }};
+  bool page_ready =
+    eventually([&] { return std::filesystem::exists(ready); }, 90s);
+  if (page_ready)
+    n.cmd({"kill", "demo-slow"});
+  page.join();
+  auto list = page_text("list", list_status);
+  REQUIRE(page_ready);
   CHECK(list.find("data-task=\"demo-recovery\"") != std::string::npos);
   CHECK(list.find("data-task=\"demo-flaky\"") != std::string::npos);
   CHECK(list.find("outcome outcome-succeeded") != std::string::npos);
   CHECK(list.find("live · updated") != std::string::npos);
+  // Four tasks fit one page: no "more" control, nothing stray after.
+  CHECK(list.find("id=\"more\"") == std::string::npos);
+  CHECK(list.find("</table></main>") != std::string::npos);
+  CHECK(std::regex_search(
+    list, std::regex{"data-task=\"demo-slow\".*class=\"state state-done\">"
+                     "done<.*outcome-stopped"}));
   // The waiting task counts down to its retry.
   CHECK(std::regex_search(
     list, std::regex{"data-task=\"demo-waiting\".*class=\"state "
                      "state-backoff\">backoff<.*data-deadline=\"[0-9.]+\">in "
                      "[0-9]+m"}));
 
-  auto task = dom(base + "#/task/demo-recovery");
+  boost::json::object task_page{
+    {"url", login + "#/task/demo-recovery"},
+    {"size", boost::json::array{1280, 900}},
+    {"screenshot", shot_task.string()},
+    {"steps", boost::json::array{
+                step(loaded + " && document.getElementById('task-title')")}}};
+  auto task = browse("task", task_page);
   CHECK(task.find("Task demo-recovery") != std::string::npos);
   CHECK(task.find("classified agent_failure by rule") != std::string::npos);
   CHECK(task.find("fallback primary → backup") != std::string::npos);
   CHECK(task.find("delay from retry_after_hint") != std::string::npos);
   CHECK(task.find("class=\"bar ok\"") != std::string::npos);
 
-  auto agents = dom(base + "#/agents");
+  boost::json::object agents_page{
+    {"url", login + "#/agents"},
+    {"steps", boost::json::array{step(
+                loaded + " && document.getElementById('fallback-order')")}}};
+  auto agents = browse("agents", agents_page);
   CHECK(agents.find("data-agent=\"backup\"") != std::string::npos);
   CHECK(agents.find("id=\"fallback-order\"") != std::string::npos);
-
-  // Screenshots for the README, under the build tree.
-  auto shot = std::filesystem::current_path() / "dashboard.png";
-  auto shot_task = std::filesystem::current_path() / "dashboard-task.png";
-  std::filesystem::remove(shot);
-  std::filesystem::remove(shot_task);
-  CHECK(shell(chromium("--window-size=1280,640 --screenshot=" + shot.string(),
-                       base + "#/") +
-              " >/dev/null 2>&1") == 0);
-  CHECK(
-    shell(chromium("--window-size=1280,900 --screenshot=" + shot_task.string(),
-                   base + "#/task/demo-recovery") +
-          " >/dev/null 2>&1") == 0);
   CHECK(std::filesystem::exists(shot));
   CHECK(std::filesystem::exists(shot_task));
 
-  n.cmd({"kill", "demo-slow"});
   n.cmd({"kill", "demo-waiting"});
   n.process().signal(SIGTERM);
   CHECK(n.process().wait(30s) == 0);

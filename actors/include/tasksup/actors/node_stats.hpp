@@ -11,6 +11,7 @@
 #include "tasksup/actors/protocol.hpp"
 
 #include "tasksup/supervisor/error_class.hpp"
+#include "tasksup/supervisor/placement.hpp"
 
 #include <array>
 #include <cstddef>
@@ -160,6 +161,18 @@ public:
                          const node_health& health,
                          const journal_figures* journal = nullptr) const;
 
+  /// Worker node names that become `node` label values at most; the rest
+  /// are summed under "other" (names come from the joining nodes).
+  static constexpr std::size_t max_node_labels = 64;
+
+  /// The cluster's families: worker nodes joined
+  /// (`tasksup_cluster_nodes`), each node's slots and slots in use
+  /// (`tasksup_node_slots{node}`, `tasksup_node_slots_in_use{node}`, by
+  /// name, at most `max_node_labels` names), and queued tasks that wait
+  /// for a fitting worker node (`tasksup_placement_waiting`).
+  static std::string cluster_prometheus(const std::vector<node_load>& nodes,
+                                        const std::vector<task_status>& tasks);
+
   /// `agents(...)` and the fallback order as one JSON object.
   std::string agents_json(double now, double window_s,
                           const node_health& health) const;
@@ -168,6 +181,14 @@ public:
   /// dashboard's list (`now` is the node's clock, for countdowns).
   std::string tasks_json(const std::vector<task_status>& tasks,
                          double now) const;
+
+  /// One page of the list, newest first (by submission time, then id):
+  /// at most `limit` tasks after the task `after` (from the start when it
+  /// is empty or unknown), with `total`, the counts by state of all of them,
+  /// and `next` (the id to pass as `after` for the following page, or null).
+  std::string tasks_page_json(std::vector<task_status> tasks, double now,
+                              std::size_t limit,
+                              const std::string& after) const;
 
   /// One task with its events (`history`, as the registry keeps them).
   std::string task_json(const task_status& status,

@@ -7,13 +7,15 @@ namespace tasksup {
 
 /// Spawns the node's statistics actor: it subscribes to `registry`'s event
 /// stream, folds every event into a `node_stats`, and on start replays the
-/// histories of tasks that had already finished (after a restart these come
-/// from the journal through the same registry API). It answers
+/// history of every task the registry has (after a restart these come from
+/// the journal through the same registry API: finished tasks, and the
+/// earlier attempts of tasks it resumed), each event once. It answers
 /// `(metrics)` -> Prometheus text, `(agents, window_s)` -> JSON,
-/// `(view)` -> JSON of every task, `(view, task_id)` -> JSON of one task
-/// with its events. Figures that live in the registry (task states,
-/// breakers, budget, slots) are asked for at the moment of the query, and
-/// so are the figures of `journal` (the node's journal actor, if any).
+/// `(view)` -> JSON of every task, `(view, limit, after)` -> one page of
+/// them, newest first (`node_stats::tasks_page_json`), `(view, task_id)` ->
+/// JSON of one task with its events. Figures that live in the registry (task
+/// states, breakers, budget, slots) are asked for at the moment of the query,
+/// and so are the figures of `journal` (the node's journal actor, if any).
 caf::actor spawn_stats(caf::actor_system& sys, caf::actor registry,
                        caf::actor journal = {});
 
