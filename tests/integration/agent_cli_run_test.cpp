@@ -9,7 +9,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -388,6 +391,73 @@ TEST_CASE("real codex: the shipped profile succeeds", "[agent_cli]") {
     answered = answered || text(log, "line") ==
                              "assistant: Done: the fake provider says hello.";
   CHECK(answered);
+  // The tokens the provider reported for this attempt, in its
+  // attempt_exited event (codex reports no cost) and the task's metadata.
+  auto exited = of_kind(r.events, "attempt_exited");
+  REQUIRE(exited.size() == 1);
+  REQUIRE(exited[0].contains("usage"));
+  const auto& usage = exited[0].at("usage").as_object();
+  CHECK(usage.at("input_tokens").as_int64() == 12);
+  CHECK(usage.at("output_tokens").as_int64() == 8);
+  CHECK_FALSE(exited[0].contains("cost_usd"));
+  auto done = of_kind(r.events, "task_done");
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].at("metadata").at("usage").at("input_tokens").as_int64() == 12);
+  // The human view says so too.
+  CHECK_THAT(r.run.out + r.run.err, Catch::Contains("(12 tokens in, 8 out)"));
+}
+
+/// A loopback port nothing listens on (bound, then closed): connections to
+/// it are refused.
+int refused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST_CASE("real codex offline: its Reconnecting loop does not keep it alive, "
+          "idle_noise stops it",
+          "[agent_cli]") {
+  // With nothing listening codex never exits: it prints "Reconnecting...
+  // waiting for network" every few seconds. Those lines are the codex
+  // profile's idle_noise, so idle_timeout_s fires all the same.
+  auto codex = cli("codex");
+  if (codex.empty())
+    return;
+  scratch dir;
+  ::setenv("HOME", dir.path().c_str(), 1);
+  ::setenv("OPENAI_API_KEY", "sk-fake", 1);
+  auto url = "http://127.0.0.1:" + std::to_string(refused_port()) + "/v1";
+  auto provider = "model_providers.fake={name=\\\"fake\\\",base_url=\\\"" +
+                  url +
+                  "\\\",env_key=\\\"OPENAI_API_KEY\\\",wire_api="
+                  "\\\"responses\\\",request_max_retries=0,stream_max_"
+                  "retries=0}";
+  auto agent = R"({"agent_id": "primary", "profile": "codex", "agent_cli": ")" +
+               codex + R"(", "idle_timeout_s": 15, )" +
+               R"("cli_flags": "-c model_provider=fake -c ')" + provider +
+               "'\"}";
+  auto r =
+    run_chain(dir, "codex-offline", agent, R"(, "max_retries_per_agent": 0)");
+  INFO(r.run.out << r.run.err);
+  auto classified = of_kind(r.events, "classified");
+  REQUIRE(classified.size() == 1);
+  CHECK(text(classified[0], "class") == "retryable");
+  CHECK(text(classified[0], "rule") == "idle_noise");
+  CHECK_THAT(text(classified[0], "line"), Catch::Contains("Reconnecting..."));
+  // It printed the loop more than once before it was stopped.
+  std::size_t loops = 0;
+  for (const auto& log : of_kind(r.events, "log"))
+    loops += text(log, "line").find("Reconnecting") != std::string::npos;
+  CHECK(loops >= 2);
+  CHECK(outcome(r) == "succeeded"); // the backup
 }
 
 TEST_CASE("real gemini: a bad key is fatal", "[agent_cli]") {

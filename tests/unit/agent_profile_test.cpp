@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -406,4 +407,48 @@ TEST_CASE("user profiles: files that are not .json are ignored, no "
   REQUIRE(some);
   CHECK(some->size() == 1);
   CHECK(some->at("a").name == "a");
+}
+
+TEST_CASE("the README's real-agents example is config/examples/"
+          "real-agents.json, and it resolves to the three profiled CLIs") {
+  // The README shows the file; a drift between them would teach users a
+  // task that nothing checks.
+  std::ifstream in{TASKSUP_SOURCE_DIR "/README.md"};
+  std::string readme{std::istreambuf_iterator<char>{in},
+                     std::istreambuf_iterator<char>{}};
+  auto section = readme.find("### Real agents: claude, codex and gemini");
+  REQUIRE(section != std::string::npos);
+  auto open = readme.find("```json\n", section);
+  REQUIRE(open != std::string::npos);
+  open += 8;
+  auto close = readme.find("```", open);
+  REQUIRE(close != std::string::npos);
+  auto shown = boost::json::parse(readme.substr(open, close - open));
+  auto file =
+    read_json_file(TASKSUP_SOURCE_DIR "/config/examples/real-agents.json");
+  REQUIRE(file);
+  CHECK(shown == *file);
+
+  auto t = parse_task(*file, "real-agents.json", builtin_config());
+  INFO((t ? "" : t.error().to_string()));
+  REQUIRE(t);
+  const auto& agents = t->selection->agents;
+  REQUIRE(agents.size() == 3);
+  CHECK(agents[0].agent_cli == "claude");
+  CHECK(agents[1].agent_cli == "codex");
+  CHECK(agents[2].agent_cli == "gemini");
+  auto has = [](const agent_spec& a, const char* name) {
+    return std::find(a.env_passthrough.begin(), a.env_passthrough.end(),
+                     name) != a.env_passthrough.end();
+  };
+  // Each gets its key from the node's environment, and only what is listed.
+  CHECK(has(agents[0], "ANTHROPIC_API_KEY"));
+  CHECK(has(agents[0], "HTTPS_PROXY"));
+  CHECK_FALSE(has(agents[0], "OPENAI_API_KEY"));
+  CHECK(has(agents[1], "OPENAI_API_KEY"));
+  CHECK(has(agents[2], "GEMINI_API_KEY"));
+  CHECK(agents[2].idle_timeout_s == 300);
+  CHECK(agents[1].idle_noise == find_agent_profile("codex")->idle_noise);
+  CHECK(t->supervisor.fatal == fatal_scope::provider);
+  CHECK(validate_task(*t, "real-agents.json"));
 }
