@@ -3,6 +3,8 @@
 
 #include "tasksup/actors/container_worker_actor.hpp"
 
+#include "tasksup/actors/cluster.hpp"
+
 #include "actor_fixture.hpp"
 
 #include "tasksup/supervisor/agent_profile.hpp"
@@ -266,6 +268,9 @@ TEST_CASE_METHOD(fixture,
   apply_agent_options(w, a);
   REQUIRE_FALSE(w.idle_noise.empty());
   w.output = output_format::codex_jsonl;
+  // The same on a worker node: the attempt carries its noise patterns.
+  CHECK(from_remote(to_remote(w, "process"), runtime).idle_noise ==
+        w.idle_noise);
   auto worker = spawn_container_worker(sys(), sup, w);
   run();
   // Real output first, at 5 s: the idle clock starts there.

@@ -520,28 +520,27 @@ TEST_CASE("real qwen: a bad key is fatal, a rate limit waits, out of credit "
     std::filesystem::create_directories(g.dir / ".qwen");
     g.dir.write(".qwen/settings.json",
                 R"({"model": {"generationConfig": {"maxRetries": 0}}})");
-    auto r = run_chain(g.dir, std::string{"qwen-"} + c.scenario,
-                       R"({"agent_id": "primary", "profile": "qwen", )"
-                       R"("agent_cli": ")" +
-                         qwen + ""
-  }",
-                       R"(, "max_retries_per_agent": 0, "fatal_scope": "task")",
-                       300s);
-  INFO(r.run.out << r.run.err);
-  auto classified = of_kind(r.events, "classified");
-  REQUIRE(classified.size() == 1);
-  CHECK(text(classified[0], "class") == c.cls);
-  CHECK(text(classified[0], "rule") == c.rule);
-  CHECK_THAT(text(classified[0], "line"), Catch::Contains("API Error"));
-  if (std::string{c.scenario} == "rate") {
-    // The hint in OpenAI's message ("Please try again in 7s").
-    CHECK(classified[0].at("retry_after_s").to_number<double>() == 7);
+    auto r =
+      run_chain(g.dir, std::string{"qwen-"} + c.scenario,
+                R"({"agent_id": "primary", "profile": "qwen", )"
+                R"("agent_cli": ")" +
+                  qwen + R"("})",
+                R"(, "max_retries_per_agent": 0, "fatal_scope": "task")", 300s);
+    INFO(r.run.out << r.run.err);
+    auto classified = of_kind(r.events, "classified");
+    REQUIRE(classified.size() == 1);
+    CHECK(text(classified[0], "class") == c.cls);
+    CHECK(text(classified[0], "rule") == c.rule);
+    CHECK_THAT(text(classified[0], "line"), Catch::Contains("API Error"));
+    if (std::string{c.scenario} == "rate") {
+      // The hint in OpenAI's message ("Please try again in 7s").
+      CHECK(classified[0].at("retry_after_s").to_number<double>() == 7);
+    }
+    // fatal ends the task; every other class hands over to the backup.
+    bool fatal = std::string{c.cls} == "fatal";
+    CHECK(of_kind(r.events, "agent_switched").size() == (fatal ? 0u : 1u));
+    CHECK(outcome(r) == (fatal ? "failed" : "succeeded"));
   }
-  // fatal ends the task; every other class hands over to the backup.
-  bool fatal = std::string{c.cls} == "fatal";
-  CHECK(of_kind(r.events, "agent_switched").size() == (fatal ? 0u : 1u));
-  CHECK(outcome(r) == (fatal ? "failed" : "succeeded"));
-}
 }
 
 TEST_CASE("real qwen: the shipped profile succeeds", "[agent_cli]") {
@@ -557,17 +556,15 @@ TEST_CASE("real qwen: the shipped profile succeeds", "[agent_cli]") {
   auto r = run_chain(g.dir, "qwen-ok",
                      R"({"agent_id": "primary", "profile": "qwen", )"
                      R"("agent_cli": ")" +
-                       qwen + ""
-}
-");
+                       qwen + R"("})");
   INFO(r.run.out << r.run.err);
-CHECK(r.run.status == 0);
-CHECK(of_kind(r.events, "classified").empty());
-bool answered = false;
-for (const auto& log : of_kind(r.events, "log"))
-  answered =
-    answered || text(log, "line") == "Done: the fake provider says hello.";
-CHECK(answered);
+  CHECK(r.run.status == 0);
+  CHECK(of_kind(r.events, "classified").empty());
+  bool answered = false;
+  for (const auto& log : of_kind(r.events, "log"))
+    answered =
+      answered || text(log, "line") == "Done: the fake provider says hello.";
+  CHECK(answered);
 }
 
 TEST_CASE("a user profile in the config's profiles directory runs end to end",
