@@ -278,7 +278,8 @@ TEST_CASE_METHOD(registry_fixture,
   REQUIRE(*ok);
   CHECK(await("p1").outcome == task_outcome::succeeded);
   const runtime::attempt_spec* spec = nullptr;
-  for (auto& c : runtime->calls())
+  auto calls = runtime->calls(); // a copy: keep it while `spec` points in
+  for (auto& c : calls)
     if (c.what == runtime::scripted_call::kind::start && c.task_id == "p1")
       spec = &c.spec;
   REQUIRE(spec != nullptr);

@@ -131,14 +131,16 @@ const char* backup_agent =
 run_result run_chain(const scratch& dir, const std::string& name,
                      const std::string& agent_json,
                      const std::string& supervisor_extra = "",
-                     std::chrono::milliseconds limit = 120s) {
+                     std::chrono::milliseconds limit = 120s, int retries = 1) {
   auto task =
     dir.write(name + ".json", R"({"id": ")" + name +
                                 R"(", "prompt": "say hi", "runtime": "process",
   "agent_selection": {"agents": [)" +
                                 agent_json + ", " + backup_agent + R"(],
     "agent_fallbacks": {"primary": "backup"}},
-  "supervisor": {"max_retries_per_agent": 1, "backoff_base_seconds": 0.2,
+  "supervisor": {"max_retries_per_agent": )" +
+                                std::to_string(retries) +
+                                R"(, "backoff_base_seconds": 0.2,
                  "rate_limit_backoff_base": 0.5, "stop_grace_s": 1)" +
                                 supervisor_extra + "}}");
   auto events = dir / (name + ".jsonl");
@@ -444,8 +446,7 @@ TEST_CASE("real codex offline: its Reconnecting loop does not keep it alive, "
                codex + R"(", "idle_timeout_s": 15, )" +
                R"("cli_flags": "-c model_provider=fake -c ')" + provider +
                "'\"}";
-  auto r =
-    run_chain(dir, "codex-offline", agent, R"(, "max_retries_per_agent": 0)");
+  auto r = run_chain(dir, "codex-offline", agent, "", 120s, 0);
   INFO(r.run.out << r.run.err);
   auto classified = of_kind(r.events, "classified");
   REQUIRE(classified.size() == 1);
@@ -520,12 +521,11 @@ TEST_CASE("real qwen: a bad key is fatal, a rate limit waits, out of credit "
     std::filesystem::create_directories(g.dir / ".qwen");
     g.dir.write(".qwen/settings.json",
                 R"({"model": {"generationConfig": {"maxRetries": 0}}})");
-    auto r =
-      run_chain(g.dir, std::string{"qwen-"} + c.scenario,
-                R"({"agent_id": "primary", "profile": "qwen", )"
-                R"("agent_cli": ")" +
-                  qwen + R"("})",
-                R"(, "max_retries_per_agent": 0, "fatal_scope": "task")", 300s);
+    auto r = run_chain(g.dir, std::string{"qwen-"} + c.scenario,
+                       R"({"agent_id": "primary", "profile": "qwen", )"
+                       R"("agent_cli": ")" +
+                         qwen + R"("})",
+                       R"(, "fatal_scope": "task")", 300s, 0);
     INFO(r.run.out << r.run.err);
     auto classified = of_kind(r.events, "classified");
     REQUIRE(classified.size() == 1);
