@@ -117,6 +117,29 @@ std::string progress_view::paint(const char* code,
 
 namespace {
 
+/// An attempt's tokens and cost as its `attempt_exited` event gives them:
+/// " (1200 tokens in, 345 out, $0.0123)"; empty when it gives neither.
+/// Values from another node are checked before they are printed.
+std::string usage_text(const boost::json::object& event) {
+  auto count = [](const boost::json::object& u, std::string_view key) {
+    auto x = num(u, key);
+    return x && *x >= 0 && *x <= 1e15 ? x : std::nullopt;
+  };
+  std::string out;
+  if (auto* u = event.if_contains("usage"); u && u->is_object()) {
+    auto in = count(u->get_object(), "input_tokens");
+    auto outp = count(u->get_object(), "output_tokens");
+    if (in && outp)
+      out = integer(in) + " tokens in, " + integer(outp) + " out";
+  }
+  if (auto cost = num(event, "cost_usd"); cost && *cost >= 0 && *cost <= 1e9) {
+    char buf[48];
+    std::snprintf(buf, sizeof buf, "$%.4f", *cost);
+    out += (out.empty() ? "" : ", ") + std::string{buf};
+  }
+  return out.empty() ? out : " (" + out + ")";
+}
+
 /// The task's retries, and per agent when more than one agent retried:
 /// "5 (a: 2, b: 3)". Older nodes report only the last agent's.
 std::string retries_text(const boost::json::object& m) {
@@ -184,6 +207,7 @@ progress_view::render(const boost::json::object& event) {
       text += " (out of memory)";
     if (auto d = num(event, "duration_s"))
       text += " after " + human_duration(*d);
+    text += usage_text(event);
     out.push_back(pre + text);
   } else if (kind == "classified") {
     auto cls = str(event, "class", "?");

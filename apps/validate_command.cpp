@@ -124,7 +124,8 @@ private:
           err = res.error();
         break;
       case file_kind::node:
-        if (auto res = parse_node_config(*doc, path); !res)
+        if (auto res = parse_node_config(*doc, path, profiles_near(path, 1));
+            !res)
           err = res.error();
         break;
       case file_kind::environment:
@@ -132,7 +133,7 @@ private:
         break;
       case file_kind::profile:
         if (auto res =
-              parse_agent_profile(*doc, fs::path{path}.stem().string(), path);
+              parse_user_profile(*doc, fs::path{path}.stem().string(), path);
             !res)
           err = res.error();
         break;
@@ -151,7 +152,7 @@ private:
                                          const boost::json::value& doc,
                                          const supervisor_config* global) {
     auto name = fs::path{path}.stem().string();
-    auto res = parse_environment(doc, path, name);
+    auto res = parse_environment(doc, path, name, profiles_near(path, 2));
     if (!res)
       return res.error();
     // Its supervisor settings must also hold over the directory's globals.
@@ -165,6 +166,18 @@ private:
       }
     }
     return std::nullopt;
+  }
+
+  /// The user profiles of the config directory `up` levels above `path`
+  /// (node.json: 1, environments/x.json: 2), which its agents may name; none
+  /// when they do not load (each profile file reports its own error).
+  static profile_map profiles_near(const std::string& path, int up) {
+    std::error_code ec;
+    auto dir = fs::absolute(path, ec).parent_path();
+    if (up > 1)
+      dir = dir.parent_path();
+    auto profiles = load_profiles_dir((dir / "profiles").string());
+    return profiles ? std::move(*profiles) : profile_map{};
   }
 
   /// A task file, checked as `run` and `submit` check it: parsed, resolved

@@ -4,6 +4,7 @@
 #include "tasksup/actors/cluster.hpp"
 #include "tasksup/actors/protocol.hpp"
 
+#include "tasksup/supervisor/agent_profile.hpp"
 #include "tasksup/supervisor/output_parser.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -12,6 +13,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -25,6 +27,9 @@
 namespace tasksup {
 
 namespace {
+
+/// Longest noise line kept to name an `idle_noise` stop.
+constexpr std::size_t noise_line_bytes = 512;
 
 /// Output lines on their way from the runtime's thread to the worker's
 /// mailbox, counted in bytes (each line also pays `line_cost`): above
@@ -83,6 +88,12 @@ struct worker_state {
   caf::actor_clock::time_point last_output;
   std::uint64_t idle_gen = 0;
   bool idle_stopped = false;
+  /// The agent's `idle_noise`: lines matching it do not move `last_output`.
+  /// `noise_only` says that every line since `last_output` was noise (the
+  /// last one kept in `last_noise`), so an idle stop names it.
+  idle_noise_filter noise;
+  bool noise_only = false;
+  std::string last_noise;
   static inline const char* name = "tasksup.container_worker";
 
   /// The event head, stamped now.
@@ -184,6 +195,8 @@ void start_attempt(worker_actor* self) {
   if (st.opts.report_runtime_id && !runtime_id.empty())
     self->send(st.supervisor, start_atom::value, st.attempt, runtime_id);
   if (st.handle && st.opts.idle_timeout_s > 0) {
+    if (!st.opts.idle_noise.empty())
+      st.noise = idle_noise_filter{st.opts.idle_noise};
     st.idle_timer = make_actor_timer(self->system());
     st.last_output = self->clock().now();
     schedule_idle_check(self, idle_limit(st));
@@ -213,8 +226,16 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       auto& st = self->state;
       if (st.credit->received(output_credit::cost(line.size())) && st.handle)
         st.handle->resume_output();
-      if (st.idle_timer)
-        st.last_output = self->clock().now();
+      if (st.idle_timer) {
+        if (st.noise.is_noise(line)) {
+          st.noise_only = true;
+          st.last_noise.assign(line, 0,
+                               std::min(line.size(), noise_line_bytes));
+        } else {
+          st.last_output = self->clock().now();
+          st.noise_only = false;
+        }
+      }
       // A person sees the parser's rendering (nothing for machinery events);
       // the tail keeps the raw line for the text rules.
       auto shown = st.parser ? st.parser->feed(line) : std::string{};
@@ -246,9 +267,17 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       if (st.idle_stopped) {
         auto result = out.structured.value_or(structured_result{});
         structured_error e;
-        e.type = "idle_timeout";
-        e.message = "no output for " + std::to_string(st.opts.idle_timeout_s) +
-                    " s: stopped (idle_timeout_s)";
+        if (st.noise_only) {
+          // The line a person recognises ("Reconnecting..."), as the CLI
+          // printed it.
+          e.type = std::string{idle_noise_type};
+          e.message = st.last_noise;
+        } else {
+          e.type = std::string{idle_timeout_type};
+          e.message = "no output for " +
+                      std::to_string(st.opts.idle_timeout_s) +
+                      " s: stopped (idle_timeout_s)";
+        }
         result.error = std::move(e);
         out.structured = std::move(result);
       }
@@ -278,8 +307,11 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
         return;
       }
       st.idle_stopped = true;
+      auto what = st.noise_only ? "tasksup: only idle noise (the profile's "
+                                  "idle_noise lines) for "
+                                : "tasksup: no output for ";
       self->send(st.supervisor, event_atom::value,
-                 log_event(st.head(), "tasksup: no output for " +
+                 log_event(st.head(), what +
                                         std::to_string(st.opts.idle_timeout_s) +
                                         " s: stopping the attempt"));
       st.handle->stop(std::chrono::milliseconds{st.opts.idle_stop_grace_ms});
@@ -313,6 +345,7 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
 void apply_agent_options(worker_options& opts, const agent_spec& agent) {
   opts.output = agent.output;
   opts.idle_timeout_s = agent.idle_timeout_s;
+  opts.idle_noise = agent.idle_noise;
   opts.env_passthrough = agent.env_passthrough;
 }
 

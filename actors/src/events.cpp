@@ -296,6 +296,27 @@ void optional_string(json_writer& w, const std::optional<std::string>& x) {
 }
 
 /// The result's keys (inside an open object).
+/// `usage` {`input_tokens`, `output_tokens`, `cached_input_tokens`} and
+/// `cost_usd`, each only when known.
+void usage_fields(json_writer& w, const std::optional<token_usage>& usage,
+                  const std::optional<double>& cost_usd) {
+  if (usage) {
+    w.key("usage");
+    w.begin_object();
+    w.key("input_tokens");
+    w.integer(usage->input_tokens);
+    w.key("output_tokens");
+    w.integer(usage->output_tokens);
+    w.key("cached_input_tokens");
+    w.integer(usage->cached_input_tokens);
+    w.end_object();
+  }
+  if (cost_usd) {
+    w.key("cost_usd");
+    w.number(*cost_usd);
+  }
+}
+
 void result_fields(json_writer& w, const task_result& r) {
   w.key("outcome");
   w.raw_string(to_string(r.outcome));
@@ -330,21 +351,7 @@ void result_fields(json_writer& w, const task_result& r) {
   }
   w.end_object();
   // Summed over the attempts whose structured output reported them.
-  if (const auto& u = r.metadata.usage) {
-    w.key("usage");
-    w.begin_object();
-    w.key("input_tokens");
-    w.integer(u->input_tokens);
-    w.key("output_tokens");
-    w.integer(u->output_tokens);
-    w.key("cached_input_tokens");
-    w.integer(u->cached_input_tokens);
-    w.end_object();
-  }
-  if (r.metadata.cost_usd) {
-    w.key("cost_usd");
-    w.number(*r.metadata.cost_usd);
-  }
+  usage_fields(w, r.metadata.usage, r.metadata.cost_usd);
   w.end_object();
 }
 
@@ -459,6 +466,9 @@ event attempt_exited_event(const event_head& h, const attempt_outcome& out) {
     w.key("started");
     w.boolean(false);
   }
+  // What this attempt used, when its CLI's structured output said.
+  if (out.structured)
+    usage_fields(w, out.structured->usage, out.structured->cost_usd);
   return finish(event_kind::attempt_exited, h, w);
 }
 

@@ -117,6 +117,7 @@ remote_attempt to_remote(worker_options w, std::string runtime) {
   ra.output = w.output;
   ra.idle_timeout_s = w.idle_timeout_s;
   ra.env_passthrough = std::move(w.env_passthrough);
+  ra.idle_noise = std::move(w.idle_noise);
   ra.max_log_events = static_cast<std::int64_t>(w.max_log_events);
   ra.tail_lines = static_cast<std::int64_t>(w.tail_lines);
   return ra;
@@ -133,6 +134,7 @@ worker_options from_remote(remote_attempt ra,
   w.output = ra.output;
   w.idle_timeout_s = ra.idle_timeout_s;
   w.env_passthrough = std::move(ra.env_passthrough);
+  w.idle_noise = std::move(ra.idle_noise);
   w.max_log_events = static_cast<std::size_t>(ra.max_log_events);
   w.tail_lines = static_cast<std::size_t>(ra.tail_lines);
   // The coordinator journals where each remote attempt runs.

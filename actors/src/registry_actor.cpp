@@ -842,7 +842,9 @@ caf::result<std::string> submit_json(registry_actor_t* self,
   auto doc = parse_json_text(text, "submitted task");
   if (!doc)
     return make_error(protocol_error::invalid_task, doc.error().to_string());
-  auto task = parse_task_as_written(*doc, "submitted task");
+  // Agents name this node's profiles (config/profiles/) or the built-in ones.
+  auto task = parse_task_as_written(*doc, "submitted task",
+                                    self->state.opts.config.profiles);
   if (!task)
     return make_error(protocol_error::invalid_task, task.error().to_string());
   return submit(self, std::move(*task), replace);

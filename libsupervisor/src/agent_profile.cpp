@@ -2,8 +2,12 @@
 
 #include "tasksup/supervisor/shlex.hpp"
 
+#include "config_reader.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
+#include <re2/re2.h>
+#include <re2/set.h>
 
 #include <algorithm>
 #include <cctype>
@@ -36,7 +40,8 @@ constexpr std::pair<std::string_view, std::string_view> builtin_texts[] = {
   "env_passthrough": ["OPENAI_API_KEY", "OPENAI_BASE_URL", "CODEX_HOME"],
   "output_format": "codex-jsonl",
   "idle_timeout_s": 600,
-  "provider": "openai"
+  "provider": "openai",
+  "idle_noise": ["Reconnecting\\.\\.\\."]
 })"},
   {"gemini", R"({
   "agent_cli": "gemini",
@@ -79,6 +84,17 @@ tasksup::error fail(const std::string& where, std::string path,
   return tasksup::error{where, std::move(path), std::move(what)};
 }
 
+/// As the classifier's: case-insensitive, Latin-1 (any bytes match), and a
+/// bounded program size.
+RE2::Options noise_options() {
+  RE2::Options opts;
+  opts.set_encoding(RE2::Options::EncodingLatin1);
+  opts.set_case_sensitive(false);
+  opts.set_log_errors(false);
+  opts.set_max_mem(1 << 20);
+  return opts;
+}
+
 /// A string without NUL bytes, or nullopt.
 std::optional<std::string> text(const json::value& v) {
   if (!v.is_string())
@@ -105,13 +121,15 @@ bool valid_env_name(std::string_view name) noexcept {
 
 expected<agent_profile> parse_agent_profile(const json::value& doc,
                                             std::string name,
-                                            const std::string& where) {
+                                            const std::string& where,
+                                            const agent_profile* base) {
   if (!doc.is_object())
     return fail(where, "", "expected a JSON object (an agent profile)");
   const auto& obj = doc.as_object();
   static constexpr std::string_view keys[] = {
-    "agent_cli",       "cli_flags",     "prompt_flag",    "prompt_as_argument",
-    "env_passthrough", "output_format", "idle_timeout_s", "provider"};
+    "agent_cli",          "cli_flags",       "prompt_flag",
+    "prompt_as_argument", "env_passthrough", "output_format",
+    "idle_timeout_s",     "provider",        "idle_noise"};
   for (const auto& kv : obj) {
     std::string_view key{kv.key().data(), kv.key().size()};
     if (std::find(std::begin(keys), std::end(keys), key) == std::end(keys))
@@ -119,17 +137,19 @@ expected<agent_profile> parse_agent_profile(const json::value& doc,
         where, "/" + std::string{key},
         "unknown key in an agent profile (expected one of agent_cli, "
         "cli_flags, prompt_flag, prompt_as_argument, env_passthrough, "
-        "output_format, idle_timeout_s, provider)");
+        "output_format, idle_timeout_s, provider, idle_noise)");
   }
-  agent_profile p;
+  agent_profile p = base != nullptr ? *base : agent_profile{};
   p.name = std::move(name);
   const auto* cli = obj.if_contains("agent_cli");
-  if (cli == nullptr)
+  if (cli == nullptr && base == nullptr)
     return fail(where, "", "missing required key \"agent_cli\"");
-  auto cli_text = text(*cli);
-  if (!cli_text || cli_text->empty())
-    return fail(where, "/agent_cli", "expected a non-empty command");
-  p.agent_cli = std::move(*cli_text);
+  if (cli != nullptr) {
+    auto cli_text = text(*cli);
+    if (!cli_text || cli_text->empty())
+      return fail(where, "/agent_cli", "expected a non-empty command");
+    p.agent_cli = std::move(*cli_text);
+  }
   if (const auto* x = obj.if_contains("cli_flags")) {
     auto flags = text(*x);
     if (!flags)
@@ -160,6 +180,7 @@ expected<agent_profile> parse_agent_profile(const json::value& doc,
     if (arr.size() > max_env_passthrough)
       return fail(where, "/env_passthrough",
                   "at most " + std::to_string(max_env_passthrough) + " names");
+    p.env_passthrough.clear();
     for (std::size_t i = 0; i < arr.size(); ++i) {
       auto ptr = "/env_passthrough/" + std::to_string(i);
       auto n = text(arr[i]);
@@ -196,7 +217,69 @@ expected<agent_profile> parse_agent_profile(const json::value& doc,
       return fail(where, "/provider", "expected a short provider name");
     p.provider = std::move(*s);
   }
+  if (const auto* x = obj.if_contains("idle_noise")) {
+    if (!x->is_array())
+      return fail(where, "/idle_noise",
+                  "expected an array of patterns (RE2, case-insensitive)");
+    std::vector<std::string> patterns;
+    for (const auto& v : x->as_array()) {
+      auto s = text(v);
+      if (!s)
+        return fail(where, "/idle_noise/" + std::to_string(patterns.size()),
+                    "expected a pattern string");
+      patterns.push_back(std::move(*s));
+    }
+    if (auto bad = check_idle_noise(patterns))
+      return fail(where,
+                  bad->first == patterns.size()
+                    ? std::string{"/idle_noise"}
+                    : "/idle_noise/" + std::to_string(bad->first),
+                  bad->second);
+    p.idle_noise = std::move(patterns);
+  }
   return p;
+}
+
+std::optional<std::pair<std::size_t, std::string>>
+check_idle_noise(const std::vector<std::string>& patterns) {
+  if (patterns.size() > max_idle_noise_patterns)
+    return std::pair{patterns.size(),
+                     "at most " + std::to_string(max_idle_noise_patterns) +
+                       " patterns"};
+  for (std::size_t i = 0; i < patterns.size(); ++i) {
+    const auto& p = patterns[i];
+    if (p.empty() || p.size() > max_idle_noise_pattern_bytes ||
+        p.find('\0') != std::string::npos)
+      return std::pair{i, "expected a pattern of 1 to " +
+                            std::to_string(max_idle_noise_pattern_bytes) +
+                            " bytes"};
+    RE2 re{p, noise_options()};
+    if (!re.ok())
+      return std::pair{i, "not a valid pattern: " + re.error()};
+  }
+  return std::nullopt;
+}
+
+struct idle_noise_filter::impl {
+  explicit impl(RE2::Set s) : set(std::move(s)) {}
+  RE2::Set set;
+};
+
+idle_noise_filter::idle_noise_filter(const std::vector<std::string>& patterns) {
+  if (patterns.empty() || check_idle_noise(patterns))
+    return;
+  RE2::Set set{noise_options(), RE2::UNANCHORED};
+  for (const auto& p : patterns)
+    if (set.Add(p, nullptr) < 0)
+      return;
+  if (!set.Compile())
+    return;
+  impl_ = std::make_shared<const impl>(std::move(set));
+}
+
+bool idle_noise_filter::is_noise(std::string_view line) const {
+  return impl_ != nullptr &&
+         impl_->set.Match(re2::StringPiece{line.data(), line.size()}, nullptr);
 }
 
 const std::map<std::string, agent_profile>& builtin_agent_profiles() {
@@ -214,9 +297,39 @@ const std::map<std::string, agent_profile>& builtin_agent_profiles() {
   return profiles;
 }
 
-const agent_profile*
-find_agent_profile(std::string_view name,
-                   const std::map<std::string, agent_profile>& extra) {
+expected<agent_profile> parse_user_profile(const json::value& doc,
+                                           const std::string& name,
+                                           const std::string& where) {
+  if (!detail::valid_identifier(name))
+    return fail(where, "",
+                "invalid profile name " + detail::quote(name) +
+                  " (the file name must be 1 to 64 characters from "
+                  "[A-Za-z0-9_.-] plus \".json\")");
+  const auto& builtin = builtin_agent_profiles();
+  auto it = builtin.find(name);
+  return parse_agent_profile(doc, name, where,
+                             it == builtin.end() ? nullptr : &it->second);
+}
+
+std::string known_agent_profiles(const profile_map& extra) {
+  std::vector<std::string> names;
+  for (const auto& kv : builtin_agent_profiles())
+    names.push_back(kv.first);
+  for (const auto& kv : extra)
+    if (builtin_agent_profiles().count(kv.first) == 0)
+      names.push_back(kv.first);
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (const auto& n : names) {
+    if (!out.empty())
+      out += ", ";
+    out += n;
+  }
+  return out;
+}
+
+const agent_profile* find_agent_profile(std::string_view name,
+                                        const profile_map& extra) {
   std::string key{name};
   if (auto i = extra.find(key); i != extra.end())
     return &i->second;
@@ -241,6 +354,7 @@ void apply_agent_profile(agent_spec& agent, const agent_profile& profile,
   agent.env_passthrough = std::move(env);
   agent.output = profile.output;
   agent.provider = profile.provider;
+  agent.idle_noise = profile.idle_noise;
   if (!idle_set)
     agent.idle_timeout_s = profile.idle_timeout_s;
   if (!prompt_set)

@@ -32,9 +32,10 @@ parse_classifier_rules(const json::value& doc, std::string_view where) {
 
 expected<environment_config> parse_environment(const json::value& doc,
                                                std::string_view where,
-                                               std::string name) {
+                                               std::string name,
+                                               const profile_map& profiles) {
   return guarded([&] {
-    reader r{where};
+    reader r{where, profiles};
     if (!valid_identifier(name))
       r.fail("", "invalid environment name " + quote(name) +
                    " (expected 1 to 64 characters from [A-Za-z0-9_.-])");
@@ -43,18 +44,20 @@ expected<environment_config> parse_environment(const json::value& doc,
 }
 
 expected<node_config> parse_node_config(const json::value& doc,
-                                        std::string_view where) {
-  return guarded([&] { return read_node(reader{where}, doc); });
+                                        std::string_view where,
+                                        const profile_map& profiles) {
+  return guarded([&] { return read_node(reader{where, profiles}, doc); });
 }
 
 expected<task_spec> parse_task_as_written(const json::value& doc,
-                                          std::string_view where) {
-  return guarded([&] { return read_task(reader{where}, doc); });
+                                          std::string_view where,
+                                          const profile_map& profiles) {
+  return guarded([&] { return read_task(reader{where, profiles}, doc); });
 }
 
 expected<task_spec> parse_task(const json::value& doc, std::string_view where,
                                const config_set& cfg) {
-  auto task = parse_task_as_written(doc, where);
+  auto task = parse_task_as_written(doc, where, cfg.profiles);
   if (!task)
     return task;
   return resolve_task(std::move(*task), cfg, where);

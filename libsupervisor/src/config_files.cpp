@@ -142,11 +142,50 @@ expected<std::optional<json::value>> read_optional(const std::string& path) {
 
 } // namespace
 
+expected<profile_map> load_profiles_dir(const std::string& dir) {
+  profile_map out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return out;
+  std::vector<fs::path> files;
+  for (fs::directory_iterator it{dir, ec}, end; !ec && it != end;
+       it.increment(ec))
+    if (it->path().extension() == ".json")
+      files.push_back(it->path());
+  if (ec)
+    return error{dir, "", "cannot list: " + ec.message()};
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    auto path = file.string();
+    auto doc = read_json_file(path);
+    if (!doc)
+      return doc.error();
+    auto name = file.stem().string();
+    auto parsed = parse_user_profile(*doc, name, path);
+    if (!parsed)
+      return parsed.error();
+    // `./bin/agent` in a profile is relative to the profiles directory.
+    agent_spec probe;
+    probe.agent_cli = parsed->agent_cli;
+    std::vector<agent_spec> agents{std::move(probe)};
+    resolve_agent_paths(agents, path);
+    parsed->agent_cli = std::move(agents.front().agent_cli);
+    out.emplace(std::move(name), std::move(*parsed));
+  }
+  return out;
+}
+
 expected<config_set> load_config_dir(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     return error{dir, "", "not a directory"};
   auto cfg = builtin_config();
+  {
+    auto profiles = load_profiles_dir(join_path(dir, "profiles"));
+    if (!profiles)
+      return profiles.error();
+    cfg.profiles = std::move(*profiles);
+  }
   {
     auto path = join_path(dir, "supervisor.json");
     auto doc = read_optional(path);
@@ -177,7 +216,7 @@ expected<config_set> load_config_dir(const std::string& dir) {
     if (!doc)
       return doc.error();
     if (*doc) {
-      auto parsed = parse_node_config(**doc, path);
+      auto parsed = parse_node_config(**doc, path, cfg.profiles);
       if (!parsed)
         return parsed.error();
       cfg.node = std::move(*parsed);
@@ -203,7 +242,7 @@ expected<config_set> load_config_dir(const std::string& dir) {
         return doc.error();
       auto name = file.stem().string();
       auto parsed = guarded([&] {
-        reader r{path};
+        reader r{path, cfg.profiles};
         if (!valid_identifier(name))
           r.fail("", "invalid environment name " + quote(name) +
                        " (the file name must be 1 to 64 characters from "

@@ -289,11 +289,13 @@ agent_spec read_agent(const reader& r, const json::value& v,
   const agent_profile* profile = nullptr;
   if (const auto* x = obj.if_contains("profile")) {
     auto name = r.nonempty_string(*x, child(path, "profile"));
-    profile = find_agent_profile(name);
+    profile = find_agent_profile(name, r.profiles());
     if (profile == nullptr)
       r.fail(child(path, "profile"),
              "unknown agent profile " + quote(name) +
-               " (known: claude, codex, gemini, qwen, generic)");
+               " (known: " + known_agent_profiles(r.profiles()) +
+               "; a profile is a file profiles/<name>.json in the config "
+               "directory)");
   }
   if (profile == nullptr || obj.contains("agent_cli"))
     agent.agent_cli = r.nonempty_string(r.required(obj, path, "agent_cli"),

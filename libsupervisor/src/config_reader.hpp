@@ -4,6 +4,7 @@
 // libsupervisor (src/ is not installed): everything here lives in
 // `tasksup::detail` and may change with the parsers that use it.
 
+#include "tasksup/supervisor/agent_profile.hpp"
 #include "tasksup/supervisor/expected.hpp"
 
 #include <boost/json/array.hpp>
@@ -121,6 +122,17 @@ struct parse_failure {
 class reader {
 public:
   explicit reader(std::string_view where) : where_(where) {}
+
+  /// A reader whose agents may name the user profiles in `profiles` (and
+  /// the built-in ones); it must outlive the reader.
+  reader(std::string_view where, const profile_map& profiles)
+    : where_(where), profiles_(&profiles) {}
+
+  /// The user profiles agents may name besides the built-in ones.
+  const profile_map& profiles() const noexcept {
+    static const profile_map none;
+    return profiles_ != nullptr ? *profiles_ : none;
+  }
 
   /// Throws the error at `path`; both are cut to a readable length.
   [[noreturn]] void fail(const std::string& path, std::string what) const {
@@ -272,6 +284,7 @@ private:
   }
 
   std::string where_;
+  const profile_map* profiles_ = nullptr;
 };
 
 template<class Enum, class Parse,

@@ -187,6 +187,11 @@ void check_agent(const reader& r, const agent_spec& agent,
     r.fail(child(path, "env_passthrough"), "too many names");
   r.number(json::value(agent.idle_timeout_s), child(path, "idle_timeout_s"), 0,
            false, max_idle_timeout_s);
+  if (auto bad = check_idle_noise(agent.idle_noise))
+    r.fail(bad->first < agent.idle_noise.size()
+             ? child(child(path, "idle_noise"), bad->first)
+             : child(path, "idle_noise"),
+           bad->second);
 }
 
 void check_rules(const reader& r, const std::vector<classifier_rule>& rules,

@@ -405,9 +405,9 @@ constexpr std::array<type_rule, 22> type_rules{{
 std::optional<classification> classify_structured(const structured_error& e) {
   classification c;
   c.line = bounded(e.message, max_display_line_bytes);
-  if (e.type == idle_timeout_type) {
+  if (e.type == idle_timeout_type || e.type == idle_noise_type) {
     c.cls = error_class::retryable;
-    c.rule = "idle_timeout";
+    c.rule = std::string{e.type};
     return c;
   }
   bool found = false;
@@ -444,7 +444,8 @@ classification classify_attempt(const classifier& rules,
                         : nullptr;
   // tasksup stopped a silent attempt itself: the kill that may follow the
   // stop is not a crash.
-  if (error != nullptr && error->type == idle_timeout_type &&
+  if (error != nullptr &&
+      (error->type == idle_timeout_type || error->type == idle_noise_type) &&
       by_text.cls != error_class::infrastructure)
     return *classify_structured(*error);
   // What the machinery saw (an OOM kill, a crash signal, a runtime that

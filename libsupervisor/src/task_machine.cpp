@@ -29,6 +29,13 @@ attempt_outcome exit_facts(const attempt_outcome& o) {
   out.infrastructure_error = o.infrastructure_error;
   out.started = o.started;
   out.retry_futile = o.retry_futile;
+  // What the attempt used, for its `attempt_exited` event.
+  if (o.structured && (o.structured->usage || o.structured->cost_usd)) {
+    structured_result used;
+    used.usage = o.structured->usage;
+    used.cost_usd = o.structured->cost_usd;
+    out.structured = std::move(used);
+  }
   return out;
 }
 

@@ -3,12 +3,16 @@
 
 #include "tasksup/actors/container_worker_actor.hpp"
 
+#include "tasksup/actors/cluster.hpp"
+
 #include "actor_fixture.hpp"
 
+#include "tasksup/supervisor/agent_profile.hpp"
 #include "tasksup/supervisor/output_parser.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cstdlib>
 
 using namespace tasksup;
@@ -248,6 +252,103 @@ TEST_CASE_METHOD(fixture, "output keeps an attempt from going idle",
   run();
   REQUIRE(seen->reports.size() == 1);
   CHECK(seen->reports[0].outcome.structured->error->type == idle_timeout_type);
+}
+
+TEST_CASE_METHOD(fixture,
+                 "idle_noise lines do not keep an attempt from going idle",
+                 "[container_worker]") {
+  // codex offline: a "Reconnecting..." line every 7 s, forever.
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  runtime->script("a", {hangs()});
+  auto w = silent_agent_options(runtime, 30);
+  agent_spec a;
+  a.idle_timeout_s = 30;
+  a.idle_noise = find_agent_profile("codex")->idle_noise;
+  apply_agent_options(w, a);
+  REQUIRE_FALSE(w.idle_noise.empty());
+  w.output = output_format::codex_jsonl;
+  // The same on a worker node: the attempt carries its noise patterns.
+  CHECK(from_remote(to_remote(w, "process"), runtime).idle_noise ==
+        w.idle_noise);
+  auto worker = spawn_container_worker(sys(), sup, w);
+  run();
+  // Real output first, at 5 s: the idle clock starts there.
+  advance(5);
+  caf::anon_send(worker, output_atom::value, false,
+                 std::string{R"({"type":"turn.started"})"});
+  run();
+  const std::string reconnect =
+    R"j({"type":"error","message":"Reconnecting... waiting for network )j"
+    R"j((Connection failed: error sending request)"})j";
+  for (int i = 0; i < 4; ++i) {
+    advance(7);
+    caf::anon_send(worker, output_atom::value, false, reconnect);
+    run();
+  }
+  // 28 s of noise after the last real line: still running.
+  CHECK(seen->reports.empty());
+  advance(1.9);
+  run();
+  CHECK(seen->reports.empty());
+  // 30 s after the last real line it is stopped, although a noise line came
+  // 2 s ago.
+  advance(0.2);
+  run();
+  REQUIRE(seen->reports.size() == 1);
+  const auto& out = seen->reports[0].outcome;
+  REQUIRE(out.structured);
+  REQUIRE(out.structured->error);
+  CHECK(out.structured->error->type == idle_noise_type);
+  CHECK(out.structured->error->message == reconnect);
+  // The noise lines were still shown and kept for the rules.
+  CHECK(std::count(out.tail.begin(), out.tail.end(), reconnect) == 4);
+  auto logs = seen->of(event_kind::log);
+  REQUIRE_FALSE(logs.empty());
+  CHECK_THAT(logs.back().json, Catch::Contains("only idle noise"));
+  // Retryable, with its own rule and the line a person recognises; a kill
+  // after the grace period is not a crash.
+  auto rules = classifier::make(default_classifier_rules());
+  REQUIRE(rules);
+  auto killed = out;
+  killed.exit_code = 137;
+  killed.signal = 9;
+  auto c = classify_attempt(*rules, killed, "codex");
+  CHECK(c.cls == error_class::retryable);
+  CHECK(c.rule == "idle_noise");
+  CHECK_THAT(c.line, Catch::Contains("Reconnecting... waiting for network"));
+}
+
+TEST_CASE_METHOD(fixture,
+                 "without idle_noise every line is activity, and an idle "
+                 "stop after real output is idle_timeout",
+                 "[container_worker]") {
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  runtime->script("a", {hangs()});
+  auto w = silent_agent_options(runtime, 10);
+  w.idle_noise = {"^Reconnecting"};
+  auto worker = spawn_container_worker(sys(), sup, w);
+  run();
+  // Noise, then a real line: the stop that follows is a plain idle timeout.
+  advance(4);
+  caf::anon_send(worker, output_atom::value, true,
+                 std::string{"Reconnecting... 1/5"});
+  run();
+  advance(4);
+  caf::anon_send(worker, output_atom::value, false, std::string{"Working"});
+  run();
+  advance(9.9);
+  run();
+  CHECK(seen->reports.empty());
+  advance(0.2);
+  run();
+  REQUIRE(seen->reports.size() == 1);
+  CHECK(seen->reports[0].outcome.structured->error->type == idle_timeout_type);
+  // A pattern anchored at the start does not match the line elsewhere.
+  CHECK_FALSE(idle_noise_filter{{"^Reconnecting"}}.is_noise("x Reconnecting"));
+  CHECK(idle_noise_filter{{"^Reconnecting"}}.is_noise("RECONNECTING now"));
+  CHECK_FALSE(idle_noise_filter{}.is_noise("Reconnecting"));
 }
 
 TEST_CASE_METHOD(fixture, "without idle_timeout_s a silent attempt runs on",

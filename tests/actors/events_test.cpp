@@ -188,6 +188,37 @@ TEST_CASE("trace and span ids have W3C sizes and follow the seed", "[events]") {
   CHECK(s != a.span_id());
 }
 
+TEST_CASE("attempt_exited carries the attempt's usage and cost, only when "
+          "known",
+          "[events]") {
+  attempt_outcome out;
+  out.exit_code = 1;
+  // No structured output (a text agent): no usage keys at all.
+  auto plain = keys_of(attempt_exited_event(head(), out));
+  CHECK(plain.count("usage") == 0);
+  CHECK(plain.count("cost_usd") == 0);
+  // Structured output that reported neither (codex on an early error).
+  out.structured.emplace();
+  auto none = keys_of(attempt_exited_event(head(), out));
+  CHECK(none.count("usage") == 0);
+  CHECK(none.count("cost_usd") == 0);
+  // Usage without a cost (codex, gemini).
+  out.structured->usage = token_usage{1200, 345, 1000};
+  auto ev =
+    boost::json::parse(attempt_exited_event(head(), out).json).as_object();
+  REQUIRE(ev.contains("usage"));
+  const auto& u = ev.at("usage").as_object();
+  CHECK(u.at("input_tokens").as_int64() == 1200);
+  CHECK(u.at("output_tokens").as_int64() == 345);
+  CHECK(u.at("cached_input_tokens").as_int64() == 1000);
+  CHECK_FALSE(ev.contains("cost_usd"));
+  // And a cost (claude).
+  out.structured->cost_usd = 0.0123;
+  ev = boost::json::parse(attempt_exited_event(head(), out).json).as_object();
+  CHECK(ev.at("cost_usd").to_number<double>() == 0.0123);
+  CHECK(ev.at("exit_code").as_int64() == 1);
+}
+
 TEST_CASE("event values have the types SPEC §9 implies, absent means null",
           "[events]") {
   attempt_outcome out;
@@ -516,6 +547,20 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
     obj["duration_s"] = out.duration_s;
     if (!out.infrastructure_error.empty())
       obj["infrastructure_error"] = ref_str(out.infrastructure_error);
+    if (in.next() % 2) {
+      out.structured.emplace();
+      if (in.next() % 2)
+        out.structured->usage =
+          token_usage{in.integer(), in.integer(), in.integer()};
+      if (in.next() % 2)
+        out.structured->cost_usd = in.number();
+      if (const auto& u = out.structured->usage)
+        obj["usage"] = {{"input_tokens", u->input_tokens},
+                        {"output_tokens", u->output_tokens},
+                        {"cached_input_tokens", u->cached_input_tokens}};
+      if (out.structured->cost_usd)
+        obj["cost_usd"] = *out.structured->cost_usd;
+    }
     CHECK(attempt_exited_event(h, out).json == ser(obj));
 
     classification c;

@@ -43,6 +43,7 @@ TEST_CASE("messages round-trip through the binary serializer", "[protocol]") {
   a.agent_id = "a";
   a.agent_cli = "codex";
   a.args = {"exec", "--full-auto"};
+  a.idle_noise = {"Reconnecting\\.\\.\\."};
   sel.agents.push_back(a);
   sel.agent_fallbacks["a"] = "b";
   sel.mode = selection_mode::round_robin;
@@ -66,6 +67,7 @@ TEST_CASE("messages round-trip through the binary serializer", "[protocol]") {
   CHECK(u.id == "t1");
   REQUIRE(u.selection);
   CHECK(u.selection->agents.at(0).args == a.args);
+  CHECK(u.selection->agents.at(0) == a);
   CHECK(u.selection->agent_fallbacks.at("a") == "b");
   CHECK(u.selection->mode == selection_mode::round_robin);
   CHECK(u.supervisor.max_retries_per_agent == 7);

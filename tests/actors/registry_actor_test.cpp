@@ -256,6 +256,49 @@ TEST_CASE_METHOD(registry_fixture,
   CHECK_FALSE(*dup);
 }
 
+TEST_CASE_METHOD(registry_fixture,
+                 "a JSON submit names the node's own profiles", "[registry]") {
+  // A profile from the node's config directory (config_set::profiles), not
+  // a built-in: the node resolves it, whoever sent the task.
+  auto cfg = builtin_config();
+  agent_profile mine;
+  mine.name = "mine";
+  mine.agent_cli = "/opt/mine/agent";
+  mine.args = {"--batch"};
+  mine.env_passthrough = {"MINE_TOKEN"};
+  mine.idle_timeout_s = 30;
+  cfg.profiles.emplace("mine", mine);
+  runtime->script("m", {exits(0)});
+  start(cfg);
+  auto ok = ask<std::string>(
+    reg, submit_json_atom::value,
+    std::string{R"({"id": "p1", "prompt": "go", "agent_selection":
+      {"agents": [{"agent_id": "m", "profile": "mine"}]}})"});
+  REQUIRE(ok);
+  REQUIRE(*ok);
+  CHECK(await("p1").outcome == task_outcome::succeeded);
+  const runtime::attempt_spec* spec = nullptr;
+  auto calls = runtime->calls(); // a copy: keep it while `spec` points in
+  for (auto& c : calls)
+    if (c.what == runtime::scripted_call::kind::start && c.task_id == "p1")
+      spec = &c.spec;
+  REQUIRE(spec != nullptr);
+  REQUIRE(spec->argv.size() == 3);
+  CHECK(spec->argv[0] == "/opt/mine/agent");
+  CHECK(spec->argv[1] == "--batch");
+  CHECK(spec->argv[2] == "go");
+  // A name the node does not know is refused, naming the field.
+  auto unknown = ask<std::string>(
+    reg, submit_json_atom::value,
+    std::string{R"({"id": "p2", "prompt": "go", "agent_selection":
+      {"agents": [{"agent_id": "m", "profile": "theirs"}]}})"});
+  REQUIRE(unknown);
+  REQUIRE_FALSE(*unknown);
+  auto text = error_text(unknown->error());
+  CHECK(text.find("/agent_selection/agents/0/profile") != std::string::npos);
+  CHECK(text.find("mine") != std::string::npos);
+}
+
 TEST_CASE("10,000 tasks run to completion on the threaded scheduler",
           "[registry][threaded]") {
   caf::actor_system_config cfg;

@@ -176,3 +176,26 @@ TEST_CASE("progress view: a step event says which step, and how it went",
   CHECK(lines[0].find("gate tests") != std::string::npos);
   CHECK(lines[0].find("failed: 2 tests failed") != std::string::npos);
 }
+
+TEST_CASE("an attempt's line shows its tokens and cost when known") {
+  progress_view view;
+  auto both = render(view, R"({"event":"attempt_exited","task_id":"t",
+    "attempt":2,"exit_code":0,"signal":0,"oom_killed":false,"duration_s":4,
+    "usage":{"input_tokens":1200,"output_tokens":345,"cached_input_tokens":0},
+    "cost_usd":0.0123})");
+  CHECK(both == std::vector<std::string>{
+                  "attempt 2 exited with code 0 after 4s (1200 tokens in, 345 "
+                  "out, $0.0123)"});
+  auto tokens = render(view, R"({"event":"attempt_exited","task_id":"t",
+    "attempt":3,"exit_code":1,"duration_s":1,
+    "usage":{"input_tokens":10,"output_tokens":2,"cached_input_tokens":0}})");
+  CHECK(tokens == std::vector<std::string>{
+                    "attempt 3 exited with code 1 after 1s (10 tokens in, 2 "
+                    "out)"});
+  // Nonsense from another node is not printed.
+  auto bad = render(view, R"({"event":"attempt_exited","task_id":"t",
+    "attempt":4,"exit_code":1,"duration_s":1,
+    "usage":{"input_tokens":-5,"output_tokens":"x"},"cost_usd":1e300})");
+  CHECK(bad ==
+        std::vector<std::string>{"attempt 4 exited with code 1 after 1s"});
+}

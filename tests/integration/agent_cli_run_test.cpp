@@ -9,9 +9,14 @@
 
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -125,14 +130,17 @@ const char* backup_agent =
 /// Runs a task whose chain is `agent_json` then the backup agent.
 run_result run_chain(const scratch& dir, const std::string& name,
                      const std::string& agent_json,
-                     const std::string& supervisor_extra = "") {
+                     const std::string& supervisor_extra = "",
+                     std::chrono::milliseconds limit = 120s, int retries = 1) {
   auto task =
     dir.write(name + ".json", R"({"id": ")" + name +
                                 R"(", "prompt": "say hi", "runtime": "process",
   "agent_selection": {"agents": [)" +
                                 agent_json + ", " + backup_agent + R"(],
     "agent_fallbacks": {"primary": "backup"}},
-  "supervisor": {"max_retries_per_agent": 1, "backoff_base_seconds": 0.2,
+  "supervisor": {"max_retries_per_agent": )" +
+                                std::to_string(retries) +
+                                R"(, "backoff_base_seconds": 0.2,
                  "rate_limit_backoff_base": 0.5, "stop_grace_s": 1)" +
                                 supervisor_extra + "}}");
   auto events = dir / (name + ".jsonl");
@@ -140,7 +148,7 @@ run_result run_chain(const scratch& dir, const std::string& name,
   r.run = run_to_end(dir,
                      {"run", "--config", config_dir(), "--events", events,
                       "--work-dir", dir / "work", task},
-                     120s);
+                     limit);
   r.events = json_lines(slurp(events));
   return r;
 }
@@ -385,6 +393,72 @@ TEST_CASE("real codex: the shipped profile succeeds", "[agent_cli]") {
     answered = answered || text(log, "line") ==
                              "assistant: Done: the fake provider says hello.";
   CHECK(answered);
+  // The tokens the provider reported for this attempt, in its
+  // attempt_exited event (codex reports no cost) and the task's metadata.
+  auto exited = of_kind(r.events, "attempt_exited");
+  REQUIRE(exited.size() == 1);
+  REQUIRE(exited[0].contains("usage"));
+  const auto& usage = exited[0].at("usage").as_object();
+  CHECK(usage.at("input_tokens").as_int64() == 12);
+  CHECK(usage.at("output_tokens").as_int64() == 8);
+  CHECK_FALSE(exited[0].contains("cost_usd"));
+  auto done = of_kind(r.events, "task_done");
+  REQUIRE(done.size() == 1);
+  CHECK(done[0].at("metadata").at("usage").at("input_tokens").as_int64() == 12);
+  // The human view says so too.
+  CHECK_THAT(r.run.out + r.run.err, Catch::Contains("(12 tokens in, 8 out)"));
+}
+
+/// A loopback port nothing listens on (bound, then closed): connections to
+/// it are refused.
+int refused_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST_CASE("real codex offline: its Reconnecting loop does not keep it alive, "
+          "idle_noise stops it",
+          "[agent_cli]") {
+  // With nothing listening codex never exits: it prints "Reconnecting...
+  // waiting for network" every few seconds. Those lines are the codex
+  // profile's idle_noise, so idle_timeout_s fires all the same.
+  auto codex = cli("codex");
+  if (codex.empty())
+    return;
+  scratch dir;
+  ::setenv("HOME", dir.path().c_str(), 1);
+  ::setenv("OPENAI_API_KEY", "sk-fake", 1);
+  auto url = "http://127.0.0.1:" + std::to_string(refused_port()) + "/v1";
+  auto provider = "model_providers.fake={name=\\\"fake\\\",base_url=\\\"" +
+                  url +
+                  "\\\",env_key=\\\"OPENAI_API_KEY\\\",wire_api="
+                  "\\\"responses\\\",request_max_retries=0,stream_max_"
+                  "retries=0}";
+  auto agent = R"({"agent_id": "primary", "profile": "codex", "agent_cli": ")" +
+               codex + R"(", "idle_timeout_s": 15, )" +
+               R"("cli_flags": "-c model_provider=fake -c ')" + provider +
+               "'\"}";
+  auto r = run_chain(dir, "codex-offline", agent, "", 120s, 0);
+  INFO(r.run.out << r.run.err);
+  auto classified = of_kind(r.events, "classified");
+  REQUIRE(classified.size() == 1);
+  CHECK(text(classified[0], "class") == "retryable");
+  CHECK(text(classified[0], "rule") == "idle_noise");
+  CHECK_THAT(text(classified[0], "line"), Catch::Contains("Reconnecting..."));
+  // It printed the loop more than once before it was stopped.
+  std::size_t loops = 0;
+  for (const auto& log : of_kind(r.events, "log"))
+    loops += text(log, "line").find("Reconnecting") != std::string::npos;
+  CHECK(loops >= 2);
+  CHECK(outcome(r) == "succeeded"); // the backup
 }
 
 TEST_CASE("real gemini: a bad key is fatal", "[agent_cli]") {
@@ -412,4 +486,150 @@ TEST_CASE("real gemini: a bad key is fatal", "[agent_cli]") {
   CHECK(text(classified[0], "class") == "fatal");
   CHECK(text(classified[0], "rule") == "structured:API_KEY_INVALID");
   CHECK(outcome(r) == "failed");
+}
+
+TEST_CASE("real qwen: a bad key is fatal, a rate limit waits, out of credit "
+          "falls back, overload is retried",
+          "[agent_cli]") {
+  // qwen-code speaks the OpenAI API: OPENAI_BASE_URL points it at the fake
+  // provider (the shipped profile passes OPENAI_* through; qwen picks the
+  // OpenAI auth type from them by itself). Its own retries cannot all be
+  // turned down: `model.generationConfig.maxRetries: 0` in its settings
+  // stops the stream-level rate-limit retries (10, from 60 s), but its
+  // request retry (7 attempts, 1.5 s doubling to 30 s, or retry-after) is
+  // hard-wired in 0.24.4, so a 429 or 5xx attempt takes about a minute and
+  // each class is run once here, with no retry of tasksup's own.
+  auto qwen = cli("qwen");
+  if (qwen.empty())
+    return;
+  struct row {
+    const char* scenario;
+    const char* cls;
+    const char* rule;
+  };
+  for (auto c : {row{"auth", "fatal", "fatal"},
+                 row{"rate", "rate_limit", "rate_limit_per_minute"},
+                 row{"billing", "agent_failure", "billing"},
+                 row{"overloaded", "retryable", "transient"}}) {
+    INFO(c.scenario);
+    fixture_guard g;
+    if (!g.ok())
+      return;
+    provider_env(g.dir, g.fp, c.scenario);
+    ::setenv("OPENAI_BASE_URL", (g.fp.url(c.scenario) + "/v1").c_str(), 1);
+    ::setenv("OPENAI_MODEL", "gpt-5", 1);
+    std::filesystem::create_directories(g.dir / ".qwen");
+    g.dir.write(".qwen/settings.json",
+                R"({"model": {"generationConfig": {"maxRetries": 0}}})");
+    auto r = run_chain(g.dir, std::string{"qwen-"} + c.scenario,
+                       R"({"agent_id": "primary", "profile": "qwen", )"
+                       R"("agent_cli": ")" +
+                         qwen + R"("})",
+                       R"(, "fatal_scope": "task")", 300s, 0);
+    INFO(r.run.out << r.run.err);
+    auto classified = of_kind(r.events, "classified");
+    REQUIRE(classified.size() == 1);
+    CHECK(text(classified[0], "class") == c.cls);
+    CHECK(text(classified[0], "rule") == c.rule);
+    CHECK_THAT(text(classified[0], "line"), Catch::Contains("API Error"));
+    if (std::string{c.scenario} == "rate") {
+      // The hint in OpenAI's message ("Please try again in 7s").
+      CHECK(classified[0].at("retry_after_s").to_number<double>() == 7);
+    }
+    // fatal ends the task; every other class hands over to the backup.
+    bool fatal = std::string{c.cls} == "fatal";
+    CHECK(of_kind(r.events, "agent_switched").size() == (fatal ? 0u : 1u));
+    CHECK(outcome(r) == (fatal ? "failed" : "succeeded"));
+  }
+}
+
+TEST_CASE("real qwen: the shipped profile succeeds", "[agent_cli]") {
+  auto qwen = cli("qwen");
+  if (qwen.empty())
+    return;
+  fixture_guard g;
+  if (!g.ok())
+    return;
+  provider_env(g.dir, g.fp, "ok");
+  ::setenv("OPENAI_BASE_URL", (g.fp.url("ok") + "/v1").c_str(), 1);
+  ::setenv("OPENAI_MODEL", "gpt-5", 1);
+  auto r = run_chain(g.dir, "qwen-ok",
+                     R"({"agent_id": "primary", "profile": "qwen", )"
+                     R"("agent_cli": ")" +
+                       qwen + R"("})");
+  INFO(r.run.out << r.run.err);
+  CHECK(r.run.status == 0);
+  CHECK(of_kind(r.events, "classified").empty());
+  bool answered = false;
+  for (const auto& log : of_kind(r.events, "log"))
+    answered =
+      answered || text(log, "line") == "Done: the fake provider says hello.";
+  CHECK(answered);
+}
+
+TEST_CASE("a user profile in the config's profiles directory runs end to end",
+          "[agent_cli][profile]") {
+  // A CLI of the user's own, described by a profile file the user wrote:
+  // its command (relative to the profiles directory), its flags, where its
+  // prompt goes and which variable it needs. No real CLI needed.
+  scratch dir;
+  std::filesystem::create_directories(dir / "cfg/profiles");
+  dir.write("cfg/profiles/scripted.json", R"({
+    "agent_cli": "./scripted-agent", "cli_flags": "--mode 'very strict'",
+    "prompt_flag": "--prompt", "env_passthrough": ["SCRIPTED_TOKEN"],
+    "idle_timeout_s": 30, "provider": "acme"})");
+  auto agent = dir.write("cfg/profiles/scripted-agent", R"(#!/bin/sh
+echo "args: $*"
+[ "$#" -eq 6 ] && [ "$1" = --mode ] && [ "$2" = "very strict" ] &&
+  [ "$3" = --extra ] && [ "$4" = on ] && [ "$5" = --prompt ] &&
+  [ "$6" = "say hi" ] || { echo "unexpected arguments" >&2; exit 3; }
+[ "$SCRIPTED_TOKEN" = t0k3n ] || { echo "no token" >&2; exit 4; }
+[ -z "$NOT_PASSED" ] || { echo "a variable leaked" >&2; exit 5; }
+echo "scripted agent done"
+)");
+  std::filesystem::permissions(agent, std::filesystem::perms::owner_all);
+  auto task = dir.write("task.json", R"({"id": "user-profile",
+    "prompt": "say hi", "runtime": "process",
+    "agent_selection": {"agents": [
+      {"agent_id": "mine", "profile": "scripted", "cli_flags": "--extra on"}]},
+    "supervisor": {"max_retries_per_agent": 0}})");
+  auto events = dir / "events.jsonl";
+  auto r = run_to_end(dir,
+                      {"run", "--config", dir / "cfg", "--events", events,
+                       "--work-dir", dir / "work", task},
+                      60s, {"SCRIPTED_TOKEN=t0k3n", "NOT_PASSED=secret"});
+  INFO(r.out << r.err);
+  CHECK(r.status == 0);
+  auto evs = json_lines(slurp(events));
+  auto started = of_kind(evs, "attempt_started");
+  REQUIRE(started.size() == 1);
+  CHECK(text(started[0], "agent_cli") == agent);
+  std::vector<std::string> lines;
+  for (const auto& log : of_kind(evs, "log"))
+    lines.push_back(text(log, "line"));
+  CHECK(std::find(lines.begin(), lines.end(),
+                  "args: --mode very strict --extra on --prompt say hi") !=
+        lines.end());
+  CHECK(std::find(lines.begin(), lines.end(), "scripted agent done") !=
+        lines.end());
+  CHECK(of_kind(evs, "classified").empty());
+
+  // `validate` resolves the profile the same way, and names the file and
+  // the field of a profile nobody defined.
+  auto ok = run_to_end(dir, {"validate", "--config", dir / "cfg", task});
+  INFO(ok.out << ok.err);
+  CHECK(ok.status == 0);
+  auto typo = dir.write("typo.json", R"({"prompt": "p", "agent_selection":
+    {"agents": [{"agent_id": "mine", "profile": "scriptd"}]}})");
+  auto bad = run_to_end(dir, {"validate", "--config", dir / "cfg", typo});
+  CHECK(bad.status == 2);
+  CHECK_THAT(bad.err,
+             Catch::Contains(typo + ": /agent_selection/agents/0/profile: "
+                                    "unknown agent profile \"scriptd\"") &&
+               Catch::Contains("scripted"));
+  // `run` refuses it before running anything.
+  auto refused = run_to_end(
+    dir, {"run", "--config", dir / "cfg", "--work-dir", dir / "work2", typo});
+  CHECK(refused.status == 2);
+  CHECK_THAT(refused.err, Catch::Contains("/agent_selection/agents/0/profile"));
 }

@@ -2,12 +2,18 @@
 
 #include "tasksup/supervisor/config.hpp"
 
+#include "../temp_dir.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
+#include <vector>
 
 using namespace tasksup;
 
@@ -59,6 +65,7 @@ TEST_CASE("config/profiles/*.json are the built-in profiles") {
     CHECK(builtin->output == p->output);
     CHECK(builtin->idle_timeout_s == p->idle_timeout_s);
     CHECK(builtin->provider == p->provider);
+    CHECK(builtin->idle_noise == p->idle_noise);
     ++seen;
   }
   CHECK(seen == builtin_agent_profiles().size());
@@ -121,6 +128,49 @@ TEST_CASE("bad profiles are rejected naming file and JSON pointer") {
   check_error(profile(R"([])"), "", "object");
   check_error(profile(R"({"agent_cli": "x", "prompt_flag": 1})"),
               "/prompt_flag", "flag");
+  check_error(profile(R"({"agent_cli": "x", "idle_noise": "Reconnecting"})"),
+              "/idle_noise", "array");
+  check_error(profile(R"({"agent_cli": "x", "idle_noise": ["ok", 3]})"),
+              "/idle_noise/1", "pattern");
+  check_error(profile(R"({"agent_cli": "x", "idle_noise": ["ok", ""]})"),
+              "/idle_noise/1", "pattern");
+  check_error(profile(R"({"agent_cli": "x", "idle_noise": ["(unclosed"]})"),
+              "/idle_noise/0", "not a valid pattern");
+  std::string many = R"({"agent_cli": "x", "idle_noise": [)";
+  for (int i = 0; i < 17; ++i)
+    many += (i ? ", " : "") + std::string{"\"p\""};
+  check_error(profile(many + "]}"), "/idle_noise", "at most 16");
+}
+
+TEST_CASE("codex's idle_noise matches its offline loop and nothing it prints "
+          "when it works") {
+  const auto& codex = *find_agent_profile("codex");
+  idle_noise_filter noise{codex.idle_noise};
+  REQUIRE(noise.active());
+  auto lines = [](const std::string& name) {
+    std::ifstream in{TASKSUP_SOURCE_DIR "/tests/fixtures/agent-logs/" + name};
+    std::vector<std::string> out;
+    for (std::string line; std::getline(in, line);)
+      out.push_back(line);
+    REQUIRE_FALSE(out.empty());
+    return out;
+  };
+  std::size_t loops = 0;
+  for (const auto& line : lines("codex-refused.log"))
+    if (line.find("Reconnecting") != std::string::npos) {
+      CHECK(noise.is_noise(line));
+      ++loops;
+    }
+  CHECK(loops >= 4);
+  CHECK(noise.is_noise(
+    R"j({"type":"error","message":"Reconnecting... waiting for network (Connection failed: error sending request)"})j"));
+  CHECK(noise.is_noise("Reconnecting... 2/5"));
+  for (auto name : {"codex-ok-json.log", "codex-ok.log", "codex-rate-json.log",
+                    "codex-auth-json.log"})
+    for (const auto& line : lines(name)) {
+      INFO(name << ": " << line);
+      CHECK_FALSE(noise.is_noise(line));
+    }
 }
 
 TEST_CASE("environment variable names") {
@@ -201,4 +251,204 @@ TEST_CASE("fatal_scope: provider by default, task on request") {
   CHECK(bad.error().path == "/supervisor/fatal_scope");
   CHECK(parse_fatal_scope(to_string(fatal_scope::task)) == fatal_scope::task);
   CHECK_FALSE(parse_fatal_scope(""));
+}
+
+namespace {
+
+/// Writes `text` to `dir/rel`, creating the directories on the way.
+void put(const std::string& dir, const std::string& rel,
+         const std::string& text) {
+  auto path = std::filesystem::path{dir} / rel;
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream{path} << text;
+}
+
+} // namespace
+
+TEST_CASE("user profiles: an agent names a profile from the config's "
+          "profiles directory, in tasks, environments and node.json") {
+  tasksup::test::temp_dir dir{"profiles"};
+  put(dir.path, "profiles/myagent.json", R"({
+    "agent_cli": "./bin/my-agent", "cli_flags": "--quiet --json",
+    "prompt_flag": "--task", "env_passthrough": ["MY_AGENT_TOKEN"],
+    "idle_timeout_s": 42, "provider": "acme"})");
+  put(dir.path, "environments/team.json", R"({"agents": [
+    {"agent_id": "m", "profile": "myagent", "cli_flags": "--fast"}]})");
+  put(dir.path, "node.json",
+      R"({"default_agent": {"agent_id": "d", "profile": "myagent"}})");
+  auto cfg = load_config_dir(dir.path);
+  INFO((cfg ? "" : cfg.error().to_string()));
+  REQUIRE(cfg);
+  REQUIRE(cfg->profiles.count("myagent") == 1);
+  // A relative command in a profile is relative to its directory.
+  auto cli = dir.path + "/profiles/bin/my-agent";
+  CHECK(cfg->profiles.at("myagent").agent_cli == cli);
+
+  const auto& env_agent = cfg->environments.at("team").selection.agents.at(0);
+  CHECK(env_agent.profile == "myagent");
+  CHECK(env_agent.agent_cli == cli);
+  CHECK(env_agent.args ==
+        std::vector<std::string>{"--quiet", "--json", "--fast", "--task"});
+  CHECK(env_agent.env_passthrough ==
+        std::vector<std::string>{"MY_AGENT_TOKEN"});
+  CHECK(env_agent.idle_timeout_s == 42);
+  CHECK(env_agent.provider == "acme");
+  CHECK(cfg->node.default_agent.agent_cli == cli);
+
+  // A task file (run, validate) and a JSON submit (the node's
+  // parse_task_as_written with its profiles) resolve it the same way.
+  auto text = R"({"prompt": "p", "agent_selection": {"agents": [
+    {"agent_id": "a", "profile": "myagent"}]}})";
+  auto from_file = parse_task(doc(text), "task.json", *cfg);
+  INFO((from_file ? "" : from_file.error().to_string()));
+  REQUIRE(from_file);
+  auto written = parse_task_as_written(doc(text), "submitted", cfg->profiles);
+  REQUIRE(written);
+  auto submitted = resolve_task(std::move(*written), *cfg, "submitted");
+  REQUIRE(submitted);
+  CHECK(from_file->selection->agents == submitted->selection->agents);
+  CHECK(from_file->selection->agents.at(0).agent_cli == cli);
+
+  // Without the config, the name is unknown: the error names the file, the
+  // field, and the profiles that do exist.
+  auto unknown = task(text);
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.error().where == "task.json");
+  CHECK(unknown.error().path == "/agent_selection/agents/0/profile");
+  CHECK_THAT(unknown.error().what,
+             Catch::Contains("unknown agent profile \"myagent\"") &&
+               Catch::Contains("claude, codex, gemini, generic, qwen"));
+  // With it, an unknown name lists the user's profiles too.
+  auto other = parse_task(doc(R"({"prompt": "p", "agent_selection":
+    {"agents": [{"agent_id": "a", "profile": "nope"}]}})"),
+                          "task.json", *cfg);
+  REQUIRE_FALSE(other);
+  CHECK_THAT(other.error().what, Catch::Contains("myagent"));
+}
+
+TEST_CASE("user profiles: a file named after a built-in overrides only the "
+          "keys it names") {
+  tasksup::test::temp_dir dir{"profiles"};
+  put(dir.path, "profiles/codex.json",
+      R"({"idle_timeout_s": 120, "env_passthrough": ["OPENAI_API_KEY"]})");
+  auto cfg = load_config_dir(dir.path);
+  INFO((cfg ? "" : cfg.error().to_string()));
+  REQUIRE(cfg);
+  const auto& builtin = *find_agent_profile("codex");
+  const auto* mine = find_agent_profile("codex", cfg->profiles);
+  REQUIRE(mine != nullptr);
+  CHECK(mine != &builtin);
+  CHECK(mine->idle_timeout_s == 120);
+  // A list is replaced as a whole, not appended to.
+  CHECK(mine->env_passthrough == std::vector<std::string>{"OPENAI_API_KEY"});
+  // Everything else is the built-in's.
+  CHECK(mine->agent_cli == builtin.agent_cli);
+  CHECK(mine->args == builtin.args);
+  CHECK(mine->output == builtin.output);
+  CHECK(mine->provider == builtin.provider);
+  auto t = parse_task(doc(R"({"prompt": "p", "agent_selection": {"agents": [
+    {"agent_id": "a", "profile": "codex"}]}})"),
+                      "task.json", *cfg);
+  REQUIRE(t);
+  CHECK(t->selection->agents.at(0).idle_timeout_s == 120);
+  // The other built-ins are untouched.
+  CHECK(find_agent_profile("claude", cfg->profiles) ==
+        find_agent_profile("claude"));
+}
+
+TEST_CASE("user profiles: a bad profile file fails the config load naming "
+          "the file and the field") {
+  struct row {
+    const char* file;
+    const char* text;
+    const char* path;
+    const char* fragment;
+  };
+  for (auto c :
+       {row{"new.json", R"({"cli_flags": "-x"})", "", "agent_cli"},
+        row{"new.json", R"({"agent_cli": "x", "idle_timeout_s": "5"})",
+            "/idle_timeout_s", "seconds"},
+        row{"claude.json", R"({"output_format": "yaml"})", "/output_format",
+            "claude-stream-json"},
+        row{"claude.json", R"({"agent_cli": ""})", "/agent_cli", "non-empty"},
+        row{"x.json", R"({"agent_cli": "x", "env_passthrough": ["A-B"]})",
+            "/env_passthrough/0", "environment variable name"},
+        row{"x.json", R"({"agent_cli": "x", "flags": ""})", "/flags",
+            "unknown key"},
+        row{"bad name!.json", R"({"agent_cli": "x"})", "",
+            "invalid profile name"}}) {
+    INFO(c.file << " " << c.text);
+    tasksup::test::temp_dir dir{"profiles"};
+    put(dir.path, std::string{"profiles/"} + c.file, c.text);
+    auto cfg = load_config_dir(dir.path);
+    REQUIRE_FALSE(cfg);
+    CHECK(cfg.error().where == dir.path + "/profiles/" + c.file);
+    CHECK(cfg.error().path == c.path);
+    CHECK_THAT(cfg.error().what, Catch::Contains(c.fragment));
+  }
+  // Not JSON: the file, the line and column.
+  tasksup::test::temp_dir dir{"profiles"};
+  put(dir.path, "profiles/broken.json", "{\"agent_cli\": \n}");
+  auto cfg = load_config_dir(dir.path);
+  REQUIRE_FALSE(cfg);
+  CHECK(cfg.error().where == dir.path + "/profiles/broken.json");
+  CHECK_THAT(cfg.error().what, Catch::Contains("line 2"));
+}
+
+TEST_CASE("user profiles: files that are not .json are ignored, no "
+          "directory means none") {
+  tasksup::test::temp_dir dir{"profiles"};
+  auto none = load_profiles_dir(dir.path + "/profiles");
+  REQUIRE(none);
+  CHECK(none->empty());
+  put(dir.path, "profiles/README.md", "not a profile");
+  put(dir.path, "profiles/a.json", R"({"agent_cli": "a"})");
+  auto some = load_profiles_dir(dir.path + "/profiles");
+  REQUIRE(some);
+  CHECK(some->size() == 1);
+  CHECK(some->at("a").name == "a");
+}
+
+TEST_CASE("the README's real-agents example is config/examples/"
+          "real-agents.json, and it resolves to the three profiled CLIs") {
+  // The README shows the file; a drift between them would teach users a
+  // task that nothing checks.
+  std::ifstream in{TASKSUP_SOURCE_DIR "/README.md"};
+  std::string readme{std::istreambuf_iterator<char>{in},
+                     std::istreambuf_iterator<char>{}};
+  auto section = readme.find("### Real agents: claude, codex and gemini");
+  REQUIRE(section != std::string::npos);
+  auto open = readme.find("```json\n", section);
+  REQUIRE(open != std::string::npos);
+  open += 8;
+  auto close = readme.find("```", open);
+  REQUIRE(close != std::string::npos);
+  auto shown = boost::json::parse(readme.substr(open, close - open));
+  auto file =
+    read_json_file(TASKSUP_SOURCE_DIR "/config/examples/real-agents.json");
+  REQUIRE(file);
+  CHECK(shown == *file);
+
+  auto t = parse_task(*file, "real-agents.json", builtin_config());
+  INFO((t ? "" : t.error().to_string()));
+  REQUIRE(t);
+  const auto& agents = t->selection->agents;
+  REQUIRE(agents.size() == 3);
+  CHECK(agents[0].agent_cli == "claude");
+  CHECK(agents[1].agent_cli == "codex");
+  CHECK(agents[2].agent_cli == "gemini");
+  auto has = [](const agent_spec& a, const char* name) {
+    return std::find(a.env_passthrough.begin(), a.env_passthrough.end(),
+                     name) != a.env_passthrough.end();
+  };
+  // Each gets its key from the node's environment, and only what is listed.
+  CHECK(has(agents[0], "ANTHROPIC_API_KEY"));
+  CHECK(has(agents[0], "HTTPS_PROXY"));
+  CHECK_FALSE(has(agents[0], "OPENAI_API_KEY"));
+  CHECK(has(agents[1], "OPENAI_API_KEY"));
+  CHECK(has(agents[2], "GEMINI_API_KEY"));
+  CHECK(agents[2].idle_timeout_s == 300);
+  CHECK(agents[1].idle_noise == find_agent_profile("codex")->idle_noise);
+  CHECK(t->supervisor.fatal == fatal_scope::provider);
+  CHECK(validate_task(*t, "real-agents.json"));
 }

@@ -63,6 +63,7 @@ struct remote_attempt {
   output_format output = output_format::text;
   double idle_timeout_s = 0;
   std::vector<std::string> env_passthrough;
+  std::vector<std::string> idle_noise;
   std::int64_t max_log_events = 10000;
   std::int64_t tail_lines = 200;
 };
@@ -174,6 +175,7 @@ typename Inspector::result_type inspect(Inspector& f, remote_attempt& x) {
     x.span_id, x.agent_cli, detail::checked(x.output, "remote_attempt.output"),
     x.idle_timeout_s,
     detail::bounded(x.env_passthrough, "remote_attempt.env_passthrough"),
+    detail::bounded(x.idle_noise, "remote_attempt.idle_noise"),
     x.max_log_events, x.tail_lines,
     caf::meta::load_callback([&]() -> caf::error {
       if (x.max_log_events < 0 || x.max_log_events > 1000000 ||

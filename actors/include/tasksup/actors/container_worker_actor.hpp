@@ -44,6 +44,10 @@ struct worker_options {
   /// attempt is stopped and reported with the structured error
   /// `idle_timeout` (classified retryable, rule `idle_timeout`); 0 = off.
   double idle_timeout_s = 0;
+  /// Patterns of lines that are not activity for `idle_timeout_s` (the
+  /// profile's `idle_noise`); an attempt stopped while printing only these
+  /// is reported with the structured error `idle_noise` (rule `idle_noise`).
+  std::vector<std::string> idle_noise;
   /// Grace between the idle stop's SIGTERM and the kill.
   std::int64_t idle_stop_grace_ms = 5000;
   /// Names of variables copied from this process's environment into the
@@ -60,7 +64,7 @@ struct worker_options {
 };
 
 /// Copies what the worker needs from the agent that runs the attempt: its
-/// output format, idle timeout and env_passthrough names.
+/// output format, idle timeout and noise, and env_passthrough names.
 void apply_agent_options(worker_options& opts, const agent_spec& agent);
 
 /// Spawns a container worker for one attempt. It starts the attempt on the

@@ -74,7 +74,9 @@ event log_event(const event_head& h, std::string_view line,
                 std::string_view stream = "stdout");
 
 /// `attempt_exited`: `exit_code`, `signal`, `oom_killed`, `duration_s`
-/// (plus `infrastructure_error` when the runtime failed).
+/// (plus `infrastructure_error` when the runtime failed, and this attempt's
+/// `usage` {`input_tokens`, `output_tokens`, `cached_input_tokens`} and
+/// `cost_usd` when its CLI's structured output reported them).
 event attempt_exited_event(const event_head& h, const attempt_outcome& out);
 
 /// `classified`: `class`, `rule`, `line`, `retry_after_s` (null if none).

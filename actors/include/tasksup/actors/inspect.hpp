@@ -290,6 +290,7 @@ typename Inspector::result_type inspect(Inspector& f, agent_spec& x) {
            x.prompt_as_argument, x.profile,
            detail::bounded(x.env_passthrough, "agent.env_passthrough"),
            x.output, x.idle_timeout_s, x.provider,
+           detail::bounded(x.idle_noise, "agent.idle_noise"),
            caf::meta::load_callback([&]() -> caf::error {
              // Untrusted input: an output format this build does not know.
              if (static_cast<uint8_t>(x.output) >

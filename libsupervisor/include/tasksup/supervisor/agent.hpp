@@ -37,19 +37,22 @@ struct agent_spec {
   double idle_timeout_s = 0;
   /// Who serves its model ("anthropic", "openai", ...), empty if unknown.
   std::string provider;
+  /// Patterns of output lines that do not count as activity for
+  /// `idle_timeout_s` (from the profile; see `agent_profile::idle_noise`).
+  std::vector<std::string> idle_noise;
 };
 
 /// True when every field of `a` and `b` is equal.
 inline bool operator==(const agent_spec& a, const agent_spec& b) {
   // Fails to compile when a field is added, so that it is compared too.
   const auto& [a_id, a_cli, a_dir, a_flags, a_args, a_prompt, a_profile, a_env,
-               a_output, a_idle, a_provider] = a;
+               a_output, a_idle, a_provider, a_noise] = a;
   const auto& [b_id, b_cli, b_dir, b_flags, b_args, b_prompt, b_profile, b_env,
-               b_output, b_idle, b_provider] = b;
+               b_output, b_idle, b_provider, b_noise] = b;
   return a_id == b_id && a_cli == b_cli && a_dir == b_dir &&
          a_flags == b_flags && a_args == b_args && a_prompt == b_prompt &&
          a_profile == b_profile && a_env == b_env && a_output == b_output &&
-         a_idle == b_idle && a_provider == b_provider;
+         a_idle == b_idle && a_provider == b_provider && a_noise == b_noise;
 }
 
 /// True when some field of `a` and `b` differs.

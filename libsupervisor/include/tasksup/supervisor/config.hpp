@@ -1,6 +1,7 @@
 #pragma once
 
 #include "tasksup/supervisor/agent.hpp"
+#include "tasksup/supervisor/agent_profile.hpp"
 #include "tasksup/supervisor/circuit_breaker.hpp"
 #include "tasksup/supervisor/classifier.hpp"
 #include "tasksup/supervisor/expected.hpp"
@@ -61,6 +62,10 @@ struct config_set {
   /// Keyed by name (the file stem).
   std::map<std::string, environment_config> environments;
   node_config node;
+  /// User profiles (`profiles/<name>.json`), keyed by name; a file named
+  /// after a built-in profile holds that profile with its overrides. Agents
+  /// name these or the built-in ones (`find_agent_profile`).
+  profile_map profiles;
 };
 
 /// The built-in defaults: what an empty config directory loads to (default
@@ -82,20 +87,26 @@ expected<std::vector<classifier_rule>>
 parse_classifier_rules(const boost::json::value& doc, std::string_view where);
 
 /// Parses one environment object (`agents`, `agent_fallbacks`,
-/// `selection_mode`, `supervisor`, `classifier`).
-expected<environment_config> parse_environment(const boost::json::value& doc,
-                                               std::string_view where,
-                                               std::string name);
+/// `selection_mode`, `supervisor`, `classifier`); its agents may name the
+/// built-in profiles and those of `profiles`.
+expected<environment_config>
+parse_environment(const boost::json::value& doc, std::string_view where,
+                  std::string name, const profile_map& profiles = {});
 
-/// Parses node settings.
+/// Parses node settings; `default_agent` may name a profile of `profiles`.
 expected<node_config> parse_node_config(const boost::json::value& doc,
-                                        std::string_view where);
+                                        std::string_view where,
+                                        const profile_map& profiles = {});
 
 /// Parses a task (SPEC §12) as written: its supervisor settings over the
 /// built-in defaults (what a typed task carries), no environment applied, no
-/// cross-field checks. `parse_task` is this plus `resolve_task`.
+/// cross-field checks. `parse_task` is this plus `resolve_task`. Its agents'
+/// profiles are applied here, from the built-in ones and `profiles` (the
+/// node's `config_set::profiles`): a typed task carries its agents with
+/// their profiles applied.
 expected<task_spec> parse_task_as_written(const boost::json::value& doc,
-                                          std::string_view where);
+                                          std::string_view where,
+                                          const profile_map& profiles = {});
 
 /// The one way in for a task, however it arrives (task file, `validate`,
 /// `run`, JSON submit, typed submit from an embedding application or another
@@ -119,7 +130,8 @@ expected<task_spec> resolve_task(task_spec task, const config_set& cfg,
                                  std::string_view where);
 
 /// Parses a task and resolves it against `cfg`: `parse_task_as_written`
-/// then `resolve_task`. `id` stays empty when the document has none.
+/// (with `cfg.profiles`) then `resolve_task`. `id` stays empty when the
+/// document has none.
 expected<task_spec> parse_task(const boost::json::value& doc,
                                std::string_view where, const config_set& cfg);
 
@@ -154,10 +166,17 @@ expected<boost::json::value> parse_json_text(std::string_view text,
 /// Reads a file and parses it as JSON; errors name the file.
 expected<boost::json::value> read_json_file(const std::string& path);
 
-/// Loads a config directory: supervisor.json, classifier.json, node.json and
-/// environments/*.json (each optional; built-in defaults where absent).
-/// Errors name the file.
+/// Loads a config directory: supervisor.json, classifier.json,
+/// profiles/*.json (first: node.json and the environments may name them),
+/// node.json and environments/*.json (each optional; built-in defaults where
+/// absent). Errors name the file. A profile's relative `agent_cli` with a
+/// `/` is relative to the profiles directory.
 expected<config_set> load_config_dir(const std::string& dir);
+
+/// Loads the user profiles of a directory (`dir/*.json`, see
+/// `parse_user_profile`); a missing directory has none. Errors name the
+/// file and the JSON pointer.
+expected<profile_map> load_profiles_dir(const std::string& dir);
 
 /// Makes each relative `agent_cli` that contains a `/` (`./agents/x`)
 /// absolute, relative to the directory of `file`, the config or task file

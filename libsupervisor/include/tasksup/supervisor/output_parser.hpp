@@ -54,6 +54,12 @@ private:
 /// grace period is not a crash).
 inline constexpr std::string_view idle_timeout_type = "idle_timeout";
 
+/// The structured error type of an attempt stopped after `idle_timeout_s`
+/// during which it printed only its profile's `idle_noise` lines (a CLI
+/// looping on "Reconnecting..."): classified retryable with rule
+/// `idle_noise`, the line being the last noise line (the error's message).
+inline constexpr std::string_view idle_noise_type = "idle_noise";
+
 /// Classifies a structured error when its type or status says enough:
 /// authentication / permission -> fatal, rate limit -> rate_limit, out of
 /// credit -> agent_failure, overload and server errors -> retryable. The rule
