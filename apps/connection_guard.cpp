@@ -51,6 +51,15 @@ constexpr std::size_t relay_buffer_bytes = 16 * 1024;
 /// Descriptors kept free for the rest of the node (attempt pipes, logs).
 constexpr std::size_t reserved_descriptors = 256;
 
+/// How long a descriptor number CAF had for a connection is not given to
+/// CAF for another. CAF 0.17's BASP broker names a connection by its
+/// descriptor number and forgets a closed one only when its cleanup comes
+/// out of the BASP message queue, behind every message received before the
+/// close; a new connection under the same number before that inherits the
+/// old one's routing state, then loses it (and the reply to its first
+/// request) when the cleanup runs. Milliseconds usually; held far longer.
+constexpr std::chrono::seconds handle_quarantine{10};
+
 /// Epoll tags for the listener and the wake-up eventfd; connections use
 /// (id << 1) | side with ids from 1.
 constexpr std::uint64_t listener_tag = 0;
@@ -102,6 +111,8 @@ struct link {
   /// Our end of the socket pair CAF has the other end of; with TLS, -1
   /// until the handshake is complete (a refused peer never reaches CAF).
   int node = -1;
+  /// The descriptor number of CAF's end (CAF's name for the connection).
+  int caf_handle = -1;
   /// The TLS session (null for plain TCP).
   SSL* ssl = nullptr;
   bool handshaking = false;
@@ -168,6 +179,18 @@ void set_nonblocking(int fd) {
   ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
+/// The first descriptor number CAF's ends are not given: the soft limit,
+/// at most 16,384 (higher numbers would only grow the kernel's descriptor
+/// table; the rotation needs a few thousand).
+int descriptor_ceiling() {
+  constexpr int most = 16384;
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY ||
+      lim.rlim_cur > static_cast<rlim_t>(most))
+    return most;
+  return static_cast<int>(lim.rlim_cur);
+}
+
 std::size_t descriptor_budget(std::size_t wanted) {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY)
@@ -193,6 +216,13 @@ struct connection_guard::impl {
   std::uint64_t next_id = 1;
   mutable std::mutex stats_mutex;
   connection_guard_stats counters;
+  /// The next descriptor number to try for CAF's end of a socket pair, and
+  /// the limit numbers stay under.
+  int next_handle = 3;
+  int handle_ceiling = 1024;
+  /// Numbers CAF had for connections the guard has dropped, with when:
+  /// not given to CAF again for `handle_quarantine`.
+  std::unordered_map<int, clock_type::time_point> retired_handles;
   /// Refused handshakes not logged yet, and when the last log line was.
   std::size_t unlogged_refusals = 0;
   std::optional<clock_type::time_point> last_refusal_log;
@@ -256,8 +286,45 @@ struct connection_guard::impl {
     auto i = links.find(id);
     if (i == links.end())
       return;
+    if (i->second.caf_handle >= 0)
+      retired_handles[i->second.caf_handle] = clock_type::now();
     release(i->second);
     links.erase(i);
+  }
+
+  /// Moves `fd` (CAF's end of a new socket pair) to a descriptor number CAF
+  /// has not had for a connection within `handle_quarantine`: numbers are
+  /// taken in rotation through the whole descriptor range, so one comes
+  /// back only after thousands of other connections, and a recently
+  /// retired one is skipped. Returns the descriptor to give CAF, or -1
+  /// (and closes `fd`) when every number is taken or quarantined.
+  int fresh_handle(int fd) {
+    auto now = clock_type::now();
+    int wraps = 0;
+    for (;;) {
+      if (next_handle >= handle_ceiling) {
+        next_handle = 3;
+        if (++wraps > 1)
+          break;
+      }
+      int h = ::fcntl(fd, F_DUPFD_CLOEXEC, next_handle);
+      if (h < 0) {
+        // Nothing free at or above next_handle: go round.
+        next_handle = handle_ceiling;
+        continue;
+      }
+      next_handle = h + 1;
+      auto r = retired_handles.find(h);
+      if (r != retired_handles.end() && now - r->second < handle_quarantine) {
+        ::close(h);
+        continue;
+      }
+      retired_handles.erase(h);
+      ::close(fd);
+      return h;
+    }
+    ::close(fd);
+    return -1;
   }
 
   /// Gives CAF's BASP broker one end of a new socket pair for `l`; false
@@ -267,13 +334,20 @@ struct connection_guard::impl {
     if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0)
       return false;
     set_nonblocking(pair[0]);
-    // CAF owns pair[1] from here on, whatever adopt returns.
-    if (!adopt(pair[1])) {
+    int handle = fresh_handle(pair[1]);
+    if (handle < 0) {
+      count(&connection_guard_stats::no_handle);
+      ::close(pair[0]);
+      return false;
+    }
+    // CAF owns the handle from here on, whatever adopt returns.
+    if (!adopt(handle)) {
       ::close(pair[0]);
       return false;
     }
     count(&connection_guard_stats::accepted);
     l.node = pair[0];
+    l.caf_handle = handle;
     epoll_event ev{};
     ev.events = EPOLLIN;
     ev.data.u64 = (id << 1) | 1;
@@ -546,6 +620,12 @@ struct connection_guard::impl {
       count(&connection_guard_stats::timed_out);
       drop(id);
     }
+    for (auto i = retired_handles.begin(); i != retired_handles.end();) {
+      if (now - i->second >= handle_quarantine)
+        i = retired_handles.erase(i);
+      else
+        ++i;
+    }
     report_refusals(now);
   }
 
@@ -599,6 +679,7 @@ connection_guard::start(const connection_guard_options& opts, adopt_fn adopt,
   st->opts = opts;
   st->adopt = std::move(adopt);
   st->max_links = descriptor_budget(opts.max_connections);
+  st->handle_ceiling = descriptor_ceiling();
   st->listener = open_listener(opts.host, opts.port, err);
   if (st->listener < 0)
     return nullptr;

@@ -62,6 +62,10 @@ struct connection_guard_stats {
   /// node's CA, not TLS at all, an oversized record. (A handshake that
   /// stalls counts as timed out.)
   std::size_t refused_handshakes = 0;
+  /// Connections closed because no descriptor number for CAF was free of
+  /// its quarantine (see connection_guard.cpp; needs thousands of new
+  /// connections within seconds).
+  std::size_t no_handle = 0;
 };
 
 /// Accepts connections on its own thread and hands CAF one end of a socket

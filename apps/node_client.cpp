@@ -9,13 +9,17 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/duration.hpp>
+#include <caf/function_view.hpp>
 #include <caf/io/middleman.hpp>
+#include <caf/io/middleman_actor.hpp>
 #include <caf/openssl/manager.hpp>
-#include <caf/openssl/remote_actor.hpp>
 #include <caf/sec.hpp>
 #include <caf/send.hpp>
+#include <caf/timespan.hpp>
 
 #include <csignal>
+#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -53,15 +57,36 @@ std::optional<error> configure_node_client(caf::actor_system_config& cfg,
 caf::expected<caf::actor> connect_to_node(caf::actor_system& sys,
                                           const node_address& addr,
                                           const node_credentials& creds) {
-  if (creds.insecure)
-    return sys.middleman().remote_actor(addr.host, addr.port);
-  if (!sys.has_openssl_manager())
-    return caf::make_error(caf::sec::runtime_error,
-                           "TLS is not configured in this actor system");
-  // The files could have gone since configure_node_client: CAF would abort.
-  if (auto err = check_credentials(creds))
-    return caf::make_error(caf::sec::runtime_error, err->to_string());
-  return caf::openssl::remote_actor(sys, addr.host, addr.port);
+  caf::io::middleman_actor connector;
+  if (creds.insecure) {
+    connector = sys.middleman().actor_handle();
+  } else {
+    if (!sys.has_openssl_manager())
+      return caf::make_error(caf::sec::runtime_error,
+                             "TLS is not configured in this actor system");
+    // The files could have gone since configure_node_client: CAF would
+    // abort.
+    if (auto err = check_credentials(creds))
+      return caf::make_error(caf::sec::runtime_error, err->to_string());
+    connector = sys.openssl_manager().actor_handle();
+  }
+  // What remote_actor does, with a deadline: a node that accepts the
+  // connection and never answers (stopped, overloaded) must not hang the
+  // command, and commands do not rely on CAF's connection timeout (see
+  // disable_connection_timeout).
+  auto connect =
+    caf::make_function_view(connector, caf::duration{node_connect_timeout});
+  auto res = connect(caf::connect_atom::value, addr.host, addr.port);
+  if (!res)
+    return std::move(res.error());
+  auto& ptr = std::get<1>(*res);
+  if (!ptr)
+    return caf::make_error(caf::sec::no_actor_published_at_port);
+  return caf::actor_cast<caf::actor>(std::move(ptr));
+}
+
+void disable_connection_timeout(caf::actor_system_config& cfg) {
+  cfg.set("middleman.connection-timeout", caf::timespan{0});
 }
 
 void add_node_option(CLI::App* cmd, std::string& node) {
@@ -121,6 +146,7 @@ int with_node(const std::string& command, const std::string& node,
   };
   caf::actor_system_config cfg;
   configure_actor_system(cfg, true);
+  disable_connection_timeout(cfg);
   if (auto err = configure_node_client(cfg, creds))
     return unreachable(err->to_string() +
                        " (a node started without --certs creates its "
@@ -131,6 +157,17 @@ int with_node(const std::string& command, const std::string& node,
                  "authenticated\n";
   caf::actor_system sys{cfg};
   auto remote = connect_to_node(sys, *addr, creds);
+  if (!remote && remote.error() == caf::sec::request_timeout) {
+    // The connection is still being set up (a stopped node has not
+    // finished the TLS handshake): CAF 0.17's OpenSSL module then polls it
+    // in a busy loop and its actor system never finishes shutting down.
+    // Nothing is left to clean up, so the command ends here.
+    unreachable("no answer within " +
+                std::to_string(node_connect_timeout.count()) + "s");
+    std::cout.flush();
+    std::cerr.flush();
+    std::_Exit(exit_status::unavailable);
+  }
   if (!remote)
     return unreachable(
       sys.render(remote.error()) +
