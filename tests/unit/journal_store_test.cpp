@@ -196,32 +196,54 @@ TEST_CASE("an older journal is migrated, a newer one refused") {
   auto file = tmp.state() + "/journal.db";
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
-  SECTION("schema version 1 (before node state was kept)") {
-    // The layout version 1 wrote.
-    REQUIRE(sqlite3_exec(db,
-                         "CREATE TABLE tasks (seq INTEGER PRIMARY KEY "
-                         "AUTOINCREMENT, id TEXT NOT NULL UNIQUE, spec BLOB "
-                         "NOT NULL, submitted_at REAL NOT NULL, finished_at "
-                         "REAL, result BLOB);"
-                         "CREATE INDEX tasks_finished ON tasks(finished_at);"
-                         "CREATE TABLE records (task INTEGER NOT NULL, n "
-                         "INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY "
-                         "(task, n)) WITHOUT ROWID;"
-                         "CREATE TABLE events (task INTEGER NOT NULL, n "
-                         "INTEGER NOT NULL, kind INTEGER NOT NULL, json TEXT "
-                         "NOT NULL, PRIMARY KEY (task, n)) WITHOUT ROWID;"
-                         "INSERT INTO tasks (id, spec, submitted_at) VALUES "
-                         "('old', 'old-spec', 7);"
-                         "PRAGMA user_version = 1;",
-                         nullptr, nullptr, nullptr) == SQLITE_OK);
+  // The layout version 1 wrote.
+  const char* version_1 = "CREATE TABLE tasks (seq INTEGER PRIMARY KEY "
+                          "AUTOINCREMENT, id TEXT NOT NULL UNIQUE, spec BLOB "
+                          "NOT NULL, submitted_at REAL NOT NULL, finished_at "
+                          "REAL, result BLOB);"
+                          "CREATE INDEX tasks_finished ON tasks(finished_at);"
+                          "CREATE TABLE records (task INTEGER NOT NULL, n "
+                          "INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY "
+                          "(task, n)) WITHOUT ROWID;"
+                          "CREATE TABLE events (task INTEGER NOT NULL, n "
+                          "INTEGER NOT NULL, kind INTEGER NOT NULL, json TEXT "
+                          "NOT NULL, PRIMARY KEY (task, n)) WITHOUT ROWID;"
+                          "PRAGMA user_version = 1;";
+  SECTION("an empty journal of schema version 1 is migrated") {
+    REQUIRE(sqlite3_exec(db, version_1, nullptr, nullptr, nullptr) ==
+            SQLITE_OK);
     sqlite3_close(db);
     auto j = open_or_fail({tmp.state()});
-    auto t = j->task("old");
-    REQUIRE(t);
-    REQUIRE(*t);
-    CHECK((*t)->spec == "old-spec");
+    // The table version 2 added is there.
     REQUIRE(j->put_state("k", "v"));
     REQUIRE(j->commit());
+    auto s = j->state("k");
+    REQUIRE(s);
+    CHECK(*s == std::optional<std::string>{"v"});
+  }
+  SECTION("one with tasks in an encoding this build cannot read is refused, "
+          "and left as it was") {
+    REQUIRE(sqlite3_exec(db, version_1, nullptr, nullptr, nullptr) ==
+            SQLITE_OK);
+    REQUIRE(sqlite3_exec(db,
+                         "INSERT INTO tasks (id, spec, submitted_at) VALUES "
+                         "('old', 'old-spec', 7);",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+    auto j = journal_store::open({tmp.state()});
+    REQUIRE_FALSE(j);
+    CHECK_THAT(j.error().to_string(),
+               Catch::Contains("schema version 1, 1 task(s)") &&
+                 Catch::Contains("older tasksup") &&
+                 Catch::Contains("move the journal away"));
+    REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
+    sqlite3_stmt* st = nullptr;
+    REQUIRE(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, nullptr) ==
+            SQLITE_OK);
+    REQUIRE(sqlite3_step(st) == SQLITE_ROW);
+    CHECK(sqlite3_column_int(st, 0) == 1);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
   }
   SECTION("a newer schema") {
     REQUIRE(sqlite3_exec(db, "PRAGMA user_version = 99;", nullptr, nullptr,
