@@ -140,14 +140,10 @@ expected<std::optional<json::value>> read_optional(const std::string& path) {
   return std::optional<json::value>{std::move(*doc)};
 }
 
-} // namespace
-
-expected<profile_map> load_profiles_dir(const std::string& dir) {
-  profile_map out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    return out;
+/// The `.json` files directly in `dir`, in name order.
+expected<std::vector<fs::path>> json_files_in(const std::string& dir) {
   std::vector<fs::path> files;
+  std::error_code ec;
   for (fs::directory_iterator it{dir, ec}, end; !ec && it != end;
        it.increment(ec))
     if (it->path().extension() == ".json")
@@ -155,7 +151,20 @@ expected<profile_map> load_profiles_dir(const std::string& dir) {
   if (ec)
     return error{dir, "", "cannot list: " + ec.message()};
   std::sort(files.begin(), files.end());
-  for (const auto& file : files) {
+  return files;
+}
+
+} // namespace
+
+expected<profile_map> load_profiles_dir(const std::string& dir) {
+  profile_map out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return out;
+  auto files = json_files_in(dir);
+  if (!files)
+    return files.error();
+  for (const auto& file : *files) {
     auto path = file.string();
     auto doc = read_json_file(path);
     if (!doc)
@@ -227,15 +236,10 @@ expected<config_set> load_config_dir(const std::string& dir) {
   }
   auto env_dir = join_path(dir, "environments");
   if (fs::is_directory(env_dir, ec)) {
-    std::vector<fs::path> files;
-    for (fs::directory_iterator it{env_dir, ec}, end; !ec && it != end;
-         it.increment(ec))
-      if (it->path().extension() == ".json")
-        files.push_back(it->path());
-    if (ec)
-      return error{env_dir, "", "cannot list: " + ec.message()};
-    std::sort(files.begin(), files.end());
-    for (const auto& file : files) {
+    auto files = json_files_in(env_dir);
+    if (!files)
+      return files.error();
+    for (const auto& file : *files) {
       auto path = file.string();
       auto doc = read_json_file(path);
       if (!doc)

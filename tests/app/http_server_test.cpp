@@ -3,6 +3,7 @@
 // oldest idle connection makes room for a new one, and a stream's client
 // that does not read is dropped instead of buffered.
 
+#include "../socket_read.hpp"
 #include "http_server.hpp"
 
 #include <catch2/catch.hpp>
@@ -42,32 +43,9 @@ void send_text(int fd, const std::string& text) {
           static_cast<ssize_t>(text.size()));
 }
 
-/// Reads until `done(text)` holds, the peer closes, or `limit` passes.
-template<class Done>
-std::string read_until(int fd, Done done, std::chrono::milliseconds limit) {
-  std::string out;
-  auto deadline = steady::now() + limit;
-  while (!done(out)) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - steady::now());
-    if (left.count() <= 0)
-      break;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
-      break;
-    char buf[8192];
-    auto n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0)
-      break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
-}
+using tasksup::test::read_until;
 
-std::string read_all(int fd, std::chrono::milliseconds limit = 10s) {
-  return read_until(
-    fd, [](const std::string&) { return false; }, limit);
-}
+using tasksup::test::read_all;
 
 std::string request(const std::string& path) {
   return "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n";

@@ -3,6 +3,7 @@
 // get their status codes, the control endpoints refuse requests without the
 // CSRF header, and the dashboard is loaded in headless Chromium.
 
+#include "../socket_read.hpp"
 #include "tasksup_child.hpp"
 
 #include <catch2/catch.hpp>
@@ -66,27 +67,6 @@ int connect_to(int port) {
     return -1;
   }
   return fd;
-}
-
-/// Reads until the server closes (or `limit` passes).
-std::string read_all(int fd, std::chrono::milliseconds limit = 15s) {
-  std::string out;
-  auto deadline = steady::now() + limit;
-  for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      deadline - steady::now());
-    if (left.count() <= 0)
-      break;
-    pollfd p{fd, POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0)
-      break;
-    char buf[8192];
-    auto n = ::recv(fd, buf, sizeof buf, 0);
-    if (n <= 0)
-      break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  return out;
 }
 
 /// Sends `raw` as is and returns the whole response.
@@ -683,17 +663,12 @@ TEST_CASE("serve --http: /api/stream tells which tasks changed as they "
   ::send(fd, ask.data(), ask.size(), MSG_NOSIGNAL);
   std::string stream;
   auto read_for = [&](const std::string& what) {
-    auto deadline = steady::now() + 30s;
-    while (stream.find(what) == std::string::npos && steady::now() < deadline) {
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 1000) <= 0)
-        continue;
-      char buf[4096];
-      auto got = ::recv(fd, buf, sizeof buf, 0);
-      if (got <= 0)
-        break;
-      stream.append(buf, static_cast<std::size_t>(got));
-    }
+    stream += tasksup::test::read_until(
+      fd,
+      [&](const std::string& got) {
+        return (stream + got).find(what) != std::string::npos;
+      },
+      30s);
     return stream.find(what) != std::string::npos;
   };
   REQUIRE(read_for("event: hello\n"));
