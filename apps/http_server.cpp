@@ -200,6 +200,8 @@ struct http_server::impl {
       for (auto it = conns.begin(); it != conns.end(); ++it) {
         if (it->second.state != want)
           continue;
+        // Counted before the client can see the answer.
+        count(&http_server_stats::evicted);
         if (want == conn_state::reading) {
           // Best effort: nothing was sent on it yet.
           auto text = serialize_response(
@@ -208,7 +210,6 @@ struct http_server::impl {
             ::send(it->second.fd, text.data(), text.size(), MSG_NOSIGNAL);
         }
         drop(it);
-        count(&http_server_stats::evicted);
         return true;
       }
     }
@@ -222,13 +223,14 @@ struct http_server::impl {
       if (fd < 0)
         return; // EAGAIN, or a transient error: poll again
       if (conns.size() >= opts.max_connections && !evict_one()) {
+        // Counted before the client can see the answer.
+        count(&http_server_stats::rejected);
         // Best effort: the socket is fresh, its send buffer empty.
         auto text = serialize_response(
           text_response(503, "too many connections; try again"), false);
         [[maybe_unused]] auto n =
           ::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
         ::close(fd);
-        count(&http_server_stats::rejected);
         continue;
       }
       connection c;
