@@ -3,8 +3,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include <fcntl.h>
@@ -20,13 +18,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr const char* home_name = "tasksup-docker";
-
-std::string read_small_file(const std::string& path) {
-  std::ifstream in{path};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 error home_error(std::string what) {
   return error{"docker memory watch", "", std::move(what)};
@@ -146,7 +137,7 @@ find_docker_memory_home(const std::string& socket_path,
     return home_error("the engine uses cgroup v" + std::string{cgroup_version} +
                       ", the memory controller here is v" + version);
   if (ctrl->version == cgroup_version::v1 &&
-      read_small_file(ctrl->parent_dir + "/memory.use_hierarchy")
+      read_cgroup_file(ctrl->parent_dir + "/memory.use_hierarchy")
           .substr(0, 1) != "1")
     return home_error(ctrl->parent_dir +
                       ": memory.use_hierarchy is off, a parent's limit would "
@@ -237,17 +228,10 @@ std::string docker_memory_watch::cgroup_parent() const {
 }
 
 bool docker_memory_watch::oom_killed() const {
-  if (version_ == cgroup_version::v2) {
+  if (version_ == cgroup_version::v2)
     // Counted up the tree unless the hierarchy keeps events local; "oom"
     // counts where the limit was hit, which is here.
-    std::istringstream in{read_small_file(cg_.path() + "/memory.events")};
-    std::string key;
-    std::uint64_t value = 0;
-    while (in >> key >> value)
-      if ((key == "oom_kill" || key == "oom") && value > 0)
-        return true;
-    return false;
-  }
+    return cg_.memory_event("oom_kill") > 0 || cg_.memory_event("oom") > 0;
   if (!fired_ && event_fd_ >= 0) {
     // Read once: the eventfd also fires when the cgroup is removed.
     eventfd_t count = 0;

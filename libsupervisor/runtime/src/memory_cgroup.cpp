@@ -1,5 +1,7 @@
 #include "memory_cgroup.hpp"
 
+#include "tasksup/runtime/detail/shim_record.hpp"
+
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -18,13 +20,6 @@ namespace {
 bool exists(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0;
-}
-
-std::string read_small_file(const std::string& path) {
-  std::ifstream in{path};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 // Writes `text` with one write(2), as cgroup files expect; returns the error
@@ -126,7 +121,7 @@ expected<memory_controller> try_v2(const own_cgroups& own,
   for (std::string mount : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
     if (!exists(mount + "/cgroup.controllers"))
       continue;
-    if (!has_word(read_small_file(mount + "/cgroup.controllers"), "memory")) {
+    if (!has_word(read_cgroup_file(mount + "/cgroup.controllers"), "memory")) {
       reasons += (reasons.empty() ? "" : "; ") + mount +
                  ": memory controller not enabled";
       continue;
@@ -139,13 +134,14 @@ expected<memory_controller> try_v2(const own_cgroups& own,
       // its cgroup.subtree_control, on every level down to the attempt.
       std::string err;
       auto sub = base + "/cgroup.subtree_control";
-      if (!has_word(read_small_file(sub), "memory"))
+      if (!has_word(read_cgroup_file(sub), "memory"))
         err = write_file(sub, "+memory");
       auto dir = base + "/" + name;
       if (err.empty())
         err = make_dir(dir);
       if (err.empty() &&
-          !has_word(read_small_file(dir + "/cgroup.subtree_control"), "memory"))
+          !has_word(read_cgroup_file(dir + "/cgroup.subtree_control"),
+                    "memory"))
         err = write_file(dir + "/cgroup.subtree_control", "+memory");
       if (err.empty())
         return memory_controller{cgroup_version::v2, dir, mount};
@@ -158,6 +154,13 @@ expected<memory_controller> try_v2(const own_cgroups& own,
 }
 
 } // namespace
+
+std::string read_cgroup_file(const std::string& path) {
+  // Cgroup files are small; cgroup.procs of a cgroup with a great many
+  // processes is the largest.
+  auto text = read_small_file(path, 1 << 20);
+  return text ? std::move(*text) : std::string{};
+}
 
 expected<memory_controller> find_memory_controller(const std::string& name) {
   auto own = read_own_cgroups();
@@ -252,20 +255,24 @@ memory_cgroup memory_cgroup::existing(const std::string& path) {
 }
 
 bool memory_cgroup::oom_killed() const {
+  return memory_event("oom_kill") > 0;
+}
+
+std::uint64_t memory_cgroup::memory_event(std::string_view key) const {
   auto file =
     version_ == cgroup_version::v1 ? "/memory.oom_control" : "/memory.events";
-  std::istringstream in{read_small_file(path_ + file)};
-  std::string key;
+  std::istringstream in{read_cgroup_file(path_ + file)};
+  std::string name;
   std::uint64_t value = 0;
-  while (in >> key >> value)
-    if (key == "oom_kill")
-      return value > 0;
-  return false;
+  while (in >> name >> value)
+    if (name == key)
+      return value;
+  return 0;
 }
 
 std::vector<pid_t> memory_cgroup::pids() const {
   std::vector<pid_t> out;
-  std::istringstream in{read_small_file(path_ + "/cgroup.procs")};
+  std::istringstream in{read_cgroup_file(path_ + "/cgroup.procs")};
   long pid = 0;
   while (in >> pid)
     out.push_back(static_cast<pid_t>(pid));

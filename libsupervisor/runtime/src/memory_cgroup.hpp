@@ -4,11 +4,15 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <sys/types.h>
 
 namespace tasksup::runtime::detail {
+
+/// A small cgroup (or /proc) file, whole; empty when it cannot be read.
+std::string read_cgroup_file(const std::string& path);
 
 /// Which cgroup hierarchy holds the memory controller.
 enum class cgroup_version { v1, v2 };
@@ -66,6 +70,10 @@ public:
 
   /// True when the kernel OOM-killed a process in this cgroup.
   bool oom_killed() const;
+
+  /// The count of memory event `key` (v1: memory.oom_control, e.g.
+  /// "oom_kill"; v2: memory.events, e.g. "oom", "oom_kill"); 0 when absent.
+  std::uint64_t memory_event(std::string_view key) const;
 
   /// The pids currently in the cgroup.
   std::vector<pid_t> pids() const;
