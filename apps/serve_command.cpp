@@ -489,9 +489,11 @@ void setup_serve(CLI::App& app, int& status) {
                 "Keep tasks in memory only: nothing survives the node");
   cmd
     ->add_option("--journal-sync", opts->journal_sync,
-                 "full: every commit is on disk (survives power loss); "
-                 "normal: in the operating system (survives a crash of the "
-                 "node, not of the machine)")
+                 "full: what a client is told of (a submission, a control "
+                 "reply, a delivery, a task's end) is on disk first "
+                 "(survives power loss), an attempt's progress is in the "
+                 "operating system (survives a crash of the node); normal: "
+                 "everything in the operating system only")
     ->check(CLI::IsMember({"full", "normal"}))
     ->capture_default_str();
   cmd

@@ -84,11 +84,15 @@ struct task_op {
   double at;
   bool replace;
   caf::response_promise rp;
+  /// The task's number, once added.
+  std::int64_t seq = 0;
 };
 struct input_op {
   std::int64_t seq;
   std::int64_t n;
   std::string bytes;
+  /// Answered only once on disk (someone outside is told of it).
+  bool durable;
   caf::response_promise rp;
 };
 struct event_op {
@@ -114,8 +118,10 @@ struct journal_state {
   std::shared_ptr<journal::journal_store> store;
   journal_retention retention;
   std::vector<write_op> batch;
+  /// Committed writes whose requests are answered once synced to disk.
+  std::vector<write_op> to_sync;
   bool flush_pending = false;
-  /// Set while commits fail (e.g. a full disk): why.
+  /// Set while commits (or syncs) fail (e.g. a full disk): why.
   std::optional<std::string> failing;
   /// Counters for /metrics (the gauges are read when asked).
   journal_figures figures;
@@ -130,6 +136,28 @@ void schedule_flush(journal_actor_t* self) {
     return;
   self->state.flush_pending = true;
   self->send(self, jflush_atom::value);
+}
+
+/// Tries again in a second (commits or syncs fail meanwhile).
+void retry_flush(journal_actor_t* self) {
+  auto& st = self->state;
+  if (st.flush_pending || (st.batch.empty() && st.to_sync.empty()))
+    return;
+  st.flush_pending = true;
+  self->delayed_send(self, std::chrono::seconds(1), jflush_atom::value);
+}
+
+/// Notes that commits fail, saying why once.
+void note_failure(journal_actor_t* self, const tasksup::error& err) {
+  auto& st = self->state;
+  auto why = err.to_string();
+  ++st.figures.commit_failures;
+  // The store names a full disk (or its size limit) in these words.
+  st.figures.disk_full = why.find("is full") != std::string::npos;
+  if (!st.failing)
+    std::fprintf(stderr, "tasksup: journal: %s (retrying every second)\n",
+                 why.c_str());
+  st.failing = std::move(why);
 }
 
 /// Counts one successful group commit that took `took`.
@@ -147,7 +175,6 @@ void count_commit(journal_figures& f,
 /// Applies one write; a task's number is kept for its reply.
 struct apply_op {
   journal::journal_store& store;
-  std::optional<std::int64_t>& seq;
 
   expected<bool> operator()(task_op& x) const {
     if (x.replace)
@@ -156,7 +183,7 @@ struct apply_op {
     auto added = store.add_task(x.id, x.bytes, x.at);
     if (!added)
       return added.error();
-    seq = *added;
+    x.seq = *added;
     return true;
   }
   expected<bool> operator()(input_op& x) const {
@@ -173,19 +200,63 @@ struct apply_op {
   }
 };
 
+/// Whether `op`'s request is answered only once its write is on disk: a
+/// submission's client is told the task's id, a durable input's effect (a
+/// control reply, a delivery, the task's end) is seen outside the node.
+/// Everything else is answered once committed: an attempt's progress
+/// survives a crash of the node at once; one lost with the machine took its
+/// attempts with it, and the restarted node sets aside attempt directories
+/// it has no record of.
+bool answered_when_synced(const write_op& op) {
+  if (std::holds_alternative<task_op>(op))
+    return true;
+  auto* in = std::get_if<input_op>(&op);
+  return in && in->durable;
+}
+
+void answer(write_op& op) {
+  if (auto* t = std::get_if<task_op>(&op))
+    t->rp.deliver(t->seq);
+  else if (auto* in = std::get_if<input_op>(&op))
+    in->rp.deliver(true);
+}
+
+/// Syncs what was committed and answers the requests that waited for it; a
+/// failed sync is retried every second (the commits stay, nothing is
+/// written twice).
+void sync_and_answer(journal_actor_t* self) {
+  auto& st = self->state;
+  if (st.to_sync.empty())
+    return;
+  auto synced = st.store->sync();
+  if (!synced) {
+    note_failure(self, synced.error());
+    retry_flush(self);
+    return;
+  }
+  if (*synced)
+    ++st.figures.syncs;
+  if (st.batch.empty())
+    st.failing.reset();
+  for (auto& op : st.to_sync)
+    answer(op);
+  st.to_sync.clear();
+}
+
 void flush(journal_actor_t* self) {
   auto& st = self->state;
   st.flush_pending = false;
-  if (st.batch.empty())
+  if (st.batch.empty()) {
+    sync_and_answer(self);
     return;
+  }
   auto batch = std::move(st.batch);
   st.batch.clear();
-  std::vector<std::optional<std::int64_t>> seqs(batch.size());
   std::vector<std::optional<tasksup::error>> refused(batch.size());
   std::optional<tasksup::error> failure;
   auto started = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < batch.size() && !failure; ++i) {
-    auto ok = std::visit(apply_op{*st.store, seqs[i]}, batch[i]);
+    auto ok = std::visit(apply_op{*st.store}, batch[i]);
     if (ok)
       continue;
     if (st.store->last_failure_transient()) {
@@ -203,31 +274,32 @@ void flush(journal_actor_t* self) {
       failure = ok.error();
   if (!failure) {
     st.failing.reset();
-    count_commit(st.figures, std::chrono::steady_clock::now() - started);
-    for (std::size_t i = 0; i < batch.size(); ++i)
-      if (!refused[i])
-        ++st.figures.written[batch[i].index()];
     for (std::size_t i = 0; i < batch.size(); ++i) {
-      if (auto* t = std::get_if<task_op>(&batch[i])) {
-        if (refused[i])
+      auto& op = batch[i];
+      if (refused[i]) {
+        if (auto* t = std::get_if<task_op>(&op))
           t->rp.deliver(make_error(
             protocol_error::journal_failed,
             "task '" + t->id + "' not accepted: " + refused[i]->to_string()));
         else
-          t->rp.deliver(*seqs[i]);
-      } else if (auto* in = std::get_if<input_op>(&batch[i])) {
-        in->rp.deliver(true);
+          answer(op);
+        continue;
       }
+      ++st.figures.written[op.index()];
+      if (answered_when_synced(op))
+        st.to_sync.push_back(std::move(op));
+      else
+        answer(op);
     }
+    sync_and_answer(self);
+    count_commit(st.figures, std::chrono::steady_clock::now() - started);
     return;
   }
   st.store->rollback();
-  auto why = failure->to_string();
-  ++st.figures.commit_failures;
-  // The store names a full disk (or its size limit) in these words.
-  st.figures.disk_full = why.find("is full") != std::string::npos;
+  note_failure(self, *failure);
   // A submission is refused at once (its client is told why); everything
   // of the accepted tasks is kept and retried, so nothing they did is lost.
+  auto why = failure->to_string();
   for (auto& op : batch) {
     if (auto* t = std::get_if<task_op>(&op)) {
       t->rp.deliver(make_error(protocol_error::journal_failed,
@@ -236,14 +308,7 @@ void flush(journal_actor_t* self) {
     }
     st.batch.push_back(std::move(op));
   }
-  if (!st.failing)
-    std::fprintf(stderr, "tasksup: journal: %s (retrying every second)\n",
-                 why.c_str());
-  st.failing = why;
-  if (!st.batch.empty()) {
-    st.flush_pending = true;
-    self->delayed_send(self, std::chrono::seconds(1), jflush_atom::value);
-  }
+  retry_flush(self);
 }
 
 std::vector<event> history(journal_actor_t* self, std::int64_t seq,
@@ -282,7 +347,7 @@ std::vector<event> history(journal_actor_t* self, std::int64_t seq,
 void prune(journal_actor_t* self) {
   auto& st = self->state;
   auto& r = st.retention;
-  if (st.batch.empty() && !st.failing) {
+  if (st.batch.empty() && st.to_sync.empty() && !st.failing) {
     auto n = st.store->prune(wall_now(), r.max_age_s, r.max_count);
     if (n && st.store->commit())
       st.figures.pruned += static_cast<std::uint64_t>(*n);
@@ -322,10 +387,11 @@ caf::behavior journal_actor(journal_actor_t* self,
       schedule_flush(self);
       return rp;
     },
-    [=](jinput_atom, std::int64_t seq, std::int64_t n,
-        std::string& bytes) -> caf::result<bool> {
+    [=](jinput_atom, std::int64_t seq, std::int64_t n, std::string& bytes,
+        bool durable) -> caf::result<bool> {
       auto rp = self->make_response_promise<bool>();
-      self->state.batch.emplace_back(input_op{seq, n, std::move(bytes), rp});
+      self->state.batch.emplace_back(
+        input_op{seq, n, std::move(bytes), durable, rp});
       schedule_flush(self);
       return rp;
     },

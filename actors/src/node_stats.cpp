@@ -696,17 +696,23 @@ void node_stats::append_journal(std::string& out, const journal_figures& j) {
          {{"kind", journal_write_kinds[i]}},
          i < j.written.size() ? static_cast<double>(j.written[i]) : 0);
   family(out, "tasksup_journal_commits_total", "counter",
-         "Group commits: every write that arrived together is made durable "
-         "by one commit.");
+         "Group commits: every write that arrived together goes to the "
+         "journal's log in one transaction.");
   line(out, "tasksup_journal_commits_total", {},
        static_cast<double>(j.commits));
+  family(out, "tasksup_journal_syncs_total", "counter",
+         "Syncs of the journal to disk: one before a client is told of "
+         "what was committed (a submission, a control request, a task's end "
+         "or delivery), none for an attempt's progress.");
+  line(out, "tasksup_journal_syncs_total", {}, static_cast<double>(j.syncs));
   family(out, "tasksup_journal_commit_failures_total", "counter",
          "Commits that failed (the writes are kept and retried every "
          "second).");
   line(out, "tasksup_journal_commit_failures_total", {},
        static_cast<double>(j.commit_failures));
   family(out, "tasksup_journal_commit_duration_seconds", "histogram",
-         "How long a group commit took (its writes and the sync).");
+         "How long a group commit took (its writes; the sync, when one "
+         "follows, included).");
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < journal_commit_buckets.size(); ++i) {
     cumulative += i < j.commit_buckets.size() ? j.commit_buckets[i] : 0;

@@ -32,6 +32,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -1028,42 +1029,50 @@ void carry(supervisor_actor* self, const machine_effects& fx) {
     drive(self, std::move(in));
 }
 
-/// Whether `e` reaches outside the node (a process, a container, a
-/// repository, the task's end): carried out only once the input that caused
-/// it is recorded.
-bool held_until_recorded(const machine_effect& e) {
-  return std::visit(
-    [](const auto& x) {
-      using t = std::decay_t<decltype(x)>;
-      return std::is_same_v<t, effect::start_attempt> ||
-             std::is_same_v<t, effect::adopt_attempt> ||
-             std::is_same_v<t, effect::stop_attempt> ||
-             std::is_same_v<t, effect::run_preflight> ||
-             std::is_same_v<t, effect::run_gates> ||
-             std::is_same_v<t, effect::deliver> ||
-             std::is_same_v<t, effect::finish>;
-    },
-    e);
+/// How far an effect reaches, which says how long it waits for the input
+/// that caused it to be recorded.
+enum class reach : std::uint8_t {
+  /// Asks another actor of the node (a slot, a classification, a delay, a
+  /// timer): carried out at once; the journal keeps the inputs' order.
+  node,
+  /// Only tells another part of the node (a slot given back, a breaker fed,
+  /// an event): carried out at once, even when the rest of its batch waits.
+  notice,
+  /// Acts outside the node (an attempt started, adopted or stopped, a hook):
+  /// once the input is committed (it survives a crash of the node).
+  outside,
+  /// Tells someone outside (a delivery, the task's end): once the input is
+  /// on disk (it survives a crash of the machine).
+  told,
+};
+
+template<class T, class... Ts>
+inline constexpr bool is_one_of = (std::is_same_v<T, Ts> || ...);
+
+template<class T>
+constexpr reach reach_of() {
+  using namespace effect;
+  if constexpr (is_one_of<T, start_attempt, adopt_attempt, stop_attempt,
+                          run_preflight, run_gates>)
+    return reach::outside;
+  else if constexpr (is_one_of<T, deliver, finish>)
+    return reach::told;
+  else if constexpr (is_one_of<T, release_slot, report_agent, attempt_exited,
+                               classified, retry_scheduled, agent_switched,
+                               user_stopped, deadline_passed, attempt_timed_out,
+                               voluntary_end>)
+    return reach::notice;
+  else {
+    // A new effect must be placed above.
+    static_assert(is_one_of<T, ask_permission, reclaim_slot, classify,
+                            ask_delay, set_timer>);
+    return reach::node;
+  }
 }
 
-/// Whether `e` only tells another part of the node (a slot given back, a
-/// breaker fed, an event).
-bool only_notifies(const machine_effect& e) {
+reach reach_of(const machine_effect& e) {
   return std::visit(
-    [](const auto& x) {
-      using t = std::decay_t<decltype(x)>;
-      return std::is_same_v<t, effect::release_slot> ||
-             std::is_same_v<t, effect::report_agent> ||
-             std::is_same_v<t, effect::attempt_exited> ||
-             std::is_same_v<t, effect::classified> ||
-             std::is_same_v<t, effect::retry_scheduled> ||
-             std::is_same_v<t, effect::agent_switched> ||
-             std::is_same_v<t, effect::user_stopped> ||
-             std::is_same_v<t, effect::deadline_passed> ||
-             std::is_same_v<t, effect::attempt_timed_out> ||
-             std::is_same_v<t, effect::voluntary_end>;
-    },
-    e);
+    [](const auto& x) { return reach_of<std::decay_t<decltype(x)>>(); }, e);
 }
 
 /// Feeds `in` to the machine and carries out its effects (and the inputs
@@ -1071,11 +1080,11 @@ bool only_notifies(const machine_effect& e) {
 /// that stay inside the node (a slot request, a classification, a timer,
 /// an event) are carried out at once: the journal keeps the inputs in the
 /// order this actor sends them and commits them in that order, so a later
-/// recorded input implies every earlier one. Effects that reach outside,
+/// recorded input implies every earlier one. Effects that reach outside and
 /// the pid or container id of a started attempt (what a restarted node
-/// keeps when it reaps what nobody adopted) and a control request's reply
-/// wait until `in` is recorded, and the supervisor handles nothing else
-/// meanwhile.
+/// keeps when it reaps what nobody adopted) wait until `in` is committed;
+/// a control request's reply and what tells someone outside wait until it
+/// is on disk. The supervisor handles nothing else meanwhile.
 /// Returns whether `in` took effect; `then` runs after its effects.
 bool drive(supervisor_actor* self, machine_input in, after_input then) {
   auto& st = self->state;
@@ -1091,13 +1100,17 @@ bool drive(supervisor_actor* self, machine_input in, after_input then) {
       then(ok);
     return ok;
   }
+  auto furthest = reach::node;
+  for (auto& e : fx)
+    furthest = std::max(furthest, reach_of(e));
   auto hold = then || std::holds_alternative<input::attempt_started>(in) ||
-              std::any_of(fx.begin(), fx.end(), held_until_recorded);
+              furthest >= reach::outside;
   if (!hold) {
     // A failed write is retried by the journal; nothing waits for it.
     self
       ->request(st.journal, caf::infinite, jinput_atom::value, st.journal_seq,
-                ++st.journal_n, encode(journaled_input{now, std::move(in)}))
+                ++st.journal_n, encode(journaled_input{now, std::move(in)}),
+                false)
       .then([](bool) {}, [](caf::error&) {});
     carry(self, fx);
     fx.clear();
@@ -1110,16 +1123,18 @@ bool drive(supervisor_actor* self, machine_input in, after_input then) {
   auto pending = std::make_shared<machine_effects>();
   machine_effects early;
   for (auto& e : fx)
-    (only_notifies(e) ? early : *pending).push_back(std::move(e));
+    (reach_of(e) == reach::notice ? early : *pending).push_back(std::move(e));
   carry(self, early);
   auto go_on = [self, pending, then] {
     carry(self, *pending);
     if (then)
       then(true);
   };
+  auto durable = static_cast<bool>(then) || furthest == reach::told;
   self
     ->request(st.journal, caf::infinite, jinput_atom::value, st.journal_seq,
-              ++st.journal_n, encode(journaled_input{now, std::move(in)}))
+              ++st.journal_n, encode(journaled_input{now, std::move(in)}),
+              durable)
     .await([go_on](bool) { go_on(); },
            // The journal is gone: the node is shutting down.
            [go_on](caf::error&) { go_on(); });
@@ -1211,6 +1226,44 @@ task_status status_of(supervisor_actor* self) {
   return s;
 }
 
+/// Moves aside the attempt directories of this task beyond its last
+/// recorded attempt: their start was committed but not yet on disk when the
+/// machine went down (the attempts died with it), and their numbers are
+/// given again. `attempt-<n>` becomes `attempt-<n>.unrecorded` (`-2`, `-3`,
+/// ... if taken): attempt directories are never reused.
+void set_aside_unrecorded(const supervisor_state& s) {
+  namespace fs = std::filesystem;
+  if (s.node->attempt_root.empty())
+    return;
+  auto dir = fs::path{s.node->attempt_root} / s.task_id();
+  std::vector<fs::path> unrecorded;
+  std::error_code ec;
+  for (fs::directory_iterator it{dir, ec}, end; !ec && it != end;
+       it.increment(ec)) {
+    auto name = it->path().filename().string();
+    constexpr std::string_view prefix = "attempt-";
+    if (name.size() <= prefix.size() || name.size() > prefix.size() + 9 ||
+        name.compare(0, prefix.size(), prefix) != 0 ||
+        !std::all_of(name.begin() + prefix.size(), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    if (std::stoi(name.substr(prefix.size())) > s.m.attempt)
+      unrecorded.push_back(it->path());
+  }
+  for (auto& from : unrecorded) {
+    auto to = from.string() + ".unrecorded";
+    for (int k = 2; fs::exists(to, ec) && k < 1000; ++k)
+      to = from.string() + ".unrecorded-" + std::to_string(k);
+    fs::rename(from, to, ec);
+    std::fprintf(stderr,
+                 "tasksup: task '%s': %s has no record in the journal (the "
+                 "machine went down before it was on disk); %s\n",
+                 s.task_id().c_str(), from.c_str(),
+                 ec ? ("cannot move it aside: " + ec.message()).c_str()
+                    : ("moved to " + to).c_str());
+  }
+}
+
 /// Rebuilds the task from its journaled inputs (carrying nothing out
 /// again), then resumes it: what it waited for is asked for again.
 void resume(supervisor_actor* self, std::vector<journaled_input> replay) {
@@ -1230,6 +1283,7 @@ void resume(supervisor_actor* self, std::vector<journaled_input> replay) {
     if (auto* started = std::get_if<input::attempt_started>(&r.in))
       st.adopt_id = started->runtime_id;
   }
+  set_aside_unrecorded(st);
   if (st.m.phase == task_phase::done) {
     // The task ended just before the restart; its end was not recorded.
     std::deque<machine_input> none;

@@ -1,5 +1,6 @@
 // The journal actor on a real store (its own thread, as in the node): a
-// request is answered once its write is committed; its figures for /metrics
+// request is answered once its write is committed (a submission or a
+// durable input once also synced to disk); its figures for /metrics
 // count the committed writes by kind, the commits and their durations; a
 // full disk shows as failing and refuses submissions, and a submission that
 // fits again is accepted.
@@ -41,11 +42,13 @@ struct journal_fixture {
   caf::actor journal;
 
   explicit journal_fixture(std::int64_t max_pages,
-                           std::int64_t keep_finished = 10000) {
+                           std::int64_t keep_finished = 10000,
+                           journal::sync_mode sync = journal::sync_mode::full) {
     register_protocol(cfg);
     sys = std::make_unique<caf::actor_system>(cfg);
     journal::store_options opts{dir.path + "/state"};
     opts.max_pages = max_pages;
+    opts.sync = sync;
     auto store = journal::journal_store::open(opts);
     REQUIRE(store);
     journal_retention keep;
@@ -93,10 +96,12 @@ struct journal_fixture {
                [&](caf::error& err) { FAIL(sys->render(err)); });
   }
 
-  bool add_input(std::int64_t seq, std::int64_t n) {
+  bool add_input(std::int64_t seq, std::int64_t n, bool durable = false) {
     caf::scoped_actor self{*sys};
     bool ok = false;
-    self->request(journal, 10s, jinput_atom::value, seq, n, std::string{"in"})
+    self
+      ->request(journal, 10s, jinput_atom::value, seq, n, std::string{"in"},
+                durable)
       .receive([&](bool) { ok = true; }, [](caf::error&) {});
     return ok;
   }
@@ -138,6 +143,30 @@ TEST_CASE("journal actor: its figures count committed writes by kind and "
   CHECK_FALSE(f.failing);
   CHECK_FALSE(f.disk_full);
   CHECK(f.pruned == 0);
+}
+
+TEST_CASE("journal actor: a submission and a durable input are answered "
+          "after a sync to disk, an attempt's progress after its commit") {
+  for (auto mode : {journal::sync_mode::full, journal::sync_mode::normal}) {
+    CAPTURE(journal::to_string(mode));
+    journal_fixture j{0, 10000, mode};
+    auto full = mode == journal::sync_mode::full;
+    REQUIRE(j.add_task("a", 100).empty());
+    auto a = j.last_seq;
+    CHECK(j.figures().syncs == (full ? 1u : 0u));
+    // Progress: committed, answered, not synced.
+    REQUIRE(j.add_input(a, 1));
+    REQUIRE(j.add_input(a, 2));
+    auto f = j.figures();
+    CHECK(f.commits == 3);
+    CHECK(f.syncs == (full ? 1u : 0u));
+    // What someone outside is told of: synced first.
+    REQUIRE(j.add_input(a, 3, true));
+    f = j.figures();
+    CHECK(f.commits == 4);
+    CHECK(f.syncs == (full ? 2u : 0u));
+    CHECK(f.written[1] == 3);
+  }
 }
 
 TEST_CASE("journal actor: a full disk shows in its figures, refuses "

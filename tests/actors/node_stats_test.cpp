@@ -340,6 +340,7 @@ TEST_CASE("the journal's figures: cumulative commit buckets, writes by kind, "
   j.commit_buckets.back() = 1; // above the last bound
   j.commit_seconds = 3.25;
   j.commit_failures = 2;
+  j.syncs = 3;
   j.failing = true;
   j.disk_full = true;
   j.pruned = 7;
@@ -366,6 +367,7 @@ TEST_CASE("the journal's figures: cumulative commit buckets, writes by kind, "
   CHECK(has_line(text, "tasksup_journal_commit_duration_seconds_sum 3.25"));
   CHECK(has_line(text, "tasksup_journal_commit_duration_seconds_count 4"));
   CHECK(has_line(text, "tasksup_journal_commit_failures_total 2"));
+  CHECK(has_line(text, "tasksup_journal_syncs_total 3"));
   CHECK(has_line(text, "tasksup_journal_failing 1"));
   CHECK(has_line(text, "tasksup_journal_disk_full 1"));
   CHECK(has_line(text, "tasksup_journal_pruned_tasks_total 7"));

@@ -2,7 +2,8 @@
 // real `tasksup serve` processes and real agents: a corrupt journal stops
 // the node; `logs --follow`, `wait [--timeout]` and `describe` report a
 // task as it runs and after; `submit --replace` keeps the replaced task's
-// attempt directories; a Docker attempt outlives a node killed with SIGKILL
+// attempt directories, and an attempt directory without a record is moved
+// aside; a Docker attempt outlives a node killed with SIGKILL
 // and is adopted by the restarted node.
 
 #include "tasksup_child.hpp"
@@ -312,6 +313,45 @@ TEST_CASE("submit --replace runs a finished task again and keeps the old "
   // The node's history is the new run's.
   auto d = n.cmd({"describe", "rp"});
   CHECK(d.out.find("attempt 2") == std::string::npos);
+}
+
+TEST_CASE("serve: an attempt directory the journal has no record of (left "
+          "by a machine crash) is moved aside, never reused",
+          "[journal]") {
+  scratch dir;
+  write_config(dir);
+  // Each run prints its number; the first fails.
+  auto agent = script(dir, "count.sh",
+                      "n=$(cat '" + dir / "count" +
+                        "' 2>/dev/null || echo 0); n=$((n + 1))\n"
+                        "echo $n > '" +
+                        dir / "count" + "'\necho \"run $n\"\n[ $n -gt 1 ]\n");
+  auto task =
+    task_file(dir, "ua", agent,
+              R"("max_retries_per_agent": 1, "backoff_base_seconds": 3600)");
+  auto first = std::make_unique<node>(dir, "serve-1");
+  REQUIRE(first->cmd({"submit", task}).status == 0);
+  REQUIRE(eventually([&] { return first->state("ua") == "backoff"; }, 30s));
+  first->process().signal(SIGKILL);
+  REQUIRE(first->process().wait(10s) == 128 + SIGKILL);
+  // What a machine crash can leave: attempt 2 had started (its directory
+  // is on disk) but its record had not reached the disk.
+  auto attempt2 = dir / "node-work/ua/attempt-2";
+  fs::create_directories(attempt2);
+  dir.write("node-work/ua/attempt-2/output.log", "lost run\n");
+  auto second = std::make_unique<node>(dir, "serve-2");
+  REQUIRE(eventually([&] { return second->state("ua") == "backoff"; }, 30s));
+  CHECK(second->process().err().find("has no record in the journal") !=
+        std::string::npos);
+  REQUIRE(second->cmd({"retry-now", "ua"}).status == 0);
+  REQUIRE(second->wait_done("ua"));
+  CHECK(second->cmd({"wait", "ua"}).status == 0);
+  CHECK(slurp(attempt2 + "/output.log") == "run 2\n");
+  CHECK(slurp(attempt2 + ".unrecorded/output.log") == "lost run\n");
+  // The attempt before the crash is untouched.
+  CHECK(slurp(dir / "node-work/ua/attempt-1/output.log") == "run 1\n");
+  second->process().signal(SIGTERM);
+  CHECK(second->process().wait(60s) == 0);
 }
 
 namespace {

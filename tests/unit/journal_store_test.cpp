@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <sqlite3.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -90,6 +91,60 @@ TEST_CASE("a journal keeps tasks, records and events across a reopen") {
   CHECK(*state == std::optional<std::string>{"b"});
   CHECK((fs::status(tmp.state()).permissions() & fs::perms::all) ==
         fs::perms::owner_all);
+}
+
+TEST_CASE("a commit survives a crash of its process before any sync; sync "
+          "puts commits on disk once, and only in sync mode full") {
+  temp_dir tmp;
+  store_options opts{tmp.state()};
+  // A child commits without syncing and dies without closing the journal
+  // (no checkpoint, no cleanup): what it committed is in the log.
+  auto pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    auto j = journal_store::open(opts);
+    if (!j || !(*j)->add_task("t1", "spec", 1.0) || !(*j)->commit())
+      ::_exit(2);
+    ::_exit(0);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  REQUIRE(WIFEXITED(status));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  auto j = open_or_fail(opts);
+  auto t = j->task("t1");
+  REQUIRE(t);
+  CHECK(t->has_value());
+
+  auto syncs = [&] {
+    auto s = j->stats();
+    REQUIRE(s);
+    return s->syncs;
+  };
+  CHECK(syncs() == 0);
+  REQUIRE(j->add_task("t2", "spec", 2.0));
+  REQUIRE(j->commit());
+  REQUIRE(j->add_task("t3", "spec", 3.0));
+  REQUIRE(j->commit());
+  // One sync for both commits; none when nothing was committed since.
+  auto synced = j->sync();
+  REQUIRE(synced);
+  CHECK(*synced);
+  CHECK(syncs() == 1);
+  synced = j->sync();
+  REQUIRE(synced);
+  CHECK_FALSE(*synced);
+  CHECK(syncs() == 1);
+  j.reset();
+
+  opts.sync = sync_mode::normal;
+  j = open_or_fail(opts);
+  REQUIRE(j->add_task("t4", "spec", 4.0));
+  REQUIRE(j->commit());
+  synced = j->sync();
+  REQUIRE(synced);
+  CHECK_FALSE(*synced);
+  CHECK(syncs() == 0);
 }
 
 TEST_CASE("a journal refuses a second task with the same id until dropped") {

@@ -130,7 +130,11 @@ struct journal_store::impl {
   int lock_fd = -1;
   bool in_tx = false;
   bool transient = false;
+  sync_mode mode = sync_mode::full;
+  /// Committed since the last sync.
+  bool unsynced = false;
   std::int64_t commits = 0;
+  std::int64_t syncs = 0;
   std::map<std::string, statement> cache;
 
   ~impl() {
@@ -334,6 +338,35 @@ struct journal_store::impl {
     }
     in_tx = false;
     ++commits;
+    unsynced = true;
+    return true;
+  }
+
+  /// Syncs the write-ahead log, which holds every commit since the last
+  /// checkpoint (a checkpoint syncs the log before it copies it, and the
+  /// database after). SQLite's own file object is used, so its first sync of
+  /// a new log also syncs the directory entry.
+  expected<bool> sync() {
+    if (mode != sync_mode::full || !unsynced)
+      return false;
+    sqlite3_file* wal = nullptr;
+    if (sqlite3_file_control(db, "main", SQLITE_FCNTL_JOURNAL_POINTER, &wal) !=
+        SQLITE_OK) {
+      transient = true;
+      return fail("syncing the journal: cannot reach its write-ahead log");
+    }
+    // No log is open: everything committed is in the database file, synced
+    // by the checkpoint that emptied the log.
+    if (wal && wal->pMethods) {
+      if (auto rc = wal->pMethods->xSync(wal, SQLITE_SYNC_NORMAL);
+          rc != SQLITE_OK) {
+        transient = true;
+        return fail(std::string{"syncing the journal to disk: "} +
+                    sqlite3_errstr(rc));
+      }
+    }
+    unsynced = false;
+    ++syncs;
     return true;
   }
 
@@ -388,9 +421,10 @@ journal_store::open(const store_options& opts) {
     return ok.error();
   if (auto ok = p->check_integrity(); !ok)
     return ok.error();
-  auto sync = opts.sync == sync_mode::full ? "PRAGMA synchronous = FULL"
-                                           : "PRAGMA synchronous = NORMAL";
-  if (auto ok = p->exec(sync, "setting the sync mode"); !ok)
+  // A commit only writes the log; `sync` puts it on disk when asked.
+  p->mode = opts.sync;
+  if (auto ok = p->exec("PRAGMA synchronous = NORMAL", "setting the sync mode");
+      !ok)
     return ok.error();
   if (opts.max_pages > 0) {
     auto cap = "PRAGMA max_page_count = " + std::to_string(opts.max_pages);
@@ -398,6 +432,8 @@ journal_store::open(const store_options& opts) {
       return ok.error();
   }
   if (auto ok = p->migrate(); !ok)
+    return ok.error();
+  if (auto ok = p->sync(); !ok)
     return ok.error();
   // Everything in the directory is the node user's only.
   ::chmod(p->path.c_str(), 0600);
@@ -502,6 +538,10 @@ expected<std::int64_t> journal_store::prune(double now, double max_age_s,
 
 expected<bool> journal_store::commit() {
   return impl_->commit();
+}
+
+expected<bool> journal_store::sync() {
+  return impl_->sync();
 }
 
 void journal_store::rollback() {
@@ -628,6 +668,7 @@ expected<store_stats> journal_store::stats() {
   auto& p = *impl_;
   store_stats out;
   out.commits = p.commits;
+  out.syncs = p.syncs;
   struct q {
     const char* sql;
     std::int64_t* into;

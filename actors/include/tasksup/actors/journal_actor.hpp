@@ -2,10 +2,13 @@
 
 // The node's journal as an actor: it owns the SQLite store, runs on its own
 // thread (a commit may wait for the disk), and commits whatever arrived
-// together (group commit): a request is answered once what it wrote is
-// durable. A commit that fails for lack of space is retried every second;
-// the writes of accepted tasks are kept meanwhile (their supervisors wait),
-// new submissions are refused with the reason.
+// together (group commit). A request is answered once what it wrote is
+// committed (safe against a crash of the node); a submission, and an input
+// marked durable, once it is also synced to disk (safe against a crash of
+// the machine; one sync for everything committed so far). A commit that fails
+// for lack of space is retried every second; the writes of accepted tasks are
+// kept meanwhile (their supervisors wait), new submissions are refused with the
+// reason.
 
 #include "tasksup/actors/journal_codec.hpp"
 #include "tasksup/actors/protocol.hpp"

@@ -45,6 +45,9 @@ struct journal_figures {
   std::vector<std::uint64_t> commit_buckets =
     std::vector<std::uint64_t>(journal_commit_buckets.size() + 1);
   double commit_seconds = 0;
+  /// Syncs to disk: one before a client is told of what was committed
+  /// (sync mode full; none with normal).
+  std::uint64_t syncs = 0;
   /// Writes waiting for the next commit.
   std::uint64_t pending = 0;
   /// Commits fail now (writes are kept and retried; submissions refused).
@@ -59,7 +62,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, journal_figures& x) {
   return f(caf::meta::type_name("journal_figures"), x.bytes, x.tasks,
            x.unfinished, x.written, x.commits, x.commit_failures,
-           x.commit_buckets, x.commit_seconds, x.pending, x.failing,
+           x.commit_buckets, x.commit_seconds, x.syncs, x.pending, x.failing,
            x.disk_full, x.pruned);
 }
 

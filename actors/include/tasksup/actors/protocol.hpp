@@ -110,7 +110,8 @@ using resumed_atom = caf::atom_constant<caf::atom("resumed")>;
 // journal_actor.hpp).
 /// `(jtask, id, bytes, at, replace)` -> the task's journal number.
 using jtask_atom = caf::atom_constant<caf::atom("jtask")>;
-/// `(jinput, number, n, bytes)` -> true once durable.
+/// `(jinput, number, n, bytes, durable)` -> true once committed (and, if
+/// `durable`, synced to disk).
 using jinput_atom = caf::atom_constant<caf::atom("jinput")>;
 /// `(jevent, number, n, kind, json)`.
 using jevent_atom = caf::atom_constant<caf::atom("jevent")>;

@@ -3,8 +3,10 @@
 // The node's journal on disk: one SQLite database in WAL mode in the node's
 // state directory. It stores bytes and numbers only; what the bytes mean
 // (task specs, task machine inputs, events, results) is the actors' codec.
-// Writes go into an open transaction that `commit` makes durable at once, so
-// a carrier commits many records with one sync (group commit).
+// Writes go into an open transaction that `commit` hands to the operating
+// system (safe against a crash of the node) and `sync` puts on disk (safe
+// against a crash of the machine), so a carrier commits many records at once
+// and syncs only when someone is about to be told (group commit).
 
 #include "tasksup/supervisor/expected.hpp"
 
@@ -18,12 +20,12 @@
 
 namespace tasksup::journal {
 
-/// How hard a commit waits for the disk.
+/// What `journal_store::sync` does.
 enum class sync_mode : std::uint8_t {
-  /// Every commit is on disk before it returns (survives power loss).
+  /// `sync` puts every commit so far on disk (they survive power loss).
   full,
-  /// Every commit is in the operating system before it returns (survives a
-  /// crash of the node, not of the machine); syncs at checkpoints only.
+  /// `sync` does nothing: commits survive a crash of the node, not of the
+  /// machine; the disk is synced at checkpoints only.
   normal,
 };
 
@@ -91,6 +93,8 @@ struct store_stats {
   std::int64_t bytes = 0;
   /// Commits since open.
   std::int64_t commits = 0;
+  /// Syncs to disk since open (`sync` calls that had commits to sync).
+  std::int64_t syncs = 0;
 };
 
 /// The journal's database. Single-threaded: one owner (the journal actor)
@@ -141,10 +145,18 @@ public:
   expected<std::int64_t> prune(double now, double max_age_s,
                                std::int64_t max_count);
 
-  /// Makes every write since the last commit durable (per the sync mode).
-  /// On failure the writes are rolled back and the error says why (a full
-  /// disk names itself).
+  /// Makes every write since the last commit one transaction, handed to the
+  /// operating system: it survives a crash of the node at once, and one of
+  /// the machine once synced. On failure the writes are rolled back and the
+  /// error says why (a full disk names itself).
   expected<bool> commit();
+
+  /// With sync mode full, puts every commit so far on disk (one sync of the
+  /// write-ahead log, none when nothing was committed since the last); with
+  /// normal, does nothing. Returns whether it synced. On failure the
+  /// commits stay as they are (in the operating system's hands) and the
+  /// error says why; syncing again later may succeed.
+  expected<bool> sync();
 
   /// Drops every write since the last commit.
   void rollback();
