@@ -114,11 +114,19 @@ using write_op = std::variant<task_op, input_op, event_op, end_op, state_op>;
 // Written writes are counted by their index here.
 static_assert(std::variant_size_v<write_op> == journal_write_kinds.size());
 
+/// The journal to its syncer: put the log on disk.
+using jsync_atom = caf::atom_constant<caf::atom("jsync")>;
+
 struct journal_state {
   std::shared_ptr<journal::journal_store> store;
   journal_retention retention;
   std::vector<write_op> batch;
-  /// Committed writes whose requests are answered once synced to disk.
+  /// Syncs the log on a thread of its own (sync mode full), so commits go
+  /// on meanwhile; absent with normal.
+  caf::actor syncer;
+  /// Committed writes whose requests are answered once synced to disk:
+  /// those the sync under way covers, and those committed since.
+  std::vector<write_op> syncing;
   std::vector<write_op> to_sync;
   bool flush_pending = false;
   /// Set while commits (or syncs) fail (e.g. a full disk): why.
@@ -141,7 +149,7 @@ void schedule_flush(journal_actor_t* self) {
 /// Tries again in a second (commits or syncs fail meanwhile).
 void retry_flush(journal_actor_t* self) {
   auto& st = self->state;
-  if (st.flush_pending || (st.batch.empty() && st.to_sync.empty()))
+  if (st.flush_pending || st.batch.empty())
     return;
   st.flush_pending = true;
   self->delayed_send(self, std::chrono::seconds(1), jflush_atom::value);
@@ -221,35 +229,67 @@ void answer(write_op& op) {
     in->rp.deliver(true);
 }
 
-/// Syncs what was committed and answers the requests that waited for it; a
-/// failed sync is retried every second (the commits stay, nothing is
-/// written twice).
-void sync_and_answer(journal_actor_t* self) {
+/// Answers `ops`, whose writes are on disk.
+void answer_synced(journal_actor_t* self, std::vector<write_op>& ops) {
+  for (auto& op : ops)
+    answer(op);
+  ops.clear();
+  if (self->state.batch.empty())
+    self->state.failing.reset();
+}
+
+/// Starts a sync of what was committed unless one is under way (then the
+/// next starts when it ends: one sync covers every commit made before it).
+/// A failed sync is tried again a second later; the commits stay, nothing
+/// is written twice.
+void start_sync(journal_actor_t* self) {
   auto& st = self->state;
-  if (st.to_sync.empty())
+  if (st.to_sync.empty() || !st.syncing.empty())
     return;
-  auto synced = st.store->sync();
-  if (!synced) {
-    note_failure(self, synced.error());
-    retry_flush(self);
+  if (!st.syncer) {
+    answer_synced(self, st.to_sync);
     return;
   }
-  if (*synced)
-    ++st.figures.syncs;
-  if (st.batch.empty())
-    st.failing.reset();
-  for (auto& op : st.to_sync)
-    answer(op);
+  st.syncing = std::move(st.to_sync);
   st.to_sync.clear();
+  self->request(st.syncer, caf::infinite, jsync_atom::value)
+    .then(
+      [self](bool) {
+        auto& st = self->state;
+        ++st.figures.syncs;
+        answer_synced(self, st.syncing);
+        start_sync(self);
+      },
+      [self](caf::error& err) {
+        auto& st = self->state;
+        note_failure(self, tasksup::error{st.store->path(), "",
+                                          self->system().render(err)});
+        // First in line again, before what was committed since.
+        std::move(st.to_sync.begin(), st.to_sync.end(),
+                  std::back_inserter(st.syncing));
+        st.to_sync = std::move(st.syncing);
+        st.syncing.clear();
+        self->delayed_send(self, std::chrono::seconds(1), jsync_atom::value);
+      });
+}
+
+/// Syncs on this thread and answers everything waiting for a sync (the node
+/// shuts down: nothing is left waiting).
+void sync_now(journal_actor_t* self) {
+  auto& st = self->state;
+  if (st.syncing.empty() && st.to_sync.empty())
+    return;
+  if (!st.store->sync())
+    return;
+  answer_synced(self, st.syncing);
+  answer_synced(self, st.to_sync);
 }
 
 void flush(journal_actor_t* self) {
   auto& st = self->state;
   st.flush_pending = false;
-  if (st.batch.empty()) {
-    sync_and_answer(self);
+  if (st.batch.empty())
     return;
-  }
   auto batch = std::move(st.batch);
   st.batch.clear();
   std::vector<std::optional<tasksup::error>> refused(batch.size());
@@ -291,8 +331,8 @@ void flush(journal_actor_t* self) {
       else
         answer(op);
     }
-    sync_and_answer(self);
     count_commit(st.figures, std::chrono::steady_clock::now() - started);
+    start_sync(self);
     return;
   }
   st.store->rollback();
@@ -347,7 +387,7 @@ std::vector<event> history(journal_actor_t* self, std::int64_t seq,
 void prune(journal_actor_t* self) {
   auto& st = self->state;
   auto& r = st.retention;
-  if (st.batch.empty() && st.to_sync.empty() && !st.failing) {
+  if (st.batch.empty() && !st.failing) {
     auto n = st.store->prune(wall_now(), r.max_age_s, r.max_count);
     if (n && st.store->commit())
       st.figures.pruned += static_cast<std::uint64_t>(*n);
@@ -367,9 +407,26 @@ caf::behavior journal_actor(journal_actor_t* self,
   auto& st = self->state;
   st.store = std::move(store);
   st.retention = retention;
-  // Whatever arrived before the node shuts the journal down is committed.
+  if (st.store->mode() == journal::sync_mode::full)
+    st.syncer = self->spawn<caf::detached + caf::linked>(
+      [](caf::event_based_actor*,
+         std::shared_ptr<journal::wal_syncer> log) -> caf::behavior {
+        return {
+          [log](jsync_atom) -> caf::result<bool> {
+            auto ok = log->sync();
+            if (!ok)
+              return make_error(protocol_error::journal_failed,
+                                ok.error().to_string());
+            return true;
+          },
+        };
+      },
+      std::make_shared<journal::wal_syncer>(st.store->path()));
+  // Whatever arrived before the node shuts the journal down is committed
+  // and synced.
   self->set_exit_handler([self](const caf::exit_msg& msg) {
     flush(self);
+    sync_now(self);
     self->quit(msg.reason);
   });
   prune(self);
@@ -415,6 +472,8 @@ caf::behavior journal_actor(journal_actor_t* self,
       return history(self, seq, task_id);
     },
     [=](jflush_atom) { flush(self); },
+    // A failed sync, tried again.
+    [=](jsync_atom) { start_sync(self); },
     [=](jstats_atom) {
       auto& st = self->state;
       auto f = st.figures;

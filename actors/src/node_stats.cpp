@@ -711,8 +711,8 @@ void node_stats::append_journal(std::string& out, const journal_figures& j) {
   line(out, "tasksup_journal_commit_failures_total", {},
        static_cast<double>(j.commit_failures));
   family(out, "tasksup_journal_commit_duration_seconds", "histogram",
-         "How long a group commit took (its writes; the sync, when one "
-         "follows, included).");
+         "How long a group commit took (its writes into the log; syncs to "
+         "disk run beside the next commits).");
   std::uint64_t cumulative = 0;
   for (std::size_t i = 0; i < journal_commit_buckets.size(); ++i) {
     cumulative += i < j.commit_buckets.size() ? j.commit_buckets[i] : 0;

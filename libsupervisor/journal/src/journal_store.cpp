@@ -388,6 +388,10 @@ const std::string& journal_store::path() const noexcept {
   return impl_->path;
 }
 
+sync_mode journal_store::mode() const noexcept {
+  return impl_->mode;
+}
+
 expected<std::unique_ptr<journal_store>>
 journal_store::open(const store_options& opts) {
   namespace fs = std::filesystem;
@@ -694,6 +698,42 @@ expected<store_stats> journal_store::stats() {
       out.bytes += static_cast<std::int64_t>(n);
   }
   return out;
+}
+
+wal_syncer::wal_syncer(std::string db_path)
+  : wal_(db_path + "-wal"),
+    dir_(std::filesystem::path{db_path}.parent_path().string()) {}
+
+wal_syncer::~wal_syncer() {
+  if (fd_ >= 0)
+    ::close(fd_);
+}
+
+expected<bool> wal_syncer::sync() {
+  auto fail = [&](const std::string& path, const char* doing) {
+    return tasksup::error{path, "",
+                          std::string{doing} + ": " + std::strerror(errno)};
+  };
+  if (fd_ < 0) {
+    int fd = ::open(wal_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+      return fail(wal_, "cannot open the journal's log to sync it");
+    // The log's name must reach the disk too, once.
+    int dir = ::open(dir_.empty() ? "." : dir_.c_str(),
+                     O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0 || ::fsync(dir) != 0) {
+      auto err = fail(dir_, "cannot sync the state directory");
+      if (dir >= 0)
+        ::close(dir);
+      ::close(fd);
+      return err;
+    }
+    ::close(dir);
+    fd_ = fd;
+  }
+  if (::fdatasync(fd_) != 0)
+    return fail(wal_, "syncing the journal to disk");
+  return true;
 }
 
 } // namespace tasksup::journal

@@ -116,6 +116,9 @@ public:
   /// The database file's path.
   const std::string& path() const noexcept;
 
+  /// What `sync` does.
+  sync_mode mode() const noexcept;
+
   // -- writes (into the open transaction; `commit` makes them durable) -----
 
   /// Adds a task; refuses an id that exists. Returns its sequence number.
@@ -193,6 +196,30 @@ private:
   struct impl;
   explicit journal_store(std::unique_ptr<impl> p);
   std::unique_ptr<impl> impl_;
+};
+
+/// Syncs a journal's write-ahead log from a thread other than its store's,
+/// so commits go on while the disk catches up: one `sync` puts every commit
+/// the store made before the call on disk. It opens the log file itself
+/// (SQLite's objects belong to the store's thread); the log keeps its file
+/// while the store is open. One thread uses it at a time.
+class wal_syncer {
+public:
+  /// For the journal whose database file is `db_path` (`store.path()`).
+  explicit wal_syncer(std::string db_path);
+  ~wal_syncer();
+
+  wal_syncer(const wal_syncer&) = delete;
+  wal_syncer& operator=(const wal_syncer&) = delete;
+
+  /// Puts the log on disk (and, the first time, the directory entry that
+  /// names it). The error names the file.
+  expected<bool> sync();
+
+private:
+  std::string wal_;
+  std::string dir_;
+  int fd_ = -1;
 };
 
 } // namespace tasksup::journal
