@@ -1080,11 +1080,11 @@ reach reach_of(const machine_effect& e) {
 /// that stay inside the node (a slot request, a classification, a timer,
 /// an event) are carried out at once: the journal keeps the inputs in the
 /// order this actor sends them and commits them in that order, so a later
-/// recorded input implies every earlier one. Effects that reach outside and
-/// the pid or container id of a started attempt (what a restarted node
-/// keeps when it reaps what nobody adopted) wait until `in` is committed;
-/// a control request's reply and what tells someone outside wait until it
-/// is on disk. The supervisor handles nothing else meanwhile.
+/// recorded input implies every earlier one (a started attempt's pid or
+/// container id, too, is committed before its end is). Effects that reach
+/// outside wait until `in` is committed; a control request's reply and what
+/// tells someone outside wait until it is on disk. The supervisor handles
+/// nothing else meanwhile.
 /// Returns whether `in` took effect; `then` runs after its effects.
 bool drive(supervisor_actor* self, machine_input in, after_input then) {
   auto& st = self->state;
@@ -1103,8 +1103,7 @@ bool drive(supervisor_actor* self, machine_input in, after_input then) {
   auto furthest = reach::node;
   for (auto& e : fx)
     furthest = std::max(furthest, reach_of(e));
-  auto hold = then || std::holds_alternative<input::attempt_started>(in) ||
-              furthest >= reach::outside;
+  auto hold = then || furthest >= reach::outside;
   if (!hold) {
     // A failed write is retried by the journal; nothing waits for it.
     self
