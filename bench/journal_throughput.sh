@@ -23,9 +23,12 @@ run() {
   while $T status --json --node 127.0.0.1:$port | grep -q '"running"\|"queued"\|"backoff"'; do sleep 0.1; done
   local t1=$(date +%s.%N)
   local commits=""
+  # The node's CPU time (user + system, every thread), in seconds.
+  local ticks=$(awk '{print $14 + $15}' /proc/$node/stat)
+  local cpu=$(echo "scale=2; $ticks / $(getconf CLK_TCK)" | bc)
   kill $node; wait $node 2>/dev/null
   [ "$mode" != off ] && commits=" journal $(stat -c %s $d/state/journal.db) bytes"
-  echo "$mode: $N tasks in $(echo "$t1 - $t0" | bc) s = $(echo "$N / ($t1 - $t0)" | bc) tasks/s$commits"
+  echo "$mode: $N tasks in $(echo "$t1 - $t0" | bc) s = $(echo "$N / ($t1 - $t0)" | bc) tasks/s, node cpu $cpu s$commits"
   rm -rf $d /dev/shm/jb-$$-$mode
 }
 for r in ${ROUNDS:-1 2}; do for m in ${MODES:-on normal off}; do run $m; done; done

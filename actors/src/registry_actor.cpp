@@ -259,13 +259,25 @@ permit_reply grant(registry_actor_t* self, const permit_request& req,
   return placed_permit(self, req);
 }
 
+/// Whether any slot is free: on this node or on a worker node.
+bool any_slot_free(registry_actor_t* self) {
+  auto& st = self->state;
+  return local_slots(self) < slot_limit(self) ||
+         std::any_of(st.nodes.begin(), st.nodes.end(), [](auto& x) {
+           return x.second.running < x.second.offer.max_concurrent;
+         });
+}
+
 /// Serves the queue in order; a task that fits nowhere now keeps its place
-/// and does not hold up the tasks behind it that fit elsewhere.
+/// and does not hold up the tasks behind it that fit elsewhere. Stops once
+/// every slot is taken (a slot given back serves one task, not a walk of
+/// the whole queue).
 void grant_slots(registry_actor_t* self) {
   auto& st = self->state;
   if (!st.resuming.empty())
     return;
-  for (auto i = st.slot_queue.begin(); i != st.slot_queue.end();) {
+  for (auto i = st.slot_queue.begin();
+       i != st.slot_queue.end() && any_slot_free(self);) {
     auto node = place(self, i->first);
     if (!node) {
       ++i;
