@@ -116,6 +116,12 @@ static_assert(std::variant_size_v<write_op> == journal_write_kinds.size());
 
 /// The journal to its syncer: put the log on disk.
 using jsync_atom = caf::atom_constant<caf::atom("jsync")>;
+/// The journal to itself: commit the writes nobody waits for.
+using jlater_atom = caf::atom_constant<caf::atom("jlater")>;
+
+/// How long a write nobody waits for may wait for a commit: the writes of
+/// that time share one (a write someone waits for commits them at once).
+constexpr std::chrono::milliseconds later_within{20};
 
 struct journal_state {
   std::shared_ptr<journal::journal_store> store;
@@ -129,6 +135,7 @@ struct journal_state {
   std::vector<write_op> syncing;
   std::vector<write_op> to_sync;
   bool flush_pending = false;
+  bool later_pending = false;
   /// Set while commits (or syncs) fail (e.g. a full disk): why.
   std::optional<std::string> failing;
   /// Counters for /metrics (the gauges are read when asked).
@@ -144,6 +151,15 @@ void schedule_flush(journal_actor_t* self) {
     return;
   self->state.flush_pending = true;
   self->send(self, jflush_atom::value);
+}
+
+/// Commits within `later_within`, unless a commit comes sooner.
+void flush_later(journal_actor_t* self) {
+  auto& st = self->state;
+  if (st.flush_pending || st.later_pending)
+    return;
+  st.later_pending = true;
+  self->delayed_send(self, later_within, jlater_atom::value);
 }
 
 /// Tries again in a second (commits or syncs fail meanwhile).
@@ -225,7 +241,7 @@ bool answered_when_synced(const write_op& op) {
 void answer(write_op& op) {
   if (auto* t = std::get_if<task_op>(&op))
     t->rp.deliver(t->seq);
-  else if (auto* in = std::get_if<input_op>(&op))
+  else if (auto* in = std::get_if<input_op>(&op); in && in->rp.pending())
     in->rp.deliver(true);
 }
 
@@ -452,19 +468,24 @@ caf::behavior journal_actor(journal_actor_t* self,
       schedule_flush(self);
       return rp;
     },
+    [=](jrecord_atom, std::int64_t seq, std::int64_t n, std::string& bytes) {
+      self->state.batch.emplace_back(
+        input_op{seq, n, std::move(bytes), false, caf::response_promise{}});
+      flush_later(self);
+    },
     [=](jevent_atom, std::int64_t seq, std::int64_t n, int kind,
         std::string& json) {
       self->state.batch.emplace_back(event_op{seq, n, kind, std::move(json)});
-      schedule_flush(self);
+      flush_later(self);
     },
     [=](jend_atom, std::int64_t seq, double at, std::string& bytes) {
       self->state.batch.emplace_back(end_op{seq, at, std::move(bytes)});
-      schedule_flush(self);
+      flush_later(self);
     },
     [=](jstate_atom, std::string& key, std::string& bytes) {
       self->state.batch.emplace_back(
         state_op{std::move(key), std::move(bytes)});
-      schedule_flush(self);
+      flush_later(self);
     },
     [=](jhistory_atom, std::int64_t seq, const std::string& task_id) {
       // Whatever is queued for this task first.
@@ -472,6 +493,10 @@ caf::behavior journal_actor(journal_actor_t* self,
       return history(self, seq, task_id);
     },
     [=](jflush_atom) { flush(self); },
+    [=](jlater_atom) {
+      self->state.later_pending = false;
+      flush(self);
+    },
     // A failed sync, tried again.
     [=](jsync_atom) { start_sync(self); },
     [=](jstats_atom) {

@@ -1106,11 +1106,8 @@ bool drive(supervisor_actor* self, machine_input in, after_input then) {
   auto hold = then || furthest >= reach::outside;
   if (!hold) {
     // A failed write is retried by the journal; nothing waits for it.
-    self
-      ->request(st.journal, caf::infinite, jinput_atom::value, st.journal_seq,
-                ++st.journal_n, encode(journaled_input{now, std::move(in)}),
-                false)
-      .then([](bool) {}, [](caf::error&) {});
+    self->send(st.journal, jrecord_atom::value, st.journal_seq, ++st.journal_n,
+               encode(journaled_input{now, std::move(in)}));
     carry(self, fx);
     fx.clear();
     st.fx = std::move(fx);

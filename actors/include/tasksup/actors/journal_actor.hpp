@@ -5,7 +5,10 @@
 // together (group commit). A request is answered once what it wrote is
 // committed (safe against a crash of the node); a submission, and an input
 // marked durable, once it is also synced to disk (safe against a crash of
-// the machine; one sync for everything committed so far). A commit that fails
+// the machine; one sync, on a thread of its own, for everything committed
+// so far). Writes nobody waits for (events, a task's end, node state,
+// inputs sent with jrecord) are committed with the next write someone
+// waits for, or within 20 ms. A commit that fails
 // for lack of space is retried every second; the writes of accepted tasks are
 // kept meanwhile (their supervisors wait), new submissions are refused with the
 // reason.

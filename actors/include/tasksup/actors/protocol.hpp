@@ -113,6 +113,10 @@ using jtask_atom = caf::atom_constant<caf::atom("jtask")>;
 /// `(jinput, number, n, bytes, durable)` -> true once committed (and, if
 /// `durable`, synced to disk).
 using jinput_atom = caf::atom_constant<caf::atom("jinput")>;
+/// `(jrecord, number, n, bytes)`: an input nobody waits for, committed
+/// with the next write someone waits for, or soon after (the same for
+/// jevent, jend and jstate).
+using jrecord_atom = caf::atom_constant<caf::atom("jrecord")>;
 /// `(jevent, number, n, kind, json)`.
 using jevent_atom = caf::atom_constant<caf::atom("jevent")>;
 /// `(jend, number, at, bytes)`.
