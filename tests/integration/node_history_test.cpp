@@ -97,6 +97,17 @@ std::string script(const scratch& dir, const std::string& name,
   return path;
 }
 
+/// An agent that prints "run <n>" on its n-th run, then runs `tail` (with
+/// `$n` set), e.g. to fail its first run.
+std::string counting_agent(const scratch& dir, const std::string& tail = "") {
+  auto count = dir / "count";
+  return script(dir, "count.sh",
+                "n=$(cat '" + count +
+                  "' 2>/dev/null || echo 0); n=$((n + 1))\n"
+                  "echo $n > '" +
+                  count + "'\necho \"run $n\"\n" + tail);
+}
+
 /// A task running `agent` once (no retries unless `supervisor` says so).
 std::string
 task_file(const scratch& dir, const std::string& id, const std::string& agent,
@@ -280,13 +291,7 @@ TEST_CASE("submit --replace runs a finished task again and keeps the old "
           "[journal]") {
   scratch dir;
   write_config(dir);
-  // Each run prints its number.
-  auto agent = script(dir, "count.sh",
-                      "n=$(cat '" + dir / "count" +
-                        "' 2>/dev/null || echo 0); n=$((n + 1))\n"
-                        "echo $n > '" +
-                        dir / "count" + "'\necho \"run $n\"\n");
-  auto task = task_file(dir, "rp", agent);
+  auto task = task_file(dir, "rp", counting_agent(dir));
   node n{dir};
   REQUIRE(n.cmd({"submit", task}).status == 0);
   REQUIRE(n.wait_done("rp"));
@@ -320,14 +325,8 @@ TEST_CASE("serve: an attempt directory the journal has no record of (left "
           "[journal]") {
   scratch dir;
   write_config(dir);
-  // Each run prints its number; the first fails.
-  auto agent = script(dir, "count.sh",
-                      "n=$(cat '" + dir / "count" +
-                        "' 2>/dev/null || echo 0); n=$((n + 1))\n"
-                        "echo $n > '" +
-                        dir / "count" + "'\necho \"run $n\"\n[ $n -gt 1 ]\n");
   auto task =
-    task_file(dir, "ua", agent,
+    task_file(dir, "ua", counting_agent(dir, "[ $n -gt 1 ]\n"),
               R"("max_retries_per_agent": 1, "backoff_base_seconds": 3600)");
   auto first = std::make_unique<node>(dir, "serve-1");
   REQUIRE(first->cmd({"submit", task}).status == 0);
