@@ -75,6 +75,14 @@ std::string fresh_work_dir(std::string_view kind) {
     .string();
 }
 
+std::string absolute_dir(const std::string& dir) {
+  if (dir.empty())
+    return dir;
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(dir, ec);
+  return ec ? dir : abs.lexically_normal().string();
+}
+
 std::string default_state_dir() {
   if (auto* dir = std::getenv("TASKSUP_STATE_DIR"); dir && *dir != '\0')
     return dir;

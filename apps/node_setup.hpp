@@ -42,6 +42,11 @@ make_named_runtime(std::string_view name, const node_config& node,
 /// `$TMPDIR/tasksup/<kind>-<local time>-<pid>` (not created here).
 std::string fresh_work_dir(std::string_view kind);
 
+/// `dir` made absolute against the current directory (empty stays empty):
+/// attempt and state directories are mounted into containers and handed to
+/// shims, which do not share the command's working directory.
+std::string absolute_dir(const std::string& dir);
+
 /// The node's default state directory: $TASKSUP_STATE_DIR, else
 /// $XDG_STATE_HOME/tasksup, else /var/lib/tasksup for root, else
 /// ~/.local/state/tasksup. Client commands find a node's default

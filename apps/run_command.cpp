@@ -134,7 +134,7 @@ int run_task(const run_options& opts) {
   reg.runtimes["*"] = *runtime;
   reg.seed = fresh_seed();
   auto attempt_root =
-    opts.work_dir.empty() ? fresh_work_dir("run") : opts.work_dir;
+    opts.work_dir.empty() ? fresh_work_dir("run") : absolute_dir(opts.work_dir);
   reg.attempt_root = attempt_root;
   auto registry = spawn_registry(sys, std::move(reg));
   auto shutdown = [&] {

@@ -191,7 +191,7 @@ int serve(const serve_options& opts) {
   // (an empty start would lose every task in it).
   std::unique_ptr<journal::journal_store> store;
   auto state_dir =
-    opts.state_dir.empty() ? default_state_dir() : opts.state_dir;
+    absolute_dir(opts.state_dir.empty() ? default_state_dir() : opts.state_dir);
   if (!opts.no_journal) {
     journal::store_options jopts;
     jopts.dir = state_dir;
@@ -232,7 +232,7 @@ int serve(const serve_options& opts) {
   reg.seed = fresh_seed();
   // With a journal the attempts live beside it, so a restarted node finds
   // the directories of the attempts it resumes.
-  reg.attempt_root = !opts.work_dir.empty() ? opts.work_dir
+  reg.attempt_root = !opts.work_dir.empty() ? absolute_dir(opts.work_dir)
                      : store                ? state_dir + "/attempts"
                                             : fresh_work_dir("node");
   auto attempt_root = reg.attempt_root;

@@ -92,9 +92,9 @@ int run_worker_node(const worker_node_options& opts) {
   if (auto ok = check_offer(offer); !ok)
     return bad(ok.error().what);
   auto state_dir =
-    opts.state_dir.empty() ? default_state_dir() : opts.state_dir;
-  agent_opts.attempt_root =
-    opts.work_dir.empty() ? state_dir + "/attempts" : opts.work_dir;
+    absolute_dir(opts.state_dir.empty() ? default_state_dir() : opts.state_dir);
+  agent_opts.attempt_root = opts.work_dir.empty() ? state_dir + "/attempts"
+                                                  : absolute_dir(opts.work_dir);
   std::error_code ec;
   std::filesystem::create_directories(agent_opts.attempt_root, ec);
   if (ec)

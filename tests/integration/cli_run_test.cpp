@@ -14,6 +14,7 @@
 #include <vector>
 
 using namespace tasksup::test;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -292,8 +293,8 @@ std::string docker_problem() {
 
 } // namespace
 
-TEST_CASE("run --runtime docker: attempts run in containers and the task's "
-          "exit code is the program's",
+TEST_CASE("run --runtime docker: attempts run in containers (a relative "
+          "work directory too) and the task's exit code is the program's",
           "[docker]") {
   auto problem = docker_problem();
   const char* ci = std::getenv("CI");
@@ -312,9 +313,12 @@ TEST_CASE("run --runtime docker: attempts run in containers and the task's "
       "cli_flags": "-c 'echo inside $TASKSUP_ATTEMPT; exit 3'"}]},
     "supervisor": {"max_retries_per_agent": 1, "backoff_base_seconds": 0.1}})");
   auto events = dir / "events.jsonl";
+  // A relative work directory is mounted by its absolute path.
+  auto work = fs::relative(dir / "work", fs::current_path()).string();
+  REQUIRE(work.front() != '/');
   auto r = run_to_end(dir,
                       {"run", "--runtime", "docker", "--config", config_dir(),
-                       "--events", events, "--work-dir", dir / "work", task},
+                       "--events", events, "--work-dir", work, task},
                       120s);
   INFO(r.out << r.err);
   REQUIRE(r.status == 3);
@@ -322,6 +326,8 @@ TEST_CASE("run --runtime docker: attempts run in containers and the task's "
   CHECK(of_kind(evs, "attempt_started").size() == 2);
   CHECK(r.out.find("inside 2") != std::string::npos);
   CHECK(text(of_kind(evs, "task_done").at(0), "outcome") == "failed");
+  CHECK(slurp(dir / "work/dock/attempt-2/output.log").find("inside 2") !=
+        std::string::npos);
 }
 
 namespace {
