@@ -190,8 +190,15 @@ int main(int argc, char** argv) {
   attempt_outcome limited = tail100;
   limited.tail[70] =
     "Error: 429 Too Many Requests (rate limit), retry after 20s";
+  // The baseline answers with a rule index: the one named rate_limit.
+  auto rate_limit_index =
+    static_cast<int>(std::find_if(rules.begin(), rules.end(),
+                                  [](const classifier_rule& r) {
+                                    return r.id == "rate_limit";
+                                  }) -
+                     rules.begin());
   if (cls.classify(limited, agent_cli).rule != "rate_limit" ||
-      naive_classify(naive, limited.tail) != 1)
+      naive_classify(naive, limited.tail) != rate_limit_index)
     die("rate-limit tail not classified as rate_limit");
   reference::classifier before{rules};
   std::size_t sink = 0;

@@ -4,6 +4,9 @@
 # (default 60) from its seed corpus; one input running over 30 s is a hang
 # and fails the run. New inputs go to a scratch directory, not
 # into the tree; a crash fails the run and leaves its input in build-fuzz/.
+# $TASKSUP_FUZZ_TARGETS picks targets (default: "classifier task protocol
+# journal"), run one after the other under nice, e.g. for a longer run:
+#   TASKSUP_FUZZ_TARGETS=task TASKSUP_FUZZ_SECONDS=600 scripts/fuzz.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TASKSUP_FUZZ_BUILD_DIR:-$root/build-fuzz}
@@ -14,7 +17,13 @@ generator=()
 CXX=${TASKSUP_FUZZ_CXX:-clang++-14} cmake -S "$root" -B "$build" \
   "${generator[@]}" -DTASKSUP_FUZZ=ON -DTASKSUP_BUILD_BENCH=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-targets=(classifier task protocol journal)
+read -r -a targets <<<"${TASKSUP_FUZZ_TARGETS:-classifier task protocol journal}"
+for t in "${targets[@]}"; do
+  [[ -d "$root/tests/fuzz/corpus/$t" ]] || {
+    echo "fuzz.sh: no fuzz target '$t'" >&2
+    exit 2
+  }
+done
 cmake --build "$build" -j "$(nproc)" --target \
   $(for t in "${targets[@]}"; do echo "tasksup_${t}_fuzz"; done)
 scratch=$(mktemp -d)
@@ -23,7 +32,7 @@ for t in "${targets[@]}"; do
   mkdir -p "$scratch/$t"
   echo "fuzzing $t for ${seconds}s" >&2
   (cd "$build" && UBSAN_OPTIONS=suppressions=$root/tests/sanitizers/ubsan.supp \
-    "$build/tests/fuzz/tasksup_${t}_fuzz" -max_total_time="$seconds" \
+    nice -n 10 "$build/tests/fuzz/tasksup_${t}_fuzz" -max_total_time="$seconds" \
     -max_len=65536 -rss_limit_mb=2048 -timeout=30 -print_final_stats=1 \
     "$scratch/$t" "$root/tests/fuzz/corpus/$t")
 done

@@ -23,10 +23,19 @@ constexpr std::string_view agent_cli_placeholder = "{agent_cli}";
 /// Stands in for the agent name when a templated pattern is validated.
 constexpr std::string_view sample_agent_cli = "agent";
 
-/// Memory budget of one compiled rule (program plus DFA cache). RE2 falls back
-/// to its linear NFA when the DFA cache fills, so this bounds memory, not
-/// correctness; an oversized pattern fails to compile and is reported.
-constexpr int64_t regex_max_mem = int64_t{8} << 20;
+/// Memory budget of one compiled regex: RE2 gives two thirds to the forward
+/// program and its lazily built DFA cache, one third to the reverse program
+/// (which finds where a match starts) and its cache. A DFA cache that fills
+/// is discarded and rebuilt, or RE2 falls back to its linear NFA: the result
+/// is the same, only slower, so this bounds memory, not correctness. The
+/// caches live as long as the classifier (a node's for its whole life) and
+/// output an agent prints decides what they hold, so the budget is the bound
+/// whatever arrives: 1 MiB per rule plus 1 MiB per templated rule per cached
+/// agent name (RE2's default, 8 MiB, allowed 2 GiB for the default rules
+/// and 256 names). It also bounds a program: a rule's patterns together may
+/// be up to ~87,000 literal characters (~17,000 `\w`); a larger rule is
+/// reported as too large.
+constexpr int64_t regex_max_mem = int64_t{1} << 20;
 
 /// Output is untrusted bytes: Latin-1 maps every byte to one character so
 /// invalid UTF-8 can never make a pattern fail to apply.
@@ -204,9 +213,17 @@ struct compiled_rule {
   std::vector<std::string> templated;
 };
 
-/// Most agent-specific engines kept at once. A node runs a handful of agents;
-/// beyond this many names the cache starts over rather than grow.
-constexpr std::size_t max_cached_agent_engines = 256;
+/// Most agent-specific engines kept at once (each ~0.3 MB of compiled
+/// prefilter for the default rules, plus its regexes' caches). A node runs a
+/// handful of agents; beyond this many names the cache starts over rather
+/// than grow.
+constexpr std::size_t max_cached_agent_engines = 32;
+
+/// Longest agent name whose engine is kept: a file name cannot be longer
+/// (NAME_MAX), so a longer one is not a command that ran. Its engine is
+/// built for the call and freed, so names of any length cannot fill the
+/// cache with large programs.
+constexpr std::size_t max_cached_agent_name_bytes = 255;
 
 struct classifier::impl {
   struct engine;
@@ -534,6 +551,8 @@ classifier::impl::engine_for(std::string_view agent_name) const {
       return i->second;
   }
   auto built = build_engine(agent_name);
+  if (agent_name.size() > max_cached_agent_name_bytes)
+    return built;
   std::lock_guard<std::mutex> guard{cache_mtx};
   if (per_agent.size() >= max_cached_agent_engines)
     per_agent.clear();

@@ -596,6 +596,99 @@ TEST_CASE("agent-specific patterns stay right for many agent names",
   CHECK(wrong == 0);
 }
 
+TEST_CASE("agent names longer than a file name classify right every time",
+          "[classifier]") {
+  // Such names are compiled for the call and not kept; each still matches
+  // only its own "no such file" line, also after kept names come and go.
+  auto cls = defaults();
+  int wrong = 0;
+  for (int i = 0; i < 80; ++i) {
+    auto agent = std::to_string(i) + std::string(300 + i % 3, 'a');
+    auto next = std::to_string(i + 1) + std::string(300 + i % 3, 'a');
+    if (cls.classify(failed(1, {"no such file: " + agent}), agent).cls !=
+          error_class::agent_failure ||
+        cls.classify(failed(1, {"no such file: " + next}), agent).cls !=
+          error_class::retryable ||
+        cls.classify(failed(1, {"no such file: codex"}), "codex").cls !=
+          error_class::agent_failure)
+      ++wrong;
+  }
+  CHECK(wrong == 0);
+}
+
+TEST_CASE("rules whose DFA outgrows the memory budget still classify right",
+          "[classifier]") {
+  // `a[ab]{16}c` has ~2^17 DFA states, so random a/b/c output fills any
+  // regex memory budget many times over; RE2 then discards its cache or
+  // falls back to its NFA. The class, the newest matching line and where
+  // the match is must stay what a plain scan of the line says.
+  classifier_rule rule;
+  rule.id = "blowup";
+  rule.cls = error_class::fatal;
+  rule.patterns = {"a[ab]{16}c"};
+  rule.window_lines = 0;
+  auto cls = make_classifier({rule});
+  // Start of the leftmost match in `line`, or npos.
+  auto oracle = [](const std::string& line) {
+    for (std::size_t i = 0; i + 17 < line.size(); ++i) {
+      bool ok = line[i] == 'a' && line[i + 17] == 'c';
+      for (std::size_t j = i + 1; ok && j <= i + 16; ++j)
+        ok = line[j] == 'a' || line[j] == 'b';
+      if (ok)
+        return i;
+    }
+    return std::string::npos;
+  };
+  std::mt19937_64 rng{20261123};
+  int matched = 0;
+  for (int round = 0; round < 60; ++round) {
+    std::vector<std::string> tail;
+    for (int k = 0; k < 20; ++k) {
+      std::string line;
+      // 'c's in one line of ten, so most lines do not match and are
+      // scanned to the end, and some tails have no match at all.
+      bool with_c = rng() % 10 == 0;
+      for (int b = 0; b < 3000; ++b)
+        line += with_c && rng() % 500 == 0 ? 'c' : "ab"[rng() % 2];
+      tail.push_back(std::move(line));
+    }
+    auto newest = tail.size();
+    for (auto k = tail.size(); k > 0 && newest == tail.size(); --k)
+      if (oracle(tail[k - 1]) != std::string::npos)
+        newest = k - 1;
+    auto c = cls.classify(failed(1, tail), "x");
+    if (newest == tail.size()) {
+      CHECK(c.rule == "default");
+      continue;
+    }
+    ++matched;
+    REQUIRE(c.rule == "blowup");
+    const auto& line = tail[newest];
+    // A 3000-byte line is shown as 1000 bytes around the match's start.
+    CHECK(c.line.find(line.substr(oracle(line), 18)) != std::string::npos);
+    CHECK(line.find(c.line.substr(3, 900)) != std::string::npos);
+  }
+  CHECK(matched > 10);
+  CHECK(matched < 60);
+}
+
+TEST_CASE("a rule of many kilobytes of patterns still compiles",
+          "[classifier]") {
+  // The memory budget bounds a rule's program too: tens of kilobytes of
+  // pattern text are fine, hundreds are refused (see "bad rules").
+  classifier_rule rule;
+  rule.id = "long";
+  rule.cls = error_class::fatal;
+  for (int i = 0; i < 2000; ++i)
+    rule.patterns.push_back("error code e" + std::to_string(100000 + i) +
+                            "\\b");
+  auto cls = make_classifier({rule});
+  CHECK(cls.classify(failed(1, {"fatal: error code E101999"}), "x").rule ==
+        "long");
+  CHECK(cls.classify(failed(1, {"fatal: error code E102000"}), "x").rule ==
+        "default");
+}
+
 TEST_CASE("rate-limit classifications carry the newest retry-after hint",
           "[classifier]") {
   auto c = classify(failed(1, {"retry after 99s", "429 Too Many Requests",
