@@ -178,8 +178,11 @@ int follow(node_session& s, event_console& console,
           last_heard = std::chrono::steady_clock::now();
           if (!served) {
             console.clear_countdown();
+            // Dropped: its notice is still on the way (this command
+            // was stopped, and the tick came before it).
             std::cerr << "tasksup events: the node at " << s.address
-                      << " no longer sends this command events\n";
+                      << ": dropped: did not keep up; the node sends this "
+                         "command no more events\n";
             rc = exit_status::unavailable;
             running = false;
           }
