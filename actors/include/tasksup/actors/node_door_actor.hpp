@@ -16,10 +16,11 @@
 
 namespace tasksup {
 
-/// Subscriber -> node door: `(ack, received)` -> bool: the sender has
-/// handled the first `received` events the door sent it since it
-/// subscribed. The answer is false when the sender is not (or no longer)
-/// subscribed. Sent without waiting for the answer in the normal course.
+/// Subscriber -> node door: `(ack, received)`: the sender has handled the
+/// first `received` events the door sent it since it subscribed. Sent as a
+/// request, it is answered with a bool, false when the sender is not (or
+/// no longer) subscribed, and doubles as a sign of life of the node; a
+/// plain send gets no answer.
 using ack_atom = caf::atom_constant<caf::atom("ack")>;
 
 /// Node door -> subscriber: `(dropped, reason)`: the door sends this
