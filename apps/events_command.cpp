@@ -5,7 +5,10 @@
 #include "event_console.hpp"
 #include "node_client.hpp"
 
+#include "safe_text.hpp"
+
 #include "tasksup/actors/events.hpp"
+#include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 
 #include <boost/json/object.hpp>
@@ -17,6 +20,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -139,15 +143,77 @@ int follow(node_session& s, event_console& console,
     }
     s.self->monitor(s.node);
   }
+  // Every event handled is acknowledged, in batches and at each tick: the
+  // node drops a subscriber that acknowledges nothing for a while when
+  // events wait for it (a stalled terminal or pipe). When the node has
+  // been quiet for a while, the acknowledgement goes as a request: its
+  // answer shows the node is alive and still serves us (commands do not
+  // use CAF's connection timeout; see disable_connection_timeout).
+  constexpr std::uint64_t ack_every = 64;
+  constexpr auto ack_period = std::chrono::milliseconds{250};
+  constexpr auto quiet_limit = std::chrono::seconds{5};
+  std::uint64_t received = 0;
+  std::uint64_t acked = 0;
+  auto last_heard = std::chrono::steady_clock::now();
+  auto last_ack = last_heard;
+  auto ack = [&] {
+    if (received > acked) {
+      s.self->send(s.node, ack_atom::value, received);
+      acked = received;
+      last_ack = std::chrono::steady_clock::now();
+    }
+  };
+  // After each event handled: a batch is full, or the last
+  // acknowledgement is a tick old (a slow steady stream).
+  auto maybe_ack = [&] {
+    if (received - acked >= ack_every || last_heard - last_ack >= ack_period)
+      ack();
+  };
   bool running = true;
+  auto probe = [&] {
+    s.self->request(s.node, node_request_timeout, ack_atom::value, received)
+      .receive(
+        [&](bool served) {
+          acked = received;
+          last_heard = std::chrono::steady_clock::now();
+          if (!served) {
+            console.clear_countdown();
+            // Dropped: its notice is still on the way (this command
+            // was stopped, and the tick came before it).
+            std::cerr << "tasksup events: the node at " << s.address
+                      << ": dropped: did not keep up; the node sends this "
+                         "command no more events\n";
+            rc = exit_status::unavailable;
+            running = false;
+          }
+        },
+        [&](caf::error& err) {
+          console.clear_countdown();
+          rc = report_request_error(s, err, exit_status::unavailable);
+          running = false;
+        });
+  };
   while (running) {
+    bool quiet = false;
     s.self->receive(
       [&](event_atom, const event& ev) {
-        if (!opts.task_id.empty() && ev.task_id != opts.task_id)
+        ++received;
+        last_heard = std::chrono::steady_clock::now();
+        if (!opts.task_id.empty() && ev.task_id != opts.task_id) {
+          maybe_ack();
           return;
+        }
         console.write(ev.json);
+        maybe_ack();
         if (!opts.task_id.empty() && ev.kind == event_kind::task_done)
           running = false;
+      },
+      [&](dropped_atom, const std::string& why) {
+        console.clear_countdown();
+        std::cerr << "tasksup events: the node at " << s.address << ": "
+                  << printable(why.substr(0, 512)) << '\n';
+        rc = exit_status::unavailable;
+        running = false;
       },
       [&](signal_atom, int) { running = false; },
       [&](caf::down_msg&) {
@@ -158,7 +224,14 @@ int follow(node_session& s, event_console& console,
         running = false;
       },
       [&](bool) {}, [&](caf::error&) {},
-      caf::after(std::chrono::milliseconds{250}) >> [&] { console.tick(); });
+      caf::after(ack_period) >>
+        [&] {
+          console.tick();
+          ack();
+          quiet = std::chrono::steady_clock::now() - last_heard >= quiet_limit;
+        });
+    if (running && quiet)
+      probe();
   }
   console.clear_countdown();
   if (rc == exit_status::ok)
@@ -188,6 +261,13 @@ node's journal: finished tasks and tasks from before a restart included;
 agent output lines only while the node that ran them is up, see `tasksup
 logs`); without TASK it prints the task_done event of every finished task
 and, except with --json, the state of the running ones.
+
+With --follow the command acknowledges the events it has shown, and the node
+sends events to it only while it keeps up: if its output is not read (a
+stalled pipe or terminal) for 10 s while events wait, or more than 65,536
+events (64 MiB) wait for it, the node drops the subscription; the command
+then prints the node's notice, "dropped: did not keep up", and exits 3, as
+it does when the connection is lost.
 
 Example:
   tasksup events --follow demo-flaky

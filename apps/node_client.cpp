@@ -6,11 +6,10 @@
 #include "signal_watch.hpp"
 
 #include "tasksup/actors/protocol.hpp"
+#include "tasksup/actors/remote_connect.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
-#include <caf/duration.hpp>
-#include <caf/function_view.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/io/middleman_actor.hpp>
 #include <caf/openssl/manager.hpp>
@@ -70,23 +69,11 @@ caf::expected<caf::actor> connect_to_node(caf::actor_system& sys,
       return caf::make_error(caf::sec::runtime_error, err->to_string());
     connector = sys.openssl_manager().actor_handle();
   }
-  // What remote_actor does, with a deadline: a node that accepts the
-  // connection and never answers (stopped, overloaded) must not hang the
-  // command, and commands do not rely on CAF's connection timeout (see
-  // disable_connection_timeout).
-  auto connect =
-    caf::make_function_view(connector, caf::duration{node_connect_timeout});
-  auto res = connect(caf::connect_atom::value, addr.host, addr.port);
-  if (!res)
-    return std::move(res.error());
-  auto& ptr = std::get<1>(*res);
-  if (!ptr)
-    return caf::make_error(caf::sec::no_actor_published_at_port);
-  return caf::actor_cast<caf::actor>(std::move(ptr));
-}
-
-void disable_connection_timeout(caf::actor_system_config& cfg) {
-  cfg.set("middleman.connection-timeout", caf::timespan{0});
+  // A node that accepts the connection and never answers (stopped,
+  // overloaded) must not hang the command, and commands do not rely on
+  // CAF's connection timeout (see disable_connection_timeout).
+  return connect_within(connector, addr.host, addr.port,
+                        caf::timespan{node_connect_timeout});
 }
 
 void add_node_option(CLI::App* cmd, std::string& node) {

@@ -3,6 +3,8 @@
 #include "node_address.hpp"
 #include "tls_credentials.hpp"
 
+#include "tasksup/actors/remote_connect.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <caf/actor.hpp>
@@ -55,20 +57,12 @@ std::optional<error> configure_node_client(caf::actor_system_config& cfg,
 /// `sys` must have been configured by `configure_node_client` with the same
 /// credentials. A node that refuses the certificate, or whose certificate
 /// is not signed by our CA, ends the connection: that is an error here.
+/// Connecting takes at most `node_connect_timeout` (`connect_within`);
+/// `sys` should not use CAF's connection timeout (see
+/// `disable_connection_timeout`).
 caf::expected<caf::actor> connect_to_node(caf::actor_system& sys,
                                           const node_address& addr,
                                           const node_credentials& creds);
-
-/// Turns off CAF's connection timeout (heartbeats still go out, so the node
-/// keeps the connection). In CAF 0.17 a connection's "last heard from" time
-/// starts at zero when we connect and is set only by the node's first
-/// bytes: a heartbeat tick in between (one per second from the actor
-/// system's start) finds it older than any timeout and closes the
-/// connection, and the command fails with `connection_timeout` although the
-/// node is up and merely a little slow to answer. Commands bound every wait
-/// themselves instead: `connect_to_node` and each request have deadlines,
-/// and `events --follow` asks the node for a sign of life when it is quiet.
-void disable_connection_timeout(caf::actor_system_config& cfg);
 
 /// Adds `--node HOST:PORT` (default $TASKSUP_NODE, else 127.0.0.1:7420),
 /// `--certs DIR` and `--insecure` (how the command proves who it is; see

@@ -272,7 +272,8 @@ int serve(const serve_options& opts) {
   // handlers (slots, breaker reports, events) stay internal.
   // The statistics start before the door opens: they see every event.
   auto stats = spawn_stats(sys, registry, journal);
-  auto door = spawn_node_door(sys, registry, stats);
+  auto door = spawn_node_door(
+    sys, registry, stats, [](const std::string& x) { spdlog::warn("{}", x); });
   // The door is not published on a CAF port: the connection guard owns the
   // listening socket, checks each frame's announced size, times out stalled
   // frames and caps connections, and hands CAF's BASP broker one end of a

@@ -71,6 +71,20 @@ int run_worker_node(const worker_node_options& opts) {
       return bad("--label: " + label.error().to_string());
     offer.labels.insert(std::move(*label));
   }
+  // Before any thread starts (logging, the runtimes, the actor system):
+  // they inherit the blocked signals, so SIGTERM reaches the watch instead
+  // of ending the process by default on some other thread (exit 143).
+  // One that comes before there is an actor to tell is remembered.
+  std::mutex target_mutex;
+  caf::actor target;
+  bool early_signal = false;
+  signal_watch signals{{SIGINT, SIGTERM}, [&](int, int count) {
+                         std::lock_guard<std::mutex> guard{target_mutex};
+                         if (target)
+                           caf::anon_send(target, signal_atom::value, count);
+                         else
+                           early_signal = true;
+                       }};
   setup_logging(true);
   // Attempts die with this node's connection to its coordinator: nothing
   // here is adopted later (the coordinator retries lost attempts).
@@ -117,13 +131,6 @@ int run_worker_node(const worker_node_options& opts) {
       spdlog::warn("reaping what an earlier worker left: {}", line);
   }
 
-  std::mutex target_mutex;
-  caf::actor target;
-  signal_watch signals{{SIGINT, SIGTERM}, [&](int, int count) {
-                         std::lock_guard<std::mutex> guard{target_mutex};
-                         if (target)
-                           caf::anon_send(target, signal_atom::value, count);
-                       }};
   caf::actor_system_config sys_cfg;
   configure_actor_system(sys_cfg, true);
   sys_cfg.set("middleman.heartbeat-interval", caf::timespan{opts.heartbeat});
@@ -138,9 +145,11 @@ int run_worker_node(const worker_node_options& opts) {
                  "anyone on the way can read and forge its attempts");
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
+  bool stopping = false;
   {
     std::lock_guard<std::mutex> guard{target_mutex};
     target = caf::actor_cast<caf::actor>(self);
+    stopping = early_signal;
   }
   auto agent = spawn_node_agent(sys, agent_opts);
   spdlog::info("worker node {} (at most {} attempts, runtimes {}{}{}), "
@@ -149,7 +158,6 @@ int run_worker_node(const worker_node_options& opts) {
                offer.runtimes.size() > 1 ? "process, docker" : "process",
                offer.labels.empty() ? "" : ", labels ", to_string(offer.labels),
                agent_opts.attempt_root);
-  bool stopping = false;
   int status = exit_status::ok;
   auto wait = std::chrono::milliseconds{250};
   // Sleeps `d` unless a signal comes first.

@@ -431,3 +431,44 @@ TEST_CASE("cluster: stop and kill reach an attempt on a worker node",
   CHECK(c.clean_ends("gentle") == 0);
   CHECK(c.clean_ends("hard") == 0);
 }
+
+TEST_CASE("cluster: a worker node stopped with SIGTERM reports its attempt "
+          "lost and exits 0, as a coordinator does",
+          "[cluster]") {
+  cluster c;
+  auto& w = c.add_worker("w1", 1);
+  c.submit("job", "30 0.2");
+  REQUIRE(eventually([&] { return starts_of(c, "job").size() == 1; }, 10s));
+  w.signal(SIGTERM);
+  INFO(w.err());
+  CHECK(w.wait(30s) == 0);
+  CHECK(w.err().find("worker node w1 stopped") != std::string::npos);
+  // Its attempt was reported lost with it and runs again on the
+  // coordinator.
+  auto st = c.wait_done("job");
+  CHECK(st.at("result").at("outcome") == "succeeded");
+  CHECK(st.at("total_attempts") == 2);
+}
+
+TEST_CASE("cluster: a worker joins a coordinator that is stopped for 2 s as "
+          "it connects",
+          "[cluster]") {
+  // CAF 0.17 closes a new connection whose peer's first bytes have not
+  // arrived by the next heartbeat tick (its "last heard" time starts at
+  // zero). The worker's lease is CAF's connection timeout, so its first
+  // connection to a stopped coordinator fails that way; it tries again
+  // and joins once the coordinator answers.
+  cluster c;
+  c.coordinator().signal(SIGSTOP);
+  std::thread thaw{[&] {
+    std::this_thread::sleep_for(2s);
+    c.coordinator().signal(SIGCONT);
+  }};
+  c.add_worker("w1", 1);
+  thaw.join();
+  // It works as a worker.
+  c.submit("job", "0.1");
+  CHECK(c.wait_done("job").at("result").at("outcome") == "succeeded");
+  REQUIRE(starts_of(c, "job").size() == 1);
+  CHECK(starts_of(c, "job").front().node == "w1");
+}

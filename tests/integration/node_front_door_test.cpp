@@ -2,31 +2,37 @@
 // a valid client certificate that misbehave inside TLS (huge length
 // prefixes, stalled frames), raw sockets (thousands of idle connections,
 // random bytes) and a CAF client linked with the protocol (internal
-// messages, forged events, out-of-range enums). Throughout, the node serves
-// a real client and its resident memory stays under `rss_bound_kb`.
+// messages, forged events, out-of-range enums, event subscribers that stop
+// reading). Throughout, the node serves a real client and its resident
+// memory stays under `rss_bound_kb`.
 // Peers without a valid certificate: node_tls_test.cpp.
 
 #include "tasksup_child.hpp"
 #include "tls_peer.hpp"
 
+#include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 
 #include <catch2/catch.hpp>
 
+#include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/after.hpp>
 #include <caf/io/middleman.hpp>
-#include <caf/openssl/remote_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/timespan.hpp>
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -204,8 +210,7 @@ TEST_CASE("front door: a CAF client cannot reach internal handlers, forge "
   caf::actor_system_config cfg;
   configure_caf_client(cfg, client_files(node_certs(dir)));
   caf::actor_system sys{cfg};
-  auto door = caf::openssl::remote_actor(sys, "127.0.0.1",
-                                         static_cast<std::uint16_t>(n.port()));
+  auto door = caf_connect(sys, n.port());
   REQUIRE(door);
   caf::scoped_actor self{sys};
   auto refused = [&](auto... xs) {
@@ -293,4 +298,159 @@ TEST_CASE("front door: a command waits for a node that is slow to answer "
     INFO(status.err());
     CHECK(status.wait(30s) == 0);
   }
+}
+
+TEST_CASE("front door: event subscribers that stop reading are dropped, a "
+          "reader gets every event of a 10,000-event burst") {
+  scratch dir;
+  door_node n{dir};
+  // 10,000 output lines: 10,000 log events in one burst (the most one
+  // attempt sends by default).
+  auto chatty = dir.write("chatty.sh", "#!/bin/sh\nseq -f '%050g' 1 10000\n");
+  ::chmod(chatty.c_str(), 0755);
+  auto task = [&](const std::string& id, const std::string& agent) {
+    return dir.write(id + ".json", R"({"id": ")" + id + R"(", "prompt": "x",
+                         "agent_selection": {"agents": [{"agent_id": "a",
+                         "agent_cli": ")" +
+                                     agent + R"(", "cli_flags": ""}]}})");
+  };
+  auto follow = std::vector<std::string>{"events", "--follow", "--json",
+                                         "--node", n.address()};
+  // A reader; `events --follow` writing into a pipe the test stops reading;
+  // one that is stopped (SIGSTOP: it reads nothing from its socket, so
+  // what the node sends it stays in the node's buffers).
+  tasksup_child reader{dir, "reader", follow};
+  auto fifo = dir / "stuck.out";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  int pipe_in = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  REQUIRE(pipe_in >= 0);
+  tasksup_child stuck{dir, "stuck", follow};
+  tasksup_child frozen{dir, "frozen", follow};
+  std::string head;
+  auto read_some = [&] {
+    char buf[4096];
+    auto k = ::read(pipe_in, buf, sizeof buf);
+    if (k > 0)
+      head.append(buf, static_cast<std::size_t>(k));
+    return k;
+  };
+  // Their subscriptions are in place once a marker task's end reaches
+  // each (a marker that ended before one subscribed is not seen by it:
+  // the test submits another).
+  auto done_of = [](const std::string& id) {
+    return R"("event":"task_done","task_id":")" + id;
+  };
+  int markers = 0;
+  auto last_marker = std::chrono::steady_clock::now() - 1h;
+  REQUIRE(eventually(
+    [&] {
+      read_some();
+      if (head.find(done_of("marker")) != std::string::npos &&
+          reader.out().find(done_of("marker")) != std::string::npos &&
+          frozen.out().find(done_of("marker")) != std::string::npos)
+        return true;
+      if (std::chrono::steady_clock::now() - last_marker >= 1s) {
+        auto id = "marker-" + std::to_string(++markers);
+        REQUIRE(n.cmd({"submit", task(id, "/bin/true")}).status == 0);
+        last_marker = std::chrono::steady_clock::now();
+      }
+      return false;
+    },
+    60s));
+  frozen.signal(SIGSTOP);
+  // A CAF client that subscribes and never looks at its mailbox.
+  caf::actor_system_config cfg;
+  configure_caf_client(cfg, client_files(node_certs(dir)));
+  caf::actor_system sys{cfg};
+  auto door = caf_connect(sys, n.port());
+  REQUIRE(door);
+  caf::scoped_actor mute{sys};
+  bool subscribed = false;
+  mute
+    ->request(*door, 10s, subscribe_atom::value,
+              caf::actor_cast<caf::actor>(mute))
+    .receive([&](bool) { subscribed = true; }, [&](caf::error&) {});
+  REQUIRE(subscribed);
+  // The burst; from here on nobody reads the pipe.
+  REQUIRE(n.cmd({"submit", task("chatty", chatty)}).status == 0);
+  CHECK(eventually(
+    [&] {
+      return reader.out().find(done_of("chatty") + "\"") != std::string::npos;
+    },
+    120s));
+  // The three that stopped are dropped (10 s after their last
+  // acknowledgement), the node says which, and nobody else is.
+  auto drops = [&] {
+    auto log = n.process().err();
+    std::size_t k = 0;
+    for (auto at = log.find("dropped: did not keep up");
+         at != std::string::npos;
+         at = log.find("dropped: did not keep up", at + 1))
+      ++k;
+    return k;
+  };
+  CHECK(eventually([&] { return drops() >= 3; }, 60s));
+  CHECK(n.serves());
+  CHECK(n.rss_kb() < rss_bound_kb);
+  // The reader got every event of the burst, in order, and is served on.
+  reader.signal(SIGINT);
+  INFO(reader.err());
+  REQUIRE(reader.wait(30s) == 0);
+  auto events = json_lines(reader.out());
+  std::size_t logs = 0;
+  bool done = false;
+  for (auto& e : events) {
+    if (e.at("task_id").as_string() != "chatty")
+      continue;
+    auto kind = e.at("event").as_string();
+    if (kind == "log" && e.at("stream").as_string() == "stdout" && !done)
+      ++logs;
+    done = done || kind == "task_done";
+  }
+  CHECK(logs == 10000);
+  CHECK(done);
+  CHECK(drops() == 3);
+  // The mute client finds the events sent before the drop, then the
+  // notice; its connection still serves requests, but it gets no more
+  // events.
+  std::size_t mute_events = 0;
+  std::optional<std::string> reason;
+  for (bool more = true; more && !reason;)
+    mute->receive([&](event_atom, const event&) { ++mute_events; },
+                  [&](dropped_atom, const std::string& why) { reason = why; },
+                  caf::after(std::chrono::seconds{10}) >>
+                    [&] { more = false; });
+  REQUIRE(reason);
+  CHECK(reason->rfind("dropped: did not keep up", 0) == 0);
+  CHECK(mute_events < events.size());
+  bool still = true;
+  mute->request(*door, 10s, ack_atom::value, std::uint64_t{mute_events})
+    .receive([&](bool x) { still = x; }, [&](caf::error&) {});
+  CHECK_FALSE(still);
+  bool answered = false;
+  mute->request(*door, 10s, status_atom::value)
+    .receive([&](std::vector<task_status>&) { answered = true; },
+             [&](caf::error&) {});
+  CHECK(answered);
+  // The stuck command, once its output drains, shows what it had been
+  // sent, then the notice, and exits 3.
+  CHECK(eventually(
+    [&] {
+      while (read_some() > 0) {
+      }
+      return stuck.exited();
+    },
+    60s));
+  ::close(pipe_in);
+  INFO(stuck.err());
+  CHECK(stuck.wait(1s) == 3);
+  CHECK(stuck.err().find("dropped: did not keep up") != std::string::npos);
+  // The stopped one, resumed, ends with status 3 and says why: the
+  // notice, or (when the connection guard closed its connection, silent for
+  // 30 s, first) a lost connection or a node that does not answer.
+  frozen.signal(SIGCONT);
+  auto frozen_rc = frozen.wait(30s);
+  INFO("frozen: " << frozen.err());
+  CHECK(frozen_rc == 3);
+  CHECK(frozen.err().find("tasksup events: ") != std::string::npos);
 }

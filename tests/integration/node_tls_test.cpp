@@ -14,7 +14,6 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
-#include <caf/openssl/remote_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include <pwd.h>
@@ -122,8 +121,7 @@ bool caf_client_served(int port, const tls_files& files) {
   caf::actor_system_config cfg;
   configure_caf_client(cfg, files);
   caf::actor_system sys{cfg};
-  auto door = caf::openssl::remote_actor(sys, "127.0.0.1",
-                                         static_cast<std::uint16_t>(port));
+  auto door = caf_connect(sys, port);
   if (!door)
     return false;
   caf::scoped_actor self{sys};

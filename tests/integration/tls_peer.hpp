@@ -9,7 +9,9 @@
 #include "tasksup_child.hpp"
 
 #include "tasksup/actors/protocol.hpp"
+#include "tasksup/actors/remote_connect.hpp"
 
+#include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/openssl/manager.hpp>
@@ -183,19 +185,34 @@ inline std::string client_hello() {
 }
 
 /// Prepares `cfg` as a CAF client of a node: the protocol, the middleman
-/// with heartbeats and, with `files`, CAF's OpenSSL module with them.
+/// with heartbeats but without CAF's connection timeout (as tasksup's own
+/// clients; see remote_connect.hpp) and, with `files`, CAF's OpenSSL module
+/// with them.
 inline void configure_caf_client(caf::actor_system_config& cfg,
                                  const std::optional<tls_files>& files) {
   register_protocol(cfg);
   cfg.load<caf::io::middleman>();
   cfg.set("middleman.heartbeat-interval",
           caf::timespan{std::chrono::seconds{1}});
+  disable_connection_timeout(cfg);
   if (files) {
     cfg.load<caf::openssl::manager>();
     cfg.openssl_certificate = files->certificate;
     cfg.openssl_key = files->key;
     cfg.openssl_cafile = files->ca;
   }
+}
+
+/// The door of the node at 127.0.0.1:`port`, for an actor system set up by
+/// `configure_caf_client` (with TLS when it loaded CAF's OpenSSL module);
+/// connecting takes at most 10 s.
+inline caf::expected<caf::actor> caf_connect(caf::actor_system& sys, int port) {
+  auto connector = sys.has_openssl_manager()
+                     ? sys.openssl_manager().actor_handle()
+                     : sys.middleman().actor_handle();
+  return connect_within(connector, "127.0.0.1",
+                        static_cast<std::uint16_t>(port),
+                        caf::timespan{std::chrono::seconds{10}});
 }
 
 } // namespace tasksup::test

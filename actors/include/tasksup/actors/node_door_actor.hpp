@@ -7,8 +7,48 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <string>
 
 namespace tasksup {
+
+/// Subscriber -> node door: `(ack, received)`: the sender has handled the
+/// first `received` events the door sent it since it subscribed. Sent as a
+/// request, it is answered with a bool, false when the sender is not (or
+/// no longer) subscribed, and doubles as a sign of life of the node; a
+/// plain send gets no answer.
+using ack_atom = caf::atom_constant<caf::atom("ack")>;
+
+/// Node door -> subscriber: `(dropped, reason)`: the door sends this
+/// subscriber no more events (it did not keep up); the reason starts with
+/// "dropped: did not keep up".
+using dropped_atom = caf::atom_constant<caf::atom("dropped")>;
+
+/// Back-pressure on event subscribers. The door keeps, per subscriber, the
+/// events it sent and the subscriber has not acknowledged yet (their count
+/// and their cost, see below), and drops the subscriber (with a final
+/// `(dropped, reason)`) when
+/// - it has acknowledged nothing for `door_stall_timeout` while events
+///   wait for it, or
+/// - its unacknowledged events pass `door_max_unacked_events` or
+///   `door_max_unacked_bytes`, or
+/// - the unacknowledged events of all subscribers together pass
+///   `door_max_unacked_total_bytes` and it is the one furthest behind.
+/// A subscriber that keeps acknowledging is dropped only by the caps: a
+/// burst of more events than the caps within the time the subscriber takes
+/// to read them.
+inline constexpr std::chrono::seconds door_stall_timeout{10};
+inline constexpr std::size_t door_max_unacked_events = 65536;
+inline constexpr std::size_t door_max_unacked_bytes = 64u << 20;
+inline constexpr std::size_t door_max_unacked_total_bytes = 256u << 20;
+
+/// What an unacknowledged event is counted as: its JSON text, its task id
+/// and this much for the message around it.
+inline constexpr std::size_t door_event_overhead_bytes = 128;
 
 /// Spawns the door of the node whose registry is `registry`. It accepts
 /// `(submit, task_spec)`, `(submit_json, text)` (text at most
@@ -20,7 +60,8 @@ namespace tasksup {
 /// refused: a request gets `sec::unexpected_message`, anything else is
 /// dropped. It streams the registry's events to at most
 /// `wire::max_subscribers` subscribers itself, as `(event, event)` sent by
-/// the door. It ends when the registry ends.
+/// the door, which each subscriber acknowledges with `(ack, received)`
+/// (back-pressure above). It ends when the registry ends.
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry);
 
 /// As above, and `(agents, window_s)` and `(view)` answered by the node's
@@ -28,5 +69,13 @@ caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry);
 /// queries are refused.
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
                            caf::actor stats);
+
+/// A line for the node's log, called from the door's thread.
+using door_log_fn = std::function<void(const std::string&)>;
+
+/// As above, and `log` is told each time a subscriber is dropped (which
+/// one and why).
+caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
+                           caf::actor stats, door_log_fn log);
 
 } // namespace tasksup
