@@ -449,6 +449,7 @@ TEST_CASE("serve --http: /metrics shows the journal's figures") {
   CHECK(type("tasksup_journal_records_written") == "counter");
   CHECK(type("tasksup_journal_commits") == "counter");
   CHECK(type("tasksup_journal_commit_failures") == "counter");
+  CHECK(type("tasksup_journal_syncs") == "counter");
   CHECK(type("tasksup_journal_commit_duration_seconds") == "histogram");
   CHECK(type("tasksup_journal_failing") == "gauge");
   CHECK(type("tasksup_journal_disk_full") == "gauge");
@@ -483,6 +484,10 @@ TEST_CASE("serve --http: /metrics shows the journal's figures") {
                {{"le", "+Inf"}}) == commits);
   CHECK(sample(families, "tasksup_journal_commit_duration_seconds",
                "tasksup_journal_commit_duration_seconds_sum", {}) > 0);
+  // Sync mode full: the two submissions and the two tasks' ends were put
+  // on disk before anyone was told (one sync may cover several).
+  CHECK(sample(families, "tasksup_journal_syncs", "tasksup_journal_syncs_total",
+               {}) >= 1);
   CHECK(sample(families, "tasksup_journal_commit_failures",
                "tasksup_journal_commit_failures_total", {}) == 0);
   CHECK(sample(families, "tasksup_journal_failing", "tasksup_journal_failing",
