@@ -75,27 +75,8 @@ TEST_CASE("submit: 8 parallel batch clients x 2,000 tasks, every id back and "
   constexpr int clients = 8;
   constexpr int per_client = 2000;
   scratch dir;
-  // The agent records the task it ran (its prompt is the task id); appends
-  // of one short line are atomic.
-  auto ran = dir / "ran.txt";
-  auto agent = dir.write("record.sh",
-                         "#!/bin/sh\nprintf '%s\\n' \"$*\" >> '" + ran + "'\n");
-  ::chmod(agent.c_str(), 0755);
-  auto config = dir / "config";
-  std::filesystem::create_directories(config);
-  std::ofstream{config + "/node.json"}
-    << R"({"max_concurrent": 64, "default_agent": {"agent_id": "rec",
-          "agent_cli": ")"
-    << agent << R"(", "cli_flags": "", "prompt_as_argument": true},
-          "default_runtime": "process"})";
-  tasksup_child node{dir,
-                     "serve",
-                     {"serve", "--listen", "127.0.0.1:0", "--config", config,
-                      "--work-dir", dir / "node-work", "--state-dir",
-                      dir / "state"}};
-  auto port = listening_port(node);
-  REQUIRE(port);
-  auto address = "127.0.0.1:" + std::to_string(*port);
+  recording_node n{dir};
+  const auto& address = n.address;
 
   std::filesystem::create_directories(dir / "tasks");
   std::vector<std::vector<std::string>> ids(clients);
@@ -132,7 +113,7 @@ TEST_CASE("submit: 8 parallel batch clients x 2,000 tasks, every id back and "
   // Every task runs exactly once.
   std::size_t total = clients * per_client;
   auto count_lines = [&] {
-    std::ifstream in{ran};
+    std::ifstream in{n.ran};
     std::size_t n = 0;
     for (std::string line; std::getline(in, line);)
       ++n;
@@ -148,10 +129,7 @@ TEST_CASE("submit: 8 parallel batch clients x 2,000 tasks, every id back and "
              r.out.find("\"backoff\"") == std::string::npos;
     },
     60s));
-  std::map<std::string, int> runs;
-  std::ifstream in{ran};
-  for (std::string line; std::getline(in, line);)
-    ++runs[line];
+  auto runs = n.runs();
   CHECK(runs.size() == total);
   int twice = 0;
   for (auto& kv : runs)
@@ -161,8 +139,8 @@ TEST_CASE("submit: 8 parallel batch clients x 2,000 tasks, every id back and "
     for (auto& id : ids[c])
       if (runs.count(id) == 0)
         FAIL_CHECK("task " << id << " never ran");
-  node.signal(SIGTERM);
-  CHECK(node.wait(60s) == 0);
+  n.node.signal(SIGTERM);
+  CHECK(n.node.wait(60s) == 0);
 }
 
 TEST_CASE("submit: 8 parallel single-task clients beside busy batch clients, "
