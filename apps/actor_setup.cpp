@@ -1,8 +1,8 @@
 #include "actor_setup.hpp"
 
+#include "tasksup/actors/handoff_scheduler.hpp"
 #include "tasksup/actors/protocol.hpp"
 
-#include <caf/atom.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/timespan.hpp>
 
@@ -14,10 +14,12 @@ namespace tasksup::app {
 
 void configure_actor_system(caf::actor_system_config& cfg, bool network) {
   register_protocol(cfg);
-  // The sharing scheduler answers an in-process request in microseconds
-  // where work stealing's back-off sleeps add ~90 µs (CAF-NOTES); the actors
-  // of one node do little work per message.
-  cfg.set("scheduler.policy", caf::atom("sharing"));
+  // Work sharing answers an in-process request in microseconds where work
+  // stealing's back-off sleeps add ~90 µs (CAF-NOTES); the actors of one
+  // node do little work per message. CAF's own `sharing` moves every message
+  // chain from thread to thread; the handoff policy keeps it on one
+  // (handoff_scheduler.hpp, BENCHMARKS.md §3).
+  cfg.load<handoff_coordinator>();
   if (network) {
     cfg.load<caf::io::middleman>();
     using namespace std::chrono;

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <pwd.h>
 #include <sys/epoll.h>
@@ -574,6 +575,10 @@ struct connection_guard::impl {
       }
       if (links.size() >= max_links)
         evict_most_idle();
+      // The guard writes whole frames; Nagle's algorithm would hold a
+      // reply's second segment until the peer's delayed ACK (40 ms).
+      int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       auto id = next_id++;
       auto& l = links[id];
       l.peer = fd;

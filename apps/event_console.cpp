@@ -1,5 +1,7 @@
 #include "event_console.hpp"
 
+#include "tasksup/actors/events.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
@@ -29,13 +31,17 @@ event_console::options normalized(event_console::options opts) {
 event_console::event_console(options opts)
   : opts_(normalized(opts)), view_(opts_.view) {}
 
+void event_console::write_json(std::string_view json) {
+  if (!opts_.json)
+    return;
+  std::fwrite(json.data(), 1, json.size(), opts_.json);
+  std::fputc('\n', opts_.json);
+  std::fflush(opts_.json);
+}
+
 void event_console::write(std::string_view json,
                           const boost::json::object& extra) {
-  if (opts_.json) {
-    std::fwrite(json.data(), 1, json.size(), opts_.json);
-    std::fputc('\n', opts_.json);
-    std::fflush(opts_.json);
-  }
+  write_json(json);
   if (!opts_.human)
     return;
   boost::system::error_code ec;
@@ -50,16 +56,39 @@ void event_console::write(std::string_view json,
   std::string kind;
   if (auto* k = event.if_contains("event"); k && k->is_string())
     kind = k->get_string();
-  auto lines = view_.render(event);
-  if (kind == "retry_scheduled" && view_.pending())
+  show(view_.render(event), kind == "attempt_started",
+       kind == "retry_scheduled", kind == "task_done" || kind == "warning");
+}
+
+void event_console::write(const event& ev, const progress_view::extra& more) {
+  if (!ev.fields) {
+    // Read back from JSON (journal, another node): no typed keys.
+    boost::json::object extra;
+    if (more.duration_s)
+      extra["duration_s"] = *more.duration_s;
+    if (!more.log_dir.empty())
+      extra["log_dir"] = more.log_dir;
+    write(ev.json, extra);
+    return;
+  }
+  write_json(ev.json);
+  if (!opts_.human)
+    return;
+  show(view_.render(ev, more), ev.kind == event_kind::attempt_started,
+       ev.kind == event_kind::retry_scheduled,
+       ev.kind == event_kind::task_done || ev.kind == event_kind::warning);
+}
+
+void event_console::show(const std::vector<std::string>& lines, bool started,
+                         bool scheduled, bool always) {
+  if (scheduled && view_.pending())
     pending_since_ = std::chrono::steady_clock::now();
   else if (!view_.pending())
     pending_since_.reset();
-  if (kind == "attempt_started" && view_.running())
+  if (started && view_.running())
     running_since_ = std::chrono::steady_clock::now();
   else if (!view_.running())
     running_since_.reset();
-  bool always = kind == "task_done" || kind == "warning";
   if (opts_.quiet && !always)
     return;
   for (auto& line : lines)

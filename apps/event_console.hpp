@@ -9,6 +9,11 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
+
+namespace tasksup {
+struct event;
+} // namespace tasksup
 
 namespace tasksup::app {
 
@@ -46,6 +51,11 @@ public:
   void write(std::string_view json,
              const boost::json::object& extra = boost::json::object{});
 
+  /// Writes one event of this process: the JSON stream gets `ev.json`, the
+  /// human view renders from its typed keys (`progress_view::render`), so
+  /// nothing is parsed back. `more` as `extra` above.
+  void write(const event& ev, const progress_view::extra& more = {});
+
   /// Refreshes the countdown of a pending retry (terminals only); call about
   /// once a second.
   void tick();
@@ -58,6 +68,10 @@ public:
   void clear_countdown();
 
 private:
+  void write_json(std::string_view json);
+  /// Prints a rendered event's lines and follows the view's state.
+  void show(const std::vector<std::string>& lines, bool started, bool scheduled,
+            bool always);
   void print(const std::string& line);
 
   options opts_;

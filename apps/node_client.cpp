@@ -53,7 +53,10 @@ std::optional<error> configure_node_client(caf::actor_system_config& cfg,
   return std::nullopt;
 }
 
-caf::expected<caf::actor> connect_to_node(caf::actor_system& sys,
+namespace {
+
+/// `connect_to_node` once the credentials were checked.
+caf::expected<caf::actor> connect_checked(caf::actor_system& sys,
                                           const node_address& addr,
                                           const node_credentials& creds) {
   caf::io::middleman_actor connector;
@@ -63,10 +66,6 @@ caf::expected<caf::actor> connect_to_node(caf::actor_system& sys,
     if (!sys.has_openssl_manager())
       return caf::make_error(caf::sec::runtime_error,
                              "TLS is not configured in this actor system");
-    // The files could have gone since configure_node_client: CAF would
-    // abort.
-    if (auto err = check_credentials(creds))
-      return caf::make_error(caf::sec::runtime_error, err->to_string());
     connector = sys.openssl_manager().actor_handle();
   }
   // A node that accepts the connection and never answers (stopped,
@@ -74,6 +73,18 @@ caf::expected<caf::actor> connect_to_node(caf::actor_system& sys,
   // CAF's connection timeout (see disable_connection_timeout).
   return connect_within(connector, addr.host, addr.port,
                         caf::timespan{node_connect_timeout});
+}
+
+} // namespace
+
+caf::expected<caf::actor> connect_to_node(caf::actor_system& sys,
+                                          const node_address& addr,
+                                          const node_credentials& creds) {
+  // The files could have gone since configure_node_client (a worker node
+  // reconnects hours later): CAF would abort.
+  if (auto err = check_credentials(creds))
+    return caf::make_error(caf::sec::runtime_error, err->to_string());
+  return connect_checked(sys, addr, creds);
 }
 
 void add_node_option(CLI::App* cmd, std::string& node) {
@@ -134,6 +145,10 @@ int with_node(const std::string& command, const std::string& node,
   caf::actor_system_config cfg;
   configure_actor_system(cfg, true);
   disable_connection_timeout(cfg);
+  // A command's only actor is its scoped actor in this thread: one
+  // scheduler thread serves the rest (CAF starts max(cores, 4) otherwise,
+  // each created at start and joined at exit).
+  cfg.set("scheduler.max-threads", 1);
   if (auto err = configure_node_client(cfg, creds))
     return unreachable(err->to_string() +
                        " (a node started without --certs creates its "
@@ -143,7 +158,11 @@ int with_node(const std::string& command, const std::string& node,
               << ": warning: --insecure: plain TCP, the node is not "
                  "authenticated\n";
   caf::actor_system sys{cfg};
-  auto remote = connect_to_node(sys, *addr, creds);
+  // configure_node_client has just checked the files; checking them again
+  // (both certificates and the key parsed once more: about 10 M
+  // instructions under callgrind) would only narrow a window of
+  // milliseconds in which they could change.
+  auto remote = connect_checked(sys, *addr, creds);
   if (!remote && remote.error() == caf::sec::request_timeout) {
     // The connection is still being set up (a stopped node has not
     // finished the TLS handshake): CAF 0.17's OpenSSL module then polls it

@@ -8,6 +8,9 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -70,6 +73,22 @@ std::string fresh_work_dir(std::string_view kind) {
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &local);
   auto base = std::filesystem::temp_directory_path() / "tasksup";
+  // On ext4 the directories of one run then go to a block group of their
+  // own, away from the inodes earlier runs deleted, which the inode
+  // allocator would otherwise skip one by one (BENCHMARKS.md §3, issue 17).
+  // Best effort: other file systems refuse or ignore the flag.
+  std::error_code ec;
+  std::filesystem::create_directories(base, ec);
+  if (int fd = ::open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      fd >= 0) {
+    int flags = 0;
+    if (::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0 &&
+        (flags & FS_TOPDIR_FL) == 0) {
+      flags |= FS_TOPDIR_FL;
+      ::ioctl(fd, FS_IOC_SETFLAGS, &flags);
+    }
+    ::close(fd);
+  }
   return (base /
           (std::string{kind} + "-" + stamp + "-" + std::to_string(::getpid())))
     .string();

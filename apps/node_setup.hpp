@@ -39,7 +39,9 @@ make_named_runtime(std::string_view name, const node_config& node,
                    const runtime_owner& owner);
 
 /// A fresh directory name for the attempts of one `run` or `serve`:
-/// `$TMPDIR/tasksup/<kind>-<local time>-<pid>` (not created here).
+/// `$TMPDIR/tasksup/<kind>-<local time>-<pid>` (not created here; its parent
+/// is, marked on ext4 so that each run's directory goes to a fresh block
+/// group).
 std::string fresh_work_dir(std::string_view kind);
 
 /// `dir` made absolute against the current directory (empty stays empty):

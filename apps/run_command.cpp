@@ -206,15 +206,15 @@ int run_task(const run_options& opts) {
       [&](event_atom, const event& ev) {
         if (ev.task_id != task_id)
           return;
-        boost::json::object extra;
+        progress_view::extra extra;
         if (ev.kind == event_kind::task_done) {
-          extra["duration_s"] = std::chrono::duration<double>(
-                                  std::chrono::steady_clock::now() - started)
-                                  .count();
-          extra["log_dir"] = log_dir;
+          extra.duration_s = std::chrono::duration<double>(
+                               std::chrono::steady_clock::now() - started)
+                               .count();
+          extra.log_dir = log_dir;
           done_shown = true;
         }
-        console.write(ev.json, extra);
+        console.write(ev, extra);
       },
       [&](task_result& r) {
         result = std::move(r);

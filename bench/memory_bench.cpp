@@ -74,9 +74,9 @@ int main(int argc, char** argv) {
   std::promise<void> parked;
   auto parent =
     sys.spawn(parent_actor, &counts, std::uint64_t{0}, tasks, &parked);
-  auto classifier_actor =
+  auto shared_classifier =
     spawn_classifier(sys, *classifier::make(default_classifier_rules()));
-  auto backoff_actor = spawn_backoff(sys, 1);
+  auto shared_backoff = spawn_backoff(sys, 1);
   std::vector<caf::actor> supervisors;
   supervisors.reserve(tasks);
   // Let the scheduler threads and allocator arenas settle before the
@@ -121,7 +121,8 @@ int main(int argc, char** argv) {
     }
     supervisors.push_back(spawn_task_supervisor(
       sys, parent,
-      bench_supervisor(i, 3, backoff_s, rt, classifier_actor, backoff_actor)));
+      bench_supervisor(i, 3, backoff_s, rt, shared_classifier,
+                       shared_backoff)));
   };
   // All at once (the worst burst), or `--batch` at a time, each batch parked
   // before the next starts (tasks arriving over time).

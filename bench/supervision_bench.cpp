@@ -66,25 +66,26 @@ int main(int argc, char** argv) {
     std::promise<void> done;
     auto parent =
       sys.spawn(parent_actor, &counts, tasks, std::uint64_t{0}, &done);
-    caf::actor classifier_actor;
-    caf::actor backoff_actor;
+    classifier_actor shared_classifier;
+    backoff_actor shared_backoff;
     if (helpers == "shared") {
-      classifier_actor =
+      shared_classifier =
         spawn_classifier(sys, *classifier::make(default_classifier_rules()));
-      backoff_actor = spawn_backoff(sys, 1);
+      shared_backoff = spawn_backoff(sys, 1);
     }
     auto start = bench_clock::now();
     for (std::uint64_t i = 0; i < tasks; ++i) {
       spawn_task_supervisor(sys, parent,
                             bench_supervisor(i, failures, 0.0, rt,
-                                             classifier_actor, backoff_actor));
+                                             shared_classifier,
+                                             shared_backoff));
     }
     done.get_future().wait();
     elapsed = seconds_since(start);
     caf::anon_send_exit(parent, caf::exit_reason::user_shutdown);
-    if (classifier_actor) {
-      caf::anon_send_exit(classifier_actor, caf::exit_reason::user_shutdown);
-      caf::anon_send_exit(backoff_actor, caf::exit_reason::user_shutdown);
+    if (shared_classifier) {
+      caf::anon_send_exit(shared_classifier, caf::exit_reason::user_shutdown);
+      caf::anon_send_exit(shared_backoff, caf::exit_reason::user_shutdown);
     }
   }
   auto attempts = rec.attempts();

@@ -7,6 +7,7 @@
 
 #include "bench_util.hpp"
 
+#include "tasksup/actors/handoff_scheduler.hpp"
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/task_supervisor_actor.hpp"
 
@@ -195,8 +196,9 @@ inline caf::behavior parent_actor(caf::event_based_actor*,
 }
 
 /// An actor system configured like a tasksup node, with the scheduler policy
-/// ("stealing", CAF's default, or "sharing") and thread count from the
-/// command line (`--policy=`, `--threads=`, 0 = CAF's default).
+/// ("stealing", CAF's default, "sharing", or "handoff", the node's own:
+/// tasksup/actors/handoff_scheduler.hpp) and thread count from the command
+/// line (`--policy=`, `--threads=`, 0 = CAF's default).
 class bench_config : public caf::actor_system_config {
 public:
   /// Reads the scheduler options from argv.
@@ -204,7 +206,10 @@ public:
     register_protocol(*this);
     policy_ = arg_str(argc, argv, "policy", "stealing");
     threads_ = arg_u64(argc, argv, "threads", 0);
-    set("scheduler.policy", caf::atom_from_string(policy_));
+    if (policy_ == "handoff")
+      load<handoff_coordinator>();
+    else
+      set("scheduler.policy", caf::atom_from_string(policy_));
     if (threads_ > 0)
       set("scheduler.max-threads", static_cast<std::size_t>(threads_));
   }
@@ -247,7 +252,7 @@ inline task_spec bench_task(std::size_t index, const std::string& agent_cli,
 inline supervisor_options
 bench_supervisor(std::size_t index, int max_retries, double backoff_s,
                  std::shared_ptr<runtime::container_runtime> rt,
-                 caf::actor classifier, caf::actor backoff) {
+                 classifier_actor classifier, backoff_actor backoff) {
   supervisor_options opts;
   opts.task = bench_task(index, "bench-agent", max_retries, backoff_s);
   opts.runtime = std::move(rt);

@@ -36,7 +36,8 @@ generator=()
 cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
   "-DCMAKE_CXX_FLAGS_RELEASE=-O2 -DNDEBUG" -DTASKSUP_BUILD_TESTS=OFF \
   -DTASKSUP_WERROR=ON >/dev/null
-cmake --build "$build" -j "$(nproc)" --target tasksup bench_classifier \
+# tasksup-shim: the process runtime runs every attempt under it.
+cmake --build "$build" -j "$(nproc)" --target tasksup tasksup-shim bench_classifier \
   bench_spawn_loop bench_supervision bench_caf_floor bench_memory bench_process \
   bench_docker
 
@@ -92,6 +93,10 @@ fi
 # shell loop running the same agent, attempt directories on tmpfs and ext4.
 run run-loop-tmpfs "$root/bench/run_loop.sh" "$build/apps/tasksup" 1001 3 /dev/shm
 run run-loop-ext4 "$root/bench/run_loop.sh" "$build/apps/tasksup" 1001 3 "${TMPDIR:-/tmp}"
+# Attempt directories run after run (issue 17): 10 consecutive runs of 300
+# attempts on the disk's temporary directory and on tmpfs, alternating.
+run attempt-dirs "$root/bench/attempt_dirs.sh" "$build/apps/tasksup" 300 10 \
+  "${TMPDIR:-/tmp}" /dev/shm
 
 # 7. Client start: `tasksup --version` and `tasksup status` against a node.
 if command -v hyperfine >/dev/null; then

@@ -4,8 +4,8 @@
 
 #include "tasksup/supervisor/backoff.hpp"
 
-#include <caf/event_based_actor.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 namespace tasksup {
 
@@ -18,8 +18,9 @@ struct backoff_state {
 
 /// Computes delays from the schedule each request names (the task machine
 /// chose it): the actor only owns the node's seeded randomness.
-caf::behavior backoff_actor(caf::stateful_actor<backoff_state>* self,
-                            std::uint64_t seed) {
+backoff_actor::behavior_type
+backoff_impl(backoff_actor::stateful_pointer<backoff_state> self,
+             std::uint64_t seed) {
   self->state.rng.seed(seed);
   return {
     [=](delay_atom, const delay_request& req) {
@@ -31,8 +32,8 @@ caf::behavior backoff_actor(caf::stateful_actor<backoff_state>* self,
 
 } // namespace
 
-caf::actor spawn_backoff(caf::actor_system& sys, std::uint64_t seed) {
-  return sys.spawn(backoff_actor, seed);
+backoff_actor spawn_backoff(caf::actor_system& sys, std::uint64_t seed) {
+  return sys.spawn(backoff_impl, seed);
 }
 
 } // namespace tasksup

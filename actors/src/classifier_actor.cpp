@@ -4,9 +4,9 @@
 
 #include "tasksup/supervisor/output_parser.hpp"
 
-#include <caf/event_based_actor.hpp>
 #include <caf/sec.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include <map>
 #include <optional>
@@ -35,8 +35,9 @@ caf::result<bool> compile_into(std::vector<classifier_rule> rules,
   return true;
 }
 
-caf::behavior classifier_actor(caf::stateful_actor<classifier_state>* self,
-                               classifier rules) {
+classifier_actor::behavior_type
+classifier_impl(classifier_actor::stateful_pointer<classifier_state> self,
+                classifier rules) {
   self->state.defaults = std::move(rules);
   return {
     [=](classify_atom,
@@ -49,7 +50,8 @@ caf::behavior classifier_actor(caf::stateful_actor<classifier_state>* self,
       const auto& cls = i != st.per_task.end() ? i->second : *st.defaults;
       return classify_attempt(cls, req.outcome, req.agent_cli);
     },
-    [=](set_rules_atom, std::vector<classifier_rule> rules) {
+    [=](set_rules_atom,
+        std::vector<classifier_rule> rules) -> caf::result<bool> {
       return compile_into(std::move(rules), self->state.defaults);
     },
     [=](set_rules_atom, const std::string& task_id,
@@ -68,8 +70,8 @@ caf::behavior classifier_actor(caf::stateful_actor<classifier_state>* self,
 
 } // namespace
 
-caf::actor spawn_classifier(caf::actor_system& sys, classifier rules) {
-  return sys.spawn(classifier_actor, std::move(rules));
+classifier_actor spawn_classifier(caf::actor_system& sys, classifier rules) {
+  return sys.spawn(classifier_impl, std::move(rules));
 }
 
 } // namespace tasksup

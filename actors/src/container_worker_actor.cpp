@@ -65,19 +65,32 @@ struct output_credit {
   }
 };
 
+/// The running attempt's handle, shared with the functor that kills it
+/// when the worker ends however it ends (attached once, for every attempt a
+/// kept worker runs).
+struct handle_slot {
+  std::shared_ptr<runtime::attempt_handle> handle;
+};
+
 struct worker_state {
   worker_options opts;
   caf::actor supervisor;
   /// Set when its node stops: the outcome says the attempt was lost there.
   std::string lost_with_node;
   std::shared_ptr<runtime::attempt_handle> handle;
+  std::shared_ptr<handle_slot> slot = std::make_shared<handle_slot>();
   std::deque<std::string> tail;
   std::size_t log_events = 0;
-  std::shared_ptr<output_credit> credit = std::make_shared<output_credit>();
+  std::shared_ptr<output_credit> credit;
   /// `opts.spec`'s task id and attempt, kept: the spec itself is moved into
-  /// the runtime.
+  /// the runtime. The runtime's messages carry the attempt: a kept worker
+  /// drops what an earlier attempt's runtime still sends.
   std::string task_id;
   int attempt = 0;
+  /// Between the attempts of a kept worker (`worker_options::keep`).
+  bool idle = false;
+  /// Its supervisor went down: end once the attempt has.
+  bool orphaned = false;
   /// Reads the agent's structured output; absent for plain text.
   std::optional<output_parser> parser;
   /// Idle detection (opts.idle_timeout_s > 0): when the last line came, the
@@ -127,33 +140,49 @@ caf::timespan idle_limit(const worker_state& st) {
     std::chrono::duration<double>(st.opts.idle_timeout_s));
 }
 
+/// Forgets the last attempt (a kept worker runs the next one).
+void reset_attempt(worker_state& st) {
+  st.lost_with_node.clear();
+  st.handle = nullptr;
+  st.slot->handle = nullptr;
+  st.tail.clear();
+  st.log_events = 0;
+  st.parser.reset();
+  ++st.idle_gen; // no check of the last attempt fires
+  st.idle_stopped = false;
+  st.noise_only = false;
+  st.last_noise.clear();
+}
+
 void start_attempt(worker_actor* self) {
   auto& st = self->state;
+  st.idle = false;
+  st.credit = std::make_shared<output_credit>();
+  st.task_id = st.opts.spec.task_id;
+  st.attempt = st.opts.spec.attempt;
   // The callbacks hold a strong handle: the runtime may call them after the
   // last message to this worker, from its own thread.
   auto me = caf::actor_cast<caf::actor>(self);
   runtime::attempt_callbacks cb;
-  cb.on_line = [me, credit = st.credit](runtime::output_stream stream,
-                                        std::string_view line) {
+  cb.on_line = [me, credit = st.credit, attempt = st.attempt](
+                 runtime::output_stream stream, std::string_view line) {
     auto n = output_credit::cost(line.size());
     // Counted before it is sent, so the worker never counts below zero.
     auto go_on = credit->sent(n);
-    caf::anon_send(me, output_atom::value,
+    caf::anon_send(me, output_atom::value, attempt,
                    stream == runtime::output_stream::err, std::string{line});
     return go_on;
   };
-  cb.on_notice = [me](std::string_view text) {
-    caf::anon_send(me, output_atom::value, std::string{text});
+  cb.on_notice = [me, attempt = st.attempt](std::string_view text) {
+    caf::anon_send(me, output_atom::value, attempt, std::string{text});
   };
-  cb.on_exit = [me](attempt_outcome out) {
-    caf::anon_send(me, exit_atom::value, std::move(out));
+  cb.on_exit = [me, attempt = st.attempt](attempt_outcome out) {
+    caf::anon_send(me, exit_atom::value, attempt, std::move(out));
   };
   // May throw (a broken runtime driver): the worker then dies and its
   // supervisor classifies the missing report as infrastructure.
   // The spec is not needed after this: move it rather than copy its argv,
   // environment and labels on every attempt.
-  st.task_id = st.opts.spec.task_id;
-  st.attempt = st.opts.spec.attempt;
   // Only the names the agent lists; the task's own env wins.
   for (const auto& name : st.opts.env_passthrough)
     if (const char* value = std::getenv(name.c_str()))
@@ -171,9 +200,7 @@ void start_attempt(worker_actor* self) {
     a.runtime_id = *st.opts.adopt_id;
     a.labels = std::move(st.opts.spec.labels);
     st.handle = st.opts.runtime->adopt(std::move(a), std::move(cb));
-    if (st.handle)
-      self->attach_functor(
-        [handle = st.handle](const caf::error&) { handle->kill(); });
+    st.slot->handle = st.handle;
     self->send(st.supervisor, event_atom::value,
                warning_event(st.head(), "attempt " +
                                           std::to_string(st.attempt) +
@@ -181,12 +208,7 @@ void start_attempt(worker_actor* self) {
     return;
   }
   st.handle = st.opts.runtime->start(std::move(st.opts.spec), std::move(cb));
-  // However the worker ends (an exit message from an embedding application,
-  // a crash), its attempt must not outlive it: kill() after the attempt has
-  // ended does nothing, so a normal end is unaffected.
-  if (st.handle)
-    self->attach_functor(
-      [handle = st.handle](const caf::error&) { handle->kill(); });
+  st.slot->handle = st.handle;
   auto runtime_id = st.handle ? st.handle->id() : std::string{};
   self->send(
     st.supervisor, event_atom::value,
@@ -197,7 +219,8 @@ void start_attempt(worker_actor* self) {
   if (st.handle && st.opts.idle_timeout_s > 0) {
     if (!st.opts.idle_noise.empty())
       st.noise = idle_noise_filter{st.opts.idle_noise};
-    st.idle_timer = make_actor_timer(self->system());
+    if (!st.idle_timer)
+      st.idle_timer = make_actor_timer(self->system());
     st.last_output = self->clock().now();
     schedule_idle_check(self, idle_limit(st));
   }
@@ -208,12 +231,21 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
   self->state.opts = std::move(opts);
   self->state.supervisor = supervisor;
   self->monitor(supervisor);
+  // However the worker ends (an exit message from an embedding application,
+  // a crash), its attempt must not outlive it: kill() after the attempt has
+  // ended does nothing, so a normal end is unaffected.
+  self->attach_functor([slot = self->state.slot](const caf::error&) {
+    if (slot->handle)
+      slot->handle->kill();
+  });
   self->set_down_handler([=](const caf::down_msg& dm) {
-    if (dm.source != self->state.supervisor)
+    auto& st = self->state;
+    if (dm.source != st.supervisor)
       return;
     // Nobody is left to report to: end the attempt, then quit.
-    if (self->state.handle)
-      self->state.handle->kill();
+    st.orphaned = true;
+    if (st.handle && !st.idle)
+      st.handle->kill();
     else
       self->quit();
   });
@@ -222,8 +254,10 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
   // throws still ends the worker without a report.
   start_attempt(self);
   return {
-    [=](output_atom, bool is_stderr, std::string& line) {
+    [=](output_atom, int attempt, bool is_stderr, std::string& line) {
       auto& st = self->state;
+      if (attempt != st.attempt || st.idle)
+        return;
       if (st.credit->received(output_credit::cost(line.size())) && st.handle)
         st.handle->resume_output();
       if (st.idle_timer) {
@@ -252,13 +286,17 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
     },
     // The runtime's word on what its output limits held back: always
     // forwarded, past `max_log_events` too, so the count is never lost.
-    [=](output_atom, std::string& text) {
+    [=](output_atom, int attempt, std::string& text) {
       auto& st = self->state;
+      if (attempt != st.attempt || st.idle)
+        return;
       self->send(st.supervisor, event_atom::value,
                  log_event(st.head(), "tasksup: " + text, "tasksup"));
     },
-    [=](exit_atom, attempt_outcome& out) {
+    [=](exit_atom, int attempt, attempt_outcome& out) {
       auto& st = self->state;
+      if (attempt != st.attempt || st.idle)
+        return;
       if (out.tail.empty())
         out.tail.assign(st.tail.begin(), st.tail.end());
       ++st.idle_gen; // no check after the exit
@@ -291,14 +329,28 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       report.outcome = std::move(out);
       report.container_id = st.handle ? st.handle->id() : "";
       self->send(st.supervisor, attempt_exited_atom::value, std::move(report));
+      if (st.opts.keep && !st.orphaned) {
+        // Kept for the task's next attempt (one actor per task, not one
+        // per attempt).
+        reset_attempt(st);
+        st.idle = true;
+        return;
+      }
       // The monitor leaves a weak reference in the supervisor, which would
       // keep this worker's memory until the task ends: one block per attempt.
       self->demonitor(st.supervisor);
       self->quit();
     },
+    [=](next_attempt_atom, worker_options& next) {
+      auto& st = self->state;
+      if (!st.idle || self->current_sender() != st.supervisor)
+        return;
+      st.opts = std::move(next);
+      start_attempt(self);
+    },
     [=](idle_check_atom, std::uint64_t gen) {
       auto& st = self->state;
-      if (gen != st.idle_gen || st.idle_stopped || !st.handle)
+      if (gen != st.idle_gen || st.idle_stopped || !st.handle || st.idle)
         return;
       auto limit = idle_limit(st);
       auto idle = self->clock().now() - st.last_output;
@@ -324,13 +376,15 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       auto sender = self->current_sender();
       if (!sender || sender->node() != self->node())
         return;
+      if (st.idle)
+        return;
       st.lost_with_node = std::move(node);
       if (st.handle)
         st.handle->kill();
     },
     [=](stop_atom, stop_mode mode, std::int64_t grace_ms) {
       auto& st = self->state;
-      if (!st.handle)
+      if (!st.handle || st.idle)
         return;
       if (mode == stop_mode::kill)
         st.handle->kill();

@@ -57,8 +57,12 @@ struct shared_settings_hash {
     mix(ptr(x.agents.get()));
     mix(ptr(x.runtime.get()));
     // A null handle (no node services) has no actor to cast.
-    for (auto* a : {&x.classifier, &x.backoff, &x.services})
-      mix(ptr(*a ? caf::actor_cast<caf::abstract_actor*>(*a) : nullptr));
+    auto mix_actor = [&](const auto& a) {
+      mix(ptr(a ? caf::actor_cast<caf::abstract_actor*>(a) : nullptr));
+    };
+    mix_actor(x.classifier);
+    mix_actor(x.backoff);
+    mix_actor(x.services);
     return h;
   }
 };

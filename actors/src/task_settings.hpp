@@ -5,6 +5,9 @@
 // the node (the task machine of its settings and chain, the runtime, the
 // actors it asks). Internal to the actors library.
 
+#include "tasksup/actors/backoff_actor.hpp"
+#include "tasksup/actors/classifier_actor.hpp"
+
 #include "tasksup/runtime/runtime.hpp"
 #include "tasksup/supervisor/agent.hpp"
 #include "tasksup/supervisor/supervisor_config.hpp"
@@ -70,8 +73,8 @@ struct shared_settings {
   task_machine machine;
   std::shared_ptr<const std::vector<agent_spec>> agents;
   std::shared_ptr<runtime::container_runtime> runtime;
-  caf::actor classifier;
-  caf::actor backoff;
+  classifier_actor classifier;
+  backoff_actor backoff;
   caf::actor services;
   std::string attempt_root;
 };

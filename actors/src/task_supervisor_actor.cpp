@@ -174,6 +174,9 @@ struct supervisor_state {
   std::string placed_runtime;
   /// The worker node of `worker` (empty: this node).
   std::string worker_node;
+  /// This node's worker of the last attempt, kept (and monitored) for the
+  /// next one: one actor per task instead of one per attempt.
+  caf::actor kept_worker;
   /// The attempt a worker node is starting (its worker not known yet), and
   /// the stop asked for meanwhile.
   int remote_starting = 0;
@@ -424,6 +427,12 @@ void spawn_worker(supervisor_actor* self, runtime::attempt_spec spec,
     return;
   }
   s.worker_node.clear();
+  w.keep = true;
+  if (s.kept_worker) {
+    s.worker = std::exchange(s.kept_worker, nullptr);
+    self->send(s.worker, next_attempt_atom::value, std::move(w));
+    return;
+  }
   s.worker = spawn_container_worker(self, caf::actor_cast<caf::actor>(self),
                                     std::move(w));
   self->monitor(s.worker);
@@ -641,6 +650,7 @@ struct carrier {
     w.span_id = std::string_view{s.span};
     w.agent_cli = agent.agent_cli;
     w.adopt_id = s.adopt_id;
+    w.keep = true;
     s.adopted_dir = w.spec.attempt_dir;
     s.adopted_attempt = e.attempt;
     s.worker = spawn_container_worker(self, caf::actor_cast<caf::actor>(self),
@@ -896,14 +906,20 @@ struct carrier {
   }
 
   void operator()(const effect::set_timer& e) const {
+    // A timer that is due at once (a zero backoff) is a message to itself:
+    // CAF's clock would take a lock and wake its thread for it.
+    auto fire = [&](auto... xs) {
+      if (e.delay_s > 0)
+        self->delayed_send(self, to_duration(e.delay_s), xs...);
+      else
+        self->send(self, xs...);
+    };
     if (e.kind == timer_kind::attempt)
-      self->delayed_send(self, to_duration(e.delay_s),
-                         attempt_timer_atom::value, e.generation);
+      fire(attempt_timer_atom::value, e.generation);
     else if (e.kind == timer_kind::backoff)
-      self->delayed_send(self, to_duration(e.delay_s),
-                         backoff_timer_atom::value, e.generation);
+      fire(backoff_timer_atom::value, e.generation);
     else
-      self->delayed_send(self, to_duration(e.delay_s), deadline_atom::value);
+      fire(deadline_atom::value);
   }
 
   void operator()(const effect::report_agent& e) const {
@@ -1327,6 +1343,10 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
     });
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
+    if (st.kept_worker && dm.source == st.kept_worker.address()) {
+      st.kept_worker = nullptr; // gone between attempts: the next spawns one
+      return;
+    }
     if (!st.worker || dm.source != st.worker.address())
       return;
     if (!st.worker_node.empty() &&
@@ -1388,7 +1408,10 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
       auto& st = self->state;
       if (!from_worker(self) || r.attempt != st.m.attempt)
         return;
-      self->demonitor(st.worker);
+      if (st.worker_node.empty())
+        st.kept_worker = st.worker; // it waits for the next attempt
+      else
+        self->demonitor(st.worker);
       // Its node is stopping: nothing more goes there.
       if (!r.outcome.lost_node.empty() && !st.worker_node.empty() &&
           st.node->services)
@@ -1468,12 +1491,12 @@ caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
   more.classifier_rules = std::move(task.classifier_rules);
   if (!opts.backoff) {
     opts.backoff = spawn_backoff(sys, opts.seed);
-    more.owned.push_back(opts.backoff);
+    more.owned.push_back(caf::actor_cast<caf::actor>(opts.backoff));
   }
   if (!opts.classifier) {
     if (auto rules = classifier::make(default_classifier_rules())) {
       opts.classifier = spawn_classifier(sys, std::move(*rules));
-      more.owned.push_back(opts.classifier);
+      more.owned.push_back(caf::actor_cast<caf::actor>(opts.classifier));
     }
   }
   if (!more.warnings.empty() || more.classifier_rules || !more.owned.empty())
@@ -1481,7 +1504,7 @@ caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
   std::vector<std::string> providers;
   for (auto& a : chain.agents)
     providers.push_back(a.provider);
-  shared_settings node{detail::shared_config(std::move(task.supervisor)),
+  shared_settings node{detail::shared_config(effective_settings(task)),
                        std::move(providers)};
   node.agents = detail::shared_agents(std::move(chain.agents));
   node.runtime = std::move(opts.runtime);

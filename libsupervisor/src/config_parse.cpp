@@ -105,8 +105,9 @@ void read_backoff_spec(const reader& r, const json::value& v,
 
 } // namespace
 
-void read_supervisor(const reader& r, const json::value& v,
-                     const std::string& path, supervisor_config& cfg) {
+supervisor_overrides read_overrides(const reader& r, const json::value& v,
+                                    const std::string& path,
+                                    const supervisor_config* base) {
   const auto& obj = r.object(v, path);
   r.check_keys(
     obj, path,
@@ -114,35 +115,36 @@ void read_supervisor(const reader& r, const json::value& v,
      "rate_limit_backoff_base", "max_total_attempts", "max_crash_restarts",
      "actions", "restart", "intensity", "backoff", "deadline_s", "stop_grace_s",
      "fatal_scope", "attempt_timeout_s", "done_exit_code", "restart_backoff"});
+  supervisor_overrides out;
   if (const auto* x = obj.if_contains("max_retries_per_agent"))
-    cfg.max_retries_per_agent =
+    out.max_retries_per_agent =
       r.int_value(*x, child(path, "max_retries_per_agent"), 0);
   if (const auto* x = obj.if_contains("enable_fallback"))
-    cfg.enable_fallback = r.boolean(*x, child(path, "enable_fallback"));
+    out.enable_fallback = r.boolean(*x, child(path, "enable_fallback"));
   if (const auto* x = obj.if_contains("backoff_base_seconds"))
-    cfg.backoff_base_seconds =
+    out.backoff_base_seconds =
       r.seconds(*x, child(path, "backoff_base_seconds"));
   if (const auto* x = obj.if_contains("rate_limit_backoff_base"))
-    cfg.rate_limit_backoff_base =
+    out.rate_limit_backoff_base =
       r.seconds(*x, child(path, "rate_limit_backoff_base"));
   if (const auto* x = obj.if_contains("max_total_attempts"))
-    cfg.max_total_attempts =
+    out.max_total_attempts =
       r.int_value(*x, child(path, "max_total_attempts"), 1);
   if (const auto* x = obj.if_contains("max_crash_restarts"))
-    cfg.max_crash_restarts =
+    out.max_crash_restarts =
       r.int_value(*x, child(path, "max_crash_restarts"), 0);
   if (const auto* x = obj.if_contains("actions")) {
     auto ptr = child(path, "actions");
     for (const auto& kv : r.object(*x, ptr)) {
       std::string_view key{kv.key().data(), kv.key().size()};
       auto cls = class_key(r, key, ptr);
-      cfg.actions[cls] =
+      out.actions[cls] =
         enum_value<action>(r, kv.value(), child(ptr, key), parse_action,
                            {"retry", "fallback", "fail"});
     }
   }
   if (const auto* x = obj.if_contains("restart"))
-    cfg.restart = enum_value<restart_type>(
+    out.restart = enum_value<restart_type>(
       r, *x, child(path, "restart"), parse_restart_type,
       {"transient", "permanent", "temporary"});
   if (const auto* x = obj.if_contains("intensity")) {
@@ -150,54 +152,64 @@ void read_supervisor(const reader& r, const json::value& v,
     const auto& sub = r.object(*x, ptr);
     r.check_keys(sub, ptr, {"max_restarts", "period_s", "reset_after_s"});
     if (const auto* y = sub.if_contains("max_restarts"))
-      cfg.intensity.max_restarts =
+      out.intensity.max_restarts =
         r.int_value(*y, child(ptr, "max_restarts"), 0);
     if (const auto* y = sub.if_contains("period_s"))
-      cfg.intensity.period_s = r.seconds(*y, child(ptr, "period_s"), true);
+      out.intensity.period_s = r.seconds(*y, child(ptr, "period_s"), true);
     if (const auto* y = sub.if_contains("reset_after_s"))
-      cfg.intensity.reset_after_s = r.seconds(*y, child(ptr, "reset_after_s"));
+      out.intensity.reset_after_s = r.seconds(*y, child(ptr, "reset_after_s"));
   }
   if (const auto* x = obj.if_contains("backoff")) {
     auto ptr = child(path, "backoff");
     for (const auto& kv : r.object(*x, ptr)) {
       std::string_view key{kv.key().data(), kv.key().size()};
       auto cls = class_key(r, key, ptr);
-      // A class already overridden below keeps the fields this object does
-      // not name.
-      auto spec = cfg.backoff.count(cls) ? cfg.backoff[cls] : backoff_spec{};
+      // A class already overridden in `base` keeps the fields this object
+      // does not name.
+      backoff_spec spec;
+      if (base != nullptr)
+        if (auto i = base->backoff.find(cls); i != base->backoff.end())
+          spec = i->second;
       read_backoff_spec(r, kv.value(), child(ptr, key), spec);
-      cfg.backoff[cls] = std::move(spec);
+      out.backoff[cls] = std::move(spec);
     }
   }
-  if (const auto* x = obj.if_contains("deadline_s")) {
-    if (x->is_null())
-      cfg.deadline_s.reset();
-    else
-      cfg.deadline_s = r.seconds(*x, child(path, "deadline_s"), true);
-  }
+  // `null` clears an optional setting, whatever the layer below said.
+  auto clearable_seconds = [&](const char* key, clearable<double>& field) {
+    if (const auto* x = obj.if_contains(key)) {
+      if (x->is_null())
+        field.emplace();
+      else
+        field = r.seconds(*x, child(path, key), true);
+    }
+  };
+  clearable_seconds("deadline_s", out.deadline_s);
   if (const auto* x = obj.if_contains("stop_grace_s"))
-    cfg.stop_grace_s = r.seconds(*x, child(path, "stop_grace_s"));
+    out.stop_grace_s = r.seconds(*x, child(path, "stop_grace_s"));
   if (const auto* x = obj.if_contains("fatal_scope"))
-    cfg.fatal =
+    out.fatal =
       enum_value<fatal_scope>(r, *x, child(path, "fatal_scope"),
                               parse_fatal_scope, {"provider", "task"});
-  if (const auto* x = obj.if_contains("attempt_timeout_s")) {
-    if (x->is_null())
-      cfg.attempt_timeout_s.reset();
-    else
-      cfg.attempt_timeout_s =
-        r.seconds(*x, child(path, "attempt_timeout_s"), true);
-  }
+  clearable_seconds("attempt_timeout_s", out.attempt_timeout_s);
   if (const auto* x = obj.if_contains("done_exit_code")) {
     if (x->is_null())
-      cfg.done_exit_code.reset();
+      out.done_exit_code.emplace();
     else
-      cfg.done_exit_code =
+      out.done_exit_code =
         r.int_value(*x, child(path, "done_exit_code"), 1, 255);
   }
-  if (const auto* x = obj.if_contains("restart_backoff"))
-    read_backoff_spec(r, *x, child(path, "restart_backoff"),
-                      cfg.restart_backoff);
+  if (const auto* x = obj.if_contains("restart_backoff")) {
+    auto spec =
+      base != nullptr ? base->restart_backoff : default_restart_backoff();
+    read_backoff_spec(r, *x, child(path, "restart_backoff"), spec);
+    out.restart_backoff = std::move(spec);
+  }
+  return out;
+}
+
+void read_supervisor(const reader& r, const json::value& v,
+                     const std::string& path, supervisor_config& cfg) {
+  apply_overrides(cfg, read_overrides(r, v, path, &cfg));
 }
 
 namespace {
@@ -660,10 +672,10 @@ task_spec read_task(const reader& r, const json::value& v) {
   task.prompt = r.nonempty_string(r.required(obj, path, "prompt"), "/prompt");
   if (const auto* x = obj.if_contains("environment"))
     task.environment = r.nonempty_string(*x, "/environment");
-  // The task's own settings over the built-in defaults, as a typed task
-  // carries them; resolve_task puts them over the environment's.
+  // The settings the task names, as a typed task carries them;
+  // resolve_task puts them over the environment's.
   if (const auto* x = obj.if_contains("supervisor"))
-    read_supervisor(r, *x, "/supervisor", task.supervisor);
+    task.supervisor = read_overrides(r, *x, "/supervisor", nullptr);
   if (const auto* x = obj.if_contains("agent_selection")) {
     const auto& sub = r.object(*x, "/agent_selection");
     r.check_keys(sub, "/agent_selection",
@@ -732,9 +744,9 @@ task_spec read_task(const reader& r, const json::value& v) {
     r.fail("/workdir", "a repository task works in a fresh worktree per "
                        "attempt; \"workdir\" cannot be set with \"repo\"");
   // The machine asks for the steps the task has.
-  task.supervisor.steps.preflight = task.preflight.has_value();
-  task.supervisor.steps.gates = !task.gates.empty();
-  task.supervisor.steps.deliver = task.repo.has_value();
+  task.settings.steps.preflight = task.preflight.has_value();
+  task.settings.steps.gates = !task.gates.empty();
+  task.settings.steps.deliver = task.repo.has_value();
   return task;
 }
 

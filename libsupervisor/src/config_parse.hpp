@@ -14,6 +14,15 @@
 
 namespace tasksup::detail {
 
+/// Reads the supervisor settings named at `path`. A per-class `backoff`
+/// entry and `restart_backoff` are read over `base`'s schedule (a partial
+/// schedule keeps the fields it does not name), or without `base` (a task's
+/// own settings) over a fresh one: `backoff_spec{}`,
+/// `default_restart_backoff()`.
+supervisor_overrides read_overrides(const reader& r, const json::value& v,
+                                    const std::string& path,
+                                    const supervisor_config* base);
+
 /// Reads supervisor settings at `path` over `cfg` (keys it does not name keep
 /// their value).
 void read_supervisor(const reader& r, const json::value& v,
@@ -36,8 +45,8 @@ environment_config read_environment(const reader& r, const json::value& v,
 /// Reads a node.json document.
 node_config read_node(const reader& r, const json::value& v);
 
-/// Reads a task document as written (SPEC §12): its supervisor settings over
-/// the built-in defaults, no environment applied.
+/// Reads a task document as written (SPEC §12): the supervisor settings it
+/// names, no environment applied.
 task_spec read_task(const reader& r, const json::value& v);
 
 /// `validate_task`; `compile_rules` false skips compiling the classifier

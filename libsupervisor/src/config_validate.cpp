@@ -296,7 +296,9 @@ expected<bool> detail::check_task(const task_spec& task, std::string_view where,
       r.fail("/env", "the prompt and env take " + std::to_string(exec_bytes) +
                        " bytes; at most " + std::to_string(max_command_bytes) +
                        " fit in an attempt's command line");
-    check_supervisor(r, task.supervisor, "/supervisor");
+    // What the task runs under: its own settings over the resolved ones, so
+    // a bad value the task names is reported at its own key.
+    check_supervisor(r, effective_settings(task), "/supervisor");
     if (task.classifier_rules)
       check_rules(r, *task.classifier_rules, "/classifier", compile_rules);
     if (!task.runtime.empty() && !known_runtime(task.runtime))

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <iterator>
+#include <type_traits>
 
 namespace tasksup {
 
@@ -51,6 +52,37 @@ bool same(const attempt_steps& a, const attempt_steps& b) noexcept {
   const auto& [a_pre, a_gates, a_deliver] = a;
   const auto& [b_pre, b_gates, b_deliver] = b;
   return a_pre == b_pre && a_gates == b_gates && a_deliver == b_deliver;
+}
+
+template<class T>
+bool same_opt(const std::optional<T>& a, const std::optional<T>& b) noexcept {
+  if (a.has_value() != b.has_value())
+    return false;
+  if (!a)
+    return true;
+  if constexpr (std::is_same_v<T, double> ||
+                std::is_same_v<T, std::optional<double>> ||
+                std::is_same_v<T, backoff_spec>)
+    return same(*a, *b);
+  else
+    return *a == *b;
+}
+
+bool same_backoff_map(const std::map<error_class, backoff_spec>& a,
+                      const std::map<error_class, backoff_spec>& b) noexcept {
+  if (a.size() != b.size())
+    return false;
+  for (auto i = a.begin(), j = b.begin(); i != a.end(); ++i, ++j)
+    if (i->first != j->first || !same(i->second, j->second))
+      return false;
+  return true;
+}
+
+/// Sets `to` to the value `from` names, if any.
+template<class T>
+void take(T& to, const std::optional<T>& from) {
+  if (from)
+    to = *from;
 }
 
 /// Mixes `x` into `seed`.
@@ -177,6 +209,61 @@ std::size_t settings_hash(const supervisor_config& cfg) noexcept {
     mix(h, *deadline);
   mix(h, grace);
   return h;
+}
+
+bool supervisor_overrides::empty() const noexcept {
+  return same_overrides(*this, supervisor_overrides{});
+}
+
+void apply_overrides(supervisor_config& cfg, const supervisor_overrides& over) {
+  // Structured bindings name every field: adding one to the overrides
+  // breaks the build here until it is applied (and compared below).
+  const auto& [retries, fallback, base, rl_base, total, crash, actions, restart,
+               intensity, backoff, deadline, grace, fatal, attempt_timeout,
+               done, restart_backoff] = over;
+  take(cfg.max_retries_per_agent, retries);
+  take(cfg.enable_fallback, fallback);
+  take(cfg.backoff_base_seconds, base);
+  take(cfg.rate_limit_backoff_base, rl_base);
+  take(cfg.max_total_attempts, total);
+  take(cfg.max_crash_restarts, crash);
+  for (const auto& [cls, act] : actions)
+    cfg.actions[cls] = act;
+  take(cfg.restart, restart);
+  take(cfg.intensity.max_restarts, intensity.max_restarts);
+  take(cfg.intensity.period_s, intensity.period_s);
+  take(cfg.intensity.reset_after_s, intensity.reset_after_s);
+  for (const auto& [cls, spec] : backoff)
+    cfg.backoff[cls] = spec;
+  take(cfg.deadline_s, deadline);
+  take(cfg.stop_grace_s, grace);
+  take(cfg.fatal, fatal);
+  take(cfg.attempt_timeout_s, attempt_timeout);
+  take(cfg.done_exit_code, done);
+  take(cfg.restart_backoff, restart_backoff);
+}
+
+bool same_overrides(const supervisor_overrides& a,
+                    const supervisor_overrides& b) noexcept {
+  const auto& [a_retries, a_fallback, a_base, a_rl_base, a_total, a_crash,
+               a_actions, a_restart, a_intensity, a_backoff, a_deadline,
+               a_grace, a_fatal, a_attempt_timeout, a_done, a_restart_backoff] =
+    a;
+  const auto& [b_retries, b_fallback, b_base, b_rl_base, b_total, b_crash,
+               b_actions, b_restart, b_intensity, b_backoff, b_deadline,
+               b_grace, b_fatal, b_attempt_timeout, b_done, b_restart_backoff] =
+    b;
+  const auto& [a_max, a_period, a_reset] = a_intensity;
+  const auto& [b_max, b_period, b_reset] = b_intensity;
+  return a_retries == b_retries && a_fallback == b_fallback &&
+         same_opt(a_base, b_base) && same_opt(a_rl_base, b_rl_base) &&
+         a_total == b_total && a_crash == b_crash && a_actions == b_actions &&
+         a_restart == b_restart && a_max == b_max &&
+         same_opt(a_period, b_period) && same_opt(a_reset, b_reset) &&
+         same_backoff_map(a_backoff, b_backoff) &&
+         same_opt(a_deadline, b_deadline) && same_opt(a_grace, b_grace) &&
+         a_fatal == b_fatal && same_opt(a_attempt_timeout, b_attempt_timeout) &&
+         a_done == b_done && same_opt(a_restart_backoff, b_restart_backoff);
 }
 
 } // namespace tasksup

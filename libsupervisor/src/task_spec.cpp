@@ -29,4 +29,10 @@ parse_delivery_mode(std::string_view str) noexcept {
   return std::nullopt;
 }
 
+supervisor_config effective_settings(const task_spec& task) {
+  auto out = task.settings;
+  apply_overrides(out, task.supervisor);
+  return out;
+}
+
 } // namespace tasksup

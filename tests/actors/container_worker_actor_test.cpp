@@ -105,6 +105,52 @@ TEST_CASE_METHOD(fixture, "a worker that ends normally kills nothing",
   CHECK(calls[0].what == runtime::scripted_call::kind::start);
 }
 
+TEST_CASE_METHOD(fixture,
+                 "a kept worker runs its supervisor's next attempt and "
+                 "drops what the last one's runtime still sends",
+                 "[container_worker]") {
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  runtime->script("a", {exits(3, {"first"}), hangs()});
+  worker_options w;
+  w.spec.task_id = "t1";
+  w.spec.attempt = 1;
+  w.spec.agent_id = "a";
+  w.runtime = runtime;
+  w.keep = true;
+  auto worker = spawn_container_worker(sys(), sup, w);
+  run();
+  REQUIRE(seen->reports.size() == 1);
+  CHECK(seen->reports[0].attempt == 1);
+  CHECK(seen->reports[0].outcome.tail == std::vector<std::string>{"first"});
+  // Only its supervisor starts the next attempt.
+  auto next = w;
+  next.spec.attempt = 2;
+  caf::anon_send(worker, next_attempt_atom::value, next);
+  run();
+  CHECK(runtime->calls().size() == 1);
+  // Attempt 1's runtime is late: neither between the attempts nor during
+  // attempt 2 does its line count.
+  caf::anon_send(worker, output_atom::value, 1, false, std::string{"late"});
+  run();
+  caf::send_as(sup, worker, next_attempt_atom::value, next);
+  run();
+  REQUIRE(runtime->calls().size() == 2);
+  caf::anon_send(worker, output_atom::value, 1, false, std::string{"late"});
+  caf::anon_send(worker, output_atom::value, 2, false, std::string{"mine"});
+  run();
+  caf::anon_send(worker, stop_atom::value, stop_mode::kill, std::int64_t{0});
+  run();
+  REQUIRE(seen->reports.size() == 2);
+  CHECK(seen->reports[1].attempt == 2);
+  CHECK(seen->reports[1].outcome.tail == std::vector<std::string>{"mine"});
+  REQUIRE(runtime->calls().size() == 3); // start, start, kill
+  // Its supervisor going down ends it, touching no finished attempt.
+  caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+  run();
+  CHECK(runtime->calls().size() == 3);
+}
+
 namespace {
 
 worker_options
@@ -239,7 +285,8 @@ TEST_CASE_METHOD(fixture, "output keeps an attempt from going idle",
   // A line every 6 s for a minute: never 10 s of silence.
   for (int i = 0; i < 10; ++i) {
     advance(6);
-    caf::anon_send(worker, output_atom::value, false, std::string{"working"});
+    caf::anon_send(worker, output_atom::value, 1, false,
+                   std::string{"working"});
     run();
   }
   CHECK(seen->reports.empty());
@@ -275,7 +322,7 @@ TEST_CASE_METHOD(fixture,
   run();
   // Real output first, at 5 s: the idle clock starts there.
   advance(5);
-  caf::anon_send(worker, output_atom::value, false,
+  caf::anon_send(worker, output_atom::value, 1, false,
                  std::string{R"({"type":"turn.started"})"});
   run();
   const std::string reconnect =
@@ -283,7 +330,7 @@ TEST_CASE_METHOD(fixture,
     R"j((Connection failed: error sending request)"})j";
   for (int i = 0; i < 4; ++i) {
     advance(7);
-    caf::anon_send(worker, output_atom::value, false, reconnect);
+    caf::anon_send(worker, output_atom::value, 1, false, reconnect);
     run();
   }
   // 28 s of noise after the last real line: still running.
@@ -332,11 +379,11 @@ TEST_CASE_METHOD(fixture,
   run();
   // Noise, then a real line: the stop that follows is a plain idle timeout.
   advance(4);
-  caf::anon_send(worker, output_atom::value, true,
+  caf::anon_send(worker, output_atom::value, 1, true,
                  std::string{"Reconnecting... 1/5"});
   run();
   advance(4);
-  caf::anon_send(worker, output_atom::value, false, std::string{"Working"});
+  caf::anon_send(worker, output_atom::value, 1, false, std::string{"Working"});
   run();
   advance(9.9);
   run();

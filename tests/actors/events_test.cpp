@@ -20,6 +20,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 using namespace tasksup;
@@ -639,4 +640,41 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
     obj["message"] = ref_str(s2);
     CHECK(warning_event(h, s2).json == ser(obj));
   }
+}
+
+TEST_CASE("an event's typed keys hold the values its JSON carries, "
+          "untrusted text repaired alike",
+          "[events]") {
+  auto line = std::string{"bad \xff\xfe byte, \"quotes\"\n"};
+  auto ev = log_event(head(), line, "stderr");
+  REQUIRE(ev.fields != nullptr);
+  auto& typed = std::get<event_data::log>(ev.fields->data);
+  auto obj = boost::json::parse(ev.json).as_object();
+  CHECK(typed.line == std::string{obj.at("line").as_string()});
+  CHECK(typed.line.find("\xEF\xBF\xBD") != std::string::npos);
+  CHECK(typed.stream == "stderr");
+
+  classification c;
+  c.cls = error_class::rate_limit;
+  c.rule = "rl";
+  c.line = "429";
+  c.retry_after_s = 12.5;
+  auto cl = classified_event(head(), c);
+  auto& tc = std::get<event_data::classified>(cl.fields->data).c;
+  CHECK(tc.cls == error_class::rate_limit);
+  CHECK(tc.rule == "rl");
+  CHECK(tc.retry_after_s == 12.5);
+
+  task_result r;
+  r.task_id = "t1";
+  r.error = std::string{"broke \xc3"};
+  r.artifacts = {"/a\xff"};
+  r.metadata.retries_by_agent = {{"a", 2}};
+  auto done = task_done_event(head(), r);
+  auto& tr = std::get<event_data::task_done>(done.fields->data).result;
+  auto dobj = boost::json::parse(done.json).as_object();
+  CHECK(*tr.error == std::string{dobj.at("error").as_string()});
+  CHECK(tr.artifacts.at(0) ==
+        std::string{dobj.at("artifacts").as_array().at(0).as_string()});
+  CHECK(tr.metadata.retries_by_agent.at("a") == 2);
 }

@@ -11,6 +11,10 @@
 #include <caf/binary_serializer.hpp>
 #include <caf/deep_to_string.hpp>
 
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace tasksup;
@@ -79,11 +83,30 @@ TEST_CASE("messages round-trip through the binary serializer", "[protocol]") {
   CHECK(u.env.at("K") == "V");
   CHECK(u.mounts.at(0).read_only);
   CHECK(u.memory_limit_mb == 512u);
+  // A task's settings travel as it named them: unset, cleared or set.
+  CHECK_FALSE(u.supervisor.max_total_attempts);
+  CHECK_FALSE(u.supervisor.attempt_timeout_s);
   // Absent optionals stay absent.
   task_spec empty;
   auto e = round_trip(sys, empty);
   CHECK_FALSE(e.selection);
   CHECK_FALSE(e.memory_limit_mb);
+  CHECK(e.supervisor.empty());
+  task_spec cleared;
+  cleared.supervisor.deadline_s.emplace();
+  cleared.supervisor.done_exit_code = 7;
+  cleared.supervisor.restart = restart_type::permanent;
+  cleared.supervisor.intensity.period_s = 60.0;
+  cleared.settings.deadline_s = 12.0;
+  auto c = round_trip(sys, cleared);
+  REQUIRE(c.supervisor.deadline_s);
+  CHECK_FALSE(*c.supervisor.deadline_s);
+  CHECK(c.supervisor.done_exit_code == 7);
+  CHECK(c.supervisor.restart == restart_type::permanent);
+  CHECK(c.supervisor.intensity.period_s == 60.0);
+  CHECK_FALSE(c.supervisor.intensity.max_restarts);
+  CHECK(same_overrides(c.supervisor, cleared.supervisor));
+  CHECK(same_settings(c.settings, cleared.settings));
   task_status s;
   s.task_id = "t1";
   s.state = task_state::backoff;
@@ -96,6 +119,42 @@ TEST_CASE("messages round-trip through the binary serializer", "[protocol]") {
   REQUIRE(s2.result);
   CHECK(s2.result->error == r.error);
   CHECK(caf::deep_to_string(s).find("t1") != std::string::npos);
+}
+
+TEST_CASE("a task's optional settings are range-checked on load",
+          "[protocol]") {
+  caf::actor_system_config cfg;
+  register_protocol(cfg);
+  caf::actor_system sys{cfg};
+  auto load = [&](std::uint8_t state, auto value, auto& into) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};
+    REQUIRE_FALSE(sink(state, value));
+    caf::binary_deserializer source{sys, buf};
+    return source(into);
+  };
+  clearable<double> deadline = 5.0;
+  auto ref = detail::clear_opt(deadline, "supervisor.deadline_s");
+  // 0 unset, 1 cleared, 2 set; anything else is refused, naming the field.
+  CHECK_FALSE(load(1, 0.0, ref));
+  REQUIRE(deadline);
+  CHECK_FALSE(*deadline);
+  CHECK_FALSE(load(2, 3.0, ref));
+  CHECK(deadline == 3.0);
+  auto err = load(3, 3.0, ref);
+  REQUIRE(err);
+  CHECK_THAT(caf::to_string(err),
+             Catch::Contains("supervisor.deadline_s: out-of-range state 3"));
+  std::optional<restart_type> restart;
+  auto enum_ref = detail::opt_checked(restart, "supervisor.restart");
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  REQUIRE_FALSE(sink(true, std::underlying_type_t<restart_type>{7}));
+  caf::binary_deserializer source{sys, buf};
+  auto bad = source(enum_ref);
+  REQUIRE(bad);
+  CHECK_THAT(caf::to_string(bad), Catch::Contains("supervisor.restart"));
+  CHECK_FALSE(restart);
 }
 
 TEST_CASE("protocol errors carry their text", "[protocol]") {

@@ -630,17 +630,17 @@ TEST_CASE_METHOD(supervisor_fixture,
     std::make_shared<runtime::scripted_runtime>(make_actor_timer(sys()));
   // One classifier and one backoff actor for all, as a node has: only the
   // runtime, the attempt root or the agents tell the tasks apart.
-  auto classifier_actor = keep(
+  auto shared_classifier = keep(
     spawn_classifier(sys(), *classifier::make(default_classifier_rules())));
-  auto backoff_actor = keep(spawn_backoff(sys(), 1));
+  auto shared_backoff = keep(spawn_backoff(sys(), 1));
   auto start_one = [&](const std::string& id, const std::string& agent_id,
                        std::shared_ptr<runtime::container_runtime> rt,
                        std::string root) {
     supervisor_options opts;
     opts.task = task_with(id, {agent_id});
     opts.runtime = std::move(rt);
-    opts.classifier = classifier_actor;
-    opts.backoff = backoff_actor;
+    opts.classifier = shared_classifier;
+    opts.backoff = shared_backoff;
     opts.attempt_root = std::move(root);
     return spawn_task_supervisor(sys(), parent, std::move(opts));
   };

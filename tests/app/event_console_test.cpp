@@ -1,10 +1,13 @@
 #include "event_console.hpp"
 
+#include "tasksup/actors/events.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 using namespace tasksup::app;
 
@@ -116,4 +119,50 @@ TEST_CASE("NO_COLOR turns colours off even on a terminal") {
   CHECK(painted.text().find('\x1b') != std::string::npos);
   CHECK(plain.text().find('\x1b') == std::string::npos);
   CHECK(plain.text().find("task succeeded") != std::string::npos);
+}
+
+TEST_CASE("an event of this process: the JSON stream gets its JSON, the view "
+          "the same lines as from that JSON") {
+  tasksup::event_head h{"t", 1, "0123456789abcdef0123456789abcdef",
+                        "0123456789abcdef", 1795362464.5};
+  tasksup::delay_decision delay;
+  delay.delay_s = 15;
+  std::vector<tasksup::event> events{
+    tasksup::attempt_started_event(h, "a", "codex", "42"),
+    tasksup::log_event(h, "working"),
+    tasksup::retry_scheduled_event(h, 1, 3, "a", delay, "rate limited"),
+  };
+  tasksup::task_result r;
+  r.task_id = "t";
+  r.outcome = tasksup::task_outcome::succeeded;
+  r.exit_code = 0;
+  events.push_back(tasksup::task_done_event(h, r));
+  captured typed_human;
+  captured typed_json;
+  captured text_human;
+  captured text_json;
+  event_console typed{{typed_human.file, false, false, {}, typed_json.file}};
+  event_console text{{text_human.file, false, false, {}, text_json.file}};
+  progress_view::extra more{3.0, "/tmp/logs"};
+  boost::json::object extra;
+  extra["duration_s"] = 3.0;
+  extra["log_dir"] = "/tmp/logs";
+  for (auto& ev : events) {
+    bool done = ev.kind == tasksup::event_kind::task_done;
+    typed.write(ev, done ? more : progress_view::extra{});
+    text.write(ev.json, done ? extra : boost::json::object{});
+  }
+  CHECK(typed_json.text() == text_json.text());
+  CHECK(typed_human.text() == text_human.text());
+  CHECK(typed_human.text().find("  logs: /tmp/logs\n") != std::string::npos);
+  // An event read back from JSON (no typed keys) takes the JSON's way,
+  // extra keys included.
+  captured read_human;
+  event_console read{{read_human.file, false, false, {}, nullptr}};
+  tasksup::event back;
+  back.kind = tasksup::event_kind::task_done;
+  back.json = events.back().json;
+  read.write(back, more);
+  CHECK(read_human.text().find("  duration: 3s\n  logs: /tmp/logs\n") !=
+        std::string::npos);
 }

@@ -1,9 +1,12 @@
 #include "progress_view.hpp"
 
+#include "tasksup/actors/events.hpp"
+
 #include <boost/json/parse.hpp>
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -198,4 +201,159 @@ TEST_CASE("an attempt's line shows its tokens and cost when known") {
     "usage":{"input_tokens":-5,"output_tokens":"x"},"cost_usd":1e300})");
   CHECK(bad ==
         std::vector<std::string>{"attempt 4 exited with code 1 after 1s"});
+}
+
+// -- the typed form: events built in this process render from their typed
+//    keys, with the same text and state as from their JSON.
+
+namespace {
+
+using tasksup::event;
+
+tasksup::event_head head(int attempt) {
+  return {"t-1", attempt, "0123456789abcdef0123456789abcdef",
+          "0123456789abcdef", 1795362464.5893607};
+}
+
+/// One event of every kind, with the values the view treats specially.
+std::vector<event> every_kind() {
+  using namespace tasksup;
+  std::vector<event> out;
+  out.push_back(task_submitted_event(head(0), "default", {"a", "b"}));
+  out.push_back(attempt_started_event(head(1), "a", "codex", "4242"));
+  out.push_back(log_event(head(1), "\x1b[2Jgotcha\r and \xff bytes"));
+  out.push_back(log_event(head(1), "quoted \"text\"\tand\\", "stderr"));
+  attempt_outcome exited;
+  exited.exit_code = 137;
+  exited.signal = 9;
+  exited.oom_killed = true;
+  exited.duration_s = 2.5;
+  out.push_back(attempt_exited_event(head(1), exited));
+  classification c;
+  c.cls = error_class::rate_limit;
+  c.rule = "rate_limit";
+  c.line = "HTTP 429 " + std::string(250, 'x');
+  c.retry_after_s = 30;
+  out.push_back(classified_event(head(1), c));
+  delay_decision delay;
+  delay.delay_s = 15;
+  out.push_back(retry_scheduled_event(head(1), 1, 3, "a", delay, "rate"));
+  out.push_back(attempt_started_event(head(2), "a", "codex", "tasksup-c1"));
+  attempt_outcome used;
+  used.exit_code = 1;
+  used.duration_s = std::nan("");
+  used.structured = structured_result{};
+  used.structured->usage = token_usage{1200, 345, 0};
+  used.structured->cost_usd = 0.0123;
+  out.push_back(attempt_exited_event(head(2), used));
+  classification plain;
+  out.push_back(classified_event(head(2), plain));
+  delay.delay_s = std::nan("");
+  out.push_back(retry_scheduled_event(head(2), 2, 3, "a", delay, ""));
+  out.push_back(agent_switched_event(head(2), "a", "b", "retries exhausted"));
+  attempt_outcome never;
+  never.started = false;
+  never.infrastructure_error = "image x not found locally";
+  out.push_back(attempt_exited_event(head(3), never));
+  never.infrastructure_error.clear();
+  out.push_back(attempt_exited_event(head(4), never));
+  out.push_back(
+    user_stop_event(head(4), stop_mode::cancel, "user_cancel requested"));
+  out.push_back(user_stop_event(head(4), stop_mode::kill,
+                                "retry skipped due to user stop"));
+  out.push_back(warning_event(head(4), "agent b: no such CLI"));
+  out.push_back(step_event(head(4), "gate", "tests", false, 1, "2 failed"));
+  out.push_back(step_event(head(4), "deliver", "", true, std::nullopt, "ok"));
+  out.push_back(escalated_event(head(4), task_outcome::failed, "parent"));
+  task_result failed;
+  failed.task_id = "t-1";
+  failed.error = "no agent left";
+  failed.metadata.agent_used = "b-cli";
+  failed.metadata.agent_id = "b";
+  failed.metadata.total_attempts = 4;
+  failed.metadata.total_retries = 3;
+  failed.metadata.retries_by_agent = {{"a", 2}, {"b", 1}};
+  failed.metadata.fallback_count = 1;
+  out.push_back(task_done_event(head(4), failed));
+  task_result ok;
+  ok.task_id = "t-1";
+  ok.outcome = task_outcome::succeeded;
+  ok.exit_code = 0;
+  ok.artifacts = {"/tmp/a/result.patch", "/tmp/a/\x01odd"};
+  ok.metadata.agent_used = "codex";
+  ok.metadata.agent_id = "a";
+  ok.metadata.total_attempts = 1;
+  ok.metadata.retries_by_agent = {{"a", 0}};
+  out.push_back(task_done_event(head(1), ok));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("an event of this process renders the same from its typed keys as "
+          "from its JSON") {
+  progress_view::options plain;
+  progress_view::options everything;
+  everything.show_output = false;
+  everything.prefix_task = true;
+  everything.color = true;
+  everything.show_time = true;
+  for (auto opts : {plain, everything}) {
+    progress_view typed{opts};
+    progress_view from_json{opts};
+    progress_view::extra more{75.0, "/tmp/a"};
+    for (auto& ev : every_kind()) {
+      REQUIRE(ev.fields != nullptr);
+      auto obj = boost::json::parse(ev.json).as_object();
+      if (ev.kind == tasksup::event_kind::task_done) {
+        obj["duration_s"] = *more.duration_s;
+        obj["log_dir"] = more.log_dir;
+      }
+      INFO(ev.json);
+      CHECK(typed.render(ev, more) == from_json.render(obj));
+      CHECK(typed.running() == from_json.running());
+      REQUIRE(typed.pending().has_value() == from_json.pending().has_value());
+      if (typed.pending()) {
+        CHECK(typed.pending()->task_id == from_json.pending()->task_id);
+        CHECK(typed.pending()->text == from_json.pending()->text);
+        CHECK(typed.pending()->delay_s == from_json.pending()->delay_s);
+      }
+    }
+  }
+}
+
+TEST_CASE("an event of this process renders without its JSON; one read back "
+          "from JSON renders from it") {
+  progress_view view;
+  auto ev = tasksup::attempt_started_event(head(2), "a", "codex", "17");
+  auto json = ev.json;
+  ev.json = "not JSON at all";
+  CHECK(view.render(ev) ==
+        std::vector<std::string>{"attempt 2: a (codex) started, pid 17"});
+  // As the journal or another node hands it over: the JSON alone.
+  event read_back;
+  read_back.kind = tasksup::event_kind::attempt_started;
+  read_back.json = json;
+  CHECK(view.render(read_back) ==
+        std::vector<std::string>{"attempt 2: a (codex) started, pid 17"});
+}
+
+TEST_CASE("submission, warnings, escalation and a classification without a "
+          "line read as before") {
+  progress_view view;
+  CHECK(view.render(tasksup::task_submitted_event(head(0), "default", {"a"})) ==
+        std::vector<std::string>{"task t-1 submitted"});
+  CHECK(view.render(tasksup::warning_event(head(1), "agent b: no CLI\x1b")) ==
+        std::vector<std::string>{"warning: agent b: no CLI?"});
+  CHECK(view
+          .render(tasksup::escalated_event(
+            head(1), tasksup::task_outcome::failed, "parent"))
+          .empty());
+  tasksup::classification c;
+  c.cls = tasksup::error_class::fatal;
+  c.rule = "auth";
+  CHECK(view.render(tasksup::classified_event(head(1), c)) ==
+        std::vector<std::string>{"classified as fatal by rule auth"});
+  CHECK(view.render(tasksup::agent_switched_event(head(1), "a", "b", "why")) ==
+        std::vector<std::string>{"switching agent: a -> b"});
 }

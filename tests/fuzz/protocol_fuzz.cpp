@@ -64,12 +64,30 @@ void require_supervisor(const supervisor_config& x) {
   }
 }
 
+void require_overrides(const supervisor_overrides& x) {
+  if (x.restart)
+    require_enum(*x.restart);
+  if (x.fatal)
+    require_enum(*x.fatal);
+  for (auto& [cls, act] : x.actions) {
+    require_enum(cls);
+    require_enum(act);
+  }
+  for (auto& [cls, spec] : x.backoff) {
+    require_enum(cls);
+    require_backoff(spec);
+  }
+  if (x.restart_backoff)
+    require_backoff(*x.restart_backoff);
+}
+
 void require_task(const task_spec& t) {
   require(t.id.size() <= wire::max_id_bytes);
   require(t.prompt.size() <= wire::max_prompt_bytes);
   require(t.env.size() <= wire::max_list_entries);
   require(t.mounts.size() <= wire::max_list_entries);
-  require_supervisor(t.supervisor);
+  require_overrides(t.supervisor);
+  require_supervisor(t.settings);
   if (t.selection) {
     require_enum(t.selection->mode);
     require(t.selection->agents.size() <= wire::max_list_entries);

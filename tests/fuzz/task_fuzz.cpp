@@ -72,7 +72,8 @@ bool same(const task_spec& a, const task_spec& b) {
       a.selection->mode == b.selection->mode));
   return a.id == b.id && a.prompt == b.prompt &&
          a.environment == b.environment && selection &&
-         same_settings(a.supervisor, b.supervisor) &&
+         same_overrides(a.supervisor, b.supervisor) &&
+         same_settings(a.settings, b.settings) &&
          a.classifier_rules.has_value() == b.classifier_rules.has_value() &&
          a.runtime == b.runtime && a.image == b.image && a.env == b.env &&
          a.mounts.size() == b.mounts.size() && a.workdir == b.workdir &&

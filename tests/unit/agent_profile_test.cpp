@@ -245,7 +245,7 @@ TEST_CASE("fatal_scope: provider by default, task on request") {
   CHECK(supervisor_config{}.fatal == fatal_scope::provider);
   auto t = task(R"({"prompt": "p", "supervisor": {"fatal_scope": "task"}})");
   REQUIRE(t);
-  CHECK(t->supervisor.fatal == fatal_scope::task);
+  CHECK(t->settings.fatal == fatal_scope::task);
   auto bad = task(R"({"prompt": "p", "supervisor": {"fatal_scope": "all"}})");
   REQUIRE_FALSE(bad);
   CHECK(bad.error().path == "/supervisor/fatal_scope");
@@ -449,6 +449,6 @@ TEST_CASE("the README's real-agents example is config/examples/"
   CHECK(has(agents[2], "GEMINI_API_KEY"));
   CHECK(agents[2].idle_timeout_s == 300);
   CHECK(agents[1].idle_noise == find_agent_profile("codex")->idle_noise);
-  CHECK(t->supervisor.fatal == fatal_scope::provider);
+  CHECK(t->settings.fatal == fatal_scope::provider);
   CHECK(validate_task(*t, "real-agents.json"));
 }

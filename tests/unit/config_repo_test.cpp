@@ -58,9 +58,9 @@ TEST_CASE("repo keys: defaults and every command form", "[config][repo]") {
   CHECK(t->preflight->argv ==
         std::vector<std::string>{"check-quota", "team a"});
   // The machine learns which steps the task has.
-  CHECK(t->supervisor.steps.gates);
-  CHECK(t->supervisor.steps.preflight);
-  CHECK(t->supervisor.steps.deliver);
+  CHECK(t->settings.steps.gates);
+  CHECK(t->settings.steps.preflight);
+  CHECK(t->settings.steps.deliver);
 }
 
 TEST_CASE("repo keys: a task without them has no steps and no feedback",
@@ -69,11 +69,11 @@ TEST_CASE("repo keys: a task without them has no steps and no feedback",
   REQUIRE(t.has_value());
   CHECK_FALSE(t->repo);
   CHECK_FALSE(t->feedback.enabled);
-  CHECK_FALSE(t->supervisor.steps.gates);
-  CHECK_FALSE(t->supervisor.steps.preflight);
-  CHECK_FALSE(t->supervisor.steps.deliver);
-  CHECK_FALSE(t->supervisor.attempt_timeout_s);
-  CHECK_FALSE(t->supervisor.done_exit_code);
+  CHECK_FALSE(t->settings.steps.gates);
+  CHECK_FALSE(t->settings.steps.preflight);
+  CHECK_FALSE(t->settings.steps.deliver);
+  CHECK_FALSE(t->settings.attempt_timeout_s);
+  CHECK_FALSE(t->settings.done_exit_code);
 }
 
 TEST_CASE("repo keys: feedback forms, delivery and supervisor keys",
@@ -89,10 +89,10 @@ TEST_CASE("repo keys: feedback forms, delivery and supervisor keys",
   CHECK(t->keep_failed);
   CHECK(t->feedback.enabled);
   CHECK(t->feedback.template_text == "Try again: {reason}");
-  CHECK(t->supervisor.attempt_timeout_s == 900);
-  CHECK(t->supervisor.done_exit_code == 99);
-  CHECK(t->supervisor.restart_backoff.table_s == std::vector<double>{2, 10});
-  CHECK(t->supervisor.actions.at(error_class::gate_failed) == action::fallback);
+  CHECK(t->settings.attempt_timeout_s == 900);
+  CHECK(t->settings.done_exit_code == 99);
+  CHECK(t->settings.restart_backoff.table_s == std::vector<double>{2, 10});
+  CHECK(t->settings.actions.at(error_class::gate_failed) == action::fallback);
   auto off = task(R"({"prompt": "p", "repo": "/r", "feedback": false})");
   REQUIRE(off.has_value());
   CHECK_FALSE(off->feedback.enabled);

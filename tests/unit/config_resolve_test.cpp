@@ -60,7 +60,8 @@ void check_same(const task_spec& a, const task_spec& b) {
     CHECK(a.selection->agent_fallbacks == b.selection->agent_fallbacks);
     CHECK(a.selection->mode == b.selection->mode);
   }
-  CHECK(same_settings(a.supervisor, b.supervisor));
+  CHECK(same_overrides(a.supervisor, b.supervisor));
+  CHECK(same_settings(a.settings, b.settings));
   REQUIRE(a.classifier_rules.has_value() == b.classifier_rules.has_value());
   if (a.classifier_rules) {
     REQUIRE(a.classifier_rules->size() == b.classifier_rules->size());
@@ -133,7 +134,7 @@ TEST_CASE("resolve_task: a typed and a JSON submit of the same task resolve "
     REQUIRE(typed_task.has_value());
     check_same(*json_task, *typed_task);
     // global < environment < task, field by field.
-    const auto& s = typed_task->supervisor;
+    const auto& s = typed_task->settings;
     CHECK(s.max_retries_per_agent == 5);  // global
     CHECK(s.stop_grace_s == 4.0);         // global
     CHECK(s.max_total_attempts == 7);     // environment
@@ -158,7 +159,7 @@ TEST_CASE("resolve_task: a typed and a JSON submit of the same task resolve "
     REQUIRE(typed_task.has_value());
     check_same(*json_task, *typed_task);
     CHECK(typed_task->environment == "default");
-    CHECK(typed_task->supervisor.max_crash_restarts == 3);
+    CHECK(typed_task->settings.max_crash_restarts == 3);
     CHECK(typed_task->selection->agents.at(0).agent_id == "d");
   }
   SECTION("a task's own agents and rules replace the environment's") {
@@ -189,6 +190,103 @@ TEST_CASE("resolve_task: a typed and a JSON submit of the same task resolve "
     check_same(*json_task, *typed_task);
     CHECK(typed_task->selection->agents.size() == 1);
   }
+}
+
+TEST_CASE("resolve_task: a task sets values back to the built-in defaults "
+          "and clears optional ones over its environment's") {
+  auto cfg = node_config_set();
+  // team: max_total_attempts 7, backoff_base_seconds 1, fatal -> fallback,
+  // deadline_s 600; the node: max_retries_per_agent 5.
+  auto json_task = from_json(R"({"prompt": "p", "environment": "team",
+    "supervisor": {"max_total_attempts": 30, "backoff_base_seconds": 5,
+                   "max_retries_per_agent": 3, "actions": {"fatal": "fail"},
+                   "deadline_s": null}})",
+                             cfg);
+  if (!json_task)
+    FAIL(json_task.error().to_string());
+  task_spec typed;
+  typed.prompt = "p";
+  typed.environment = "team";
+  typed.supervisor.max_total_attempts = 30;
+  typed.supervisor.backoff_base_seconds = 5.0;
+  typed.supervisor.max_retries_per_agent = 3;
+  typed.supervisor.actions[error_class::fatal] = action::fail;
+  typed.supervisor.deadline_s.emplace(); // cleared: no deadline
+  auto typed_task = resolve_task(typed, cfg, "submitted task");
+  REQUIRE(typed_task.has_value());
+  check_same(*json_task, *typed_task);
+  const supervisor_config builtin;
+  const auto& s = typed_task->settings;
+  CHECK(s.max_total_attempts == builtin.max_total_attempts);
+  CHECK(s.backoff_base_seconds == builtin.backoff_base_seconds);
+  CHECK(s.max_retries_per_agent == builtin.max_retries_per_agent);
+  CHECK(s.actions.at(error_class::fatal) == action::fail);
+  CHECK_FALSE(s.deadline_s.has_value());
+  // What the task does not name stays the environment's and the node's.
+  CHECK(s.stop_grace_s == 4.0);
+  // The task keeps what it said, so resolving it again means the same.
+  REQUIRE(typed_task->supervisor.deadline_s.has_value());
+  CHECK_FALSE(typed_task->supervisor.deadline_s->has_value());
+  auto again = resolve_task(*typed_task, cfg, "again");
+  REQUIRE(again.has_value());
+  CHECK(same_settings(again->settings, s));
+}
+
+TEST_CASE("resolve_task: null clears each optional setting an environment "
+          "set, and naming nothing keeps it") {
+  auto cfg = builtin_config();
+  auto env = parse_environment(
+    doc(R"({"supervisor": {"deadline_s": 600, "attempt_timeout_s": 60,
+                           "done_exit_code": 9}})"),
+    "ops.json", "ops");
+  REQUIRE(env.has_value());
+  cfg.environments.emplace("ops", std::move(*env));
+  auto kept = from_json(R"({"prompt": "p", "environment": "ops"})", cfg);
+  REQUIRE(kept.has_value());
+  CHECK(kept->settings.deadline_s == 600.0);
+  CHECK(kept->settings.attempt_timeout_s == 60.0);
+  CHECK(kept->settings.done_exit_code == 9);
+  auto cleared = from_json(R"({"prompt": "p", "environment": "ops",
+    "supervisor": {"deadline_s": null, "attempt_timeout_s": null,
+                   "done_exit_code": null}})",
+                           cfg);
+  REQUIRE(cleared.has_value());
+  CHECK_FALSE(cleared->settings.deadline_s.has_value());
+  CHECK_FALSE(cleared->settings.attempt_timeout_s.has_value());
+  CHECK_FALSE(cleared->settings.done_exit_code.has_value());
+  auto replaced = from_json(R"({"prompt": "p", "environment": "ops",
+    "supervisor": {"deadline_s": 30}})",
+                            cfg);
+  REQUIRE(replaced.has_value());
+  CHECK(replaced->settings.deadline_s == 30.0);
+  CHECK(replaced->settings.attempt_timeout_s == 60.0);
+  // A typed task says the same with `emplace()` (cleared) and a value.
+  task_spec typed;
+  typed.prompt = "p";
+  typed.environment = "ops";
+  typed.supervisor.deadline_s.emplace();
+  typed.supervisor.attempt_timeout_s.emplace();
+  typed.supervisor.done_exit_code.emplace();
+  auto typed_task = resolve_task(typed, cfg, "submitted task");
+  REQUIRE(typed_task.has_value());
+  check_same(*cleared, *typed_task);
+}
+
+TEST_CASE("resolve_task: a supervisor spawned from an unresolved task runs "
+          "under the built-in defaults with the task's settings over them") {
+  task_spec t;
+  t.prompt = "p";
+  t.supervisor.max_retries_per_agent = 1;
+  t.supervisor.deadline_s = 30.0;
+  auto s = effective_settings(t);
+  CHECK(s.max_retries_per_agent == 1);
+  CHECK(s.deadline_s == 30.0);
+  CHECK(s.max_total_attempts == supervisor_config{}.max_total_attempts);
+  // A resolved task runs under exactly its resolved settings.
+  auto resolved = resolve_task(t, node_config_set(), "t");
+  REQUIRE(resolved.has_value());
+  CHECK(same_settings(effective_settings(*resolved), resolved->settings));
+  CHECK(resolved->settings.stop_grace_s == 4.0); // the node's
 }
 
 TEST_CASE("resolve_task: resolving a resolved task changes nothing") {
@@ -245,6 +343,18 @@ TEST_CASE("resolve_task: typed and JSON tasks get the same verdicts") {
     {"a zero deadline", R"({"prompt": "p", "supervisor": {"deadline_s": 0}})",
      [](task_spec& t) { t.supervisor.deadline_s = 0.0; },
      "/supervisor/deadline_s"},
+    {"no attempts at all",
+     R"({"prompt": "p", "supervisor": {"max_total_attempts": 0}})",
+     [](task_spec& t) { t.supervisor.max_total_attempts = 0; },
+     "/supervisor/max_total_attempts"},
+    {"a negative intensity period",
+     R"({"prompt": "p", "supervisor": {"intensity": {"period_s": -1}}})",
+     [](task_spec& t) { t.supervisor.intensity.period_s = -1.0; },
+     "/supervisor/intensity/period_s"},
+    {"a done exit code out of range",
+     R"({"prompt": "p", "supervisor": {"done_exit_code": 256}})",
+     [](task_spec& t) { t.supervisor.done_exit_code = 256; },
+     "/supervisor/done_exit_code"},
     {"duplicate agent ids", R"({"prompt": "p", "agent_selection": {"agents": [
        {"agent_id": "a", "agent_cli": "x"},
        {"agent_id": "a", "agent_cli": "y"}]}})",

@@ -916,7 +916,7 @@ TEST_CASE("task: only the prompt is required") {
   CHECK_FALSE(res->classifier_rules.has_value());
   CHECK(res->runtime.empty());
   CHECK_FALSE(res->memory_limit_mb.has_value());
-  check_same_supervisor(res->supervisor, supervisor_config{});
+  check_same_supervisor(res->settings, supervisor_config{});
 }
 
 TEST_CASE("task: supervisor settings merge global < environment < task") {
@@ -926,19 +926,19 @@ TEST_CASE("task: supervisor settings merge global < environment < task") {
                   cfg);
   REQUIRE(res.has_value());
   CHECK(res->environment == "team");
-  CHECK(res->supervisor.max_retries_per_agent == 5);  // global
-  CHECK(res->supervisor.stop_grace_s == 4.0);         // global
-  CHECK(res->supervisor.max_total_attempts == 7);     // environment
-  CHECK(res->supervisor.backoff_base_seconds == 2.0); // task
+  CHECK(res->settings.max_retries_per_agent == 5);  // global
+  CHECK(res->settings.stop_grace_s == 4.0);         // global
+  CHECK(res->settings.max_total_attempts == 7);     // environment
+  CHECK(res->settings.backoff_base_seconds == 2.0); // task
   // Without the task's override the environment's value stands.
   auto env_only = task(R"({"prompt": "p", "environment": "team"})", cfg);
   REQUIRE(env_only.has_value());
-  CHECK(env_only->supervisor.backoff_base_seconds == 1.0);
+  CHECK(env_only->settings.backoff_base_seconds == 1.0);
   // Without an environment only the global settings apply.
   auto global = task(R"({"prompt": "p"})", cfg);
   REQUIRE(global.has_value());
-  CHECK(global->supervisor.max_total_attempts == 11);
-  CHECK(global->supervisor.backoff_base_seconds == 5.0);
+  CHECK(global->settings.max_total_attempts == 11);
+  CHECK(global->settings.backoff_base_seconds == 5.0);
 }
 
 TEST_CASE("task: the environment supplies agents and rules the task lacks") {
@@ -1135,6 +1135,29 @@ TEST_CASE("load_task_file names the task file") {
   auto res = load_task_file(good, builtin_config());
   REQUIRE(res.has_value());
   CHECK(res->prompt == "p");
+}
+
+TEST_CASE("load_task_file: a bad supervisor setting names the task file and "
+          "the field") {
+  temp_dir dir;
+  auto bad = [&](const std::string& supervisor, std::string_view ptr,
+                 std::string_view fragment) {
+    auto path = dir.write("t.json", R"({"prompt": "p", "supervisor": )" +
+                                      supervisor + "}");
+    auto res = load_task_file(path, builtin_config());
+    INFO(supervisor);
+    REQUIRE_FALSE(res.has_value());
+    CHECK(res.error().where == path);
+    check_error_contains(res, ptr, fragment);
+  };
+  bad(R"({"deadline_s": "soon"})", "/supervisor/deadline_s",
+      "expected a number");
+  bad(R"({"deadline_s": 0})", "/supervisor/deadline_s", "> 0");
+  bad(R"({"restart": "sometimes"})", "/supervisor/restart", "transient");
+  bad(R"({"intensity": {"max_restarts": -1}})",
+      "/supervisor/intensity/max_restarts", "integer");
+  bad(R"({"done_exit_code": 0})", "/supervisor/done_exit_code", "integer");
+  bad(R"({"deadline": 5})", "/supervisor/deadline", "deadline_s");
 }
 
 TEST_CASE("relative agent paths resolve against the file that names them") {

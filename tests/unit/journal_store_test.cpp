@@ -276,6 +276,24 @@ TEST_CASE("an older journal is migrated, a newer one refused") {
     REQUIRE(s);
     CHECK(*s == std::optional<std::string>{"v"});
   }
+  SECTION("one of schema version 3 with tasks is refused: its task records "
+          "predate the supervisor overrides") {
+    REQUIRE(sqlite3_exec(db, version_1, nullptr, nullptr, nullptr) ==
+            SQLITE_OK);
+    REQUIRE(sqlite3_exec(db,
+                         "CREATE TABLE node_state (key TEXT PRIMARY KEY, "
+                         "body BLOB NOT NULL) WITHOUT ROWID;"
+                         "INSERT INTO tasks (id, spec, submitted_at) VALUES "
+                         "('old', 'old-spec', 7);"
+                         "PRAGMA user_version = 3;",
+                         nullptr, nullptr, nullptr) == SQLITE_OK);
+    sqlite3_close(db);
+    auto j = journal_store::open({tmp.state()});
+    REQUIRE_FALSE(j);
+    CHECK_THAT(j.error().to_string(),
+               Catch::Contains("schema version 3, 1 task(s)") &&
+                 Catch::Contains("move the journal away"));
+  }
   SECTION("one with tasks in an encoding this build cannot read is refused, "
           "and left as it was") {
     REQUIRE(sqlite3_exec(db, version_1, nullptr, nullptr, nullptr) ==

@@ -113,7 +113,10 @@ std::shared_ptr<attempt_handle> reactor::finish_unposted(attempt_ptr item) {
   // The runtime is shutting down: no reactor will report this attempt.
   attempt_outcome out;
   out.exit_code = 1;
-  out.infrastructure_error = "process runtime is shutting down";
+  // Why it never ran (e.g. no tasksup-shim), else the runtime is closing.
+  out.infrastructure_error = item->infrastructure_error.empty()
+                               ? "process runtime is shutting down"
+                               : std::move(item->infrastructure_error);
   if (item->pid > 0) {
     // The shim kills the agent's group, records the end and exits.
     pidfd_signal(item->pidfd, SIGUSR1);

@@ -8,6 +8,8 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/atom.hpp>
 #include <caf/local_actor.hpp>
 
 #include <cstddef>
@@ -61,7 +63,14 @@ struct worker_options {
   /// Also send `(start, attempt, runtime_id)` to the supervisor once the
   /// attempt runs (a journaling supervisor records it for adoption).
   bool report_runtime_id = false;
+  /// Kept for the task's next attempt: after its report the worker waits
+  /// for `(next_attempt, worker_options)` from its supervisor instead of
+  /// quitting (it quits when its supervisor goes down).
+  bool keep = false;
 };
+
+/// Supervisor -> its kept worker: `(next_attempt, worker_options)`.
+using next_attempt_atom = caf::atom_constant<caf::atom("nextatt")>;
 
 /// Copies what the worker needs from the agent that runs the attempt: its
 /// output format, idle timeout and noise, and env_passthrough names.
@@ -84,3 +93,6 @@ caf::actor spawn_container_worker(caf::local_actor* spawner,
                                   caf::actor supervisor, worker_options opts);
 
 } // namespace tasksup
+
+// Only ever sent within one node (it holds the runtime).
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tasksup::worker_options)

@@ -5,6 +5,8 @@
 // `event`, `task_id`, `attempt`, `trace_id`, `span_id`, `ts` and the kind's
 // keys. Every string is checked: invalid UTF-8 (agent output is untrusted)
 // is replaced by U+FFFD and control characters are escaped by the serializer.
+// The event also carries the kind's keys as typed values (`event_fields`),
+// so a view in the same process renders without parsing the JSON back.
 
 #include "tasksup/actors/protocol.hpp"
 
@@ -17,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace tasksup {
@@ -54,6 +57,98 @@ struct event_head {
   std::string_view span_id;
   /// Seconds since the Unix epoch.
   double ts = 0;
+};
+
+/// The kind's own keys of an event, typed, one struct per kind named as in
+/// SPEC §9. Strings are the text the JSON carries (invalid UTF-8 already
+/// replaced by U+FFFD), so a view reads the same from either.
+namespace event_data {
+
+struct task_submitted {
+  std::string environment;
+  std::vector<std::string> agents;
+};
+
+struct attempt_started {
+  std::string agent_id;
+  std::string agent_cli;
+  std::string container_id;
+};
+
+struct log {
+  std::string stream;
+  std::string line;
+};
+
+struct attempt_exited {
+  int exit_code = 0;
+  int signal = 0;
+  bool oom_killed = false;
+  double duration_s = 0;
+  /// Empty when the runtime did not fail (the JSON then has no key).
+  std::string infrastructure_error;
+  /// False when nothing ran (the JSON then says `"started":false`).
+  bool started = true;
+  std::optional<token_usage> usage;
+  std::optional<double> cost_usd;
+};
+
+struct classified {
+  classification c;
+};
+
+struct retry_scheduled {
+  int retry_count = 0;
+  int max_retries = 0;
+  std::string agent;
+  delay_decision delay;
+  std::string reason;
+};
+
+struct agent_switched {
+  std::string from;
+  std::string to;
+  std::string reason;
+};
+
+struct user_stop {
+  stop_mode mode = stop_mode::cancel;
+  std::string message;
+};
+
+struct task_done {
+  task_result result;
+};
+
+struct escalated {
+  task_outcome outcome = task_outcome::failed;
+  std::string parent;
+};
+
+struct warning {
+  std::string message;
+};
+
+struct step {
+  std::string step;
+  std::string name;
+  bool passed = false;
+  std::optional<int> exit_code;
+  std::string message;
+};
+
+} // namespace event_data
+
+/// An event's keys beyond its head (`event` holds those), as the builders
+/// below wrote them into `event::json`.
+struct event_fields {
+  std::variant<event_data::task_submitted, event_data::attempt_started,
+               event_data::log, event_data::attempt_exited,
+               event_data::classified, event_data::retry_scheduled,
+               event_data::agent_switched, event_data::user_stop,
+               event_data::task_done, event_data::escalated,
+               event_data::warning, event_data::step>
+    data;
 };
 
 /// Seconds since the Unix epoch, now (for `event_head::ts`).

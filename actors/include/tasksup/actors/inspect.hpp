@@ -280,6 +280,74 @@ typename Inspector::result_type inspect(Inspector& f, opt_list_ref<C>& x) {
            }));
 }
 
+/// An optional enum, range-checked on load like `checked`.
+template<class E>
+struct opt_enum_ref {
+  std::optional<E>& ref;
+  const char* name;
+};
+
+/// Makes an `opt_enum_ref` for use inside an `inspect` argument list.
+template<class E>
+opt_enum_ref<E> opt_checked(std::optional<E>& x, const char* name) {
+  return opt_enum_ref<E>{x, name};
+}
+
+/// Inspects an optional enum as (present, checked value).
+template<class Inspector, class E>
+typename Inspector::result_type inspect(Inspector& f, opt_enum_ref<E>& x) {
+  bool present = x.ref.has_value();
+  E value = present ? *x.ref : E{};
+  auto field = checked(value, x.name);
+  return f(caf::meta::type_name("optional"), present, field,
+           caf::meta::load_callback([&]() -> caf::error {
+             if (present)
+               x.ref = value;
+             else
+               x.ref.reset();
+             return caf::none;
+           }));
+}
+
+/// A setting a task may leave unset, clear, or set (`clearable`).
+template<class T>
+struct clearable_ref {
+  clearable<T>& ref;
+  const char* name;
+};
+
+/// Makes a `clearable_ref` for use inside an `inspect` argument list.
+template<class T>
+clearable_ref<T> clear_opt(clearable<T>& x, const char* name) {
+  return clearable_ref<T>{x, name};
+}
+
+/// Inspects a clearable setting as (state, value): state 0 is unset, 1
+/// cleared, 2 set (anything else is refused on load); the value is a
+/// default-constructed one unless set, so the wire shape is fixed.
+template<class Inspector, class T>
+typename Inspector::result_type inspect(Inspector& f, clearable_ref<T>& x) {
+  std::uint8_t state = !x.ref ? 0 : !*x.ref ? 1 : 2;
+  T value = state == 2 ? **x.ref : T{};
+  return f(caf::meta::type_name("clearable"), state, value,
+           caf::meta::load_callback([&]() -> caf::error {
+             switch (state) {
+               case 0:
+                 x.ref.reset();
+                 return caf::none;
+               case 1:
+                 x.ref.emplace();
+                 return caf::none;
+               case 2:
+                 x.ref = value;
+                 return caf::none;
+               default:
+                 return wire_error(x.name, "out-of-range state " +
+                                             std::to_string(+state));
+             }
+           }));
+}
+
 } // namespace detail
 
 /// Serializes an agent.
@@ -375,6 +443,33 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_config& x) {
            x.restart_backoff, x.steps);
 }
 
+/// Serializes the restart intensity a task names.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, intensity_overrides& x) {
+  return f(caf::meta::type_name("intensity_overrides"),
+           detail::opt(x.max_restarts), detail::opt(x.period_s),
+           detail::opt(x.reset_after_s));
+}
+
+/// Serializes the supervisor settings a task names.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, supervisor_overrides& x) {
+  return f(
+    caf::meta::type_name("supervisor_overrides"),
+    detail::opt(x.max_retries_per_agent), detail::opt(x.enable_fallback),
+    detail::opt(x.backoff_base_seconds), detail::opt(x.rate_limit_backoff_base),
+    detail::opt(x.max_total_attempts), detail::opt(x.max_crash_restarts),
+    detail::bounded(x.actions, "supervisor.actions"),
+    detail::opt_checked(x.restart, "supervisor.restart"), x.intensity,
+    detail::bounded(x.backoff, "supervisor.backoff"),
+    detail::clear_opt(x.deadline_s, "supervisor.deadline_s"),
+    detail::opt(x.stop_grace_s),
+    detail::opt_checked(x.fatal, "supervisor.fatal_scope"),
+    detail::clear_opt(x.attempt_timeout_s, "supervisor.attempt_timeout_s"),
+    detail::clear_opt(x.done_exit_code, "supervisor.done_exit_code"),
+    detail::opt(x.restart_backoff));
+}
+
 /// Serializes a classification rule.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, classifier_rule& x) {
@@ -452,7 +547,7 @@ typename Inspector::result_type inspect(Inspector& f, feedback_spec& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, task_spec& x) {
   return f(caf::meta::type_name("task_spec"), x.id, x.prompt, x.environment,
-           detail::opt(x.selection), x.supervisor,
+           detail::opt(x.selection), x.supervisor, x.settings,
            detail::opt_list(x.classifier_rules, "classifier_rules"), x.runtime,
            x.image, detail::bounded(x.env, "env"),
            detail::bounded(x.mounts, "mounts"), x.workdir,

@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -262,6 +263,9 @@ struct task_status {
   std::string waiting_for;
 };
 
+/// The typed keys of one event (defined in events.hpp).
+struct event_fields;
+
 /// One event: the fields a consumer filters on, plus the rendered JSON line
 /// with exactly SPEC §9's keys.
 struct event {
@@ -277,6 +281,11 @@ struct event {
   double ts = 0;
   /// One JSON object, no trailing newline.
   std::string json;
+  /// The same keys as typed values (events.hpp), for consumers in this
+  /// process that would otherwise parse `json` back (the human view of
+  /// `tasksup run`). Null for an event read back from JSON (journal, other
+  /// nodes): not serialized, `json` is the event on the wire.
+  std::shared_ptr<const event_fields> fields;
 };
 
 /// A worker's report of its attempt's end.

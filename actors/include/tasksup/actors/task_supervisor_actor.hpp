@@ -1,5 +1,7 @@
 #pragma once
 
+#include "tasksup/actors/backoff_actor.hpp"
+#include "tasksup/actors/classifier_actor.hpp"
 #include "tasksup/actors/journal_codec.hpp"
 #include "tasksup/actors/protocol.hpp"
 
@@ -21,7 +23,8 @@ namespace tasksup {
 /// Everything one task supervisor needs. Only `task`, `runtime` and a parent
 /// are required; the rest has working defaults for an embedding application.
 struct supervisor_options {
-  /// The validated task (its `supervisor` settings are the policy).
+  /// The task, resolved by `resolve_task` (it runs under
+  /// `effective_settings(task)`).
   task_spec task;
   /// The agent used when the task names none.
   agent_spec default_agent;
@@ -30,9 +33,9 @@ struct supervisor_options {
   std::shared_ptr<runtime::container_runtime> runtime;
   /// The classifier to ask; when null the supervisor spawns its own with the
   /// task's rules (or the defaults) and stops it when it ends.
-  caf::actor classifier;
+  classifier_actor classifier;
   /// The backoff actor to ask; when null the supervisor spawns its own.
-  caf::actor backoff;
+  backoff_actor backoff;
   /// The node services (a registry): attempt slots, circuit breakers and the
   /// retry budget. When null none of them applies (standalone supervisor).
   caf::actor services;

@@ -98,9 +98,9 @@ expected<node_config> parse_node_config(const boost::json::value& doc,
                                         std::string_view where,
                                         const profile_map& profiles = {});
 
-/// Parses a task (SPEC §12) as written: its supervisor settings over the
-/// built-in defaults (what a typed task carries), no environment applied, no
-/// cross-field checks. `parse_task` is this plus `resolve_task`. Its agents'
+/// Parses a task (SPEC §12) as written: the supervisor settings it names
+/// (what a typed task carries), no environment applied, no cross-field
+/// checks. `parse_task` is this plus `resolve_task`. Its agents'
 /// profiles are applied here, from the built-in ones and `profiles` (the
 /// node's `config_set::profiles`): a typed task carries its agents with
 /// their profiles applied.
@@ -115,12 +115,12 @@ expected<task_spec> parse_task_as_written(const boost::json::value& doc,
 ///
 /// - Environment: the one the task names (unknown is an error at
 ///   `/environment`), else `default` when `cfg` has one.
-/// - Supervisor settings: `cfg.supervisor` < the environment's overrides <
-///   the task's own. A task's setting counts when it differs from the
-///   built-in default (`supervisor_config{}`): a typed task cannot say
-///   "unset" otherwise, and a task file must mean the same as the typed task
-///   built from it. Per-class `actions` count class by class, a per-class
-///   `backoff` entry replaces the one below it.
+/// - Supervisor settings (`task.settings`): built-in defaults <
+///   `cfg.supervisor` < the environment's `supervisor` < the settings the
+///   task names (`task.supervisor`, a `supervisor_overrides`: what it does
+///   not name is the layer below's, a value equal to the built-in default
+///   counts, a cleared optional setting is off). Per-class `actions` count
+///   class by class, a per-class `backoff` entry replaces the one below it.
 /// - Agent selection and classifier rules: the task's own, else the
 ///   environment's (a selection only when it has agents).
 ///

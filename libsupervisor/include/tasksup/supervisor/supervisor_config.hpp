@@ -132,6 +132,62 @@ struct supervisor_config {
   }
 };
 
+/// A task's override of a setting that can be off: not named (the layer
+/// below decides), cleared (`null` in JSON: off, whatever the layer below
+/// said), or a value. `x = 30.0` sets a value, `x.emplace()` clears it,
+/// `x.reset()` names nothing.
+template<class T>
+using clearable = std::optional<std::optional<T>>;
+
+/// A task's restart intensity overrides, field by field.
+struct intensity_overrides {
+  std::optional<int> max_restarts;
+  std::optional<double> period_s;
+  std::optional<double> reset_after_s;
+};
+
+/// The supervisor settings a task names (its `supervisor` object, SPEC
+/// §12), for task files, JSON submit and a typed submit alike: every field
+/// is "not set" unless the task sets it, so a task can set a value back to
+/// the built-in default over its environment's, and clear an optional one
+/// (`deadline_s`, `attempt_timeout_s`, `done_exit_code`). `resolve_task`
+/// applies them last: built-in defaults < `supervisor.json` < the
+/// environment's `supervisor` < these. A per-class `actions` entry counts
+/// class by class; a per-class `backoff` entry and `restart_backoff` replace
+/// the schedule below them as a whole.
+struct supervisor_overrides {
+  std::optional<int> max_retries_per_agent;
+  std::optional<bool> enable_fallback;
+  std::optional<double> backoff_base_seconds;
+  std::optional<double> rate_limit_backoff_base;
+  std::optional<int> max_total_attempts;
+  std::optional<int> max_crash_restarts;
+  /// Only the classes named.
+  std::map<error_class, action> actions;
+  std::optional<restart_type> restart;
+  intensity_overrides intensity;
+  /// Only the classes named; each replaces that class's schedule.
+  std::map<error_class, backoff_spec> backoff;
+  clearable<double> deadline_s;
+  std::optional<double> stop_grace_s;
+  std::optional<fatal_scope> fatal;
+  clearable<double> attempt_timeout_s;
+  clearable<int> done_exit_code;
+  std::optional<backoff_spec> restart_backoff;
+
+  /// True when the task names no setting.
+  bool empty() const noexcept;
+};
+
+/// Puts every setting `over` names onto `cfg`. Applying the same overrides
+/// twice changes nothing more.
+void apply_overrides(supervisor_config& cfg, const supervisor_overrides& over);
+
+/// True when `a` and `b` name the same settings with the same values
+/// (doubles bit for bit, as `same_settings`).
+bool same_overrides(const supervisor_overrides& a,
+                    const supervisor_overrides& b) noexcept;
+
 /// True when `a` and `b` hold exactly the same settings, doubles compared bit
 /// for bit (so 0 and -0 differ and a NaN matches itself): a policy applying
 /// either behaves identically, so tasks may share one copy of them.

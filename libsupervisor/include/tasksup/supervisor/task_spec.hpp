@@ -111,8 +111,8 @@ struct placement_spec {
   label_map labels;
 };
 
-/// One task as submitted (SPEC §12), after validation: every field checked,
-/// `supervisor` already merged over the environment's and global defaults.
+/// One task as submitted (SPEC §12). `resolve_task` checks every field and
+/// computes `settings`, the policy it runs under.
 struct task_spec {
   /// Generated when the task file has none.
   std::string id;
@@ -121,7 +121,15 @@ struct task_spec {
   std::string environment;
   /// Inline agent selection; overrides the environment's when present.
   std::optional<agent_selection> selection;
-  supervisor_config supervisor;
+  /// The supervisor settings the task itself names (its `supervisor`
+  /// object); nothing set means the environment's and the node's.
+  supervisor_overrides supervisor;
+  /// The policy the task runs under: set by `resolve_task` (built-in
+  /// defaults < `supervisor.json` < the environment's `supervisor` <
+  /// `supervisor` above). A supervisor spawned directly from an unresolved
+  /// task runs under these (the built-in defaults) with `supervisor` applied
+  /// over them (`effective_settings`).
+  supervisor_config settings;
   /// Per-task classifier rules replacing the environment's/global ones.
   std::optional<std::vector<classifier_rule>> classifier_rules;
   /// One of `runtime_names`; empty means the node's default.
@@ -152,5 +160,10 @@ struct task_spec {
   /// Which worker nodes may run its attempts (ignored on a node alone).
   placement_spec placement;
 };
+
+/// The policy `task` runs under: `settings` with the task's own
+/// `supervisor` overrides applied over them (for a resolved task, exactly
+/// `settings`).
+supervisor_config effective_settings(const task_spec& task);
 
 } // namespace tasksup

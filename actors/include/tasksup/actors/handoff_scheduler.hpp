@@ -1,0 +1,165 @@
+#pragma once
+
+// The scheduler policy of a tasksup node: CAF's work sharing (one queue for
+// all worker threads) without its thread hand-offs.
+//
+// CAF's `sharing` policy notifies its condition variable for every actor that
+// becomes ready, under the queue's mutex. A chain of messages (the runtime's
+// exit report -> worker -> supervisor -> classifier -> supervisor -> next
+// worker) then moves from thread to thread at every hop: the thread that sent
+// the message goes idle a moment later, the woken one first blocks on the
+// mutex the sender still holds. That was 20 of the ~30 context switches per
+// attempt of a supervised /bin/false (BENCHMARKS.md §3, issue 17).
+//
+// This policy keeps the one queue and changes who is woken, and when:
+//  - a thread is woken only when one sleeps and none was woken already for
+//    the work queued, and outside the mutex;
+//  - the first `kept_per_turn` actors that a running actor makes ready are
+//    left for the running actor's own thread, which takes them as soon as
+//    that actor's turn ends (a message chain stays on one thread, as
+//    Erlang's scheduler keeps it); each further one in the same turn, and
+//    every actor made ready from outside (the process runtime's reactor,
+//    timers, the network), wakes a sleeping thread at once.
+//  - a thread that takes a job and leaves more in the queue wakes a sleeping
+//    one for them, so a job never waits behind a turn that blocks (the
+//    process runtime's start() waits for its shim).
+// Threads sleep only when the queue is empty, so no job waits while all
+// threads sleep. A kept actor waits for the rest of the turn that made it
+// ready (short on a node: blocking work runs on detached actors or the
+// runtimes' own threads) instead of for a thread's wake-up.
+//
+//   cfg.load<caf::scheduler::coordinator<tasksup::handoff_policy>>();
+
+#include <caf/policy/unprofiled.hpp>
+#include <caf/resumable.hpp>
+#include <caf/scheduler/abstract_coordinator.hpp>
+#include <caf/scheduler/coordinator.hpp>
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+
+namespace tasksup {
+
+class handoff_policy : public caf::policy::unprofiled {
+public:
+  /// Actors made ready by one turn of a running actor that wake no thread.
+  static constexpr int kept_per_turn = 3;
+
+  struct coordinator_data {
+    explicit coordinator_data(caf::scheduler::abstract_coordinator*) {}
+
+    std::mutex lock;
+    std::condition_variable cv;
+    std::deque<caf::resumable*> queue;
+    /// Threads waiting on `cv`.
+    std::size_t sleeping = 0;
+    /// Of those, how many were notified and have not woken yet: never more
+    /// than `sleeping`, so a queued job always has a thread coming for it
+    /// unless its own thread takes it.
+    std::size_t signalled = 0;
+  };
+
+  struct worker_data {
+    explicit worker_data(caf::scheduler::abstract_coordinator*) {}
+
+    /// Actors the running actor made ready that no thread was woken for:
+    /// this thread takes them after the turn.
+    int kept = 0;
+  };
+
+  template<class Coordinator>
+  void central_enqueue(Coordinator* self, caf::resumable* job) {
+    push(d(self), job, true);
+  }
+
+  template<class Worker>
+  void external_enqueue(Worker* self, caf::resumable* job) {
+    push(d(self->parent()), job, true);
+  }
+
+  template<class Worker>
+  void internal_enqueue(Worker* self, caf::resumable* job) {
+    auto& w = d(self);
+    auto keep = w.kept < kept_per_turn;
+    if (keep)
+      ++w.kept;
+    push(d(self->parent()), job, !keep);
+  }
+
+  template<class Worker>
+  void resume_job_later(Worker* self, caf::resumable* job) {
+    push(d(self->parent()), job, true);
+  }
+
+  template<class Worker>
+  void after_resume(Worker* self, caf::resumable*) {
+    d(self).kept = 0;
+  }
+
+  template<class Worker>
+  caf::resumable* dequeue(Worker* self) {
+    auto& c = d(self->parent());
+    d(self).kept = 0;
+    std::unique_lock<std::mutex> guard{c.lock};
+    while (c.queue.empty()) {
+      ++c.sleeping;
+      c.cv.wait(guard);
+      --c.sleeping;
+      if (c.signalled > 0)
+        --c.signalled;
+    }
+    auto* job = c.queue.front();
+    c.queue.pop_front();
+    // What is left was kept by a turn (or its thread is on the way): should
+    // this job's turn block (a runtime starting a process), another thread
+    // takes the rest.
+    auto wake = !c.queue.empty() && claim_sleeper(c);
+    guard.unlock();
+    if (wake)
+      c.cv.notify_one();
+    return job;
+  }
+
+  template<class Worker, class UnaryFunction>
+  void foreach_resumable(Worker*, UnaryFunction) {
+    // Workers hold no jobs of their own.
+  }
+
+  template<class Coordinator, class UnaryFunction>
+  void foreach_central_resumable(Coordinator* self, UnaryFunction f) {
+    auto& c = d(self);
+    std::unique_lock<std::mutex> guard{c.lock};
+    while (!c.queue.empty()) {
+      auto* job = c.queue.front();
+      c.queue.pop_front();
+      f(job);
+    }
+  }
+
+private:
+  /// Counts one more sleeping thread as woken, if one is left to wake.
+  static bool claim_sleeper(coordinator_data& c) {
+    if (c.sleeping <= c.signalled)
+      return false;
+    ++c.signalled;
+    return true;
+  }
+
+  static void push(coordinator_data& c, caf::resumable* job, bool announce) {
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> guard{c.lock};
+      c.queue.push_back(job);
+      wake = announce && claim_sleeper(c);
+    }
+    if (wake)
+      c.cv.notify_one();
+  }
+};
+
+/// The coordinator to load into an actor system config.
+using handoff_coordinator = caf::scheduler::coordinator<handoff_policy>;
+
+} // namespace tasksup

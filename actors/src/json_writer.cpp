@@ -1,0 +1,154 @@
+#include "json_writer.hpp"
+
+#include "tasksup/supervisor/text.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+namespace tasksup {
+
+namespace detail {
+
+void json_writer::string(std::string_view s) {
+  separator();
+  if (plain(s))
+    quoted(s);
+  else if (valid_utf8(s))
+    escaped(s);
+  else
+    escaped(sanitize_utf8(s));
+}
+
+std::string json_writer::string_copy(std::string_view s) {
+  separator();
+  if (plain(s)) {
+    quoted(s);
+    return std::string{s};
+  }
+  if (valid_utf8(s)) {
+    escaped(s);
+    return std::string{s};
+  }
+  auto fixed = sanitize_utf8(s);
+  escaped(fixed);
+  return fixed;
+}
+
+std::string json_writer::take() {
+  auto used = static_cast<std::size_t>(p_ - out_.data());
+  out_.resize(used);
+  p_ = end_ = nullptr;
+  // The event keeps this text while it travels: an escaped line reserved
+  // six bytes per input byte, so give back what lies far beyond its size.
+  if (out_.capacity() - used > 1024)
+    out_.shrink_to_fit();
+  return std::move(out_);
+}
+
+void json_writer::grow(std::size_t n) {
+  auto used = p_ ? static_cast<std::size_t>(p_ - out_.data()) : 0;
+  out_.resize(std::max(out_.size() * 2, used + n + 256));
+  p_ = out_.data() + used;
+  end_ = out_.data() + out_.size();
+}
+
+void json_writer::escaped(std::string_view s) {
+  reserve(s.size() * 6 + 2);
+  *p_++ = '"';
+  for (char ch : s) {
+    auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c != '"' && c != '\\') {
+      *p_++ = ch;
+      continue;
+    }
+    *p_++ = '\\';
+    switch (c) {
+      case '"':
+        *p_++ = '"';
+        break;
+      case '\\':
+        *p_++ = '\\';
+        break;
+      case '\b':
+        *p_++ = 'b';
+        break;
+      case '\t':
+        *p_++ = 't';
+        break;
+      case '\n':
+        *p_++ = 'n';
+        break;
+      case '\f':
+        *p_++ = 'f';
+        break;
+      case '\r':
+        *p_++ = 'r';
+        break;
+      default:
+        *p_++ = 'u';
+        *p_++ = '0';
+        *p_++ = '0';
+        *p_++ = hex_chars[c >> 4];
+        *p_++ = hex_chars[c & 15];
+    }
+  }
+  *p_++ = '"';
+}
+
+} // namespace detail
+
+std::size_t format_json_number(double x, char* out) {
+  if (!std::isfinite(x)) {
+    // JSON has no infinities or NaN.
+    std::memcpy(out, "null", 4);
+    return 4;
+  }
+  // The shortest digits that read back as `x`, in plain decimal notation:
+  // a timestamp reads 1795362464.5893607, not 1.7953624645893607E9.
+  auto r = std::to_chars(out, out + max_json_number_chars - 2, x,
+                         std::chars_format::fixed);
+  auto n = static_cast<std::size_t>(r.ptr - out);
+  if (std::memchr(out, '.', n) == nullptr) {
+    // Keep it a floating-point number for readers that tell them apart.
+    out[n++] = '.';
+    out[n++] = '0';
+  }
+  return n;
+}
+
+void append_json_number(std::string& out, double x) {
+  char buf[max_json_number_chars];
+  out.append(buf, format_json_number(x, buf));
+}
+
+std::string sanitize_utf8(std::string_view s) {
+  // Each maximal invalid subpart becomes one U+FFFD.
+  static constexpr std::string_view replacement = "\xEF\xBF\xBD";
+  std::string out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      out.push_back(s[i]);
+      ++i;
+      continue;
+    }
+    auto r = scan_utf8(s, i);
+    if (r.len == 0) {
+      out.append(replacement);
+      ++i;
+    } else if (r.valid == r.len) {
+      out.append(s.substr(i, r.len));
+      i += r.len;
+    } else {
+      out.append(replacement);
+      i += r.valid;
+    }
+  }
+  return out;
+}
+
+} // namespace tasksup
