@@ -85,13 +85,16 @@ struct event_history {
       log_bytes += ev.json.size();
     }
     events.push_back(ev);
+    // The typed keys serve the views of this process as the event passes
+    // by; the history keeps the JSON alone.
+    events.back().fields.reset();
   }
 };
 
 struct registry_state {
   registry_options opts;
-  caf::actor classifier;
-  caf::actor backoff;
+  classifier_actor classifier;
+  backoff_actor backoff;
   std::optional<trace_id_generator> ids;
   std::map<std::string, active_task> active;
   std::map<caf::actor_addr, std::string> by_supervisor;
@@ -805,16 +808,41 @@ void restore(registry_actor_t* self) {
   }
 }
 
+/// Asks an active task's supervisor and answers with its reply. A supervisor
+/// that finished in the meantime (its result is still on its way here when
+/// the question reaches it) answers with `on_finished` once the result has
+/// arrived, not with "receiver down".
+template<class T, class OnReply, class OnFinished, class... Ts>
+caf::result<T> ask_supervisor(registry_actor_t* self, const std::string& id,
+                              OnReply on_reply, OnFinished on_finished,
+                              Ts... xs) {
+  auto rp = self->make_response_promise<T>();
+  auto supervisor = self->state.active.at(id).supervisor;
+  self->request(supervisor, caf::infinite, xs...)
+    .then([=](T& x) mutable { rp.deliver(on_reply(std::move(x))); },
+          [=](caf::error& err) mutable {
+            // The supervisor sends its result before it terminates, so once
+            // its reply failed the registry has either recorded the task as
+            // finished or lost the supervisor (and reported that).
+            auto& st = self->state;
+            if (auto i = st.finished.find(id); i != st.finished.end())
+              rp.deliver(on_finished(i->second));
+            else
+              rp.deliver(std::move(err));
+          });
+  return rp;
+}
+
 /// Forwards a control message to a task's supervisor (-> bool); a finished
 /// task answers false, an unknown one an error.
 template<class... Ts>
 caf::result<bool> control(registry_actor_t* self, const std::string& task_id,
                           Ts... xs) {
   auto& st = self->state;
-  if (auto i = st.active.find(task_id); i != st.active.end()) {
-    self->delegate(i->second.supervisor, xs...);
-    return caf::delegated<bool>{};
-  }
+  if (st.active.count(task_id) > 0)
+    return ask_supervisor<bool>(
+      self, task_id, [](bool x) { return x; },
+      [](const task_status&) { return false; }, xs...);
   if (st.finished.count(task_id) > 0)
     return false;
   return make_error(protocol_error::unknown_task,
@@ -837,15 +865,24 @@ caf::result<std::vector<task_status>> all_status(registry_actor_t* self) {
       rp.deliver(std::move(*acc));
     }
   };
-  for (auto& [id, t] : st.active)
-    self->request(t.supervisor, caf::infinite, status_atom::value)
+  for (auto& entry : st.active) {
+    auto id = entry.first;
+    self->request(entry.second.supervisor, caf::infinite, status_atom::value)
       .then(
         [=](task_status& s) mutable {
           add_placement(self, s);
           acc->push_back(std::move(s));
           done();
         },
-        [=](caf::error&) mutable { done(); });
+        [=](caf::error&) mutable {
+          // Finished between the question and the answer (see
+          // ask_supervisor): its record is here by now.
+          if (auto i = self->state.finished.find(id);
+              i != self->state.finished.end())
+            acc->push_back(i->second);
+          done();
+        });
+  }
   return rp;
 }
 
@@ -1032,17 +1069,14 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
     },
     [=](status_atom, const std::string& task_id) -> caf::result<task_status> {
       auto& st = self->state;
-      if (auto i = st.active.find(task_id); i != st.active.end()) {
-        auto rp = self->make_response_promise<task_status>();
-        self->request(i->second.supervisor, caf::infinite, status_atom::value)
-          .then(
-            [=](task_status& s) mutable {
-              add_placement(self, s);
-              rp.deliver(std::move(s));
-            },
-            [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
-        return rp;
-      }
+      if (st.active.count(task_id) > 0)
+        return ask_supervisor<task_status>(
+          self, task_id,
+          [self](task_status s) {
+            add_placement(self, s);
+            return s;
+          },
+          [](const task_status& s) { return s; }, status_atom::value);
       if (auto i = st.finished.find(task_id); i != st.finished.end())
         return i->second;
       return make_error(protocol_error::unknown_task,

@@ -16,6 +16,7 @@
 #include <caf/exit_reason.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/send.hpp>
+#include <caf/typed_actor.hpp>
 
 #include <chrono>
 #include <memory>
@@ -88,6 +89,19 @@ public:
     sched_->run();
   }
 
+  /// Moves simulated time by `seconds` and runs what became due, except
+  /// `held`'s messages: they wait in its mailbox, in arrival order, until
+  /// the next run(). How a test orders a race between actors.
+  void advance_all_but(const caf::actor& held, double seconds) {
+    auto d = std::chrono::duration_cast<caf::timespan>(
+      std::chrono::duration<double>(seconds));
+    sched_->advance_time(d);
+    auto* ptr = caf::actor_cast<caf::abstract_actor*>(held);
+    sched_->run_jobs_filtered([ptr](caf::resumable* job) {
+      return dynamic_cast<caf::abstract_actor*>(job) != ptr;
+    });
+  }
+
   /// Fires every pending timer (moving time forward) until nothing is left.
   void drain() {
     for (int i = 0; i < 100000; ++i) {
@@ -100,6 +114,13 @@ public:
   /// Stops `x` when the fixture ends.
   caf::actor keep(caf::actor x) {
     to_stop_.push_back(x);
+    return x;
+  }
+
+  /// Stops the typed actor `x` when the fixture ends.
+  template<class... Sigs>
+  caf::typed_actor<Sigs...> keep(caf::typed_actor<Sigs...> x) {
+    to_stop_.push_back(caf::actor_cast<caf::actor>(x));
     return x;
   }
 
@@ -119,16 +140,27 @@ public:
   }
 
   /// Sends a request from a fresh actor and runs until it is answered.
-  template<class T, class... Ts>
-  std::optional<caf::expected<T>> ask(const caf::actor& dest, Ts... xs) {
+  /// `dest` is a `caf::actor` or a typed handle (whose interface then checks
+  /// the request and `T` at compile time).
+  template<class T, class Handle, class... Ts>
+  std::optional<caf::expected<T>> ask(const Handle& dest, Ts... xs) {
+    auto out = ask_later<T>(dest, xs...);
+    run();
+    return *out;
+  }
+
+  /// ask() without running: the answer is in the result once a run or an
+  /// advance has delivered the request and its reply.
+  template<class T, class Handle, class... Ts>
+  std::shared_ptr<std::optional<caf::expected<T>>> ask_later(const Handle& dest,
+                                                             Ts... xs) {
     auto out = std::make_shared<std::optional<caf::expected<T>>>();
     sys_->spawn([=](caf::event_based_actor* self) {
       self->request(dest, caf::infinite, xs...)
         .then([=](T& x) { *out = std::move(x); },
               [=](caf::error& err) { *out = std::move(err); });
     });
-    run();
-    return *out;
+    return out;
   }
 
   /// Scripted attempts, on the actor clock.

@@ -106,6 +106,40 @@ TEST_CASE_METHOD(registry_fixture,
 }
 
 TEST_CASE_METHOD(registry_fixture,
+                 "a status or stop request that meets a task as it finishes "
+                 "is answered from the finished task, not with an error",
+                 "[registry]") {
+  start(builtin_config());
+  runtime->script("a", {exits(0, {}, 1)});
+  submit(task_with("t", {"a"}));
+  CHECK(status("t").state != task_state::done);
+  // Both questions reach the registry while the attempt runs; the registry
+  // reads them only after the supervisor has sent its result and ended, so
+  // it asks a supervisor that is gone.
+  auto st = ask_later<task_status>(reg, status_atom::value, std::string{"t"});
+  auto stopped =
+    ask_later<bool>(reg, stop_atom::value, std::string{"t"}, stop_mode::cancel);
+  auto all = ask_later<std::vector<task_status>>(reg, status_atom::value);
+  advance_all_but(reg, 1);
+  CHECK_FALSE(st->has_value());
+  run();
+  REQUIRE(st->has_value());
+  REQUIRE(**st);
+  CHECK((**st)->state == task_state::done);
+  REQUIRE((**st)->result);
+  CHECK((**st)->result->outcome == task_outcome::succeeded);
+  // Nothing to stop any more.
+  REQUIRE(stopped->has_value());
+  REQUIRE(**stopped);
+  CHECK(***stopped == false);
+  // The listing still shows the task.
+  REQUIRE(all->has_value());
+  REQUIRE(**all);
+  REQUIRE((**all)->size() == 1);
+  CHECK((**all)->front().state == task_state::done);
+}
+
+TEST_CASE_METHOD(registry_fixture,
                  "an empty retry budget turns retries into fallbacks",
                  "[registry]") {
   auto cfg = builtin_config();

@@ -232,6 +232,7 @@ TEST_CASE("wait --timeout exits 124 while the task runs, and wait exits with "
   dir.write("go", "");
   // Failed with the agent's exit code (no retries allowed).
   auto failed = n.cmd({"wait", "wt"}, 60s);
+  INFO(failed.err);
   CHECK(failed.status == 5);
   // Already finished: answers at once, --timeout or not.
   CHECK(n.cmd({"wait", "wt", "--timeout", "30"}).status == 5);
