@@ -103,7 +103,7 @@ std::shared_ptr<const shared_settings> shared_node(shared_settings x) {
 }
 
 std::string done_file(const std::string& attempt_dir) {
-  return attempt_dir + "/artifacts/tasksup-done";
+  return attempt_dir + "/artifacts/" + std::string{runtime::done_file_name};
 }
 
 runtime::attempt_spec make_attempt_spec(const task_settings& settings,
@@ -140,10 +140,8 @@ runtime::attempt_spec make_attempt_spec(const task_settings& settings,
   spec.config_dir = agent.config_dir;
   spec.memory_limit_mb = task.memory_limit_mb;
   spec.image = task.image;
-  spec.labels["tasksup.task_id"] = task.id;
-  spec.labels["tasksup.attempt"] = std::to_string(attempt);
-  spec.labels["tasksup.agent_id"] = agent.agent_id;
-  spec.labels["tasksup.trace_id"] = settings.trace_id;
+  // The runtime labels its containers with the task, attempt and agent
+  // (and the trace below) itself.
   // The trace context, so that the agent's own telemetry joins the task's
   // trace (W3C trace-context: version 00, sampled).
   if (!span_id.empty()) {
@@ -152,11 +150,9 @@ runtime::attempt_spec make_attempt_spec(const task_settings& settings,
     spec.env["TRACEPARENT"] =
       "00-" + settings.trace_id + "-" + std::string{span_id} + "-01";
   }
-  // Inside a container the artifacts directory is mounted at /artifacts.
-  auto in_container = node.runtime && node.runtime->name() == "docker";
-  spec.env["TASKSUP_DONE_FILE"] = in_container
-                                    ? std::string{"/artifacts/tasksup-done"}
-                                    : done_file(spec.attempt_dir);
+  // TASKSUP_DONE_FILE is the runtime's: the path as the agent sees it
+  // (in a container, where its artifacts directory is mounted), on
+  // whichever node runs the attempt.
   return spec;
 }
 

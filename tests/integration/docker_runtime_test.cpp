@@ -753,7 +753,9 @@ TEST_CASE("docker: containers carry the task's labels while they run",
   CHECK(containers_of(task_id).empty());
 }
 
-TEST_CASE("docker: environment, working directory and config dir", "[docker]") {
+TEST_CASE("docker: environment (with the done file), working directory and "
+          "config dir",
+          "[docker]") {
   if (!engine_ready())
     return;
   temp_dir tmp;
@@ -770,8 +772,10 @@ TEST_CASE("docker: environment, working directory and config dir", "[docker]") {
     "echo \"CFG=$TASKSUP_AGENT_CONFIG_DIR\"; echo \"PWD=$(pwd)\"; "
     "cat \"$TASKSUP_AGENT_CONFIG_DIR/settings\"; "
     "if touch \"$TASKSUP_AGENT_CONFIG_DIR/new\" 2>/dev/null; "
-    "then echo config-writable; else echo config-read-only; fi");
+    "then echo config-writable; else echo config-read-only; fi; "
+    "touch \"$TASKSUP_DONE_FILE\"");
   spec.attempt = 2;
+  auto attempt_dir = spec.attempt_dir;
   spec.env["FOO"] = "bar baz";
   spec.config_dir = config.string();
   auto out = run_to_end(*rt, std::move(spec), rec);
@@ -786,6 +790,8 @@ TEST_CASE("docker: environment, working directory and config dir", "[docker]") {
   CHECK(contains(lines, "model=x"));
   CHECK(contains(lines, "config-read-only"));
   CHECK_FALSE(fs::exists(config / "new"));
+  // The done file the agent created is where the node looks on the host.
+  CHECK(fs::exists(attempt_dir + "/artifacts/tasksup-done"));
 }
 
 TEST_CASE("docker: artifacts and workspace files come back to the host",

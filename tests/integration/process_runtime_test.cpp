@@ -556,6 +556,8 @@ TEST_CASE("process runtime passes the promised environment, argv and a "
   CHECK(rec.line_starting("TASK=") == s.task_id);
   CHECK(rec.line_starting("ATTEMPT=") == std::to_string(s.attempt));
   CHECK(rec.line_starting("ARTIFACTS=") == s.attempt_dir + "/artifacts");
+  CHECK(rec.line_starting("DONE_FILE=") ==
+        s.attempt_dir + "/artifacts/tasksup-done");
   CHECK(rec.line_starting("CONFIG=") == "/etc/agent-config");
   CHECK(rec.line_starting("FOO=") == "bar baz");
   CHECK(rec.line_starting("SECRET=") == "unset");

@@ -4,7 +4,9 @@
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 namespace {
 
@@ -46,7 +48,9 @@ TEST_CASE("docker create body carries argv, env, labels, mounts, limits") {
   CHECK(body.at("Env") ==
         json::array{"FOO=bar", "TASKSUP_AGENT_CONFIG_DIR=/home/u/.codex",
                     "TASKSUP_ARTIFACTS_DIR=/tasksup/artifacts",
-                    "TASKSUP_ATTEMPT=2", "TASKSUP_TASK_ID=fix-login"});
+                    "TASKSUP_ATTEMPT=2",
+                    "TASKSUP_DONE_FILE=/tasksup/artifacts/tasksup-done",
+                    "TASKSUP_TASK_ID=fix-login"});
   CHECK(body.at("WorkingDir") == "/workspace");
   CHECK(body.at("Tty") == false);
   auto& labels = body.at("Labels").as_object();
@@ -54,6 +58,7 @@ TEST_CASE("docker create body carries argv, env, labels, mounts, limits") {
   CHECK(labels.at("tasksup.attempt") == "2");
   CHECK(labels.at("tasksup.agent_id") == "primary");
   CHECK(labels.at("team") == "a");
+  CHECK_FALSE(labels.contains("tasksup.trace_id"));
   auto& host = body.at("HostConfig").as_object();
   CHECK(host.at("Memory") == 512 * 1024 * 1024);
   CHECK(host.at("MemorySwap") == 512 * 1024 * 1024);
@@ -71,6 +76,28 @@ TEST_CASE("docker create body carries argv, env, labels, mounts, limits") {
   CHECK(mounts[2].at("ReadOnly") == true);
   CHECK(mounts[3].at("Type") == "bind");
   CHECK(mounts[3].at("ReadOnly") == true);
+}
+
+TEST_CASE("docker create body: the done file is in the artifacts directory as "
+          "mounted, and the trace id becomes a label") {
+  auto spec = sample_spec();
+  spec.env["TASKSUP_TRACE_ID"] = "4bf92f3577b34da6a3ce929d0e0e4736";
+  // The task's environment cannot move the done file elsewhere.
+  spec.env["TASKSUP_DONE_FILE"] = "/elsewhere";
+  auto body = create_body(spec);
+  std::vector<std::string> env;
+  for (auto& v : body.at("Env").as_array())
+    env.emplace_back(v.as_string());
+  CHECK(std::count(env.begin(), env.end(),
+                   "TASKSUP_DONE_FILE=/tasksup/artifacts/tasksup-done") == 1);
+  CHECK(std::count(env.begin(), env.end(), "TASKSUP_DONE_FILE=/elsewhere") ==
+        0);
+  // The host side of that mount is where the node looks for it.
+  auto& mounts = body.at("HostConfig").at("Mounts").as_array();
+  CHECK(mounts[1].at("Source") == "/var/lib/tasksup/a:b/attempt-2/artifacts");
+  CHECK(mounts[1].at("Target") == "/tasksup/artifacts");
+  CHECK(body.at("Labels").at("tasksup.trace_id") ==
+        "4bf92f3577b34da6a3ce929d0e0e4736");
 }
 
 TEST_CASE("docker create body honours network mode, init and workdir") {

@@ -82,6 +82,9 @@ expected<std::string> docker_create_body(const attempt_spec& spec,
   env["TASKSUP_TASK_ID"] = spec.task_id;
   env["TASKSUP_ATTEMPT"] = std::to_string(spec.attempt);
   env["TASKSUP_ARTIFACTS_DIR"] = std::string{docker_artifacts_dir};
+  // In the artifacts directory as mounted, so the node finds it on the host.
+  env["TASKSUP_DONE_FILE"] =
+    std::string{docker_artifacts_dir} + '/' + std::string{done_file_name};
   if (!spec.config_dir.empty())
     env["TASKSUP_AGENT_CONFIG_DIR"] = spec.config_dir;
   json::array env_list;
@@ -95,6 +98,9 @@ expected<std::string> docker_create_body(const attempt_spec& spec,
   labels["tasksup.task_id"] = spec.task_id;
   labels["tasksup.attempt"] = std::to_string(spec.attempt);
   labels["tasksup.agent_id"] = spec.agent_id;
+  // The attempt's trace, for finding its containers from a trace.
+  if (auto t = spec.env.find("TASKSUP_TRACE_ID"); t != spec.env.end())
+    labels["tasksup.trace_id"] = t->second;
   body["Labels"] = std::move(labels);
   body["Tty"] = false;
   body["OpenStdin"] = false;

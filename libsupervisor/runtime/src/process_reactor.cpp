@@ -306,6 +306,8 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   env["TASKSUP_TASK_ID"] = spec.task_id;
   env["TASKSUP_ATTEMPT"] = std::to_string(spec.attempt);
   env["TASKSUP_ARTIFACTS_DIR"] = a->artifacts_dir;
+  env["TASKSUP_DONE_FILE"] =
+    a->artifacts_dir + '/' + std::string{done_file_name};
   if (!spec.config_dir.empty())
     env["TASKSUP_AGENT_CONFIG_DIR"] = spec.config_dir;
 

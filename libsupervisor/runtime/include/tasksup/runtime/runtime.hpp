@@ -25,6 +25,10 @@ struct mount {
 
 /// Everything a runtime needs to start one attempt in a fresh container or
 /// process. Never reused: one spec, one attempt.
+/// The file an agent creates in its artifacts directory to say "done, do not
+/// restart me" (a permanent task); passed as TASKSUP_DONE_FILE.
+inline constexpr std::string_view done_file_name = "tasksup-done";
+
 struct attempt_spec {
   std::string task_id;
   int attempt = 1;
@@ -32,8 +36,8 @@ struct attempt_spec {
   std::string agent_id;
   /// argv[0] is the agent's command; never run through a shell.
   std::vector<std::string> argv;
-  /// Extra environment (the runtime adds TASKSUP_TASK_ID, TASKSUP_ATTEMPT and
-  /// TASKSUP_ARTIFACTS_DIR).
+  /// Extra environment (the runtime adds TASKSUP_TASK_ID, TASKSUP_ATTEMPT,
+  /// TASKSUP_ARTIFACTS_DIR and TASKSUP_DONE_FILE, as the agent sees them).
   std::map<std::string, std::string> env;
   /// Host directory for this attempt's files (workspace/, artifacts/,
   /// output.log); the runtime creates it. Must be unique per attempt.
