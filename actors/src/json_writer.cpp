@@ -56,14 +56,19 @@ void json_writer::grow(std::size_t n) {
 }
 
 void json_writer::escaped(std::string_view s) {
-  reserve(s.size() * 6 + 2);
+  // Room for the text as it is; each escape makes room for its own bytes
+  // (reserving six bytes per input byte ahead made most events grow their
+  // buffer once more).
+  reserve(s.size() + 2);
   *p_++ = '"';
-  for (char ch : s) {
-    auto c = static_cast<unsigned char>(ch);
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    auto c = static_cast<unsigned char>(s[i]);
     if (c >= 0x20 && c != '"' && c != '\\') {
-      *p_++ = ch;
+      *p_++ = s[i];
       continue;
     }
+    // At most six bytes for this one, one for each after it, the quote.
+    reserve(6 + (s.size() - i - 1) + 1);
     *p_++ = '\\';
     switch (c) {
       case '"':

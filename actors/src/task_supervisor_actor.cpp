@@ -33,7 +33,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -586,7 +585,7 @@ void emit_step(supervisor_actor* self, std::string_view step,
 /// there are no node services) goes to `next`.
 struct carrier {
   supervisor_actor* self;
-  std::deque<machine_input>& next;
+  std::vector<machine_input>& next;
 
   supervisor_state& st() const { return self->state; }
 
@@ -1038,7 +1037,10 @@ struct carrier {
 
 /// Carries out `fx`, then feeds the inputs they produced at once.
 void carry(supervisor_actor* self, const machine_effects& fx) {
-  std::deque<machine_input> next;
+  // A vector, which allocates only when an input is produced (rarely): an
+  // empty std::deque allocates twice, and this runs several times per
+  // attempt.
+  std::vector<machine_input> next;
   for (auto& e : fx)
     std::visit(carrier{self, next}, e);
   for (auto& in : next)
@@ -1298,7 +1300,7 @@ void resume(supervisor_actor* self, std::vector<journaled_input> replay) {
   set_aside_unrecorded(st);
   if (st.m.phase == task_phase::done) {
     // The task ended just before the restart; its end was not recorded.
-    std::deque<machine_input> none;
+    std::vector<machine_input> none;
     for (auto& e : fx)
       if (std::holds_alternative<effect::finish>(e))
         std::visit(carrier{self, none}, e);
