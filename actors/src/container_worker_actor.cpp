@@ -123,6 +123,16 @@ struct worker_state {
 
 using worker_actor = caf::stateful_actor<worker_state>;
 
+/// Sends one of the attempt's events where `worker_options::events` says;
+/// an orphaned worker has nobody to tell.
+void emit(worker_actor* self, event ev) {
+  auto& st = self->state;
+  if (st.orphaned)
+    return;
+  self->send(st.opts.events ? st.opts.events : st.supervisor, event_atom::value,
+             std::move(ev));
+}
+
 /// Schedules the next idle check `delay` from now; older checks go stale.
 void schedule_idle_check(worker_actor* self, caf::timespan delay) {
   auto& st = self->state;
@@ -201,18 +211,16 @@ void start_attempt(worker_actor* self) {
     a.labels = std::move(st.opts.spec.labels);
     st.handle = st.opts.runtime->adopt(std::move(a), std::move(cb));
     st.slot->handle = st.handle;
-    self->send(st.supervisor, event_atom::value,
-               warning_event(st.head(), "attempt " +
-                                          std::to_string(st.attempt) +
-                                          " adopted after the node restarted"));
+    emit(self,
+         warning_event(st.head(), "attempt " + std::to_string(st.attempt) +
+                                    " adopted after the node restarted"));
     return;
   }
   st.handle = st.opts.runtime->start(std::move(st.opts.spec), std::move(cb));
   st.slot->handle = st.handle;
   auto runtime_id = st.handle ? st.handle->id() : std::string{};
-  self->send(
-    st.supervisor, event_atom::value,
-    attempt_started_event(st.head(), agent_id, st.opts.agent_cli, runtime_id));
+  emit(self, attempt_started_event(st.head(), agent_id, st.opts.agent_cli,
+                                   runtime_id));
   // For the journal: the pid or container id a restarted node adopts.
   if (st.opts.report_runtime_id && !runtime_id.empty())
     self->send(st.supervisor, start_atom::value, st.attempt, runtime_id);
@@ -276,8 +284,7 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       if ((!st.parser || !shown.empty()) &&
           st.log_events < st.opts.max_log_events) {
         ++st.log_events;
-        self->send(st.supervisor, event_atom::value,
-                   log_event(st.head(), st.parser ? shown : line,
+        emit(self, log_event(st.head(), st.parser ? shown : line,
                              is_stderr ? "stderr" : "stdout"));
       }
       st.tail.push_back(std::move(line));
@@ -290,8 +297,7 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       auto& st = self->state;
       if (attempt != st.attempt || st.idle)
         return;
-      self->send(st.supervisor, event_atom::value,
-                 log_event(st.head(), "tasksup: " + text, "tasksup"));
+      emit(self, log_event(st.head(), "tasksup: " + text, "tasksup"));
     },
     [=](exit_atom, int attempt, attempt_outcome& out) {
       auto& st = self->state;
@@ -362,10 +368,9 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       auto what = st.noise_only ? "tasksup: only idle noise (the profile's "
                                   "idle_noise lines) for "
                                 : "tasksup: no output for ";
-      self->send(st.supervisor, event_atom::value,
-                 log_event(st.head(), what +
-                                        std::to_string(st.opts.idle_timeout_s) +
-                                        " s: stopping the attempt"));
+      emit(self,
+           log_event(st.head(), what + std::to_string(st.opts.idle_timeout_s) +
+                                  " s: stopping the attempt"));
       st.handle->stop(std::chrono::milliseconds{st.opts.idle_stop_grace_ms});
     },
     // Its node is stopping (a worker node's agent): the attempt is killed

@@ -426,6 +426,7 @@ void spawn_worker(supervisor_actor* self, runtime::attempt_spec spec,
     return;
   }
   s.worker_node.clear();
+  w.events = s.parent;
   w.keep = true;
   if (s.kept_worker) {
     s.worker = std::exchange(s.kept_worker, nullptr);
@@ -649,6 +650,7 @@ struct carrier {
     w.span_id = std::string_view{s.span};
     w.agent_cli = agent.agent_cli;
     w.adopt_id = s.adopt_id;
+    w.events = s.parent;
     w.keep = true;
     s.adopted_dir = w.spec.attempt_dir;
     s.adopted_attempt = e.attempt;

@@ -63,6 +63,11 @@ struct worker_options {
   /// Also send `(start, attempt, runtime_id)` to the supervisor once the
   /// attempt runs (a journaling supervisor records it for adoption).
   bool report_runtime_id = false;
+  /// Where the attempt's events (attempt_started, log lines) go: the task's
+  /// event sink, one hop less than through the supervisor, which sends its
+  /// own events there too (one process: the order is kept, as the worker's
+  /// events precede its report). Empty: the supervisor.
+  caf::actor events;
   /// Kept for the task's next attempt: after its report the worker waits
   /// for `(next_attempt, worker_options)` from its supervisor instead of
   /// quitting (it quits when its supervisor goes down).
