@@ -1,22 +1,29 @@
-// The messaging floor of the supervision design on CAF (issue 6, item 1):
-// the same actors and messages as one supervised attempt, with no tasksup
+// The messaging floor of the supervision design on CAF: the same actors and
+// messages as one supervised attempt of bench_supervision, with no tasksup
 // code and integer payloads, so the figure is what CAF itself costs for
-// this design on this machine. Per attempt, as in bench_supervision:
+// this design on this machine. Per failed attempt, as tasksup sends them
+// since the supervisor keeps one worker for the task's life:
 //
-//   supervisor spawns a worker, both monitor each other;
-//   worker: start (to itself), event -> supervisor -> parent,
-//           exit (from the "runtime", anonymous), report -> supervisor,
-//           demonitor, quit;
-//   supervisor: demonitor, event -> parent, request -> classifier,
-//           event -> parent, request -> backoff, event -> parent, next attempt.
+//   supervisor -> worker: next attempt;
+//   worker -> supervisor -> registry: attempt started (event);
+//   runtime (anonymous) -> worker: exit; worker -> supervisor: report;
+//   supervisor -> registry: agent result, attempt exited (event);
+//   supervisor <-> classifier: request; -> registry: classified (event);
+//   supervisor <-> backoff: request; -> registry: retry scheduled (event);
+//   supervisor -> itself: the zero-delay timer;
+//   supervisor <-> registry: permission (slot, breaker, retry budget);
+//   then the next attempt.
 //
-//   bench_caf_floor [--tasks=1000] [--failures=20] [--policy=stealing|sharing]
-//                   [--threads=0]
+//   bench_caf_floor [--tasks=1000] [--failures=20]
+//                   [--policy=stealing|sharing|handoff] [--threads=0]
 //
+// `handoff` is the policy every tasksup process runs (handoff_scheduler.hpp).
 // tasksup cannot be faster than this without fewer actors or messages per
 // attempt; BENCHMARKS.md §1 compares the two.
 
 #include "bench_util.hpp"
+
+#include "tasksup/actors/handoff_scheduler.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -39,18 +46,26 @@ using event_atom = caf::atom_constant<caf::atom("fevent")>;
 using exit_atom = caf::atom_constant<caf::atom("fexit")>;
 using report_atom = caf::atom_constant<caf::atom("freport")>;
 using ask_atom = caf::atom_constant<caf::atom("fask")>;
+using result_atom = caf::atom_constant<caf::atom("fresult")>;
+using permit_atom = caf::atom_constant<caf::atom("fpermit")>;
+using timer_atom = caf::atom_constant<caf::atom("ftimer")>;
 using done_atom = caf::atom_constant<caf::atom("fdone")>;
 
-/// Stands in for the registry: counts events and finished tasks.
-struct parent_state {
+/// Stands in for the registry: counts events, agent results and finished
+/// tasks, and grants every permission at once.
+struct registry_state {
   std::uint64_t events = 0;
+  std::uint64_t results = 0;
   std::uint64_t done = 0;
 };
 
-caf::behavior parent_actor(caf::stateful_actor<parent_state>* self,
-                           std::uint64_t tasks, std::promise<void>* finished) {
+caf::behavior registry_actor(caf::stateful_actor<registry_state>* self,
+                             std::uint64_t tasks,
+                             std::promise<void>* finished) {
   return {
     [=](event_atom, int) { ++self->state.events; },
+    [=](result_atom, int) { ++self->state.results; },
+    [](permit_atom, int attempt) { return attempt; },
     [=](done_atom) {
       if (++self->state.done == tasks)
         finished->set_value();
@@ -65,20 +80,16 @@ caf::behavior helper_actor(caf::event_based_actor*) {
   };
 }
 
-caf::behavior worker_actor(caf::event_based_actor* self, caf::actor sup,
-                           int code) {
+/// One per task: runs each attempt it is sent, reports its exit.
+caf::behavior worker_actor(caf::event_based_actor* self, caf::actor sup) {
   self->monitor(sup);
-  self->send(self, start_atom::value);
+  self->set_down_handler([=](const caf::down_msg&) { self->quit(); });
   return {
-    [=](start_atom) {
+    [=](start_atom, int code) {
       self->send(sup, event_atom::value, 0);
       caf::anon_send(caf::actor_cast<caf::actor>(self), exit_atom::value, code);
     },
-    [=](exit_atom, int c) {
-      self->send(sup, report_atom::value, c);
-      self->demonitor(sup);
-      self->quit();
-    },
+    [=](exit_atom, int code) { self->send(sup, report_atom::value, code); },
   };
 }
 
@@ -87,38 +98,46 @@ struct sup_state {
   caf::actor worker;
 };
 
-caf::behavior sup_actor(caf::stateful_actor<sup_state>* self, caf::actor parent,
-                        caf::actor classifier, caf::actor backoff,
-                        int failures) {
+caf::behavior sup_actor(caf::stateful_actor<sup_state>* self,
+                        caf::actor registry, caf::actor classifier,
+                        caf::actor backoff, int failures) {
   auto start = [=] {
     auto& st = self->state;
     ++st.attempt;
-    st.worker = self->spawn(worker_actor, caf::actor_cast<caf::actor>(self),
-                            st.attempt <= failures ? 1 : 0);
-    self->monitor(st.worker);
+    self->send(st.worker, start_atom::value, st.attempt <= failures ? 1 : 0);
   };
-  start();
+  self->state.worker =
+    self->spawn(worker_actor, caf::actor_cast<caf::actor>(self));
+  self->monitor(self->state.worker);
   self->set_down_handler([](const caf::down_msg&) {});
+  start();
   return {
-    [=](event_atom, int x) { self->send(parent, event_atom::value, x); },
+    [=](event_atom, int x) { self->send(registry, event_atom::value, x); },
     [=](report_atom, int code) {
-      self->demonitor(self->state.worker);
-      self->state.worker = nullptr;
-      self->send(parent, event_atom::value, code);
+      self->send(registry, result_atom::value, code);
+      self->send(registry, event_atom::value, code);
       if (code == 0) {
-        self->send(parent, done_atom::value);
+        self->send(registry, done_atom::value);
+        self->demonitor(self->state.worker);
+        self->send_exit(self->state.worker, caf::exit_reason::normal);
         self->quit();
         return;
       }
       self->request(classifier, caf::infinite, ask_atom::value, code)
         .then([=](int) {
-          self->send(parent, event_atom::value, 1);
+          self->send(registry, event_atom::value, 1);
           self->request(backoff, caf::infinite, ask_atom::value, 0)
             .then([=](int) {
-              self->send(parent, event_atom::value, 2);
-              start();
+              self->send(registry, event_atom::value, 2);
+              self->send(self, timer_atom::value);
             });
         });
+    },
+    [=](timer_atom) {
+      self
+        ->request(registry, caf::infinite, permit_atom::value,
+                  self->state.attempt)
+        .then([=](int) { start(); });
     },
   };
 }
@@ -132,22 +151,25 @@ int main(int argc, char** argv) {
   auto policy = arg_str(argc, argv, "policy", "stealing");
   auto threads = arg_u64(argc, argv, "threads", 0);
   caf::actor_system_config cfg;
-  cfg.set("scheduler.policy", caf::atom_from_string(policy));
+  if (policy == "handoff")
+    cfg.load<tasksup::handoff_coordinator>();
+  else
+    cfg.set("scheduler.policy", caf::atom_from_string(policy));
   if (threads > 0)
     cfg.set("scheduler.max-threads", static_cast<std::size_t>(threads));
   double elapsed = 0;
   {
     caf::actor_system sys{cfg};
     std::promise<void> finished;
-    auto parent = sys.spawn(parent_actor, tasks, &finished);
+    auto registry = sys.spawn(registry_actor, tasks, &finished);
     auto classifier = sys.spawn(helper_actor);
     auto backoff = sys.spawn(helper_actor);
     auto t0 = bench_clock::now();
     for (std::uint64_t i = 0; i < tasks; ++i)
-      sys.spawn(sup_actor, parent, classifier, backoff, failures);
+      sys.spawn(sup_actor, registry, classifier, backoff, failures);
     finished.get_future().wait();
     elapsed = seconds_since(t0);
-    for (auto& a : {parent, classifier, backoff})
+    for (auto& a : {registry, classifier, backoff})
       caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   }
   auto attempts = tasks * static_cast<std::uint64_t>(failures + 1);

@@ -114,6 +114,9 @@ run supervision-100k-sharing "$bin/bench_supervision" --tasks=100000 --failures=
 # The same actors and messages with no tasksup code: CAF's own share.
 run caf-floor-1 "$bin/bench_caf_floor" --tasks=1 --failures=20000
 run caf-floor-1k "$bin/bench_caf_floor" --tasks=1000 --failures=20
+# tasksup's own scheduler policy on both sides (handoff_scheduler.hpp).
+run supervision-1k-handoff "$bin/bench_supervision" --tasks=1000 --failures=20 --policy=handoff
+run caf-floor-1k-handoff "$bin/bench_caf_floor" --tasks=1000 --failures=20 --policy=handoff
 if [[ -n "${TASKSUP_BENCH_FULL:-}" ]]; then
   run supervision-100k "$bin/bench_supervision" --tasks=100000 --failures=3
 fi
