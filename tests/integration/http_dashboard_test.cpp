@@ -147,14 +147,26 @@ public:
     return run_to_end(dir_, args);
   }
 
+  /// Polls `status` until the task is done; on a timeout the report shows
+  /// the last answer, the task's events and the node's log.
   bool wait_done(const std::string& id, std::chrono::milliseconds limit = 30s) {
-    return eventually(
+    finished last;
+    auto done = eventually(
       [&] {
-        auto r = cmd({"status", id, "--json"});
-        return r.status == 0 &&
-               r.out.find("\"state\":\"done\"") != std::string::npos;
+        last = cmd({"status", id, "--json"});
+        return last.status == 0 &&
+               last.out.find("\"state\":\"done\"") != std::string::npos;
       },
       limit);
+    if (!done) {
+      auto evs = cmd({"events", id});
+      WARN("task " << id << " not done after " << limit.count()
+                   << " ms\nlast status (exit " << last.status
+                   << "): " << last.out << last.err << "\nevents:\n"
+                   << evs.out << evs.err << "\nnode log:\n"
+                   << child_.err());
+    }
+    return done;
   }
 
   int web() const { return web_; }
