@@ -257,7 +257,7 @@ int serve(const serve_options& opts) {
   std::size_t kept = 0;
   for (auto& t : reg.restored.tasks)
     ++(t.finished ? kept : resumed);
-  caf::actor journal;
+  journal_actor journal;
   if (store) {
     journal_retention retention;
     retention.max_age_s = opts.retain_days * 86400;

@@ -12,6 +12,8 @@
 #include <caf/spawn_options.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -114,11 +116,6 @@ using write_op = std::variant<task_op, input_op, event_op, end_op, state_op>;
 // Written writes are counted by their index here.
 static_assert(std::variant_size_v<write_op> == journal_write_kinds.size());
 
-/// The journal to its syncer: put the log on disk.
-using jsync_atom = caf::atom_constant<caf::atom("jsync")>;
-/// The journal to itself: commit the writes nobody waits for.
-using jlater_atom = caf::atom_constant<caf::atom("jlater")>;
-
 /// How long a write nobody waits for may wait for a commit: the writes of
 /// that time share one (a write someone waits for commits them at once).
 constexpr std::chrono::milliseconds later_within{20};
@@ -143,7 +140,7 @@ struct journal_state {
   static inline const char* name = "tasksup.journal";
 };
 
-using journal_actor_t = caf::stateful_actor<journal_state>;
+using journal_actor_t = journal_actor::stateful_base<journal_state>;
 
 /// Commits after the messages already queued: they share one commit.
 void schedule_flush(journal_actor_t* self) {
@@ -417,9 +414,10 @@ void prune(journal_actor_t* self) {
                        jprune_atom::value);
 }
 
-caf::behavior journal_actor(journal_actor_t* self,
-                            std::shared_ptr<journal::journal_store> store,
-                            journal_retention retention) {
+journal_actor::behavior_type
+journal_impl(journal_actor_t* self,
+             std::shared_ptr<journal::journal_store> store,
+             journal_retention retention) {
   auto& st = self->state;
   st.store = std::move(store);
   st.retention = retention;
@@ -487,7 +485,8 @@ caf::behavior journal_actor(journal_actor_t* self,
         state_op{std::move(key), std::move(bytes)});
       flush_later(self);
     },
-    [=](jhistory_atom, std::int64_t seq, const std::string& task_id) {
+    [=](jhistory_atom, std::int64_t seq,
+        const std::string& task_id) -> std::vector<event> {
       // Whatever is queued for this task first.
       flush(self);
       return history(self, seq, task_id);
@@ -518,11 +517,11 @@ caf::behavior journal_actor(journal_actor_t* self,
 
 } // namespace
 
-caf::actor spawn_journal(caf::actor_system& sys,
-                         std::unique_ptr<journal::journal_store> store,
-                         journal_retention retention) {
+journal_actor spawn_journal(caf::actor_system& sys,
+                            std::unique_ptr<journal::journal_store> store,
+                            journal_retention retention) {
   return sys.spawn<caf::detached>(
-    journal_actor, std::shared_ptr<journal::journal_store>{std::move(store)},
+    journal_impl, std::shared_ptr<journal::journal_store>{std::move(store)},
     retention);
 }
 

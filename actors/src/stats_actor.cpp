@@ -38,7 +38,7 @@ constexpr std::size_t max_held_events = 100000;
 struct stats_state {
   caf::actor registry;
   /// The node's journal; null without one.
-  caf::actor journal;
+  journal_actor journal;
   node_stats stats;
   /// Until the registry said which tasks it has, live events wait here.
   bool sorted = false;
@@ -148,7 +148,7 @@ void deliver_with_cluster(stats_actor_t* self, caf::response_promise rp,
 }
 
 caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry,
-                             caf::actor journal) {
+                             journal_actor journal) {
   self->state.registry = registry;
   self->state.journal = std::move(journal);
   self->monitor(registry);
@@ -257,7 +257,7 @@ caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry,
 } // namespace
 
 caf::actor spawn_stats(caf::actor_system& sys, caf::actor registry,
-                       caf::actor journal) {
+                       journal_actor journal) {
   return sys.spawn(stats_behavior, std::move(registry), std::move(journal));
 }
 

@@ -123,7 +123,7 @@ struct start_info {
   /// For a task rebuilt after a node restart: its journaled inputs.
   bool resume = false;
   std::vector<journaled_input> replay;
-  caf::actor journal;
+  journal_actor journal;
   std::int64_t journal_seq = 0;
 };
 
@@ -182,7 +182,7 @@ struct supervisor_state {
   std::optional<std::pair<stop_mode, std::int64_t>> pending_stop;
   /// The node's journal (null: none), the task's number in it and the
   /// number of the last input recorded.
-  caf::actor journal;
+  journal_actor journal;
   std::int64_t journal_seq = 0;
   std::int64_t journal_n = 0;
   /// After a restart: the runtime id of the attempt to adopt (from the

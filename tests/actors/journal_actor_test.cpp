@@ -39,7 +39,7 @@ struct journal_fixture {
   temp_dir dir;
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
-  caf::actor journal;
+  journal_actor journal;
 
   explicit journal_fixture(std::int64_t max_pages,
                            std::int64_t keep_finished = 10000,

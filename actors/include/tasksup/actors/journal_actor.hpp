@@ -14,13 +14,15 @@
 // reason.
 
 #include "tasksup/actors/journal_codec.hpp"
+#include "tasksup/actors/journal_figures.hpp"
 #include "tasksup/actors/protocol.hpp"
 
 #include "tasksup/journal/journal_store.hpp"
 #include "tasksup/supervisor/expected.hpp"
 
-#include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
 
 #include <cstdint>
 #include <map>
@@ -67,9 +69,33 @@ struct journal_retention {
   double interval_s = 300;
 };
 
+/// The journal to its syncer (and to itself after a failed sync): put the
+/// log on disk.
+using jsync_atom = caf::atom_constant<caf::atom("jsync")>;
+/// The journal to itself: commit the writes nobody waits for.
+using jlater_atom = caf::atom_constant<caf::atom("jlater")>;
+
+/// The journal's interface (protocol.hpp describes each message); anything
+/// else sent to it is a compile error. Node-local: it never crosses the
+/// network. The last four are what it sends itself.
+using journal_actor = caf::typed_actor<
+  caf::replies_to<jtask_atom, std::string, std::string, double,
+                  bool>::with<std::int64_t>,
+  caf::replies_to<jinput_atom, std::int64_t, std::int64_t, std::string,
+                  bool>::with<bool>,
+  caf::reacts_to<jrecord_atom, std::int64_t, std::int64_t, std::string>,
+  caf::reacts_to<jevent_atom, std::int64_t, std::int64_t, int, std::string>,
+  caf::reacts_to<jend_atom, std::int64_t, double, std::string>,
+  caf::reacts_to<jstate_atom, std::string, std::string>,
+  caf::replies_to<jhistory_atom, std::int64_t,
+                  std::string>::with<std::vector<event>>,
+  caf::replies_to<jstats_atom>::with<journal_figures>,
+  caf::reacts_to<jflush_atom>, caf::reacts_to<jlater_atom>,
+  caf::reacts_to<jsync_atom>, caf::reacts_to<jprune_atom>>;
+
 /// Spawns the journal on its own thread.
-caf::actor spawn_journal(caf::actor_system& sys,
-                         std::unique_ptr<journal::journal_store> store,
-                         journal_retention retention = {});
+journal_actor spawn_journal(caf::actor_system& sys,
+                            std::unique_ptr<journal::journal_store> store,
+                            journal_retention retention = {});
 
 } // namespace tasksup

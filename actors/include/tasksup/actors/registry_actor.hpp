@@ -35,7 +35,7 @@ struct registry_options {
   std::string node_name = "coordinator";
   /// The node's journal (null: tasks live in memory only). With one, a task
   /// is recorded before `submit` answers, and its events and end follow.
-  caf::actor journal;
+  journal_actor journal;
   /// What the journal held when the node started: finished tasks come back
   /// as they ended, unfinished ones are rebuilt and resume.
   journal_snapshot restored;

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "tasksup/actors/journal_actor.hpp"
+
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
@@ -17,6 +19,6 @@ namespace tasksup {
 /// states, breakers, budget, slots) are asked for at the moment of the query,
 /// and so are the figures of `journal` (the node's journal actor, if any).
 caf::actor spawn_stats(caf::actor_system& sys, caf::actor registry,
-                       caf::actor journal = {});
+                       journal_actor journal = {});
 
 } // namespace tasksup

@@ -2,6 +2,7 @@
 
 #include "tasksup/actors/backoff_actor.hpp"
 #include "tasksup/actors/classifier_actor.hpp"
+#include "tasksup/actors/journal_actor.hpp"
 #include "tasksup/actors/journal_codec.hpp"
 #include "tasksup/actors/protocol.hpp"
 
@@ -51,7 +52,7 @@ struct supervisor_options {
   /// The node's journal (null: nothing is journaled). Every input that
   /// changes the task is recorded there before its effects are carried out
   /// (and before a control request is answered).
-  caf::actor journal;
+  journal_actor journal;
   /// The task's number in the journal.
   std::int64_t journal_seq = 0;
   /// Set for a task rebuilt after a node restart: its journaled inputs are
