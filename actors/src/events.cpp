@@ -63,8 +63,9 @@ event finish(event_kind kind, const event_head& h, json_writer& w,
   ev.span_id = h.span_id;
   ev.ts = h.ts;
   ev.json = w.take();
-  ev.fields = std::make_shared<const event_fields>(
-    event_fields{std::forward<Data>(data)});
+  if (h.typed)
+    ev.fields = std::make_shared<const event_fields>(
+      event_fields{std::forward<Data>(data)});
   return ev;
 }
 
@@ -174,7 +175,7 @@ double wall_clock_s() {
 
 event task_submitted_event(const event_head& h, std::string_view environment,
                            const std::vector<std::string>& agents) {
-  json_writer w;
+  json_writer w{h.typed};
   event_data::task_submitted d;
   head_fields(w, "task_submitted", h);
   w.key("environment");
@@ -191,7 +192,7 @@ event task_submitted_event(const event_head& h, std::string_view environment,
 event attempt_started_event(const event_head& h, std::string_view agent_id,
                             std::string_view agent_cli,
                             std::string_view container_id) {
-  json_writer w;
+  json_writer w{h.typed};
   event_data::attempt_started d;
   head_fields(w, "attempt_started", h);
   w.key("agent_id");
@@ -205,7 +206,7 @@ event attempt_started_event(const event_head& h, std::string_view agent_id,
 
 event log_event(const event_head& h, std::string_view line,
                 std::string_view stream) {
-  json_writer w;
+  json_writer w{h.typed};
   event_data::log d;
   head_fields(w, "log", h);
   w.key("stream");
@@ -216,7 +217,7 @@ event log_event(const event_head& h, std::string_view line,
 }
 
 event attempt_exited_event(const event_head& h, const attempt_outcome& out) {
-  json_writer w;
+  json_writer w{h.typed};
   event_data::attempt_exited d;
   d.exit_code = out.exit_code;
   d.signal = out.signal;
@@ -251,7 +252,7 @@ event attempt_exited_event(const event_head& h, const attempt_outcome& out) {
 }
 
 event classified_event(const event_head& h, const classification& c) {
-  json_writer w;
+  json_writer w{h.typed};
   event_data::classified d;
   d.c.cls = c.cls;
   d.c.retry_after_s = c.retry_after_s;
@@ -274,7 +275,7 @@ event retry_scheduled_event(const event_head& h, int retry_count,
                             int max_retries, std::string_view agent,
                             const delay_decision& delay,
                             std::string_view reason) {
-  json_writer w;
+  json_writer w{h.typed};
   event_data::retry_scheduled d;
   d.retry_count = retry_count;
   d.max_retries = max_retries;
@@ -301,7 +302,7 @@ event retry_scheduled_event(const event_head& h, int retry_count,
 
 event agent_switched_event(const event_head& h, std::string_view from,
                            std::string_view to, std::string_view reason) {
-  json_writer w;
+  json_writer w{h.typed};
   event_data::agent_switched d;
   head_fields(w, "agent_switched", h);
   w.key("from");
@@ -315,7 +316,7 @@ event agent_switched_event(const event_head& h, std::string_view from,
 
 event user_stop_event(const event_head& h, stop_mode mode,
                       std::string_view message) {
-  json_writer w;
+  json_writer w{h.typed};
   event_data::user_stop d;
   d.mode = mode;
   head_fields(w, "user_stop", h);
@@ -327,7 +328,7 @@ event user_stop_event(const event_head& h, stop_mode mode,
 }
 
 event task_done_event(const event_head& h, const task_result& r) {
-  json_writer w;
+  json_writer w{h.typed};
   head_fields(w, "task_done", h);
   event_data::task_done d{result_fields(w, r)};
   return finish(event_kind::task_done, h, w, std::move(d));
@@ -335,7 +336,7 @@ event task_done_event(const event_head& h, const task_result& r) {
 
 event escalated_event(const event_head& h, task_outcome outcome,
                       std::string_view parent) {
-  json_writer w;
+  json_writer w{h.typed};
   event_data::escalated d;
   d.outcome = outcome;
   head_fields(w, "escalated", h);
@@ -347,7 +348,7 @@ event escalated_event(const event_head& h, task_outcome outcome,
 }
 
 event warning_event(const event_head& h, std::string_view message) {
-  json_writer w;
+  json_writer w{h.typed};
   event_data::warning d;
   head_fields(w, "warning", h);
   w.key("message");
@@ -358,7 +359,7 @@ event warning_event(const event_head& h, std::string_view message) {
 event step_event(const event_head& h, std::string_view step,
                  std::string_view name, bool passed,
                  std::optional<int> exit_code, std::string_view message) {
-  json_writer w;
+  json_writer w{h.typed};
   event_data::step d;
   d.passed = passed;
   d.exit_code = exit_code;
@@ -380,7 +381,7 @@ event step_event(const event_head& h, std::string_view step,
 }
 
 std::string result_to_json(const task_result& r) {
-  json_writer w;
+  json_writer w{false};
   w.begin_object();
   result_fields(w, r);
   w.key("task_id");

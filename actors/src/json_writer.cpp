@@ -23,6 +23,10 @@ void json_writer::string(std::string_view s) {
 }
 
 std::string json_writer::string_copy(std::string_view s) {
+  if (!keep_) {
+    string(s);
+    return {};
+  }
   separator();
   if (plain(s)) {
     quoted(s);

@@ -25,8 +25,12 @@ inline constexpr char hex_chars[] = "0123456789abcdef";
 /// text.hpp's functions and repaired with `sanitize_utf8`.
 class json_writer {
 public:
-  /// Room for a typical event (~250 bytes) from the start.
-  json_writer() { grow(128); }
+  /// Room for a typical event (~250 bytes) from the start. Without
+  /// `keep_copies`, `string_copy` returns nothing (an event nobody in this
+  /// process reads typed).
+  explicit json_writer(bool keep_copies = true) : keep_(keep_copies) {
+    grow(128);
+  }
 
   void begin_object() {
     separator();
@@ -76,7 +80,7 @@ public:
 
   /// Writes untrusted text as `string` does and returns the text written
   /// (after that repair), for the event's typed fields: one UTF-8 check for
-  /// both.
+  /// both. Empty when the writer keeps no copies.
   std::string string_copy(std::string_view s);
 
   void integer(std::int64_t x) {
@@ -180,6 +184,7 @@ private:
   char* p_ = nullptr;
   char* end_ = nullptr;
   bool first_ = true;
+  bool keep_ = true;
 };
 
 } // namespace tasksup::detail

@@ -606,6 +606,7 @@ void launch(registry_actor_t* self, supervisor_options opts,
   opts.services = caf::actor_cast<caf::actor>(self);
   opts.attempt_root = st.opts.attempt_root;
   opts.journal = st.opts.journal;
+  opts.typed_events = st.opts.typed_events;
   auto id = opts.task.id;
   auto trace = opts.trace_id;
   auto runtime_name = opts.task.runtime.empty()

@@ -63,6 +63,7 @@ struct shared_settings_hash {
     mix_actor(x.classifier);
     mix_actor(x.backoff);
     mix_actor(x.services);
+    mix(x.typed_events ? 1 : 0);
     return h;
   }
 };
@@ -76,7 +77,7 @@ struct shared_settings_equal {
     return &a.machine.config() == &b.machine.config() && a.agents == b.agents &&
            a.runtime == b.runtime && a.classifier == b.classifier &&
            a.backoff == b.backoff && a.services == b.services &&
-           a.attempt_root == b.attempt_root;
+           a.attempt_root == b.attempt_root && a.typed_events == b.typed_events;
   }
 };
 

@@ -43,6 +43,7 @@ event_head head() {
   h.trace_id = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
   h.span_id = "bbbbbbbbbbbbbbbb";
   h.ts = 1700000000.5;
+  h.typed = true;
   return h;
 }
 
@@ -677,4 +678,34 @@ TEST_CASE("an event's typed keys hold the values its JSON carries, "
   CHECK(tr.artifacts.at(0) ==
         std::string{dobj.at("artifacts").as_array().at(0).as_string()});
   CHECK(tr.metadata.retries_by_agent.at("a") == 2);
+}
+
+TEST_CASE("an event nobody in the process reads typed is the same JSON "
+          "without typed keys",
+          "[events]") {
+  auto typed = head();
+  auto plain = head();
+  plain.typed = false;
+  auto line = std::string{"bad \xff byte, \"quotes\""};
+  auto a = log_event(typed, line, "stderr");
+  auto b = log_event(plain, line, "stderr");
+  CHECK(a.fields != nullptr);
+  CHECK(b.fields == nullptr);
+  CHECK(a.json == b.json);
+  classification c;
+  c.cls = error_class::rate_limit;
+  c.rule = "rl";
+  c.line = "429 Too Many Requests";
+  auto ca = classified_event(typed, c);
+  auto cb = classified_event(plain, c);
+  CHECK(cb.fields == nullptr);
+  CHECK(ca.json == cb.json);
+  task_result r;
+  r.task_id = "t1";
+  r.error = std::string{"broke"};
+  r.artifacts = {"/a"};
+  auto da = task_done_event(typed, r);
+  auto db = task_done_event(plain, r);
+  CHECK(db.fields == nullptr);
+  CHECK(da.json == db.json);
 }

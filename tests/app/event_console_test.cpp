@@ -123,8 +123,10 @@ TEST_CASE("NO_COLOR turns colours off even on a terminal") {
 
 TEST_CASE("an event of this process: the JSON stream gets its JSON, the view "
           "the same lines as from that JSON") {
-  tasksup::event_head h{"t", 1, "0123456789abcdef0123456789abcdef",
-                        "0123456789abcdef", 1795362464.5};
+  // Typed keys, as `tasksup run` asks for them.
+  tasksup::event_head h{
+    "t",          1,   "0123456789abcdef0123456789abcdef", "0123456789abcdef",
+    1795362464.5, true};
   tasksup::delay_decision delay;
   delay.delay_s = 15;
   std::vector<tasksup::event> events{

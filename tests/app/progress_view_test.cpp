@@ -211,8 +211,13 @@ namespace {
 using tasksup::event;
 
 tasksup::event_head head(int attempt) {
-  return {"t-1", attempt, "0123456789abcdef0123456789abcdef",
-          "0123456789abcdef", 1795362464.5893607};
+  // Typed keys, as `tasksup run` asks for them.
+  return {"t-1",
+          attempt,
+          "0123456789abcdef0123456789abcdef",
+          "0123456789abcdef",
+          1795362464.5893607,
+          true};
 }
 
 /// One event of every kind, with the values the view treats specially.

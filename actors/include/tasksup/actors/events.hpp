@@ -5,8 +5,9 @@
 // `event`, `task_id`, `attempt`, `trace_id`, `span_id`, `ts` and the kind's
 // keys. Every string is checked: invalid UTF-8 (agent output is untrusted)
 // is replaced by U+FFFD and control characters are escaped by the serializer.
-// The event also carries the kind's keys as typed values (`event_fields`),
-// so a view in the same process renders without parsing the JSON back.
+// When its head asks, the event also carries the kind's keys as typed values
+// (`event_fields`), so a view in the same process renders without parsing
+// the JSON back.
 
 #include "tasksup/actors/protocol.hpp"
 
@@ -57,6 +58,9 @@ struct event_head {
   std::string_view span_id;
   /// Seconds since the Unix epoch.
   double ts = 0;
+  /// Also carry the kind's keys typed (`event::fields`), for a view in this
+  /// process (`tasksup run`'s); otherwise only the JSON is built.
+  bool typed = false;
 };
 
 /// The kind's own keys of an event, typed, one struct per kind named as in
