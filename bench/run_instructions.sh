@@ -15,18 +15,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d /dev/shm/tasksup-runinstr.XXXXXX)
 [[ -n "${RUN_INSTRUCTIONS_KEEP:-}" ]] && echo "work: $work" >&2
 [[ -n "${RUN_INSTRUCTIONS_KEEP:-}" ]] || trap 'rm -rf "$work"' EXIT
+# shellcheck source=bench/run_bench_setup.sh
+. "$root/bench/run_bench_setup.sh"
+run_bench_setup "$work" "$((large * 2))"
 agent=$work/agent
-cat >"$agent" <<'AGENT'
-#!/bin/sh
-echo "bench-agent: working on $2"
-[ "${TASKSUP_ATTEMPT:-1}" -ge "$1" ] && exit 0
-echo "error: transient failure" >&2
-exit 1
-AGENT
-chmod +x "$agent"
-cp -r "$root/config" "$work/config"
-sed -i 's/"max_failures": [0-9]*/"max_failures": '"$((large * 2))"'/' \
-  "$work/config/node.json"
 
 task() { # attempts
   cat >"$work/task-$1.json" <<JSON

@@ -15,24 +15,12 @@ dir=${4:-/dev/shm}
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "$dir/tasksup-runbench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
-# The agent: one line of output, exit 1 until attempt N, then 0. (The demo
-# flaky-agent prints its attempt number, and "attempt 429" is a rate limit.)
+# The agent (exit 1 until attempt N, then 0) and the shipped configuration
+# with the breaker opened only after every attempt.
+# shellcheck source=bench/run_bench_setup.sh
+. "$root/bench/run_bench_setup.sh"
+run_bench_setup "$work" "$((attempts * 2))"
 agent=$work/agent
-cat >"$agent" <<'AGENT'
-#!/bin/sh
-echo "bench-agent: working on $2"
-[ "${TASKSUP_ATTEMPT:-1}" -ge "$1" ] && exit 0
-echo "error: transient failure" >&2
-exit 1
-AGENT
-chmod +x "$agent"
-
-# The shipped configuration, with the node's per-agent circuit breaker
-# opened only after every attempt (it would stop the task after 5).
-cp -r "$root/config" "$work/config"
-sed -i 's/"max_failures": [0-9]*/"max_failures": '"$((attempts * 2))"'/' \
-  "$work/config/node.json"
-grep -q "\"max_failures\": $((attempts * 2))" "$work/config/node.json"
 
 cat >"$work/task.json" <<JSON
 {
