@@ -77,7 +77,8 @@ struct worker_state {
   caf::actor supervisor;
   /// Set when its node stops: the outcome says the attempt was lost there.
   std::string lost_with_node;
-  std::shared_ptr<runtime::attempt_handle> handle;
+  /// The running attempt's handle, in a slot the kill-on-exit functor
+  /// shares (it outlives the state).
   std::shared_ptr<handle_slot> slot = std::make_shared<handle_slot>();
   std::deque<std::string> tail;
   std::size_t log_events = 0;
@@ -108,6 +109,10 @@ struct worker_state {
   bool noise_only = false;
   std::string last_noise;
   static inline const char* name = "tasksup.container_worker";
+
+  const std::shared_ptr<runtime::attempt_handle>& handle() const {
+    return slot->handle;
+  }
 
   /// The event head, stamped now.
   event_head head() const {
@@ -154,7 +159,6 @@ caf::timespan idle_limit(const worker_state& st) {
 /// Forgets the last attempt (a kept worker runs the next one).
 void reset_attempt(worker_state& st) {
   st.lost_with_node.clear();
-  st.handle = nullptr;
   st.slot->handle = nullptr;
   st.tail.clear();
   st.log_events = 0;
@@ -210,22 +214,21 @@ void start_attempt(worker_actor* self) {
     a.attempt_dir = st.opts.spec.attempt_dir;
     a.runtime_id = *st.opts.adopt_id;
     a.labels = std::move(st.opts.spec.labels);
-    st.handle = st.opts.runtime->adopt(std::move(a), std::move(cb));
-    st.slot->handle = st.handle;
+    st.slot->handle = st.opts.runtime->adopt(std::move(a), std::move(cb));
     emit(self,
          warning_event(st.head(), "attempt " + std::to_string(st.attempt) +
                                     " adopted after the node restarted"));
     return;
   }
-  st.handle = st.opts.runtime->start(std::move(st.opts.spec), std::move(cb));
-  st.slot->handle = st.handle;
-  auto runtime_id = st.handle ? st.handle->id() : std::string{};
+  st.slot->handle =
+    st.opts.runtime->start(std::move(st.opts.spec), std::move(cb));
+  auto runtime_id = st.handle() ? st.handle()->id() : std::string{};
   emit(self, attempt_started_event(st.head(), agent_id, st.opts.agent_cli,
                                    runtime_id));
   // For the journal: the pid or container id a restarted node adopts.
   if (st.opts.report_runtime_id && !runtime_id.empty())
     self->send(st.supervisor, start_atom::value, st.attempt, runtime_id);
-  if (st.handle && st.opts.idle_timeout_s > 0) {
+  if (st.handle() && st.opts.idle_timeout_s > 0) {
     if (!st.opts.idle_noise.empty())
       st.noise = idle_noise_filter{st.opts.idle_noise};
     if (!st.idle_timer)
@@ -253,8 +256,8 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       return;
     // Nobody is left to report to: end the attempt, then quit.
     st.orphaned = true;
-    if (st.handle && !st.idle)
-      st.handle->kill();
+    if (st.handle() && !st.idle)
+      st.handle()->kill();
     else
       self->quit();
   });
@@ -267,8 +270,8 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       auto& st = self->state;
       if (attempt != st.attempt || st.idle)
         return;
-      if (st.credit->received(output_credit::cost(line.size())) && st.handle)
-        st.handle->resume_output();
+      if (st.credit->received(output_credit::cost(line.size())) && st.handle())
+        st.handle()->resume_output();
       if (st.idle_timer) {
         if (st.noise.is_noise(line)) {
           st.noise_only = true;
@@ -334,7 +337,7 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       attempt_report report;
       report.attempt = st.attempt;
       report.outcome = std::move(out);
-      report.container_id = st.handle ? st.handle->id() : "";
+      report.container_id = st.handle() ? st.handle()->id() : "";
       self->send(st.supervisor, attempt_exited_atom::value, std::move(report));
       if (st.opts.keep && !st.orphaned) {
         // Kept for the task's next attempt (one actor per task, not one
@@ -357,7 +360,7 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
     },
     [=](idle_check_atom, std::uint64_t gen) {
       auto& st = self->state;
-      if (gen != st.idle_gen || st.idle_stopped || !st.handle || st.idle)
+      if (gen != st.idle_gen || st.idle_stopped || !st.handle() || st.idle)
         return;
       auto limit = idle_limit(st);
       auto idle = self->clock().now() - st.last_output;
@@ -372,7 +375,7 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       emit(self,
            log_event(st.head(), what + std::to_string(st.opts.idle_timeout_s) +
                                   " s: stopping the attempt"));
-      st.handle->stop(std::chrono::milliseconds{st.opts.idle_stop_grace_ms});
+      st.handle()->stop(std::chrono::milliseconds{st.opts.idle_stop_grace_ms});
     },
     // Its node is stopping (a worker node's agent): the attempt is killed
     // and reported as lost with the node, so its coordinator retries it
@@ -385,17 +388,17 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       if (st.idle)
         return;
       st.lost_with_node = std::move(node);
-      if (st.handle)
-        st.handle->kill();
+      if (st.handle())
+        st.handle()->kill();
     },
     [=](stop_atom, stop_mode mode, std::int64_t grace_ms) {
       auto& st = self->state;
-      if (!st.handle || st.idle)
+      if (!st.handle() || st.idle)
         return;
       if (mode == stop_mode::kill)
-        st.handle->kill();
+        st.handle()->kill();
       else
-        st.handle->stop(std::chrono::milliseconds{grace_ms});
+        st.handle()->stop(std::chrono::milliseconds{grace_ms});
     },
   };
 }
