@@ -361,10 +361,17 @@ int serve(const serve_options& opts) {
                bound.to_string(), default_runtime, max_concurrent,
                cfg->dir.empty() ? std::string{"built-in defaults"} : cfg->dir,
                attempt_root);
+  int early_signals = 0;
   {
     std::lock_guard<std::mutex> guard{target_mutex};
     target = caf::actor_cast<caf::actor>(self);
+    early_signals = signals.count();
   }
+  // A SIGTERM/SIGINT that came while the node was starting (the journal
+  // read, its tasks restored: seconds for many) found no actor to tell; it
+  // still stops the node.
+  if (early_signals > 0)
+    self->send(self, signal_atom::value, early_signals);
   self
     ->request(registry, std::chrono::seconds{10}, subscribe_atom::value,
               caf::actor_cast<caf::actor>(self))

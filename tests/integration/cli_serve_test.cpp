@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <csignal>
+#include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -265,6 +266,32 @@ TEST_CASE("serve: SIGTERM stops the running tasks before the node exits") {
   auto r = n.cmd({"status"});
   CHECK(r.status == 3);
   CHECK(r.err.find("cannot reach the node") != std::string::npos);
+}
+
+TEST_CASE("serve: a SIGTERM while the node is starting still stops it") {
+  scratch dir;
+  tasksup_child child{dir,
+                      "serve",
+                      {"serve", "--listen", "127.0.0.1:0", "--config",
+                       config_dir(), "--work-dir", dir / "node-work",
+                       "--state-dir", dir / "state"}};
+  // Once SIGTERM is blocked the node watches for it (signal_watch), long
+  // before it listens: sent now, it arrives while the node starts (or, on a
+  // fast start, just after; either way it must stop the node).
+  auto blocked = [&] {
+    std::ifstream status{"/proc/" + std::to_string(child.pid()) + "/status"};
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("SigBlk:", 0) == 0)
+        return (std::stoull(line.substr(7), nullptr, 16) &
+                (1ULL << (SIGTERM - 1))) != 0;
+    return false;
+  };
+  REQUIRE(eventually(blocked, 30s));
+  child.signal(SIGTERM);
+  INFO(child.err());
+  CHECK(child.wait(30s) == 0);
+  CHECK(child.err().find("shutting down") != std::string::npos);
 }
 
 TEST_CASE("serve: a non-loopback --listen needs --allow-remote") {
