@@ -224,85 +224,53 @@ inline caf::error check_sizes(std::initializer_list<size_limit> limits) {
 }
 
 /// Wraps a std::optional member for inspection: a flag, then the value (a
-/// default-constructed one when absent, so the wire shape is fixed).
-template<class T>
+/// default-constructed one when absent, so the wire shape is fixed), seen
+/// through `Wrap`: the value itself (`opt`), its entry count checked
+/// (`opt_list`) or its range checked (`opt_checked`).
+template<class T, class Wrap>
 struct opt_ref {
   std::optional<T>& ref;
+  Wrap wrap;
+};
+
+/// The value itself, for `opt`.
+struct as_is {
+  template<class T>
+  T& operator()(T& x) const {
+    return x;
+  }
 };
 
 /// Makes an `opt_ref` for use inside an `inspect` argument list.
 template<class T>
-opt_ref<T> opt(std::optional<T>& x) {
-  return opt_ref<T>{x};
-}
-
-/// Inspects an optional as (present, value).
-template<class Inspector, class T>
-typename Inspector::result_type inspect(Inspector& f, opt_ref<T>& x) {
-  bool present = x.ref.has_value();
-  T value = present ? *x.ref : T{};
-  return f(caf::meta::type_name("optional"), present, value,
-           caf::meta::load_callback([&]() -> caf::error {
-             if (present)
-               x.ref = std::move(value);
-             else
-               x.ref.reset();
-             return caf::none;
-           }));
+opt_ref<T, as_is> opt(std::optional<T>& x) {
+  return {x, as_is{}};
 }
 
 /// An optional list, its entry count checked like `bounded`.
 template<class C>
-struct opt_list_ref {
-  std::optional<C>& ref;
-  const char* name;
-};
-
-/// Makes an `opt_list_ref` for use inside an `inspect` argument list.
-template<class C>
-opt_list_ref<C> opt_list(std::optional<C>& x, const char* name) {
-  return opt_list_ref<C>{x, name};
-}
-
-/// Inspects an optional list as (present, bounded list).
-template<class Inspector, class C>
-typename Inspector::result_type inspect(Inspector& f, opt_list_ref<C>& x) {
-  bool present = x.ref.has_value();
-  C value = present ? *x.ref : C{};
-  auto list = bounded(value, x.name);
-  return f(caf::meta::type_name("optional"), present, list,
-           caf::meta::load_callback([&]() -> caf::error {
-             if (present)
-               x.ref = std::move(value);
-             else
-               x.ref.reset();
-             return caf::none;
-           }));
+auto opt_list(std::optional<C>& x, const char* name) {
+  auto wrap = [name](C& value) { return bounded(value, name); };
+  return opt_ref<C, decltype(wrap)>{x, wrap};
 }
 
 /// An optional enum, range-checked on load like `checked`.
 template<class E>
-struct opt_enum_ref {
-  std::optional<E>& ref;
-  const char* name;
-};
-
-/// Makes an `opt_enum_ref` for use inside an `inspect` argument list.
-template<class E>
-opt_enum_ref<E> opt_checked(std::optional<E>& x, const char* name) {
-  return opt_enum_ref<E>{x, name};
+auto opt_checked(std::optional<E>& x, const char* name) {
+  auto wrap = [name](E& value) { return checked(value, name); };
+  return opt_ref<E, decltype(wrap)>{x, wrap};
 }
 
-/// Inspects an optional enum as (present, checked value).
-template<class Inspector, class E>
-typename Inspector::result_type inspect(Inspector& f, opt_enum_ref<E>& x) {
+/// Inspects an optional as (present, value as wrapped).
+template<class Inspector, class T, class Wrap>
+typename Inspector::result_type inspect(Inspector& f, opt_ref<T, Wrap>& x) {
   bool present = x.ref.has_value();
-  E value = present ? *x.ref : E{};
-  auto field = checked(value, x.name);
+  T value = present ? *x.ref : T{};
+  decltype(auto) field = x.wrap(value);
   return f(caf::meta::type_name("optional"), present, field,
            caf::meta::load_callback([&]() -> caf::error {
              if (present)
-               x.ref = value;
+               x.ref = std::move(value);
              else
                x.ref.reset();
              return caf::none;
