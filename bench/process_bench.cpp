@@ -15,8 +15,12 @@
 // that keeps the runtime's promises, without its reactor thread.
 //
 //   bench_process [--restarts=1000] [--rounds=5] [--binary=/bin/false]
-//                 [--tmp=/tmp] [--policy=stealing]
+//                 [--tmp=/tmp] [--policy=stealing] [--shim=serve|attempt]
 //                 [--variants=plain,fork,work,direct,supervised]
+//
+// `--shim=serve` (the runtime's default) runs a task's attempts under one
+// long-lived tasksup-shim; `--shim=attempt` starts a shim per attempt (the
+// runtime before the serving shim), for a before/after in one build.
 //
 // `--variants` runs a subset (e.g. `--variants=direct` under strace or perf);
 // ratios are printed when both of their variants ran.
@@ -238,7 +242,18 @@ int main(int argc, char** argv) {
   std::string root = root_template;
 
   latency_recorder rec{rounds, attempts};
-  auto process_rt = runtime::make_process_runtime();
+  runtime::process_runtime_options rt_opts;
+  auto shim_mode = arg_str(argc, argv, "shim", "serve");
+  if (shim_mode == "attempt") {
+    rt_opts.shim_idle_timeout = std::chrono::milliseconds{0};
+  } else if (shim_mode != "serve") {
+    std::fprintf(stderr,
+                 "bench_process: --shim: 'serve' or 'attempt', not "
+                 "'%s'\n",
+                 shim_mode.c_str());
+    return 1;
+  }
+  auto process_rt = runtime::make_process_runtime(std::move(rt_opts));
   auto rt = std::make_shared<timing_runtime>(process_rt, rec);
   bench_config cfg{argc, argv};
   double loop_s = 0;
@@ -316,7 +331,8 @@ int main(int argc, char** argv) {
   line.add("binary", binary)
     .add("attempts", attempts)
     .add("tmp", tmp)
-    .add("policy", cfg.policy());
+    .add("policy", cfg.policy())
+    .add("shim", shim_mode);
   auto report = [&](const char* variant, const char* label, const char* key,
                     double us) {
     if (!runs(variant))

@@ -26,7 +26,24 @@
 //
 // On --status-fd (default 3) the shim writes the agent's pid and a newline
 // once the agent has exec'd (0 when it could not start), then closes it.
+//
+//   tasksup-shim --serve DIR [--orphan kill|keep]
+//
+// A serving shim runs the attempts of one task (their directories are in
+// DIR) one after the other, so that an attempt costs one process start,
+// the agent's, not two. Stdin is a Unix stream socket to the runtime. Each
+// request (`shim_request`: the options above, the agent's working
+// directory and whole environment; its length first, then the payload)
+// brings the two pipes to forward stdout and stderr to (SCM_RIGHTS). The
+// shim answers on the socket with the agent's pid and a newline, runs the
+// attempt exactly as a per-attempt shim would (log, records, signals, the
+// group's end), closes the two pipes and writes `end` and a newline. When
+// the socket hangs up (the runtime retired the shim, or died), an idle shim
+// exits; a busy one does what --orphan says and exits after the attempt.
+// Signals between attempts are dropped: they were meant for an attempt
+// that has ended.
 
+#include "process_spawn.hpp"
 #include "tasksup/runtime/detail/shim_record.hpp"
 #include "tasksup/runtime/output_capture.hpp"
 
@@ -47,8 +64,10 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,6 +81,8 @@ constexpr int exit_usage = 64;
 constexpr int exit_failure = 70;
 
 struct options {
+  /// --serve: the directory the task's attempt directories are in.
+  std::string serve_dir;
   std::string attempt_dir;
   std::uint64_t log_bytes = 100 * 1024 * 1024;
   std::chrono::milliseconds drain{2000};
@@ -70,6 +91,14 @@ struct options {
   std::string cgroup;
   int status_fd = 3;
   std::vector<char*> argv;
+  // A served attempt's own (a per-attempt shim runs in the agent's
+  // directory and environment, and forwards to fds 1 and 2).
+  std::string cwd;
+  std::vector<std::string> arg_strings;
+  std::vector<std::string> env_strings;
+  std::vector<char*> envp;
+  int out_fd = 1;
+  int err_fd = 2;
 };
 
 [[noreturn]] void die(const std::string& text, int code = exit_failure) {
@@ -116,8 +145,16 @@ options parse_args(int argc, char** argv) {
       o.cgroup = v;
     else if (a == "--status-fd")
       o.status_fd = static_cast<int>(number_arg(argv[i - 1], v));
+    else if (a == "--serve")
+      o.serve_dir = v;
     else
       die("unknown option " + std::string{a} + " " + v, exit_usage);
+  }
+  if (!o.serve_dir.empty()) {
+    if (o.serve_dir.front() != '/' || i < argc || !o.attempt_dir.empty())
+      die("--serve: an absolute directory, and no --attempt-dir or command",
+          exit_usage);
+    return o;
   }
   if (o.attempt_dir.empty() || o.attempt_dir.front() != '/')
     die("--attempt-dir: an absolute directory is required", exit_usage);
@@ -142,21 +179,6 @@ void write_all(int fd, std::string_view s) {
 
 // ---- starting the agent ----------------------------------------------------
 
-enum stage : int { stage_cgroup = 1, stage_setpgid, stage_stdio, stage_exec };
-
-const char* stage_words(int s) {
-  switch (s) {
-    case stage_cgroup:
-      return "joining the memory cgroup";
-    case stage_setpgid:
-      return "creating the process group";
-    case stage_stdio:
-      return "setting up stdin/stdout/stderr";
-    default:
-      return "executing the command";
-  }
-}
-
 struct started_agent {
   pid_t pid = -1;
   int out = -1;
@@ -165,67 +187,70 @@ struct started_agent {
   int failed_errno = 0;
 };
 
+/// Started once, reused by every attempt of a serving shim.
+dt::child_stack_pool& child_stacks() {
+  static dt::child_stack_pool pool;
+  return pool;
+}
+
 started_agent start_agent(const options& o) {
-  int out[2], err[2], report[2];
-  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0 ||
-      ::pipe2(report, O_CLOEXEC) != 0)
+  int out[2], err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
     die(std::string{"cannot create pipes: "} + std::strerror(errno));
-  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  static int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (devnull < 0)
     die(std::string{"cannot open /dev/null: "} + std::strerror(errno));
-  std::string procs = o.cgroup.empty() ? "" : o.cgroup + "/cgroup.procs";
-  pid_t pid = ::fork();
-  if (pid < 0)
-    die(std::string{"cannot fork: "} + std::strerror(errno));
-  if (pid == 0) {
-    auto fail = [&](int s) {
-      int msg[2] = {s, errno};
-      [[maybe_unused]] auto n = ::write(report[1], msg, sizeof msg);
-      ::_exit(127);
-    };
-    ::signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    ::prctl(PR_SET_CHILD_SUBREAPER, 0);
-    if (!procs.empty()) {
-      int fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
-      if (fd < 0 || ::write(fd, "0", 1) != 1)
-        fail(stage_cgroup);
-      ::close(fd);
-    }
-    if (::setpgid(0, 0) != 0)
-      fail(stage_setpgid);
-    if (::dup2(devnull, 0) < 0 || ::dup2(out[1], 1) < 0 ||
-        ::dup2(err[1], 2) < 0)
-      fail(stage_stdio);
-    // Nothing of ours leaks into the agent (the runtime's pipes, the log).
-    if (::syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) != 0)
-      for (int fd = 3; fd < 65536; ++fd)
-        ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-    ::execvp(o.argv[0], o.argv.data());
-    fail(stage_exec);
-  }
-  // Also here, so the group exists whichever of us runs first.
-  ::setpgid(pid, pid);
-  ::close(out[1]);
-  ::close(err[1]);
-  ::close(report[1]);
-  ::close(devnull);
   started_agent a;
-  a.pid = pid;
   a.out = out[0];
   a.err = err[0];
-  int msg[2] = {0, 0};
-  ssize_t n;
-  do {
-    n = ::read(report[0], msg, sizeof msg);
-  } while (n < 0 && errno == EINTR);
-  ::close(report[0]);
-  if (n == static_cast<ssize_t>(sizeof msg)) {
-    a.failed_stage = msg[0];
-    a.failed_errno = msg[1];
+  // The runtime's own spawn (clone with CLONE_VM | CLONE_VFORK, like
+  // posix_spawn): nothing of the shim is copied, every handler is reset and
+  // nothing of ours leaks into the agent. A per-attempt shim runs in the
+  // agent's directory and environment already.
+  dt::child_plan plan;
+  plan.argv = o.argv;
+  char** envp = o.envp.empty() ? environ : const_cast<char**>(o.envp.data());
+  const char* path = nullptr;
+  for (auto** e = envp; *e != nullptr; ++e)
+    if (std::strncmp(*e, "PATH=", 5) == 0)
+      path = *e + 5;
+  for (auto** e = envp; *e != nullptr; ++e)
+    plan.envp.push_back(*e);
+  plan.envp.push_back(nullptr);
+  // execvp's search when PATH is unset: the default path.
+  plan.candidates =
+    dt::exec_candidates(o.argv[0], path != nullptr ? path : "/bin:/usr/bin");
+  plan.cwd = o.cwd.empty() ? "." : o.cwd;
+  plan.stdin_fd = devnull;
+  plan.output_fd = out[1];
+  plan.error_fd = err[1];
+  sigemptyset(&plan.mask);
+  if (!o.cgroup.empty()) {
+    auto procs = o.cgroup + "/cgroup.procs";
+    plan.cgroup_fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (plan.cgroup_fd < 0) {
+      a.failed_stage = dt::stage_cgroup;
+      a.failed_errno = errno;
+    }
   }
+  if (a.failed_stage == 0 &&
+      (!dt::raise_fd(plan.output_fd) || !dt::raise_fd(plan.error_fd)))
+    die(std::string{"cannot prepare descriptors: "} + std::strerror(errno));
+  if (a.failed_stage == 0) {
+    dt::child_stack stack{child_stacks()};
+    if (stack.top() == nullptr)
+      die(std::string{"cannot map a stack: "} + std::strerror(errno));
+    auto spawned = dt::spawn_child(plan, stack.top());
+    if (spawned.pid < 0)
+      die(std::string{"cannot start a process: "} + std::strerror(spawned.err));
+    dt::close_fd(spawned.pidfd);
+    a.pid = spawned.pid;
+    a.failed_stage = plan.failed_stage;
+    a.failed_errno = plan.failed_err;
+  }
+  dt::close_fd(plan.cgroup_fd);
+  dt::close_fd(plan.output_fd);
+  dt::close_fd(plan.error_fd);
   return a;
 }
 
@@ -234,9 +259,17 @@ started_agent start_agent(const options& o) {
 
 class shim {
 public:
-  explicit shim(options o) : o_(std::move(o)) {}
+  /// `signals`: the signalfd (SIGCHLD, SIGTERM, SIGUSR1 ...); `control`:
+  /// what hangs up when the runtime is gone, -1 for nothing; `serving`:
+  /// the report goes to `control` (the socket) and stays open.
+  shim(options o, int signals, int control, bool serving)
+    : o_(std::move(o)), signal_fd_(signals), control_fd_(control),
+      serving_(serving) {}
 
   int run();
+
+  /// True once the runtime hung up (a serving shim then takes no more).
+  bool runtime_gone() const { return runtime_gone_; }
 
 private:
   struct stream {
@@ -260,6 +293,8 @@ private:
   void signal_group(int sig);
   bool group_gone();
   void finish();
+  /// Says the agent's pid (0: it did not start) to the runtime.
+  void report(pid_t pid);
   int poll_timeout() const;
   /// True while output waits for the runtime to read it.
   bool blocked() const;
@@ -277,6 +312,8 @@ private:
   bool forwarding_ = true;
   int signal_fd_ = -1;
   int control_fd_ = -1;
+  bool serving_ = false;
+  bool runtime_gone_ = false;
   pid_t agent_ = -1;
   bool agent_running_ = false;
   bool group_empty_ = false;
@@ -497,56 +534,54 @@ void shim::finish() {
     die("cannot record the agent's exit: " + err);
 }
 
-int shim::run() {
-  // Signals arrive through a descriptor; SIGPIPE is an error code instead.
-  ::signal(SIGPIPE, SIG_IGN);
-  sigset_t mask;
-  sigemptyset(&mask);
-  for (int sig : {SIGCHLD, SIGTERM, SIGUSR1, SIGINT, SIGHUP, SIGQUIT})
-    sigaddset(&mask, sig);
-  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
-  signal_fd_ = ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
-  if (signal_fd_ < 0)
-    die(std::string{"cannot create a signalfd: "} + std::strerror(errno));
-  // Orphans of the agent become ours, so killing its group reaps them.
-  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-  if (o_.kill_orphan) {
-    control_fd_ = 0;
-    ::fcntl(0, F_SETFD, FD_CLOEXEC);
+void shim::report(pid_t pid) {
+  auto line = std::to_string(pid) + "\n";
+  if (serving_) {
+    if (control_fd_ >= 0)
+      write_all(control_fd_, line);
+    return;
   }
-  ::fcntl(o_.status_fd, F_SETFD, FD_CLOEXEC);
+  write_all(o_.status_fd, line);
+  ::close(o_.status_fd);
+}
+
+int shim::run() {
+  if (!serving_)
+    ::fcntl(o_.status_fd, F_SETFD, FD_CLOEXEC);
   open_log();
 
   started_ = clock_type::now();
   auto agent = start_agent(o_);
   agent_ = agent.pid;
   agent_running_ = true;
-  streams_[0] = {agent.out, 1, rt::output_stream::out};
-  streams_[1] = {agent.err, 2, rt::output_stream::err};
+  streams_[0] = {agent.out, o_.out_fd, rt::output_stream::out};
+  streams_[1] = {agent.err, o_.err_fd, rt::output_stream::err};
   for (auto& s : streams_) {
     ::fcntl(s.in, F_SETFL, O_NONBLOCK);
     ::fcntl(s.out, F_SETFL, ::fcntl(s.out, F_GETFL) | O_NONBLOCK);
   }
   struct stat st1 {};
   struct stat st2 {};
-  one_channel_ = ::fstat(1, &st1) == 0 && ::fstat(2, &st2) == 0 &&
-                 st1.st_dev == st2.st_dev && st1.st_ino == st2.st_ino;
+  one_channel_ = ::fstat(o_.out_fd, &st1) == 0 &&
+                 ::fstat(o_.err_fd, &st2) == 0 && st1.st_dev == st2.st_dev &&
+                 st1.st_ino == st2.st_ino;
 
   if (agent.failed_stage != 0) {
     // The child exits at once; its exit status says nothing of the agent.
     int status;
-    while (::waitpid(agent.pid, &status, 0) < 0 && errno == EINTR) {
+    while (agent.pid > 0 && ::waitpid(agent.pid, &status, 0) < 0 &&
+           errno == EINTR) {
     }
     agent_running_ = false;
     group_empty_ = true;
     ended_ = clock_type::now();
     auto e = agent.failed_errno;
     std::string line;
-    if (agent.failed_stage == stage_exec &&
+    if (agent.failed_stage == dt::stage_exec &&
         (e == ENOENT || e == ENOTDIR || e == ELOOP || e == ENAMETOOLONG)) {
       record_.exit_code = 127;
       line = "tasksup: " + std::string{o_.argv[0]} + ": command not found\n";
-    } else if (agent.failed_stage == stage_exec &&
+    } else if (agent.failed_stage == dt::stage_exec &&
                (e == EACCES || e == EPERM || e == ENOEXEC || e == EISDIR)) {
       // Worded so that the classifier sees an agent failure (126), not the
       // "permission denied" of a fatal authentication error.
@@ -558,10 +593,10 @@ int shim::run() {
       record_.started = false;
       record_.exit_code = 1;
       record_.error = "cannot start " + std::string{o_.argv[0]} + ": " +
-                      stage_words(agent.failed_stage) + ": " + std::strerror(e);
+                      dt::stage_text(agent.failed_stage) + ": " +
+                      std::strerror(e);
     }
-    write_all(o_.status_fd, "0\n");
-    ::close(o_.status_fd);
+    report(0);
     if (!line.empty()) {
       capture_->feed(rt::output_stream::out, line);
       pending_ = line;
@@ -586,8 +621,7 @@ int shim::run() {
         dt::write_file_atomically(rec_path, dt::format_shim_record(rec));
       !err.empty())
     record_.warnings.push_back("cannot write the shim record: " + err);
-  write_all(o_.status_fd, std::to_string(agent.pid) + "\n");
-  ::close(o_.status_fd);
+  report(agent.pid);
 
   for (;;) {
     std::vector<pollfd> fds;
@@ -615,12 +649,16 @@ int shim::run() {
         on_signals();
       } else if (p.fd == control_fd_) {
         // The runtime died (its end of the pipe closed): nobody will ask
-        // for this attempt again; the agent goes with it.
+        // for this attempt again; with --orphan kill, the agent goes with
+        // it. (The runtime sends nothing while an attempt runs.)
         char c;
-        if (::read(control_fd_, &c, 1) <= 0) {
+        auto got = ::read(control_fd_, &c, 1);
+        if (got == 0 || (got < 0 && errno != EINTR && errno != EAGAIN)) {
           control_fd_ = -1;
+          runtime_gone_ = true;
           drop_forwarding();
-          signal_group(SIGKILL);
+          if (o_.kill_orphan)
+            signal_group(SIGKILL);
         }
       } else if ((p.events & POLLOUT) != 0) {
         flush_pending(false);
@@ -681,10 +719,165 @@ int shim::run() {
   return 0;
 }
 
+// ---- serving a task's attempts -----------------------------------------
+
+/// A request read from the runtime, with the two pipes it brought.
+struct received {
+  dt::shim_request request;
+  int out = -1;
+  int err = -1;
+};
+
+/// Reads exactly `size` bytes; false on end of file or an error. The first
+/// read also takes the descriptors sent with the request.
+bool read_request_bytes(int sock, char* into, std::size_t size,
+                        std::vector<int>* fds) {
+  std::size_t got = 0;
+  while (got < size) {
+    iovec iov{into + got, size - got};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (fds != nullptr) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+    }
+    auto n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return false;
+    if (fds != nullptr) {
+      for (auto* c = CMSG_FIRSTHDR(&msg); c != nullptr;
+           c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+          continue;
+        auto count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t k = 0; k < count; ++k) {
+          int fd;
+          std::memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof fd);
+          fds->push_back(fd);
+        }
+      }
+      fds = nullptr; // they come with the first byte only
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+/// The next request, or nothing when the runtime hung up; a request that
+/// is not one ends the shim (the runtime sees it hang up).
+std::optional<received> next_request(int sock) {
+  std::vector<int> fds;
+  unsigned char head[4];
+  if (!read_request_bytes(sock, reinterpret_cast<char*>(head), sizeof head,
+                          &fds)) {
+    for (int fd : fds)
+      ::close(fd);
+    return std::nullopt;
+  }
+  std::uint32_t size = static_cast<std::uint32_t>(head[0]) |
+                       static_cast<std::uint32_t>(head[1]) << 8 |
+                       static_cast<std::uint32_t>(head[2]) << 16 |
+                       static_cast<std::uint32_t>(head[3]) << 24;
+  if (fds.size() != 2 || size > dt::max_request_bytes)
+    die("malformed request from the runtime (" + std::to_string(fds.size()) +
+        " descriptors, " + std::to_string(size) + " bytes)");
+  std::string payload(size, '\0');
+  if (!read_request_bytes(sock, payload.data(), payload.size(), nullptr))
+    die("the runtime hung up in the middle of a request");
+  auto req = dt::parse_shim_request(payload);
+  if (!req)
+    die(req.error().to_string());
+  return received{std::move(*req), fds[0], fds[1]};
+}
+
+/// Drops the signals that came while no attempt ran (they were for one
+/// that has ended) and reaps what the last agent left.
+void drain_idle_signals(int signal_fd) {
+  signalfd_siginfo info;
+  while (::read(signal_fd, &info, sizeof info) ==
+         static_cast<ssize_t>(sizeof info)) {
+  }
+  while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+  }
+}
+
+int serve(const options& base, int signal_fd) {
+  const int sock = 0;
+  ::fcntl(sock, F_SETFD, FD_CLOEXEC);
+  for (;;) {
+    pollfd fds[2] = {{signal_fd, POLLIN, 0}, {sock, POLLIN, 0}};
+    auto n = ::poll(fds, 2, -1);
+    if (n < 0 && errno != EINTR)
+      die(std::string{"poll failed: "} + std::strerror(errno));
+    // A signal sent before the next request is pending by the time the
+    // request can be read: it is dropped first, so it never reaches the
+    // next attempt's agent.
+    drain_idle_signals(signal_fd);
+    if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) == 0)
+      continue;
+    auto got = next_request(sock);
+    if (!got)
+      return 0;
+    auto o = base;
+    auto& r = got->request;
+    o.attempt_dir = r.attempt_dir;
+    o.log_bytes = r.log_bytes;
+    o.drain = std::chrono::milliseconds{r.drain_ms};
+    o.group = std::chrono::milliseconds{r.group_ms};
+    o.cgroup = r.cgroup;
+    o.cwd = r.cwd;
+    o.arg_strings = std::move(r.argv);
+    o.env_strings = std::move(r.env);
+    for (auto& a : o.arg_strings)
+      o.argv.push_back(a.data());
+    o.argv.push_back(nullptr);
+    for (auto& e : o.env_strings)
+      o.envp.push_back(e.data());
+    o.envp.push_back(nullptr);
+    o.out_fd = got->out;
+    o.err_fd = got->err;
+    bool gone;
+    {
+      shim s{std::move(o), signal_fd, sock, true};
+      s.run();
+      gone = s.runtime_gone();
+    }
+    // The end of the output, then the end of the attempt.
+    ::close(got->out);
+    ::close(got->err);
+    if (gone)
+      return 0;
+    write_all(sock, "end\n");
+  }
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   auto opts = parse_args(argc, argv);
-  shim s{std::move(opts)};
+  // Signals arrive through a descriptor; SIGPIPE is an error code instead.
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t mask;
+  sigemptyset(&mask);
+  for (int sig : {SIGCHLD, SIGTERM, SIGUSR1, SIGINT, SIGHUP, SIGQUIT})
+    sigaddset(&mask, sig);
+  ::sigprocmask(SIG_BLOCK, &mask, nullptr);
+  int signal_fd = ::signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+  if (signal_fd < 0)
+    die(std::string{"cannot create a signalfd: "} + std::strerror(errno));
+  // Orphans of the agent become ours, so killing its group reaps them.
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  if (!opts.serve_dir.empty())
+    return serve(opts, signal_fd);
+  int control = -1;
+  if (opts.kill_orphan) {
+    control = 0;
+    ::fcntl(0, F_SETFD, FD_CLOEXEC);
+  }
+  shim s{std::move(opts), signal_fd, control, false};
   return s.run();
 }

@@ -202,3 +202,66 @@ TEST_CASE("records are written whole or not at all") {
   CHECK(missing.error().path == "missing");
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("shim request: what the runtime encodes the shim reads back") {
+  shim_request r;
+  r.attempt_dir = "/w/task/attempt-2";
+  r.log_bytes = 1 << 20;
+  r.drain_ms = 2000;
+  r.group_ms = 5000;
+  r.cgroup = "/sys/fs/cgroup/tasksup/t-2";
+  r.cwd = "/w/task/attempt-2/workspace";
+  r.argv = {"sh", "-c", "echo \"$1\"", "", "two words"};
+  r.env = {"PATH=/bin", "EMPTY=", "EQ=a=b"};
+  auto back = parse_shim_request(encode_shim_request(r));
+  REQUIRE(back);
+  CHECK(back->attempt_dir == r.attempt_dir);
+  CHECK(back->log_bytes == r.log_bytes);
+  CHECK(back->drain_ms == r.drain_ms);
+  CHECK(back->group_ms == r.group_ms);
+  CHECK(back->cgroup == r.cgroup);
+  CHECK(back->cwd == r.cwd);
+  CHECK(back->argv == r.argv);
+  CHECK(back->env == r.env);
+}
+
+TEST_CASE("shim request: anything but a complete request is rejected, "
+          "saying what is wrong") {
+  shim_request r;
+  r.attempt_dir = "/w/a";
+  r.cwd = "/w/a/workspace";
+  r.argv = {"true"};
+  auto good = encode_shim_request(r);
+  REQUIRE(parse_shim_request(good));
+  auto rejects = [](const std::string& text, const std::string& words) {
+    auto parsed = parse_shim_request(text);
+    REQUIRE_FALSE(parsed);
+    INFO(parsed.error().to_string());
+    CHECK(parsed.error().to_string().find(words) != std::string::npos);
+  };
+  rejects("", "unknown header");
+  rejects("tasksup-shim-request 2" + std::string(1, '\0'), "unknown header");
+  rejects(good.substr(0, good.size() - 1), "not NUL-terminated");
+  rejects(good + "arg" + std::string(1, '\0'), "a key without a value");
+  rejects(good + std::string{"color\0red\0", 10}, "unknown key 'color'");
+  rejects(good + std::string{"env\0NOVALUE\0", 12}, "env: not NAME=value");
+  rejects(good + std::string{"env\0=x\0", 7}, "env: not NAME=value");
+  rejects(replace(good, std::string{"log-bytes\0000", 11},
+                  std::string{"log-bytes\0-1", 12}),
+          "log-bytes: not a number");
+  rejects(replace(good, std::string{"drain-ms\0000", 10},
+                  std::string{"drain-ms\0"
+                              "99999999999999999999",
+                              29}),
+          "drain-ms: not a number");
+  rejects(replace(good, "/w/a", "w/a"), "attempt-dir: not an absolute");
+  rejects(replace(good, "/w/a/workspace", "workspace"), "cwd: not an absolute");
+  rejects(replace(good, std::string{"arg\0true", 8}, std::string{"arg\0", 4}),
+          "no command");
+  shim_request no_command = r;
+  no_command.argv.clear();
+  rejects(encode_shim_request(no_command), "no command");
+  // A field left out.
+  rejects(replace(good, std::string{"cgroup\0\0", 8}, ""), "missing");
+  rejects(std::string(max_request_bytes + 1, 'x'), "larger than");
+}

@@ -15,6 +15,7 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -72,7 +73,9 @@ int pidfd_signal(int pidfd, int sig) {
 /// Reads the shim's report (the agent's pid and a newline) from `fd`:
 /// the pid, 0 when the agent could not start, -1 when the shim said nothing
 /// (it failed before starting the agent), -2 when it did not answer in time.
-pid_t read_shim_report(int fd) {
+/// On a serving shim's socket (`socket`) nothing past the newline is
+/// taken: the attempt's `end` may follow it.
+pid_t read_shim_report(int fd, bool socket) {
   char buf[32];
   std::size_t got = 0;
   auto deadline = std::chrono::steady_clock::now() +
@@ -89,7 +92,15 @@ pid_t read_shim_report(int fd) {
       continue;
     if (r <= 0)
       return r == 0 ? -2 : -1;
-    auto n = ::read(fd, buf + got, sizeof buf - got);
+    auto want = sizeof buf - got;
+    if (socket) {
+      auto peeked = ::recv(fd, buf + got, want, MSG_PEEK);
+      if (peeked > 0)
+        if (auto* nl = static_cast<char*>(
+              std::memchr(buf + got, '\n', static_cast<std::size_t>(peeked))))
+          want = static_cast<std::size_t>(nl - (buf + got)) + 1;
+    }
+    auto n = ::read(fd, buf + got, want);
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
@@ -109,6 +120,174 @@ pid_t read_shim_report(int fd) {
 
 } // namespace
 
+std::optional<served_shim> reactor::take_idle_shim(const std::string& dir) {
+  std::lock_guard<std::mutex> guard{shims_mtx_};
+  auto it = idle_shims_.find(dir);
+  if (it == idle_shims_.end())
+    return std::nullopt;
+  auto s = std::move(it->second);
+  idle_shims_.erase(it);
+  return s;
+}
+
+void reactor::discard_shim(served_shim& s) {
+  close_fd(s.sock);
+  if (s.pidfd >= 0)
+    pidfd_signal(s.pidfd, SIGKILL);
+  close_fd(s.pidfd);
+  if (s.pid > 0)
+    while (::waitpid(s.pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  s.pid = -1;
+}
+
+std::optional<served_shim> reactor::spawn_served_shim(const std::string& dir,
+                                                      std::string& error) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    error = "cannot create the shim's socket: " + errno_text(errno);
+    return std::nullopt;
+  }
+  served_shim s;
+  s.dir = dir;
+  s.sock = sv[0];
+  int theirs = sv[1];
+  std::vector<std::string> args = {
+    shim_path_, "--serve", dir, "--orphan",
+    options_.orphans == orphan_policy::kill ? "kill" : "keep"};
+  child_plan plan;
+  for (auto& arg : args)
+    plan.argv.push_back(arg.data());
+  plan.argv.push_back(nullptr);
+  for (auto& [k, v] : base_env_)
+    plan.env_strings.push_back(k + "=" + v);
+  for (auto& e : plan.env_strings)
+    plan.envp.push_back(e.data());
+  plan.envp.push_back(nullptr);
+  plan.candidates = {shim_path_};
+  plan.cwd = "/";
+  // Stdin is the socket; a shim that cannot go on says why on our stderr.
+  plan.stdin_fd = theirs;
+  plan.output_fd = devnull_fd_;
+  plan.error_fd = 2;
+  plan.max_fd = max_fd_;
+  sigemptyset(&plan.mask);
+  if (!raise_fd(plan.stdin_fd)) {
+    error = "cannot prepare descriptors: " + errno_text(errno);
+    close_fd(theirs);
+    close_fd(s.sock);
+    return std::nullopt;
+  }
+  child_stack stack{stacks_};
+  if (stack.top() == nullptr) {
+    error = "cannot map a stack for the child: " + errno_text(errno);
+    close_fd(plan.stdin_fd);
+    close_fd(s.sock);
+    return std::nullopt;
+  }
+  auto spawned = spawn_child(plan, stack.top());
+  close_fd(plan.stdin_fd);
+  if (spawned.pid < 0) {
+    error = "cannot start a process: clone failed: " + errno_text(spawned.err);
+    close_fd(s.sock);
+    return std::nullopt;
+  }
+  s.pid = spawned.pid;
+  s.pidfd = spawned.pidfd;
+  if (plan.failed_stage != 0 || s.pidfd < 0) {
+    error = plan.failed_stage == stage_exec
+              ? "cannot start tasksup-shim (" + shim_path_ +
+                  "): " + errno_text(plan.failed_err)
+            : plan.failed_stage != 0
+              ? "cannot start tasksup-shim: " +
+                  std::string{stage_text(plan.failed_stage)} + ": " +
+                  errno_text(plan.failed_err)
+              : "cannot watch process " + std::to_string(s.pid) + ": no pidfd";
+    if (s.pidfd < 0)
+      ::kill(s.pid, SIGKILL);
+    discard_shim(s);
+    return std::nullopt;
+  }
+  return s;
+}
+
+std::shared_ptr<attempt_handle> reactor::start_served(attempt_ptr a,
+                                                      shim_request request) {
+  auto fail = [&](std::string text) {
+    a->spawn_failed = true;
+    a->preset_exit_code = 1;
+    a->infrastructure_error = std::move(text);
+    a->ended = clock_type::now();
+    close_fd(a->output_fd);
+    close_fd(a->error_fd);
+    return submit(std::move(a));
+  };
+  // One pipe per stream, so each line keeps the stream it came from; the
+  // shim gets their write ends with the request.
+  int out[2];
+  int err[2];
+  if (::pipe2(out, O_CLOEXEC) != 0)
+    return fail("cannot create the output pipe: " + errno_text(errno));
+  a->output_fd = out[0];
+  if (::pipe2(err, O_CLOEXEC) != 0) {
+    auto e = errno;
+    close_fd(out[1]);
+    return fail("cannot create the error pipe: " + errno_text(e));
+  }
+  a->error_fd = err[0];
+  auto close_ours = [&] {
+    close_fd(out[1]);
+    close_fd(err[1]);
+  };
+  if (::fcntl(a->output_fd, F_SETFL, O_NONBLOCK) != 0 ||
+      ::fcntl(a->error_fd, F_SETFL, O_NONBLOCK) != 0) {
+    auto e = errno;
+    close_ours();
+    return fail("cannot prepare descriptors: " + errno_text(e));
+  }
+  auto dir = request.attempt_dir.substr(0, request.attempt_dir.rfind('/'));
+  auto payload = encode_shim_request(request);
+  a->served = true;
+  a->serve_dir = dir;
+  a->started = clock_type::now();
+  // An idle shim may have died since its last attempt (killed, or it could
+  // not go on): then a fresh one.
+  for (;;) {
+    auto shim = take_idle_shim(dir);
+    bool fresh = !shim;
+    std::string error;
+    if (fresh)
+      shim = spawn_served_shim(dir, error);
+    if (!shim) {
+      close_ours();
+      return fail(std::move(error));
+    }
+    pid_t agent = -1;
+    if (send_shim_request(shim->sock, payload, out[1], err[1],
+                          std::chrono::milliseconds{shim_report_timeout_ms}))
+      agent = read_shim_report(shim->sock, true);
+    if (agent >= 0) {
+      close_ours();
+      a->pid = shim->pid;
+      a->pidfd = shim->pidfd;
+      a->control_fd = shim->sock;
+      a->agent_pid = agent;
+      return submit(std::move(a));
+    }
+    // A shim that took the request may be running the agent: SIGUSR1 first.
+    if (shim->pidfd >= 0)
+      pidfd_signal(shim->pidfd, SIGUSR1);
+    discard_shim(*shim);
+    if (fresh) {
+      close_ours();
+      return fail(agent == -2
+                    ? "tasksup-shim did not report the agent's start within " +
+                        std::to_string(shim_report_timeout_ms) + " ms"
+                    : "tasksup-shim ended before it started the agent");
+    }
+  }
+}
+
 std::shared_ptr<attempt_handle> reactor::finish_unposted(attempt_ptr item) {
   // The runtime is shutting down: no reactor will report this attempt.
   attempt_outcome out;
@@ -118,8 +297,10 @@ std::shared_ptr<attempt_handle> reactor::finish_unposted(attempt_ptr item) {
                                ? "process runtime is shutting down"
                                : std::move(item->infrastructure_error);
   if (item->pid > 0) {
-    // The shim kills the agent's group, records the end and exits.
+    // The shim kills the agent's group, records the end and exits (a
+    // serving shim once its socket has hung up).
     pidfd_signal(item->pidfd, SIGUSR1);
+    close_fd(item->control_fd);
     if (!item->adopted)
       ::waitpid(item->pid, nullptr, 0);
   }
@@ -133,7 +314,8 @@ int reactor::watch(attempt& a) {
   ev.events = EPOLLIN;
   std::vector<int> added;
   for (auto [fd, kind] :
-       {std::pair{a.pidfd, kind_exit}, std::pair{a.output_fd, kind_output},
+       {std::pair{a.served ? a.control_fd : a.pidfd, kind_exit},
+        std::pair{a.output_fd, kind_output},
         std::pair{a.error_fd, kind_error}}) {
     if (fd < 0)
       continue;
@@ -151,6 +333,8 @@ int reactor::watch(attempt& a) {
 
 void reactor::abandon(attempt& a, std::string error) {
   signal_group(a, SIGKILL);
+  // A serving shim ends once its socket has hung up.
+  close_fd(a.control_fd);
   if (!a.adopted)
     while (::waitpid(a.pid, nullptr, 0) < 0 && errno == EINTR) {
     }
@@ -311,6 +495,26 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   if (!spec.config_dir.empty())
     env["TASKSUP_AGENT_CONFIG_DIR"] = spec.config_dir;
 
+  if (options_.shim_idle_timeout.count() > 0 && dir.rfind('/') > 0) {
+    shim_request req;
+    req.attempt_dir = dir;
+    req.log_bytes = options_.output_limits.log_bytes;
+    req.drain_ms = static_cast<std::uint64_t>(
+      std::max<long long>(0, options_.drain_timeout.count()));
+    req.group_ms = static_cast<std::uint64_t>(
+      std::max<long long>(0, options_.group_exit_timeout.count()));
+    if (a->cgroup)
+      req.cgroup = a->cgroup->path();
+    std::error_code ec;
+    auto abs_cwd = fs::absolute(cwd, ec);
+    req.cwd = ec ? cwd : abs_cwd.string();
+    req.argv = std::move(spec.argv);
+    req.env.reserve(env.size());
+    for (auto& [k, v] : env)
+      req.env.push_back(k + "=" + v);
+    return start_served(std::move(a), std::move(req));
+  }
+
   std::vector<std::string> args = {
     shim_path_,
     "--attempt-dir",
@@ -445,7 +649,7 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
                    ": no pidfd");
   }
   // The shim answers once the agent has exec'd (or could not).
-  auto agent = read_shim_report(report_fd);
+  auto agent = read_shim_report(report_fd, false);
   close_fd(report_fd);
   if (agent == -2) {
     pidfd_signal(pidfd, SIGUSR1);
@@ -673,7 +877,9 @@ void reactor::read_exit_record(attempt& a) {
     problem = "its exit record is unreadable: " + text.error().to_string();
   }
   std::string how;
-  if (!a.adopted && WIFEXITED(a.wait_status))
+  if (a.served)
+    how = " (its socket hung up)";
+  else if (!a.adopted && WIFEXITED(a.wait_status))
     how = " (it exited with status " +
           std::to_string(WEXITSTATUS(a.wait_status)) + ")";
   else if (!a.adopted && WIFSIGNALED(a.wait_status))
@@ -786,6 +992,8 @@ void reactor::run() {
       until(deadlines_.top().first);
     if (!stale_cgroups_.empty())
       until(now + std::chrono::milliseconds{50});
+    if (idle_check_at_)
+      until(*idle_check_at_);
     if (shutdown_deadline_)
       until(*shutdown_deadline_);
     int n = ::epoll_wait(epoll_fd_, events.data(),
@@ -811,8 +1019,15 @@ void reactor::run() {
       if (kind == kind_wake)
         continue;
       auto it = attempts_.find(k >> 2);
-      if (it == attempts_.end())
+      if (it == attempts_.end()) {
+        // A retired serving shim has exited.
+        if (auto r = retiring_.find(k >> 2); r != retiring_.end()) {
+          ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, r->second.pidfd, nullptr);
+          discard_shim(r->second);
+          retiring_.erase(r);
+        }
         continue;
+      }
       auto& a = *it->second;
       if (kind == kind_exit && !a.exited)
         on_leader_exit(a);
@@ -830,6 +1045,8 @@ void reactor::run() {
     }
     if (!stale_cgroups_.empty())
       retry_cgroup_removals(false);
+    if (idle_check_at_ && now >= *idle_check_at_)
+      expire_idle_shims(false);
     bool closing;
     {
       std::lock_guard<std::mutex> guard{mtx_};
@@ -840,6 +1057,7 @@ void reactor::run() {
       }
     }
     if (closing && !shutdown_deadline_) {
+      expire_idle_shims(true);
       shutdown_deadline_ = clock_type::now() + options_.drain_timeout +
                            options_.group_exit_timeout;
       for (auto& [id, a] : attempts_) {
@@ -867,6 +1085,11 @@ void reactor::run() {
       }
     }
   }
+  // Shims that ran the last attempts: idle, so killing them loses nothing.
+  expire_idle_shims(true);
+  for (auto& [id, s] : retiring_)
+    discard_shim(s);
+  retiring_.clear();
   retry_cgroup_removals(true);
 }
 
@@ -939,7 +1162,18 @@ void reactor::signal_group(attempt& a, int sig) {
 
 void reactor::on_leader_exit(attempt& a) {
   auto now = clock_type::now();
-  if (!a.adopted) {
+  if (a.served) {
+    // The shim says `end` once the attempt is over (exit record written,
+    // the agent's group gone, its output forwarded); a hang-up means it
+    // died.
+    char buf[8];
+    auto n = ::recv(a.control_fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+      return;
+    a.shim_ok = n == 4 && std::memcmp(buf, "end\n", 4) == 0;
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.control_fd, nullptr);
+    a.group_empty = true;
+  } else if (!a.adopted) {
     int status = 0;
     pid_t r;
     do {
@@ -953,9 +1187,11 @@ void reactor::on_leader_exit(attempt& a) {
   a.exited = true;
   a.ended = now;
   read_exit_record(a);
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
-  close_fd(a.pidfd);
-  close_fd(a.control_fd);
+  if (!a.served) {
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
+    close_fd(a.pidfd);
+    close_fd(a.control_fd);
+  }
   if (a.adopted) {
     a.drain_until = now + options_.drain_timeout;
     if (!a.paused && follow_log(a, read_buf_))
@@ -1213,8 +1449,11 @@ void reactor::finalize(attempt& a) {
     }
     std::sort(out.artifacts.begin(), out.artifacts.end());
   }
-  if (a.pidfd >= 0)
+  if (a.served) {
+    release_shim(a);
+  } else if (a.pidfd >= 0) {
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
+  }
   close_fd(a.pidfd);
   close_fd(a.control_fd);
   close_output(a);
@@ -1223,6 +1462,75 @@ void reactor::finalize(attempt& a) {
   auto node = attempts_.extract(a.id);
   // Removed before the callback, so a stop() it triggers is a no-op.
   deliver_sync(node.mapped()->cb, std::move(out));
+}
+
+void reactor::release_shim(attempt& a) {
+  if (a.pid <= 0)
+    return;
+  served_shim s;
+  s.pid = std::exchange(a.pid, -1);
+  s.pidfd = std::exchange(a.pidfd, -1);
+  s.sock = std::exchange(a.control_fd, -1);
+  s.dir = a.serve_dir;
+  s.idle_since = clock_type::now();
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s.sock, nullptr);
+  bool closing;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    closing = closing_;
+  }
+  if (a.shim_ok && !closing) {
+    std::unique_lock<std::mutex> guard{shims_mtx_};
+    // Two attempts of one task at once had two shims: one is enough.
+    if (idle_shims_.emplace(s.dir, s).second) {
+      guard.unlock();
+      auto at = s.idle_since + options_.shim_idle_timeout;
+      if (!idle_check_at_ || at < *idle_check_at_)
+        idle_check_at_ = at;
+      return;
+    }
+  }
+  if (!a.shim_ok && !a.exited)
+    // Still running the agent (the runtime is closing): it goes with it.
+    pidfd_signal(s.pidfd, SIGUSR1);
+  retire_shim(std::move(s));
+}
+
+void reactor::retire_shim(served_shim s) {
+  // An idle shim exits when its socket hangs up; its pidfd says when.
+  close_fd(s.sock);
+  auto id = next_id_.fetch_add(1);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = key(id, kind_exit);
+  if (s.pidfd < 0 || ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, s.pidfd, &ev) != 0) {
+    discard_shim(s);
+    return;
+  }
+  retiring_.emplace(id, std::move(s));
+}
+
+void reactor::expire_idle_shims(bool all) {
+  auto now = clock_type::now();
+  std::vector<served_shim> expired;
+  std::optional<clock_type::time_point> next;
+  {
+    std::lock_guard<std::mutex> guard{shims_mtx_};
+    for (auto it = idle_shims_.begin(); it != idle_shims_.end();) {
+      auto at = it->second.idle_since + options_.shim_idle_timeout;
+      if (all || at <= now) {
+        expired.push_back(std::move(it->second));
+        it = idle_shims_.erase(it);
+        continue;
+      }
+      if (!next || at < *next)
+        next = at;
+      ++it;
+    }
+  }
+  idle_check_at_ = next;
+  for (auto& s : expired)
+    retire_shim(std::move(s));
 }
 
 void reactor::retry_cgroup_removals(bool final_pass) {

@@ -63,6 +63,19 @@ inline std::uint64_t key(std::uint64_t id, std::uint64_t kind) {
   return id << 2 | kind;
 }
 
+// ---- a task's serving shim --------------------------------------------------
+
+/// A `tasksup-shim --serve` process (our child): it runs the attempts of
+/// the task whose attempt directories are in `dir`, one at a time, asked
+/// through `sock`.
+struct served_shim {
+  pid_t pid = -1;
+  int pidfd = -1;
+  int sock = -1;
+  std::string dir;
+  clock_type::time_point idle_since;
+};
+
 // ---- one attempt ----------------------------------------------------------
 
 class process_handle;
@@ -85,8 +98,15 @@ struct attempt {
   /// The agent's pid, as the shim reported it.
   pid_t agent_pid = -1;
   /// orphan_policy::kill: our end of the shim's stdin; closing it (or our
-  /// death) makes the shim kill the agent.
+  /// death) makes the shim kill the agent. A served attempt: the serving
+  /// shim's socket (watched for its `end`), whatever the policy.
   int control_fd = -1;
+  /// Run by a serving shim (whose pid, pidfd and socket are `pid`, `pidfd`
+  /// and `control_fd` until the attempt ends); `shim_ok` once the shim said
+  /// `end` (it can serve the task's next attempt).
+  bool served = false;
+  bool shim_ok = false;
+  std::string serve_dir;
   /// output.log, written by the shim.
   std::string log_path;
   /// Delivery of lines to `cb.on_line`; off while an adopted attempt's log
@@ -301,6 +321,23 @@ private:
 
   std::shared_ptr<attempt_handle> submit(attempt_ptr item);
   std::shared_ptr<attempt_handle> finish_unposted(attempt_ptr item);
+  /// The rest of start() for an attempt a serving shim runs.
+  std::shared_ptr<attempt_handle> start_served(attempt_ptr a,
+                                               shim_request request);
+  /// Starts `tasksup-shim --serve dir`; `error` says why not.
+  std::optional<served_shim> spawn_served_shim(const std::string& dir,
+                                               std::string& error);
+  /// The idle shim serving `dir`, taken out of the pool.
+  std::optional<served_shim> take_idle_shim(const std::string& dir);
+  /// Kills and reaps a shim that runs nothing (any thread).
+  void discard_shim(served_shim& s);
+  /// Reactor thread: back to the pool after a served attempt, or retired.
+  void release_shim(attempt& a);
+  /// Reactor thread: closes its socket (it exits) and reaps it once it has.
+  void retire_shim(served_shim s);
+  /// Reactor thread: retires the shims idle for longer than allowed (all of
+  /// them when `all`).
+  void expire_idle_shims(bool all);
   int watch(attempt& a);
 
   const detail::memory_controller* memory_controller() {
@@ -390,6 +427,15 @@ private:
     stale_cgroups_;
   std::vector<char> read_buf_;
   std::optional<clock_type::time_point> shutdown_deadline_;
+  /// Retired serving shims until they are reaped, by epoll id.
+  std::unordered_map<std::uint64_t, served_shim> retiring_;
+  /// When to look for serving shims idle for too long.
+  std::optional<clock_type::time_point> idle_check_at_;
+
+  /// Idle serving shims by the directory they serve (start() takes them on
+  /// any thread; the reactor thread puts them back).
+  std::mutex shims_mtx_;
+  std::unordered_map<std::string, served_shim> idle_shims_;
 };
 
 class process_handle : public attempt_handle {

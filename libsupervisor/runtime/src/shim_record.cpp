@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <map>
@@ -9,7 +10,10 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 namespace tasksup::runtime::detail {
@@ -376,12 +380,17 @@ bool is_shim_of(pid_t pid, std::uint64_t start,
     prog.remove_prefix(slash + 1);
   if (prog != shim_program)
     return false;
+  // A serving shim runs the attempts of one task, whose directories are
+  // in the one it names.
+  auto parent = attempt_dir.substr(0, attempt_dir.rfind('/'));
   bool dir_matches = false;
   for (std::size_t i = 1; i + 1 < args.size(); ++i) {
     if (args[i] == "--")
       break;
     if (args[i] == "--attempt-dir")
       dir_matches = args[i + 1] == attempt_dir;
+    else if (args[i] == "--serve")
+      dir_matches = !parent.empty() && args[i + 1] == parent;
   }
   if (!dir_matches)
     return false;
@@ -437,6 +446,150 @@ std::size_t kill_group_members(pid_t pgid, std::uint64_t not_before,
     if (::kill(p, SIGKILL) == 0)
       ++n;
   return n;
+}
+
+constexpr std::string_view request_header = "tasksup-shim-request 1";
+
+std::string encode_shim_request(const shim_request& r) {
+  std::string out{request_header};
+  out += '\0';
+  auto put = [&](std::string_view key, std::string_view value) {
+    out += key;
+    out += '\0';
+    out += value;
+    out += '\0';
+  };
+  put("attempt-dir", r.attempt_dir);
+  put("log-bytes", std::to_string(r.log_bytes));
+  put("drain-ms", std::to_string(r.drain_ms));
+  put("group-ms", std::to_string(r.group_ms));
+  put("cgroup", r.cgroup);
+  put("cwd", r.cwd);
+  for (auto& a : r.argv)
+    put("arg", a);
+  for (auto& e : r.env)
+    put("env", e);
+  return out;
+}
+
+expected<shim_request> parse_shim_request(std::string_view payload) {
+  auto bad = [](std::string what) {
+    return error{"shim request", "", std::move(what)};
+  };
+  if (payload.size() > max_request_bytes)
+    return bad("larger than " + std::to_string(max_request_bytes) + " bytes");
+  std::vector<std::string_view> parts;
+  while (!payload.empty()) {
+    auto nul = payload.find('\0');
+    if (nul == std::string_view::npos)
+      return bad("not NUL-terminated");
+    parts.push_back(payload.substr(0, nul));
+    payload.remove_prefix(nul + 1);
+  }
+  if (parts.empty() || parts.front() != request_header)
+    return bad("unknown header");
+  if (parts.size() % 2 != 1)
+    return bad("a key without a value");
+  shim_request r;
+  bool seen[6] = {};
+  auto number = [&](std::string_view key, std::string_view v,
+                    std::uint64_t& into) -> std::optional<error> {
+    auto n = parse_number(v, std::uint64_t{1} << 50);
+    if (!n)
+      return bad(std::string{key} + ": not a number");
+    into = *n;
+    return std::nullopt;
+  };
+  for (std::size_t i = 1; i < parts.size(); i += 2) {
+    auto k = parts[i];
+    auto v = parts[i + 1];
+    std::optional<error> err;
+    if (k == "attempt-dir") {
+      r.attempt_dir = v, seen[0] = true;
+    } else if (k == "log-bytes") {
+      err = number(k, v, r.log_bytes), seen[1] = true;
+    } else if (k == "drain-ms") {
+      err = number(k, v, r.drain_ms), seen[2] = true;
+    } else if (k == "group-ms") {
+      err = number(k, v, r.group_ms), seen[3] = true;
+    } else if (k == "cgroup") {
+      r.cgroup = v, seen[4] = true;
+    } else if (k == "cwd") {
+      r.cwd = v, seen[5] = true;
+    } else if (k == "arg") {
+      r.argv.emplace_back(v);
+    } else if (k == "env") {
+      if (v.find('=') == std::string_view::npos || v.front() == '=')
+        return bad("env: not NAME=value");
+      r.env.emplace_back(v);
+    } else {
+      return bad("unknown key '" + one_line(k) + "'");
+    }
+    if (err)
+      return *err;
+  }
+  for (bool s : seen)
+    if (!s)
+      return bad("a field is missing");
+  if (r.attempt_dir.empty() || r.attempt_dir.front() != '/')
+    return bad("attempt-dir: not an absolute directory");
+  if (r.cwd.empty() || r.cwd.front() != '/')
+    return bad("cwd: not an absolute directory");
+  if (!r.cgroup.empty() && r.cgroup.front() != '/')
+    return bad("cgroup: not an absolute directory");
+  if (r.argv.empty() || r.argv.front().empty())
+    return bad("no command");
+  return r;
+}
+
+bool send_shim_request(int sock, std::string_view payload, int out, int err,
+                       std::chrono::milliseconds timeout) {
+  if (payload.size() > max_request_bytes)
+    return false;
+  std::string frame(4, '\0');
+  auto size = static_cast<std::uint32_t>(payload.size());
+  for (int i = 0; i < 4; ++i)
+    frame[static_cast<std::size_t>(i)] = static_cast<char>(size >> (8 * i));
+  frame += payload;
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::size_t sent = 0;
+  while (sent < frame.size()) {
+    ssize_t n;
+    if (sent == 0) {
+      iovec iov{frame.data(), frame.size()};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 2)] = {};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof control;
+      auto* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int) * 2);
+      int fds[2] = {out, err};
+      std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+      n = ::sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    } else {
+      n = ::send(sock, frame.data() + sent, frame.size() - sent,
+                 MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    if (n > 0) {
+      sent += static_cast<std::size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+      return false;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  deadline - std::chrono::steady_clock::now())
+                  .count();
+    pollfd p{sock, POLLOUT, 0};
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) == 0)
+      return false;
+  }
+  return true;
 }
 
 expected<std::vector<log_segment>>

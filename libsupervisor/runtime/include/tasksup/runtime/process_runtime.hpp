@@ -27,7 +27,7 @@ enum class orphan_policy : std::uint8_t {
 };
 
 /// Settings of the process runtime (SPEC §10). Each attempt runs under a
-/// `tasksup-shim` process of its own (like conmon): the shim starts the
+/// `tasksup-shim` process (like conmon): the shim starts the
 /// agent in its own process group, holds its output pipes, writes
 /// `output.log`, `output.streams` (which stream each byte came from),
 /// `shim.pid` (the shim's and the agent's pid and start time) and, at the
@@ -43,6 +43,13 @@ struct process_runtime_options {
 
   /// What a shim does when this program dies under it.
   orphan_policy orphans = orphan_policy::kill;
+
+  /// How long a task's shim waits, after an attempt, for the task's next
+  /// one. The attempts of a task (attempt directories in one directory)
+  /// run one after another under one long-lived shim (`tasksup-shim
+  /// --serve`), so an attempt costs one process start, the agent's; an idle
+  /// shim exits after this long. Zero: a new shim for every attempt.
+  std::chrono::milliseconds shim_idle_timeout{10000};
 
   /// Receives operator-facing warnings (e.g. "memory limits are not enforced:
   /// ..."); may be called from any thread, never concurrently. Empty: dropped.

@@ -8,6 +8,7 @@
 
 #include "tasksup/supervisor/expected.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -96,8 +97,9 @@ std::optional<pid_t> process_group_of(pid_t pid);
 
 /// True when `pid` is, right now, the shim of `attempt_dir` that the record
 /// names: its start time is `start` and its command line is tasksup-shim
-/// with `--attempt-dir attempt_dir`. A pid read from a file is signalled only
-/// after this check.
+/// with `--attempt-dir attempt_dir`, or a task's serving shim with `--serve`
+/// and the directory `attempt_dir` is in. A pid read from a file is
+/// signalled only after this check.
 bool is_shim_of(pid_t pid, std::uint64_t start, const std::string& attempt_dir);
 
 /// Kills (SIGKILL) every process of process group `pgid` that started no
@@ -113,6 +115,41 @@ std::size_t kill_group_members(pid_t pgid, std::uint64_t not_before,
 
 /// True when /proc/<pid>/environ holds `entry` ("NAME=value").
 bool environment_has(pid_t pid, std::string_view entry);
+
+/// One attempt, as the process runtime asks a serving shim
+/// (`tasksup-shim --serve`) to run it: what a per-attempt shim takes on its
+/// command line, plus the agent's working directory and environment (a
+/// serving shim runs in neither).
+struct shim_request {
+  std::string attempt_dir;
+  std::uint64_t log_bytes = 0;
+  std::uint64_t drain_ms = 0;
+  std::uint64_t group_ms = 0;
+  /// The memory cgroup directory the agent joins; empty for none.
+  std::string cgroup;
+  std::string cwd;
+  std::vector<std::string> argv;
+  /// "NAME=value" entries, the agent's whole environment.
+  std::vector<std::string> env;
+};
+
+/// Largest request a serving shim reads (the payload, not its length).
+inline constexpr std::size_t max_request_bytes = 16 * 1024 * 1024;
+
+/// The request's payload: a header, then NUL-terminated key and value
+/// strings. On the socket it follows its length (4 bytes, little-endian).
+std::string encode_shim_request(const shim_request& r);
+
+/// Parses a payload from `encode_shim_request`; rejects anything else (an
+/// unknown key, a missing field, a relative directory, no command).
+expected<shim_request> parse_shim_request(std::string_view payload);
+
+/// Sends a request to a serving shim on `sock`: the payload's length, then
+/// the payload, with `out` and `err` (the pipes it forwards the agent's
+/// stdout and stderr to) on the first byte. False when the shim is gone or
+/// did not take it all within `timeout`.
+bool send_shim_request(int sock, std::string_view payload, int out, int err,
+                       std::chrono::milliseconds timeout);
 
 /// One run of bytes in output.log.
 struct log_segment {

@@ -1,0 +1,444 @@
+// The serving shim (`tasksup-shim --serve`), which runs the attempts of one
+// task one after another so that an attempt costs one process start: first
+// driven by hand over its socket, as the process runtime drives it (the
+// order of a late stop and the next request, hang-ups, hostile requests),
+// then through the process runtime (which attempts share a shim, a shim
+// that died while idle, the idle timeout, one shim per attempt when asked).
+
+#include "tasksup_child.hpp"
+
+#include "tasksup/runtime/detail/shim_record.hpp"
+#include "tasksup/runtime/process_runtime.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <future>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace tasksup::test;
+using tasksup::attempt_outcome;
+using tasksup::runtime::attempt_callbacks;
+using tasksup::runtime::attempt_spec;
+using tasksup::runtime::make_process_runtime;
+using tasksup::runtime::process_runtime_options;
+namespace detail = tasksup::runtime::detail;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr auto patience = 60s;
+
+std::string shim_program() {
+  return (fs::path{TASKSUP_BINARY}.parent_path() / "tasksup-shim").string();
+}
+
+/// A `tasksup-shim --serve` started by the test, which plays the runtime.
+struct served {
+  pid_t pid = -1;
+  int sock = -1;
+  std::string stderr_path;
+
+  served(const scratch& dir, const std::string& orphan) {
+    int sv[2];
+    REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    sock = sv[0];
+    stderr_path = dir / "shim.stderr";
+    std::vector<std::string> args = {shim_program(), "--serve", dir.path(),
+                                     "--orphan", orphan};
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, sv[1], 0);
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    REQUIRE(::posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(),
+                          environ) == 0);
+    posix_spawn_file_actions_destroy(&actions);
+    ::close(sv[1]);
+  }
+
+  ~served() {
+    if (sock >= 0)
+      ::close(sock);
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+
+  /// One line from the shim ("" when it hung up or said nothing in time).
+  std::string line() {
+    std::string out;
+    char c;
+    while (true) {
+      pollfd p{sock, POLLIN, 0};
+      if (::poll(&p, 1, 60'000) <= 0)
+        return "";
+      if (::read(sock, &c, 1) != 1)
+        return "";
+      out += c;
+      if (c == '\n')
+        return out;
+    }
+  }
+
+  /// The shim's exit status once it has ended.
+  int wait_exit() {
+    int status = 0;
+    REQUIRE(::waitpid(pid, &status, 0) == pid);
+    pid = -1;
+    return status;
+  }
+};
+
+/// The pipes an attempt's output comes back on.
+struct output_pipes {
+  int out[2] = {-1, -1};
+  int err[2] = {-1, -1};
+  output_pipes() {
+    REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+    REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
+  }
+  ~output_pipes() {
+    for (int fd : {out[0], out[1], err[0], err[1]})
+      if (fd >= 0)
+        ::close(fd);
+  }
+  /// Closes our write ends (the shim has its own copies).
+  void sent() {
+    ::close(out[1]);
+    ::close(err[1]);
+    out[1] = err[1] = -1;
+  }
+  /// Everything written to stdout, once the shim has closed it.
+  std::string stdout_text() {
+    std::string text;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(out[0], buf, sizeof buf)) > 0)
+      text.append(buf, static_cast<std::size_t>(n));
+    return text;
+  }
+};
+
+detail::shim_request request(const scratch& dir, const std::string& name,
+                             std::vector<std::string> argv,
+                             std::vector<std::string> env = {}) {
+  detail::shim_request r;
+  r.attempt_dir = dir / name;
+  fs::create_directories(r.attempt_dir);
+  r.cwd = dir / (name + "-work");
+  fs::create_directories(r.cwd);
+  r.log_bytes = 1 << 20;
+  r.drain_ms = 2000;
+  r.group_ms = 5000;
+  r.argv = std::move(argv);
+  r.env = std::move(env);
+  r.env.push_back("PATH=/usr/bin:/bin");
+  return r;
+}
+
+bool send(served& s, const detail::shim_request& r, output_pipes& pipes) {
+  auto ok = detail::send_shim_request(s.sock, detail::encode_shim_request(r),
+                                      pipes.out[1], pipes.err[1], 10s);
+  pipes.sent();
+  return ok;
+}
+
+detail::exit_record exit_of(const std::string& attempt_dir) {
+  auto path = attempt_dir + "/" + std::string{detail::exit_record_name};
+  auto text = detail::read_small_file(path);
+  REQUIRE(text);
+  auto rec = detail::parse_exit_record(*text, path);
+  REQUIRE(rec);
+  return *rec;
+}
+
+detail::shim_record shim_of(const std::string& attempt_dir) {
+  auto path = attempt_dir + "/" + std::string{detail::shim_record_name};
+  auto text = detail::read_small_file(path);
+  REQUIRE(text);
+  auto rec = detail::parse_shim_record(*text, path);
+  REQUIRE(rec);
+  return *rec;
+}
+
+bool process_gone(pid_t pid) {
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+} // namespace
+
+TEST_CASE("shim --serve: a task's attempts run one after another under one "
+          "shim, each with its own directory, environment and output",
+          "[shim]") {
+  scratch dir;
+  served shim{dir, "kill"};
+  for (int i = 1; i <= 2; ++i) {
+    output_pipes pipes;
+    auto name = "attempt-" + std::to_string(i);
+    auto r = request(dir, name,
+                     {"sh", "-c", "echo \"$WHO $PWD\"; echo oops >&2; exit $1",
+                      "agent", std::to_string(i + 2)},
+                     {"WHO=attempt" + std::to_string(i)});
+    REQUIRE(send(shim, r, pipes));
+    auto pid_line = shim.line();
+    REQUIRE(pid_line.size() > 1);
+    CHECK(std::stol(pid_line) > 0);
+    // Forwarded (read as the runtime reads: the shim keeps the order of
+    // the two streams for a reader that reads both), and the pipes closed
+    // once the attempt was over; then its end.
+    CHECK(pipes.stdout_text() ==
+          "attempt" + std::to_string(i) + " " + r.cwd + "\n");
+    CHECK(shim.line() == "end\n");
+    CHECK(exit_of(r.attempt_dir).exit_code == i + 2);
+    CHECK(slurp(r.attempt_dir + "/output.log").find("oops") !=
+          std::string::npos);
+    auto rec = shim_of(r.attempt_dir);
+    CHECK(rec.shim_pid == shim.pid);
+    CHECK(rec.agent_pid == std::stol(pid_line));
+    // The record's shim is recognised as this attempt's.
+    CHECK(detail::is_shim_of(rec.shim_pid, rec.shim_start, r.attempt_dir));
+    CHECK_FALSE(detail::is_shim_of(rec.shim_pid, rec.shim_start,
+                                   dir / "elsewhere/attempt-1"));
+  }
+  // Hung up while idle: it exits, and cleanly.
+  ::close(shim.sock);
+  shim.sock = -1;
+  auto status = shim.wait_exit();
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("shim --serve: a stop meant for an attempt that has ended is "
+          "dropped, not given to the next attempt's agent",
+          "[shim]") {
+  scratch dir;
+  served shim{dir, "kill"};
+  {
+    output_pipes pipes;
+    REQUIRE(send(shim, request(dir, "attempt-1", {"true"}), pipes));
+    REQUIRE(shim.line().size() > 1);
+    REQUIRE(shim.line() == "end\n");
+  }
+  // The runtime's stop for attempt 1 arrives late, and the next request
+  // right behind it: held stopped, the shim finds both waiting at once.
+  REQUIRE(::kill(shim.pid, SIGSTOP) == 0);
+  REQUIRE(::kill(shim.pid, SIGTERM) == 0);
+  output_pipes pipes;
+  auto r = request(dir, "attempt-2", {"sh", "-c", "sleep 0.2; exit 5"});
+  REQUIRE(send(shim, r, pipes));
+  REQUIRE(::kill(shim.pid, SIGCONT) == 0);
+  REQUIRE(shim.line().size() > 1);
+  REQUIRE(shim.line() == "end\n");
+  auto rec = exit_of(r.attempt_dir);
+  CHECK(rec.signal == 0);
+  CHECK(rec.exit_code == 5);
+}
+
+TEST_CASE("shim --serve: when the runtime hangs up during an attempt, "
+          "--orphan kill ends the agent, records its end and exits",
+          "[shim]") {
+  scratch dir;
+  served shim{dir, "kill"};
+  output_pipes pipes;
+  auto r = request(dir, "attempt-1", {"sleep", "300"});
+  REQUIRE(send(shim, r, pipes));
+  auto agent = std::stol(shim.line());
+  REQUIRE(agent > 0);
+  ::close(shim.sock);
+  shim.sock = -1;
+  auto status = shim.wait_exit();
+  CHECK(WIFEXITED(status));
+  CHECK(process_gone(static_cast<pid_t>(agent)));
+  auto rec = exit_of(r.attempt_dir);
+  CHECK(rec.signal == SIGKILL);
+}
+
+TEST_CASE("shim --serve: a request that is not one ends the shim with a "
+          "message, and runs nothing",
+          "[shim]") {
+  scratch dir;
+  SECTION("garbage") {
+    served shim{dir, "kill"};
+    output_pipes pipes;
+    REQUIRE(detail::send_shim_request(shim.sock, std::string{"hello\0", 6},
+                                      pipes.out[1], pipes.err[1], 10s));
+    auto status = shim.wait_exit();
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) != 0);
+    CHECK(slurp(shim.stderr_path).find("shim request: unknown header") !=
+          std::string::npos);
+  }
+  SECTION("a relative directory") {
+    served shim{dir, "kill"};
+    output_pipes pipes;
+    auto r = request(dir, "attempt-1", {"true"});
+    r.attempt_dir = "attempt-1";
+    REQUIRE(send(shim, r, pipes));
+    CHECK(shim.line().empty());
+    CHECK(WEXITSTATUS(shim.wait_exit()) != 0);
+    CHECK(slurp(shim.stderr_path).find("attempt-dir") != std::string::npos);
+  }
+  SECTION("no pipes with it") {
+    served shim{dir, "kill"};
+    std::string frame(4, '\0');
+    frame[0] = 8;
+    frame += "12345678";
+    REQUIRE(::write(shim.sock, frame.data(), frame.size()) ==
+            static_cast<ssize_t>(frame.size()));
+    CHECK(WEXITSTATUS(shim.wait_exit()) != 0);
+    CHECK(slurp(shim.stderr_path).find("0 descriptors") != std::string::npos);
+  }
+  SECTION("a length beyond the limit") {
+    served shim{dir, "kill"};
+    output_pipes pipes;
+    // Sent by hand: send_shim_request refuses to send it.
+    std::string frame = {'\xff', '\xff', '\xff', '\x7f'};
+    iovec iov{frame.data(), frame.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 2)] = {};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    auto* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * 2);
+    int fds[2] = {pipes.out[1], pipes.err[1]};
+    std::memcpy(CMSG_DATA(c), fds, sizeof fds);
+    REQUIRE(::sendmsg(shim.sock, &msg, 0) == 4);
+    CHECK(WEXITSTATUS(shim.wait_exit()) != 0);
+    CHECK(slurp(shim.stderr_path).find("malformed request") !=
+          std::string::npos);
+  }
+}
+
+namespace {
+
+struct outcome_wait {
+  std::promise<attempt_outcome> promise;
+  std::future<attempt_outcome> future = promise.get_future();
+
+  attempt_callbacks callbacks() {
+    attempt_callbacks cb;
+    cb.on_exit = [this](attempt_outcome out) {
+      promise.set_value(std::move(out));
+    };
+    return cb;
+  }
+
+  attempt_outcome get() {
+    REQUIRE(future.wait_for(patience) == std::future_status::ready);
+    return future.get();
+  }
+};
+
+attempt_outcome run_attempt(tasksup::runtime::container_runtime& rt,
+                            const std::string& attempt_dir, int attempt,
+                            std::vector<std::string> argv) {
+  attempt_spec spec;
+  spec.task_id = "t";
+  spec.attempt = attempt;
+  spec.agent_id = "a";
+  spec.argv = std::move(argv);
+  spec.attempt_dir = attempt_dir;
+  outcome_wait w;
+  rt.start(spec, w.callbacks());
+  return w.get();
+}
+
+} // namespace
+
+TEST_CASE("process runtime: the attempts of one task share a shim, another "
+          "task has its own, and none outlives the runtime",
+          "[shim]") {
+  scratch dir;
+  auto rt = make_process_runtime();
+  auto a1 = run_attempt(*rt, dir / "a/attempt-1", 1,
+                        {"sh", "-c", "echo \"$TASKSUP_ATTEMPT\"; exit 3"});
+  auto a2 = run_attempt(*rt, dir / "a/attempt-2", 2,
+                        {"sh", "-c", "echo \"$TASKSUP_ATTEMPT\"; exit 0"});
+  auto b1 = run_attempt(*rt, dir / "b/attempt-1", 1, {"false"});
+  CHECK(a1.exit_code == 3);
+  CHECK(a1.tail == std::vector<std::string>{"1"});
+  CHECK(a2.exit_code == 0);
+  CHECK(a2.tail == std::vector<std::string>{"2"});
+  CHECK(b1.exit_code == 1);
+  auto sa1 = shim_of(dir / "a/attempt-1");
+  auto sa2 = shim_of(dir / "a/attempt-2");
+  auto sb1 = shim_of(dir / "b/attempt-1");
+  CHECK(sa1.shim_pid == sa2.shim_pid);
+  CHECK(sa1.shim_pid != sb1.shim_pid);
+  CHECK(slurp("/proc/" + std::to_string(sa1.shim_pid) + "/cmdline")
+          .find(std::string{"--serve\0", 8} + dir.path() + "/a") !=
+        std::string::npos);
+  rt.reset();
+  // Reaped before the runtime's end returned.
+  CHECK(process_gone(sa1.shim_pid));
+  CHECK(process_gone(sb1.shim_pid));
+}
+
+TEST_CASE("process runtime: a task's shim that died while idle is replaced "
+          "for the next attempt",
+          "[shim]") {
+  scratch dir;
+  auto rt = make_process_runtime();
+  auto first = run_attempt(*rt, dir / "t/attempt-1", 1, {"true"});
+  REQUIRE(first.exit_code == 0);
+  auto old_shim = shim_of(dir / "t/attempt-1").shim_pid;
+  REQUIRE(::kill(old_shim, SIGKILL) == 0);
+  auto second = run_attempt(*rt, dir / "t/attempt-2", 2,
+                            {"sh", "-c", "echo again; exit 4"});
+  INFO(second.infrastructure_error);
+  CHECK(second.infrastructure_error.empty());
+  CHECK(second.exit_code == 4);
+  CHECK(second.tail == std::vector<std::string>{"again"});
+  CHECK(shim_of(dir / "t/attempt-2").shim_pid != old_shim);
+  // The dead one was reaped, not left a zombie.
+  CHECK(process_gone(old_shim));
+}
+
+TEST_CASE("process runtime: an idle shim exits after shim_idle_timeout, and "
+          "with 0 every attempt has a shim of its own",
+          "[shim]") {
+  scratch dir;
+  SECTION("idle timeout") {
+    process_runtime_options opts;
+    opts.shim_idle_timeout = 100ms;
+    auto rt = make_process_runtime(std::move(opts));
+    REQUIRE(run_attempt(*rt, dir / "t/attempt-1", 1, {"true"}).exit_code == 0);
+    auto shim = shim_of(dir / "t/attempt-1").shim_pid;
+    // Exited and reaped by the runtime, which still runs.
+    CHECK(eventually([&] { return process_gone(shim); }, patience));
+    // The task's next attempt has a new one.
+    REQUIRE(run_attempt(*rt, dir / "t/attempt-2", 2, {"true"}).exit_code == 0);
+    CHECK(shim_of(dir / "t/attempt-2").shim_pid != shim);
+  }
+  SECTION("a shim per attempt") {
+    process_runtime_options opts;
+    opts.shim_idle_timeout = 0ms;
+    auto rt = make_process_runtime(std::move(opts));
+    REQUIRE(run_attempt(*rt, dir / "t/attempt-1", 1, {"true"}).exit_code == 0);
+    REQUIRE(run_attempt(*rt, dir / "t/attempt-2", 2, {"true"}).exit_code == 0);
+    auto s1 = shim_of(dir / "t/attempt-1");
+    auto s2 = shim_of(dir / "t/attempt-2");
+    CHECK(s1.shim_pid != s2.shim_pid);
+  }
+}
