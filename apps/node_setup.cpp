@@ -8,9 +8,6 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <fcntl.h>
-#include <linux/fs.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -65,25 +62,6 @@ make_named_runtime(std::string_view name, const node_config& node,
                  runtime_name_list() + ")"};
 }
 
-void make_top_directory(const std::string& dir) {
-  // On ext4 each directory created in it then goes to a block group of its
-  // own, away from the inodes earlier runs deleted, which the inode
-  // allocator would otherwise skip one by one (BENCHMARKS.md §3, issue 17).
-  // Best effort: other file systems refuse or ignore the flag.
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      fd >= 0) {
-    int flags = 0;
-    if (::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0 &&
-        (flags & FS_TOPDIR_FL) == 0) {
-      flags |= FS_TOPDIR_FL;
-      ::ioctl(fd, FS_IOC_SETFLAGS, &flags);
-    }
-    ::close(fd);
-  }
-}
-
 std::string fresh_work_dir(std::string_view kind) {
   auto now =
     std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
@@ -92,7 +70,7 @@ std::string fresh_work_dir(std::string_view kind) {
   char stamp[32];
   std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &local);
   auto base = std::filesystem::temp_directory_path() / "tasksup";
-  make_top_directory(base.string());
+  runtime::make_top_directory(base.string());
   return (base /
           (std::string{kind} + "-" + stamp + "-" + std::to_string(::getpid())))
     .string();

@@ -38,11 +38,6 @@ expected<std::shared_ptr<runtime::container_runtime>>
 make_named_runtime(std::string_view name, const node_config& node,
                    const runtime_owner& owner);
 
-/// Creates `dir` (with its parents) and, where the file system keeps the
-/// flag (ext2/3/4), marks it as the top of a directory hierarchy, so that
-/// each directory made in it starts in a fresh block group. Best effort.
-void make_top_directory(const std::string& dir);
-
 /// A fresh directory name for the attempts of one `run` or `serve`:
 /// `$TMPDIR/tasksup/<kind>-<local time>-<pid>` (not created here; its parent
 /// is, marked on ext4 so that each run's directory goes to a fresh block

@@ -239,7 +239,7 @@ int serve(const serve_options& opts) {
   // A long-lived node creates and removes a directory per task here
   // (fresh_work_dir marks its parent the same way).
   if (store && opts.work_dir.empty())
-    make_top_directory(attempt_root);
+    runtime::make_top_directory(attempt_root);
   auto max_concurrent = reg.config.node.max_concurrent;
 
   caf::actor_system_config sys_cfg;

@@ -234,7 +234,11 @@ int main(int argc, char** argv) {
   // Where the attempt directories go (each attempt creates three
   // directories and a log file there).
   auto tmp = arg_str(argc, argv, "tmp", "/tmp");
-  auto root_template = tmp + "/tasksup-bench-process-XXXXXX";
+  // In a directory marked as a top directory, as tasksup's own work dirs
+  // are: on ext4 each run's directories then start in a fresh block group
+  // instead of after every inode earlier runs deleted (§3).
+  runtime::make_top_directory(tmp + "/tasksup-bench");
+  auto root_template = tmp + "/tasksup-bench/process-XXXXXX";
   if (mkdtemp(root_template.data()) == nullptr) {
     std::perror("bench_process: mkdtemp");
     return 1;

@@ -225,6 +225,8 @@ started_agent start_agent(const options& o) {
   plan.output_fd = out[1];
   plan.error_fd = err[1];
   sigemptyset(&plan.mask);
+  // The only disposition the shim changed (it has no handlers).
+  plan.reset_only = {SIGPIPE};
   if (!o.cgroup.empty()) {
     auto procs = o.cgroup + "/cgroup.procs";
     plan.cgroup_fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
@@ -610,8 +612,12 @@ int shim::run() {
   }
 
   dt::shim_record rec;
-  rec.shim_pid = ::getpid();
-  rec.shim_start = dt::process_start_time(rec.shim_pid).value_or(0);
+  // The shim's own identity is the same for every attempt it serves.
+  static const pid_t self = ::getpid();
+  static const std::uint64_t self_start =
+    dt::process_start_time(self).value_or(0);
+  rec.shim_pid = self;
+  rec.shim_start = self_start;
   rec.agent_pid = agent.pid;
   rec.agent_pgid = agent.pid;
   rec.agent_start = dt::process_start_time(agent.pid).value_or(0);
@@ -711,9 +717,8 @@ int shim::run() {
     record_.signal = WTERMSIG(wait_status_);
     record_.exit_code = 128 + record_.signal;
   }
-  // Everything the runtime has not read yet goes before the exit.
-  for (auto& s : streams_)
-    ::fcntl(s.out, F_SETFL, ::fcntl(s.out, F_GETFL) & ~O_NONBLOCK);
+  // Everything the runtime has not read yet goes before the exit (a full
+  // pipe is waited for).
   flush_pending(true);
   finish();
   return 0;

@@ -63,11 +63,11 @@ TEST_CASE("a node's attempts directory is created and marked as a top "
   std::string scratch = (fs::temp_directory_path() / "tasksup-nstest-XXXXXX");
   REQUIRE(::mkdtemp(scratch.data()) != nullptr);
   auto dir = scratch + "/state/attempts";
-  app::make_top_directory(dir);
+  tasksup::runtime::make_top_directory(dir);
   CHECK(fs::is_directory(dir));
   CHECK(top_flag_where_kept(dir));
   // Again: nothing changes, nothing fails.
-  app::make_top_directory(dir);
+  tasksup::runtime::make_top_directory(dir);
   CHECK(top_flag_where_kept(dir));
   fs::remove_all(scratch);
 }

@@ -1085,10 +1085,20 @@ void reactor::run() {
       }
     }
   }
-  // Shims that ran the last attempts: idle, so killing them loses nothing.
+  // Shims that ran the last attempts: idle, they exit as their sockets
+  // hang up; one that has not within a second is killed (it loses nothing).
   expire_idle_shims(true);
-  for (auto& [id, s] : retiring_)
+  auto give_up_at = clock_type::now() + std::chrono::seconds{1};
+  for (auto& [id, s] : retiring_) {
+    auto left = std::chrono::ceil<std::chrono::milliseconds>(give_up_at -
+                                                             clock_type::now())
+                  .count();
+    pollfd p{s.pidfd, POLLIN, 0};
+    while (left > 0 && ::poll(&p, 1, static_cast<int>(left)) < 0 &&
+           errno == EINTR) {
+    }
     discard_shim(s);
+  }
   retiring_.clear();
   retry_cgroup_removals(true);
 }

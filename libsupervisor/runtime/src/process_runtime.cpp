@@ -2,8 +2,15 @@
 
 #include "process_reactor.hpp"
 
+#include <filesystem>
 #include <memory>
+#include <system_error>
 #include <utility>
+
+#include <fcntl.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 namespace tasksup::runtime {
 
@@ -43,6 +50,21 @@ private:
 std::shared_ptr<container_runtime>
 make_process_runtime(process_runtime_options options) {
   return std::make_shared<process_runtime>(std::move(options));
+}
+
+void make_top_directory(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      fd >= 0) {
+    int flags = 0;
+    if (::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0 &&
+        (flags & FS_TOPDIR_FL) == 0) {
+      flags |= FS_TOPDIR_FL;
+      ::ioctl(fd, FS_IOC_SETFLAGS, &flags);
+    }
+    ::close(fd);
+  }
 }
 
 } // namespace tasksup::runtime

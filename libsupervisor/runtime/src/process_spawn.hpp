@@ -55,6 +55,9 @@ struct child_plan {
   int max_fd = 1024;
   /// The signal mask to give the agent.
   sigset_t mask;
+  /// The signals whose disposition the child resets to the default; empty:
+  /// every signal (the caller does not know which it changed).
+  std::vector<int> reset_only;
   /// Written by the child (shared memory) when it cannot exec: the stage
   /// that failed (0: none) and its errno.
   int failed_stage = 0;
