@@ -34,7 +34,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -511,18 +510,10 @@ void prepare_attempt(supervisor_actor* self, runtime::attempt_spec spec,
   auto docker = in_container(s);
   if (h.feedback.enabled && run.failed_attempt > 0) {
     auto output = joined(run.lines, static_cast<std::size_t>(h.feedback.lines));
-    std::error_code ec;
-    std::filesystem::create_directories(spec.attempt_dir, ec);
-    auto path = spec.attempt_dir + "/feedback.txt";
-    {
-      std::ofstream f{path, std::ios::binary | std::ios::trunc};
-      f << "attempt: " << run.failed_attempt << "\nreason: " << run.reason
-        << "\n\n"
-        << output;
-    }
-    spec.env["TASKSUP_FEEDBACK"] = docker ? "/tasksup/feedback.txt" : path;
-    if (docker)
-      spec.mounts.push_back({path, "/tasksup/feedback.txt", true});
+    // The runtime that runs the attempt writes it where the agent finds it
+    // (TASKSUP_FEEDBACK), on whichever node that is.
+    spec.feedback = "attempt: " + std::to_string(run.failed_attempt) +
+                    "\nreason: " + run.reason + "\n\n" + output;
     auto prompt =
       runtime::feedback_prompt(s.opts->task.prompt, h.feedback.template_text,
                                run.failed_attempt, run.reason, output);

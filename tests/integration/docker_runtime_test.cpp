@@ -753,8 +753,8 @@ TEST_CASE("docker: containers carry the task's labels while they run",
   CHECK(containers_of(task_id).empty());
 }
 
-TEST_CASE("docker: environment (with the done file), working directory and "
-          "config dir",
+TEST_CASE("docker: environment (with the done file and feedback), working "
+          "directory and config dir",
           "[docker]") {
   if (!engine_ready())
     return;
@@ -773,10 +773,12 @@ TEST_CASE("docker: environment (with the done file), working directory and "
     "cat \"$TASKSUP_AGENT_CONFIG_DIR/settings\"; "
     "if touch \"$TASKSUP_AGENT_CONFIG_DIR/new\" 2>/dev/null; "
     "then echo config-writable; else echo config-read-only; fi; "
-    "touch \"$TASKSUP_DONE_FILE\"");
+    "touch \"$TASKSUP_DONE_FILE\"; echo \"FB=$TASKSUP_FEEDBACK\"; "
+    "echo \"FBTEXT=$(cat \"$TASKSUP_FEEDBACK\")\"");
   spec.attempt = 2;
   auto attempt_dir = spec.attempt_dir;
   spec.env["FOO"] = "bar baz";
+  spec.feedback = "attempt: 1 failed";
   spec.config_dir = config.string();
   auto out = run_to_end(*rt, std::move(spec), rec);
   CHECK(out.exit_code == 0);
@@ -792,6 +794,9 @@ TEST_CASE("docker: environment (with the done file), working directory and "
   CHECK_FALSE(fs::exists(config / "new"));
   // The done file the agent created is where the node looks on the host.
   CHECK(fs::exists(attempt_dir + "/artifacts/tasksup-done"));
+  // The feedback the runtime wrote, mounted where the variable says.
+  CHECK(contains(lines, "FB=/tasksup/feedback.txt"));
+  CHECK(contains(lines, "FBTEXT=attempt: 1 failed"));
 }
 
 TEST_CASE("docker: artifacts and workspace files come back to the host",

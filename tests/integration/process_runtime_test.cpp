@@ -547,6 +547,7 @@ TEST_CASE("process runtime passes the promised environment, argv and a "
   auto s = env.sh("show_env.sh", {"two words", "$HOME", "*"});
   s.env["FOO"] = "bar baz";
   s.config_dir = "/etc/agent-config";
+  s.feedback = "attempt: 1 failed";
   // A stale file from an earlier run must not be seen.
   fs::create_directories(s.attempt_dir + "/workspace");
   std::ofstream{s.attempt_dir + "/workspace/stale"} << "old";
@@ -559,6 +560,9 @@ TEST_CASE("process runtime passes the promised environment, argv and a "
   CHECK(rec.line_starting("DONE_FILE=") ==
         s.attempt_dir + "/artifacts/tasksup-done");
   CHECK(rec.line_starting("CONFIG=") == "/etc/agent-config");
+  // The feedback is written where the attempt runs, and named.
+  CHECK(rec.line_starting("FEEDBACK=") == s.attempt_dir + "/feedback.txt");
+  CHECK(rec.line_starting("FEEDBACK_TEXT=") == "attempt: 1 failed");
   CHECK(rec.line_starting("FOO=") == "bar baz");
   CHECK(rec.line_starting("SECRET=") == "unset");
   CHECK(rec.line_starting("PATH_SET=") == "yes");
@@ -578,6 +582,7 @@ TEST_CASE("process runtime passes the promised environment, argv and a "
   recorder rec2;
   env.run(s2, rec2);
   CHECK(rec2.line_starting("CONFIG=") == "unset");
+  CHECK(rec2.line_starting("FEEDBACK=") == "unset");
   CHECK(rec2.line_starting("PWD=") == env.dir.path);
 }
 

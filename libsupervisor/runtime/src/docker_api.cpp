@@ -87,6 +87,8 @@ expected<std::string> docker_create_body(const attempt_spec& spec,
     std::string{docker_artifacts_dir} + '/' + std::string{done_file_name};
   if (!spec.config_dir.empty())
     env["TASKSUP_AGENT_CONFIG_DIR"] = spec.config_dir;
+  if (!spec.feedback.empty())
+    env["TASKSUP_FEEDBACK"] = std::string{docker_feedback_file};
   json::array env_list;
   for (auto& [key, value] : env)
     env_list.emplace_back(key + "=" + value);
@@ -123,6 +125,9 @@ expected<std::string> docker_create_body(const attempt_spec& spec,
   };
   add_mount(spec.attempt_dir + "/workspace", docker_workspace_dir, false);
   add_mount(spec.attempt_dir + "/artifacts", docker_artifacts_dir, false);
+  if (!spec.feedback.empty())
+    add_mount(spec.attempt_dir + "/" + std::string{feedback_file_name},
+              docker_feedback_file, true);
   if (!spec.config_dir.empty()) {
     if (!absolute(spec.config_dir))
       return spec_error("config_dir", "must be an absolute host path, got '" +

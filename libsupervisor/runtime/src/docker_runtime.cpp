@@ -213,6 +213,15 @@ public:
       return;
     }
     capture_.emplace(std::move(*capture));
+    if (!spec_.feedback.empty()) {
+      auto path = (root / std::string{feedback_file_name}).string();
+      if (auto err = detail::write_file_atomically(path, spec_.feedback);
+          !err.empty()) {
+        fail("cannot write the feedback file: " + err);
+        complete();
+        return;
+      }
+    }
     make_demux();
     step_ = request(verb::post, "/containers/create?name=" + name_,
                     std::move(*body), core_->options.request_timeout,

@@ -452,6 +452,13 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
     if (auto err = fresh_dir(cwd); !err.empty())
       return submit(fail(err));
   }
+  std::string feedback_path;
+  if (!spec.feedback.empty()) {
+    feedback_path = dir + "/" + std::string{feedback_file_name};
+    if (auto err = write_file_atomically(feedback_path, spec.feedback);
+        !err.empty())
+      return submit(fail("cannot write the feedback file: " + err));
+  }
   // A record left by an earlier use of the directory must not be taken for
   // this attempt's.
   for (auto name : {exit_record_name, shim_record_name})
@@ -494,6 +501,8 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
     a->artifacts_dir + '/' + std::string{done_file_name};
   if (!spec.config_dir.empty())
     env["TASKSUP_AGENT_CONFIG_DIR"] = spec.config_dir;
+  if (!feedback_path.empty())
+    env["TASKSUP_FEEDBACK"] = std::move(feedback_path);
 
   if (options_.shim_idle_timeout.count() > 0 && dir.rfind('/') > 0) {
     shim_request req;

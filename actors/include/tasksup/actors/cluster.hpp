@@ -151,8 +151,8 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attempt_spec& x) {
   return f(caf::meta::type_name("attempt_spec"), x.task_id, x.attempt,
            x.agent_id, detail::bounded(x.argv, "attempt.argv"),
-           detail::bounded(x.env, "attempt.env"), x.attempt_dir, x.workdir,
-           detail::bounded(x.mounts, "attempt.mounts"), x.config_dir,
+           detail::bounded(x.env, "attempt.env"), x.feedback, x.attempt_dir,
+           x.workdir, detail::bounded(x.mounts, "attempt.mounts"), x.config_dir,
            detail::opt(x.memory_limit_mb), x.image,
            detail::bounded(x.labels, "attempt.labels"),
            caf::meta::load_callback([&]() -> caf::error {
@@ -161,6 +161,7 @@ typename Inspector::result_type inspect(Inspector& f, attempt_spec& x) {
                 {x.agent_id, wire::max_id_bytes, "attempt.agent_id"},
                 {x.attempt_dir, wire::max_text_bytes, "attempt.attempt_dir"},
                 {x.workdir, wire::max_text_bytes, "attempt.workdir"},
+                {x.feedback, wire::max_text_bytes, "attempt.feedback"},
                 {x.config_dir, wire::max_text_bytes, "attempt.config_dir"},
                 {x.image, wire::max_text_bytes, "attempt.image"}});
            }));

@@ -21,6 +21,9 @@ inline constexpr std::string_view docker_workspace_dir = "/workspace";
 /// Where the attempt's artifacts directory (`<attempt_dir>/artifacts`)
 /// appears inside the container; passed as TASKSUP_ARTIFACTS_DIR.
 inline constexpr std::string_view docker_artifacts_dir = "/tasksup/artifacts";
+/// Where a container sees `attempt_spec::feedback` (mounted read-only).
+inline constexpr std::string_view docker_feedback_file =
+  "/tasksup/feedback.txt";
 
 /// Settings of the Docker runtime. The engine must run on this host: the
 /// attempt's directories are bind-mounted, so the engine has to see the same

@@ -29,6 +29,9 @@ struct mount {
 /// restart me" (a permanent task); passed as TASKSUP_DONE_FILE.
 inline constexpr std::string_view done_file_name = "tasksup-done";
 
+/// The file in the attempt directory that holds `attempt_spec::feedback`.
+inline constexpr std::string_view feedback_file_name = "feedback.txt";
+
 struct attempt_spec {
   std::string task_id;
   int attempt = 1;
@@ -37,8 +40,14 @@ struct attempt_spec {
   /// argv[0] is the agent's command; never run through a shell.
   std::vector<std::string> argv;
   /// Extra environment (the runtime adds TASKSUP_TASK_ID, TASKSUP_ATTEMPT,
-  /// TASKSUP_ARTIFACTS_DIR and TASKSUP_DONE_FILE, as the agent sees them).
+  /// TASKSUP_ARTIFACTS_DIR, TASKSUP_DONE_FILE and, with `feedback`,
+  /// TASKSUP_FEEDBACK, as the agent sees them).
   std::map<std::string, std::string> env;
+  /// What the agent is told about the task's last failed attempt; empty for
+  /// nothing. The runtime that runs the attempt (on whichever node) writes
+  /// it to `<attempt_dir>/feedback.txt` and passes that file's path, as the
+  /// agent sees it, in TASKSUP_FEEDBACK.
+  std::string feedback;
   /// Host directory for this attempt's files (workspace/, artifacts/,
   /// output.log); the runtime creates it. Must be unique per attempt.
   std::string attempt_dir;
