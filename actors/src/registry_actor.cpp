@@ -809,6 +809,13 @@ void restore(registry_actor_t* self) {
   }
 }
 
+/// The record of a finished task; null while it runs or when unknown.
+const task_status* finished_status(const registry_state& st,
+                                   const std::string& id) {
+  auto i = st.finished.find(id);
+  return i == st.finished.end() ? nullptr : &i->second;
+}
+
 /// Asks an active task's supervisor and answers with its reply. A supervisor
 /// that finished in the meantime (its result is still on its way here when
 /// the question reaches it) answers with `on_finished` once the result has
@@ -825,9 +832,8 @@ caf::result<T> ask_supervisor(registry_actor_t* self, const std::string& id,
             // The supervisor sends its result before it terminates, so once
             // its reply failed the registry has either recorded the task as
             // finished or lost the supervisor (and reported that).
-            auto& st = self->state;
-            if (auto i = st.finished.find(id); i != st.finished.end())
-              rp.deliver(on_finished(i->second));
+            if (auto* done = finished_status(self->state, id))
+              rp.deliver(on_finished(*done));
             else
               rp.deliver(std::move(err));
           });
@@ -878,9 +884,8 @@ caf::result<std::vector<task_status>> all_status(registry_actor_t* self) {
         [=](caf::error&) mutable {
           // Finished between the question and the answer (see
           // ask_supervisor): its record is here by now.
-          if (auto i = self->state.finished.find(id);
-              i != self->state.finished.end())
-            acc->push_back(i->second);
+          if (auto* finished = finished_status(self->state, id))
+            acc->push_back(*finished);
           done();
         });
   }
@@ -1078,8 +1083,8 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
             return s;
           },
           [](const task_status& s) { return s; }, status_atom::value);
-      if (auto i = st.finished.find(task_id); i != st.finished.end())
-        return i->second;
+      if (auto* done = finished_status(st, task_id))
+        return *done;
       return make_error(protocol_error::unknown_task,
                         "no task with id '" + task_id + "'");
     },
