@@ -297,7 +297,11 @@ private:
   void finish();
   /// Says the agent's pid (0: it did not start) to the runtime.
   void report(pid_t pid);
-  int poll_timeout() const;
+  /// `awaiting_reader`: the pending bytes wait for the runtime to read the
+  /// other stream (then poll looks again in a millisecond). Decided once
+  /// per turn with the descriptors polled: the runtime may read between two
+  /// looks, and a turn that polled no pipe must not sleep for ever.
+  int poll_timeout(bool awaiting_reader) const;
   /// True while output waits for the runtime to read it.
   bool blocked() const;
 
@@ -501,9 +505,9 @@ bool shim::blocked() const {
   return forwarding_ && !pending_.empty();
 }
 
-int shim::poll_timeout() const {
+int shim::poll_timeout(bool awaiting_reader) const {
   // Waiting for the runtime to read the other stream: no event tells.
-  if (blocked() && !other_drained())
+  if (awaiting_reader)
     return 1;
   if (agent_running_ || blocked())
     return -1;
@@ -637,14 +641,17 @@ int shim::run() {
     // One read at a time: the agent's streams are read only once what was
     // read before has been forwarded, so it is forwarded in that order.
     flush_pending(false);
+    bool awaiting_reader = false;
     if (!blocked()) {
       for (auto& s : streams_)
         if (s.in >= 0)
           fds.push_back({s.in, POLLIN, 0});
     } else if (other_drained()) {
       fds.push_back({streams_[pending_stream_].out, POLLOUT, 0});
+    } else {
+      awaiting_reader = true;
     }
-    auto n = ::poll(fds.data(), fds.size(), poll_timeout());
+    auto n = ::poll(fds.data(), fds.size(), poll_timeout(awaiting_reader));
     if (n < 0 && errno != EINTR)
       die(std::string{"poll failed: "} + std::strerror(errno));
     bool ready[2] = {false, false};

@@ -442,3 +442,29 @@ TEST_CASE("process runtime: an idle shim exits after shim_idle_timeout, and "
     CHECK(s1.shim_pid != s2.shim_pid);
   }
 }
+
+TEST_CASE("process runtime: attempts writing to both streams all end, the "
+          "last line of each stream delivered",
+          "[shim]") {
+  // The shim holds a read back until the runtime has read the other
+  // stream, and must then wake for it: a shim that decided whether to wait
+  // for the pipe and how long to sleep from two different looks at it slept
+  // for ever when the runtime read in between (1 attempt in a few hundred
+  // under `tasksup run`).
+  scratch dir;
+  auto rt = make_process_runtime();
+  for (int i = 1; i <= 400; ++i) {
+    attempt_spec spec;
+    spec.task_id = "t";
+    spec.attempt = i;
+    spec.agent_id = "a";
+    spec.argv = {"sh", "-c", "echo out; echo err >&2; exit 1"};
+    spec.attempt_dir = dir / ("t/attempt-" + std::to_string(i));
+    outcome_wait w;
+    rt->start(spec, w.callbacks());
+    REQUIRE(w.future.wait_for(30s) == std::future_status::ready);
+    auto out = w.future.get();
+    REQUIRE(out.exit_code == 1);
+    REQUIRE(out.tail == std::vector<std::string>{"out", "err"});
+  }
+}
