@@ -13,7 +13,6 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
-#include <cstring>
 #include <filesystem>
 #include <future>
 #include <string>
@@ -308,22 +307,9 @@ TEST_CASE("shim --serve: a request that is not one ends the shim with a "
   SECTION("a length beyond the limit") {
     served shim{dir, "kill"};
     output_pipes pipes;
-    // Sent by hand: send_shim_request refuses to send it.
-    std::string frame = {'\xff', '\xff', '\xff', '\x7f'};
-    iovec iov{frame.data(), frame.size()};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 2)] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    auto* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * 2);
-    int fds[2] = {pipes.out[1], pipes.err[1]};
-    std::memcpy(CMSG_DATA(c), fds, sizeof fds);
-    REQUIRE(::sendmsg(shim.sock, &msg, 0) == 4);
+    // A length alone: send_shim_request refuses to send such a payload.
+    REQUIRE(detail::send_with_fds(shim.sock, "\xff\xff\xff\x7f", pipes.out[1],
+                                  pipes.err[1], 10s));
     CHECK(WEXITSTATUS(shim.wait_exit()) != 0);
     CHECK(slurp(shim.stderr_path).find("malformed request") !=
           std::string::npos);

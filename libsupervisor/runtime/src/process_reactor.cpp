@@ -156,15 +156,7 @@ std::optional<served_shim> reactor::spawn_served_shim(const std::string& dir,
     shim_path_, "--serve", dir, "--orphan",
     options_.orphans == orphan_policy::kill ? "kill" : "keep"};
   child_plan plan;
-  for (auto& arg : args)
-    plan.argv.push_back(arg.data());
-  plan.argv.push_back(nullptr);
-  for (auto& [k, v] : base_env_)
-    plan.env_strings.push_back(k + "=" + v);
-  for (auto& e : plan.env_strings)
-    plan.envp.push_back(e.data());
-  plan.envp.push_back(nullptr);
-  plan.candidates = {shim_path_};
+  set_command(plan, args, base_env_);
   plan.cwd = "/";
   // Stdin is the socket; a shim that cannot go on says why on our stderr.
   plan.stdin_fd = theirs;
@@ -546,15 +538,7 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
     args.push_back(arg);
 
   child_plan plan;
-  for (auto& arg : args)
-    plan.argv.push_back(arg.data());
-  plan.argv.push_back(nullptr);
-  for (auto& [k, v] : env)
-    plan.env_strings.push_back(k + "=" + v);
-  for (auto& s : plan.env_strings)
-    plan.envp.push_back(s.data());
-  plan.envp.push_back(nullptr);
-  plan.candidates = {shim_path_};
+  set_command(plan, args, env);
   plan.cwd = cwd;
   plan.stdin_fd = devnull_fd_;
   plan.max_fd = max_fd_;

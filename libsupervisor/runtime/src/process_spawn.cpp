@@ -164,6 +164,23 @@ private:
 
 } // namespace
 
+void set_command(child_plan& plan, std::vector<std::string>& args,
+                 const std::map<std::string, std::string>& env) {
+  plan.argv.clear();
+  for (auto& arg : args)
+    plan.argv.push_back(arg.data());
+  plan.argv.push_back(nullptr);
+  plan.env_strings.clear();
+  plan.env_strings.reserve(env.size());
+  for (auto& [k, v] : env)
+    plan.env_strings.push_back(k + "=" + v);
+  plan.envp.clear();
+  for (auto& e : plan.env_strings)
+    plan.envp.push_back(e.data());
+  plan.envp.push_back(nullptr);
+  plan.candidates = {args.front()};
+}
+
 spawn_result spawn_child(child_plan& plan, void* stack_top) {
   spawn_result r;
   // Blocked across the clone so no handler of the program runs in the

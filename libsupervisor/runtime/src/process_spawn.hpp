@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -63,6 +64,12 @@ struct child_plan {
   int failed_stage = 0;
   int failed_err = 0;
 };
+
+/// Sets `plan`'s argv (pointing into `args`, which must outlive the spawn),
+/// its environment (`env`, "NAME=value" each) and the program to execute
+/// (`args[0]`, not looked up in PATH).
+void set_command(child_plan& plan, std::vector<std::string>& args,
+                 const std::map<std::string, std::string>& env);
 
 /// Size of the child's stack; it runs a handful of system calls only.
 constexpr std::size_t child_stack_size = 64 * 1024;

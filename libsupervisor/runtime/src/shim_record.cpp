@@ -542,21 +542,14 @@ expected<shim_request> parse_shim_request(std::string_view payload) {
   return r;
 }
 
-bool send_shim_request(int sock, std::string_view payload, int out, int err,
-                       std::chrono::milliseconds timeout) {
-  if (payload.size() > max_request_bytes)
-    return false;
-  std::string frame(4, '\0');
-  auto size = static_cast<std::uint32_t>(payload.size());
-  for (int i = 0; i < 4; ++i)
-    frame[static_cast<std::size_t>(i)] = static_cast<char>(size >> (8 * i));
-  frame += payload;
+bool send_with_fds(int sock, std::string_view bytes, int out, int err,
+                   std::chrono::milliseconds timeout) {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   std::size_t sent = 0;
-  while (sent < frame.size()) {
+  while (sent < bytes.size()) {
     ssize_t n;
     if (sent == 0) {
-      iovec iov{frame.data(), frame.size()};
+      iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
       alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 2)] = {};
       msghdr msg{};
       msg.msg_iov = &iov;
@@ -571,7 +564,7 @@ bool send_shim_request(int sock, std::string_view payload, int out, int err,
       std::memcpy(CMSG_DATA(c), fds, sizeof fds);
       n = ::sendmsg(sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     } else {
-      n = ::send(sock, frame.data() + sent, frame.size() - sent,
+      n = ::send(sock, bytes.data() + sent, bytes.size() - sent,
                  MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     if (n > 0) {
@@ -590,6 +583,18 @@ bool send_shim_request(int sock, std::string_view payload, int out, int err,
       return false;
   }
   return true;
+}
+
+bool send_shim_request(int sock, std::string_view payload, int out, int err,
+                       std::chrono::milliseconds timeout) {
+  if (payload.size() > max_request_bytes)
+    return false;
+  std::string frame(4, '\0');
+  auto size = static_cast<std::uint32_t>(payload.size());
+  for (int i = 0; i < 4; ++i)
+    frame[static_cast<std::size_t>(i)] = static_cast<char>(size >> (8 * i));
+  frame += payload;
+  return send_with_fds(sock, frame, out, err, timeout);
 }
 
 expected<std::vector<log_segment>>

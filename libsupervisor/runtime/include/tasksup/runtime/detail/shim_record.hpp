@@ -151,6 +151,11 @@ expected<shim_request> parse_shim_request(std::string_view payload);
 bool send_shim_request(int sock, std::string_view payload, int out, int err,
                        std::chrono::milliseconds timeout);
 
+/// Sends `bytes` on `sock` with the descriptors `out` and `err` on the
+/// first byte (what `send_shim_request` sends its frame with).
+bool send_with_fds(int sock, std::string_view bytes, int out, int err,
+                   std::chrono::milliseconds timeout);
+
 /// One run of bytes in output.log.
 struct log_segment {
   /// 'o' stdout, 'e' stderr, 'n' a note of tasksup's own.
