@@ -836,6 +836,10 @@ int serve(const options& base, int signal_fd) {
       return 0;
     auto o = base;
     auto& r = got->request;
+    // Its directory names the attempts it runs (is_shim_of checks that).
+    if (r.attempt_dir.substr(0, r.attempt_dir.rfind('/')) != base.serve_dir)
+      die("request for " + r.attempt_dir + ", which is not in " +
+          base.serve_dir);
     o.attempt_dir = r.attempt_dir;
     o.log_bytes = r.log_bytes;
     o.drain = std::chrono::milliseconds{r.drain_ms};

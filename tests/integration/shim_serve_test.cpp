@@ -294,6 +294,17 @@ TEST_CASE("shim --serve: a request that is not one ends the shim with a "
     CHECK(WEXITSTATUS(shim.wait_exit()) != 0);
     CHECK(slurp(shim.stderr_path).find("attempt-dir") != std::string::npos);
   }
+  SECTION("an attempt outside the directory it serves") {
+    served shim{dir, "kill"};
+    output_pipes pipes;
+    auto r = request(dir, "attempt-1", {"true"});
+    r.attempt_dir = "/elsewhere/attempt-1";
+    REQUIRE(send(shim, r, pipes));
+    CHECK(shim.line().empty());
+    CHECK(WEXITSTATUS(shim.wait_exit()) != 0);
+    CHECK(slurp(shim.stderr_path).find("not in " + dir.path()) !=
+          std::string::npos);
+  }
   SECTION("no pipes with it") {
     served shim{dir, "kill"};
     std::string frame(4, '\0');

@@ -158,10 +158,11 @@ std::optional<served_shim> reactor::spawn_served_shim(const std::string& dir,
   child_plan plan;
   set_command(plan, args, base_env_);
   plan.cwd = "/";
-  // Stdin is the socket; a shim that cannot go on says why on our stderr.
+  // Stdin is the socket; a shim that cannot go on says why on our stderr
+  // (when we have one).
   plan.stdin_fd = theirs;
   plan.output_fd = devnull_fd_;
-  plan.error_fd = 2;
+  plan.error_fd = ::fcntl(2, F_GETFD) >= 0 ? 2 : devnull_fd_;
   plan.max_fd = max_fd_;
   sigemptyset(&plan.mask);
   if (!raise_fd(plan.stdin_fd)) {
