@@ -211,11 +211,11 @@ started_agent start_agent(const options& o) {
   plan.argv = o.argv;
   char** envp = o.envp.empty() ? environ : const_cast<char**>(o.envp.data());
   const char* path = nullptr;
-  for (auto** e = envp; *e != nullptr; ++e)
+  for (auto** e = envp; *e != nullptr; ++e) {
     if (std::strncmp(*e, "PATH=", 5) == 0)
       path = *e + 5;
-  for (auto** e = envp; *e != nullptr; ++e)
     plan.envp.push_back(*e);
+  }
   plan.envp.push_back(nullptr);
   // execvp's search when PATH is unset: the default path.
   plan.candidates =

@@ -96,6 +96,15 @@ struct served {
     }
   }
 
+  /// Waits for the shim to end with a failure status, having said `words`
+  /// on its stderr.
+  void ends_refusing(const std::string& words) {
+    auto status = wait_exit();
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) != 0);
+    CHECK(slurp(stderr_path).find(words) != std::string::npos);
+  }
+
   /// The shim's exit status once it has ended.
   int wait_exit() {
     int status = 0;
@@ -278,11 +287,7 @@ TEST_CASE("shim --serve: a request that is not one ends the shim with a "
     output_pipes pipes;
     REQUIRE(detail::send_shim_request(shim.sock, std::string{"hello\0", 6},
                                       pipes.out[1], pipes.err[1], 10s));
-    auto status = shim.wait_exit();
-    CHECK(WIFEXITED(status));
-    CHECK(WEXITSTATUS(status) != 0);
-    CHECK(slurp(shim.stderr_path).find("shim request: unknown header") !=
-          std::string::npos);
+    shim.ends_refusing("shim request: unknown header");
   }
   SECTION("a relative directory") {
     served shim{dir, "kill"};
@@ -291,8 +296,7 @@ TEST_CASE("shim --serve: a request that is not one ends the shim with a "
     r.attempt_dir = "attempt-1";
     REQUIRE(send(shim, r, pipes));
     CHECK(shim.line().empty());
-    CHECK(WEXITSTATUS(shim.wait_exit()) != 0);
-    CHECK(slurp(shim.stderr_path).find("attempt-dir") != std::string::npos);
+    shim.ends_refusing("attempt-dir");
   }
   SECTION("an attempt outside the directory it serves") {
     served shim{dir, "kill"};
@@ -301,9 +305,7 @@ TEST_CASE("shim --serve: a request that is not one ends the shim with a "
     r.attempt_dir = "/elsewhere/attempt-1";
     REQUIRE(send(shim, r, pipes));
     CHECK(shim.line().empty());
-    CHECK(WEXITSTATUS(shim.wait_exit()) != 0);
-    CHECK(slurp(shim.stderr_path).find("not in " + dir.path()) !=
-          std::string::npos);
+    shim.ends_refusing("not in " + dir.path());
   }
   SECTION("no pipes with it") {
     served shim{dir, "kill"};
@@ -312,8 +314,7 @@ TEST_CASE("shim --serve: a request that is not one ends the shim with a "
     frame += "12345678";
     REQUIRE(::write(shim.sock, frame.data(), frame.size()) ==
             static_cast<ssize_t>(frame.size()));
-    CHECK(WEXITSTATUS(shim.wait_exit()) != 0);
-    CHECK(slurp(shim.stderr_path).find("0 descriptors") != std::string::npos);
+    shim.ends_refusing("0 descriptors");
   }
   SECTION("a length beyond the limit") {
     served shim{dir, "kill"};
@@ -321,9 +322,7 @@ TEST_CASE("shim --serve: a request that is not one ends the shim with a "
     // A length alone: send_shim_request refuses to send such a payload.
     REQUIRE(detail::send_with_fds(shim.sock, "\xff\xff\xff\x7f", pipes.out[1],
                                   pipes.err[1], 10s));
-    CHECK(WEXITSTATUS(shim.wait_exit()) != 0);
-    CHECK(slurp(shim.stderr_path).find("malformed request") !=
-          std::string::npos);
+    shim.ends_refusing("malformed request");
   }
 }
 

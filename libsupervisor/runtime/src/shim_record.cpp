@@ -490,33 +490,42 @@ expected<shim_request> parse_shim_request(std::string_view payload) {
     return bad("unknown header");
   if (parts.size() % 2 != 1)
     return bad("a key without a value");
-  shim_request r;
-  bool seen[6] = {};
-  auto number = [&](std::string_view key, std::string_view v,
-                    std::uint64_t& into) -> std::optional<error> {
+  // The fields in the order encode_shim_request writes them, then the
+  // command's arguments and the environment, repeated.
+  std::size_t at = 1;
+  std::optional<error> problem;
+  auto field = [&](std::string_view key) -> std::string_view {
+    if (problem)
+      return {};
+    if (at >= parts.size() || parts[at] != key) {
+      problem = bad("field '" + std::string{key} + "' is missing");
+      return {};
+    }
+    at += 2;
+    return parts[at - 1];
+  };
+  auto number = [&](std::string_view key) -> std::uint64_t {
+    auto v = field(key);
+    if (problem)
+      return 0;
     auto n = parse_number(v, std::uint64_t{1} << 50);
     if (!n)
-      return bad(std::string{key} + ": not a number");
-    into = *n;
-    return std::nullopt;
+      problem = bad(std::string{key} + ": not a number");
+    return n.value_or(0);
   };
-  for (std::size_t i = 1; i < parts.size(); i += 2) {
-    auto k = parts[i];
-    auto v = parts[i + 1];
-    std::optional<error> err;
-    if (k == "attempt-dir") {
-      r.attempt_dir = v, seen[0] = true;
-    } else if (k == "log-bytes") {
-      err = number(k, v, r.log_bytes), seen[1] = true;
-    } else if (k == "drain-ms") {
-      err = number(k, v, r.drain_ms), seen[2] = true;
-    } else if (k == "group-ms") {
-      err = number(k, v, r.group_ms), seen[3] = true;
-    } else if (k == "cgroup") {
-      r.cgroup = v, seen[4] = true;
-    } else if (k == "cwd") {
-      r.cwd = v, seen[5] = true;
-    } else if (k == "arg") {
+  shim_request r;
+  r.attempt_dir = field("attempt-dir");
+  r.log_bytes = number("log-bytes");
+  r.drain_ms = number("drain-ms");
+  r.group_ms = number("group-ms");
+  r.cgroup = field("cgroup");
+  r.cwd = field("cwd");
+  if (problem)
+    return *problem;
+  for (; at < parts.size(); at += 2) {
+    auto k = parts[at];
+    auto v = parts[at + 1];
+    if (k == "arg") {
       r.argv.emplace_back(v);
     } else if (k == "env") {
       if (v.find('=') == std::string_view::npos || v.front() == '=')
@@ -525,12 +534,7 @@ expected<shim_request> parse_shim_request(std::string_view payload) {
     } else {
       return bad("unknown key '" + one_line(k) + "'");
     }
-    if (err)
-      return *err;
   }
-  for (bool s : seen)
-    if (!s)
-      return bad("a field is missing");
   if (r.attempt_dir.empty() || r.attempt_dir.front() != '/')
     return bad("attempt-dir: not an absolute directory");
   if (r.cwd.empty() || r.cwd.front() != '/')
