@@ -47,6 +47,7 @@
 #include "tasksup/runtime/detail/shim_record.hpp"
 #include "tasksup/runtime/output_capture.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -57,6 +58,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <fcntl.h>
@@ -227,6 +229,8 @@ started_agent start_agent(const options& o) {
   sigemptyset(&plan.mask);
   // The only disposition the shim changed (it has no handlers).
   plan.reset_only = {SIGPIPE};
+  plan.caller_has_handlers = false;
+  plan.want_pidfd = false;
   if (!o.cgroup.empty()) {
     auto procs = o.cgroup + "/cgroup.procs";
     plan.cgroup_fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
@@ -245,7 +249,6 @@ started_agent start_agent(const options& o) {
     auto spawned = dt::spawn_child(plan, stack.top());
     if (spawned.pid < 0)
       die(std::string{"cannot start a process: "} + std::strerror(spawned.err));
-    dt::close_fd(spawned.pidfd);
     a.pid = spawned.pid;
     a.failed_stage = plan.failed_stage;
     a.failed_errno = plan.failed_err;
@@ -273,6 +276,9 @@ public:
   /// True once the runtime hung up (a serving shim then takes no more).
   bool runtime_gone() const { return runtime_gone_; }
 
+  /// The exit record as written to exit.status (once `run` returned).
+  const std::string& record_text() const { return record_text_; }
+
 private:
   struct stream {
     int in = -1;  // the agent's pipe
@@ -290,7 +296,9 @@ private:
   /// than the pending one, so that the pending bytes cannot overtake it.
   bool other_drained() const;
   void drop_forwarding();
+  /// Acts on every signal the signalfd holds.
   void on_signals();
+  void on_signal(std::uint32_t signo);
   void reap();
   void signal_group(int sig);
   bool group_gone();
@@ -329,6 +337,7 @@ private:
   std::optional<clock_type::time_point> drain_until_;
   std::optional<clock_type::time_point> group_until_;
   dt::exit_record record_;
+  std::string record_text_;
   std::vector<char> buf_ = std::vector<char>(64 * 1024);
 };
 
@@ -466,26 +475,32 @@ void shim::reap() {
 }
 
 void shim::on_signals() {
-  signalfd_siginfo info;
-  while (::read(signal_fd_, &info, sizeof info) ==
-         static_cast<ssize_t>(sizeof info)) {
-    switch (info.ssi_signo) {
-      case SIGCHLD:
-        reap();
-        break;
-      case SIGTERM:
-        if (agent_running_) {
-          signal_group(SIGTERM);
-          // A stopped process only sees SIGTERM once continued.
-          signal_group(SIGCONT);
-        }
-        break;
-      case SIGUSR1:
-        signal_group(SIGKILL);
-        break;
-      default:
-        break; // SIGINT, SIGHUP: not ours to act on
-    }
+  signalfd_siginfo infos[8];
+  ssize_t n;
+  do {
+    n = ::read(signal_fd_, infos, sizeof infos);
+    for (ssize_t i = 0; i < n / static_cast<ssize_t>(sizeof infos[0]); ++i)
+      on_signal(infos[i].ssi_signo);
+  } while (n == static_cast<ssize_t>(sizeof infos));
+}
+
+void shim::on_signal(std::uint32_t signo) {
+  switch (signo) {
+    case SIGCHLD:
+      reap();
+      break;
+    case SIGTERM:
+      if (agent_running_) {
+        signal_group(SIGTERM);
+        // A stopped process only sees SIGTERM once continued.
+        signal_group(SIGCONT);
+      }
+      break;
+    case SIGUSR1:
+      signal_group(SIGKILL);
+      break;
+    default:
+      break; // SIGINT, SIGHUP: not ours to act on
   }
 }
 
@@ -535,7 +550,8 @@ void shim::finish() {
     std::chrono::duration_cast<std::chrono::microseconds>(ended_ - started_)
       .count());
   auto path = o_.attempt_dir + "/" + std::string{dt::exit_record_name};
-  auto err = dt::write_file_atomically(path, dt::format_exit_record(record_));
+  record_text_ = dt::format_exit_record(record_);
+  auto err = dt::write_file_atomically(path, record_text_);
   if (!err.empty())
     die("cannot record the agent's exit: " + err);
 }
@@ -564,11 +580,15 @@ int shim::run() {
   streams_[1] = {agent.err, o_.err_fd, rt::output_stream::err};
   for (auto& s : streams_) {
     ::fcntl(s.in, F_SETFL, O_NONBLOCK);
-    ::fcntl(s.out, F_SETFL, ::fcntl(s.out, F_GETFL) | O_NONBLOCK);
+    // The runtime's pipes to a serving shim are non-blocking already.
+    auto flags = ::fcntl(s.out, F_GETFL);
+    if (flags >= 0 && (flags & O_NONBLOCK) == 0)
+      ::fcntl(s.out, F_SETFL, flags | O_NONBLOCK);
   }
+  // A serving shim is always given two pipes.
   struct stat st1 {};
   struct stat st2 {};
-  one_channel_ = ::fstat(o_.out_fd, &st1) == 0 &&
+  one_channel_ = !serving_ && ::fstat(o_.out_fd, &st1) == 0 &&
                  ::fstat(o_.err_fd, &st2) == 0 && st1.st_dev == st2.st_dev &&
                  st1.st_ino == st2.st_ino;
 
@@ -819,6 +839,7 @@ void drain_idle_signals(int signal_fd) {
 
 int serve(const options& base, int signal_fd) {
   const int sock = 0;
+  int last_pipes[2] = {-1, -1};
   ::fcntl(sock, F_SETFD, FD_CLOEXEC);
   for (;;) {
     pollfd fds[2] = {{signal_fd, POLLIN, 0}, {sock, POLLIN, 0}};
@@ -832,6 +853,10 @@ int serve(const options& base, int signal_fd) {
     if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) == 0)
       continue;
     auto got = next_request(sock);
+    // The last attempt's pipes: the runtime has read them to the end.
+    for (int& fd : last_pipes)
+      if (fd >= 0)
+        ::close(std::exchange(fd, -1));
     if (!got)
       return 0;
     auto o = base;
@@ -856,18 +881,16 @@ int serve(const options& base, int signal_fd) {
     o.envp.push_back(nullptr);
     o.out_fd = got->out;
     o.err_fd = got->err;
-    bool gone;
-    {
-      shim s{std::move(o), signal_fd, sock, true};
-      s.run();
-      gone = s.runtime_gone();
-    }
-    // The end of the output, then the end of the attempt.
-    ::close(got->out);
-    ::close(got->err);
-    if (gone)
+    shim s{std::move(o), signal_fd, sock, true};
+    s.run();
+    if (s.runtime_gone())
       return 0;
-    write_all(sock, "end\n");
+    // Everything the agent wrote is in the pipes by now: the end says so,
+    // and the runtime reads them to where they are without waiting for
+    // them to hang up (they are closed when the next request comes).
+    last_pipes[0] = got->out;
+    last_pipes[1] = got->err;
+    write_all(sock, dt::encode_attempt_end(s.record_text()));
   }
 }
 

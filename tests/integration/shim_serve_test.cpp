@@ -15,6 +15,7 @@
 #include <csignal>
 #include <filesystem>
 #include <future>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -96,6 +97,26 @@ struct served {
     }
   }
 
+  /// The attempt's end: the exit record the shim sent with it ("" when it
+  /// hung up or said something else).
+  std::string end() {
+    auto head = line();
+    if (head.rfind("end ", 0) != 0)
+      return "";
+    std::string text(std::stoul(head.substr(4)), '\0');
+    std::size_t got = 0;
+    while (got < text.size()) {
+      pollfd p{sock, POLLIN, 0};
+      if (::poll(&p, 1, 60'000) <= 0)
+        return "";
+      auto n = ::read(sock, text.data() + got, text.size() - got);
+      if (n <= 0)
+        return "";
+      got += static_cast<std::size_t>(n);
+    }
+    return text;
+  }
+
   /// Waits for the shim to end with a failure status, having said `words`
   /// on its stderr.
   void ends_refusing(const std::string& words) {
@@ -133,10 +154,26 @@ struct output_pipes {
     ::close(err[1]);
     out[1] = err[1] = -1;
   }
-  /// Everything written to stdout, once the shim has closed it.
-  std::string stdout_text() {
+  /// What the shim forwarded on stdout up to and including the first
+  /// newline (read as the runtime reads, while the attempt runs: the shim
+  /// holds a stream back until the other has been read).
+  std::string stdout_line() {
+    std::string text;
+    char c;
+    while (text.empty() || text.back() != '\n') {
+      pollfd p{out[0], POLLIN, 0};
+      if (::poll(&p, 1, 60'000) <= 0 || ::read(out[0], &c, 1) != 1)
+        break;
+      text += c;
+    }
+    return text;
+  }
+  /// What is left on stdout once the attempt has ended, without waiting:
+  /// the shim keeps the pipe open after its end.
+  std::string stdout_rest() {
     std::string text;
     char buf[4096];
+    ::fcntl(out[0], F_SETFL, O_NONBLOCK);
     ssize_t n;
     while ((n = ::read(out[0], buf, sizeof buf)) > 0)
       text.append(buf, static_cast<std::size_t>(n));
@@ -197,8 +234,10 @@ TEST_CASE("shim --serve: a task's attempts run one after another under one "
           "[shim]") {
   scratch dir;
   served shim{dir, "kill"};
+  std::unique_ptr<output_pipes> last;
   for (int i = 1; i <= 2; ++i) {
-    output_pipes pipes;
+    auto kept = std::make_unique<output_pipes>();
+    auto& pipes = *kept;
     auto name = "attempt-" + std::to_string(i);
     auto r = request(dir, name,
                      {"sh", "-c", "echo \"$WHO $PWD\"; echo oops >&2; exit $1",
@@ -208,12 +247,25 @@ TEST_CASE("shim --serve: a task's attempts run one after another under one "
     auto pid_line = shim.line();
     REQUIRE(pid_line.size() > 1);
     CHECK(std::stol(pid_line) > 0);
+    if (last) {
+      // The last attempt's pipes hang up once the next request is taken.
+      pollfd p{last->out[0], POLLIN, 0};
+      REQUIRE(::poll(&p, 1, 60'000) == 1);
+      CHECK(last->stdout_rest().empty());
+      char c;
+      CHECK(::read(last->out[0], &c, 1) == 0);
+    }
     // Forwarded (read as the runtime reads: the shim keeps the order of
-    // the two streams for a reader that reads both), and the pipes closed
-    // once the attempt was over; then its end.
-    CHECK(pipes.stdout_text() ==
+    // the two streams for a reader that reads both), then its end, after
+    // which nothing more comes (the pipes stay open until the next
+    // request).
+    CHECK(pipes.stdout_line() ==
           "attempt" + std::to_string(i) + " " + r.cwd + "\n");
-    CHECK(shim.line() == "end\n");
+    // The record it sent is the one it wrote.
+    auto record = shim.end();
+    CHECK(record == slurp(r.attempt_dir + "/exit.status"));
+    CHECK(pipes.stdout_rest().empty());
+    last = std::move(kept);
     CHECK(exit_of(r.attempt_dir).exit_code == i + 2);
     CHECK(slurp(r.attempt_dir + "/output.log").find("oops") !=
           std::string::npos);
@@ -242,7 +294,7 @@ TEST_CASE("shim --serve: a stop meant for an attempt that has ended is "
     output_pipes pipes;
     REQUIRE(send(shim, request(dir, "attempt-1", {"true"}), pipes));
     REQUIRE(shim.line().size() > 1);
-    REQUIRE(shim.line() == "end\n");
+    REQUIRE_FALSE(shim.end().empty());
   }
   // The runtime's stop for attempt 1 arrives late, and the next request
   // right behind it: held stopped, the shim finds both waiting at once.
@@ -253,7 +305,7 @@ TEST_CASE("shim --serve: a stop meant for an attempt that has ended is "
   REQUIRE(send(shim, r, pipes));
   REQUIRE(::kill(shim.pid, SIGCONT) == 0);
   REQUIRE(shim.line().size() > 1);
-  REQUIRE(shim.line() == "end\n");
+  REQUIRE_FALSE(shim.end().empty());
   auto rec = exit_of(r.attempt_dir);
   CHECK(rec.signal == 0);
   CHECK(rec.exit_code == 5);

@@ -265,3 +265,46 @@ TEST_CASE("shim request: anything but a complete request is rejected, "
   rejects(replace(good, std::string{"cgroup\0\0", 8}, ""), "missing");
   rejects(std::string(max_request_bytes + 1, 'x'), "larger than");
 }
+
+TEST_CASE("shim end: the exit record comes with it, taken only once all of "
+          "it has arrived") {
+  exit_record rec;
+  rec.exit_code = 3;
+  rec.duration_us = 1234;
+  rec.warnings = {"output still open"};
+  auto text = format_exit_record(rec);
+  auto frame = encode_attempt_end(text);
+  // Arriving a byte at a time: nothing until the last one.
+  for (std::size_t n = 0; n < frame.size(); ++n) {
+    auto partial = parse_attempt_end(std::string_view{frame}.substr(0, n));
+    INFO(n);
+    REQUIRE(partial);
+    CHECK_FALSE(*partial);
+  }
+  auto whole = parse_attempt_end(frame);
+  REQUIRE(whole);
+  REQUIRE(*whole);
+  CHECK(**whole == text);
+  auto back = parse_exit_record(**whole, "exit.status");
+  REQUIRE(back);
+  CHECK(back->exit_code == 3);
+  CHECK(back->warnings == rec.warnings);
+}
+
+TEST_CASE("shim end: anything else is refused, saying what it was") {
+  auto rejects = [](const std::string& bytes, const std::string& words) {
+    auto parsed = parse_attempt_end(bytes);
+    REQUIRE_FALSE(parsed);
+    INFO(parsed.error().to_string());
+    CHECK(parsed.error().to_string().find(words) != std::string::npos);
+  };
+  rejects("end\n", "expected 'end'");
+  rejects("1234\n", "expected 'end'");
+  rejects("end x\n", "malformed length");
+  rejects("end \n", "malformed length");
+  // Longer than any record: refused before it is read.
+  rejects("end " + std::to_string(max_record_bytes + 1) + "\n",
+          "malformed length");
+  rejects("end 123456", "not ended by a newline");
+  rejects("end 2\nabc", "bytes after the exit record");
+}

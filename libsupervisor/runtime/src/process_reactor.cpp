@@ -70,12 +70,22 @@ int pidfd_signal(int pidfd, int sig) {
     ::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
 }
 
+/// The pid in a shim's report (`digits`, the line without its newline);
+/// -1 when it is not one.
+pid_t report_pid(std::string_view digits) {
+  long pid = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9' || pid >= 1 << 23)
+      return -1;
+    pid = pid * 10 + (c - '0');
+  }
+  return digits.empty() ? -1 : static_cast<pid_t>(pid);
+}
+
 /// Reads the shim's report (the agent's pid and a newline) from `fd`:
 /// the pid, 0 when the agent could not start, -1 when the shim said nothing
 /// (it failed before starting the agent), -2 when it did not answer in time.
-/// On a serving shim's socket (`socket`) nothing past the newline is
-/// taken: the attempt's `end` may follow it.
-pid_t read_shim_report(int fd, bool socket) {
+pid_t read_shim_report(int fd) {
   char buf[32];
   std::size_t got = 0;
   auto deadline = std::chrono::steady_clock::now() +
@@ -92,15 +102,7 @@ pid_t read_shim_report(int fd, bool socket) {
       continue;
     if (r <= 0)
       return r == 0 ? -2 : -1;
-    auto want = sizeof buf - got;
-    if (socket) {
-      auto peeked = ::recv(fd, buf + got, want, MSG_PEEK);
-      if (peeked > 0)
-        if (auto* nl = static_cast<char*>(
-              std::memchr(buf + got, '\n', static_cast<std::size_t>(peeked))))
-          want = static_cast<std::size_t>(nl - (buf + got)) + 1;
-    }
-    auto n = ::read(fd, buf + got, want);
+    auto n = ::read(fd, buf + got, sizeof buf - got);
     if (n < 0 && errno == EINTR)
       continue;
     if (n <= 0)
@@ -109,13 +111,42 @@ pid_t read_shim_report(int fd, bool socket) {
     if (std::memchr(buf, '\n', got) != nullptr)
       break;
   }
-  long pid = 0;
-  std::size_t i = 0;
-  for (; i < got && buf[i] >= '0' && buf[i] <= '9' && pid < 1 << 23; ++i)
-    pid = pid * 10 + (buf[i] - '0');
-  if (i == 0 || i >= got || buf[i] != '\n')
-    return -1;
-  return static_cast<pid_t>(pid);
+  auto* nl = static_cast<const char*>(std::memchr(buf, '\n', got));
+  return nl == nullptr ? -1
+                       : report_pid({buf, static_cast<std::size_t>(nl - buf)});
+}
+
+/// Reads a serving shim's report of the agent's pid from its socket, whose
+/// receive timeout is the report's (spawn_served_shim sets it): the pid, 0
+/// when the agent could not start, -1 when the shim hung up or said
+/// something else, -2 when it did not answer in time. What came after the
+/// newline (the start of the attempt's end) goes to `rest`.
+pid_t read_served_report(int sock, std::string& rest) {
+  char buf[256];
+  std::size_t got = 0;
+  auto deadline = std::chrono::steady_clock::now() +
+                  std::chrono::milliseconds{shim_report_timeout_ms};
+  for (;;) {
+    auto n = ::recv(sock, buf + got, sizeof buf - got, 0);
+    if (n < 0 && errno == EINTR) {
+      if (std::chrono::steady_clock::now() >= deadline)
+        return -2;
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return -2;
+    if (n <= 0)
+      return -1;
+    got += static_cast<std::size_t>(n);
+    auto* nl = static_cast<char*>(std::memchr(buf, '\n', got));
+    if (nl == nullptr) {
+      if (got == sizeof buf)
+        return -1;
+      continue;
+    }
+    rest.assign(nl + 1, buf + got);
+    return report_pid({buf, static_cast<std::size_t>(nl - buf)});
+  }
 }
 
 } // namespace
@@ -165,7 +196,12 @@ std::optional<served_shim> reactor::spawn_served_shim(const std::string& dir,
   plan.error_fd = ::fcntl(2, F_GETFD) >= 0 ? 2 : devnull_fd_;
   plan.max_fd = max_fd_;
   sigemptyset(&plan.mask);
-  if (!raise_fd(plan.stdin_fd)) {
+  // Its report of the agent's start is waited for this long.
+  timeval report_timeout{shim_report_timeout_ms / 1000,
+                         shim_report_timeout_ms % 1000 * 1000};
+  if (::setsockopt(s.sock, SOL_SOCKET, SO_RCVTIMEO, &report_timeout,
+                   sizeof report_timeout) != 0 ||
+      !raise_fd(plan.stdin_fd)) {
     error = "cannot prepare descriptors: " + errno_text(errno);
     close_fd(theirs);
     close_fd(s.sock);
@@ -217,12 +253,14 @@ std::shared_ptr<attempt_handle> reactor::start_served(attempt_ptr a,
   };
   // One pipe per stream, so each line keeps the stream it came from; the
   // shim gets their write ends with the request.
+  // Both ends non-blocking: we read ours from the reactor, the shim writes
+  // to its own without ever waiting (the agent has pipes of the shim's).
   int out[2];
   int err[2];
-  if (::pipe2(out, O_CLOEXEC) != 0)
+  if (::pipe2(out, O_CLOEXEC | O_NONBLOCK) != 0)
     return fail("cannot create the output pipe: " + errno_text(errno));
   a->output_fd = out[0];
-  if (::pipe2(err, O_CLOEXEC) != 0) {
+  if (::pipe2(err, O_CLOEXEC | O_NONBLOCK) != 0) {
     auto e = errno;
     close_fd(out[1]);
     return fail("cannot create the error pipe: " + errno_text(e));
@@ -232,12 +270,6 @@ std::shared_ptr<attempt_handle> reactor::start_served(attempt_ptr a,
     close_fd(out[1]);
     close_fd(err[1]);
   };
-  if (::fcntl(a->output_fd, F_SETFL, O_NONBLOCK) != 0 ||
-      ::fcntl(a->error_fd, F_SETFL, O_NONBLOCK) != 0) {
-    auto e = errno;
-    close_ours();
-    return fail("cannot prepare descriptors: " + errno_text(e));
-  }
   auto dir = request.attempt_dir.substr(0, request.attempt_dir.rfind('/'));
   auto payload = encode_shim_request(request);
   a->served = true;
@@ -258,7 +290,7 @@ std::shared_ptr<attempt_handle> reactor::start_served(attempt_ptr a,
     pid_t agent = -1;
     if (send_shim_request(shim->sock, payload, out[1], err[1],
                           std::chrono::milliseconds{shim_report_timeout_ms}))
-      agent = read_shim_report(shim->sock, true);
+      agent = read_served_report(shim->sock, a->end_bytes);
     if (agent >= 0) {
       close_ours();
       a->pid = shim->pid;
@@ -427,9 +459,10 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
       return submit(fail("attempt spec: an argument contains a NUL byte"));
 
   // Directories: the attempt's own, a fresh workspace and artifacts dir.
-  if (::mkdir(spec.attempt_dir.c_str(), 0777) != 0) {
+  bool new_dir = ::mkdir(spec.attempt_dir.c_str(), 0777) == 0;
+  if (!new_dir) {
     std::error_code ec;
-    fs::create_directories(spec.attempt_dir, ec);
+    new_dir = fs::create_directories(spec.attempt_dir, ec);
     if (ec)
       return submit(
         fail("cannot create " + spec.attempt_dir + ": " + ec.message()));
@@ -454,8 +487,9 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   }
   // A record left by an earlier use of the directory must not be taken for
   // this attempt's.
-  for (auto name : {exit_record_name, shim_record_name})
-    ::unlink((dir + "/" + std::string{name}).c_str());
+  if (!new_dir)
+    for (auto name : {exit_record_name, shim_record_name})
+      ::unlink((dir + "/" + std::string{name}).c_str());
 
   // Lines go to the callback on the reactor thread; the shim writes the log.
   a->log_path = dir + "/output.log";
@@ -643,7 +677,7 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
                    ": no pidfd");
   }
   // The shim answers once the agent has exec'd (or could not).
-  auto agent = read_shim_report(report_fd, false);
+  auto agent = read_shim_report(report_fd);
   close_fd(report_fd);
   if (agent == -2) {
     pidfd_signal(pidfd, SIGUSR1);
@@ -1151,6 +1185,40 @@ void reactor::add_attempt(attempt_ptr item) {
     a.drain_until = clock_type::now();
     advance(a);
   }
+  // A serving shim's end may have come with its report already: then no
+  // event on its socket will say so.
+  if (a.served && !a.end_bytes.empty())
+    on_leader_exit(a); // may report the attempt and destroy it
+}
+
+bool reactor::take_end(attempt& a) {
+  for (;;) {
+    auto end = parse_attempt_end(a.end_bytes);
+    if (!end) {
+      // Not a shim of ours any more: it serves nothing else.
+      warn("process runtime: " + end.error().to_string());
+      a.shim_ok = false;
+      return true;
+    }
+    if (*end) {
+      auto path = a.attempt_dir + "/" + std::string{exit_record_name};
+      if (auto rec = parse_exit_record(**end, path))
+        a.record = std::move(*rec);
+      a.shim_ok = true;
+      return true;
+    }
+    char buf[1024];
+    auto n = ::recv(a.control_fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+      return false; // more to come
+    if (n <= 0) {
+      a.shim_ok = false; // it hung up
+      return true;
+    }
+    a.end_bytes.append(buf, static_cast<std::size_t>(n));
+  }
 }
 
 void reactor::signal_group(attempt& a, int sig) {
@@ -1167,14 +1235,11 @@ void reactor::signal_group(attempt& a, int sig) {
 void reactor::on_leader_exit(attempt& a) {
   auto now = clock_type::now();
   if (a.served) {
-    // The shim says `end` once the attempt is over (exit record written,
-    // the agent's group gone, its output forwarded); a hang-up means it
-    // died.
-    char buf[8];
-    auto n = ::recv(a.control_fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+    // The shim says `end` with the exit record once the attempt is over
+    // (the record written, the agent's group gone, its output forwarded);
+    // a hang-up means it died, and what it recorded is read from the file.
+    if (!take_end(a))
       return;
-    a.shim_ok = n == 4 && std::memcmp(buf, "end\n", 4) == 0;
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.control_fd, nullptr);
     a.group_empty = true;
   } else if (!a.adopted) {
@@ -1190,7 +1255,8 @@ void reactor::on_leader_exit(attempt& a) {
   }
   a.exited = true;
   a.ended = now;
-  read_exit_record(a);
+  if (!a.record)
+    read_exit_record(a);
   if (!a.served) {
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
     close_fd(a.pidfd);
@@ -1255,6 +1321,12 @@ void reactor::set_paused(attempt& a, bool paused) {
     a.capture->resume();
   // Out of the epoll set while paused: a pipe whose writer has gone would
   // report EPOLLHUP on every turn even with no events asked for.
+  // After a serving shim's end the pipes are read to where they are, not
+  // watched (they do not hang up).
+  if (!paused && a.served && a.shim_ok) {
+    schedule(clock_type::now(), a.id);
+    return;
+  }
   epoll_event ev{};
   ev.events = EPOLLIN;
   for (auto [fd, kind] : {std::pair{a.output_fd, kind_output},
@@ -1281,6 +1353,30 @@ void reactor::set_paused(attempt& a, bool paused) {
     a.drain_until = at;
     schedule(at, a.id);
   }
+}
+
+bool reactor::drain_after_end(attempt& a) {
+  for (auto stream : {output_stream::out, output_stream::err}) {
+    auto& fd = stream == output_stream::err ? a.error_fd : a.output_fd;
+    while (fd >= 0) {
+      auto n = ::read(fd, read_buf_.data(), read_buf_.size());
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0) {
+        // Empty (the shim wrote everything before its end), ended or
+        // broken: this stream is done.
+        close_stream(fd);
+        break;
+      }
+      a.capture->feed(stream, {read_buf_.data(), static_cast<std::size_t>(n)});
+      if (a.capture->full()) {
+        set_paused(a, true);
+        return false;
+      }
+    }
+  }
+  a.eof = true;
+  return true;
 }
 
 void reactor::close_stream(int& fd) {
@@ -1348,7 +1444,10 @@ void reactor::advance(attempt& a) {
   if (!a.eof) {
     if (a.paused)
       return; // set_paused(false) starts the drain again
-    if (a.adopted && follow_log(a, read_buf_)) {
+    if (a.served && a.shim_ok) {
+      if (!drain_after_end(a))
+        return; // paused
+    } else if (a.adopted && follow_log(a, read_buf_)) {
       a.eof = true;
     } else if (a.adopted) {
       if (!a.paused) {
@@ -1477,7 +1576,9 @@ void reactor::release_shim(attempt& a) {
   s.sock = std::exchange(a.control_fd, -1);
   s.dir = a.serve_dir;
   s.idle_since = clock_type::now();
-  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s.sock, nullptr);
+  // Its end took the socket off the watch list already.
+  if (!a.exited)
+    ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, s.sock, nullptr);
   bool closing;
   {
     std::lock_guard<std::mutex> guard{mtx_};

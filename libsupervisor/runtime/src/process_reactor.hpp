@@ -106,6 +106,9 @@ struct attempt {
   /// `end` (it can serve the task's next attempt).
   bool served = false;
   bool shim_ok = false;
+  /// What the serving shim has said since the agent's pid: its end and the
+  /// exit record that comes with it.
+  std::string end_bytes;
   std::string serve_dir;
   /// output.log, written by the shim.
   std::string log_path;
@@ -370,9 +373,17 @@ private:
   void add_attempt(attempt_ptr a);
   void abandon(attempt& a, std::string error);
   void on_leader_exit(attempt& a);
+  /// Reads what a serving shim said: true once it said the attempt's end
+  /// (`shim_ok`, and `record` when the record it sent is sound) or hung up;
+  /// false while more is to come.
+  bool take_end(attempt& a);
   void read_output(attempt& a, output_stream stream);
   void close_output(attempt& a);
   void close_stream(int& fd);
+  /// After a serving shim's end: reads what the pipes hold (all the agent
+  /// wrote is in them) and closes them. False when the receiver filled up
+  /// first (the attempt is paused; resuming reads on).
+  bool drain_after_end(attempt& a);
   void set_paused(attempt& a, bool paused);
   bool group_gone(attempt& a);
   void advance(attempt& a);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 
 #include <dirent.h>
@@ -185,10 +186,13 @@ spawn_result spawn_child(child_plan& plan, void* stack_top) {
   spawn_result r;
   // Blocked across the clone so no handler of the program runs in the
   // child (on its stack, in our memory) before it has reset them.
-  all_signals_blocked blocked;
-  r.pid =
-    ::clone(child_main, stack_top,
-            CLONE_VM | CLONE_VFORK | CLONE_PIDFD | SIGCHLD, &plan, &r.pidfd);
+  std::optional<all_signals_blocked> blocked;
+  if (plan.caller_has_handlers)
+    blocked.emplace();
+  int flags = CLONE_VM | CLONE_VFORK | SIGCHLD;
+  if (plan.want_pidfd)
+    flags |= CLONE_PIDFD;
+  r.pid = ::clone(child_main, stack_top, flags, &plan, &r.pidfd);
   r.err = errno;
   return r;
 }

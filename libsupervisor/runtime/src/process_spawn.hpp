@@ -59,6 +59,11 @@ struct child_plan {
   /// The signals whose disposition the child resets to the default; empty:
   /// every signal (the caller does not know which it changed).
   std::vector<int> reset_only;
+  /// A caller with no signal handlers (the shim: signals reach it through a
+  /// signalfd) need not block them across the clone.
+  bool caller_has_handlers = true;
+  /// Whether the spawn asks the kernel for a pidfd.
+  bool want_pidfd = true;
   /// Written by the child (shared memory) when it cannot exec: the stage
   /// that failed (0: none) and its errno.
   int failed_stage = 0;

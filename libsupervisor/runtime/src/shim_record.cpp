@@ -601,6 +601,40 @@ bool send_shim_request(int sock, std::string_view payload, int out, int err,
   return send_with_fds(sock, frame, out, err, timeout);
 }
 
+std::string encode_attempt_end(std::string_view exit_record_text) {
+  std::string out = "end " + std::to_string(exit_record_text.size()) + "\n";
+  out += exit_record_text;
+  return out;
+}
+
+expected<std::optional<std::string_view>>
+parse_attempt_end(std::string_view bytes) {
+  auto bad = [](std::string what) {
+    return error{"shim", "end", std::move(what)};
+  };
+  constexpr std::string_view word = "end ";
+  // The length has at most five digits (a record is at most 8 KiB).
+  constexpr std::size_t max_head = word.size() + 5 + 1;
+  if (bytes.substr(0, word.size()) != word.substr(0, bytes.size()))
+    return bad("expected 'end', got '" + one_line(bytes.substr(0, 16)) + "'");
+  auto nl = bytes.find('\n');
+  if (nl == std::string_view::npos) {
+    if (bytes.size() >= max_head)
+      return bad("length not ended by a newline");
+    return std::optional<std::string_view>{};
+  }
+  auto size =
+    parse_number(bytes.substr(word.size(), nl - word.size()), max_record_bytes);
+  if (!size)
+    return bad("malformed length '" + one_line(bytes.substr(0, nl)) + "'");
+  auto rest = bytes.substr(nl + 1);
+  if (rest.size() < *size)
+    return std::optional<std::string_view>{};
+  if (rest.size() > *size)
+    return bad("bytes after the exit record");
+  return std::optional<std::string_view>{rest};
+}
+
 expected<std::vector<log_segment>>
 stream_index_reader::feed(std::string_view bytes, const std::string& path) {
   std::vector<log_segment> out;

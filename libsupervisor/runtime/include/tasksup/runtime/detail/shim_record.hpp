@@ -144,6 +144,19 @@ std::string encode_shim_request(const shim_request& r);
 /// unknown key, a missing field, a relative directory, no command).
 expected<shim_request> parse_shim_request(std::string_view payload);
 
+/// What a serving shim says once an attempt is over (exit record written,
+/// the agent's group gone, its output forwarded and the pipes closed):
+/// `end <n>\n` and the `n` bytes of the exit record it wrote, so the
+/// runtime need not read exit.status back.
+std::string encode_attempt_end(std::string_view exit_record_text);
+
+/// Reads an attempt's end from `bytes`, all the socket has given since the
+/// agent's pid: the exit record's text once all of it has arrived, an empty
+/// optional while more is to come, an error when `bytes` is not an end (or
+/// holds more than one).
+expected<std::optional<std::string_view>>
+parse_attempt_end(std::string_view bytes);
+
 /// Sends a request to a serving shim on `sock`: the payload's length, then
 /// the payload, with `out` and `err` (the pipes it forwards the agent's
 /// stdout and stderr to) on the first byte. False when the shim is gone or
