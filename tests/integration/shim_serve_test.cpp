@@ -381,13 +381,15 @@ TEST_CASE("shim --serve: a request that is not one ends the shim with a "
 namespace {
 
 struct outcome_wait {
-  std::promise<attempt_outcome> promise;
-  std::future<attempt_outcome> future = promise.get_future();
+  // Shared with the callback, which may outlive a failed wait.
+  std::shared_ptr<std::promise<attempt_outcome>> promise =
+    std::make_shared<std::promise<attempt_outcome>>();
+  std::future<attempt_outcome> future = promise->get_future();
 
   attempt_callbacks callbacks() {
     attempt_callbacks cb;
-    cb.on_exit = [this](attempt_outcome out) {
-      promise.set_value(std::move(out));
+    cb.on_exit = [p = promise](attempt_outcome out) {
+      p->set_value(std::move(out));
     };
     return cb;
   }
@@ -514,5 +516,26 @@ TEST_CASE("process runtime: attempts writing to both streams all end, the "
     auto out = w.future.get();
     REQUIRE(out.exit_code == 1);
     REQUIRE(out.tail == std::vector<std::string>{"out", "err"});
+  }
+}
+
+TEST_CASE("process runtime: an attempt whose end comes with its start's "
+          "report is reported",
+          "[shim]") {
+  // An agent that exits at once can have its shim's end arrive with the
+  // report of its start; nothing more comes on the socket then, so the
+  // runtime must not wait for it to say anything (it waited for ever, in
+  // a few of every hundred attempts of /bin/false). A stand-in shim makes
+  // that happen every time.
+  scratch dir;
+  process_runtime_options opts;
+  opts.shim_path = std::string{TASKSUP_FIXTURES_DIR} + "/eager_shim.py";
+  auto rt = make_process_runtime(std::move(opts));
+  for (int i = 1; i <= 3; ++i) {
+    auto out =
+      run_attempt(*rt, dir / ("t/attempt-" + std::to_string(i)), i, {"true"});
+    INFO(out.infrastructure_error);
+    CHECK(out.infrastructure_error.empty());
+    CHECK(out.exit_code == 7);
   }
 }

@@ -388,8 +388,9 @@ std::shared_ptr<attempt_handle> reactor::submit(attempt_ptr item) {
     // A running attempt is watched from here, under the lock: the reactor
     // wakes on the attempt's own events, and takes it from the queue (which
     // needs this lock) before it looks at them. No wake-up write is needed
-    // for it; an attempt that never ran, or one whose log is followed, needs
-    // one.
+    // for it; an attempt that never ran, one whose log is followed, or one
+    // whose end came with its shim's report (nothing more will come on its
+    // socket) needs one.
     if (pid > 0) {
       if (auto err = watch(*item); err != 0) {
         guard.unlock();
@@ -398,7 +399,7 @@ std::shared_ptr<attempt_handle> reactor::submit(attempt_ptr item) {
         return submit(std::move(item));
       }
     }
-    if (pid <= 0 || item->adopted)
+    if (pid <= 0 || item->adopted || !item->end_bytes.empty())
       wake_needed = !std::exchange(wake_pending_, true);
     handle = std::make_shared<process_handle>(
       weak_from_this(), id, agent > 0 ? std::to_string(agent) : std::string{});
