@@ -539,3 +539,31 @@ TEST_CASE("process runtime: an attempt whose end comes with its start's "
     CHECK(out.exit_code == 7);
   }
 }
+
+TEST_CASE("process runtime: a shim that never reports the agent's start is "
+          "ended, and the agent it started with it",
+          "[shim]") {
+  // The stand-in starts `sleep 600`, records it and then neither reports
+  // nor heeds SIGUSR1: the runtime kills it, and the agent its record
+  // names, instead of leaving that agent running unwatched.
+  scratch dir;
+  process_runtime_options opts;
+  opts.shim_path = std::string{TASKSUP_FIXTURES_DIR} + "/wedged_shim.py";
+  opts.shim_report_timeout = 500ms;
+  auto rt = make_process_runtime(std::move(opts));
+  auto out = run_attempt(*rt, dir / "t/attempt-1", 1, {"true"});
+  INFO(out.infrastructure_error);
+  CHECK(out.infrastructure_error.find(
+          "did not report the agent's start within 500 ms") !=
+        std::string::npos);
+  auto rec = shim_of(dir / "t/attempt-1");
+  CHECK(process_gone(rec.shim_pid));
+  // Killed (a zombie until its new parent reaps it counts as gone).
+  auto dead = [](pid_t pid) {
+    auto stat = slurp("/proc/" + std::to_string(pid) + "/stat");
+    auto close = stat.rfind(')');
+    return stat.empty() || (close != std::string::npos &&
+                            close + 2 < stat.size() && stat[close + 2] == 'Z');
+  };
+  CHECK(eventually([&] { return dead(rec.agent_pid); }, patience));
+}

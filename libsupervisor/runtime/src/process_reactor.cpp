@@ -30,7 +30,9 @@ namespace {
 namespace fs = std::filesystem;
 
 /// How long `start` waits for the shim to say the agent runs.
-constexpr int shim_report_timeout_ms = 10'000;
+/// How long a shim that did not report the agent's start is given to end
+/// once told to (SIGUSR1) before it is killed.
+constexpr int unreported_shim_grace_ms = 1000;
 
 /// How often an adopted attempt's log is looked at for new output.
 constexpr std::chrono::milliseconds follow_interval{50};
@@ -85,11 +87,10 @@ pid_t report_pid(std::string_view digits) {
 /// Reads the shim's report (the agent's pid and a newline) from `fd`:
 /// the pid, 0 when the agent could not start, -1 when the shim said nothing
 /// (it failed before starting the agent), -2 when it did not answer in time.
-pid_t read_shim_report(int fd) {
+pid_t read_shim_report(int fd, std::chrono::milliseconds timeout) {
   char buf[32];
   std::size_t got = 0;
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds{shim_report_timeout_ms};
+  auto deadline = std::chrono::steady_clock::now() + timeout;
   while (got < sizeof buf) {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
                   deadline - std::chrono::steady_clock::now())
@@ -121,11 +122,11 @@ pid_t read_shim_report(int fd) {
 /// when the agent could not start, -1 when the shim hung up or said
 /// something else, -2 when it did not answer in time. What came after the
 /// newline (the start of the attempt's end) goes to `rest`.
-pid_t read_served_report(int sock, std::string& rest) {
+pid_t read_served_report(int sock, std::string& rest,
+                         std::chrono::milliseconds timeout) {
   char buf[256];
   std::size_t got = 0;
-  auto deadline = std::chrono::steady_clock::now() +
-                  std::chrono::milliseconds{shim_report_timeout_ms};
+  auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
     auto n = ::recv(sock, buf + got, sizeof buf - got, 0);
     if (n < 0 && errno == EINTR) {
@@ -159,6 +160,33 @@ std::optional<served_shim> reactor::take_idle_shim(const std::string& dir) {
   auto s = std::move(it->second);
   idle_shims_.erase(it);
   return s;
+}
+
+std::string reactor::not_reported_text() const {
+  return "tasksup-shim did not report the agent's start within " +
+         std::to_string(options_.shim_report_timeout.count()) + " ms";
+}
+
+void reactor::stop_unreported_shim(pid_t pid, int pidfd,
+                                   const std::string& attempt_dir) {
+  // It may have started the agent: SIGUSR1 has it kill the agent's group
+  // and end. One that does not end in time is killed, and so is the group
+  // its record names (the agent would otherwise run on, unwatched).
+  if (pidfd >= 0) {
+    pidfd_signal(pidfd, SIGUSR1);
+    pollfd p{pidfd, POLLIN, 0};
+    while (::poll(&p, 1, unreported_shim_grace_ms) < 0 && errno == EINTR) {
+    }
+    pidfd_signal(pidfd, SIGKILL);
+  } else {
+    ::kill(pid, SIGKILL);
+  }
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  auto path = attempt_dir + "/" + std::string{shim_record_name};
+  if (auto text = read_small_file(path))
+    if (auto rec = parse_shim_record(*text, path); rec && rec->shim_pid == pid)
+      kill_group_members(rec->agent_pgid, rec->agent_start, attempt_dir);
 }
 
 void reactor::discard_shim(served_shim& s) {
@@ -197,8 +225,9 @@ std::optional<served_shim> reactor::spawn_served_shim(const std::string& dir,
   plan.max_fd = max_fd_;
   sigemptyset(&plan.mask);
   // Its report of the agent's start is waited for this long.
-  timeval report_timeout{shim_report_timeout_ms / 1000,
-                         shim_report_timeout_ms % 1000 * 1000};
+  auto report_ms = std::max<long long>(options_.shim_report_timeout.count(), 1);
+  timeval report_timeout{static_cast<time_t>(report_ms / 1000),
+                         static_cast<suseconds_t>(report_ms % 1000 * 1000)};
   if (::setsockopt(s.sock, SOL_SOCKET, SO_RCVTIMEO, &report_timeout,
                    sizeof report_timeout) != 0 ||
       !raise_fd(plan.stdin_fd)) {
@@ -289,8 +318,9 @@ std::shared_ptr<attempt_handle> reactor::start_served(attempt_ptr a,
     }
     pid_t agent = -1;
     if (send_shim_request(shim->sock, payload, out[1], err[1],
-                          std::chrono::milliseconds{shim_report_timeout_ms}))
-      agent = read_served_report(shim->sock, a->end_bytes);
+                          options_.shim_report_timeout))
+      agent = read_served_report(shim->sock, a->end_bytes,
+                                 options_.shim_report_timeout);
     if (agent >= 0) {
       close_ours();
       a->pid = shim->pid;
@@ -299,15 +329,15 @@ std::shared_ptr<attempt_handle> reactor::start_served(attempt_ptr a,
       a->agent_pid = agent;
       return submit(std::move(a));
     }
-    // A shim that took the request may be running the agent: SIGUSR1 first.
-    if (shim->pidfd >= 0)
-      pidfd_signal(shim->pidfd, SIGUSR1);
+    // Hung up first, so a shim that ends once it killed the agent does.
+    close_fd(shim->sock);
+    stop_unreported_shim(shim->pid, shim->pidfd, request.attempt_dir);
+    shim->pid = -1; // reaped
     discard_shim(*shim);
     if (fresh) {
       close_ours();
       return fail(agent == -2
-                    ? "tasksup-shim did not report the agent's start within " +
-                        std::to_string(shim_report_timeout_ms) + " ms"
+                    ? not_reported_text()
                     : "tasksup-shim ended before it started the agent");
     }
   }
@@ -678,16 +708,13 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
                    ": no pidfd");
   }
   // The shim answers once the agent has exec'd (or could not).
-  auto agent = read_shim_report(report_fd);
+  auto agent = read_shim_report(report_fd, options_.shim_report_timeout);
   close_fd(report_fd);
   if (agent == -2) {
-    pidfd_signal(pidfd, SIGUSR1);
-    ::kill(pid, SIGKILL);
+    close_fd(a->control_fd);
+    stop_unreported_shim(pid, pidfd, a->attempt_dir);
     close_fd(pidfd);
-    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    return give_up("tasksup-shim did not report the agent's start within " +
-                   std::to_string(shim_report_timeout_ms) + " ms");
+    return give_up(not_reported_text());
   }
   a->pid = pid;
   a->pidfd = pidfd; // close-on-exec already (CLONE_PIDFD)

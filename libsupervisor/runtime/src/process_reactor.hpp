@@ -373,6 +373,11 @@ private:
   void add_attempt(attempt_ptr a);
   void abandon(attempt& a, std::string error);
   void on_leader_exit(attempt& a);
+  /// Ends a shim (`pid`, watched through `pidfd`) that did not report the
+  /// start of the agent of `attempt_dir`'s attempt, and that agent with it.
+  void stop_unreported_shim(pid_t pid, int pidfd,
+                            const std::string& attempt_dir);
+  std::string not_reported_text() const;
   /// Reads what a serving shim said: true once it said the attempt's end
   /// (`shim_ok`, and `record` when the record it sent is sound) or hung up;
   /// false while more is to come.

@@ -51,6 +51,12 @@ struct process_runtime_options {
   /// shim exits after this long. Zero: a new shim for every attempt.
   std::chrono::milliseconds shim_idle_timeout{10000};
 
+  /// How long a shim has to report that it started the agent (or could
+  /// not). One that does not is told to kill the agent's group and end, and
+  /// is killed itself if it does not, with the group its record names; the
+  /// attempt fails with an infrastructure error.
+  std::chrono::milliseconds shim_report_timeout{10000};
+
   /// Receives operator-facing warnings (e.g. "memory limits are not enforced:
   /// ..."); may be called from any thread, never concurrently. Empty: dropped.
   std::function<void(std::string_view message)> on_warning;
