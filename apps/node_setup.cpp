@@ -46,6 +46,13 @@ make_named_runtime(std::string_view name, const node_config& node,
     opts.on_warning = warn;
     opts.output_limits = limits;
     opts.orphans = owner.orphans;
+    auto ms = [](double s) {
+      return std::chrono::milliseconds{static_cast<std::int64_t>(s * 1000)};
+    };
+    opts.shim_idle_timeout = ms(node.process_shim_idle_timeout_s);
+    // At least a millisecond: the report is waited for, not skipped.
+    opts.shim_report_timeout = std::max(ms(node.process_shim_report_timeout_s),
+                                        std::chrono::milliseconds{1});
     return runtime::make_process_runtime(std::move(opts));
   }
   if (name == "docker") {

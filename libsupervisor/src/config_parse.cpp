@@ -433,8 +433,20 @@ node_config read_node(const reader& r, const json::value& v) {
   const auto& obj = r.object(v, path);
   r.check_keys(obj, path,
                {"max_concurrent", "circuit_breaker", "retry_budget",
-                "default_agent", "default_runtime", "output", "allowed_paths"});
+                "default_agent", "default_runtime", "output", "allowed_paths",
+                "process"});
   node_config node;
+  if (const auto* x = obj.if_contains("process")) {
+    auto ptr = child(path, "process");
+    const auto& sub = r.object(*x, ptr);
+    r.check_keys(sub, ptr, {"shim_idle_timeout_s", "shim_report_timeout_s"});
+    if (const auto* y = sub.if_contains("shim_idle_timeout_s"))
+      node.process_shim_idle_timeout_s =
+        r.seconds(*y, child(ptr, "shim_idle_timeout_s"));
+    if (const auto* y = sub.if_contains("shim_report_timeout_s"))
+      node.process_shim_report_timeout_s =
+        r.seconds(*y, child(ptr, "shim_report_timeout_s"), true);
+  }
   if (const auto* x = obj.if_contains("allowed_paths")) {
     auto ptr = child(path, "allowed_paths");
     const auto& arr = r.array(*x, ptr);

@@ -567,3 +567,37 @@ TEST_CASE("process runtime: a shim that never reports the agent's start is "
   };
   CHECK(eventually([&] { return dead(rec.agent_pid); }, patience));
 }
+
+TEST_CASE("run: node.json's process.shim_idle_timeout_s 0 gives every attempt "
+          "a shim of its own, the default one shim per task",
+          "[shim]") {
+  for (bool per_attempt : {false, true}) {
+    INFO("shim_idle_timeout_s 0: " << per_attempt);
+    scratch dir;
+    fs::create_directories(dir / "config");
+    dir.write("config/node.json",
+              per_attempt ? R"({"process": {"shim_idle_timeout_s": 0}})"
+                          : "{}");
+    fs::copy_file(config_dir() + "/classifier.json",
+                  dir / "config/classifier.json");
+    auto agent = dir.write("agent", "#!/bin/sh\n"
+                                    "[ \"$TASKSUP_ATTEMPT\" -ge 2 ] && exit 0\n"
+                                    "echo 'error: transient failure' >&2\n"
+                                    "exit 1\n");
+    fs::permissions(agent, fs::perms::owner_all);
+    auto task = dir.write("t.json", R"({"id": "t", "prompt": "p",
+      "agent_selection": {"agents": [{"agent_id": "a", "agent_cli": ")" +
+                                      agent + R"(",
+        "prompt_as_argument": false}]},
+      "supervisor": {"backoff_base_seconds": 0}})");
+    tasksup_child run{
+      dir,
+      "run",
+      {"run", "--config", dir / "config", "--work-dir", dir / "work", task}};
+    INFO(run.err());
+    REQUIRE(run.wait(patience) == 0);
+    auto first = shim_of(dir / "work/t/attempt-1");
+    auto second = shim_of(dir / "work/t/attempt-2");
+    CHECK((first.shim_pid != second.shim_pid) == per_attempt);
+  }
+}

@@ -701,12 +701,33 @@ TEST_CASE("node: errors") {
   check_error(node(R"({"workers": 2})"), "node.json", "/workers",
               "unknown key \"workers\" (allowed: max_concurrent, "
               "circuit_breaker, retry_budget, default_agent, "
-              "default_runtime, output, allowed_paths)");
+              "default_runtime, output, allowed_paths, process)");
+  check_error(node(R"({"process": {"shim_report_timeout_s": 0}})"), "node.json",
+              "/process/shim_report_timeout_s",
+              "expected a finite number > 0 and <= 3.1536e+07");
+  check_error_contains(node(R"({"process": {"shim_idle_timeout_s": -1}})"),
+                       "/process/shim_idle_timeout_s",
+                       "expected a finite number >= 0");
+  check_error_contains(node(R"({"process": {"idle_s": 1}})"), "/process/idle_s",
+                       "unknown key \"idle_s\"");
   check_error(node(R"({"output": {"log_max_bytes": 0}})"), "node.json",
               "/output/log_max_bytes",
               "expected an integer from 1 to 1099511627776");
   check_error_contains(node(R"({"output": {"line_bytes": 1}})"),
                        "/output/line_bytes", "unknown key \"line_bytes\"");
+}
+
+TEST_CASE("node: the process runtime's shim timeouts are read, defaults "
+          "documented") {
+  auto d = node("{}");
+  REQUIRE(d.has_value());
+  CHECK(d->process_shim_idle_timeout_s == 10);
+  CHECK(d->process_shim_report_timeout_s == 10);
+  auto n = node(R"({"process": {"shim_idle_timeout_s": 0,
+                                "shim_report_timeout_s": 2.5}})");
+  REQUIRE(n.has_value());
+  CHECK(n->process_shim_idle_timeout_s == 0);
+  CHECK(n->process_shim_report_timeout_s == 2.5);
 }
 
 TEST_CASE("node: output limits are read, defaults documented") {

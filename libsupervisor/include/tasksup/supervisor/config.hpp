@@ -53,6 +53,11 @@ struct node_config {
   /// Absolute directories a repository task's `repo` and a task's mounts
   /// must lie in (`allowed_paths` in node.json); empty: anywhere.
   std::vector<std::string> allowed_paths;
+  /// The process runtime's shims (`process` in node.json): how long a
+  /// task's shim waits idle for the task's next attempt (0: a shim per
+  /// attempt), and how long a shim has to report the agent's start.
+  double process_shim_idle_timeout_s = 10;
+  double process_shim_report_timeout_s = 10;
 };
 
 /// Everything under a config directory, validated.
