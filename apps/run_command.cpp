@@ -17,6 +17,7 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
+#include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
@@ -29,6 +30,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -39,6 +41,9 @@
 namespace tasksup::app {
 
 namespace {
+
+using grace_atom = caf::atom_constant<caf::atom("rungrace")>;
+using tick_atom = caf::atom_constant<caf::atom("runtick")>;
 
 struct run_options {
   std::string task_file;
@@ -122,13 +127,9 @@ int run_task(const run_options& opts) {
   configure_actor_system(sys_cfg, false);
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
-  // Signals before this point found no actor to tell; replayed below.
+  // Signals before the watcher below exists find no actor to tell; they
+  // are counted, and replayed to it.
   int early_signals = 0;
-  {
-    std::lock_guard<std::mutex> guard{target_mutex};
-    target = caf::actor_cast<caf::actor>(self);
-    early_signals = signals.count();
-  }
   registry_options reg;
   reg.config = cfg->config;
   reg.runtimes["*"] = *runtime;
@@ -160,92 +161,125 @@ int run_task(const run_options& opts) {
   for (auto& line : reaped.errors)
     console.note("cannot clean up after a tasksup run that died: " + line);
 
-  // Subscribe before submitting so that no event is missed.
-  using namespace std::chrono_literals;
-  bool subscribed = false;
-  self
-    ->request(registry, 10s, subscribe_atom::value,
-              caf::actor_cast<caf::actor>(self))
-    .receive([&](bool) { subscribed = true; },
-             [&](caf::error& err) {
-               std::cerr << "tasksup run: cannot subscribe to events: "
-                         << error_text(err) << '\n';
-             });
-  if (!subscribed) {
-    shutdown();
-    return 1;
-  }
-  std::string task_id;
-  std::optional<int> rejected;
-  self->request(registry, 10s, submit_atom::value, *task)
-    .receive([&](std::string& id) { task_id = std::move(id); },
-             [&](caf::error& err) {
-               std::cerr << "tasksup run: " << opts.task_file
-                         << ": rejected: " << error_text(err) << '\n';
-               rejected = exit_status::bad_input;
-             });
-  if (rejected) {
-    shutdown();
-    return *rejected;
-  }
-  auto started = std::chrono::steady_clock::now();
-  // Attempt n of the task keeps its output in <log_dir>/attempt-<n>.
-  auto log_dir = attempt_root + "/" + task_id;
-  self->send(registry, await_atom::value, task_id);
-  // A Ctrl-C that came before this actor could take it still counts.
-  if (early_signals > 0)
-    self->send(self, signal_atom::value, early_signals);
-
-  std::optional<task_result> result;
-  bool done_shown = false;
-  std::optional<std::chrono::steady_clock::time_point> result_at;
-  while (!(result && done_shown)) {
-    // The end event comes before the awaited result; should it ever be
-    // lost, the result alone ends the run after a short grace.
-    if (result_at && std::chrono::steady_clock::now() - *result_at > 2s)
-      break;
-    self->receive(
-      [&](event_atom, const event& ev) {
-        if (ev.task_id != task_id)
+  // The task is watched by an actor on the scheduler's threads, not by this
+  // thread: each event would otherwise wake this thread from another one
+  // (several times per attempt), where the watcher takes it on the thread
+  // the registry sent it from. This thread waits for the run's status.
+  std::promise<int> finished;
+  auto status = finished.get_future();
+  auto watcher = sys.spawn([&](caf::event_based_actor* watch) {
+    struct run_state {
+      std::string task_id;
+      std::optional<task_result> result;
+      bool done_shown = false;
+      bool ended = false;
+      std::chrono::steady_clock::time_point started;
+    };
+    auto st = std::make_shared<run_state>();
+    auto end = [=, &finished](int code) {
+      if (std::exchange(st->ended, true))
+        return;
+      finished.set_value(code);
+      watch->quit();
+    };
+    auto finish_if_done = [=] {
+      if (st->result && st->done_shown)
+        end(task_exit_status(*st->result));
+    };
+    // Subscribed before the task is submitted, so no event of it is
+    // missed; both answers are awaited, so no event is taken before the
+    // task's id is known.
+    using namespace std::chrono_literals;
+    watch
+      ->request(registry, 10s, subscribe_atom::value,
+                caf::actor_cast<caf::actor>(watch))
+      .await(
+        [=, &opts](bool) {
+          watch->request(registry, 10s, submit_atom::value, *task)
+            .await(
+              [=](std::string& id) {
+                st->task_id = std::move(id);
+                st->started = std::chrono::steady_clock::now();
+                watch->send(registry, await_atom::value, st->task_id);
+              },
+              [=, &opts](caf::error& err) {
+                std::cerr << "tasksup run: " << opts.task_file
+                          << ": rejected: " << error_text(err) << '\n';
+                end(exit_status::bad_input);
+              });
+        },
+        [=](caf::error& err) {
+          std::cerr << "tasksup run: cannot subscribe to events: "
+                    << error_text(err) << '\n';
+          end(1);
+        });
+    // A terminal's countdown is redrawn four times a second.
+    if (console_opts.human != nullptr && console_opts.terminal &&
+        !console_opts.quiet)
+      watch->send(watch, tick_atom::value);
+    return caf::behavior{
+      [=, &console, &attempt_root](event_atom, const event& ev) {
+        if (ev.task_id != st->task_id)
           return;
         progress_view::extra extra;
         if (ev.kind == event_kind::task_done) {
           extra.duration_s = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - started)
+                               std::chrono::steady_clock::now() - st->started)
                                .count();
-          extra.log_dir = log_dir;
-          done_shown = true;
+          // Attempt n of the task keeps its output in
+          // <log_dir>/attempt-<n>.
+          extra.log_dir = attempt_root + "/" + st->task_id;
+          st->done_shown = true;
         }
         console.write(ev, extra);
+        finish_if_done();
       },
-      [&](task_result& r) {
-        result = std::move(r);
-        result_at = std::chrono::steady_clock::now();
+      [=](task_result& r) {
+        st->result = std::move(r);
+        finish_if_done();
+        // The end event comes before the awaited result; should it ever
+        // be lost, the result alone ends the run after a short grace.
+        if (!st->ended)
+          watch->delayed_send(watch, 2s, grace_atom::value);
       },
-      [&](signal_atom, int count) {
+      [=](grace_atom) { end(task_exit_status(*st->result)); },
+      [=, &console](signal_atom, int count) {
         auto mode = count == 1 ? stop_mode::cancel : stop_mode::kill;
         console.note(count == 1 ? "stopping the task (Ctrl-C again to kill it)"
                                 : "killing the task");
-        self->send(registry, stop_atom::value, task_id, mode);
+        watch->send(registry, stop_atom::value, st->task_id, mode);
       },
-      [&](bool) {
+      [](bool) {
         // The answer to a stop request; the task's events tell the rest.
       },
-      [&](caf::error& err) {
+      [=, &console](caf::error& err) {
         console.note("tasksup run: " + error_text(err));
-        if (!result) {
+        if (!st->result) {
           task_result r;
-          r.task_id = task_id;
+          r.task_id = st->task_id;
           r.error = error_text(err);
-          result = std::move(r);
-          result_at = std::chrono::steady_clock::now();
+          st->result = std::move(r);
+          watch->delayed_send(watch, 2s, grace_atom::value);
         }
       },
-      caf::after(std::chrono::milliseconds{250}) >> [&] { console.tick(); });
+      [=, &console](tick_atom) {
+        console.tick();
+        watch->delayed_send(watch, 250ms, tick_atom::value);
+      },
+    };
+  });
+  {
+    std::lock_guard<std::mutex> guard{target_mutex};
+    target = watcher;
+    early_signals = signals.count();
   }
+  // A Ctrl-C that came before the watcher could take it still counts.
+  if (early_signals > 0)
+    caf::anon_send(watcher, signal_atom::value, early_signals);
+  auto code = status.get();
   console.clear_countdown();
   shutdown();
-  return task_exit_status(*result);
+  return code;
 }
 
 void setup_run(CLI::App& app, int& status) {
