@@ -29,7 +29,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// How long `start` waits for the shim to say the agent runs.
 /// How long a shim that did not report the agent's start is given to end
 /// once told to (SIGUSR1) before it is killed.
 constexpr int unreported_shim_grace_ms = 1000;
@@ -1347,14 +1346,14 @@ void reactor::set_paused(attempt& a, bool paused) {
   a.paused = paused;
   if (!paused)
     a.capture->resume();
-  // Out of the epoll set while paused: a pipe whose writer has gone would
-  // report EPOLLHUP on every turn even with no events asked for.
   // After a serving shim's end the pipes are read to where they are, not
   // watched (they do not hang up).
   if (!paused && a.served && a.shim_ok) {
     schedule(clock_type::now(), a.id);
     return;
   }
+  // Out of the epoll set while paused: a pipe whose writer has gone would
+  // report EPOLLHUP on every turn even with no events asked for.
   epoll_event ev{};
   ev.events = EPOLLIN;
   for (auto [fd, kind] : {std::pair{a.output_fd, kind_output},
@@ -1384,6 +1383,8 @@ void reactor::set_paused(attempt& a, bool paused) {
 }
 
 bool reactor::drain_after_end(attempt& a) {
+  // One stream after the other keeps their order: the shim writes to one
+  // only once the other has been read, so at most one holds anything.
   for (auto stream : {output_stream::out, output_stream::err}) {
     auto& fd = stream == output_stream::err ? a.error_fd : a.output_fd;
     while (fd >= 0) {
