@@ -550,6 +550,10 @@ TEST_CASE("process runtime: a shim that never reports the agent's start is "
   process_runtime_options opts;
   opts.shim_path = std::string{TASKSUP_FIXTURES_DIR} + "/wedged_shim.py";
   opts.shim_report_timeout = 500ms;
+  bool per_attempt = GENERATE(false, true);
+  INFO("a shim per attempt: " << per_attempt);
+  if (per_attempt)
+    opts.shim_idle_timeout = 0ms;
   auto rt = make_process_runtime(std::move(opts));
   auto out = run_attempt(*rt, dir / "t/attempt-1", 1, {"true"});
   INFO(out.infrastructure_error);
