@@ -259,7 +259,9 @@ int run_task(const run_options& opts) {
           r.task_id = st->task_id;
           r.error = error_text(err);
           st->result = std::move(r);
-          watch->delayed_send(watch, 2s, grace_atom::value);
+          finish_if_done();
+          if (!st->ended)
+            watch->delayed_send(watch, 2s, grace_atom::value);
         }
       },
       [=, &console](tick_atom) {
