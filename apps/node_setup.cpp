@@ -50,9 +50,7 @@ make_named_runtime(std::string_view name, const node_config& node,
       return std::chrono::milliseconds{static_cast<std::int64_t>(s * 1000)};
     };
     opts.shim_idle_timeout = ms(node.process_shim_idle_timeout_s);
-    // At least a millisecond: the report is waited for, not skipped.
-    opts.shim_report_timeout = std::max(ms(node.process_shim_report_timeout_s),
-                                        std::chrono::milliseconds{1});
+    opts.shim_report_timeout = ms(node.process_shim_report_timeout_s);
     return runtime::make_process_runtime(std::move(opts));
   }
   if (name == "docker") {

@@ -224,7 +224,7 @@ std::optional<served_shim> reactor::spawn_served_shim(const std::string& dir,
   plan.max_fd = max_fd_;
   sigemptyset(&plan.mask);
   // Its report of the agent's start is waited for this long.
-  auto report_ms = std::max<long long>(options_.shim_report_timeout.count(), 1);
+  auto report_ms = options_.shim_report_timeout.count();
   timeval report_timeout{static_cast<time_t>(report_ms / 1000),
                          static_cast<suseconds_t>(report_ms % 1000 * 1000)};
   if (::setsockopt(s.sock, SOL_SOCKET, SO_RCVTIMEO, &report_timeout,

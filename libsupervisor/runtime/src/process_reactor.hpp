@@ -10,6 +10,7 @@
 #include "tasksup/runtime/output_capture.hpp"
 #include "tasksup/runtime/process_runtime.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -169,7 +170,12 @@ using attempt_ptr = std::unique_ptr<attempt>;
 class reactor : public std::enable_shared_from_this<reactor> {
 public:
   explicit reactor(process_runtime_options options)
-    : options_(std::move(options)) {}
+    : options_(std::move(options)) {
+    // The report is waited for, however short the wait: a zero timeout
+    // would mean none at all on the shim's socket.
+    options_.shim_report_timeout =
+      std::max(options_.shim_report_timeout, std::chrono::milliseconds{1});
+  }
 
   ~reactor() {
     close_fd(epoll_fd_);
