@@ -61,17 +61,18 @@ void event_console::write(std::string_view json,
 }
 
 void event_console::write(const event& ev, const progress_view::extra& more) {
-  if (!ev.fields) {
+  if (!ev.fields()) {
     // Read back from JSON (journal, another node): no typed keys.
     boost::json::object extra;
     if (more.duration_s)
       extra["duration_s"] = *more.duration_s;
     if (!more.log_dir.empty())
       extra["log_dir"] = more.log_dir;
-    write(ev.json, extra);
+    write(ev.json(), extra);
     return;
   }
-  write_json(ev.json);
+  if (opts_.json)
+    write_json(ev.json()); // rendered only for a JSON stream
   if (!opts_.human)
     return;
   show(view_.render(ev, more), ev.kind == event_kind::attempt_started,

@@ -91,7 +91,7 @@ int snapshot(node_session& s, event_console& console,
       [&](std::vector<event>& past) {
         s.self->send(s.node, unsubscribe_atom::value, me);
         for (auto& ev : past)
-          console.write(ev.json);
+          console.write(ev.json());
       },
       on_error);
   return rc;
@@ -125,7 +125,7 @@ int follow(node_session& s, event_console& console,
           subscribed = true;
           // As a live follow does, end with the task's task_done.
           for (auto& ev : past) {
-            console.write(ev.json);
+            console.write(ev.json());
             if (ev.kind == event_kind::task_done) {
               done = true;
               break;
@@ -203,7 +203,7 @@ int follow(node_session& s, event_console& console,
           maybe_ack();
           return;
         }
-        console.write(ev.json);
+        console.write(ev.json());
         maybe_ack();
         if (!opts.task_id.empty() && ev.kind == event_kind::task_done)
           running = false;

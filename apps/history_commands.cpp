@@ -158,7 +158,7 @@ int describe(node_session& s, const describe_options& opts) {
   std::cout << "task " << opts.task_id << '\n';
   for (auto& ev : *evs) {
     boost::system::error_code ec;
-    auto doc = boost::json::parse(ev.json, ec);
+    auto doc = boost::json::parse(ev.json(), ec);
     if (ec || !doc.is_object())
       continue;
     auto& o = doc.get_object();

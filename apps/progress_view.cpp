@@ -385,9 +385,9 @@ progress_view::render(const boost::json::object& event) {
 
 std::vector<std::string> progress_view::render(const event& ev,
                                                const extra& more) {
-  if (!ev.fields) {
+  if (!ev.fields()) {
     boost::system::error_code ec;
-    auto doc = boost::json::parse(ev.json, ec);
+    auto doc = boost::json::parse(ev.json(), ec);
     if (ec || !doc.is_object())
       return {};
     auto& obj = doc.get_object();
@@ -404,7 +404,7 @@ std::vector<std::string> progress_view::render(const event& ev,
   auto attempt = std::to_string(ev.attempt);
   if (ev.kind == event_kind::attempt_exited || ev.kind == event_kind::task_done)
     running_.reset();
-  auto& data = ev.fields->data;
+  auto& data = ev.fields()->data;
   if (std::holds_alternative<event_data::task_submitted>(data)) {
     out.push_back(pre + paint(bold, "task " + printable(ev.task_id)) +
                   " submitted");

@@ -137,8 +137,6 @@ int run_task(const run_options& opts) {
   auto attempt_root =
     opts.work_dir.empty() ? fresh_work_dir("run") : absolute_dir(opts.work_dir);
   reg.attempt_root = attempt_root;
-  // The console below renders events from their typed keys.
-  reg.typed_events = true;
   auto registry = spawn_registry(sys, std::move(reg));
   auto shutdown = [&] {
     {

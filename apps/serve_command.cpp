@@ -89,7 +89,7 @@ constexpr std::chrono::seconds shutdown_grace{30};
 /// rendered line, task prefixed; agent output stays in the attempt logs).
 void log_event(progress_view& view, const event& ev) {
   boost::system::error_code ec;
-  auto doc = boost::json::parse(ev.json, ec);
+  auto doc = boost::json::parse(ev.json(), ec);
   if (ec || !doc.is_object())
     return;
   for (auto& line : view.render(doc.get_object())) {
@@ -398,11 +398,11 @@ int serve(const serve_options& opts) {
   auto on_event = [&](const event& ev) {
     if (notify && ev.kind == event_kind::task_done) {
       boost::system::error_code ec;
-      auto doc = boost::json::parse(ev.json, ec);
+      auto doc = boost::json::parse(ev.json(), ec);
       if (!ec && doc.is_object())
         if (auto* o = doc.get_object().if_contains("outcome");
             o && o->is_string())
-          notify->offer(ev.task_id, std::string{o->get_string()}, ev.json);
+          notify->offer(ev.task_id, std::string{o->get_string()}, ev.json());
     }
   };
 

@@ -122,7 +122,6 @@ struct worker_state {
     h.trace_id = opts.trace_id;
     h.span_id = opts.span_id;
     h.ts = wall_clock_s();
-    h.typed = opts.typed_events;
     return h;
   }
 };

@@ -3,14 +3,94 @@
 #include "json_writer.hpp"
 
 #include "tasksup/supervisor/error_class.hpp"
+#include "tasksup/supervisor/text.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
+#include <variant>
 
 namespace tasksup {
+
+/// Defined here, opaque elsewhere (protocol.hpp): the typed keys, the ids,
+/// and the JSON line once rendered.
+class event_body {
+public:
+  /// A body built in this process: typed, rendered on first use.
+  event_body(std::string_view trace_id, std::string_view span_id,
+             event_fields fields)
+    : typed_(std::move(fields)) {
+    set_ids(trace_id, span_id);
+  }
+
+  /// A body that arrived as its JSON line.
+  event_body(std::string_view trace_id, std::string_view span_id,
+             std::string json)
+    : rendered_(true), json_(std::move(json)) {
+    set_ids(trace_id, span_id);
+  }
+
+  /// The JSON line of `ev` (whose body this is): rendered by the first
+  /// caller, under the lock, and read without it from then on.
+  const std::string& json(const event& ev) const {
+    if (!rendered_.load(std::memory_order_acquire)) {
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (!rendered_.load(std::memory_order_relaxed)) {
+        json_ = render(ev);
+        rendered_.store(true, std::memory_order_release);
+      }
+    }
+    return json_;
+  }
+
+  const event_fields* fields() const noexcept {
+    return typed_ ? &*typed_ : nullptr;
+  }
+
+  std::string_view trace_id() const noexcept { return {ids(), trace_n_}; }
+
+  std::string_view span_id() const noexcept {
+    return {ids() + trace_n_, span_n_};
+  }
+
+private:
+  /// Room for W3C-sized ids (32 + 16 digits) without an allocation.
+  static constexpr std::size_t inline_ids = 48;
+
+  void set_ids(std::string_view trace_id, std::string_view span_id) {
+    trace_n_ = trace_id.size();
+    span_n_ = span_id.size();
+    char* out = inline_;
+    if (trace_n_ + span_n_ > inline_ids) {
+      long_ids_.resize(trace_n_ + span_n_);
+      out = long_ids_.data();
+    }
+    if (trace_n_ > 0)
+      std::memcpy(out, trace_id.data(), trace_n_);
+    if (span_n_ > 0)
+      std::memcpy(out + trace_n_, span_id.data(), span_n_);
+  }
+
+  const char* ids() const noexcept {
+    return long_ids_.empty() ? inline_ : long_ids_.data();
+  }
+
+  std::string render(const event& ev) const;
+
+  std::optional<event_fields> typed_;
+  char inline_[inline_ids];
+  std::size_t trace_n_ = 0;
+  std::size_t span_n_ = 0;
+  std::string long_ids_;
+  mutable std::atomic<bool> rendered_{false};
+  mutable std::mutex mtx_;
+  mutable std::string json_;
+};
 
 namespace {
 
@@ -33,51 +113,29 @@ std::string hex_digits(trace_id_generator& rng, int words) {
   }
 }
 
+/// `s` with invalid UTF-8 repaired: untrusted text as an event keeps it.
+std::string checked_text(std::string_view s) {
+  return valid_utf8(s) ? std::string{s} : sanitize_utf8(s);
+}
+
 /// Opens the event object and writes the common keys, in SPEC §9's order.
-void head_fields(json_writer& w, std::string_view kind, const event_head& h) {
+void head_fields(json_writer& w, const event& ev, std::string_view trace_id,
+                 std::string_view span_id) {
   w.begin_object();
   w.key("event");
-  w.raw_string(kind);
+  w.raw_string(to_string(ev.kind));
   w.key("task_id");
-  w.string(h.task_id);
+  w.string(ev.task_id);
   w.key("attempt");
-  w.integer(h.attempt);
+  w.integer(ev.attempt);
   w.key("trace_id");
-  w.raw_string(h.trace_id);
+  w.raw_string(trace_id);
   w.key("span_id");
-  w.raw_string(h.span_id);
+  w.raw_string(span_id);
   w.key("ts");
-  w.number(h.ts);
+  w.number(ev.ts);
 }
 
-/// Closes the object and makes the event, with the kind's keys typed.
-template<class Data>
-event finish(event_kind kind, const event_head& h, json_writer& w,
-             Data&& data) {
-  w.end_object();
-  event ev;
-  ev.kind = kind;
-  ev.task_id = h.task_id;
-  ev.attempt = h.attempt;
-  ev.trace_id = h.trace_id;
-  ev.span_id = h.span_id;
-  ev.ts = h.ts;
-  ev.json = w.take();
-  if (h.typed)
-    ev.fields = std::make_shared<const event_fields>(
-      event_fields{std::forward<Data>(data)});
-  return ev;
-}
-
-std::optional<std::string>
-optional_string(json_writer& w, const std::optional<std::string>& x) {
-  if (x)
-    return w.string_copy(*x);
-  w.null();
-  return std::nullopt;
-}
-
-/// The result's keys (inside an open object).
 /// `usage` {`input_tokens`, `output_tokens`, `cached_input_tokens`} and
 /// `cost_usd`, each only when known.
 void usage_fields(json_writer& w, const std::optional<token_usage>& usage,
@@ -99,31 +157,40 @@ void usage_fields(json_writer& w, const std::optional<token_usage>& usage,
   }
 }
 
-/// Writes `r`'s keys and returns `r` with its strings as written.
-task_result result_fields(json_writer& w, const task_result& r) {
-  task_result typed;
-  typed.task_id = r.task_id;
-  typed.outcome = r.outcome;
-  typed.exit_code = r.exit_code;
-  typed.metadata = r.metadata;
+/// `r` with its untrusted text repaired, as `task_done` keeps it.
+task_result checked_result(const task_result& r) {
+  task_result out = r;
+  if (out.error)
+    out.error = checked_text(*r.error);
+  for (auto& a : out.artifacts)
+    a = checked_text(a);
+  out.metadata.agent_used = checked_text(r.metadata.agent_used);
+  out.metadata.agent_id = checked_text(r.metadata.agent_id);
+  return out;
+}
+
+/// Writes `r`'s keys (inside an open object).
+void result_fields(json_writer& w, const task_result& r) {
   w.key("outcome");
   w.raw_string(to_string(r.outcome));
   w.key("exit_code");
   w.integer(r.exit_code);
   w.key("error");
-  typed.error = optional_string(w, r.error);
+  if (r.error)
+    w.string(*r.error);
+  else
+    w.null();
   w.key("artifacts");
   w.begin_array();
-  typed.artifacts.reserve(r.artifacts.size());
   for (auto& a : r.artifacts)
-    typed.artifacts.push_back(w.string_copy(a));
+    w.string(a);
   w.end_array();
   w.key("metadata");
   w.begin_object();
   w.key("agent_used");
-  typed.metadata.agent_used = w.string_copy(r.metadata.agent_used);
+  w.string(r.metadata.agent_used);
   w.key("agent_id");
-  typed.metadata.agent_id = w.string_copy(r.metadata.agent_id);
+  w.string(r.metadata.agent_id);
   w.key("retry_count");
   w.integer(r.metadata.retry_count);
   w.key("total_attempts");
@@ -142,10 +209,185 @@ task_result result_fields(json_writer& w, const task_result& r) {
   // Summed over the attempts whose structured output reported them.
   usage_fields(w, r.metadata.usage, r.metadata.cost_usd);
   w.end_object();
-  return typed;
+}
+
+// The kind's keys of each event, in SPEC §9's order.
+
+void kind_fields(json_writer& w, const event_data::task_submitted& d) {
+  w.key("environment");
+  w.string(d.environment);
+  w.key("agents");
+  w.begin_array();
+  for (auto& a : d.agents)
+    w.string(a);
+  w.end_array();
+}
+
+void kind_fields(json_writer& w, const event_data::attempt_started& d) {
+  w.key("agent_id");
+  w.string(d.agent_id);
+  w.key("agent_cli");
+  w.string(d.agent_cli);
+  w.key("container_id");
+  w.string(d.container_id);
+}
+
+void kind_fields(json_writer& w, const event_data::log& d) {
+  w.key("stream");
+  w.string(d.stream);
+  w.key("line");
+  w.string(d.line);
+}
+
+void kind_fields(json_writer& w, const event_data::attempt_exited& d) {
+  w.key("exit_code");
+  w.integer(d.exit_code);
+  w.key("signal");
+  w.integer(d.signal);
+  w.key("oom_killed");
+  w.boolean(d.oom_killed);
+  w.key("duration_s");
+  w.number(d.duration_s);
+  if (!d.infrastructure_error.empty()) {
+    w.key("infrastructure_error");
+    w.string(d.infrastructure_error);
+  }
+  if (!d.started) {
+    // Nothing ran: the exit code means nothing.
+    w.key("started");
+    w.boolean(false);
+  }
+  // What this attempt used, when its CLI's structured output said.
+  usage_fields(w, d.usage, d.cost_usd);
+}
+
+void kind_fields(json_writer& w, const event_data::classified& d) {
+  w.key("class");
+  w.raw_string(to_string(d.c.cls));
+  w.key("rule");
+  w.string(d.c.rule);
+  w.key("line");
+  w.string(d.c.line);
+  w.key("retry_after_s");
+  if (d.c.retry_after_s)
+    w.number(*d.c.retry_after_s);
+  else
+    w.null();
+}
+
+void kind_fields(json_writer& w, const event_data::retry_scheduled& d) {
+  w.key("retry_count");
+  w.integer(d.retry_count);
+  w.key("agent");
+  w.string(d.agent);
+  w.key("delay_s");
+  w.number(d.delay.delay_s);
+  w.key("max_retries");
+  w.integer(d.max_retries);
+  w.key("delay_source");
+  w.raw_string(to_string(d.delay.source));
+  w.key("scheduled_s");
+  w.number(d.delay.scheduled_s);
+  w.key("capped");
+  w.boolean(d.delay.capped);
+  w.key("reason");
+  w.string(d.reason);
+}
+
+void kind_fields(json_writer& w, const event_data::agent_switched& d) {
+  w.key("from");
+  w.string(d.from);
+  w.key("to");
+  w.string(d.to);
+  w.key("reason");
+  w.string(d.reason);
+}
+
+void kind_fields(json_writer& w, const event_data::user_stop& d) {
+  w.key("mode");
+  w.raw_string(to_string(d.mode));
+  w.key("message");
+  w.string(d.message);
+}
+
+void kind_fields(json_writer& w, const event_data::task_done& d) {
+  result_fields(w, d.result);
+}
+
+void kind_fields(json_writer& w, const event_data::escalated& d) {
+  w.key("outcome");
+  w.raw_string(to_string(d.outcome));
+  w.key("parent");
+  w.string(d.parent);
+}
+
+void kind_fields(json_writer& w, const event_data::warning& d) {
+  w.key("message");
+  w.string(d.message);
+}
+
+void kind_fields(json_writer& w, const event_data::step& d) {
+  w.key("step");
+  w.string(d.step);
+  w.key("name");
+  w.string(d.name);
+  w.key("passed");
+  w.boolean(d.passed);
+  w.key("exit_code");
+  if (d.exit_code)
+    w.integer(*d.exit_code);
+  else
+    w.null();
+  w.key("message");
+  w.string(d.message);
+}
+
+/// The event of `kind` for `h`, holding `data`.
+template<class Data>
+event make_event(event_kind kind, const event_head& h, Data&& data) {
+  event ev;
+  ev.kind = kind;
+  ev.task_id = h.task_id;
+  ev.attempt = h.attempt;
+  ev.ts = h.ts;
+  ev.body = std::make_shared<const event_body>(
+    h.trace_id, h.span_id, event_fields{std::forward<Data>(data)});
+  return ev;
 }
 
 } // namespace
+
+std::string event_body::render(const event& ev) const {
+  json_writer w;
+  head_fields(w, ev, trace_id(), span_id());
+  if (typed_)
+    std::visit([&](const auto& d) { kind_fields(w, d); }, typed_->data);
+  w.end_object();
+  return w.take();
+}
+
+const std::string& event::json() const {
+  static const std::string none;
+  return body ? body->json(*this) : none;
+}
+
+const event_fields* event::fields() const noexcept {
+  return body ? body->fields() : nullptr;
+}
+
+std::string_view event::trace_id() const noexcept {
+  return body ? body->trace_id() : std::string_view{};
+}
+
+std::string_view event::span_id() const noexcept {
+  return body ? body->span_id() : std::string_view{};
+}
+
+std::shared_ptr<const event_body> json_event_body(std::string_view trace_id,
+                                                  std::string_view span_id,
+                                                  std::string json) {
+  return std::make_shared<const event_body>(trace_id, span_id, std::move(json));
+}
 
 trace_id_generator::trace_id_generator(std::uint64_t seed) : state_(seed) {}
 
@@ -175,213 +417,106 @@ double wall_clock_s() {
 
 event task_submitted_event(const event_head& h, std::string_view environment,
                            const std::vector<std::string>& agents) {
-  json_writer w{h.typed};
   event_data::task_submitted d;
-  head_fields(w, "task_submitted", h);
-  w.key("environment");
-  d.environment = w.string_copy(environment);
-  w.key("agents");
-  w.begin_array();
+  d.environment = checked_text(environment);
   d.agents.reserve(agents.size());
   for (auto& a : agents)
-    d.agents.push_back(w.string_copy(a));
-  w.end_array();
-  return finish(event_kind::task_submitted, h, w, std::move(d));
+    d.agents.push_back(checked_text(a));
+  return make_event(event_kind::task_submitted, h, std::move(d));
 }
 
 event attempt_started_event(const event_head& h, std::string_view agent_id,
                             std::string_view agent_cli,
                             std::string_view container_id) {
-  json_writer w{h.typed};
-  event_data::attempt_started d;
-  head_fields(w, "attempt_started", h);
-  w.key("agent_id");
-  d.agent_id = w.string_copy(agent_id);
-  w.key("agent_cli");
-  d.agent_cli = w.string_copy(agent_cli);
-  w.key("container_id");
-  d.container_id = w.string_copy(container_id);
-  return finish(event_kind::attempt_started, h, w, std::move(d));
+  return make_event(event_kind::attempt_started, h,
+                    event_data::attempt_started{checked_text(agent_id),
+                                                checked_text(agent_cli),
+                                                checked_text(container_id)});
 }
 
 event log_event(const event_head& h, std::string_view line,
                 std::string_view stream) {
-  json_writer w{h.typed};
-  event_data::log d;
-  head_fields(w, "log", h);
-  w.key("stream");
-  d.stream = w.string_copy(stream);
-  w.key("line");
-  d.line = w.string_copy(line);
-  return finish(event_kind::log, h, w, std::move(d));
+  return make_event(event_kind::log, h,
+                    event_data::log{checked_text(stream), checked_text(line)});
 }
 
 event attempt_exited_event(const event_head& h, const attempt_outcome& out) {
-  json_writer w{h.typed};
   event_data::attempt_exited d;
   d.exit_code = out.exit_code;
   d.signal = out.signal;
   d.oom_killed = out.oom_killed;
   d.duration_s = out.duration_s;
+  d.infrastructure_error = checked_text(out.infrastructure_error);
   d.started = out.started;
-  head_fields(w, "attempt_exited", h);
-  w.key("exit_code");
-  w.integer(out.exit_code);
-  w.key("signal");
-  w.integer(out.signal);
-  w.key("oom_killed");
-  w.boolean(out.oom_killed);
-  w.key("duration_s");
-  w.number(out.duration_s);
-  if (!out.infrastructure_error.empty()) {
-    w.key("infrastructure_error");
-    d.infrastructure_error = w.string_copy(out.infrastructure_error);
-  }
-  if (!out.started) {
-    // Nothing ran: the exit code means nothing.
-    w.key("started");
-    w.boolean(false);
-  }
-  // What this attempt used, when its CLI's structured output said.
   if (out.structured) {
-    usage_fields(w, out.structured->usage, out.structured->cost_usd);
     d.usage = out.structured->usage;
     d.cost_usd = out.structured->cost_usd;
   }
-  return finish(event_kind::attempt_exited, h, w, std::move(d));
+  return make_event(event_kind::attempt_exited, h, std::move(d));
 }
 
 event classified_event(const event_head& h, const classification& c) {
-  json_writer w{h.typed};
   event_data::classified d;
   d.c.cls = c.cls;
+  d.c.rule = checked_text(c.rule);
+  d.c.line = checked_text(c.line);
   d.c.retry_after_s = c.retry_after_s;
-  head_fields(w, "classified", h);
-  w.key("class");
-  w.raw_string(to_string(c.cls));
-  w.key("rule");
-  d.c.rule = w.string_copy(c.rule);
-  w.key("line");
-  d.c.line = w.string_copy(c.line);
-  w.key("retry_after_s");
-  if (c.retry_after_s)
-    w.number(*c.retry_after_s);
-  else
-    w.null();
-  return finish(event_kind::classified, h, w, std::move(d));
+  return make_event(event_kind::classified, h, std::move(d));
 }
 
 event retry_scheduled_event(const event_head& h, int retry_count,
                             int max_retries, std::string_view agent,
                             const delay_decision& delay,
                             std::string_view reason) {
-  json_writer w{h.typed};
   event_data::retry_scheduled d;
   d.retry_count = retry_count;
   d.max_retries = max_retries;
+  d.agent = checked_text(agent);
   d.delay = delay;
-  head_fields(w, "retry_scheduled", h);
-  w.key("retry_count");
-  w.integer(retry_count);
-  w.key("agent");
-  d.agent = w.string_copy(agent);
-  w.key("delay_s");
-  w.number(delay.delay_s);
-  w.key("max_retries");
-  w.integer(max_retries);
-  w.key("delay_source");
-  w.raw_string(to_string(delay.source));
-  w.key("scheduled_s");
-  w.number(delay.scheduled_s);
-  w.key("capped");
-  w.boolean(delay.capped);
-  w.key("reason");
-  d.reason = w.string_copy(reason);
-  return finish(event_kind::retry_scheduled, h, w, std::move(d));
+  d.reason = checked_text(reason);
+  return make_event(event_kind::retry_scheduled, h, std::move(d));
 }
 
 event agent_switched_event(const event_head& h, std::string_view from,
                            std::string_view to, std::string_view reason) {
-  json_writer w{h.typed};
-  event_data::agent_switched d;
-  head_fields(w, "agent_switched", h);
-  w.key("from");
-  d.from = w.string_copy(from);
-  w.key("to");
-  d.to = w.string_copy(to);
-  w.key("reason");
-  d.reason = w.string_copy(reason);
-  return finish(event_kind::agent_switched, h, w, std::move(d));
+  return make_event(event_kind::agent_switched, h,
+                    event_data::agent_switched{checked_text(from),
+                                               checked_text(to),
+                                               checked_text(reason)});
 }
 
 event user_stop_event(const event_head& h, stop_mode mode,
                       std::string_view message) {
-  json_writer w{h.typed};
-  event_data::user_stop d;
-  d.mode = mode;
-  head_fields(w, "user_stop", h);
-  w.key("mode");
-  w.raw_string(to_string(mode));
-  w.key("message");
-  d.message = w.string_copy(message);
-  return finish(event_kind::user_stop, h, w, std::move(d));
+  return make_event(event_kind::user_stop, h,
+                    event_data::user_stop{mode, checked_text(message)});
 }
 
 event task_done_event(const event_head& h, const task_result& r) {
-  json_writer w{h.typed};
-  head_fields(w, "task_done", h);
-  event_data::task_done d{result_fields(w, r)};
-  return finish(event_kind::task_done, h, w, std::move(d));
+  return make_event(event_kind::task_done, h,
+                    event_data::task_done{checked_result(r)});
 }
 
 event escalated_event(const event_head& h, task_outcome outcome,
                       std::string_view parent) {
-  json_writer w{h.typed};
-  event_data::escalated d;
-  d.outcome = outcome;
-  head_fields(w, "escalated", h);
-  w.key("outcome");
-  w.raw_string(to_string(outcome));
-  w.key("parent");
-  d.parent = w.string_copy(parent);
-  return finish(event_kind::escalated, h, w, std::move(d));
+  return make_event(event_kind::escalated, h,
+                    event_data::escalated{outcome, checked_text(parent)});
 }
 
 event warning_event(const event_head& h, std::string_view message) {
-  json_writer w{h.typed};
-  event_data::warning d;
-  head_fields(w, "warning", h);
-  w.key("message");
-  d.message = w.string_copy(message);
-  return finish(event_kind::warning, h, w, std::move(d));
+  return make_event(event_kind::warning, h,
+                    event_data::warning{checked_text(message)});
 }
 
 event step_event(const event_head& h, std::string_view step,
                  std::string_view name, bool passed,
                  std::optional<int> exit_code, std::string_view message) {
-  json_writer w{h.typed};
-  event_data::step d;
-  d.passed = passed;
-  d.exit_code = exit_code;
-  head_fields(w, "step", h);
-  w.key("step");
-  d.step = w.string_copy(step);
-  w.key("name");
-  d.name = w.string_copy(name);
-  w.key("passed");
-  w.boolean(passed);
-  w.key("exit_code");
-  if (exit_code)
-    w.integer(*exit_code);
-  else
-    w.null();
-  w.key("message");
-  d.message = w.string_copy(message);
-  return finish(event_kind::step, h, w, std::move(d));
+  return make_event(event_kind::step, h,
+                    event_data::step{checked_text(step), checked_text(name),
+                                     passed, exit_code, checked_text(message)});
 }
 
 std::string result_to_json(const task_result& r) {
-  json_writer w{false};
+  json_writer w;
   w.begin_object();
   result_fields(w, r);
   w.key("task_id");

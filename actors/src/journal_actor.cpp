@@ -100,8 +100,8 @@ struct input_op {
 struct event_op {
   std::int64_t seq;
   std::int64_t n;
-  int kind;
-  std::string json;
+  /// Rendered here, off the registry's thread.
+  event ev;
 };
 struct end_op {
   std::int64_t seq;
@@ -211,7 +211,8 @@ struct apply_op {
     return store.add_record(x.seq, x.n, x.bytes);
   }
   expected<bool> operator()(event_op& x) const {
-    return store.add_event(x.seq, x.n, x.kind, x.json);
+    return store.add_event(x.seq, x.n, static_cast<int>(x.ev.kind),
+                           x.ev.json());
   }
   expected<bool> operator()(end_op& x) const {
     return store.end_task(x.seq, x.at, x.bytes);
@@ -378,6 +379,8 @@ std::vector<event> history(journal_actor_t* self, std::int64_t seq,
       continue;
     ev.task_id = task_id;
     // The head fields are in every event's JSON (SPEC §9).
+    std::string_view trace_id;
+    std::string_view span_id;
     boost::json::error_code ec;
     auto doc = boost::json::parse(r.json, ec);
     if (!ec && doc.is_object()) {
@@ -387,11 +390,11 @@ std::vector<event> history(journal_actor_t* self, std::int64_t seq,
       if (auto* t = o.if_contains("ts"); t && t->is_number())
         ev.ts = t->to_number<double>();
       if (auto* t = o.if_contains("trace_id"); t && t->is_string())
-        ev.trace_id = t->get_string().c_str();
+        trace_id = t->get_string();
       if (auto* s = o.if_contains("span_id"); s && s->is_string())
-        ev.span_id = s->get_string().c_str();
+        span_id = s->get_string();
     }
-    ev.json = std::move(r.json);
+    ev.body = json_event_body(trace_id, span_id, std::move(r.json));
     out.push_back(std::move(ev));
   }
   return out;
@@ -471,9 +474,8 @@ journal_impl(journal_actor_t* self,
         input_op{seq, n, std::move(bytes), false, caf::response_promise{}});
       flush_later(self);
     },
-    [=](jevent_atom, std::int64_t seq, std::int64_t n, int kind,
-        std::string& json) {
-      self->state.batch.emplace_back(event_op{seq, n, kind, std::move(json)});
+    [=](jevent_atom, std::int64_t seq, std::int64_t n, event& ev) {
+      self->state.batch.emplace_back(event_op{seq, n, std::move(ev)});
       flush_later(self);
     },
     [=](jend_atom, std::int64_t seq, double at, std::string& bytes) {

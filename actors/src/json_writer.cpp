@@ -22,25 +22,6 @@ void json_writer::string(std::string_view s) {
     escaped(sanitize_utf8(s));
 }
 
-std::string json_writer::string_copy(std::string_view s) {
-  if (!keep_) {
-    string(s);
-    return {};
-  }
-  separator();
-  if (plain(s)) {
-    quoted(s);
-    return std::string{s};
-  }
-  if (valid_utf8(s)) {
-    escaped(s);
-    return std::string{s};
-  }
-  auto fixed = sanitize_utf8(s);
-  escaped(fixed);
-  return fixed;
-}
-
 std::string json_writer::take() {
   auto used = static_cast<std::size_t>(p_ - out_.data());
   out_.resize(used);

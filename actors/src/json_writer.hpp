@@ -25,12 +25,8 @@ inline constexpr char hex_chars[] = "0123456789abcdef";
 /// text.hpp's functions and repaired with `sanitize_utf8`.
 class json_writer {
 public:
-  /// Room for a typical event (~250 bytes) from the start. Without
-  /// `keep_copies`, `string_copy` returns nothing (an event nobody in this
-  /// process reads typed).
-  explicit json_writer(bool keep_copies = true) : keep_(keep_copies) {
-    grow(128);
-  }
+  /// Room for a typical event (~250 bytes) from the start.
+  json_writer() { grow(128); }
 
   void begin_object() {
     separator();
@@ -78,11 +74,6 @@ public:
   /// Untrusted text: invalid UTF-8 is replaced by U+FFFD first.
   void string(std::string_view s);
 
-  /// Writes untrusted text as `string` does and returns the text written
-  /// (after that repair), for the event's typed fields: one UTF-8 check for
-  /// both. Empty when the writer keeps no copies.
-  std::string string_copy(std::string_view s);
-
   void integer(std::int64_t x) {
     separator();
     reserve(24);
@@ -91,8 +82,10 @@ public:
 
   void number(double x) {
     separator();
-    reserve(max_json_number_chars);
-    p_ += format_json_number(x, p_);
+    // Formatted aside: reserving the longest number's room would grow the
+    // buffer of most events once more for a timestamp's 18 bytes.
+    char buf[max_json_number_chars];
+    append({buf, format_json_number(x, buf)});
   }
 
   void boolean(bool x) {
@@ -184,7 +177,6 @@ private:
   char* p_ = nullptr;
   char* end_ = nullptr;
   bool first_ = true;
-  bool keep_ = true;
 };
 
 } // namespace tasksup::detail

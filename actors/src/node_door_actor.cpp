@@ -46,7 +46,7 @@ struct subscriber {
 };
 
 std::size_t event_cost(const event& ev) {
-  return ev.json.size() + ev.task_id.size() + door_event_overhead_bytes;
+  return ev.json().size() + ev.task_id.size() + door_event_overhead_bytes;
 }
 
 struct door_state {

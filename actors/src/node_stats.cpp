@@ -333,7 +333,7 @@ void node_stats::add(const event& ev) {
   if (ev.kind == event_kind::log)
     return;
   boost::system::error_code ec;
-  auto doc = boost::json::parse(ev.json, ec);
+  auto doc = boost::json::parse(ev.json(), ec);
   if (ec || !doc.is_object())
     return;
   auto& obj = doc.get_object();
@@ -1018,7 +1018,7 @@ std::string node_stats::task_json(const task_status& status,
   w.key("events");
   w.begin_array();
   for (auto& ev : history)
-    w.raw(ev.json);
+    w.raw(ev.json());
   w.end_array();
   w.end_object();
   return w.take();

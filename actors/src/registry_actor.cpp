@@ -73,21 +73,24 @@ struct event_history {
   std::size_t log_bytes = 0;
   std::size_t dropped_logs = 0;
 
-  /// Output lines kept per task, in bytes of rendered JSON.
+  /// Output lines kept per task, in bytes of text (a line's JSON is its
+  /// text, escaped, plus the head's ~170 bytes).
   static constexpr std::size_t log_budget = 64 * 1024;
+  static constexpr std::size_t log_head_bytes = 170;
 
   void add(const event& ev) {
     if (ev.kind == event_kind::log) {
-      if (log_bytes + ev.json.size() > log_budget) {
+      // Measured without rendering: the registry renders nothing.
+      auto* f = ev.fields();
+      auto* line = f ? std::get_if<event_data::log>(&f->data) : nullptr;
+      auto bytes = line ? line->line.size() + log_head_bytes : ev.json().size();
+      if (log_bytes + bytes > log_budget) {
         ++dropped_logs;
         return;
       }
-      log_bytes += ev.json.size();
+      log_bytes += bytes;
     }
     events.push_back(ev);
-    // The typed keys serve the views of this process as the event passes
-    // by; the history keeps the JSON alone.
-    events.back().fields.reset();
   }
 };
 
@@ -157,7 +160,7 @@ void publish(registry_actor_t* self, const event& ev) {
   if (st.opts.journal && ev.kind != event_kind::log)
     if (auto j = st.journal_seq.find(ev.task_id); j != st.journal_seq.end())
       self->send(st.opts.journal, jevent_atom::value, j->second,
-                 ++st.event_n[ev.task_id], static_cast<int>(ev.kind), ev.json);
+                 ++st.event_n[ev.task_id], ev);
   for (auto& sub : self->state.subscribers)
     self->send(sub, event_atom::value, ev);
 }
@@ -606,7 +609,6 @@ void launch(registry_actor_t* self, supervisor_options opts,
   opts.services = caf::actor_cast<caf::actor>(self);
   opts.attempt_root = st.opts.attempt_root;
   opts.journal = st.opts.journal;
-  opts.typed_events = st.opts.typed_events;
   auto id = opts.task.id;
   auto trace = opts.trace_id;
   auto runtime_name = opts.task.runtime.empty()

@@ -60,11 +60,11 @@ void fold_history(stats_actor_t* self, const std::string& id,
   std::set<std::string> seen;
   for (auto& ev : past) {
     st.stats.add(ev);
-    seen.insert(ev.json);
+    seen.insert(ev.json());
   }
   if (auto i = st.held.find(id); i != st.held.end()) {
     for (auto& ev : i->second)
-      if (seen.count(ev.json) == 0)
+      if (seen.count(ev.json()) == 0)
         st.stats.add(ev);
     st.held_count -= i->second.size();
     st.held.erase(i);

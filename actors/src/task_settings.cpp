@@ -63,7 +63,6 @@ struct shared_settings_hash {
     mix_actor(x.classifier);
     mix_actor(x.backoff);
     mix_actor(x.services);
-    mix(x.typed_events ? 1 : 0);
     return h;
   }
 };
@@ -77,7 +76,7 @@ struct shared_settings_equal {
     return &a.machine.config() == &b.machine.config() && a.agents == b.agents &&
            a.runtime == b.runtime && a.classifier == b.classifier &&
            a.backoff == b.backoff && a.services == b.services &&
-           a.attempt_root == b.attempt_root && a.typed_events == b.typed_events;
+           a.attempt_root == b.attempt_root;
   }
 };
 
@@ -146,10 +145,14 @@ runtime::attempt_spec make_attempt_spec(const task_settings& settings,
   // The trace context, so that the agent's own telemetry joins the task's
   // trace (W3C trace-context: version 00, sampled).
   if (!span_id.empty()) {
-    spec.env["TASKSUP_TRACE_ID"] = settings.trace_id;
-    spec.env["TASKSUP_SPAN_ID"] = std::string{span_id};
-    spec.env["TRACEPARENT"] =
-      "00-" + settings.trace_id + "-" + std::string{span_id} + "-01";
+    const auto& trace_id = settings.trace_id;
+    std::string parent;
+    parent.reserve(trace_id.size() + span_id.size() + 7);
+    parent.append("00-").append(trace_id).append("-").append(span_id);
+    parent.append("-01");
+    spec.env["TASKSUP_TRACE_ID"] = trace_id;
+    spec.env["TASKSUP_SPAN_ID"] = span_id;
+    spec.env["TRACEPARENT"] = std::move(parent);
   }
   // TASKSUP_DONE_FILE is the runtime's: the path as the agent sees it
   // (in a container, where its artifacts directory is mounted), on

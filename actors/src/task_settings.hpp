@@ -77,8 +77,6 @@ struct shared_settings {
   backoff_actor backoff;
   caf::actor services;
   std::string attempt_root;
-  /// supervisor_options::typed_events.
-  bool typed_events = false;
 };
 
 /// `cfg`, shared with every live task that has exactly the same settings.

@@ -210,7 +210,6 @@ struct supervisor_state {
     h.trace_id = opts->trace_id;
     h.span_id = in_attempt && m.attempt > 0 ? span : task_span;
     h.ts = wall_clock_s();
-    h.typed = node->typed_events;
     return h;
   }
 };
@@ -427,7 +426,6 @@ void spawn_worker(supervisor_actor* self, runtime::attempt_spec spec,
   }
   s.worker_node.clear();
   w.events = s.parent;
-  w.typed_events = s.node->typed_events;
   w.keep = true;
   if (s.kept_worker) {
     s.worker = std::exchange(s.kept_worker, nullptr);
@@ -644,7 +642,6 @@ struct carrier {
     w.agent_cli = agent.agent_cli;
     w.adopt_id = s.adopt_id;
     w.events = s.parent;
-    w.typed_events = s.node->typed_events;
     w.keep = true;
     s.adopted_dir = w.spec.attempt_dir;
     s.adopted_attempt = e.attempt;
@@ -1509,7 +1506,6 @@ caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
   node.classifier = std::move(opts.classifier);
   node.backoff = std::move(opts.backoff);
   node.services = std::move(opts.services);
-  node.typed_events = opts.typed_events;
   node.attempt_root =
     opts.attempt_root.empty()
       ? (std::filesystem::temp_directory_path() / "tasksup").string()

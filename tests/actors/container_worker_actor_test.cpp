@@ -226,11 +226,11 @@ TEST_CASE_METHOD(fixture,
   run();
   auto logs = seen->of(event_kind::log);
   REQUIRE(logs.size() == static_cast<std::size_t>(sent) + 2);
-  CHECK(logs[0].json.find(R"("stream":"stdout")") != std::string::npos);
-  CHECK(logs[logs.size() - 2].json.find(R"("stream":"stderr")") !=
+  CHECK(logs[0].json().find(R"("stream":"stdout")") != std::string::npos);
+  CHECK(logs[logs.size() - 2].json().find(R"("stream":"stderr")") !=
         std::string::npos);
-  CHECK(logs.back().json.find(R"("stream":"tasksup")") != std::string::npos);
-  CHECK(logs.back().json.find("12 bytes of output") != std::string::npos);
+  CHECK(logs.back().json().find(R"("stream":"tasksup")") != std::string::npos);
+  CHECK(logs.back().json().find("12 bytes of output") != std::string::npos);
   REQUIRE(seen->reports.size() == 1);
   CHECK(seen->reports[0].outcome.exit_code == 2);
   CHECK(seen->reports[0].outcome.tail.back() == "oops");
@@ -262,7 +262,7 @@ TEST_CASE_METHOD(fixture, "a silent attempt is stopped after idle_timeout_s",
   // The user sees why.
   auto logs = seen->of(event_kind::log);
   REQUIRE_FALSE(logs.empty());
-  CHECK_THAT(logs.back().json, Catch::Contains("no output for"));
+  CHECK_THAT(logs.back().json(), Catch::Contains("no output for"));
   // Classified retryable with its own rule, even if the stop ends in a kill.
   auto rules = classifier::make(default_classifier_rules());
   REQUIRE(rules);
@@ -352,7 +352,7 @@ TEST_CASE_METHOD(fixture,
   CHECK(std::count(out.tail.begin(), out.tail.end(), reconnect) == 4);
   auto logs = seen->of(event_kind::log);
   REQUIRE_FALSE(logs.empty());
-  CHECK_THAT(logs.back().json, Catch::Contains("only idle noise"));
+  CHECK_THAT(logs.back().json(), Catch::Contains("only idle noise"));
   // Retryable, with its own rule and the line a person recognises; a kill
   // after the grace period is not a crash.
   auto rules = classifier::make(default_classifier_rules());
@@ -433,8 +433,8 @@ TEST_CASE_METHOD(fixture,
   run();
   auto logs = seen->of(event_kind::log);
   REQUIRE(logs.size() == 2); // the init event is machinery
-  CHECK_THAT(logs[0].json, Catch::Contains("error: API Error"));
-  CHECK_THAT(logs[1].json, Catch::Contains("failed: API Error"));
+  CHECK_THAT(logs[0].json(), Catch::Contains("error: API Error"));
+  CHECK_THAT(logs[1].json(), Catch::Contains("failed: API Error"));
   REQUIRE(seen->reports.size() == 1);
   const auto& out = seen->reports[0].outcome;
   CHECK(out.tail == lines); // the text rules still see the raw lines

@@ -5,6 +5,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
@@ -43,13 +48,12 @@ event_head head() {
   h.trace_id = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
   h.span_id = "bbbbbbbbbbbbbbbb";
   h.ts = 1700000000.5;
-  h.typed = true;
   return h;
 }
 
 std::set<std::string> keys_of(const event& ev) {
   std::set<std::string> out;
-  auto doc = boost::json::parse(ev.json);
+  auto doc = boost::json::parse(ev.json());
   for (auto& kv : doc.as_object())
     out.insert(std::string{kv.key()});
   return out;
@@ -97,7 +101,7 @@ TEST_CASE("every event kind carries SPEC §9's keys", "[events]") {
   auto done = task_done_event(head(), r);
   CHECK(keys_of(done) == with_common({"outcome", "exit_code", "error",
                                       "artifacts", "metadata"}));
-  auto meta = boost::json::parse(done.json).at("metadata").as_object();
+  auto meta = boost::json::parse(done.json()).at("metadata").as_object();
   std::set<std::string> mkeys;
   for (auto& kv : meta)
     mkeys.insert(std::string{kv.key()});
@@ -118,12 +122,12 @@ TEST_CASE("every event kind carries SPEC §9's keys", "[events]") {
   CHECK(keys_of(warning_event(head(), "cycle")) == with_common({"message"}));
   auto ev = classified_event(head(), c);
   CHECK(ev.kind == event_kind::classified);
-  auto obj = boost::json::parse(ev.json).as_object();
+  auto obj = boost::json::parse(ev.json()).as_object();
   CHECK(obj.at("event").as_string() == "classified");
   CHECK(obj.at("attempt").as_int64() == 2);
   CHECK(obj.at("retry_after_s").to_number<double>() == 30);
   c.retry_after_s.reset();
-  CHECK(boost::json::parse(classified_event(head(), c).json)
+  CHECK(boost::json::parse(classified_event(head(), c).json())
           .at("retry_after_s")
           .is_null());
 }
@@ -132,18 +136,18 @@ TEST_CASE("long output lines are written whole, escapes and all", "[events]") {
   // Far beyond the writer's first buffer: plain text, then text where every
   // byte needs an escape (the worst case grows the output sixfold).
   std::string plain(100000, 'x');
-  auto p = boost::json::parse(log_event(head(), plain).json);
+  auto p = boost::json::parse(log_event(head(), plain).json());
   CHECK(p.at("line").as_string() == plain);
   std::string ctrl;
   for (int i = 0; i < 20000; ++i)
     ctrl.push_back(static_cast<char>(i % 32));
   auto ev = log_event(head(), ctrl);
-  auto c = boost::json::parse(ev.json).at("line").as_string();
+  auto c = boost::json::parse(ev.json()).at("line").as_string();
   CHECK(std::string(c.c_str(), c.size()) == ctrl);
   // The writer's buffer grew as the escapes needed; the event travels
   // without the slack.
-  CHECK(ev.json.capacity() <= ev.json.size() + 1024);
-  CHECK(ev.json.find('\n') == std::string::npos);
+  CHECK(ev.json().capacity() <= ev.json().size() + 1024);
+  CHECK(ev.json().find('\n') == std::string::npos);
 }
 
 TEST_CASE("every byte at every position of a word is escaped as Boost.JSON "
@@ -157,7 +161,7 @@ TEST_CASE("every byte at every position of a word is escaped as Boost.JSON "
       s[pos] = static_cast<char>(b);
       auto expected = "\"line\":" + boost::json::serialize(
                                       boost::json::string(sanitize_utf8(s)));
-      auto json = log_event(head(), s).json;
+      auto json = log_event(head(), s).json();
       INFO("byte " << b << " at " << pos);
       CHECK(json.find(expected) != std::string::npos);
     }
@@ -167,13 +171,13 @@ TEST_CASE("untrusted output stays valid JSON", "[events]") {
   std::string nasty = "quote\" backslash\\ nl\n ctrl\x01 bad\xff\xfe "
                       "truncated\xe2\x82 ok\xe2\x82\xac surrogate\xed\xa0\x80";
   auto ev = log_event(head(), nasty);
-  auto line = boost::json::parse(ev.json).at("line").as_string();
+  auto line = boost::json::parse(ev.json()).at("line").as_string();
   std::string s{line.c_str(), line.size()};
   CHECK(s.find("quote\" backslash\\ nl\n ctrl\x01") == 0);
   CHECK(s.find("\xe2\x82\xac") != std::string::npos); // valid euro sign kept
   CHECK(s.find('\xff') == std::string::npos);
   CHECK(s.find("\xed\xa0\x80") == std::string::npos);
-  CHECK(ev.json.find('\n') == std::string::npos); // one line
+  CHECK(ev.json().find('\n') == std::string::npos); // one line
   CHECK(sanitize_utf8("plain") == "plain");
   CHECK(sanitize_utf8("\xc0\xaf") == "\xEF\xBF\xBD\xEF\xBF\xBD"); // overlong
 }
@@ -207,7 +211,7 @@ TEST_CASE("attempt_exited carries the attempt's usage and cost, only when "
   // Usage without a cost (codex, gemini).
   out.structured->usage = token_usage{1200, 345, 1000};
   auto ev =
-    boost::json::parse(attempt_exited_event(head(), out).json).as_object();
+    boost::json::parse(attempt_exited_event(head(), out).json()).as_object();
   REQUIRE(ev.contains("usage"));
   const auto& u = ev.at("usage").as_object();
   CHECK(u.at("input_tokens").as_int64() == 1200);
@@ -216,7 +220,7 @@ TEST_CASE("attempt_exited carries the attempt's usage and cost, only when "
   CHECK_FALSE(ev.contains("cost_usd"));
   // And a cost (claude).
   out.structured->cost_usd = 0.0123;
-  ev = boost::json::parse(attempt_exited_event(head(), out).json).as_object();
+  ev = boost::json::parse(attempt_exited_event(head(), out).json()).as_object();
   CHECK(ev.at("cost_usd").to_number<double>() == 0.0123);
   CHECK(ev.at("exit_code").as_int64() == 1);
 }
@@ -229,23 +233,23 @@ TEST_CASE("event values have the types SPEC §9 implies, absent means null",
   out.oom_killed = true;
   out.duration_s = 1.5;
   auto ex =
-    boost::json::parse(attempt_exited_event(head(), out).json).as_object();
+    boost::json::parse(attempt_exited_event(head(), out).json()).as_object();
   CHECK(ex.at("exit_code").as_int64() == 137);
   CHECK(ex.at("signal").as_int64() == 9);
   CHECK(ex.at("oom_killed").as_bool());
   CHECK(ex.at("duration_s").to_number<double>() == 1.5);
   CHECK(ex.at("ts").to_number<double>() == 1700000000.5);
   CHECK(ex.at("trace_id").as_string() == std::string(32, 'a'));
-  auto st =
-    boost::json::parse(attempt_started_event(head(), "a", "codex", "4242").json)
-      .as_object();
+  auto st = boost::json::parse(
+              attempt_started_event(head(), "a", "codex", "4242").json())
+              .as_object();
   CHECK(st.at("container_id").as_string() == "4242");
   auto rs =
     boost::json::parse(
       retry_scheduled_event(
         head(), 1, 3, "a",
         delay_decision{5, delay_source::retry_after_hint, 60, 0, true}, "why")
-        .json)
+        .json())
       .as_object();
   CHECK(rs.at("delay_source").as_string() == "retry_after_hint");
   CHECK(rs.at("scheduled_s").to_number<double>() == 60);
@@ -262,7 +266,8 @@ TEST_CASE("event values have the types SPEC §9 implies, absent means null",
   ok.metadata.retry_count = 1;
   ok.metadata.total_attempts = 2;
   ok.metadata.fallback_count = 0;
-  auto done = boost::json::parse(task_done_event(head(), ok).json).as_object();
+  auto done =
+    boost::json::parse(task_done_event(head(), ok).json()).as_object();
   CHECK(done.at("outcome").as_string() == "succeeded");
   CHECK(done.at("exit_code").as_int64() == 0);
   CHECK(done.at("error").is_null()); // present, null on success
@@ -276,10 +281,10 @@ TEST_CASE("event values have the types SPEC §9 implies, absent means null",
   ok.error = "boom";
   ok.outcome = task_outcome::stopped;
   auto stopped =
-    boost::json::parse(task_done_event(head(), ok).json).as_object();
+    boost::json::parse(task_done_event(head(), ok).json()).as_object();
   CHECK(stopped.at("error").as_string() == "boom");
   CHECK(stopped.at("outcome").as_string() == "stopped");
-  CHECK(boost::json::parse(user_stop_event(head(), stop_mode::kill, "m").json)
+  CHECK(boost::json::parse(user_stop_event(head(), stop_mode::kill, "m").json())
           .at("mode")
           .as_string() == "kill");
 }
@@ -473,7 +478,7 @@ TEST_CASE("event numbers are plain decimals, never in exponent form",
     h.trace_id = "0123456789abcdef0123456789abcdef";
     h.span_id = "0123456789abcdef";
     h.ts = ts;
-    auto json = warning_event(h, "m").json;
+    auto json = warning_event(h, "m").json();
     auto at = json.find("\"ts\":") + 5;
     return json.substr(at, json.find(',', at) - at);
   };
@@ -519,7 +524,7 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
     for (auto& a : agents)
       ids.emplace_back(ref_str(a));
     obj["agents"] = std::move(ids);
-    CHECK(task_submitted_event(h, env, agents).json == ser(obj));
+    CHECK(task_submitted_event(h, env, agents).json() == ser(obj));
 
     auto s1 = in.text();
     auto s2 = in.text();
@@ -528,12 +533,12 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
     obj["agent_id"] = ref_str(s1);
     obj["agent_cli"] = ref_str(s2);
     obj["container_id"] = ref_str(s3);
-    CHECK(attempt_started_event(h, s1, s2, s3).json == ser(obj));
+    CHECK(attempt_started_event(h, s1, s2, s3).json() == ser(obj));
 
     obj = ref_head("log", h);
     obj["stream"] = "stderr";
     obj["line"] = ref_str(s1);
-    CHECK(log_event(h, s1, "stderr").json == ser(obj));
+    CHECK(log_event(h, s1, "stderr").json() == ser(obj));
 
     attempt_outcome out;
     out.exit_code = in.integer();
@@ -563,7 +568,7 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
       if (out.structured->cost_usd)
         obj["cost_usd"] = *out.structured->cost_usd;
     }
-    CHECK(attempt_exited_event(h, out).json == ser(obj));
+    CHECK(attempt_exited_event(h, out).json() == ser(obj));
 
     classification c;
     c.cls = static_cast<error_class>(in.next() % 3);
@@ -579,7 +584,7 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
       obj["retry_after_s"] = *c.retry_after_s;
     else
       obj["retry_after_s"] = nullptr;
-    CHECK(classified_event(h, c).json == ser(obj));
+    CHECK(classified_event(h, c).json() == ser(obj));
 
     auto rc = in.integer();
     auto mr = in.integer();
@@ -596,19 +601,19 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
     CHECK(retry_scheduled_event(
             h, rc, mr, s2,
             delay_decision{delay, delay_source::jitter, delay, 0, false}, s3)
-            .json == ser(obj));
+            .json() == ser(obj));
 
     obj = ref_head("agent_switched", h);
     obj["from"] = ref_str(s1);
     obj["to"] = ref_str(s2);
     obj["reason"] = ref_str(s3);
-    CHECK(agent_switched_event(h, s1, s2, s3).json == ser(obj));
+    CHECK(agent_switched_event(h, s1, s2, s3).json() == ser(obj));
 
     auto mode = in.next() % 2 ? stop_mode::kill : stop_mode::cancel;
     obj = ref_head("user_stop", h);
     obj["mode"] = to_string(mode);
     obj["message"] = ref_str(s3);
-    CHECK(user_stop_event(h, mode, s3).json == ser(obj));
+    CHECK(user_stop_event(h, mode, s3).json() == ser(obj));
 
     task_result r;
     r.task_id = in.text();
@@ -627,7 +632,7 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
     obj = ref_head("task_done", h);
     for (auto& kv : ref_result(r))
       obj[kv.key()] = kv.value();
-    CHECK(task_done_event(h, r).json == ser(obj));
+    CHECK(task_done_event(h, r).json() == ser(obj));
     auto res = ref_result(r);
     res["task_id"] = ref_str(r.task_id);
     CHECK(result_to_json(r) == ser(res));
@@ -635,11 +640,11 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
     obj = ref_head("escalated", h);
     obj["outcome"] = to_string(r.outcome);
     obj["parent"] = ref_str(s1);
-    CHECK(escalated_event(h, r.outcome, s1).json == ser(obj));
+    CHECK(escalated_event(h, r.outcome, s1).json() == ser(obj));
 
     obj = ref_head("warning", h);
     obj["message"] = ref_str(s2);
-    CHECK(warning_event(h, s2).json == ser(obj));
+    CHECK(warning_event(h, s2).json() == ser(obj));
   }
 }
 
@@ -648,9 +653,9 @@ TEST_CASE("an event's typed keys hold the values its JSON carries, "
           "[events]") {
   auto line = std::string{"bad \xff\xfe byte, \"quotes\"\n"};
   auto ev = log_event(head(), line, "stderr");
-  REQUIRE(ev.fields != nullptr);
-  auto& typed = std::get<event_data::log>(ev.fields->data);
-  auto obj = boost::json::parse(ev.json).as_object();
+  REQUIRE(ev.fields() != nullptr);
+  auto& typed = std::get<event_data::log>(ev.fields()->data);
+  auto obj = boost::json::parse(ev.json()).as_object();
   CHECK(typed.line == std::string{obj.at("line").as_string()});
   CHECK(typed.line.find("\xEF\xBF\xBD") != std::string::npos);
   CHECK(typed.stream == "stderr");
@@ -661,7 +666,7 @@ TEST_CASE("an event's typed keys hold the values its JSON carries, "
   c.line = "429";
   c.retry_after_s = 12.5;
   auto cl = classified_event(head(), c);
-  auto& tc = std::get<event_data::classified>(cl.fields->data).c;
+  auto& tc = std::get<event_data::classified>(cl.fields()->data).c;
   CHECK(tc.cls == error_class::rate_limit);
   CHECK(tc.rule == "rl");
   CHECK(tc.retry_after_s == 12.5);
@@ -672,40 +677,55 @@ TEST_CASE("an event's typed keys hold the values its JSON carries, "
   r.artifacts = {"/a\xff"};
   r.metadata.retries_by_agent = {{"a", 2}};
   auto done = task_done_event(head(), r);
-  auto& tr = std::get<event_data::task_done>(done.fields->data).result;
-  auto dobj = boost::json::parse(done.json).as_object();
+  auto& tr = std::get<event_data::task_done>(done.fields()->data).result;
+  auto dobj = boost::json::parse(done.json()).as_object();
   CHECK(*tr.error == std::string{dobj.at("error").as_string()});
   CHECK(tr.artifacts.at(0) ==
         std::string{dobj.at("artifacts").as_array().at(0).as_string()});
   CHECK(tr.metadata.retries_by_agent.at("a") == 2);
 }
 
-TEST_CASE("an event nobody in the process reads typed is the same JSON "
-          "without typed keys",
+TEST_CASE("an event renders its JSON once, shared by every copy, and "
+          "travels as that JSON",
           "[events]") {
-  auto typed = head();
-  auto plain = head();
-  plain.typed = false;
   auto line = std::string{"bad \xff byte, \"quotes\""};
-  auto a = log_event(typed, line, "stderr");
-  auto b = log_event(plain, line, "stderr");
-  CHECK(a.fields != nullptr);
-  CHECK(b.fields == nullptr);
-  CHECK(a.json == b.json);
-  classification c;
-  c.cls = error_class::rate_limit;
-  c.rule = "rl";
-  c.line = "429 Too Many Requests";
-  auto ca = classified_event(typed, c);
-  auto cb = classified_event(plain, c);
-  CHECK(cb.fields == nullptr);
-  CHECK(ca.json == cb.json);
-  task_result r;
-  r.task_id = "t1";
-  r.error = std::string{"broke"};
-  r.artifacts = {"/a"};
-  auto da = task_done_event(typed, r);
-  auto db = task_done_event(plain, r);
-  CHECK(db.fields == nullptr);
-  CHECK(da.json == db.json);
+  auto a = log_event(head(), line, "stderr");
+  auto copy = a;
+  // Whichever copy asks first renders it; the others read the same text.
+  auto& first = copy.json();
+  CHECK(&a.json() == &first);
+  CHECK(boost::json::parse(first).at("line").as_string() ==
+        "bad \xEF\xBF\xBD byte, \"quotes\"");
+  CHECK(a.trace_id() == "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa");
+  CHECK(a.span_id() == "bbbbbbbbbbbbbbbb");
+  // Across the wire (or from the journal) the JSON is the event: no typed
+  // keys, the same text and ids.
+  std::vector<char> buf;
+  {
+    caf::actor_system_config cfg;
+    register_protocol(cfg);
+    caf::actor_system sys{cfg};
+    caf::binary_serializer sink{sys, buf};
+    REQUIRE(!sink(a));
+    event b;
+    caf::binary_deserializer source{sys, buf};
+    REQUIRE(!source(b));
+    CHECK(b.fields() == nullptr);
+    CHECK(b.json() == a.json());
+    CHECK(b.trace_id() == a.trace_id());
+    CHECK(b.span_id() == a.span_id());
+    CHECK(b.task_id == a.task_id);
+    CHECK(b.ts == a.ts);
+  }
+  // Ids longer than the W3C sizes are kept whole.
+  auto long_ids =
+    json_event_body(std::string(40, 'c'), std::string(20, 'd'), "{}");
+  event c;
+  c.body = long_ids;
+  CHECK(c.trace_id() == std::string(40, 'c'));
+  CHECK(c.span_id() == std::string(20, 'd'));
+  CHECK(c.json() == "{}");
+  // A default event has no body and empty JSON.
+  CHECK(event{}.json().empty());
+  CHECK(event{}.fields() == nullptr);
 }

@@ -121,7 +121,7 @@ event make_event(const std::string& task_id) {
   event ev;
   ev.kind = event_kind::task_done;
   ev.task_id = task_id;
-  ev.json = "{}";
+  ev.body = json_event_body("", "", "{}");
   return ev;
 }
 
@@ -318,7 +318,7 @@ event sized_event(const std::string& task_id, std::size_t json_bytes) {
   event ev;
   ev.kind = event_kind::log;
   ev.task_id = task_id;
-  ev.json = std::string(json_bytes, 'x');
+  ev.body = json_event_body("", "", std::string(json_bytes, 'x'));
   return ev;
 }
 
@@ -543,10 +543,10 @@ TEST_CASE_METHOD(fixture, "the door drops a subscriber past its hard caps",
     }
     REQUIRE(dropped() == 1);
     // (The reader's acknowledgement of each event comes after the event.)
-    CHECK((sent * 5 + 1) * (big.json.size() + 1 + door_event_overhead_bytes) >
+    CHECK((sent * 5 + 1) * (big.json().size() + 1 + door_event_overhead_bytes) >
           door_max_unacked_total_bytes);
     CHECK(((sent - 1) * 5 + 1) *
-            (big.json.size() + 1 + door_event_overhead_bytes) <=
+            (big.json().size() + 1 + door_event_overhead_bytes) <=
           door_max_unacked_total_bytes);
     CHECK(mutes[0]->dropped->find("together") != std::string::npos);
     CHECK(live->events == sent);

@@ -97,7 +97,7 @@ TEST_CASE_METHOD(registry_fixture,
   CHECK(r2.metadata.fallback_count == 1);
   auto sw = seen->of(event_kind::agent_switched, "t2");
   REQUIRE(sw.size() == 1);
-  CHECK(sw[0].json.find("circuit breaker") != std::string::npos);
+  CHECK(sw[0].json().find("circuit breaker") != std::string::npos);
   // After the reset timeout one probe goes through again.
   advance(300);
   runtime->script("a", {exits(0)});
@@ -162,7 +162,7 @@ TEST_CASE_METHOD(registry_fixture,
   CHECK(seen->of(event_kind::retry_scheduled, "t1").size() == 2);
   auto sw = seen->of(event_kind::agent_switched, "t1");
   REQUIRE(sw.size() == 1);
-  CHECK(sw[0].json.find("retry budget exhausted") != std::string::npos);
+  CHECK(sw[0].json().find("retry budget exhausted") != std::string::npos);
   auto r = await("t1");
   CHECK(r.outcome == task_outcome::succeeded);
   CHECK(r.metadata.agent_id == "b");

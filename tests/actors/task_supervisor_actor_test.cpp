@@ -53,7 +53,7 @@ struct supervisor_fixture : fixture {
   std::vector<double> delays(const std::string& task_id = {}) {
     std::vector<double> out;
     for (auto& ev : seen->of(event_kind::retry_scheduled, task_id))
-      out.push_back(boost::json::parse(ev.json)
+      out.push_back(boost::json::parse(ev.json())
                       .as_object()
                       .at("delay_s")
                       .to_number<double>());
@@ -61,7 +61,7 @@ struct supervisor_fixture : fixture {
   }
 
   boost::json::object json_of(const event& ev) {
-    return boost::json::parse(ev.json).as_object();
+    return boost::json::parse(ev.json()).as_object();
   }
 };
 
@@ -87,11 +87,11 @@ TEST_CASE_METHOD(supervisor_fixture, "success on the first attempt",
                                 event_kind::task_done, event_kind::escalated});
   // W3C sizes; one trace per task, a new span for the attempt.
   auto& first = seen->events.front();
-  CHECK(first.trace_id.size() == 32);
-  CHECK(first.span_id.size() == 16);
+  CHECK(first.trace_id().size() == 32);
+  CHECK(first.span_id().size() == 16);
   auto started = seen->of(event_kind::attempt_started).at(0);
-  CHECK(started.trace_id == first.trace_id);
-  CHECK(started.span_id != first.span_id);
+  CHECK(started.trace_id() == first.trace_id());
+  CHECK(started.span_id() != first.span_id());
   CHECK(started.attempt == 1);
   auto obj = json_of(started);
   CHECK(obj.at("agent_cli").as_string() == "a-cli");
@@ -236,7 +236,7 @@ TEST_CASE_METHOD(supervisor_fixture,
   REQUIRE(started.size() == 12);
   for (int i = 0; i < 12; ++i)
     CHECK(started[static_cast<std::size_t>(i)].attempt == i + 1);
-  CHECK(started[0].span_id != started[1].span_id);
+  CHECK(started[0].span_id() != started[1].span_id());
   auto done = json_of(seen->of(event_kind::task_done).at(0));
   CHECK(done.at("outcome").as_string() == "failed");
   CHECK(done.at("metadata").as_object().at("total_attempts").as_int64() == 12);
@@ -526,29 +526,29 @@ TEST_CASE_METHOD(supervisor_fixture,
   CHECK(submitted.attempt == 0);
   std::set<std::string> spans;
   for (auto& ev : seen->events) {
-    CHECK(ev.trace_id == submitted.trace_id);
-    CHECK(ev.span_id.size() == 16);
-    CHECK(ev.span_id.find_first_not_of("0123456789abcdef") ==
+    CHECK(ev.trace_id() == submitted.trace_id());
+    CHECK(ev.span_id().size() == 16);
+    CHECK(ev.span_id().find_first_not_of("0123456789abcdef") ==
           std::string::npos);
     auto attempt_event = ev.kind != event_kind::task_submitted &&
                          ev.kind != event_kind::task_done &&
                          ev.kind != event_kind::escalated;
     if (!attempt_event) {
-      CHECK(ev.span_id == submitted.span_id);
+      CHECK(ev.span_id() == submitted.span_id());
       continue;
     }
     auto started = seen->of(event_kind::attempt_started)
                      .at(static_cast<std::size_t>(ev.attempt - 1));
-    CHECK(ev.span_id == started.span_id);
-    spans.insert(ev.span_id);
+    CHECK(ev.span_id() == started.span_id());
+    spans.insert(std::string{ev.span_id()});
     // The JSON line says the same as the fields.
     auto o = json_of(ev);
-    CHECK(o.at("span_id").as_string() == ev.span_id);
-    CHECK(o.at("trace_id").as_string() == ev.trace_id);
+    CHECK(o.at("span_id").as_string() == ev.span_id());
+    CHECK(o.at("trace_id").as_string() == ev.trace_id());
     CHECK(o.at("attempt").as_int64() == ev.attempt);
   }
   CHECK(spans.size() == 2);
-  CHECK(spans.count(submitted.span_id) == 0);
+  CHECK(spans.count(std::string{submitted.span_id()}) == 0);
 }
 
 TEST_CASE_METHOD(supervisor_fixture, "a fallback cycle becomes a warning event",

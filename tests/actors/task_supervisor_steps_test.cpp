@@ -35,7 +35,7 @@ struct steps_fixture : fixture {
   std::vector<std::string> field(event_kind kind, const char* key) {
     std::vector<std::string> out;
     for (auto& ev : seen->of(kind)) {
-      auto obj = boost::json::parse(ev.json).as_object();
+      auto obj = boost::json::parse(ev.json()).as_object();
       out.emplace_back(obj.at(key).as_string());
     }
     return out;

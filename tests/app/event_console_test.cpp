@@ -123,10 +123,9 @@ TEST_CASE("NO_COLOR turns colours off even on a terminal") {
 
 TEST_CASE("an event of this process: the JSON stream gets its JSON, the view "
           "the same lines as from that JSON") {
-  // Typed keys, as `tasksup run` asks for them.
-  tasksup::event_head h{
-    "t",          1,   "0123456789abcdef0123456789abcdef", "0123456789abcdef",
-    1795362464.5, true};
+  // Built in this process: typed keys, JSON rendered on demand.
+  tasksup::event_head h{"t", 1, "0123456789abcdef0123456789abcdef",
+                        "0123456789abcdef", 1795362464.5};
   tasksup::delay_decision delay;
   delay.delay_s = 15;
   std::vector<tasksup::event> events{
@@ -152,7 +151,7 @@ TEST_CASE("an event of this process: the JSON stream gets its JSON, the view "
   for (auto& ev : events) {
     bool done = ev.kind == tasksup::event_kind::task_done;
     typed.write(ev, done ? more : progress_view::extra{});
-    text.write(ev.json, done ? extra : boost::json::object{});
+    text.write(ev.json(), done ? extra : boost::json::object{});
   }
   CHECK(typed_json.text() == text_json.text());
   CHECK(typed_human.text() == text_human.text());
@@ -163,7 +162,7 @@ TEST_CASE("an event of this process: the JSON stream gets its JSON, the view "
   event_console read{{read_human.file, false, false, {}, nullptr}};
   tasksup::event back;
   back.kind = tasksup::event_kind::task_done;
-  back.json = events.back().json;
+  back.body = tasksup::json_event_body("", "", events.back().json());
   read.write(back, more);
   CHECK(read_human.text().find("  duration: 3s\n  logs: /tmp/logs\n") !=
         std::string::npos);

@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     self->receive(
       [&](tasksup::event_atom, const tasksup::event& ev) {
         kinds.emplace_back(tasksup::to_string(ev.kind));
-        std::cout << ev.json << '\n';
+        std::cout << ev.json() << '\n';
       },
       [&](tasksup::escalate_atom, const tasksup::task_result& res) {
         result = res;

@@ -238,7 +238,8 @@ TEST_CASE("front door: a CAF client cannot reach internal handlers, forge "
   event forged;
   forged.kind = event_kind::task_done;
   forged.task_id = "FORGED";
-  forged.json = R"({"event":"task_done","task_id":"/etc/FORGED-BY-ROGUE"})";
+  forged.body = json_event_body(
+    "", "", R"({"event":"task_done","task_id":"/etc/FORGED-BY-ROGUE"})");
   self->send(*door, event_atom::value, forged);
   // Out-of-range enums never reach a handler: the element fails to load
   // and CAF 0.17 delivers an empty message, which the door refuses

@@ -68,8 +68,6 @@ struct worker_options {
   /// own events there too (one process: the order is kept, as the worker's
   /// events precede its report). Empty: the supervisor.
   caf::actor events;
-  /// Its events carry typed keys (registry_options::typed_events).
-  bool typed_events = false;
   /// Kept for the task's next attempt: after its report the worker waits
   /// for `(next_attempt, worker_options)` from its supervisor instead of
   /// quitting (it quits when its supervisor goes down).

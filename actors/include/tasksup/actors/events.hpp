@@ -1,13 +1,13 @@
 #pragma once
 
 // Builders for the events of SPEC §9: one function per kind with that kind's
-// fixed keys. Each returns an `event` whose `json` is one JSON object with
-// `event`, `task_id`, `attempt`, `trace_id`, `span_id`, `ts` and the kind's
-// keys. Every string is checked: invalid UTF-8 (agent output is untrusted)
-// is replaced by U+FFFD and control characters are escaped by the serializer.
-// When its head asks, the event also carries the kind's keys as typed values
-// (`event_fields`), so a view in the same process renders without parsing
-// the JSON back.
+// fixed keys. Each returns an `event` that holds the kind's keys as typed
+// values (`event_fields`) and renders, when first asked (`event::json`),
+// one JSON object with `event`, `task_id`, `attempt`, `trace_id`, `span_id`,
+// `ts` and the kind's keys. Every string is checked as the event is built:
+// invalid UTF-8 (agent output is untrusted) is replaced by U+FFFD, so the
+// typed values and the JSON say the same; control characters are escaped
+// by the serializer.
 
 #include "tasksup/actors/protocol.hpp"
 
@@ -51,6 +51,8 @@ private:
 /// The fields every event of one task attempt shares. The strings are views:
 /// they must outlive the builder call (the event copies what it keeps), so a
 /// supervisor stamps events from its own state without copying it first.
+/// The trace and span ids are kept in the event without allocating when they
+/// have their W3C sizes (32 and 16 digits).
 struct event_head {
   std::string_view task_id;
   int attempt = 0;
@@ -58,9 +60,6 @@ struct event_head {
   std::string_view span_id;
   /// Seconds since the Unix epoch.
   double ts = 0;
-  /// Also carry the kind's keys typed (`event::fields`), for a view in this
-  /// process (`tasksup run`'s); otherwise only the JSON is built.
-  bool typed = false;
 };
 
 /// The kind's own keys of an event, typed, one struct per kind named as in
@@ -144,7 +143,7 @@ struct step {
 } // namespace event_data
 
 /// An event's keys beyond its head (`event` holds those), as the builders
-/// below wrote them into `event::json`.
+/// below made them and `event::json` renders them.
 struct event_fields {
   std::variant<event_data::task_submitted, event_data::attempt_started,
                event_data::log, event_data::attempt_exited,

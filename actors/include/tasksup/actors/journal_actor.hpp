@@ -84,7 +84,7 @@ using journal_actor = caf::typed_actor<
   caf::replies_to<jinput_atom, std::int64_t, std::int64_t, std::string,
                   bool>::with<bool>,
   caf::reacts_to<jrecord_atom, std::int64_t, std::int64_t, std::string>,
-  caf::reacts_to<jevent_atom, std::int64_t, std::int64_t, int, std::string>,
+  caf::reacts_to<jevent_atom, std::int64_t, std::int64_t, event>,
   caf::reacts_to<jend_atom, std::int64_t, double, std::string>,
   caf::reacts_to<jstate_atom, std::string, std::string>,
   caf::replies_to<jhistory_atom, std::int64_t,

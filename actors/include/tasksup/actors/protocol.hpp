@@ -118,7 +118,7 @@ using jinput_atom = caf::atom_constant<caf::atom("jinput")>;
 /// with the next write someone waits for, or soon after (the same for
 /// jevent, jend and jstate).
 using jrecord_atom = caf::atom_constant<caf::atom("jrecord")>;
-/// `(jevent, number, n, kind, json)`.
+/// `(jevent, number, n, event)`: the journal renders its JSON.
 using jevent_atom = caf::atom_constant<caf::atom("jevent")>;
 /// `(jend, number, at, bytes)`.
 using jend_atom = caf::atom_constant<caf::atom("jend")>;
@@ -266,27 +266,49 @@ struct task_status {
 /// The typed keys of one event (defined in events.hpp).
 struct event_fields;
 
-/// One event: the fields a consumer filters on, plus the rendered JSON line
-/// with exactly SPEC §9's keys.
+/// What one event says beyond the fields below, shared by every copy of
+/// the event (events.cpp): its trace and span ids, its kind's keys typed,
+/// and its JSON line, rendered once, by whichever consumer first asks for
+/// it (the journal, a remote subscriber, a history read). A supervisor only
+/// stores values: rendering is the consumers' cost, and events nobody
+/// renders (output lines past the history's budget, a benchmark's) cost
+/// nothing to render.
+class event_body;
+
+/// One event: the fields a consumer filters on, plus the body that renders
+/// the JSON line with exactly SPEC §9's keys.
 struct event {
   event_kind kind = event_kind::warning;
   std::string task_id;
   int attempt = 0;
-  /// 32 lowercase hex digits, one per task.
-  std::string trace_id;
-  /// 16 lowercase hex digits, one per attempt (the task's own span before
-  /// the first attempt).
-  std::string span_id;
   /// Seconds since the Unix epoch.
   double ts = 0;
-  /// One JSON object, no trailing newline.
-  std::string json;
+  /// Null only in a default-constructed event (whose JSON is empty).
+  std::shared_ptr<const event_body> body;
+
+  /// One JSON object, no trailing newline (rendered on first use; safe to
+  /// call from any thread).
+  const std::string& json() const;
+
   /// The same keys as typed values (events.hpp), for consumers in this
-  /// process that would otherwise parse `json` back (the human view of
-  /// `tasksup run`). Null for an event read back from JSON (journal, other
-  /// nodes): not serialized, `json` is the event on the wire.
-  std::shared_ptr<const event_fields> fields;
+  /// process that would otherwise parse the JSON back (the human view of
+  /// `tasksup run`, the node's figures). Null for an event read back from
+  /// JSON (journal, other nodes): there the JSON is the event.
+  const event_fields* fields() const noexcept;
+
+  /// 32 lowercase hex digits, one per task.
+  std::string_view trace_id() const noexcept;
+
+  /// 16 lowercase hex digits, one per attempt (the task's own span before
+  /// the first attempt).
+  std::string_view span_id() const noexcept;
 };
+
+/// The body of an event that arrives as its JSON line (journal, another
+/// node): no typed keys.
+std::shared_ptr<const event_body> json_event_body(std::string_view trace_id,
+                                                  std::string_view span_id,
+                                                  std::string json);
 
 /// A worker's report of its attempt's end.
 struct attempt_report {
@@ -467,18 +489,35 @@ typename Inspector::result_type inspect(Inspector& f, task_status& x) {
            }));
 }
 
-/// Serializes an event.
+/// Serializes an event: its JSON line travels, rendered by the sender; the
+/// receiver's copy has no typed keys.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, event& x) {
-  return f(caf::meta::type_name("event"), detail::checked(x.kind, "event.kind"),
-           x.task_id, x.attempt, x.trace_id, x.span_id, x.ts, x.json,
-           caf::meta::load_callback([&]() -> caf::error {
-             return detail::check_sizes(
-               {{x.task_id, wire::max_id_bytes, "event.task_id"},
-                {x.trace_id, wire::max_id_bytes, "event.trace_id"},
-                {x.span_id, wire::max_id_bytes, "event.span_id"},
-                {x.json, 4 * wire::max_text_bytes, "event.json"}});
-           }));
+  if constexpr (Inspector::reads_state) {
+    std::string trace_id{x.trace_id()};
+    std::string span_id{x.span_id()};
+    std::string json = x.json();
+    return f(caf::meta::type_name("event"),
+             detail::checked(x.kind, "event.kind"), x.task_id, x.attempt,
+             trace_id, span_id, x.ts, json);
+  } else {
+    std::string trace_id;
+    std::string span_id;
+    std::string json;
+    return f(caf::meta::type_name("event"),
+             detail::checked(x.kind, "event.kind"), x.task_id, x.attempt,
+             trace_id, span_id, x.ts, json,
+             caf::meta::load_callback([&]() -> caf::error {
+               if (auto err = detail::check_sizes(
+                     {{x.task_id, wire::max_id_bytes, "event.task_id"},
+                      {trace_id, wire::max_id_bytes, "event.trace_id"},
+                      {span_id, wire::max_id_bytes, "event.span_id"},
+                      {json, 4 * wire::max_text_bytes, "event.json"}}))
+                 return err;
+               x.body = json_event_body(trace_id, span_id, std::move(json));
+               return caf::none;
+             }));
+  }
 }
 
 /// Serializes an attempt report.

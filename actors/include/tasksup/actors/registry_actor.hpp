@@ -39,9 +39,6 @@ struct registry_options {
   /// What the journal held when the node started: finished tasks come back
   /// as they ended, unfinished ones are rebuilt and resume.
   journal_snapshot restored;
-  /// Events also carry their keys typed (`event::fields`): set when a view
-  /// in this process reads them (`tasksup run`); JSON alone otherwise.
-  bool typed_events = false;
 };
 
 /// Spawns the registry of one node (SPEC §8). It accepts

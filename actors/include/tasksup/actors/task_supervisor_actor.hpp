@@ -55,9 +55,6 @@ struct supervisor_options {
   journal_actor journal;
   /// The task's number in the journal.
   std::int64_t journal_seq = 0;
-  /// The task's events (and its workers') carry typed keys
-  /// (registry_options::typed_events).
-  bool typed_events = false;
   /// Set for a task rebuilt after a node restart: its journaled inputs are
   /// replayed (nothing is carried out again), then the task resumes.
   bool resume = false;
