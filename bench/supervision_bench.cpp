@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   auto expected_attempts = tasks * static_cast<std::uint64_t>(failures + 1);
 
   latency_recorder rec{tasks, tasks * static_cast<std::uint64_t>(failures)};
-  std::shared_ptr<runtime::container_runtime> inner;
+  std::shared_ptr<runtime::container_runtime> rt;
   if (runtime_name == "scripted") {
     auto scripted = std::make_shared<runtime::scripted_runtime>();
     std::vector<runtime::scripted_step> steps(
@@ -52,11 +52,10 @@ int main(int argc, char** argv) {
       s.exit_code = 1;
     steps.emplace_back();
     scripted->script("bench", std::move(steps));
-    inner = scripted;
+    rt = std::make_shared<timing_runtime>(scripted, rec);
   } else {
-    inner = std::make_shared<instant_runtime>(failures);
+    rt = std::make_shared<instant_runtime>(failures, &rec);
   }
-  auto rt = std::make_shared<timing_runtime>(inner, rec);
 
   bench_config cfg{argc, argv};
   double elapsed = 0;
