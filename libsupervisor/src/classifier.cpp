@@ -698,6 +698,8 @@ classification classifier::classify(const attempt_outcome& outcome,
   // rule they match bounds the rules whose patterns still need the tail.
   auto winner = rules.size();
   std::vector<candidate> candidates;
+  if (!tail.empty())
+    candidates.reserve(rules.size());
   for (std::size_t i = 0; i < rules.size() && winner == rules.size(); ++i) {
     switch (cheap_criteria(rules[i], outcome)) {
       case cheap_verdict::matched:
@@ -706,7 +708,9 @@ classification classifier::classify(const attempt_outcome& outcome,
       case cheap_verdict::not_matched:
         break;
       case cheap_verdict::patterns_decide:
-        if (eng->rule_re[i])
+        // No line, no match: an empty tail leaves the decision to the
+        // cheap criteria.
+        if (!tail.empty() && eng->rule_re[i])
           candidates.push_back(candidate{i, window_begin(rules[i], tail.size()),
                                          eng->rule_re[i].get(),
                                          eng->always_scan[i] != 0, 0});
