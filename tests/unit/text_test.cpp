@@ -35,6 +35,25 @@ TEST_CASE("first_invalid_utf8 names the offset of the first bad byte") {
   CHECK(first_invalid_utf8("abc\xE2\x82") == 3);
 }
 
+TEST_CASE("first_invalid_utf8 finds a bad byte at every offset of an ASCII "
+          "run, and a good sequence anywhere is accepted") {
+  // ASCII is skipped eight bytes at a time: every offset and length around
+  // those words, with a bad byte, a truncated sequence and a good one.
+  for (std::size_t n = 1; n <= 26; ++n) {
+    for (std::size_t p = 0; p < n; ++p) {
+      CAPTURE(n, p);
+      std::string s(n, 'a');
+      s[p] = '\xFF';
+      CHECK(first_invalid_utf8(s) == p);
+      s[p] = '\xC3'; // a lead byte without its continuation (or 'a' after)
+      CHECK(first_invalid_utf8(s) == p);
+      s.insert(p + 1, 1, '\xBC');
+      CHECK(first_invalid_utf8(s) == std::string_view::npos);
+      CHECK(valid_utf8(s));
+    }
+  }
+}
+
 TEST_CASE("scan_utf8 reports the maximal valid subpart of a bad sequence") {
   auto r = scan_utf8("\xE2\x82x", 0);
   CHECK(r.len == 3);
