@@ -350,6 +350,13 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       self->demonitor(st.supervisor);
       self->quit();
     },
+    [=](release_atom) {
+      auto& st = self->state;
+      if (!st.idle || self->current_sender() != st.supervisor)
+        return;
+      self->demonitor(st.supervisor);
+      self->quit();
+    },
     [=](next_attempt_atom, worker_options& next) {
       auto& st = self->state;
       if (!st.idle || self->current_sender() != st.supervisor)

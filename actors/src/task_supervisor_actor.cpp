@@ -153,8 +153,6 @@ struct supervisor_state {
   std::shared_ptr<const shared_settings> node;
   /// The task, as the machine keeps it.
   task_machine_state m;
-  /// The effects of the input being handled (kept for its capacity).
-  machine_effects fx;
   std::optional<trace_id_generator> ids;
   /// The span of events outside attempts (submission, end of the task).
   span_text task_span;
@@ -573,6 +571,9 @@ void emit_step(supervisor_actor* self, std::string_view step,
                         msg));
 }
 
+/// A backoff this long lets the kept worker go (the next attempt spawns one).
+constexpr double release_worker_after_s = 1.0;
+
 /// Carries out one effect; an input it produces at once (a permission when
 /// there are no node services) goes to `next`.
 struct carrier {
@@ -898,6 +899,14 @@ struct carrier {
   }
 
   void operator()(const effect::set_timer& e) const {
+    // A worker kept for the next attempt costs ~3 KB while the task waits:
+    // worth it between quick retries, not over a long backoff.
+    auto& s = st();
+    if (e.kind == timer_kind::backoff && e.delay_s >= release_worker_after_s &&
+        s.kept_worker) {
+      self->demonitor(s.kept_worker);
+      self->send(std::exchange(s.kept_worker, nullptr), release_atom::value);
+    }
     // A timer that is due at once (a zero backoff) is a message to itself:
     // CAF's clock would take a lock and wake its thread for it.
     auto fire = [&](auto... xs) {
@@ -1028,6 +1037,38 @@ struct carrier {
   }
 };
 
+/// Buffers for the effects of one input, shared by the supervisors of a
+/// scheduler thread: an effect takes ~370 bytes, and a buffer kept per
+/// supervisor for its capacity held ~1.5 KB in every parked task
+/// (BENCHMARKS.md §2). A nested drive takes a buffer of its own.
+class effect_buffers {
+public:
+  static machine_effects take() {
+    auto& pool = buffers();
+    if (pool.empty())
+      return {};
+    auto fx = std::move(pool.back());
+    pool.pop_back();
+    return fx;
+  }
+
+  static void give_back(machine_effects fx) {
+    auto& pool = buffers();
+    fx.clear();
+    if (pool.size() < max_kept && fx.capacity() <= max_capacity)
+      pool.push_back(std::move(fx));
+  }
+
+private:
+  static constexpr std::size_t max_kept = 8;
+  static constexpr std::size_t max_capacity = 64;
+
+  static std::vector<machine_effects>& buffers() {
+    thread_local std::vector<machine_effects> pool;
+    return pool;
+  }
+};
+
 /// Carries out `fx`, then feeds the inputs they produced at once.
 void carry(supervisor_actor* self, const machine_effects& fx) {
   // A vector, which allocates only when an input is produced (rarely): an
@@ -1099,14 +1140,12 @@ reach reach_of(const machine_effect& e) {
 /// Returns whether `in` took effect; `then` runs after its effects.
 bool drive(supervisor_actor* self, machine_input in, after_input then) {
   auto& st = self->state;
-  auto fx = std::move(st.fx);
-  fx.clear();
+  auto fx = effect_buffers::take();
   auto now = now_s(self);
   auto ok = st.machine().handle(st.m, in, now, fx);
   if (!ok || !st.journal) {
     carry(self, fx);
-    fx.clear();
-    st.fx = std::move(fx);
+    effect_buffers::give_back(std::move(fx));
     if (then)
       then(ok);
     return ok;
@@ -1120,8 +1159,7 @@ bool drive(supervisor_actor* self, machine_input in, after_input then) {
     self->send(st.journal, jrecord_atom::value, st.journal_seq, ++st.journal_n,
                encode(journaled_input{now, std::move(in)}));
     carry(self, fx);
-    fx.clear();
-    st.fx = std::move(fx);
+    effect_buffers::give_back(std::move(fx));
     return true;
   }
   // Notifications inside the node (the slot given back, the breaker fed,
@@ -1131,6 +1169,7 @@ bool drive(supervisor_actor* self, machine_input in, after_input then) {
   machine_effects early;
   for (auto& e : fx)
     (reach_of(e) == reach::notice ? early : *pending).push_back(std::move(e));
+  effect_buffers::give_back(std::move(fx));
   carry(self, early);
   auto go_on = [self, pending, then] {
     carry(self, *pending);

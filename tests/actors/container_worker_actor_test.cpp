@@ -151,6 +151,42 @@ TEST_CASE_METHOD(fixture,
   CHECK(runtime->calls().size() == 3);
 }
 
+TEST_CASE_METHOD(fixture,
+                 "a kept worker ends when its supervisor lets it go, and "
+                 "only then",
+                 "[container_worker]") {
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  runtime->script("a", {exits(1, {"first"}), exits(1, {"second"})});
+  worker_options w;
+  w.spec.task_id = "t1";
+  w.spec.attempt = 1;
+  w.spec.agent_id = "a";
+  w.runtime = runtime;
+  w.keep = true;
+  auto worker = spawn_container_worker(sys(), sup, w);
+  run();
+  REQUIRE(seen->reports.size() == 1);
+  auto next = w;
+  next.spec.attempt = 2;
+  // Anyone else's release is ignored: it still runs the next attempt.
+  caf::anon_send(worker, release_atom::value);
+  run();
+  caf::send_as(sup, worker, next_attempt_atom::value, next);
+  run();
+  REQUIRE(seen->reports.size() == 2);
+  CHECK(runtime->calls().size() == 2);
+  // Its supervisor's ends it: the next attempt finds nobody.
+  auto before = sys().registry().running();
+  caf::send_as(sup, worker, release_atom::value);
+  run();
+  CHECK(sys().registry().running() == before - 1);
+  next.spec.attempt = 3;
+  caf::send_as(sup, worker, next_attempt_atom::value, next);
+  run();
+  CHECK(runtime->calls().size() == 2);
+}
+
 namespace {
 
 worker_options

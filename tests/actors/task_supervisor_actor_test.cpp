@@ -568,6 +568,24 @@ TEST_CASE_METHOD(supervisor_fixture, "a fallback cycle becomes a warning event",
 }
 
 TEST_CASE_METHOD(supervisor_fixture,
+                 "a task waiting out a long backoff holds no worker; the next "
+                 "attempt gets one",
+                 "[task_supervisor]") {
+  runtime->script("a", {exits(1, {"transient glitch"}), hangs()});
+  start(task_with("t1", {"a"}));
+  REQUIRE(delays() == std::vector<double>{5});
+  // The worker of attempt 1 was kept for the next attempt until the 5 s
+  // backoff was set: then it was let go (~3 KB per waiting task).
+  auto waiting = sys().registry().running();
+  advance(5);
+  CHECK(runtime->started() == 2);
+  CHECK(sys().registry().running() == waiting + 1);
+  caf::anon_send(sup, stop_atom::value, stop_mode::kill);
+  run();
+  CHECK(result().outcome == task_outcome::stopped);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
                  "tasks with their own settings keep them while tasks with "
                  "the default settings share theirs",
                  "[task_supervisor]") {

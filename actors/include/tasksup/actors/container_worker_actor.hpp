@@ -70,12 +70,16 @@ struct worker_options {
   caf::actor events;
   /// Kept for the task's next attempt: after its report the worker waits
   /// for `(next_attempt, worker_options)` from its supervisor instead of
-  /// quitting (it quits when its supervisor goes down).
+  /// quitting (it quits when its supervisor goes down, or is told
+  /// `(release)`).
   bool keep = false;
 };
 
 /// Supervisor -> its kept worker: `(next_attempt, worker_options)`.
 using next_attempt_atom = caf::atom_constant<caf::atom("nextatt")>;
+/// `(release)`: a kept worker between attempts is not needed any more (its
+/// task waits out a long backoff); it ends.
+using release_atom = caf::atom_constant<caf::atom("release")>;
 
 /// Copies what the worker needs from the agent that runs the attempt: its
 /// output format, idle timeout and noise, and env_passthrough names.
