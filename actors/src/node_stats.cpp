@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <utility>
+#include <variant>
 
 namespace tasksup {
 
@@ -329,14 +331,126 @@ void node_stats::settle(task_track& t, attempt_decision d) {
     records_.pop_front();
 }
 
-void node_stats::add(const event& ev) {
-  if (ev.kind == event_kind::log)
-    return;
+namespace {
+
+/// What the figures read from one event, from its typed keys (events of
+/// this process) or from its JSON (read back from the journal): one path
+/// for both, and no JSON rendered and parsed back for the events of this
+/// node.
+struct event_facts {
+  std::string agent_id;
+  double duration_s = 0;
+  int exit_code = 0;
+  bool started = true;
+  std::string cls;
+  std::string rule;
+  std::string line;
+  double delay_s = 0;
+  int retry_count = 0;
+  int max_retries = 0;
+  std::string agent;
+  std::string delay_source;
+  bool capped = false;
+  std::string reason;
+  std::string from;
+  std::string to;
+  std::string mode;
+  std::string outcome;
+  std::optional<std::string> error;
+};
+
+struct typed_facts {
+  event_facts& f;
+
+  void operator()(const event_data::attempt_started& d) const {
+    f.agent_id = d.agent_id;
+  }
+  void operator()(const event_data::attempt_exited& d) const {
+    f.duration_s = d.duration_s;
+    f.exit_code = d.exit_code;
+    f.started = d.started;
+  }
+  void operator()(const event_data::classified& d) const {
+    f.cls = to_string(d.c.cls);
+    f.rule = d.c.rule;
+    f.line = d.c.line;
+  }
+  void operator()(const event_data::retry_scheduled& d) const {
+    f.delay_s = d.delay.delay_s;
+    f.retry_count = d.retry_count;
+    f.max_retries = d.max_retries;
+    f.agent = d.agent;
+    f.delay_source = to_string(d.delay.source);
+    f.capped = d.delay.capped;
+    f.reason = d.reason;
+  }
+  void operator()(const event_data::agent_switched& d) const {
+    f.from = d.from;
+    f.to = d.to;
+    f.reason = d.reason;
+  }
+  void operator()(const event_data::user_stop& d) const {
+    f.mode = to_string(d.mode);
+  }
+  void operator()(const event_data::task_done& d) const {
+    f.outcome = to_string(d.result.outcome);
+    f.error = d.result.error;
+  }
+  void operator()(const event_data::escalated& d) const {
+    f.outcome = to_string(d.outcome);
+  }
+  template<class Other>
+  void operator()(const Other&) const {
+    // Nothing the figures read.
+  }
+};
+
+std::optional<event_facts> facts_of(const event& ev) {
+  event_facts f;
+  if (auto* typed = ev.fields()) {
+    std::visit(typed_facts{f}, typed->data);
+    return f;
+  }
   boost::system::error_code ec;
   auto doc = boost::json::parse(ev.json(), ec);
   if (ec || !doc.is_object())
-    return;
+    return std::nullopt;
   auto& obj = doc.get_object();
+  f.agent_id = text_at(obj, "agent_id");
+  f.duration_s = number_at(obj, "duration_s");
+  f.exit_code = static_cast<int>(number_at(obj, "exit_code"));
+  if (auto* started = obj.if_contains("started");
+      started && started->is_bool() && !started->get_bool())
+    f.started = false;
+  f.cls = text_at(obj, "class");
+  f.rule = text_at(obj, "rule");
+  f.line = text_at(obj, "line");
+  f.delay_s = number_at(obj, "delay_s");
+  f.retry_count = static_cast<int>(number_at(obj, "retry_count"));
+  f.max_retries = static_cast<int>(number_at(obj, "max_retries"));
+  f.agent = text_at(obj, "agent");
+  f.delay_source = text_at(obj, "delay_source");
+  if (auto* c = obj.if_contains("capped"); c && c->is_bool())
+    f.capped = c->get_bool();
+  f.reason = text_at(obj, "reason");
+  f.from = text_at(obj, "from");
+  f.to = text_at(obj, "to");
+  f.mode = text_at(obj, "mode");
+  f.outcome = text_at(obj, "outcome");
+  if (auto* err = obj.if_contains("error"); err && err->is_string())
+    f.error = std::string{err->get_string()};
+  return f;
+}
+
+} // namespace
+
+void node_stats::add(const event& ev) {
+  if (ev.kind == event_kind::log)
+    return;
+  auto facts = facts_of(ev);
+  if (!facts)
+    return;
+  auto& f = *facts;
   switch (ev.kind) {
     case event_kind::log:
     case event_kind::step:
@@ -351,7 +465,7 @@ void node_stats::add(const event& ev) {
     case event_kind::attempt_started: {
       auto& t = track(ev.task_id);
       settle(t, attempt_decision::restarted);
-      t.agent_id = text_at(obj, "agent_id");
+      t.agent_id = f.agent_id;
       t.times.attempt_started_ts = ev.ts;
       t.times.next_retry_ts = 0;
       return;
@@ -364,10 +478,9 @@ void node_stats::add(const event& ev) {
       p.rec.agent_id = t.agent_id.empty() ? "unknown" : t.agent_id;
       p.rec.attempt = ev.attempt;
       p.rec.ended_ts = ev.ts;
-      p.rec.duration_s = number_at(obj, "duration_s");
-      p.rec.exit_code = static_cast<int>(number_at(obj, "exit_code"));
-      if (auto* started = obj.if_contains("started");
-          started && started->is_bool() && !started->get_bool())
+      p.rec.duration_s = f.duration_s;
+      p.rec.exit_code = f.exit_code;
+      if (!f.started)
         p.rec.exit_code = p.rec.exit_code == 0 ? -1 : p.rec.exit_code;
       durations_[agent_label(p.rec.agent_id)].observe(p.rec.duration_s);
       if (p.rec.exit_code != 0 && t.first_failure_ts == 0)
@@ -378,9 +491,9 @@ void node_stats::add(const event& ev) {
     case event_kind::classified: {
       auto& t = track(ev.task_id);
       if (t.pending) {
-        t.pending->rec.cls = parse_error_class(text_at(obj, "class"));
-        t.pending->rec.rule = cut(text_at(obj, "rule"), max_line_bytes);
-        t.pending->rec.line = cut(text_at(obj, "line"), max_line_bytes);
+        t.pending->rec.cls = parse_error_class(f.cls);
+        t.pending->rec.rule = cut(f.rule, max_line_bytes);
+        t.pending->rec.line = cut(f.line, max_line_bytes);
         t.pending->judged = true;
       }
       return;
@@ -391,43 +504,35 @@ void node_stats::add(const event& ev) {
       if (t.pending && t.pending->rec.cls)
         cls = std::string{to_string(*t.pending->rec.cls)};
       settle(t, attempt_decision::retry);
-      auto delay = number_at(obj, "delay_s");
+      auto delay = f.delay_s;
       t.times.next_retry_ts = ev.ts + delay;
-      t.times.last_decision =
-        "retry " +
-        std::to_string(static_cast<int>(number_at(obj, "retry_count"))) + "/" +
-        std::to_string(static_cast<int>(number_at(obj, "max_retries"))) +
-        " of " + text_at(obj, "agent") + " after " + cls + ", in " +
-        seconds_text(delay) + " (" + text_at(obj, "delay_source") +
-        (obj.if_contains("capped") && obj.at("capped").is_bool() &&
-             obj.at("capped").get_bool()
-           ? ", capped"
-           : "") +
-        ")";
-      if (auto reason = text_at(obj, "reason"); !reason.empty())
-        t.times.last_decision += ": " + reason;
+      t.times.last_decision = "retry " + std::to_string(f.retry_count) + "/" +
+                              std::to_string(f.max_retries) + " of " + f.agent +
+                              " after " + cls + ", in " + seconds_text(delay) +
+                              " (" + f.delay_source +
+                              (f.capped ? ", capped" : "") + ")";
+      if (!f.reason.empty())
+        t.times.last_decision += ": " + f.reason;
       return;
     }
     case event_kind::agent_switched: {
       auto& t = track(ev.task_id);
       settle(t, attempt_decision::fallback);
-      auto from = text_at(obj, "from");
-      auto to = text_at(obj, "to");
-      ++fallbacks_[{agent_label(from), agent_label(to)}];
-      t.times.last_decision = "fallback from " + from + " to " + to;
-      if (auto reason = text_at(obj, "reason"); !reason.empty())
-        t.times.last_decision += ": " + reason;
+      ++fallbacks_[{agent_label(f.from), agent_label(f.to)}];
+      t.times.last_decision = "fallback from " + f.from + " to " + f.to;
+      if (!f.reason.empty())
+        t.times.last_decision += ": " + f.reason;
       return;
     }
     case event_kind::user_stop: {
-      auto mode = text_at(obj, "mode");
+      auto& mode = f.mode;
       ++user_stops_[mode == "kill" ? "kill" : "cancel"];
       track(ev.task_id).times.last_decision = "user stop (" + mode + ")";
       return;
     }
     case event_kind::task_done: {
       auto& t = track(ev.task_id);
-      auto outcome = text_at(obj, "outcome");
+      auto outcome = f.outcome;
       if (outcome != "succeeded" && outcome != "failed" && outcome != "stopped")
         outcome = "failed";
       settle(t, outcome == "succeeded" ? attempt_decision::succeeded
@@ -443,12 +548,12 @@ void node_stats::add(const event& ev) {
         t.times.last_decision = "succeeded on attempt " +
                                 std::to_string(ev.attempt) + " (" +
                                 (t.agent_id.empty() ? "?" : t.agent_id) + ")";
-      else if (auto* err = obj.if_contains("error"); err && err->is_string())
-        t.times.last_decision = std::string{err->get_string()};
+      else if (f.error)
+        t.times.last_decision = *f.error;
       return;
     }
     case event_kind::escalated: {
-      auto outcome = text_at(obj, "outcome");
+      auto outcome = f.outcome;
       if (outcome != "succeeded" && outcome != "failed" && outcome != "stopped")
         outcome = "failed";
       ++escalations_[outcome];

@@ -20,9 +20,12 @@ namespace {
 /// Emits the events of one task the way a supervisor does.
 class task_script {
 public:
-  task_script(node_stats& stats, std::string id, double t0)
-    : stats_(stats), id_(std::move(id)), now_(t0) {
-    stats_.add(task_submitted_event(head(), "env", {"a", "b"}));
+  /// With `read_back`, every event reaches the figures as the journal
+  /// hands it back: its JSON alone, no typed keys.
+  task_script(node_stats& stats, std::string id, double t0,
+              bool read_back = false)
+    : stats_(stats), id_(std::move(id)), now_(t0), read_back_(read_back) {
+    add(task_submitted_event(head(), "env", {"a", "b"}));
   }
 
   /// One attempt of `agent` that runs `secs` and exits `code`; a failure is
@@ -31,18 +34,18 @@ public:
                error_class cls = error_class::retryable,
                const std::string& line = "boom") {
     ++attempt_;
-    stats_.add(attempt_started_event(head(), agent, "cli", "pid 1"));
+    add(attempt_started_event(head(), agent, "cli", "pid 1"));
     now_ += secs;
     attempt_outcome out;
     out.exit_code = code;
     out.duration_s = secs;
-    stats_.add(attempt_exited_event(head(), out));
+    add(attempt_exited_event(head(), out));
     if (code != 0) {
       classification c;
       c.cls = cls;
       c.rule = "rule-" + std::string{to_string(cls)};
       c.line = line;
-      stats_.add(classified_event(head(), c));
+      add(classified_event(head(), c));
     }
   }
 
@@ -50,12 +53,12 @@ public:
     delay_decision d;
     d.delay_s = delay;
     d.scheduled_s = delay;
-    stats_.add(retry_scheduled_event(head(), 1, 3, agent, d, "retryable"));
+    add(retry_scheduled_event(head(), 1, 3, agent, d, "retryable"));
     now_ += delay;
   }
 
   void fallback(const std::string& from, const std::string& to) {
-    stats_.add(agent_switched_event(head(), from, to, "exhausted"));
+    add(agent_switched_event(head(), from, to, "exhausted"));
   }
 
   void done(task_outcome outcome, int code = 0) {
@@ -65,13 +68,22 @@ public:
     r.exit_code = code;
     if (outcome != task_outcome::succeeded)
       r.error = "gave up";
-    stats_.add(task_done_event(head(), r));
-    stats_.add(escalated_event(head(), outcome, "registry"));
+    add(task_done_event(head(), r));
+    add(escalated_event(head(), outcome, "registry"));
   }
 
   double now() const { return now_; }
 
+  /// A user's stop.
+  void stop(stop_mode mode) { add(user_stop_event(head(), mode, "requested")); }
+
 private:
+  void add(event ev) {
+    if (read_back_)
+      ev.body = json_event_body(ev.trace_id(), ev.span_id(), ev.json());
+    stats_.add(ev);
+  }
+
   event_head head() {
     event_head h;
     h.task_id = id_;
@@ -86,6 +98,7 @@ private:
   std::string id_;
   double now_;
   int attempt_ = 0;
+  bool read_back_ = false;
 };
 
 bool has_line(const std::string& text, const std::string& line) {
@@ -301,6 +314,37 @@ TEST_CASE("task times: submitted, next retry while waiting, finished") {
 
   stats.add(attempt_started_event(h, "a", "cli", "pid"));
   CHECK(stats.times("t")->next_retry_ts == 0);
+}
+
+TEST_CASE("events of this node (typed) and events read back from the "
+          "journal (JSON) give the same figures") {
+  auto run = [](bool read_back) {
+    node_stats stats;
+    task_script t{stats, "t1", 1000, read_back};
+    t.attempt("a", 2, 1);
+    t.retry("a", 5);
+    t.attempt("a", 3, 1, error_class::rate_limit, "429 too many");
+    t.fallback("a", "b");
+    t.attempt("b", 4, 2, error_class::fatal, "bad key");
+    t.done(task_outcome::failed, 2);
+    task_script u{stats, "t2", 2000, read_back};
+    u.attempt("a", 1, 0);
+    u.stop(stop_mode::kill);
+    u.done(task_outcome::stopped);
+    std::vector<task_status> tasks(2);
+    tasks[0].task_id = "t1";
+    tasks[1].task_id = "t2";
+    return std::vector<std::string>{stats.prometheus({}, node_health{}),
+                                    stats.tasks_json(tasks, 3000),
+                                    stats.times("t1")->last_decision};
+  };
+  auto typed = run(false);
+  auto json = run(true);
+  CHECK(typed == json);
+  CHECK(has_line(
+    typed[0],
+    R"(tasksup_attempts_total{agent="b",class="fatal",decision="failed"} 1)"));
+  CHECK(typed[2] == "gave up");
 }
 
 TEST_CASE("kept tasks and attempt records are bounded") {
