@@ -191,9 +191,13 @@ typename Inspector::result_type inspect(Inspector& f, state_view& v) {
       if (auto err = save_decision(f, **d))
         return err;
   }
-  return f(detail::opt(s.ended), s.previous_delay_s, s.started_at_s,
-           s.retry_at_s, detail::opt(s.last_exit_code), s.last_artifacts,
-           s.last_not_started, detail::opt(s.usage), detail::opt(s.cost_usd));
+  // The same bytes as when `ended` was a std::optional.
+  std::optional<attempt_outcome> ended;
+  if (s.ended)
+    ended = *s.ended;
+  return f(detail::opt(ended), s.previous_delay_s, s.started_at_s, s.retry_at_s,
+           detail::opt(s.last_exit_code), s.last_artifacts, s.last_not_started,
+           detail::opt(s.usage), detail::opt(s.cost_usd));
 }
 
 struct input_view {

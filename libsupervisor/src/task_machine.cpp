@@ -602,7 +602,7 @@ bool task_machine::on(task_machine_state& st, const input::delivered& in,
   if (in.ok) {
     f.outcome = end_kind::succeeded;
     f.cause = st.voluntary ? end_cause::voluntary : end_cause::decision;
-    f.why = std::move(st.ending);
+    f.why = st.ending.take();
   } else {
     f.cause = end_cause::delivery_failed;
     f.detail = in.detail;

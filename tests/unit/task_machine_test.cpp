@@ -59,6 +59,38 @@ struct task : machine_task {
 
 } // namespace
 
+TEST_CASE("task machine: a copied state owns its own outcome and plan; a "
+          "state holds their room only while they are present",
+          "[task_machine]") {
+  task_machine_state a;
+  CHECK_FALSE(a.ended);
+  attempt_outcome o;
+  o.exit_code = 3;
+  o.tail = {"boom"};
+  a.ended = o;
+  decision d;
+  d.retry_count = 2;
+  a.plan = d;
+  auto b = a;
+  b.ended->exit_code = 4;
+  b.plan->retry_count = 5;
+  CHECK(a.ended->exit_code == 3);
+  CHECK(a.plan->retry_count == 2);
+  CHECK(b.ended->tail == std::vector<std::string>{"boom"});
+  a = b;
+  CHECK(a.ended->exit_code == 4);
+  auto taken = a.plan.take();
+  REQUIRE(taken.has_value());
+  CHECK(taken->retry_count == 5);
+  CHECK_FALSE(a.plan);
+  CHECK(b.plan->retry_count == 5);
+  b.ended.reset();
+  CHECK_FALSE(b.ended.has_value());
+  // The state a waiting task keeps is small: the rarely present parts
+  // are one pointer each while absent.
+  CHECK(sizeof(task_machine_state) < 400);
+}
+
 TEST_CASE("task machine: a first attempt that succeeds ends the task",
           "[task_machine]") {
   task t;

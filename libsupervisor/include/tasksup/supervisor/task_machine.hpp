@@ -91,7 +91,52 @@ enum class end_cause : std::uint8_t {
   delivery_failed,
 };
 
-/// The state of one task: a plain value, copyable, comparable, journaled.
+/// A value held out of line: an optional `T` that takes one pointer while
+/// absent (and copies its value when copied). The task's state holds its
+/// rarely present parts this way, so a task waiting out a backoff does not
+/// carry their room (~770 bytes of ~1 KB).
+template<class T>
+class boxed {
+public:
+  boxed() = default;
+  boxed(const boxed& x) : p_(x.p_ ? std::make_unique<T>(*x.p_) : nullptr) {}
+  boxed(boxed&&) noexcept = default;
+  boxed& operator=(const boxed& x) {
+    if (this != &x)
+      p_ = x.p_ ? std::make_unique<T>(*x.p_) : nullptr;
+    return *this;
+  }
+  boxed& operator=(boxed&&) noexcept = default;
+  boxed& operator=(T x) {
+    if (p_)
+      *p_ = std::move(x);
+    else
+      p_ = std::make_unique<T>(std::move(x));
+    return *this;
+  }
+
+  explicit operator bool() const noexcept { return p_ != nullptr; }
+  bool has_value() const noexcept { return p_ != nullptr; }
+  T& operator*() noexcept { return *p_; }
+  const T& operator*() const noexcept { return *p_; }
+  T* operator->() noexcept { return p_.get(); }
+  const T* operator->() const noexcept { return p_.get(); }
+  void reset() noexcept { p_.reset(); }
+
+  /// The value as a std::optional (moved out; this one is left empty).
+  std::optional<T> take() {
+    std::optional<T> out;
+    if (p_)
+      out = std::move(*p_);
+    p_.reset();
+    return out;
+  }
+
+private:
+  std::unique_ptr<T> p_;
+};
+
+/// The state of one task: a plain value, copyable, journaled.
 struct task_machine_state {
   task_phase phase = task_phase::created;
   /// Counters of the policy (attempts, retries, chain position).
@@ -111,9 +156,9 @@ struct task_machine_state {
   bool deadline_passed = false;
   /// A retry decided and not yet carried out (it is applied when its
   /// attempt starts, so nothing is ever taken back).
-  std::optional<decision> plan;
+  boxed<decision> plan;
   /// The last attempt's end, kept while it is classified.
-  std::optional<attempt_outcome> ended;
+  boxed<attempt_outcome> ended;
   /// The previous delay (decorrelated jitter).
   double previous_delay_s = 0;
   /// When the task started (the `now` scale of `handle`), for the deadline.
@@ -138,7 +183,7 @@ struct task_machine_state {
   /// the step of `restart_backoff` the next one waits.
   int restart_streak = 0;
   /// The decision that ends the task once its change is delivered.
-  std::optional<decision> ending;
+  boxed<decision> ending;
 };
 
 namespace input {
