@@ -105,6 +105,22 @@ TEST_CASE_METHOD(fixture, "a worker that ends normally kills nothing",
   CHECK(calls[0].what == runtime::scripted_call::kind::start);
 }
 
+namespace {
+
+/// Attempt 1 of task t1 by agent a, its worker kept for the next attempt.
+worker_options
+kept_worker_options(std::shared_ptr<runtime::scripted_runtime> rt) {
+  worker_options w;
+  w.spec.task_id = "t1";
+  w.spec.attempt = 1;
+  w.spec.agent_id = "a";
+  w.runtime = std::move(rt);
+  w.keep = true;
+  return w;
+}
+
+} // namespace
+
 TEST_CASE_METHOD(fixture,
                  "a kept worker runs its supervisor's next attempt and "
                  "drops what the last one's runtime still sends",
@@ -112,12 +128,7 @@ TEST_CASE_METHOD(fixture,
   auto seen = std::make_shared<collected>();
   auto sup = collector(seen);
   runtime->script("a", {exits(3, {"first"}), hangs()});
-  worker_options w;
-  w.spec.task_id = "t1";
-  w.spec.attempt = 1;
-  w.spec.agent_id = "a";
-  w.runtime = runtime;
-  w.keep = true;
+  auto w = kept_worker_options(runtime);
   auto worker = spawn_container_worker(sys(), sup, w);
   run();
   REQUIRE(seen->reports.size() == 1);
@@ -158,12 +169,7 @@ TEST_CASE_METHOD(fixture,
   auto seen = std::make_shared<collected>();
   auto sup = collector(seen);
   runtime->script("a", {exits(1, {"first"}), exits(1, {"second"})});
-  worker_options w;
-  w.spec.task_id = "t1";
-  w.spec.attempt = 1;
-  w.spec.agent_id = "a";
-  w.runtime = runtime;
-  w.keep = true;
+  auto w = kept_worker_options(runtime);
   auto worker = spawn_container_worker(sys(), sup, w);
   run();
   REQUIRE(seen->reports.size() == 1);
