@@ -86,13 +86,10 @@ struct serve_options {
 constexpr std::chrono::seconds shutdown_grace{30};
 
 /// Logs one event of the node through the progress view (one line per
-/// rendered line, task prefixed; agent output stays in the attempt logs).
+/// rendered line, task prefixed; agent output stays in the attempt logs),
+/// from its typed keys: no JSON rendered and parsed back.
 void log_event(progress_view& view, const event& ev) {
-  boost::system::error_code ec;
-  auto doc = boost::json::parse(ev.json(), ec);
-  if (ec || !doc.is_object())
-    return;
-  for (auto& line : view.render(doc.get_object())) {
+  for (auto& line : view.render(ev)) {
     if (ev.kind == event_kind::warning)
       spdlog::warn("{}", line);
     else

@@ -276,7 +276,8 @@ struct event_fields;
 class event_body;
 
 /// One event: the fields a consumer filters on, plus the body that renders
-/// the JSON line with exactly SPEC §9's keys.
+/// the JSON line with exactly SPEC §9's keys. The JSON is rendered from the
+/// head of whichever copy asks first: an event is not changed once made.
 struct event {
   event_kind kind = event_kind::warning;
   std::string task_id;
