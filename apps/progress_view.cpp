@@ -455,7 +455,7 @@ std::vector<std::string> progress_view::render(const event& ev,
   } else if (auto* st = std::get_if<event_data::step>(&data)) {
     out.push_back(pre + step_line(st->passed, st->step, st->name, st->message));
   } else if (auto* t = std::get_if<event_data::task_done>(&data)) {
-    auto& r = t->result;
+    auto& r = t->result();
     auto& m = r.metadata;
     done_text d;
     d.outcome = to_string(r.outcome);

@@ -311,7 +311,7 @@ void kind_fields(json_writer& w, const event_data::user_stop& d) {
 }
 
 void kind_fields(json_writer& w, const event_data::task_done& d) {
-  result_fields(w, d.result);
+  result_fields(w, d.result());
 }
 
 void kind_fields(json_writer& w, const event_data::escalated& d) {
@@ -493,7 +493,8 @@ event user_stop_event(const event_head& h, stop_mode mode,
 
 event task_done_event(const event_head& h, const task_result& r) {
   return make_event(event_kind::task_done, h,
-                    event_data::task_done{checked_result(r)});
+                    event_data::task_done{
+                      std::make_shared<const task_result>(checked_result(r))});
 }
 
 event escalated_event(const event_head& h, task_outcome outcome,

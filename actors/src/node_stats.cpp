@@ -393,8 +393,8 @@ struct typed_facts {
     f.mode = to_string(d.mode);
   }
   void operator()(const event_data::task_done& d) const {
-    f.outcome = to_string(d.result.outcome);
-    f.error = d.result.error;
+    f.outcome = to_string(d.result().outcome);
+    f.error = d.result().error;
   }
   void operator()(const event_data::escalated& d) const {
     f.outcome = to_string(d.outcome);

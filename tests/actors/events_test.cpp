@@ -677,7 +677,7 @@ TEST_CASE("an event's typed keys hold the values its JSON carries, "
   r.artifacts = {"/a\xff"};
   r.metadata.retries_by_agent = {{"a", 2}};
   auto done = task_done_event(head(), r);
-  auto& tr = std::get<event_data::task_done>(done.fields()->data).result;
+  auto& tr = std::get<event_data::task_done>(done.fields()->data).result();
   auto dobj = boost::json::parse(done.json()).as_object();
   CHECK(*tr.error == std::string{dobj.at("error").as_string()});
   CHECK(tr.artifacts.at(0) ==

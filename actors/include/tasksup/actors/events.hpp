@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -120,7 +121,11 @@ struct user_stop {
 };
 
 struct task_done {
-  task_result result;
+  /// Held out of line: the largest kind's keys would otherwise set the room
+  /// of every event's body (~170 bytes more each, in every task's history).
+  std::shared_ptr<const task_result> held;
+
+  const task_result& result() const { return *held; }
 };
 
 struct escalated {
