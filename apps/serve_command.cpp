@@ -15,6 +15,7 @@
 #include "tls_server_context.hpp"
 #include "worker_node.hpp"
 
+#include "tasksup/actors/events.hpp"
 #include "tasksup/actors/journal_actor.hpp"
 #include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
@@ -393,14 +394,21 @@ int serve(const serve_options& opts) {
                        r.task_id, r.target, r.tries, r.error);
       });
   auto on_event = [&](const event& ev) {
-    if (notify && ev.kind == event_kind::task_done) {
-      boost::system::error_code ec;
-      auto doc = boost::json::parse(ev.json(), ec);
-      if (!ec && doc.is_object())
-        if (auto* o = doc.get_object().if_contains("outcome");
-            o && o->is_string())
-          notify->offer(ev.task_id, std::string{o->get_string()}, ev.json());
+    if (!notify || ev.kind != event_kind::task_done)
+      return;
+    if (auto* f = ev.fields()) {
+      if (auto* done = std::get_if<event_data::task_done>(&f->data))
+        notify->offer(ev.task_id,
+                      std::string{to_string(done->result().outcome)},
+                      ev.json());
+      return;
     }
+    boost::system::error_code ec;
+    auto doc = boost::json::parse(ev.json(), ec);
+    if (!ec && doc.is_object())
+      if (auto* o = doc.get_object().if_contains("outcome");
+          o && o->is_string())
+        notify->offer(ev.task_id, std::string{o->get_string()}, ev.json());
   };
 
   progress_view::options view_opts;
