@@ -118,6 +118,12 @@ std::string checked_text(std::string_view s) {
   return valid_utf8(s) ? std::string{s} : sanitize_utf8(s);
 }
 
+/// Repairs `s` in place (a copy only when it was invalid).
+void repair_text(std::string& s) {
+  if (!valid_utf8(s))
+    s = sanitize_utf8(s);
+}
+
 /// Opens the event object and writes the common keys, in SPEC §9's order.
 void head_fields(json_writer& w, const event& ev, std::string_view trace_id,
                  std::string_view span_id) {
@@ -161,11 +167,11 @@ void usage_fields(json_writer& w, const std::optional<token_usage>& usage,
 task_result checked_result(const task_result& r) {
   task_result out = r;
   if (out.error)
-    out.error = checked_text(*r.error);
+    repair_text(*out.error);
   for (auto& a : out.artifacts)
-    a = checked_text(a);
-  out.metadata.agent_used = checked_text(r.metadata.agent_used);
-  out.metadata.agent_id = checked_text(r.metadata.agent_id);
+    repair_text(a);
+  repair_text(out.metadata.agent_used);
+  repair_text(out.metadata.agent_id);
   return out;
 }
 
