@@ -30,6 +30,7 @@
 //
 //   cfg.load<caf::scheduler::coordinator<tasksup::handoff_policy>>();
 
+#include <caf/logger.hpp>
 #include <caf/policy/unprofiled.hpp>
 #include <caf/resumable.hpp>
 #include <caf/scheduler/abstract_coordinator.hpp>
@@ -163,3 +164,49 @@ private:
 using handoff_coordinator = caf::scheduler::coordinator<handoff_policy>;
 
 } // namespace tasksup
+
+#if CAF_LOG_LEVEL == CAF_LOG_LEVEL_QUIET
+
+namespace caf::scheduler {
+
+/// A handoff worker's loop: CAF's own, without the logger's bookkeeping.
+///
+/// Debian's CAF logs nothing (CAF_LOG_LEVEL_QUIET), yet its worker loop
+/// still records which actor each thread runs, at every resume: a
+/// `dynamic_cast` from the job to `abstract_actor` through the actor's
+/// virtual bases (~1,250 instructions), then the id written into a map
+/// shared by all threads under one spinlock, once by the loop and once more
+/// by the actor's `resume`. That was ~11,000 instructions per supervised
+/// attempt (of ~61,000) and a lock every thread takes (BENCHMARKS.md §9).
+/// With no current logger on the thread, `resume` skips its part too; with
+/// nothing logged, nothing reads the ids.
+template<>
+inline void worker<tasksup::handoff_policy>::run() {
+  logger::set_current_actor_system(nullptr);
+  for (;;) {
+    auto* job = policy_.dequeue(this);
+    policy_.before_resume(this, job);
+    auto res = job->resume(this, max_throughput_);
+    policy_.after_resume(this, job);
+    switch (res) {
+      case resumable::resume_later:
+        policy_.resume_job_later(this, job);
+        break;
+      case resumable::done:
+        policy_.after_completion(this, job);
+        intrusive_ptr_release(job);
+        break;
+      case resumable::awaiting_message:
+        intrusive_ptr_release(job);
+        break;
+      case resumable::shutdown_execution_unit:
+        policy_.after_completion(this, job);
+        policy_.before_shutdown(this);
+        return;
+    }
+  }
+}
+
+} // namespace caf::scheduler
+
+#endif
