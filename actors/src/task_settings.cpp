@@ -1,11 +1,20 @@
 #include "task_settings.hpp"
 
+#include "supervisor_state.hpp"
+
 #include "tasksup/actors/shared_pool.hpp"
 
 #include "tasksup/supervisor/hash.hpp"
 
-#include <caf/actor_cast.hpp>
+#include "tasksup/actors/backoff_actor.hpp"
+#include "tasksup/actors/classifier_actor.hpp"
 
+#include "tasksup/supervisor/agent_chain.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+
+#include <filesystem>
 #include <functional>
 #include <utility>
 
@@ -158,6 +167,79 @@ runtime::attempt_spec make_attempt_spec(const task_settings& settings,
   // (in a container, where its artifacts directory is mounted), on
   // whichever node runs the attempt.
   return spec;
+}
+
+supervisor_setup make_setup(caf::actor_system& sys, supervisor_options opts) {
+  auto& task = opts.task;
+  start_info start;
+  start.ids = trace_id_generator{opts.seed};
+  start.emit_submitted = opts.emit_submitted && !opts.resume;
+  start.resume = opts.resume;
+  start.replay = std::move(opts.replay);
+  start.journal = std::move(opts.journal);
+  start.journal_seq = opts.journal_seq;
+  start_info::extras more;
+  auto chain =
+    build_agent_chain(task.selection, opts.default_agent, opts.start_agent_id);
+  more.warnings = std::move(chain.warnings);
+  more.classifier_rules = std::move(task.classifier_rules);
+  if (!opts.backoff) {
+    opts.backoff = spawn_backoff(sys, opts.seed);
+    more.owned.push_back(caf::actor_cast<caf::actor>(opts.backoff));
+  }
+  if (!opts.classifier) {
+    if (auto rules = classifier::make(default_classifier_rules())) {
+      opts.classifier = spawn_classifier(sys, std::move(*rules));
+      more.owned.push_back(caf::actor_cast<caf::actor>(opts.classifier));
+    }
+  }
+  if (!more.warnings.empty() || more.classifier_rules || !more.owned.empty())
+    start.more = std::make_unique<start_info::extras>(std::move(more));
+  std::vector<std::string> providers;
+  for (auto& a : chain.agents)
+    providers.push_back(a.provider);
+  shared_settings node{shared_config(effective_settings(task)),
+                       std::move(providers)};
+  node.agents = shared_agents(std::move(chain.agents));
+  node.runtime = std::move(opts.runtime);
+  node.classifier = std::move(opts.classifier);
+  node.backoff = std::move(opts.backoff);
+  node.services = std::move(opts.services);
+  node.attempt_root =
+    opts.attempt_root.empty()
+      ? (std::filesystem::temp_directory_path() / "tasksup").string()
+      : std::move(opts.attempt_root);
+  auto settings = std::make_unique<task_settings>();
+  settings->trace_id =
+    opts.trace_id.empty() ? start.ids.trace_id() : std::move(opts.trace_id);
+  // The generator's string grew while it was built; it is kept for the
+  // task's lifetime.
+  settings->trace_id.shrink_to_fit();
+  auto& fields = settings->task;
+  fields.id = std::move(task.id);
+  fields.prompt = std::move(task.prompt);
+  fields.environment = std::move(task.environment);
+  fields.image = std::move(task.image);
+  fields.env = std::move(task.env);
+  fields.mounts = std::move(task.mounts);
+  fields.workdir = std::move(task.workdir);
+  fields.memory_limit_mb = task.memory_limit_mb;
+  if (task.repo || !task.gates.empty() || task.preflight ||
+      task.feedback.enabled) {
+    auto h = std::make_unique<task_settings::hook_fields>();
+    h->repo = std::move(task.repo);
+    h->keep_failed = task.keep_failed;
+    h->gates = std::move(task.gates);
+    h->deliver = task.deliver;
+    h->feedback = std::move(task.feedback);
+    h->preflight = std::move(task.preflight);
+    settings->hooks = std::move(h);
+  }
+  supervisor_setup setup;
+  setup.settings = std::move(settings);
+  setup.node = shared_node(std::move(node));
+  setup.start = std::move(start);
+  return setup;
 }
 
 } // namespace tasksup::detail

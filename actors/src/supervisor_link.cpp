@@ -1,0 +1,275 @@
+// A task supervisor's link to its attempt's worker: on this node (one kept
+// for the task's quick retries) or on the worker node the registry placed
+// the attempt on, and what it does when that worker or its node is lost.
+
+#include "supervisor_state.hpp"
+
+#include "tasksup/actors/cluster.hpp"
+#include "tasksup/actors/container_worker_actor.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/exit_reason.hpp>
+#include <caf/send.hpp>
+#include <caf/system_messages.hpp>
+
+#include <chrono>
+#include <string>
+#include <utility>
+
+namespace tasksup::detail {
+
+namespace {
+
+/// A remote attempt's runtime id, as the journal keeps it:
+/// `node:<node>/<id on that node>`.
+std::string remote_runtime_id(const std::string& node, const std::string& id) {
+  return "node:" + node + "/" + id;
+}
+
+/// The node of a runtime id made by `remote_runtime_id`, else empty.
+std::string remote_node_of(const std::string& runtime_id) {
+  if (runtime_id.rfind("node:", 0) != 0)
+    return {};
+  auto slash = runtime_id.find('/', 5);
+  return runtime_id.substr(5, slash == std::string::npos ? std::string::npos
+                                                         : slash - 5);
+}
+
+/// How long a supervisor waits for the report of a remote worker that went
+/// down: CAF may deliver the worker's down message before the messages it
+/// sent just before it ended (they are deserialized apart, and arrive
+/// through a new proxy of the worker).
+constexpr std::chrono::seconds remote_report_grace{2};
+
+/// An attempt lost with worker node `node`: why, for the classifier.
+attempt_outcome lost_outcome(const std::string& node, std::string why) {
+  attempt_outcome out;
+  out.exit_code = -1;
+  out.lost_node = node;
+  out.infrastructure_error = "worker node " + node + " lost: " + why;
+  return out;
+}
+
+/// Takes `w` as the worker of the current attempt (it runs on `node`).
+void take_worker(supervisor_actor* self, caf::actor w,
+                 const std::string& node) {
+  auto& s = self->state;
+  s.worker = std::move(w);
+  s.worker_node = node;
+  s.remote_starting = 0;
+  self->monitor(s.worker);
+  if (auto stop = std::exchange(s.pending_stop, std::nullopt))
+    self->send(s.worker, stop_atom::value, stop->first, stop->second);
+}
+
+/// Asks the worker node the registry placed the attempt on to start it.
+void start_remote(supervisor_actor* self, worker_options w) {
+  auto& s = self->state;
+  auto ra = to_remote(std::move(w), s.placed_runtime);
+  auto attempt = ra.spec.attempt;
+  auto node = s.placed_node;
+  s.remote_starting = attempt;
+  self
+    ->request(s.placed_agent, remote_start_timeout, run_attempt_atom::value,
+              std::move(ra), caf::actor_cast<caf::actor>(self))
+    .then(
+      [self, attempt, node](caf::actor& worker) {
+        auto& st = self->state;
+        if (st.remote_starting == attempt)
+          take_worker(self, std::move(worker), node);
+      },
+      [self, attempt, node](caf::error& err) {
+        auto& st = self->state;
+        if (st.remote_starting != attempt)
+          return;
+        st.remote_starting = 0;
+        st.pending_stop.reset();
+        if (err == caf::sec::request_timeout) {
+          // The node never answered: as good as lost.
+          if (st.node->services)
+            self->send(st.node->services, node_lost_atom::value, node,
+                       st.placed_agent.node());
+          attempt_ended(
+            self, attempt,
+            lost_outcome(node, "it did not start the attempt "
+                               "within " +
+                                 std::to_string(remote_start_timeout.count()) +
+                                 " s"));
+          return;
+        }
+        attempt_outcome out;
+        out.exit_code = -1;
+        out.infrastructure_error =
+          "worker node " + node +
+          " could not start the attempt: " + error_text(err);
+        attempt_ended(self, attempt, std::move(out));
+      });
+}
+
+} // namespace
+
+bool from_worker(supervisor_actor* self) {
+  auto& s = self->state;
+  auto sender = self->current_sender();
+  if (!sender)
+    return false;
+  // By identity, not by handle: a remote worker's proxy is replaced when
+  // its down message overtakes its last messages, which then come from a
+  // new proxy of the same actor.
+  if (s.worker)
+    return sender->node() == s.worker.node() && sender->id() == s.worker.id();
+  if (s.remote_starting == 0 || !s.placed_agent ||
+      sender->node() != s.placed_agent.node())
+    return false;
+  take_worker(self, caf::actor_cast<caf::actor>(sender), s.placed_node);
+  return true;
+}
+
+void spawn_worker(supervisor_actor* self, runtime::attempt_spec spec,
+                  std::size_t agent_index) {
+  auto& s = self->state;
+  const auto& agent = s.agent(agent_index);
+  worker_options w;
+  apply_agent_options(w, agent);
+  w.spec = std::move(spec);
+  w.runtime = s.node->runtime;
+  w.trace_id = s.opts->trace_id;
+  w.span_id = std::string_view{s.span};
+  w.agent_cli = agent.agent_cli;
+  w.report_runtime_id = static_cast<bool>(s.journal);
+  if (s.placed_agent) {
+    start_remote(self, std::move(w));
+    return;
+  }
+  s.worker_node.clear();
+  w.events = s.parent;
+  w.keep = true;
+  if (s.kept_worker) {
+    s.worker = std::exchange(s.kept_worker, nullptr);
+    self->send(s.worker, next_attempt_atom::value, std::move(w));
+    return;
+  }
+  s.worker = spawn_container_worker(self, caf::actor_cast<caf::actor>(self),
+                                    std::move(w));
+  self->monitor(s.worker);
+}
+
+/// Lets the current attempt's worktree go: removed, or kept for inspection
+
+std::optional<input::attempt_ended>
+adopt_worker(supervisor_actor* self, std::size_t agent_index, int attempt) {
+  auto& s = self->state;
+  if (auto node = remote_node_of(s.adopt_id); !node.empty()) {
+    // It ran on a worker node, which stopped it when it lost this node.
+    auto out = lost_outcome(node, "the coordinator restarted while the "
+                                  "attempt ran there");
+    return ended_input(self, attempt, std::move(out));
+  }
+  const auto& agent = s.agent(agent_index);
+  worker_options w;
+  apply_agent_options(w, agent);
+  w.spec = make_attempt_spec(*s.opts, *s.node, agent, attempt);
+  w.runtime = s.node->runtime;
+  w.trace_id = s.opts->trace_id;
+  w.span_id = std::string_view{s.span};
+  w.agent_cli = agent.agent_cli;
+  w.adopt_id = s.adopt_id;
+  w.events = s.parent;
+  w.keep = true;
+  s.adopted_dir = w.spec.attempt_dir;
+  s.adopted_attempt = attempt;
+  s.worker = spawn_container_worker(self, caf::actor_cast<caf::actor>(self),
+                                    std::move(w));
+  self->monitor(s.worker);
+  return std::nullopt;
+}
+
+void stop_worker(supervisor_actor* self, stop_mode mode,
+                 std::chrono::milliseconds grace) {
+  auto& s = self->state;
+  if (s.worker)
+    self->send(s.worker, stop_atom::value, mode, std::int64_t{grace.count()});
+  else if (s.remote_starting != 0)
+    s.pending_stop.emplace(mode, std::int64_t{grace.count()});
+}
+
+void release_kept_worker(supervisor_actor* self) {
+  auto& s = self->state;
+  if (!s.kept_worker)
+    return;
+  self->demonitor(s.kept_worker);
+  self->send(std::exchange(s.kept_worker, nullptr), release_atom::value);
+}
+
+void worker_reported(supervisor_actor* self, attempt_report& r) {
+  auto& st = self->state;
+  if (!from_worker(self) || r.attempt != st.m.attempt)
+    return;
+  if (st.worker_node.empty())
+    st.kept_worker = st.worker; // it waits for the next attempt
+  else
+    self->demonitor(st.worker);
+  // Its node is stopping: nothing more goes there.
+  if (!r.outcome.lost_node.empty() && !st.worker_node.empty() &&
+      st.node->services)
+    self->send(st.node->services, node_lost_atom::value, st.worker_node,
+               st.worker.node());
+  attempt_ended(self, r.attempt, std::move(r.outcome));
+}
+
+std::string journaled_runtime_id(const supervisor_state& s,
+                                 std::string runtime_id) {
+  if (s.worker_node.empty())
+    return runtime_id;
+  return remote_runtime_id(s.worker_node, runtime_id);
+}
+
+void worker_down(supervisor_actor* self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  if (st.kept_worker && dm.source == st.kept_worker.address()) {
+    st.kept_worker = nullptr; // gone between attempts: the next spawns one
+    return;
+  }
+  if (!st.worker || dm.source != st.worker.address())
+    return;
+  if (!st.worker_node.empty() &&
+      dm.reason == caf::exit_reason::remote_link_unreachable) {
+    // Its node is gone (killed, frozen, cut off): the attempt is lost
+    // with it, and no attempt goes there any more.
+    auto node = st.worker_node;
+    if (st.node->services)
+      self->send(st.node->services, node_lost_atom::value, node,
+                 st.worker.node());
+    attempt_ended(self, st.m.attempt,
+                  lost_outcome(node, "the connection to it failed (" +
+                                       self->system().render(dm.reason) + ")"));
+    return;
+  }
+  if (!st.worker_node.empty()) {
+    // Its last messages may still be on their way: judged after a grace.
+    self->delayed_send(self, remote_report_grace, worker_gone_atom::value,
+                       st.m.attempt);
+    return;
+  }
+  // The worker died without reporting its exit: the machinery failed.
+  attempt_outcome out;
+  out.exit_code = -1;
+  out.infrastructure_error =
+    "container worker died: " + self->system().render(dm.reason);
+  attempt_ended(self, st.m.attempt, std::move(out));
+}
+
+void worker_gone(supervisor_actor* self, int attempt) {
+  auto& st = self->state;
+  if (self->current_sender() != self->ctrl() || !st.worker ||
+      st.worker_node.empty() || attempt != st.m.attempt)
+    return;
+  attempt_outcome out;
+  out.exit_code = -1;
+  out.infrastructure_error = "the container worker on node " + st.worker_node +
+                             " ended without reporting its attempt";
+  attempt_ended(self, attempt, std::move(out));
+}
+
+} // namespace tasksup::detail
