@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <future>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -180,6 +181,96 @@ TEST_CASE("an actor system on the handoff scheduler shuts down with "
       for (int i = 0; i < 10'000; ++i)
         caf::anon_send(busy, ping_atom::value);
       caf::anon_send_exit(busy, caf::exit_reason::user_shutdown);
+    }
+    shut->set_value();
+  }};
+  auto ended = shut_down.wait_for(bound) == std::future_status::ready;
+  if (ended)
+    t.join();
+  else
+    t.detach();
+  REQUIRE(ended);
+}
+
+/// What the members of endless rings share.
+struct endless {
+  /// Set: the token stops where it is.
+  std::atomic<bool> stop{false};
+  /// Hops made, by all rings.
+  std::atomic<long> hops{0};
+};
+
+/// A member of a ring whose handles it shares: passes the token on until
+/// told to stop.
+caf::behavior endless_member(caf::event_based_actor* self,
+                             std::shared_ptr<std::vector<caf::actor>> ring,
+                             std::size_t index,
+                             std::shared_ptr<endless> shared) {
+  return {
+    [=](hop_atom, int n) {
+      shared->hops.fetch_add(1);
+      if (!shared->stop.load())
+        self->send((*ring)[(index + 1) % ring->size()], hop_atom::value, n + 1);
+    },
+  };
+}
+
+/// Spawns `count` rings of `size` endless members; starts each with a token.
+std::vector<caf::actor> endless_rings(caf::actor_system& sys, int count,
+                                      int size, std::shared_ptr<endless> stop) {
+  std::vector<caf::actor> all;
+  for (int r = 0; r < count; ++r) {
+    auto ring = std::make_shared<std::vector<caf::actor>>();
+    for (int i = 0; i < size; ++i)
+      ring->push_back(
+        sys.spawn(endless_member, ring, static_cast<std::size_t>(i), stop));
+    caf::anon_send(ring->front(), hop_atom::value, 0);
+    all.insert(all.end(), ring->begin(), ring->end());
+  }
+  return all;
+}
+
+TEST_CASE("a message chain that never ends does not starve the queue on "
+          "the handoff scheduler") {
+  // One worker thread: two actors pass a token back and forth forever, each
+  // turn making the other ready for the thread's own slot. A request from
+  // outside waits in the shared queue and is answered all the same.
+  handoff_config cfg{1};
+  caf::actor_system sys{cfg};
+  caf::scoped_actor self{sys};
+  auto rings = std::make_shared<endless>();
+  auto pair = endless_rings(sys, 1, 2, rings);
+  auto echo = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](ping_atom) { return done_atom::value; }};
+  });
+  bool answered = false;
+  self->request(echo, bound, ping_atom::value)
+    .receive([&](done_atom) { answered = true; }, [](caf::error&) {});
+  rings->stop.store(true);
+  CHECK(answered);
+  for (auto& a : pair)
+    self->send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("an actor system on the handoff scheduler shuts down while "
+          "chains run") {
+  // Each ring member's turn makes the next ready for its thread's slot; the
+  // workers end with actors in their slots, which must still be released.
+  auto shut = std::make_shared<std::promise<void>>();
+  auto shut_down = shut->get_future();
+  std::thread t{[shut] {
+    {
+      handoff_config cfg{2};
+      caf::actor_system sys{cfg};
+      auto rings = std::make_shared<endless>();
+      auto members = endless_rings(sys, 4, 8, rings);
+      // Running: the tokens have gone round many times.
+      auto until = std::chrono::steady_clock::now() + bound;
+      while (rings->hops.load() < 100'000 &&
+             std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+      for (auto& m : members)
+        caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
     }
     shut->set_value();
   }};

@@ -20,13 +20,22 @@
 //    Erlang's scheduler keeps it); each further one in the same turn, and
 //    every actor made ready from outside (the process runtime's reactor,
 //    timers, the network), wakes a sleeping thread at once.
-//  - a thread that takes a job and leaves more in the queue wakes a sleeping
-//    one for them, so a job never waits behind a turn that blocks (the
-//    process runtime's start() waits for its shim).
+//  - the first of those kept actors goes to the thread's own slot, not the
+//    queue: the thread runs it next without taking the queue's lock, so a
+//    chain of one message per turn never touches the lock (Go's `runnext`,
+//    Tokio's LIFO slot). After `max_streak` turns in a row from its slot a
+//    thread puts the slot's actor in the queue and takes the queue's
+//    oldest, so a chain that never ends does not starve the queue. The
+//    other kept actors wait in the queue.
+//  - a thread that takes a job and leaves more of its own in the queue
+//    wakes a sleeping one for them, so a job never waits behind a turn that
+//    blocks (the process runtime's start() waits for its shim).
 // Threads sleep only when the queue is empty, so no job waits while all
 // threads sleep. A kept actor waits for the rest of the turn that made it
 // ready (short on a node: blocking work runs on detached actors or the
-// runtimes' own threads) instead of for a thread's wake-up.
+// runtimes' own threads) instead of for a thread's wake-up; the one in the
+// slot cannot be taken by another thread meanwhile. A thread that shuts
+// down hands its slot to the queue.
 //
 //   cfg.load<caf::scheduler::coordinator<tasksup::handoff_policy>>();
 
@@ -36,10 +45,12 @@
 #include <caf/scheduler/abstract_coordinator.hpp>
 #include <caf/scheduler/coordinator.hpp>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <mutex>
+#include <utility>
 
 namespace tasksup {
 
@@ -54,12 +65,14 @@ public:
     std::mutex lock;
     std::condition_variable cv;
     std::deque<caf::resumable*> queue;
-    /// Threads waiting on `cv`.
-    std::size_t sleeping = 0;
+    /// The queue's size, also read without the lock (a hint).
+    std::atomic<std::size_t> queued{0};
+    /// Threads waiting on `cv`. Changed under the lock, also read without.
+    std::atomic<std::size_t> sleeping{0};
     /// Of those, how many were notified and have not woken yet: never more
     /// than `sleeping`, so a queued job always has a thread coming for it
     /// unless its own thread takes it.
-    std::size_t signalled = 0;
+    std::atomic<std::size_t> signalled{0};
   };
 
   struct worker_data {
@@ -68,7 +81,16 @@ public:
     /// Actors the running actor made ready that no thread was woken for:
     /// this thread takes them after the turn.
     int kept = 0;
+    /// The first of them, which no other thread sees: run next, without the
+    /// queue's lock.
+    caf::resumable* next = nullptr;
+    /// Turns in a row taken from `next`.
+    int streak = 0;
   };
+
+  /// Turns in a row a thread takes from its own `next` before it looks at
+  /// the shared queue again.
+  static constexpr int max_streak = 32;
 
   template<class Coordinator>
   void central_enqueue(Coordinator* self, caf::resumable* job) {
@@ -86,6 +108,10 @@ public:
     auto keep = w.kept < kept_per_turn;
     if (keep)
       ++w.kept;
+    if (keep && w.next == nullptr) {
+      w.next = job;
+      return;
+    }
     push(d(self->parent()), job, !keep);
   }
 
@@ -102,7 +128,32 @@ public:
   template<class Worker>
   caf::resumable* dequeue(Worker* self) {
     auto& c = d(self->parent());
-    d(self).kept = 0;
+    auto& w = d(self);
+    w.kept = 0;
+    if (w.next != nullptr) {
+      if (w.streak < max_streak) {
+        ++w.streak;
+        auto* job = std::exchange(w.next, nullptr);
+        // What else this thread kept is in the shared queue: should this
+        // turn block, another thread takes it. Read without the lock: this
+        // thread pushed those jobs under it, so a thread that went to sleep
+        // before shows in `sleeping`, and one that sleeps after saw them.
+        if (c.queued.load(std::memory_order_relaxed) > 0 &&
+            c.sleeping.load(std::memory_order_relaxed) >
+              c.signalled.load(std::memory_order_relaxed)) {
+          bool wake = false;
+          {
+            std::lock_guard<std::mutex> guard{c.lock};
+            wake = !c.queue.empty() && claim_sleeper(c);
+          }
+          if (wake)
+            c.cv.notify_one();
+        }
+        return job;
+      }
+      push(c, std::exchange(w.next, nullptr), true);
+    }
+    w.streak = 0;
     std::unique_lock<std::mutex> guard{c.lock};
     while (c.queue.empty()) {
       ++c.sleeping;
@@ -113,6 +164,7 @@ public:
     }
     auto* job = c.queue.front();
     c.queue.pop_front();
+    c.queued.store(c.queue.size(), std::memory_order_relaxed);
     // What is left was kept by a turn (or its thread is on the way): should
     // this job's turn block (a runtime starting a process), another thread
     // takes the rest.
@@ -123,9 +175,17 @@ public:
     return job;
   }
 
+  template<class Worker>
+  void before_shutdown(Worker* self) {
+    // The job this thread kept goes to the others.
+    if (auto* job = std::exchange(d(self).next, nullptr))
+      push(d(self->parent()), job, true);
+  }
+
   template<class Worker, class UnaryFunction>
-  void foreach_resumable(Worker*, UnaryFunction) {
-    // Workers hold no jobs of their own.
+  void foreach_resumable(Worker* self, UnaryFunction f) {
+    if (auto* job = std::exchange(d(self).next, nullptr))
+      f(job);
   }
 
   template<class Coordinator, class UnaryFunction>
@@ -137,6 +197,7 @@ public:
       c.queue.pop_front();
       f(job);
     }
+    c.queued.store(0, std::memory_order_relaxed);
   }
 
 private:
@@ -153,6 +214,7 @@ private:
     {
       std::lock_guard<std::mutex> guard{c.lock};
       c.queue.push_back(job);
+      c.queued.store(c.queue.size(), std::memory_order_relaxed);
       wake = announce && claim_sleeper(c);
     }
     if (wake)
