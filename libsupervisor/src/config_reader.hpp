@@ -277,9 +277,10 @@ private:
                  std::to_string(hi));
   }
 
+  /// `x` as a person writes it: 31536000, not 3.1536e+07.
   static std::string format_number(double x) {
     char buf[32];
-    std::snprintf(buf, sizeof(buf), "%g", x);
+    std::snprintf(buf, sizeof(buf), "%.15g", x);
     return buf;
   }
 
