@@ -18,6 +18,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <future>
 #include <memory>
 #include <thread>
@@ -165,22 +166,17 @@ TEST_CASE("an actor kept for a thread whose next turn blocks is run by "
   CHECK(ok == 1);
 }
 
-TEST_CASE("an actor system on the handoff scheduler shuts down with "
-          "messages still queued") {
-  // On a thread of its own, so that a shutdown that hangs fails the test
-  // instead of hanging it.
+/// Runs `work` on an actor system of two handoff threads, made and torn
+/// down on a thread of its own (so that a shutdown that hangs fails the test
+/// instead of hanging it); returns whether it was torn down within `bound`.
+bool shuts_down(std::function<void(caf::actor_system&)> work) {
   auto shut = std::make_shared<std::promise<void>>();
   auto shut_down = shut->get_future();
-  std::thread t{[shut] {
+  std::thread t{[shut, work = std::move(work)] {
     {
       handoff_config cfg{2};
       caf::actor_system sys{cfg};
-      auto busy = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
-        return {[](ping_atom) {}};
-      });
-      for (int i = 0; i < 10'000; ++i)
-        caf::anon_send(busy, ping_atom::value);
-      caf::anon_send_exit(busy, caf::exit_reason::user_shutdown);
+      work(sys);
     }
     shut->set_value();
   }};
@@ -189,7 +185,19 @@ TEST_CASE("an actor system on the handoff scheduler shuts down with "
     t.join();
   else
     t.detach();
-  REQUIRE(ended);
+  return ended;
+}
+
+TEST_CASE("an actor system on the handoff scheduler shuts down with "
+          "messages still queued") {
+  REQUIRE(shuts_down([](caf::actor_system& sys) {
+    auto busy = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+      return {[](ping_atom) {}};
+    });
+    for (int i = 0; i < 10'000; ++i)
+      caf::anon_send(busy, ping_atom::value);
+    caf::anon_send_exit(busy, caf::exit_reason::user_shutdown);
+  }));
 }
 
 /// What the members of endless rings share.
@@ -256,28 +264,15 @@ TEST_CASE("an actor system on the handoff scheduler shuts down while "
           "chains run") {
   // Each ring member's turn makes the next ready for its thread's slot; the
   // workers end with actors in their slots, which must still be released.
-  auto shut = std::make_shared<std::promise<void>>();
-  auto shut_down = shut->get_future();
-  std::thread t{[shut] {
-    {
-      handoff_config cfg{2};
-      caf::actor_system sys{cfg};
-      auto rings = std::make_shared<endless>();
-      auto members = endless_rings(sys, 4, 8, rings);
-      // Running: the tokens have gone round many times.
-      auto until = std::chrono::steady_clock::now() + bound;
-      while (rings->hops.load() < 100'000 &&
-             std::chrono::steady_clock::now() < until)
-        std::this_thread::yield();
-      for (auto& m : members)
-        caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
-    }
-    shut->set_value();
-  }};
-  auto ended = shut_down.wait_for(bound) == std::future_status::ready;
-  if (ended)
-    t.join();
-  else
-    t.detach();
-  REQUIRE(ended);
+  REQUIRE(shuts_down([](caf::actor_system& sys) {
+    auto rings = std::make_shared<endless>();
+    auto members = endless_rings(sys, 4, 8, rings);
+    // Running: the tokens have gone round many times.
+    auto until = std::chrono::steady_clock::now() + bound;
+    while (rings->hops.load() < 100'000 &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::yield();
+    for (auto& m : members)
+      caf::anon_send_exit(m, caf::exit_reason::user_shutdown);
+  }));
 }
