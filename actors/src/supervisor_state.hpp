@@ -26,6 +26,7 @@
 #include <caf/atom.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -54,6 +55,8 @@ namespace tasksup::detail {
 /// Workspace thread -> supervisor: `(ws_done, reply)`, a job's reply.
 using ws_done_atom = caf::atom_constant<caf::atom("wsdone")>;
 
+/// What a task with a repository, gates, a preflight or feedback keeps
+/// while it runs.
 struct hook_run {
   /// The workspace thread, spawned on first use.
   caf::actor ws;
@@ -123,6 +126,8 @@ private:
   std::uint8_t size_ = 0;
 };
 
+/// A task supervisor's state: the machine's state, and what carrying it out
+/// needs (its settings, its worker, its journal, its hooks).
 struct supervisor_state {
   caf::actor parent;
   /// Set once at start, never null afterwards.
