@@ -1,11 +1,13 @@
 // The messaging floor of the supervision design on CAF: the same actors and
-// messages as one supervised attempt of bench_supervision, with no tasksup
-// code and integer payloads, so the figure is what CAF itself costs for
-// this design on this machine. Per failed attempt, as tasksup sends them
-// since the supervisor keeps one worker for the task's life:
+// messages as one supervised attempt of `bench_supervision
+// --services=parent` (supervisors under a registry, as on a node), with no
+// tasksup code and integer payloads, so the figure is what CAF itself costs
+// for this design on this machine. Per failed attempt, as tasksup sends
+// them since the supervisor keeps one worker for the task's life:
 //
 //   supervisor -> worker: next attempt;
-//   worker -> supervisor -> registry: attempt started (event);
+//   worker -> registry: attempt started (event; the worker sends its events
+//   to the registry itself);
 //   runtime (anonymous) -> worker: exit; worker -> supervisor: report;
 //   supervisor -> registry: agent result, attempt exited (event);
 //   supervisor <-> classifier: request; -> registry: classified (event);
@@ -81,12 +83,13 @@ caf::behavior helper_actor(caf::event_based_actor*) {
 }
 
 /// One per task: runs each attempt it is sent, reports its exit.
-caf::behavior worker_actor(caf::event_based_actor* self, caf::actor sup) {
+caf::behavior worker_actor(caf::event_based_actor* self, caf::actor sup,
+                           caf::actor registry) {
   self->monitor(sup);
   self->set_down_handler([=](const caf::down_msg&) { self->quit(); });
   return {
     [=](start_atom, int code) {
-      self->send(sup, event_atom::value, 0);
+      self->send(registry, event_atom::value, 0);
       caf::anon_send(caf::actor_cast<caf::actor>(self), exit_atom::value, code);
     },
     [=](exit_atom, int code) { self->send(sup, report_atom::value, code); },
@@ -107,12 +110,11 @@ caf::behavior sup_actor(caf::stateful_actor<sup_state>* self,
     self->send(st.worker, start_atom::value, st.attempt <= failures ? 1 : 0);
   };
   self->state.worker =
-    self->spawn(worker_actor, caf::actor_cast<caf::actor>(self));
+    self->spawn(worker_actor, caf::actor_cast<caf::actor>(self), registry);
   self->monitor(self->state.worker);
   self->set_down_handler([](const caf::down_msg&) {});
   start();
   return {
-    [=](event_atom, int x) { self->send(registry, event_atom::value, x); },
     [=](report_atom, int code) {
       self->send(registry, result_atom::value, code);
       self->send(registry, event_atom::value, code);

@@ -6,14 +6,19 @@
 // from an attempt's exit to the same task's next attempt start.
 //
 //   bench_supervision [--tasks=1000] [--failures=3]
-//   [--runtime=instant|scripted]
-//                     [--helpers=shared|own] [--policy=stealing|sharing]
-//                     [--threads=0]
+//                     [--runtime=instant|scripted] [--helpers=shared|own]
+//                     [--policy=stealing|sharing|handoff] [--threads=0]
+//                     [--services=none|parent]
 //
 // --runtime=scripted uses the library's scripted_runtime (which records every
 // call) instead of the benchmark's record-free instant runtime.
 // --helpers=shared gives every supervisor the same classifier and backoff
 // actors (as a node's registry does); own lets each spawn its own.
+// --services=parent makes the parent the supervisors' node services, as a
+// node's registry is: each attempt asks it for a permit (slot, breaker,
+// retry budget; granted at once) and reports its agent's result, the
+// message pattern `bench_caf_floor` has; none (the default) runs them
+// standalone, without those messages.
 
 #include "bench_util.hpp"
 #include "supervision_harness.hpp"
@@ -40,6 +45,7 @@ int main(int argc, char** argv) {
   auto failures = static_cast<int>(arg_u64(argc, argv, "failures", 3));
   auto runtime_name = arg_str(argc, argv, "runtime", "instant");
   auto helpers = arg_str(argc, argv, "helpers", "shared");
+  auto services = arg_str(argc, argv, "services", "none");
   auto expected_attempts = tasks * static_cast<std::uint64_t>(failures + 1);
 
   latency_recorder rec{tasks, tasks * static_cast<std::uint64_t>(failures)};
@@ -74,10 +80,11 @@ int main(int argc, char** argv) {
     }
     auto start = bench_clock::now();
     for (std::uint64_t i = 0; i < tasks; ++i) {
-      spawn_task_supervisor(sys, parent,
-                            bench_supervisor(i, failures, 0.0, rt,
-                                             shared_classifier,
-                                             shared_backoff));
+      spawn_task_supervisor(
+        sys, parent,
+        bench_supervisor(i, failures, 0.0, rt, shared_classifier,
+                         shared_backoff,
+                         services == "parent" ? parent : caf::actor{}));
     }
     done.get_future().wait();
     elapsed = seconds_since(start);
@@ -111,6 +118,7 @@ int main(int argc, char** argv) {
     .add("failures", failures)
     .add("runtime", runtime_name)
     .add("helpers", helpers)
+    .add("services", services)
     .add("policy", cfg.policy())
     .add("threads", cfg.threads())
     .add("attempts", attempts)

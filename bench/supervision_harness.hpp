@@ -170,7 +170,8 @@ struct parent_counts {
 };
 
 /// The parent of every benchmark task supervisor (standing in for a
-/// registry): it counts escalations and events, drops the events, and fulfils
+/// registry): it counts escalations and events, drops the events, grants
+/// permits at once (when given to supervisors as their services), and fulfils
 /// `done` once `escalations` results or `retries` retry_scheduled events (0:
 /// not a condition) have arrived.
 inline caf::behavior parent_actor(caf::event_based_actor*,
@@ -196,6 +197,12 @@ inline caf::behavior parent_actor(caf::event_based_actor*,
         check();
       }
     },
+    // A node's services, for supervisors given the parent as theirs
+    // (`--services`): every attempt permitted at once, reports dropped.
+    [](permit_atom, const permit_request&) { return permit_reply{}; },
+    [](agent_result_atom, const std::string&, bool) {},
+    [](release_atom, const std::string&) {},
+    [](reclaim_atom, const std::string&) {},
     [=](escalate_atom, const task_result& r) {
       if (r.outcome != task_outcome::succeeded)
         counts->failed.fetch_add(1, std::memory_order_relaxed);
@@ -258,12 +265,16 @@ inline task_spec bench_task(std::size_t index, const std::string& agent_cli,
 
 /// A benchmark task supervisor's options: `bench_task(index, ...)` with zero
 /// or `backoff_s` backoff on `rt`, asking the shared `classifier` and
-/// `backoff` actors (null: the supervisor spawns its own), seeded by index.
+/// `backoff` actors (null: the supervisor spawns its own) and `services` for
+/// each attempt's permit (null: none, as a standalone supervisor), seeded
+/// by index.
 inline supervisor_options
 bench_supervisor(std::size_t index, int max_retries, double backoff_s,
                  std::shared_ptr<runtime::container_runtime> rt,
-                 classifier_actor classifier, backoff_actor backoff) {
+                 classifier_actor classifier, backoff_actor backoff,
+                 caf::actor services = {}) {
   supervisor_options opts;
+  opts.services = std::move(services);
   opts.task = bench_task(index, "bench-agent", max_retries, backoff_s);
   opts.runtime = std::move(rt);
   opts.classifier = std::move(classifier);

@@ -116,6 +116,8 @@ run caf-floor-1 "$bin/bench_caf_floor" --tasks=1 --failures=20000
 run caf-floor-1k "$bin/bench_caf_floor" --tasks=1000 --failures=20
 # tasksup's own scheduler policy on both sides (handoff_scheduler.hpp).
 run supervision-1k-handoff "$bin/bench_supervision" --tasks=1000 --failures=20 --policy=handoff
+# Under a registry as on a node (a permit per attempt): the floor's pattern.
+run supervision-1k-handoff-services "$bin/bench_supervision" --tasks=1000 --failures=20 --policy=handoff --services=parent
 run caf-floor-1k-handoff "$bin/bench_caf_floor" --tasks=1000 --failures=20 --policy=handoff
 if [[ -n "${TASKSUP_BENCH_FULL:-}" ]]; then
   run supervision-100k "$bin/bench_supervision" --tasks=100000 --failures=3
