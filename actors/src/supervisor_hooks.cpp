@@ -57,10 +57,7 @@ std::map<std::string, std::string> hook_env(const supervisor_state& s,
   std::map<std::string, std::string> env;
   env["TASKSUP_TASK_ID"] = s.task_id();
   env["TASKSUP_ATTEMPT"] = std::to_string(attempt);
-  std::string span{std::string_view{s.span}};
-  env["TASKSUP_TRACE_ID"] = s.opts->trace_id;
-  env["TASKSUP_SPAN_ID"] = span;
-  env["TRACEPARENT"] = "00-" + s.opts->trace_id + "-" + span + "-01";
+  runtime::add_trace_env(s.opts->trace_id, std::string_view{s.span}, env);
   if (s.run && !s.run->worktree.empty())
     env["TASKSUP_WORKTREE"] = s.run->worktree;
   return env;

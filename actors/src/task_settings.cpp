@@ -150,18 +150,12 @@ runtime::attempt_spec make_attempt_spec(const task_settings& settings,
   spec.memory_limit_mb = task.memory_limit_mb;
   spec.image = task.image;
   // The runtime labels its containers with the task, attempt and agent
-  // (and the trace below) itself.
-  // The trace context, so that the agent's own telemetry joins the task's
-  // trace (W3C trace-context: version 00, sampled).
+  // (and the trace) itself, and passes the trace context to the agent: as
+  // fields rather than environment entries, which every runtime would copy
+  // into the environment it builds (BENCHMARKS.md §9).
   if (!span_id.empty()) {
-    const auto& trace_id = settings.trace_id;
-    std::string parent;
-    parent.reserve(trace_id.size() + span_id.size() + 7);
-    parent.append("00-").append(trace_id).append("-").append(span_id);
-    parent.append("-01");
-    spec.env["TASKSUP_TRACE_ID"] = trace_id;
-    spec.env["TASKSUP_SPAN_ID"] = span_id;
-    spec.env["TRACEPARENT"] = std::move(parent);
+    spec.trace_id = settings.trace_id;
+    spec.span_id = span_id;
   }
   // TASKSUP_DONE_FILE is the runtime's: the path as the agent sees it
   // (in a container, where its artifacts directory is mounted), on

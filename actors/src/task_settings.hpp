@@ -93,7 +93,7 @@ std::shared_ptr<const shared_settings> shared_node(shared_settings x);
 /// The spec of attempt `attempt` of `agent`: argv with the prompt (or
 /// TASKSUP_PROMPT), the directory `<attempt_root>/<task id>/attempt-<n>`,
 /// mounts and limits; the trace context of the attempt's span `span_id`
-/// (TASKSUP_TRACE_ID, TASKSUP_SPAN_ID, TRACEPARENT).
+/// (the runtime gives it to the agent: `runtime::add_trace_env`).
 runtime::attempt_spec make_attempt_spec(const task_settings& task,
                                         const shared_settings& node,
                                         const agent_spec& agent, int attempt,

@@ -101,6 +101,10 @@ TEST_CASE_METHOD(supervisor_fixture, "success on the first attempt",
   auto calls = runtime->calls();
   REQUIRE(calls.size() == 1);
   CHECK(calls[0].spec.argv == std::vector<std::string>{"a-cli", "do it"});
+  // The runtime is given the attempt's trace context, which it passes on to
+  // the agent (TRACEPARENT and friends).
+  CHECK(calls[0].spec.trace_id == started.trace_id());
+  CHECK(calls[0].spec.span_id == started.span_id());
 }
 
 TEST_CASE_METHOD(supervisor_fixture,

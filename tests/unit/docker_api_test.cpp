@@ -79,9 +79,11 @@ TEST_CASE("docker create body carries argv, env, labels, mounts, limits") {
 }
 
 TEST_CASE("docker create body: the done file is in the artifacts directory as "
-          "mounted, and the trace id becomes a label") {
+          "mounted, the trace id becomes a label and the trace context "
+          "reaches the agent") {
   auto spec = sample_spec();
-  spec.env["TASKSUP_TRACE_ID"] = "4bf92f3577b34da6a3ce929d0e0e4736";
+  spec.trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  spec.span_id = "00f067aa0ba902b7";
   // The task's environment cannot move the done file elsewhere.
   spec.env["TASKSUP_DONE_FILE"] = "/elsewhere";
   auto body = create_body(spec);
@@ -98,6 +100,12 @@ TEST_CASE("docker create body: the done file is in the artifacts directory as "
   CHECK(mounts[1].at("Target") == "/tasksup/artifacts");
   CHECK(body.at("Labels").at("tasksup.trace_id") ==
         "4bf92f3577b34da6a3ce929d0e0e4736");
+  // The trace context reaches the agent.
+  CHECK(std::count(env.begin(), env.end(),
+                   "TRACEPARENT=00-4bf92f3577b34da6a3ce929d0e0e4736-"
+                   "00f067aa0ba902b7-01") == 1);
+  CHECK(std::count(env.begin(), env.end(),
+                   "TASKSUP_SPAN_ID=00f067aa0ba902b7") == 1);
 }
 
 TEST_CASE("docker create body honours network mode, init and workdir") {

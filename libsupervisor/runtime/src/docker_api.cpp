@@ -79,6 +79,7 @@ expected<std::string> docker_create_body(const attempt_spec& spec,
     if (value.find('\0') != std::string::npos)
       return spec_error("env/" + key, "value contains a NUL byte");
   }
+  add_trace_env(spec.trace_id, spec.span_id, env);
   env["TASKSUP_TASK_ID"] = spec.task_id;
   env["TASKSUP_ATTEMPT"] = std::to_string(spec.attempt);
   env["TASKSUP_ARTIFACTS_DIR"] = std::string{docker_artifacts_dir};
@@ -101,8 +102,8 @@ expected<std::string> docker_create_body(const attempt_spec& spec,
   labels["tasksup.attempt"] = std::to_string(spec.attempt);
   labels["tasksup.agent_id"] = spec.agent_id;
   // The attempt's trace, for finding its containers from a trace.
-  if (auto t = spec.env.find("TASKSUP_TRACE_ID"); t != spec.env.end())
-    labels["tasksup.trace_id"] = t->second;
+  if (!spec.trace_id.empty())
+    labels["tasksup.trace_id"] = spec.trace_id;
   body["Labels"] = std::move(labels);
   body["Tty"] = false;
   body["OpenStdin"] = false;

@@ -551,6 +551,7 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   auto env = base_env_;
   for (auto& [k, v] : spec.env)
     env[k] = v;
+  add_trace_env(spec.trace_id, spec.span_id, env);
   env["TASKSUP_TASK_ID"] = spec.task_id;
   env["TASKSUP_ATTEMPT"] = std::to_string(spec.attempt);
   env["TASKSUP_ARTIFACTS_DIR"] = a->artifacts_dir;

@@ -20,6 +20,19 @@ private:
 
 } // namespace
 
+void add_trace_env(std::string_view trace_id, std::string_view span_id,
+                   std::map<std::string, std::string>& env) {
+  if (trace_id.empty() || span_id.empty())
+    return;
+  std::string parent;
+  parent.reserve(trace_id.size() + span_id.size() + 7);
+  parent.append("00-").append(trace_id).append("-").append(span_id);
+  parent.append("-01");
+  env["TASKSUP_TRACE_ID"] = trace_id;
+  env["TASKSUP_SPAN_ID"] = span_id;
+  env["TRACEPARENT"] = std::move(parent);
+}
+
 std::shared_ptr<attempt_handle> container_runtime::adopt(adopt_spec spec,
                                                          attempt_callbacks cb) {
   attempt_outcome out;

@@ -154,10 +154,12 @@ typename Inspector::result_type inspect(Inspector& f, attempt_spec& x) {
            detail::bounded(x.env, "attempt.env"), x.feedback, x.attempt_dir,
            x.workdir, detail::bounded(x.mounts, "attempt.mounts"), x.config_dir,
            detail::opt(x.memory_limit_mb), x.image,
-           detail::bounded(x.labels, "attempt.labels"),
+           detail::bounded(x.labels, "attempt.labels"), x.trace_id, x.span_id,
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
                {{x.task_id, wire::max_id_bytes, "attempt.task_id"},
+                {x.trace_id, wire::max_id_bytes, "attempt.trace_id"},
+                {x.span_id, wire::max_id_bytes, "attempt.span_id"},
                 {x.agent_id, wire::max_id_bytes, "attempt.agent_id"},
                 {x.attempt_dir, wire::max_text_bytes, "attempt.attempt_dir"},
                 {x.workdir, wire::max_text_bytes, "attempt.workdir"},

@@ -63,7 +63,19 @@ struct attempt_spec {
   std::string image;
   /// Labels on the container (docker), e.g. tasksup.task_id, tasksup.attempt.
   std::map<std::string, std::string> labels;
+  /// The attempt's trace context (W3C trace-context ids in hex), so that the
+  /// agent's own telemetry joins the task's trace: the runtime passes
+  /// TASKSUP_TRACE_ID, TASKSUP_SPAN_ID and TRACEPARENT (`add_trace_env`).
+  /// Empty: none.
+  std::string trace_id;
+  std::string span_id;
 };
+
+/// Adds the trace context `trace_id` / `span_id` to `env`: TASKSUP_TRACE_ID,
+/// TASKSUP_SPAN_ID and TRACEPARENT (`00-<trace>-<span>-01`: version 00,
+/// sampled). Nothing when either is empty.
+void add_trace_env(std::string_view trace_id, std::string_view span_id,
+                   std::map<std::string, std::string>& env);
 
 /// Which of an attempt's output streams a line came from.
 enum class output_stream : std::uint8_t { out, err };
