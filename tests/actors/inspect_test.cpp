@@ -4,6 +4,7 @@
 // patches the enum's byte on the wire (found by serializing a second valid
 // value and comparing), and expects the deserializer to fail.
 
+#include "tasksup/actors/cluster.hpp"
 #include "tasksup/actors/inspect.hpp"
 #include "tasksup/actors/protocol.hpp"
 
@@ -274,6 +275,29 @@ TEST_CASE_METHOD(fixture, "lists and strings over their limits fail to load",
     x.id.pop_back();
     x.prompt += 'p';
     CHECK(load(save(x), out));
+  }
+}
+
+TEST_CASE_METHOD(fixture,
+                 "an attempt's trace context loads only as lowercase hex",
+                 "[inspect]") {
+  // The ids become the agent's environment (TRACEPARENT) on the node that
+  // runs the attempt.
+  runtime::attempt_spec x;
+  x.trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+  x.span_id = "00f067aa0ba902b7";
+  runtime::attempt_spec out;
+  CHECK_FALSE(load(save(x), out));
+  CHECK(out.trace_id == x.trace_id);
+  CHECK(out.span_id == x.span_id);
+  std::vector<std::string> bad_ids{"4bf9=2f3", std::string{"00f0\0aa", 7},
+                                   "00F067AA"};
+  for (const auto& bad : bad_ids) {
+    runtime::attempt_spec y = x;
+    y.span_id = bad;
+    auto err = load(save(y), out);
+    REQUIRE(err);
+    CHECK_THAT(sys.render(err), Catch::Contains("attempt.span_id"));
   }
 }
 

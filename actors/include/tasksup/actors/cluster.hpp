@@ -156,6 +156,10 @@ typename Inspector::result_type inspect(Inspector& f, attempt_spec& x) {
            detail::opt(x.memory_limit_mb), x.image,
            detail::bounded(x.labels, "attempt.labels"), x.trace_id, x.span_id,
            caf::meta::load_callback([&]() -> caf::error {
+             // They become the agent's environment (TRACEPARENT).
+             if (auto err = detail::check_hex({{x.trace_id, "attempt.trace_id"},
+                                               {x.span_id, "attempt.span_id"}}))
+               return err;
              return detail::check_sizes(
                {{x.task_id, wire::max_id_bytes, "attempt.task_id"},
                 {x.trace_id, wire::max_id_bytes, "attempt.trace_id"},

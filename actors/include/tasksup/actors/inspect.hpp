@@ -223,6 +223,23 @@ inline caf::error check_sizes(std::initializer_list<size_limit> limits) {
   return caf::none;
 }
 
+/// An id that must be lowercase hex (a W3C trace or span id), for
+/// `check_hex`.
+struct hex_id {
+  const std::string& value;
+  const char* name;
+};
+
+/// The first id with a character other than 0-9 and a-f as an error, or
+/// none. Empty ids pass (no trace).
+inline caf::error check_hex(std::initializer_list<hex_id> ids) {
+  for (auto& x : ids)
+    for (char c : x.value)
+      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+        return wire_error(x.name, "not a lowercase hex id");
+  return caf::none;
+}
+
 /// Wraps a std::optional member for inspection: a flag, then the value (a
 /// default-constructed one when absent, so the wire shape is fixed), seen
 /// through `Wrap`: the value itself (`opt`), its entry count checked
