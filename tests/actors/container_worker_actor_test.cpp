@@ -107,14 +107,21 @@ TEST_CASE_METHOD(fixture, "a worker that ends normally kills nothing",
 
 namespace {
 
-/// Attempt 1 of task t1 by agent a, its worker kept for the next attempt.
+/// Attempt 1 of task t1 by agent a on `rt`.
 worker_options
-kept_worker_options(std::shared_ptr<runtime::scripted_runtime> rt) {
+first_attempt_options(std::shared_ptr<runtime::scripted_runtime> rt) {
   worker_options w;
   w.spec.task_id = "t1";
   w.spec.attempt = 1;
   w.spec.agent_id = "a";
   w.runtime = std::move(rt);
+  return w;
+}
+
+/// Attempt 1 of task t1 by agent a, its worker kept for the next attempt.
+worker_options
+kept_worker_options(std::shared_ptr<runtime::scripted_runtime> rt) {
+  auto w = first_attempt_options(std::move(rt));
   w.keep = true;
   return w;
 }
@@ -198,11 +205,7 @@ namespace {
 worker_options
 silent_agent_options(std::shared_ptr<runtime::scripted_runtime> rt,
                      double idle_timeout_s) {
-  worker_options w;
-  w.spec.task_id = "t1";
-  w.spec.attempt = 1;
-  w.spec.agent_id = "a";
-  w.runtime = std::move(rt);
+  auto w = first_attempt_options(std::move(rt));
   w.idle_timeout_s = idle_timeout_s;
   w.idle_stop_grace_ms = 1000;
   return w;
