@@ -107,6 +107,21 @@ void start_remote(supervisor_actor* self, worker_options w) {
       });
 }
 
+/// The options of a worker for `spec` by agent `agent_index`: the agent's
+/// settings, the runtime, the attempt's trace and span.
+worker_options worker_for(const supervisor_state& s, std::size_t agent_index,
+                          runtime::attempt_spec spec) {
+  const auto& agent = s.agent(agent_index);
+  worker_options w;
+  apply_agent_options(w, agent);
+  w.spec = std::move(spec);
+  w.runtime = s.node->runtime;
+  w.trace_id = s.opts->trace_id;
+  w.span_id = std::string_view{s.span};
+  w.agent_cli = agent.agent_cli;
+  return w;
+}
+
 } // namespace
 
 bool from_worker(supervisor_actor* self) {
@@ -129,14 +144,7 @@ bool from_worker(supervisor_actor* self) {
 void spawn_worker(supervisor_actor* self, runtime::attempt_spec spec,
                   std::size_t agent_index) {
   auto& s = self->state;
-  const auto& agent = s.agent(agent_index);
-  worker_options w;
-  apply_agent_options(w, agent);
-  w.spec = std::move(spec);
-  w.runtime = s.node->runtime;
-  w.trace_id = s.opts->trace_id;
-  w.span_id = std::string_view{s.span};
-  w.agent_cli = agent.agent_cli;
+  auto w = worker_for(s, agent_index, std::move(spec));
   w.report_runtime_id = static_cast<bool>(s.journal);
   if (s.placed_agent) {
     start_remote(self, std::move(w));
@@ -155,8 +163,6 @@ void spawn_worker(supervisor_actor* self, runtime::attempt_spec spec,
   self->monitor(s.worker);
 }
 
-/// Lets the current attempt's worktree go: removed, or kept for inspection
-
 std::optional<input::attempt_ended>
 adopt_worker(supervisor_actor* self, std::size_t agent_index, int attempt) {
   auto& s = self->state;
@@ -166,14 +172,9 @@ adopt_worker(supervisor_actor* self, std::size_t agent_index, int attempt) {
                                   "attempt ran there");
     return ended_input(self, attempt, std::move(out));
   }
-  const auto& agent = s.agent(agent_index);
-  worker_options w;
-  apply_agent_options(w, agent);
-  w.spec = make_attempt_spec(*s.opts, *s.node, agent, attempt);
-  w.runtime = s.node->runtime;
-  w.trace_id = s.opts->trace_id;
-  w.span_id = std::string_view{s.span};
-  w.agent_cli = agent.agent_cli;
+  auto w = worker_for(
+    s, agent_index,
+    make_attempt_spec(*s.opts, *s.node, s.agent(agent_index), attempt));
   w.adopt_id = s.adopt_id;
   w.events = s.parent;
   w.keep = true;
