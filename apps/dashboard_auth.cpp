@@ -1,5 +1,7 @@
 #include "dashboard_auth.hpp"
 
+#include "tasksup/supervisor/text.hpp"
+
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
 
@@ -22,12 +24,7 @@ error token_error(const std::string& path, std::string what) {
 }
 
 bool is_token_text(std::string_view s) {
-  if (s.size() != http_token_bytes * 2)
-    return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-      return false;
-  return true;
+  return s.size() == http_token_bytes * 2 && lower_hex(s);
 }
 
 /// The value of cookie `name` in a Cookie header ("a=1; b=2"), if present.

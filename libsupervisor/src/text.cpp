@@ -68,6 +68,13 @@ std::size_t first_invalid_utf8(std::string_view s) noexcept {
   return std::string_view::npos;
 }
 
+bool lower_hex(std::string_view s) noexcept {
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+      return false;
+  return true;
+}
+
 bool valid_utf8(std::string_view s) noexcept {
   return first_invalid_utf8(s) == std::string_view::npos;
 }

@@ -1,5 +1,7 @@
 #include "tasksup/runtime/detail/docker_api.hpp"
 
+#include "tasksup/supervisor/text.hpp"
+
 #include <boost/json.hpp>
 
 #include <cstdint>
@@ -209,11 +211,8 @@ expected<std::string> parse_docker_create_response(std::string_view body) {
     return engine_error("/Id", "create: expected a string");
   if (text->empty() || text->size() > 128)
     return engine_error("/Id", "create: bad container id length");
-  for (char c : *text) {
-    bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-    if (!hex)
-      return engine_error("/Id", "create: container id is not hex");
-  }
+  if (!lower_hex({text->data(), text->size()}))
+    return engine_error("/Id", "create: container id is not hex");
   return std::string{text->c_str(), text->size()};
 }
 

@@ -23,6 +23,7 @@
 #include "tasksup/supervisor/outcome.hpp"
 #include "tasksup/supervisor/supervisor_config.hpp"
 #include "tasksup/supervisor/task_spec.hpp"
+#include "tasksup/supervisor/text.hpp"
 
 #include <caf/error.hpp>
 #include <caf/meta/load_callback.hpp>
@@ -234,9 +235,8 @@ struct hex_id {
 /// none. Empty ids pass (no trace).
 inline caf::error check_hex(std::initializer_list<hex_id> ids) {
   for (auto& x : ids)
-    for (char c : x.value)
-      if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-        return wire_error(x.name, "not a lowercase hex id");
+    if (!lower_hex(x.value))
+      return wire_error(x.name, "not a lowercase hex id");
   return caf::none;
 }
 

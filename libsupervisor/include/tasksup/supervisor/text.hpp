@@ -25,6 +25,10 @@ utf8_scan scan_utf8(std::string_view s, std::size_t i) noexcept;
 /// or 0 when the bytes there do not form one.
 std::size_t utf8_sequence_length(std::string_view s, std::size_t i) noexcept;
 
+/// True when every character of `s` is 0-9 or a-f (true when `s` is empty):
+/// trace and span ids, container ids, tokens.
+bool lower_hex(std::string_view s) noexcept;
+
 /// True when `s` is valid UTF-8.
 bool valid_utf8(std::string_view s) noexcept;
 
