@@ -88,6 +88,12 @@ struct worker_state {
   /// drops what an earlier attempt's runtime still sends.
   std::string task_id;
   int attempt = 0;
+  std::string agent_id;
+  /// The attempt's runtime id, as announced. The runtime may tell it after
+  /// `start` returned (`attempt_handle::id_later`): `attempt_started`
+  /// waits for it meanwhile.
+  std::string runtime_id;
+  bool id_pending = false;
   /// Between the attempts of a kept worker (`worker_options::keep`).
   bool idle = false;
   /// Its supervisor went down: end once the attempt has.
@@ -158,6 +164,7 @@ caf::timespan idle_limit(const worker_state& st) {
 /// Forgets the last attempt (a kept worker runs the next one).
 void reset_attempt(worker_state& st) {
   st.lost_with_node.clear();
+  st.runtime_id.clear();
   st.slot->handle = nullptr;
   st.tail.clear();
   st.log_events = 0;
@@ -166,6 +173,19 @@ void reset_attempt(worker_state& st) {
   st.idle_stopped = false;
   st.noise_only = false;
   st.last_noise.clear();
+}
+
+/// The attempt runs as `runtime_id` (a pid, a container id; empty when it
+/// never started): its `attempt_started` event, and the journal's record
+/// of what a restarted node adopts.
+void announce_start(worker_actor* self, const std::string& runtime_id) {
+  auto& st = self->state;
+  st.id_pending = false;
+  st.runtime_id = runtime_id;
+  emit(self, attempt_started_event(st.head(), st.agent_id, st.opts.agent_cli,
+                                   runtime_id));
+  if (st.opts.report_runtime_id && !runtime_id.empty())
+    self->send(st.supervisor, start_atom::value, st.attempt, runtime_id);
 }
 
 void start_attempt(worker_actor* self) {
@@ -193,6 +213,9 @@ void start_attempt(worker_actor* self) {
   cb.on_exit = [me, attempt = st.attempt](attempt_outcome out) {
     caf::anon_send(me, exit_atom::value, attempt, std::move(out));
   };
+  cb.on_started = [me, attempt = st.attempt](std::string_view runtime_id) {
+    caf::anon_send(me, start_atom::value, attempt, std::string{runtime_id});
+  };
   // May throw (a broken runtime driver): the worker then dies and its
   // supervisor classifies the missing report as infrastructure.
   // The spec is not needed after this: move it rather than copy its argv,
@@ -203,13 +226,14 @@ void start_attempt(worker_actor* self) {
       st.opts.spec.env.emplace(name, value);
   if (st.opts.output != output_format::text)
     st.parser.emplace(st.opts.output);
-  auto agent_id = st.opts.spec.agent_id;
+  st.agent_id = st.opts.spec.agent_id;
+  st.id_pending = false;
   if (st.opts.adopt_id) {
     // The attempt outlived a node that restarted: take it over.
     runtime::adopt_spec a;
     a.task_id = st.opts.spec.task_id;
     a.attempt = st.opts.spec.attempt;
-    a.agent_id = agent_id;
+    a.agent_id = st.agent_id;
     a.attempt_dir = st.opts.spec.attempt_dir;
     a.runtime_id = *st.opts.adopt_id;
     a.labels = std::move(st.opts.spec.labels);
@@ -221,12 +245,12 @@ void start_attempt(worker_actor* self) {
   }
   st.slot->handle =
     st.opts.runtime->start(std::move(st.opts.spec), std::move(cb));
-  auto runtime_id = st.handle() ? st.handle()->id() : std::string{};
-  emit(self, attempt_started_event(st.head(), agent_id, st.opts.agent_cli,
-                                   runtime_id));
-  // For the journal: the pid or container id a restarted node adopts.
-  if (st.opts.report_runtime_id && !runtime_id.empty())
-    self->send(st.supervisor, start_atom::value, st.attempt, runtime_id);
+  // The process runtime does not wait for its shim to start the agent: the
+  // pid comes through on_started, before any output or the exit.
+  if (st.handle() && st.handle()->id_later())
+    st.id_pending = true;
+  else
+    announce_start(self, st.handle() ? st.handle()->id() : std::string{});
   if (st.handle() && st.opts.idle_timeout_s > 0) {
     if (!st.opts.idle_noise.empty())
       st.noise = idle_noise_filter{st.opts.idle_noise};
@@ -265,6 +289,12 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
   // throws still ends the worker without a report.
   start_attempt(self);
   return {
+    [=](start_atom, int attempt, const std::string& runtime_id) {
+      auto& st = self->state;
+      if (attempt != st.attempt || st.idle || !st.id_pending)
+        return;
+      announce_start(self, runtime_id);
+    },
     [=](output_atom, int attempt, bool is_stderr, std::string& line) {
       auto& st = self->state;
       if (attempt != st.attempt || st.idle)
@@ -306,6 +336,9 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       auto& st = self->state;
       if (attempt != st.attempt || st.idle)
         return;
+      // A runtime that never said the id still started the attempt first.
+      if (st.id_pending)
+        announce_start(self, {});
       if (out.tail.empty())
         out.tail.assign(st.tail.begin(), st.tail.end());
       ++st.idle_gen; // no check after the exit
@@ -336,7 +369,11 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       attempt_report report;
       report.attempt = st.attempt;
       report.outcome = std::move(out);
-      report.container_id = st.handle() ? st.handle()->id() : "";
+      // The handle's id now (Docker's becomes the container's once the
+      // engine created it), else the one announced.
+      report.container_id = st.handle() ? st.handle()->id() : std::string{};
+      if (report.container_id.empty())
+        report.container_id = st.runtime_id;
       self->send(st.supervisor, attempt_exited_atom::value, std::move(report));
       if (st.opts.keep && !st.orphaned) {
         // Kept for the task's next attempt (one actor per task, not one

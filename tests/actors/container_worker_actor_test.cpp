@@ -525,3 +525,76 @@ TEST_CASE_METHOD(fixture, "env_passthrough copies only the listed variables",
   ::unsetenv("TASKSUP_TEST_OVERRIDDEN");
   ::unsetenv("TASKSUP_TEST_NOT_LISTED");
 }
+
+namespace {
+
+/// A runtime whose ids come after `start` returned, as the process
+/// runtime's do: `on_started` first, then the scripted attempt. Its handles
+/// do not know the id (the process runtime's wait for it).
+class late_id_runtime : public runtime::container_runtime {
+public:
+  late_id_runtime(std::shared_ptr<runtime::scripted_runtime> inner,
+                  std::string id)
+    : inner_(std::move(inner)), id_(std::move(id)) {}
+
+  std::string_view name() const noexcept override { return "late-id"; }
+
+  std::shared_ptr<runtime::attempt_handle>
+  start(runtime::attempt_spec spec, runtime::attempt_callbacks cb) override {
+    auto started = std::exchange(cb.on_started, nullptr);
+    REQUIRE(started);
+    started(id_);
+    return std::make_shared<late_handle>(
+      inner_->start(std::move(spec), std::move(cb)));
+  }
+
+private:
+  class late_handle : public runtime::attempt_handle {
+  public:
+    explicit late_handle(std::shared_ptr<runtime::attempt_handle> inner)
+      : inner_(std::move(inner)) {}
+    void stop(std::chrono::milliseconds grace) override { inner_->stop(grace); }
+    void kill() override { inner_->kill(); }
+    std::string id() const override { return {}; }
+    bool id_later() const override { return true; }
+
+  private:
+    std::shared_ptr<runtime::attempt_handle> inner_;
+  };
+
+  std::shared_ptr<runtime::scripted_runtime> inner_;
+  std::string id_;
+};
+
+} // namespace
+
+TEST_CASE_METHOD(fixture,
+                 "a worker whose runtime tells the id after start announces "
+                 "the attempt with it, before its output and exit",
+                 "[container_worker]") {
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  runtime->script("a", {exits(1, {"one line"})});
+  worker_options w;
+  w.spec.task_id = "t1";
+  w.spec.attempt = 1;
+  w.spec.agent_id = "a";
+  w.agent_cli = "a-cli";
+  w.runtime = std::make_shared<late_id_runtime>(runtime, "4242");
+  spawn_container_worker(sys(), sup, w);
+  run();
+  auto kinds = seen->kinds();
+  REQUIRE(kinds.size() == 2);
+  CHECK(kinds[0] == event_kind::attempt_started);
+  CHECK(kinds[1] == event_kind::log);
+  auto started = seen->of(event_kind::attempt_started);
+  REQUIRE(started.size() == 1);
+  REQUIRE(started[0].fields() != nullptr);
+  auto& data = std::get<event_data::attempt_started>(started[0].fields()->data);
+  CHECK(data.container_id == "4242");
+  CHECK(data.agent_id == "a");
+  CHECK(data.agent_cli == "a-cli");
+  REQUIRE(seen->reports.size() == 1);
+  CHECK(seen->reports[0].container_id == "4242");
+  CHECK(seen->reports[0].outcome.exit_code == 1);
+}

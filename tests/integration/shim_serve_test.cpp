@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -537,6 +538,109 @@ TEST_CASE("process runtime: an attempt whose end comes with its start's "
     INFO(out.infrastructure_error);
     CHECK(out.infrastructure_error.empty());
     CHECK(out.exit_code == 7);
+  }
+}
+
+namespace {
+
+/// What an attempt's callbacks were told, in order.
+struct told {
+  std::mutex mtx;
+  std::vector<std::string> order;
+  std::string started_id;
+  outcome_wait exit;
+
+  static attempt_callbacks callbacks(const std::shared_ptr<told>& t) {
+    auto cb = t->exit.callbacks();
+    auto on_exit = std::move(cb.on_exit);
+    cb.on_started = [t](std::string_view id) {
+      std::lock_guard<std::mutex> guard{t->mtx};
+      t->order.push_back("started");
+      t->started_id = id;
+    };
+    cb.on_line = [t](tasksup::runtime::output_stream, std::string_view line) {
+      std::lock_guard<std::mutex> guard{t->mtx};
+      t->order.push_back("line " + std::string{line});
+      return true;
+    };
+    cb.on_exit = [t, on_exit](attempt_outcome out) {
+      {
+        std::lock_guard<std::mutex> guard{t->mtx};
+        t->order.push_back("exit");
+      }
+      on_exit(std::move(out));
+    };
+    return cb;
+  }
+};
+
+attempt_spec spec_of(const std::string& attempt_dir,
+                     std::vector<std::string> argv) {
+  attempt_spec spec;
+  spec.task_id = "t";
+  spec.attempt = 1;
+  spec.agent_id = "a";
+  spec.argv = std::move(argv);
+  spec.attempt_dir = attempt_dir;
+  return spec;
+}
+
+} // namespace
+
+TEST_CASE("process runtime: start does not wait for the shim to start the "
+          "agent, and the agent's pid comes first, through on_started",
+          "[shim]") {
+  scratch dir;
+  auto rt = make_process_runtime();
+  // The agent prints its own pid: the one the runtime announces.
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    INFO("attempt " << attempt << " (the second on the task's idle shim)");
+    auto t = std::make_shared<told>();
+    auto handle =
+      rt->start(spec_of(dir / ("t/attempt-" + std::to_string(attempt)),
+                        {"sh", "-c", "echo $$; exit 5"}),
+                told::callbacks(t));
+    CHECK(handle->id_later());
+    auto out = t->exit.get();
+    CHECK(out.exit_code == 5);
+    std::lock_guard<std::mutex> guard{t->mtx};
+    REQUIRE_FALSE(t->started_id.empty());
+    CHECK(t->order ==
+          std::vector<std::string>{"started", "line " + t->started_id, "exit"});
+    CHECK(handle->id() == t->started_id);
+  }
+}
+
+TEST_CASE("process runtime: a stop or kill asked for as soon as start "
+          "returned reaches the agent",
+          "[shim]") {
+  // The shim drops signals that reach it before it reads its request: the
+  // runtime holds them until the shim has reported the agent's start.
+  scratch dir;
+  auto rt = make_process_runtime();
+  // The first attempt of each task meets a shim that is still starting,
+  // the second one that is idle.
+  for (int attempt = 1; attempt <= 2; ++attempt) {
+    for (bool kill : {false, true}) {
+      INFO("attempt " << attempt << (kill ? ", kill" : ", stop"));
+      auto t = std::make_shared<told>();
+      auto task = std::string{kill ? "k" : "s"};
+      auto spec = spec_of(dir / (task + "/attempt-" + std::to_string(attempt)),
+                          {"sleep", "600"});
+      spec.task_id = task;
+      spec.attempt = attempt;
+      auto handle = rt->start(std::move(spec), told::callbacks(t));
+      if (kill)
+        handle->kill();
+      else
+        handle->stop(600s); // a kill after the grace would say signal 9
+      auto out = t->exit.get();
+      INFO(out.infrastructure_error);
+      CHECK(out.infrastructure_error.empty());
+      CHECK(out.signal == (kill ? SIGKILL : SIGTERM));
+      std::lock_guard<std::mutex> guard{t->mtx};
+      CHECK(t->order.front() == "started");
+    }
   }
 }
 

@@ -116,39 +116,6 @@ pid_t read_shim_report(int fd, std::chrono::milliseconds timeout) {
                        : report_pid({buf, static_cast<std::size_t>(nl - buf)});
 }
 
-/// Reads a serving shim's report of the agent's pid from its socket, whose
-/// receive timeout is the report's (spawn_served_shim sets it): the pid, 0
-/// when the agent could not start, -1 when the shim hung up or said
-/// something else, -2 when it did not answer in time. What came after the
-/// newline (the start of the attempt's end) goes to `rest`.
-pid_t read_served_report(int sock, std::string& rest,
-                         std::chrono::milliseconds timeout) {
-  char buf[256];
-  std::size_t got = 0;
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    auto n = ::recv(sock, buf + got, sizeof buf - got, 0);
-    if (n < 0 && errno == EINTR) {
-      if (std::chrono::steady_clock::now() >= deadline)
-        return -2;
-      continue;
-    }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-      return -2;
-    if (n <= 0)
-      return -1;
-    got += static_cast<std::size_t>(n);
-    auto* nl = static_cast<char*>(std::memchr(buf, '\n', got));
-    if (nl == nullptr) {
-      if (got == sizeof buf)
-        return -1;
-      continue;
-    }
-    rest.assign(nl + 1, buf + got);
-    return report_pid({buf, static_cast<std::size_t>(nl - buf)});
-  }
-}
-
 } // namespace
 
 std::optional<served_shim> reactor::take_idle_shim(const std::string& dir) {
@@ -223,13 +190,7 @@ std::optional<served_shim> reactor::spawn_served_shim(const std::string& dir,
   plan.error_fd = ::fcntl(2, F_GETFD) >= 0 ? 2 : devnull_fd_;
   plan.max_fd = max_fd_;
   sigemptyset(&plan.mask);
-  // Its report of the agent's start is waited for this long.
-  auto report_ms = options_.shim_report_timeout.count();
-  timeval report_timeout{static_cast<time_t>(report_ms / 1000),
-                         static_cast<suseconds_t>(report_ms % 1000 * 1000)};
-  if (::setsockopt(s.sock, SOL_SOCKET, SO_RCVTIMEO, &report_timeout,
-                   sizeof report_timeout) != 0 ||
-      !raise_fd(plan.stdin_fd)) {
+  if (!raise_fd(plan.stdin_fd)) {
     error = "cannot prepare descriptors: " + errno_text(errno);
     close_fd(theirs);
     close_fd(s.sock);
@@ -315,29 +276,39 @@ std::shared_ptr<attempt_handle> reactor::start_served(attempt_ptr a,
       close_ours();
       return fail(std::move(error));
     }
-    pid_t agent = -1;
+    // The report of the agent's start is not waited for here: the reactor
+    // reads it (take_report). A thread that slept for it here was, on a
+    // machine with few CPUs, often woken only once the agent it had just
+    // started was done, and the attempt's exit waited for it (BENCHMARKS.md
+    // §7).
     if (send_shim_request(shim->sock, payload, out[1], err[1],
-                          options_.shim_report_timeout))
-      agent = read_served_report(shim->sock, a->end_bytes,
-                                 options_.shim_report_timeout);
-    if (agent >= 0) {
-      close_ours();
+                          options_.shim_report_timeout)) {
+      if (fresh) {
+        close_ours();
+      } else {
+        // Should it have died since its last attempt, a fresh one is
+        // asked (report_failed).
+        a->retry_request = std::move(payload);
+        a->retry_out = out[1];
+        a->retry_err = err[1];
+      }
       a->pid = shim->pid;
       a->pidfd = shim->pidfd;
       a->control_fd = shim->sock;
-      a->agent_pid = agent;
+      a->id_later = true;
+      a->report_pending = true;
+      a->report_due = clock_type::now() + options_.shim_report_timeout;
       return submit(std::move(a));
     }
-    // Hung up first, so a shim that ends once it killed the agent does.
+    // It took no request (an idle one that died since its last attempt):
+    // hung up first, so a shim that ends once it killed the agent does.
     close_fd(shim->sock);
     stop_unreported_shim(shim->pid, shim->pidfd, request.attempt_dir);
     shim->pid = -1; // reaped
     discard_shim(*shim);
     if (fresh) {
       close_ours();
-      return fail(agent == -2
-                    ? not_reported_text()
-                    : "tasksup-shim ended before it started the agent");
+      return fail("tasksup-shim ended before it started the agent");
     }
   }
 }
@@ -358,9 +329,133 @@ std::shared_ptr<attempt_handle> reactor::finish_unposted(attempt_ptr item) {
     if (!item->adopted)
       ::waitpid(item->pid, nullptr, 0);
   }
+  if (item->id_later) {
+    auto handle = std::make_shared<process_handle>(
+      weak_from_this(), item->id, std::chrono::milliseconds{0});
+    item->handle = handle;
+    announce(*item, {});
+    deliver_sync(item->cb, std::move(out));
+    return handle;
+  }
   deliver_sync(item->cb, std::move(out));
   return std::make_shared<process_handle>(weak_from_this(), item->id,
                                           std::string{});
+}
+
+bool reactor::ask_fresh_shim(attempt& a) {
+  std::string error;
+  auto shim = spawn_served_shim(a.serve_dir, error);
+  if (!shim) {
+    warn("process runtime: " + error);
+    return false;
+  }
+  auto sent = send_shim_request(shim->sock, a.retry_request, a.retry_out,
+                                a.retry_err, options_.shim_report_timeout);
+  a.retry_request.clear();
+  close_fd(a.retry_out);
+  close_fd(a.retry_err);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = key(a.id, kind_exit);
+  if (!sent || ::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, shim->sock, &ev) != 0) {
+    close_fd(shim->sock);
+    stop_unreported_shim(shim->pid, shim->pidfd, a.attempt_dir);
+    shim->pid = -1; // reaped
+    discard_shim(*shim);
+    return false;
+  }
+  a.pid = shim->pid;
+  a.pidfd = shim->pidfd;
+  a.control_fd = shim->sock;
+  a.report_pending = true;
+  a.report_due = clock_type::now() + options_.shim_report_timeout;
+  schedule(a.report_due, a.id);
+  return true;
+}
+
+void reactor::announce(attempt& a, std::string id) {
+  if (!a.id_later || std::exchange(a.announced, true))
+    return;
+  if (auto handle = a.handle.lock())
+    handle->set_id(id);
+  if (!a.cb.on_started)
+    return;
+  try {
+    a.cb.on_started(id);
+  } catch (...) {
+    warn("process runtime: an on_started callback threw");
+  }
+}
+
+reactor::report_state reactor::take_report(attempt& a) {
+  if (!a.report_pending)
+    return report_state::taken;
+  // The report is a pid and a newline, in one write. It is taken off the
+  // socket alone: the attempt's end that may follow stays there, so the
+  // socket still wakes the reactor for it.
+  char buf[32];
+  ssize_t n;
+  do {
+    n = ::recv(a.control_fd, buf, sizeof buf, MSG_DONTWAIT | MSG_PEEK);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    return report_state::pending;
+  auto got = static_cast<std::size_t>(std::max<ssize_t>(n, 0));
+  auto* nl = static_cast<const char*>(std::memchr(buf, '\n', got));
+  if (nl == nullptr && n > 0 && got < sizeof buf)
+    return report_state::pending; // the rest of the line is on its way
+  auto line = nl == nullptr ? std::size_t{0} : std::size_t(nl - buf);
+  auto agent = nl == nullptr ? pid_t{-1} : report_pid({buf, line});
+  if (agent < 0) {
+    // It hung up, or said something else.
+    // (A shim that died with our request unread resets the connection.)
+    return report_failed(a, "tasksup-shim ended before it started the agent",
+                         n <= 0)
+             ? report_state::pending
+             : report_state::failed;
+  }
+  while (::recv(a.control_fd, buf, line + 1, MSG_DONTWAIT) < 0 &&
+         errno == EINTR) {
+  }
+  a.report_pending = false;
+  a.agent_pid = agent;
+  a.retry_request.clear();
+  close_fd(a.retry_out);
+  close_fd(a.retry_err);
+  announce(a, agent > 0 ? std::to_string(agent) : std::string{});
+  // What was asked for while the shim could still drop it.
+  if (auto sig = std::exchange(a.deferred_signal, 0); sig != 0) {
+    signal_group(a, sig);
+    if (sig == SIGTERM)
+      signal_group(a, SIGCONT);
+  }
+  // A stop's kill that came due meanwhile is due again.
+  if (a.kill_at)
+    schedule(*a.kill_at, a.id);
+  return report_state::taken;
+}
+
+bool reactor::report_failed(attempt& a, std::string error, bool hung_up) {
+  a.report_pending = false;
+  // Hung up first, so a shim that ends once it killed the agent does. A
+  // shim that neither reports nor ends holds this thread for up to
+  // `unreported_shim_grace_ms` (a broken installation, not a normal path).
+  close_fd(a.control_fd);
+  stop_unreported_shim(a.pid, a.pidfd, a.attempt_dir);
+  a.pid = -1; // reaped
+  close_fd(a.pidfd);
+  if (hung_up && a.retry_out >= 0 && ask_fresh_shim(a))
+    return true;
+  close_fd(a.retry_out);
+  close_fd(a.retry_err);
+  close_output(a);
+  a.spawn_failed = true;
+  a.preset_exit_code = 1;
+  a.infrastructure_error = std::move(error);
+  a.exited = true;
+  a.ended = clock_type::now();
+  finalize(a);
+  return false;
 }
 
 int reactor::watch(attempt& a) {
@@ -386,6 +481,7 @@ int reactor::watch(attempt& a) {
 }
 
 void reactor::abandon(attempt& a, std::string error) {
+  a.report_pending = false;
   signal_group(a, SIGKILL);
   // A serving shim ends once its socket has hung up.
   close_fd(a.control_fd);
@@ -428,10 +524,17 @@ std::shared_ptr<attempt_handle> reactor::submit(attempt_ptr item) {
         return submit(std::move(item));
       }
     }
-    if (pid <= 0 || item->adopted || !item->end_bytes.empty())
+    if (pid <= 0 || item->adopted)
       wake_needed = !std::exchange(wake_pending_, true);
-    handle = std::make_shared<process_handle>(
-      weak_from_this(), id, agent > 0 ? std::to_string(agent) : std::string{});
+    if (item->report_pending)
+      handle = std::make_shared<process_handle>(
+        weak_from_this(), id,
+        options_.shim_report_timeout +
+          std::chrono::milliseconds{2 * unreported_shim_grace_ms});
+    else
+      handle = std::make_shared<process_handle>(
+        weak_from_this(), id,
+        agent > 0 ? std::to_string(agent) : std::string{});
     item->handle = handle;
     commands_.push_back(command{command::add, id, {}, std::move(item)});
   }
@@ -1052,6 +1155,11 @@ void reactor::run() {
       until(*idle_check_at_);
     if (shutdown_deadline_)
       until(*shutdown_deadline_);
+    // An attempt queued while this thread sleeps wakes it through its
+    // shim's report; should that never come, its deadline is scheduled
+    // once this thread looks at the queue, within a quarter of the wait.
+    until(now + std::max(options_.shim_report_timeout / 4,
+                         std::chrono::milliseconds{1}));
     int n = ::epoll_wait(epoll_fd_, events.data(),
                          static_cast<int>(events.size()), timeout);
     if (n < 0 && errno != EINTR) {
@@ -1213,10 +1321,8 @@ void reactor::add_attempt(attempt_ptr item) {
     a.drain_until = clock_type::now();
     advance(a);
   }
-  // A serving shim's end may have come with its report already: then no
-  // event on its socket will say so.
-  if (a.served && !a.end_bytes.empty())
-    on_leader_exit(a); // may report the attempt and destroy it
+  if (a.report_pending)
+    schedule(a.report_due, a.id);
 }
 
 bool reactor::take_end(attempt& a) {
@@ -1250,6 +1356,13 @@ bool reactor::take_end(attempt& a) {
 }
 
 void reactor::signal_group(attempt& a, int sig) {
+  if (a.report_pending) {
+    // A shim drops the signals that reach it before it read its request;
+    // they are sent once it reported the start. A kill stands for a stop.
+    if (sig == SIGKILL || (sig == SIGTERM && a.deferred_signal == 0))
+      a.deferred_signal = sig;
+    return;
+  }
   // The shim signals the agent's group: SIGTERM stops (with SIGCONT),
   // SIGUSR1 kills. Through the pidfd, so a shim that has gone and whose pid
   // was reused is never hit; once the shim has exited it has killed the
@@ -1263,6 +1376,8 @@ void reactor::signal_group(attempt& a, int sig) {
 void reactor::on_leader_exit(attempt& a) {
   auto now = clock_type::now();
   if (a.served) {
+    if (take_report(a) != report_state::taken)
+      return; // to come, or failed (then reported: `a` is gone)
     // The shim says `end` with the exit record once the attempt is over
     // (the record written, the agent's group gone, its output forwarded);
     // a hang-up means it died, and what it recorded is read from the file.
@@ -1312,6 +1427,10 @@ void reactor::on_leader_exit(attempt& a) {
 }
 
 void reactor::read_output(attempt& a, output_stream stream) {
+  // The shim reports the agent's start before it forwards any output, so
+  // the report is there to take before the first line.
+  if (take_report(a) == report_state::failed)
+    return; // reported: `a` is gone
   auto& fd = stream == output_stream::err ? a.error_fd : a.output_fd;
   std::size_t total = 0;
   while (total < max_read_per_turn) {
@@ -1458,6 +1577,21 @@ bool reactor::group_gone(attempt& a) {
 
 void reactor::advance(attempt& a) {
   auto now = clock_type::now();
+  if (a.report_pending) {
+    // Nothing is done for it before the report (signals wait for it).
+    if (now < a.report_due)
+      return;
+    auto report = take_report(a);
+    if (report == report_state::failed)
+      return; // reported: `a` is gone
+    if (report == report_state::pending) {
+      // A fresh shim asked meanwhile has its own time.
+      if (clock_type::now() < a.report_due)
+        return;
+      report_failed(a, not_reported_text());
+      return; // reported: `a` is gone
+    }
+  }
   if (!a.exited) {
     if (a.adopted && !a.paused && a.drain_until && now >= *a.drain_until) {
       // drain_until is the next look at an adopted attempt's log.
@@ -1518,6 +1652,8 @@ void reactor::advance(attempt& a) {
 }
 
 void reactor::finalize(attempt& a) {
+  // An attempt whose pid never came still announces first (no id).
+  announce(a, {});
   attempt_outcome out;
   // A missing or unexecutable agent reports 127/126 as a shell would; only
   // a failure of the runtime itself means nothing ran. An adopted attempt

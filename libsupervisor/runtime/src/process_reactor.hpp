@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -107,9 +108,25 @@ struct attempt {
   /// `end` (it can serve the task's next attempt).
   bool served = false;
   bool shim_ok = false;
-  /// What the serving shim has said since the agent's pid: its end and the
-  /// exit record that comes with it.
+  /// What the serving shim has said: its report of the agent's start while
+  /// that is pending, then its end and the exit record that comes with it.
   std::string end_bytes;
+  /// start() did not wait for the serving shim's report of the agent's
+  /// start: the reactor reads it (by `report_due`), then tells the handle
+  /// and `cb.on_started` the agent's pid (`id_later`, until `announced`).
+  /// Signals asked for before it came wait in `deferred_signal`, since the
+  /// shim drops those that reach it before it reads its request.
+  bool id_later = false;
+  bool announced = false;
+  bool report_pending = false;
+  clock_type::time_point report_due;
+  int deferred_signal = 0;
+  /// Sent to a task's idle shim, which may have died since its last
+  /// attempt: the request and the write ends of the output pipes, kept
+  /// until the report came, to ask a fresh shim should that one hang up.
+  std::string retry_request;
+  int retry_out = -1;
+  int retry_err = -1;
   std::string serve_dir;
   /// output.log, written by the shim.
   std::string log_path;
@@ -154,6 +171,8 @@ struct attempt {
   std::optional<clock_type::time_point> group_until;
 
   ~attempt() {
+    close_fd(retry_out);
+    close_fd(retry_err);
     close_fd(pidfd);
     close_fd(output_fd);
     close_fd(error_fd);
@@ -330,6 +349,23 @@ private:
 
   std::shared_ptr<attempt_handle> submit(attempt_ptr item);
   std::shared_ptr<attempt_handle> finish_unposted(attempt_ptr item);
+  /// Where a serving shim's report stands (`take_report`).
+  enum class report_state { pending, taken, failed };
+  /// Reads a pending report from the shim's socket: `taken` once it came
+  /// (the pid announced; what followed it is in `end_bytes`), `pending`
+  /// while it has not, `failed` when the shim hung up or said something
+  /// else: the attempt has then been reported and is gone.
+  report_state take_report(attempt& a);
+  /// Ends an attempt whose shim did not report the agent's start, with the
+  /// agent it may have started, and reports it (the attempt is gone) --
+  /// unless the shim was a task's idle one that hung up: then a fresh shim
+  /// is asked (true: the report is pending again).
+  bool report_failed(attempt& a, std::string error, bool hung_up = false);
+  /// Asks a fresh shim to run the attempt that `a.retry_request` describes;
+  /// false when none could be started or asked.
+  bool ask_fresh_shim(attempt& a);
+  /// Tells the handle and `cb.on_started` the attempt's runtime id.
+  void announce(attempt& a, std::string id);
   /// The rest of start() for an attempt a serving shim runs.
   std::shared_ptr<attempt_handle> start_served(attempt_ptr a,
                                                shim_request request);
@@ -465,6 +501,13 @@ public:
   process_handle(std::weak_ptr<reactor> r, std::uint64_t id, std::string pid)
     : reactor_(std::move(r)), id_(id), pid_(std::move(pid)) {}
 
+  /// An attempt whose pid comes later (`set_id`); `id()` waits for it at
+  /// most `patience`.
+  process_handle(std::weak_ptr<reactor> r, std::uint64_t id,
+                 std::chrono::milliseconds patience)
+    : reactor_(std::move(r)), id_(id), later_(true), known_(false),
+      patience_(patience) {}
+
   // After the attempt was reported there is nothing to stop, and asking
   // the reactor would wake it for nothing (a container worker kills its
   // attempt whenever it ends).
@@ -489,7 +532,23 @@ public:
       r->post_resume(id_);
   }
 
-  std::string id() const override { return pid_; }
+  std::string id() const override {
+    std::unique_lock<std::mutex> guard{id_mtx_};
+    if (!known_)
+      id_cv_.wait_for(guard, patience_, [this] { return known_; });
+    return pid_;
+  }
+
+  bool id_later() const override { return later_; }
+
+  void set_id(std::string pid) {
+    {
+      std::lock_guard<std::mutex> guard{id_mtx_};
+      pid_ = std::move(pid);
+      known_ = true;
+    }
+    id_cv_.notify_all();
+  }
 
   /// The attempt has been reported: stop() and kill() do nothing from now.
   void mark_ended() { ended_.store(true, std::memory_order_release); }
@@ -497,6 +556,11 @@ public:
 private:
   std::weak_ptr<reactor> reactor_;
   std::uint64_t id_;
+  bool later_ = false;
+  mutable std::mutex id_mtx_;
+  mutable std::condition_variable id_cv_;
+  bool known_ = true;
+  std::chrono::milliseconds patience_{0};
   std::string pid_;
   std::atomic<bool> ended_{false};
 };

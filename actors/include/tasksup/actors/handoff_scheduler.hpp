@@ -29,7 +29,8 @@
 //    other kept actors wait in the queue.
 //  - a thread that takes a job and leaves more of its own in the queue
 //    wakes a sleeping one for them, so a job never waits behind a turn that
-//    blocks (the process runtime's start() waits for its shim).
+//    blocks (a process runtime's start() with a shim per attempt waits for
+//    its shim's report).
 // Threads sleep only when the queue is empty, so no job waits while all
 // threads sleep. A kept actor waits for the rest of the turn that made it
 // ready (short on a node: blocking work runs on detached actors or the

@@ -54,7 +54,10 @@ struct process_runtime_options {
   /// How long a shim has to report that it started the agent (or could
   /// not). One that does not is told to kill the agent's group and end, and
   /// is killed itself if it does not, with the group its record names; the
-  /// attempt fails with an infrastructure error.
+  /// attempt fails with an infrastructure error. `start` does not wait for
+  /// a task's shim to report (the runtime's thread reads the report, and
+  /// the agent's pid comes through `attempt_callbacks::on_started`); with a
+  /// shim per attempt it does.
   std::chrono::milliseconds shim_report_timeout{10000};
 
   /// Receives operator-facing warnings (e.g. "memory limits are not enforced:

@@ -85,10 +85,14 @@ constexpr const char* to_string(output_stream s) noexcept {
   return s == output_stream::err ? "stderr" : "stdout";
 }
 
-/// Where a running attempt reports. Both are called from the runtime's own
+/// Where a running attempt reports. All are called from the runtime's own
 /// thread (or synchronously from `start` for in-memory runtimes), never
 /// concurrently for one attempt; `on_exit` exactly once and last.
 struct attempt_callbacks {
+  /// For an attempt whose id comes later (`attempt_handle::id_later()`),
+  /// exactly once and first: the id, once the runtime knows it (empty when
+  /// the attempt never started). Not called for any other attempt.
+  std::function<void(std::string_view runtime_id)> on_started;
   /// One line of stdout or stderr, without the newline; long lines are
   /// delivered in pieces of bounded size, and the runtime's output limits
   /// bound what is delivered per line and per attempt. Returns false when
@@ -119,8 +123,15 @@ public:
   /// goes on. Does nothing when reading was not paused.
   virtual void resume_output() {}
 
-  /// The container id or pid, for events.
+  /// The container id or pid, for events. Where `id_later()` is true this
+  /// waits until the runtime knows it.
   virtual std::string id() const = 0;
+
+  /// True when `start` returned before the runtime knew the attempt's id
+  /// (the process runtime does not wait for its shim to start the agent):
+  /// `attempt_callbacks::on_started` brings it. The same for the handle's
+  /// whole life.
+  virtual bool id_later() const { return false; }
 };
 
 /// An attempt that another instance of the runtime started (the node died
