@@ -401,15 +401,22 @@ struct outcome_wait {
   }
 };
 
-attempt_outcome run_attempt(tasksup::runtime::container_runtime& rt,
-                            const std::string& attempt_dir, int attempt,
-                            std::vector<std::string> argv) {
+/// Attempt `attempt` of task "t", agent "a", in `attempt_dir`.
+attempt_spec spec_of(const std::string& attempt_dir,
+                     std::vector<std::string> argv, int attempt = 1) {
   attempt_spec spec;
   spec.task_id = "t";
   spec.attempt = attempt;
   spec.agent_id = "a";
   spec.argv = std::move(argv);
   spec.attempt_dir = attempt_dir;
+  return spec;
+}
+
+attempt_outcome run_attempt(tasksup::runtime::container_runtime& rt,
+                            const std::string& attempt_dir, int attempt,
+                            std::vector<std::string> argv) {
+  auto spec = spec_of(attempt_dir, std::move(argv), attempt);
   outcome_wait w;
   rt.start(spec, w.callbacks());
   return w.get();
@@ -505,12 +512,8 @@ TEST_CASE("process runtime: attempts writing to both streams all end, the "
   scratch dir;
   auto rt = make_process_runtime();
   for (int i = 1; i <= 400; ++i) {
-    attempt_spec spec;
-    spec.task_id = "t";
-    spec.attempt = i;
-    spec.agent_id = "a";
-    spec.argv = {"sh", "-c", "echo out; echo err >&2; exit 1"};
-    spec.attempt_dir = dir / ("t/attempt-" + std::to_string(i));
+    auto spec = spec_of(dir / ("t/attempt-" + std::to_string(i)),
+                        {"sh", "-c", "echo out; echo err >&2; exit 1"}, i);
     outcome_wait w;
     rt->start(spec, w.callbacks());
     REQUIRE(w.future.wait_for(30s) == std::future_status::ready);
@@ -574,17 +577,6 @@ struct told {
   }
 };
 
-attempt_spec spec_of(const std::string& attempt_dir,
-                     std::vector<std::string> argv) {
-  attempt_spec spec;
-  spec.task_id = "t";
-  spec.attempt = 1;
-  spec.agent_id = "a";
-  spec.argv = std::move(argv);
-  spec.attempt_dir = attempt_dir;
-  return spec;
-}
-
 } // namespace
 
 TEST_CASE("process runtime: start does not wait for the shim to start the "
@@ -626,9 +618,8 @@ TEST_CASE("process runtime: a stop or kill asked for as soon as start "
       auto t = std::make_shared<told>();
       auto task = std::string{kill ? "k" : "s"};
       auto spec = spec_of(dir / (task + "/attempt-" + std::to_string(attempt)),
-                          {"sleep", "600"});
+                          {"sleep", "600"}, attempt);
       spec.task_id = task;
-      spec.attempt = attempt;
       auto handle = rt->start(std::move(spec), told::callbacks(t));
       if (kill)
         handle->kill();
