@@ -227,7 +227,6 @@ void start_attempt(worker_actor* self) {
   if (st.opts.output != output_format::text)
     st.parser.emplace(st.opts.output);
   st.agent_id = st.opts.spec.agent_id;
-  st.id_pending = false;
   if (st.opts.adopt_id) {
     // The attempt outlived a node that restarted: take it over.
     runtime::adopt_spec a;

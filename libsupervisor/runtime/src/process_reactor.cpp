@@ -329,17 +329,16 @@ std::shared_ptr<attempt_handle> reactor::finish_unposted(attempt_ptr item) {
     if (!item->adopted)
       ::waitpid(item->pid, nullptr, 0);
   }
-  if (item->id_later) {
-    auto handle = std::make_shared<process_handle>(
-      weak_from_this(), item->id, std::chrono::milliseconds{0});
-    item->handle = handle;
-    announce(*item, {});
-    deliver_sync(item->cb, std::move(out));
-    return handle;
-  }
+  auto handle = item->id_later
+                  ? std::make_shared<process_handle>(
+                      weak_from_this(), item->id, std::chrono::milliseconds{0})
+                  : std::make_shared<process_handle>(weak_from_this(), item->id,
+                                                     std::string{});
+  // Its id, none, first (does nothing for an attempt whose id was known).
+  item->handle = handle;
+  announce(*item, {});
   deliver_sync(item->cb, std::move(out));
-  return std::make_shared<process_handle>(weak_from_this(), item->id,
-                                          std::string{});
+  return handle;
 }
 
 bool reactor::ask_fresh_shim(attempt& a) {
@@ -351,9 +350,7 @@ bool reactor::ask_fresh_shim(attempt& a) {
   }
   auto sent = send_shim_request(shim->sock, a.retry_request, a.retry_out,
                                 a.retry_err, options_.shim_report_timeout);
-  a.retry_request.clear();
-  close_fd(a.retry_out);
-  close_fd(a.retry_err);
+  a.forget_retry();
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = key(a.id, kind_exit);
@@ -419,9 +416,7 @@ reactor::report_state reactor::take_report(attempt& a) {
   }
   a.report_pending = false;
   a.agent_pid = agent;
-  a.retry_request.clear();
-  close_fd(a.retry_out);
-  close_fd(a.retry_err);
+  a.forget_retry();
   announce(a, agent > 0 ? std::to_string(agent) : std::string{});
   // What was asked for while the shim could still drop it.
   if (auto sig = std::exchange(a.deferred_signal, 0); sig != 0) {
@@ -446,8 +441,7 @@ bool reactor::report_failed(attempt& a, std::string error, bool hung_up) {
   close_fd(a.pidfd);
   if (hung_up && a.retry_out >= 0 && ask_fresh_shim(a))
     return true;
-  close_fd(a.retry_out);
-  close_fd(a.retry_err);
+  a.forget_retry();
   close_output(a);
   a.spawn_failed = true;
   a.preset_exit_code = 1;
@@ -526,7 +520,7 @@ std::shared_ptr<attempt_handle> reactor::submit(attempt_ptr item) {
     }
     if (pid <= 0 || item->adopted)
       wake_needed = !std::exchange(wake_pending_, true);
-    if (item->report_pending)
+    if (item->id_later)
       handle = std::make_shared<process_handle>(
         weak_from_this(), id,
         options_.shim_report_timeout +

@@ -108,8 +108,8 @@ struct attempt {
   /// `end` (it can serve the task's next attempt).
   bool served = false;
   bool shim_ok = false;
-  /// What the serving shim has said: its report of the agent's start while
-  /// that is pending, then its end and the exit record that comes with it.
+  /// What the serving shim has said after its report of the agent's start:
+  /// its end and the exit record that comes with it.
   std::string end_bytes;
   /// start() did not wait for the serving shim's report of the agent's
   /// start: the reactor reads it (by `report_due`), then tells the handle
@@ -127,6 +127,14 @@ struct attempt {
   std::string retry_request;
   int retry_out = -1;
   int retry_err = -1;
+
+  /// The report came, or no fresh shim will be asked: the request and the
+  /// pipes' write ends kept for one are let go.
+  void forget_retry() {
+    retry_request.clear();
+    close_fd(retry_out);
+    close_fd(retry_err);
+  }
   std::string serve_dir;
   /// output.log, written by the shim.
   std::string log_path;
@@ -171,8 +179,7 @@ struct attempt {
   std::optional<clock_type::time_point> group_until;
 
   ~attempt() {
-    close_fd(retry_out);
-    close_fd(retry_err);
+    forget_retry();
     close_fd(pidfd);
     close_fd(output_fd);
     close_fd(error_fd);
@@ -352,7 +359,7 @@ private:
   /// Where a serving shim's report stands (`take_report`).
   enum class report_state { pending, taken, failed };
   /// Reads a pending report from the shim's socket: `taken` once it came
-  /// (the pid announced; what followed it is in `end_bytes`), `pending`
+  /// (the pid announced; what follows it stays on the socket), `pending`
   /// while it has not, `failed` when the shim hung up or said something
   /// else: the attempt has then been reported and is gone.
   report_state take_report(attempt& a);
