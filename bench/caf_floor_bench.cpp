@@ -9,9 +9,11 @@
 //   worker -> registry: attempt started (event; the worker sends its events
 //   to the registry itself);
 //   runtime (anonymous) -> worker: exit; worker -> supervisor: report;
-//   supervisor -> registry: agent result, attempt exited (event);
-//   supervisor <-> classifier: request; -> registry: classified (event);
-//   supervisor <-> backoff: request; -> registry: retry scheduled (event);
+//   supervisor -> registry: agent result;
+//   supervisor <-> classifier: request;
+//   supervisor <-> backoff: request;
+//   supervisor -> registry: attempt exited, classified and retry scheduled
+//   (one message: a registry's supervisor holds the events while it asks);
 //   supervisor -> itself: the zero-delay timer;
 //   supervisor <-> registry: permission (slot, breaker, retry budget);
 //   then the next attempt.
@@ -117,8 +119,8 @@ caf::behavior sup_actor(caf::stateful_actor<sup_state>* self,
   return {
     [=](report_atom, int code) {
       self->send(registry, result_atom::value, code);
-      self->send(registry, event_atom::value, code);
       if (code == 0) {
+        self->send(registry, event_atom::value, code);
         self->send(registry, done_atom::value);
         self->demonitor(self->state.worker);
         self->send_exit(self->state.worker, caf::exit_reason::normal);
@@ -127,10 +129,9 @@ caf::behavior sup_actor(caf::stateful_actor<sup_state>* self,
       }
       self->request(classifier, caf::infinite, ask_atom::value, code)
         .then([=](int) {
-          self->send(registry, event_atom::value, 1);
           self->request(backoff, caf::infinite, ask_atom::value, 0)
             .then([=](int) {
-              self->send(registry, event_atom::value, 2);
+              self->send(registry, event_atom::value, 3);
               self->send(self, timer_atom::value);
             });
         });

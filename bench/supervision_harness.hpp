@@ -189,13 +189,19 @@ inline caf::behavior parent_actor(caf::event_based_actor*,
       done->set_value();
     }
   };
+  auto count = [=](const event& ev) {
+    counts->events.fetch_add(1, std::memory_order_relaxed);
+    if (ev.kind == event_kind::retry_scheduled) {
+      counts->retries_scheduled.fetch_add(1, std::memory_order_relaxed);
+      check();
+    }
+  };
   return {
-    [=](event_atom, const event& ev) {
-      counts->events.fetch_add(1, std::memory_order_relaxed);
-      if (ev.kind == event_kind::retry_scheduled) {
-        counts->retries_scheduled.fetch_add(1, std::memory_order_relaxed);
-        check();
-      }
+    [=](event_atom, const event& ev) { count(ev); },
+    // Batches, from supervisors that have the parent as their services.
+    [=](event_atom, const std::vector<event>& evs) {
+      for (auto& ev : evs)
+        count(ev);
     },
     // A node's services, for supervisors given the parent as theirs
     // (`--services`): every attempt permitted at once, reports dropped.
@@ -267,13 +273,14 @@ inline task_spec bench_task(std::size_t index, const std::string& agent_cli,
 /// or `backoff_s` backoff on `rt`, asking the shared `classifier` and
 /// `backoff` actors (null: the supervisor spawns its own) and `services` for
 /// each attempt's permit (null: none, as a standalone supervisor), seeded
-/// by index.
+/// by index. With services the events come in batches, as to a registry.
 inline supervisor_options
 bench_supervisor(std::size_t index, int max_retries, double backoff_s,
                  std::shared_ptr<runtime::container_runtime> rt,
                  classifier_actor classifier, backoff_actor backoff,
                  caf::actor services = {}) {
   supervisor_options opts;
+  opts.event_batches = static_cast<bool>(services);
   opts.services = std::move(services);
   opts.task = bench_task(index, "bench-agent", max_retries, backoff_s);
   opts.runtime = std::move(rt);

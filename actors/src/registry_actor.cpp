@@ -607,6 +607,7 @@ void launch(registry_actor_t* self, supervisor_options opts,
   opts.classifier = st.classifier;
   opts.backoff = st.backoff;
   opts.services = caf::actor_cast<caf::actor>(self);
+  opts.event_batches = true;
   opts.attempt_root = st.opts.attempt_root;
   opts.journal = st.opts.journal;
   auto id = opts.task.id;
@@ -1123,6 +1124,11 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
     },
     // -- task supervisors -------------------------------------------------
     [=](event_atom, const event& ev) { publish(self, ev); },
+    [=](event_atom, const std::vector<event>& evs) {
+      // A supervisor's events of one failed attempt, in order.
+      for (auto& ev : evs)
+        publish(self, ev);
+    },
     [=](escalate_atom, task_result& r) {
       // Only a task's own supervisor ends it: a stray or forged escalate
       // would orphan the running supervisor and free its slot.

@@ -100,6 +100,7 @@ struct start_info {
   /// Already past the trace id, when that was generated.
   trace_id_generator ids{0};
   bool emit_submitted = true;
+  bool event_batches = false;
   /// For a task rebuilt after a node restart: its journaled inputs.
   bool resume = false;
   std::vector<journaled_input> replay;
@@ -170,6 +171,14 @@ struct supervisor_state {
   std::string adopt_id;
   std::string adopted_dir;
   int adopted_attempt = 0;
+  /// The parent takes events in batches: `emit` holds them in `outbox`
+  /// while an input is driven or a request to the classifier or the backoff
+  /// actor is out (`asking`), and `flush_events` sends them when neither is
+  /// (BENCHMARKS.md §9).
+  bool event_batches = false;
+  int driving = 0;
+  int asking = 0;
+  std::vector<event> outbox;
   /// The failed attempt's outcome with its output tail, for the classifier.
   std::optional<attempt_outcome> to_classify;
   /// Null for tasks without repository, gates, preflight or feedback.
@@ -211,8 +220,12 @@ struct supervisor_setup {
 /// classifier actors the options do not name (owned by the supervisor).
 supervisor_setup make_setup(caf::actor_system& sys, supervisor_options opts);
 
-/// Sends `ev` to the supervisor's parent (the registry).
+/// Sends `ev` to the supervisor's parent (the registry), or holds it in the
+/// outbox (see `supervisor_state::outbox`).
 void emit(supervisor_actor* self, event ev);
+
+/// Sends the events held in the outbox, in one message.
+void flush_events(supervisor_actor* self);
 
 /// Called once an input's effects were carried out, with whether it took
 /// effect.

@@ -168,6 +168,7 @@ supervisor_setup make_setup(caf::actor_system& sys, supervisor_options opts) {
   start_info start;
   start.ids = trace_id_generator{opts.seed};
   start.emit_submitted = opts.emit_submitted && !opts.resume;
+  start.event_batches = opts.event_batches;
   start.resume = opts.resume;
   start.replay = std::move(opts.replay);
   start.journal = std::move(opts.journal);

@@ -161,14 +161,17 @@ struct carrier {
     req.agent_cli = s.agent().agent_cli;
     auto gen = e.generation;
     auto* me = self;
+    ++s.asking;
     self
       ->request(s.node->classifier, caf::infinite, classify_atom::value,
                 std::move(req))
       .then(
         [me, gen](classification& c) {
+          --me->state.asking;
           drive(me, input::classified{gen, std::move(c)});
         },
         [me, gen](caf::error& err) {
+          --me->state.asking;
           drive(me, input::reply_failed{gen, request_kind::classify,
                                         error_text(err)});
         });
@@ -178,14 +181,17 @@ struct carrier {
     delay_request req{e.spec, e.retry_index, e.previous_s, e.hint_s};
     auto gen = e.generation;
     auto* me = self;
+    ++st().asking;
     self
       ->request(st().node->backoff, caf::infinite, delay_atom::value,
                 std::move(req))
       .then(
         [me, gen](delay_decision d) {
+          --me->state.asking;
           drive(me, input::delay_decided{gen, d});
         },
         [me, gen](caf::error& err) {
+          --me->state.asking;
           drive(me,
                 input::reply_failed{gen, request_kind::delay, error_text(err)});
         });
@@ -299,9 +305,12 @@ struct carrier {
     if (s.has_own_rules)
       self->send(s.node->classifier, drop_rules_atom::value, s.task_id());
     auto outcome = r.outcome;
+    // The events come before the result, whatever the supervisor waited on.
+    flush_events(self);
     self->send(s.parent, escalate_atom::value, std::move(r));
     emit(self, escalated_event(s.head(false), outcome,
                                caf::to_string(s.parent.address())));
+    flush_events(self);
     self->quit();
   }
 };
@@ -436,6 +445,7 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
                                     start_info start) {
   auto& st = self->state;
   st.parent = std::move(parent);
+  st.event_batches = start.event_batches;
   st.opts = std::move(opts);
   st.node = std::move(node);
   st.ids.emplace(start.ids);
@@ -503,7 +513,7 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
       // the current worker's, about this task.
       if (!from_worker(self) || ev.task_id != self->state.task_id())
         return;
-      self->send(self->state.parent, event_atom::value, std::move(ev));
+      emit(self, std::move(ev));
     },
     [=](backoff_timer_atom, std::uint64_t gen) {
       drive(self, input::timer{timer_kind::backoff, gen});
@@ -529,7 +539,24 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
 } // namespace
 
 void emit(supervisor_actor* self, event ev) {
-  self->send(self->state.parent, event_atom::value, std::move(ev));
+  auto& st = self->state;
+  if (st.event_batches && (st.driving > 0 || st.asking > 0)) {
+    st.outbox.push_back(std::move(ev));
+    return;
+  }
+  flush_events(self);
+  self->send(st.parent, event_atom::value, std::move(ev));
+}
+
+void flush_events(supervisor_actor* self) {
+  auto& st = self->state;
+  if (st.outbox.empty())
+    return;
+  if (st.outbox.size() == 1)
+    self->send(st.parent, event_atom::value, std::move(st.outbox.front()));
+  else
+    self->send(st.parent, event_atom::value, std::move(st.outbox));
+  st.outbox.clear();
 }
 
 std::string attempt_dir_of(const supervisor_state& s, int attempt) {
@@ -564,6 +591,20 @@ void carry(supervisor_actor* self, const machine_effects& fx) {
 /// Returns whether `in` took effect; `then` runs after its effects.
 bool drive(supervisor_actor* self, machine_input in, after_input then) {
   auto& st = self->state;
+  // The events of this input (and of those it produces at once) go in one
+  // message once nothing more of the attempt's judging is out.
+  struct batch_scope {
+    supervisor_actor* self;
+    explicit batch_scope(supervisor_actor* s) : self(s) {
+      ++self->state.driving;
+    }
+    ~batch_scope() {
+      if (--self->state.driving == 0 && self->state.asking == 0)
+        flush_events(self);
+    }
+    batch_scope(const batch_scope&) = delete;
+    batch_scope& operator=(const batch_scope&) = delete;
+  } scope{self};
   auto fx = effect_buffers::take();
   auto now = now_s(self);
   auto ok = st.machine().handle(st.m, in, now, fx);

@@ -31,6 +31,10 @@ struct collected {
   std::vector<event> events;
   std::vector<task_result> results;
   std::vector<attempt_report> reports;
+  /// How many events each message held (1, or a batch's size).
+  std::vector<std::size_t> per_message;
+  /// How many events had arrived when each result did.
+  std::vector<std::size_t> events_before_result;
 
   /// The kinds of the events of `task_id` (all tasks when empty).
   std::vector<event_kind> kinds(const std::string& task_id = {}) const {
@@ -128,9 +132,17 @@ public:
   caf::actor collector(std::shared_ptr<collected> out) {
     return keep(sys_->spawn([out]() -> caf::behavior {
       return {
-        [out](event_atom, const event& ev) { out->events.push_back(ev); },
+        [out](event_atom, const event& ev) {
+          out->events.push_back(ev);
+          out->per_message.push_back(1);
+        },
+        [out](event_atom, const std::vector<event>& evs) {
+          out->events.insert(out->events.end(), evs.begin(), evs.end());
+          out->per_message.push_back(evs.size());
+        },
         [out](escalate_atom, const task_result& r) {
           out->results.push_back(r);
+          out->events_before_result.push_back(out->events.size());
         },
         [out](attempt_exited_atom, const attempt_report& r) {
           out->reports.push_back(r);

@@ -28,10 +28,13 @@ struct supervisor_fixture : fixture {
   caf::actor parent = collector(seen);
   caf::actor sup;
 
+  bool event_batches = false;
+
   caf::actor spawn(task_spec t,
                    std::shared_ptr<runtime::container_runtime> rt = nullptr,
                    std::string attempt_root = "/tmp/tasksup-actor-tests") {
     supervisor_options opts;
+    opts.event_batches = event_batches;
     opts.task = std::move(t);
     opts.default_agent = agent("default");
     opts.runtime = rt ? std::move(rt) : runtime;
@@ -105,6 +108,55 @@ TEST_CASE_METHOD(supervisor_fixture, "success on the first attempt",
   // the agent (TRACEPARENT and friends).
   CHECK(calls[0].spec.trace_id == started.trace_id());
   CHECK(calls[0].spec.span_id == started.span_id());
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "a parent that takes batches gets a failed attempt's events "
+                 "in one message, in the same order, and the end before the "
+                 "result",
+                 "[task_supervisor]") {
+  // Each run its own agent: the scripted runtime keeps an agent's script.
+  auto events_of_a_flaky_run = [this](bool batches, const std::string& a) {
+    seen = std::make_shared<collected>();
+    parent = collector(seen);
+    event_batches = batches;
+    runtime->script(a, {exits(1, {"transient glitch"}), exits(0, {"ok"})});
+    auto t = task_with("t-" + a, {a});
+    t.supervisor.backoff_base_seconds = 0;
+    start(std::move(t));
+    REQUIRE(seen->results.size() == 1);
+    CHECK(seen->results[0].outcome == task_outcome::succeeded);
+    return seen;
+  };
+  auto single = events_of_a_flaky_run(false, "a");
+  auto batched = events_of_a_flaky_run(true, "b");
+  // An embedding application's parent gets one event per message.
+  CHECK(std::all_of(single->per_message.begin(), single->per_message.end(),
+                    [](std::size_t n) { return n == 1; }));
+  // The same events in the same order either way.
+  CHECK(batched->kinds() == single->kinds());
+  CHECK(batched->kinds() ==
+        std::vector<event_kind>{
+          event_kind::task_submitted, event_kind::attempt_started,
+          event_kind::log, event_kind::attempt_exited, event_kind::classified,
+          event_kind::retry_scheduled, event_kind::attempt_started,
+          event_kind::log, event_kind::attempt_exited, event_kind::task_done,
+          event_kind::escalated});
+  // The failed attempt's end, class and retry went in one message: the
+  // supervisor held them while it asked the classifier and the backoff
+  // actor.
+  CHECK(std::count(batched->per_message.begin(), batched->per_message.end(),
+                   std::size_t{3}) == 1);
+  CHECK(batched->per_message.size() < single->per_message.size());
+  // task_done arrived before the result, escalated after it, as without
+  // batches.
+  auto kinds = batched->kinds();
+  auto done_at = std::find(kinds.begin(), kinds.end(), event_kind::task_done) -
+                 kinds.begin();
+  REQUIRE(batched->events_before_result.size() == 1);
+  CHECK(batched->events_before_result[0] ==
+        static_cast<std::size_t>(done_at) + 1);
+  CHECK(single->events_before_result == batched->events_before_result);
 }
 
 TEST_CASE_METHOD(supervisor_fixture,

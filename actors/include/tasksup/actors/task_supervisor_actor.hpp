@@ -49,6 +49,12 @@ struct supervisor_options {
   std::string attempt_root;
   /// Whether the supervisor emits `task_submitted` when it starts.
   bool emit_submitted = true;
+  /// Whether `parent` also takes events as `(event, std::vector<event>)`, in
+  /// order. The supervisor then holds the events of one failed attempt
+  /// while it asks the classifier and the backoff actor, and sends them in
+  /// one message when it waits for nothing more of them (a registry does:
+  /// one turn of its instead of one per event).
+  bool event_batches = false;
   /// The node's journal (null: nothing is journaled). Every input that
   /// changes the task is recorded there before its effects are carried out
   /// (and before a control request is answered).
@@ -66,7 +72,9 @@ struct supervisor_options {
 /// along the agent chain and honours `(stop, stop_mode)`, `(retry_now)` and
 /// `(force_fb)` (each answered with a bool: whether it took effect) and
 /// `(status)` (answered with a `task_status`). Every event goes to `parent`
-/// as `(event, event)`; at the end the full result goes to `parent` as
+/// as `(event, event)` (or, with `event_batches`, several in order as
+/// `(event, std::vector<event>)`); at the end the full result goes to `parent`
+/// as
 /// `(escalate, task_result)` and the supervisor quits. `parent` may be any
 /// actor: a registry, or an embedding application's own actor.
 caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
