@@ -305,11 +305,23 @@ private:
   void finish();
   /// Says the agent's pid (0: it did not start) to the runtime.
   void report(pid_t pid);
+  /// How long the next poll may sleep (nullopt: until an event).
   /// `awaiting_reader`: the pending bytes wait for the runtime to read the
-  /// other stream (then poll looks again in a millisecond). Decided once
+  /// other stream, which no event tells (see `reader_wait`). Decided once
   /// per turn with the descriptors polled: the runtime may read between two
   /// looks, and a turn that polled no pipe must not sleep for ever.
-  int poll_timeout(bool awaiting_reader) const;
+  std::optional<std::chrono::microseconds> poll_timeout(bool awaiting_reader);
+  /// The next look for the runtime having read the other stream: 20 µs
+  /// after the first, each wait twice the one before, at most a
+  /// millisecond. The runtime usually reads within a few hundred
+  /// microseconds (the first lines of every attempt wait so); a fixed
+  /// millisecond added one to about one attempt in eight on a 2-CPU
+  /// machine, and a receiver that stopped reading costs a look per
+  /// millisecond, not more (BENCHMARKS.md §7).
+  std::chrono::microseconds reader_wait();
+  /// Sleeps in `poll` for `fds` at most `timeout` (nullopt: no limit).
+  static int poll_for(pollfd* fds, std::size_t n,
+                      std::optional<std::chrono::microseconds> timeout);
   /// True while output waits for the runtime to read it.
   bool blocked() const;
 
@@ -323,6 +335,8 @@ private:
   int pending_stream_ = 0;
   /// Fds 1 and 2 are one pipe (or file): nothing to keep in order.
   bool one_channel_ = false;
+  /// The last wait for the runtime to read (zero: not waiting).
+  std::chrono::microseconds reader_wait_{0};
   bool forwarding_ = true;
   int signal_fd_ = -1;
   int control_fd_ = -1;
@@ -420,13 +434,15 @@ void shim::flush_pending(bool block) {
       // millisecond; else the main loop looks again in one (poll_timeout).
       // A reader that went away leaves its bytes unread for ever: POLLERR.
       pollfd p{streams_[1 - pending_stream_].out, 0, 0};
-      if (::poll(&p, 1, block ? 1 : 0) > 0 &&
+      if (poll_for(&p, 1,
+                   block ? reader_wait() : std::chrono::microseconds{0}) > 0 &&
           (p.revents & (POLLERR | POLLHUP)) != 0)
         drop_forwarding();
       else if (!block)
         return;
       continue;
     }
+    reader_wait_ = std::chrono::microseconds{0};
     auto& s = streams_[pending_stream_];
     auto n = ::write(s.out, pending_.data(), pending_.size());
     if (n > 0) {
@@ -520,21 +536,39 @@ bool shim::blocked() const {
   return forwarding_ && !pending_.empty();
 }
 
-int shim::poll_timeout(bool awaiting_reader) const {
+std::optional<std::chrono::microseconds>
+shim::poll_timeout(bool awaiting_reader) {
+  using std::chrono::microseconds;
   // Waiting for the runtime to read the other stream: no event tells.
   if (awaiting_reader)
-    return 1;
+    return reader_wait();
   if (agent_running_ || blocked())
-    return -1;
+    return std::nullopt;
   auto now = clock_type::now();
-  auto left = [&](clock_type::time_point t) {
-    return static_cast<int>(std::max<long long>(
-      0, std::chrono::ceil<std::chrono::milliseconds>(t - now).count()));
-  };
-  int t = 10; // the group is looked at again this often
+  // The group is looked at again this often.
+  microseconds t = std::chrono::milliseconds{10};
   if (drain_until_)
-    t = std::min(t, left(*drain_until_));
+    t = std::min(t, std::max(microseconds{0}, std::chrono::ceil<microseconds>(
+                                                *drain_until_ - now)));
   return t;
+}
+
+std::chrono::microseconds shim::reader_wait() {
+  using std::chrono::microseconds;
+  reader_wait_ = reader_wait_.count() == 0
+                   ? microseconds{20}
+                   : std::min(reader_wait_ * 2, microseconds{1000});
+  return reader_wait_;
+}
+
+int shim::poll_for(pollfd* fds, std::size_t n,
+                   std::optional<std::chrono::microseconds> timeout) {
+  if (!timeout)
+    return ::ppoll(fds, n, nullptr, nullptr);
+  auto us = timeout->count();
+  timespec ts{static_cast<time_t>(us / 1000000),
+              static_cast<long>(us % 1000000) * 1000};
+  return ::ppoll(fds, n, &ts, nullptr);
 }
 
 void shim::finish() {
@@ -671,7 +705,9 @@ int shim::run() {
     } else {
       awaiting_reader = true;
     }
-    auto n = ::poll(fds.data(), fds.size(), poll_timeout(awaiting_reader));
+    if (!awaiting_reader)
+      reader_wait_ = std::chrono::microseconds{0};
+    auto n = poll_for(fds.data(), fds.size(), poll_timeout(awaiting_reader));
     if (n < 0 && errno != EINTR)
       die(std::string{"poll failed: "} + std::strerror(errno));
     bool ready[2] = {false, false};
@@ -910,6 +946,9 @@ int main(int argc, char** argv) {
     die(std::string{"cannot create a signalfd: "} + std::strerror(errno));
   // Orphans of the agent become ours, so killing its group reaps them.
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // The waits for the runtime to read are tens of microseconds: the
+  // default slack (50 µs) would more than double them.
+  ::prctl(PR_SET_TIMERSLACK, 5000UL);
   if (!opts.serve_dir.empty())
     return serve(opts, signal_fd);
   int control = -1;
