@@ -14,6 +14,7 @@
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include <poll.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -665,6 +667,61 @@ TEST_CASE("process runtime: a shim that never reports the agent's start is "
                             close + 2 < stat.size() && stat[close + 2] == 'Z');
   };
   CHECK(eventually([&] { return dead(rec.agent_pid); }, patience));
+}
+
+TEST_CASE("process runtime: while a shim that never reports is given its "
+          "grace, the other attempts go on",
+          "[shim]") {
+  // The stand-in wedges for the task "wedged" and hands other tasks to the
+  // real shim (named in `real-shim`). Once the runtime has asked the wedged one
+  // to end (SIGUSR1, which it notes and ignores for its second of grace),
+  // another task's attempt still ends and is reported: nothing waits for the
+  // wedged shim, whose attempt is reported once it and its agent are gone.
+  scratch dir;
+  dir.write("real-shim", shim_program());
+  process_runtime_options opts;
+  opts.shim_path = std::string{TASKSUP_FIXTURES_DIR} + "/wedged_shim.py";
+  opts.shim_report_timeout = 300ms;
+  auto rt = make_process_runtime(std::move(opts));
+  std::mutex mtx;
+  std::vector<std::string> ended;
+  auto noting = [&](std::string name, outcome_wait& w) {
+    auto cb = w.callbacks();
+    cb.on_exit = [&mtx, &ended, name,
+                  inner = std::move(cb.on_exit)](attempt_outcome out) {
+      {
+        std::lock_guard<std::mutex> guard{mtx};
+        ended.push_back(name);
+      }
+      inner(std::move(out));
+    };
+    return cb;
+  };
+  auto go = dir / "go";
+  REQUIRE(::mkfifo(go.c_str(), 0600) == 0);
+  outcome_wait other;
+  auto other_spec =
+    spec_of(dir / "other/attempt-1", {"sh", "-c", "read x < " + go});
+  other_spec.task_id = "other";
+  rt->start(std::move(other_spec), noting("other", other));
+  outcome_wait wedged;
+  auto wedged_spec = spec_of(dir / "wedged/attempt-1", {"true"});
+  wedged_spec.task_id = "wedged";
+  rt->start(std::move(wedged_spec), noting("wedged", wedged));
+  REQUIRE(eventually([&] { return fs::exists(dir / "wedged/attempt-1/usr1"); },
+                     patience));
+  // Opening the fifo waits for the other agent to have it open.
+  { std::ofstream{go} << "go\n"; }
+  auto out = other.get();
+  CHECK(out.exit_code == 0);
+  CHECK(out.infrastructure_error.empty());
+  auto stuck = wedged.get();
+  CHECK(stuck.infrastructure_error.find(
+          "did not report the agent's start within 300 ms") !=
+        std::string::npos);
+  CHECK(process_gone(shim_of(dir / "wedged/attempt-1").shim_pid));
+  std::lock_guard<std::mutex> guard{mtx};
+  CHECK(ended == std::vector<std::string>{"other", "wedged"});
 }
 
 TEST_CASE("run: node.json's process.shim_idle_timeout_s 0 gives every attempt "

@@ -133,11 +133,24 @@ std::string reactor::not_reported_text() const {
          std::to_string(options_.shim_report_timeout.count()) + " ms";
 }
 
+namespace {
+
+/// Kills the agent group that the shim `pid` recorded in `attempt_dir`,
+/// once that shim is gone (it would otherwise run on, unwatched).
+void kill_recorded_agent(pid_t pid, const std::string& attempt_dir) {
+  auto path = attempt_dir + "/" + std::string{shim_record_name};
+  if (auto text = read_small_file(path))
+    if (auto rec = parse_shim_record(*text, path); rec && rec->shim_pid == pid)
+      kill_group_members(rec->agent_pgid, rec->agent_start, attempt_dir);
+}
+
+} // namespace
+
 void reactor::stop_unreported_shim(pid_t pid, int pidfd,
                                    const std::string& attempt_dir) {
   // It may have started the agent: SIGUSR1 has it kill the agent's group
   // and end. One that does not end in time is killed, and so is the group
-  // its record names (the agent would otherwise run on, unwatched).
+  // its record names.
   if (pidfd >= 0) {
     pidfd_signal(pidfd, SIGUSR1);
     pollfd p{pidfd, POLLIN, 0};
@@ -149,10 +162,41 @@ void reactor::stop_unreported_shim(pid_t pid, int pidfd,
   }
   while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
   }
-  auto path = attempt_dir + "/" + std::string{shim_record_name};
-  if (auto text = read_small_file(path))
-    if (auto rec = parse_shim_record(*text, path); rec && rec->shim_pid == pid)
-      kill_group_members(rec->agent_pgid, rec->agent_start, attempt_dir);
+  kill_recorded_agent(pid, attempt_dir);
+}
+
+bool reactor::end_unreported_shim_later(attempt& a, std::string error) {
+  if (a.pidfd < 0 || a.pid <= 0)
+    return false;
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.u64 = key(a.id, kind_exit);
+  if (::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, a.pidfd, &ev) != 0)
+    return false;
+  pidfd_signal(a.pidfd, SIGUSR1);
+  a.ending_shim = true;
+  a.infrastructure_error = std::move(error);
+  a.forget_retry();
+  close_output(a);
+  a.kill_at =
+    clock_type::now() + std::chrono::milliseconds{unreported_shim_grace_ms};
+  schedule(*a.kill_at, a.id);
+  return true;
+}
+
+void reactor::unreported_shim_ended(attempt& a) {
+  ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, a.pidfd, nullptr);
+  while (::waitpid(a.pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+  kill_recorded_agent(a.pid, a.attempt_dir);
+  a.pid = -1; // reaped
+  close_fd(a.pidfd);
+  a.kill_at.reset();
+  a.spawn_failed = true;
+  a.preset_exit_code = 1;
+  a.exited = true;
+  a.ended = clock_type::now();
+  finalize(a);
 }
 
 void reactor::discard_shim(served_shim& s) {
@@ -432,10 +476,15 @@ reactor::report_state reactor::take_report(attempt& a) {
 
 bool reactor::report_failed(attempt& a, std::string error, bool hung_up) {
   a.report_pending = false;
-  // Hung up first, so a shim that ends once it killed the agent does. A
-  // shim that neither reports nor ends holds this thread for up to
-  // `unreported_shim_grace_ms` (a broken installation, not a normal path).
+  // Hung up first, so a shim that ends once it killed the agent does.
   close_fd(a.control_fd);
+  // A shim that is still there (it neither reported nor hung up) is given
+  // its grace without this thread waiting for it: the attempt is reported
+  // once it is gone.
+  if (!hung_up && end_unreported_shim_later(a, std::move(error)))
+    return true;
+  // One that hung up ends at once (or is dead), and a fresh one may be
+  // asked for the attempt.
   stop_unreported_shim(a.pid, a.pidfd, a.attempt_dir);
   a.pid = -1; // reaped
   close_fd(a.pidfd);
@@ -477,6 +526,8 @@ int reactor::watch(attempt& a) {
 void reactor::abandon(attempt& a, std::string error) {
   a.report_pending = false;
   signal_group(a, SIGKILL);
+  if (a.ending_shim && a.pidfd >= 0)
+    pidfd_signal(a.pidfd, SIGKILL); // its grace is not waited for now
   // A serving shim ends once its socket has hung up.
   close_fd(a.control_fd);
   if (!a.adopted)
@@ -1187,6 +1238,11 @@ void reactor::run() {
         continue;
       }
       auto& a = *it->second;
+      if (a.ending_shim) {
+        if (kind == kind_exit)
+          unreported_shim_ended(a);
+        continue;
+      }
       if (kind == kind_exit && !a.exited)
         on_leader_exit(a);
       else if (kind == kind_output && a.output_fd >= 0 && !a.paused)
@@ -1350,6 +1406,8 @@ bool reactor::take_end(attempt& a) {
 }
 
 void reactor::signal_group(attempt& a, int sig) {
+  if (a.ending_shim)
+    return; // being ended, the agent it started with it
   if (a.report_pending) {
     // A shim drops the signals that reach it before it read its request;
     // they are sent once it reported the start. A kill stands for a stop.
@@ -1423,8 +1481,8 @@ void reactor::on_leader_exit(attempt& a) {
 void reactor::read_output(attempt& a, output_stream stream) {
   // The shim reports the agent's start before it forwards any output, so
   // the report is there to take before the first line.
-  if (take_report(a) == report_state::failed)
-    return; // reported: `a` is gone
+  if (take_report(a) == report_state::failed || a.ending_shim)
+    return; // reported (`a` is gone), or its shim is being ended
   auto& fd = stream == output_stream::err ? a.error_fd : a.output_fd;
   std::size_t total = 0;
   while (total < max_read_per_turn) {
@@ -1571,6 +1629,14 @@ bool reactor::group_gone(attempt& a) {
 
 void reactor::advance(attempt& a) {
   auto now = clock_type::now();
+  if (a.ending_shim) {
+    // Its grace is over: killed; its pidfd says when it is gone.
+    if (a.kill_at && now >= *a.kill_at) {
+      a.kill_at.reset();
+      pidfd_signal(a.pidfd, SIGKILL);
+    }
+    return;
+  }
   if (a.report_pending) {
     // Nothing is done for it before the report (signals wait for it).
     if (now < a.report_due)
@@ -1583,7 +1649,7 @@ void reactor::advance(attempt& a) {
       if (clock_type::now() < a.report_due)
         return;
       report_failed(a, not_reported_text());
-      return; // reported: `a` is gone
+      return; // reported (`a` is gone), or its shim is being ended
     }
   }
   if (!a.exited) {

@@ -121,6 +121,11 @@ struct attempt {
   bool report_pending = false;
   clock_type::time_point report_due;
   int deferred_signal = 0;
+  /// The serving shim neither reported nor hung up in time: it was asked to
+  /// end (SIGUSR1; SIGKILL at `kill_at`), and the attempt is reported as
+  /// failed with `infrastructure_error` once its pidfd says it is gone and
+  /// the agent its record names is killed. The reactor waits for none of it.
+  bool ending_shim = false;
   /// Sent to a task's idle shim, which may have died since its last
   /// attempt: the request and the write ends of the output pipes, kept
   /// until the report came, to ask a fresh shim should that one hang up.
@@ -360,13 +365,16 @@ private:
   enum class report_state { pending, taken, failed };
   /// Reads a pending report from the shim's socket: `taken` once it came
   /// (the pid announced; what follows it stays on the socket), `pending`
-  /// while it has not, `failed` when the shim hung up or said something
-  /// else: the attempt has then been reported and is gone.
+  /// while it has not (or its shim is being ended, `ending_shim`), `failed`
+  /// when the shim hung up or said something else: the attempt has then
+  /// been reported and is gone.
   report_state take_report(attempt& a);
   /// Ends an attempt whose shim did not report the agent's start, with the
-  /// agent it may have started, and reports it (the attempt is gone) --
-  /// unless the shim was a task's idle one that hung up: then a fresh shim
-  /// is asked (true: the report is pending again).
+  /// agent it may have started, and reports it (false: the attempt is gone)
+  /// -- unless the shim was a task's idle one that hung up: then a fresh
+  /// shim is asked (true: the report is pending again); or unless the shim
+  /// is still there: then it is being ended (`ending_shim`, true) and the
+  /// attempt is reported once it is gone.
   bool report_failed(attempt& a, std::string error, bool hung_up = false);
   /// Asks a fresh shim to run the attempt that `a.retry_request` describes;
   /// false when none could be started or asked.
@@ -426,6 +434,12 @@ private:
   /// start of the agent of `attempt_dir`'s attempt, and that agent with it.
   void stop_unreported_shim(pid_t pid, int pidfd,
                             const std::string& attempt_dir);
+  /// What `stop_unreported_shim` does, without waiting: false when it
+  /// cannot be watched (no pidfd), and `a` is left as it was.
+  bool end_unreported_shim_later(attempt& a, std::string error);
+  /// The shim `end_unreported_shim_later` asked to end has: the agent of
+  /// its record is killed and the attempt reported (`a` is gone).
+  void unreported_shim_ended(attempt& a);
   std::string not_reported_text() const;
   /// Reads what a serving shim said: true once it said the attempt's end
   /// (`shim_ok`, and `record` when the record it sent is sound) or hung up;
