@@ -470,6 +470,15 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
     });
   self->set_down_handler(
     [=](const caf::down_msg& dm) { worker_down(self, dm); });
+  // CAF's own handling (a normal exit is ignored, any other ends the
+  // actor), with the events it holds sent first (a node shutting down
+  // while the classifier is asked).
+  self->set_exit_handler([=](caf::exit_msg& msg) {
+    if (!msg.reason)
+      return;
+    flush_events(self);
+    self->quit(std::move(msg.reason));
+  });
   const auto& task = st.opts->task;
   if (start.emit_submitted) {
     std::vector<std::string> ids;

@@ -6,6 +6,8 @@
 #include "tasksup/actors/backoff_actor.hpp"
 #include "tasksup/actors/classifier_actor.hpp"
 
+#include <caf/typed_event_based_actor.hpp>
+
 #include "actor_fixture.hpp"
 
 #include <catch2/catch.hpp>
@@ -29,12 +31,15 @@ struct supervisor_fixture : fixture {
   caf::actor sup;
 
   bool event_batches = false;
+  /// Asked instead of a classifier of the supervisor's own, when set.
+  classifier_actor classifier;
 
   caf::actor spawn(task_spec t,
                    std::shared_ptr<runtime::container_runtime> rt = nullptr,
                    std::string attempt_root = "/tmp/tasksup-actor-tests") {
     supervisor_options opts;
     opts.event_batches = event_batches;
+    opts.classifier = classifier;
     opts.task = std::move(t);
     opts.default_agent = agent("default");
     opts.runtime = rt ? std::move(rt) : runtime;
@@ -157,6 +162,42 @@ TEST_CASE_METHOD(supervisor_fixture,
   CHECK(batched->events_before_result[0] ==
         static_cast<std::size_t>(done_at) + 1);
   CHECK(single->events_before_result == batched->events_before_result);
+}
+
+TEST_CASE_METHOD(supervisor_fixture,
+                 "a supervisor told to exit sends the events it holds first",
+                 "[task_supervisor]") {
+  // A classifier that never answers: the failed attempt's end is held
+  // while the supervisor waits for it, and the node shuts down meanwhile.
+  auto asked = std::make_shared<
+    std::vector<caf::typed_response_promise<classification>>>();
+  classifier = keep(sys().spawn(
+    [asked](classifier_actor::pointer self) -> classifier_actor::behavior_type {
+      return {
+        [=](classify_atom, const classify_request&) {
+          asked->push_back(self->make_response_promise<classification>());
+          return asked->back();
+        },
+        [](set_rules_atom, const std::vector<classifier_rule>&) {
+          return true;
+        },
+        [](set_rules_atom, const std::string&,
+           const std::vector<classifier_rule>&) { return true; },
+        [](drop_rules_atom, const std::string&) {},
+      };
+    }));
+  event_batches = true;
+  runtime->script("a", {exits(1, {"transient glitch"})});
+  start(task_with("t1", {"a"}));
+  REQUIRE(asked->size() == 1);
+  CHECK(seen->of(event_kind::attempt_exited).empty()); // held
+  caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+  run();
+  CHECK(seen->of(event_kind::attempt_exited).size() == 1);
+  CHECK(seen->kinds() == std::vector<event_kind>{event_kind::task_submitted,
+                                                 event_kind::attempt_started,
+                                                 event_kind::log,
+                                                 event_kind::attempt_exited});
 }
 
 TEST_CASE_METHOD(supervisor_fixture,
