@@ -175,7 +175,7 @@ bool reactor::end_unreported_shim_later(attempt& a, std::string error) {
     return false;
   pidfd_signal(a.pidfd, SIGUSR1);
   a.ending_shim = true;
-  a.infrastructure_error = std::move(error);
+  a.never_ran(std::move(error));
   a.forget_retry();
   close_output(a);
   a.kill_at =
@@ -192,8 +192,6 @@ void reactor::unreported_shim_ended(attempt& a) {
   a.pid = -1; // reaped
   close_fd(a.pidfd);
   a.kill_at.reset();
-  a.spawn_failed = true;
-  a.preset_exit_code = 1;
   a.exited = true;
   a.ended = clock_type::now();
   finalize(a);
@@ -276,10 +274,7 @@ std::optional<served_shim> reactor::spawn_served_shim(const std::string& dir,
 std::shared_ptr<attempt_handle> reactor::start_served(attempt_ptr a,
                                                       shim_request request) {
   auto fail = [&](std::string text) {
-    a->spawn_failed = true;
-    a->preset_exit_code = 1;
-    a->infrastructure_error = std::move(text);
-    a->ended = clock_type::now();
+    a->never_ran(std::move(text));
     close_fd(a->output_fd);
     close_fd(a->error_fd);
     return submit(std::move(a));
@@ -492,11 +487,8 @@ bool reactor::report_failed(attempt& a, std::string error, bool hung_up) {
     return true;
   a.forget_retry();
   close_output(a);
-  a.spawn_failed = true;
-  a.preset_exit_code = 1;
-  a.infrastructure_error = std::move(error);
+  a.never_ran(std::move(error));
   a.exited = true;
-  a.ended = clock_type::now();
   finalize(a);
   return false;
 }
@@ -537,10 +529,7 @@ void reactor::abandon(attempt& a, std::string error) {
   close_fd(a.pidfd);
   close_fd(a.output_fd);
   close_fd(a.error_fd);
-  a.spawn_failed = true;
-  a.preset_exit_code = 1;
-  a.infrastructure_error = std::move(error);
-  a.ended = clock_type::now();
+  a.never_ran(std::move(error));
 }
 
 std::shared_ptr<attempt_handle> reactor::submit(attempt_ptr item) {
@@ -613,10 +602,7 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
   a->argv0 = spec.argv.empty() ? std::string{} : spec.argv.front();
   a->attempt_dir = spec.attempt_dir;
   auto fail = [&](std::string text) {
-    a->spawn_failed = true;
-    a->preset_exit_code = 1;
-    a->infrastructure_error = std::move(text);
-    a->ended = clock_type::now();
+    a->never_ran(std::move(text));
     return std::move(a);
   };
   // Every path out of here hands the attempt to the reactor, which reports
@@ -883,11 +869,8 @@ std::shared_ptr<attempt_handle> reactor::adopt(adopt_spec spec,
   a->artifacts_dir = dir + "/artifacts";
   a->log_path = dir + "/output.log";
   auto not_adopted = [&](std::string why) {
-    a->spawn_failed = true;
-    a->preset_exit_code = 1;
-    a->infrastructure_error =
-      "node restarted and the attempt could not be adopted: " + std::move(why);
-    a->ended = clock_type::now();
+    a->never_ran("node restarted and the attempt could not be adopted: " +
+                 std::move(why));
     a->pid = -1;
     close_fd(a->pidfd);
     return submit(std::move(a));

@@ -172,6 +172,15 @@ struct attempt {
   std::string failure_line;
   std::string infrastructure_error;
 
+  /// The attempt did not run, or how it ran cannot be known: it is reported
+  /// as exit 1 with `error`, ended now.
+  void never_ran(std::string error) {
+    spawn_failed = true;
+    preset_exit_code = 1;
+    infrastructure_error = std::move(error);
+    ended = clock_type::now();
+  }
+
   bool exited = false;
   int wait_status = 0;
   /// Set when, after the leader was reaped, a signal to the process group
