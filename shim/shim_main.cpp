@@ -335,7 +335,8 @@ private:
   int pending_stream_ = 0;
   /// Fds 1 and 2 are one pipe (or file): nothing to keep in order.
   bool one_channel_ = false;
-  /// The last wait for the runtime to read (zero: not waiting).
+  /// The last wait for the runtime to read; zero once what waited was
+  /// forwarded (flush_pending).
   std::chrono::microseconds reader_wait_{0};
   bool forwarding_ = true;
   int signal_fd_ = -1;
@@ -430,8 +431,8 @@ void shim::drop_forwarding() {
 void shim::flush_pending(bool block) {
   while (forwarding_ && !pending_.empty()) {
     if (!other_drained()) {
-      // No event says "the reader emptied the pipe": blocking, look every
-      // millisecond; else the main loop looks again in one (poll_timeout).
+      // No event says "the reader emptied the pipe": blocking, look again
+      // after `reader_wait`; else the main loop does (poll_timeout).
       // A reader that went away leaves its bytes unread for ever: POLLERR.
       pollfd p{streams_[1 - pending_stream_].out, 0, 0};
       if (poll_for(&p, 1,
@@ -705,8 +706,6 @@ int shim::run() {
     } else {
       awaiting_reader = true;
     }
-    if (!awaiting_reader)
-      reader_wait_ = std::chrono::microseconds{0};
     auto n = poll_for(fds.data(), fds.size(), poll_timeout(awaiting_reader));
     if (n < 0 && errno != EINTR)
       die(std::string{"poll failed: "} + std::strerror(errno));
