@@ -553,7 +553,7 @@ void emit(supervisor_actor* self, event ev) {
     st.outbox.push_back(std::move(ev));
     return;
   }
-  flush_events(self);
+  // The outbox is empty here: it is flushed whenever neither count is up.
   self->send(st.parent, event_atom::value, std::move(ev));
 }
 
