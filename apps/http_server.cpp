@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -144,6 +145,9 @@ struct http_server::impl {
   handler_fn handler;
   std::uint16_t port = 0;
   int listener = -1;
+  /// The Unix socket file made for `listener` (to remove only our own).
+  dev_t socket_dev = 0;
+  ino_t socket_ino = 0;
   std::shared_ptr<detail::http_mailbox> box;
   std::atomic<bool> stop{false};
   /// By id, which is the order they opened in: the oldest first.
@@ -160,6 +164,10 @@ struct http_server::impl {
     }
     if (listener >= 0)
       ::close(listener);
+    struct stat st {};
+    if (!opts.unix_path.empty() && ::lstat(opts.unix_path.c_str(), &st) == 0 &&
+        st.st_dev == socket_dev && st.st_ino == socket_ino)
+      ::unlink(opts.unix_path.c_str());
   }
 
   void count(std::size_t http_server_stats::*field) {
@@ -216,12 +224,29 @@ struct http_server::impl {
     return false;
   }
 
+  /// Whether the process at the other end of `fd` runs as `peer_uid`.
+  bool peer_allowed(int fd) const {
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+           cred.uid == *opts.peer_uid;
+  }
+
   void accept_all() {
     for (;;) {
       int fd =
         ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0)
         return; // EAGAIN, or a transient error: poll again
+      if (opts.peer_uid && !peer_allowed(fd)) {
+        count(&http_server_stats::rejected);
+        auto text = serialize_response(
+          text_response(403, "this socket serves only its node's user"), false);
+        [[maybe_unused]] auto n =
+          ::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
+        ::close(fd);
+        continue;
+      }
       if (conns.size() >= opts.max_connections && !evict_one()) {
         // Counted before the client can see the answer.
         count(&http_server_stats::rejected);
@@ -502,10 +527,21 @@ std::unique_ptr<http_server> http_server::start(const http_server_options& opts,
   auto st = std::make_shared<impl>();
   st->opts = opts;
   st->handler = std::move(handler);
-  st->listener = open_listener(opts.host, opts.port, err);
-  if (st->listener < 0)
-    return nullptr;
-  st->port = bound_port(st->listener);
+  if (opts.unix_path.empty()) {
+    st->listener = open_listener(opts.host, opts.port, err);
+    if (st->listener < 0)
+      return nullptr;
+    st->port = bound_port(st->listener);
+  } else {
+    st->listener = open_unix_listener(opts.unix_path, err);
+    if (st->listener < 0)
+      return nullptr;
+    struct stat made {};
+    if (::lstat(opts.unix_path.c_str(), &made) == 0) {
+      st->socket_dev = made.st_dev;
+      st->socket_ino = made.st_ino;
+    }
+  }
   st->box = std::make_shared<detail::http_mailbox>();
   st->box->wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (st->box->wake < 0) {

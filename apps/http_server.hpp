@@ -20,8 +20,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
+
+#include <sys/types.h>
 
 namespace tasksup::app {
 
@@ -30,6 +33,13 @@ struct http_server_options {
   std::string host = "127.0.0.1";
   /// 0 picks a free port.
   std::uint16_t port = 0;
+  /// When set, listen on this Unix socket instead of host:port (made 0600,
+  /// removed again when the server stops; a stale one left by a process
+  /// that died is replaced, a live one is an error).
+  std::string unix_path;
+  /// When set, only connections whose peer runs as this user (SO_PEERCRED;
+  /// Unix sockets only) are served; others are answered 403 and closed.
+  std::optional<uid_t> peer_uid;
   http_limits limits;
   /// Open connections at most. When a new one comes in at the limit, the
   /// one idle longest (a request not yet complete, or a finished response

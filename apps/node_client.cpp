@@ -198,19 +198,9 @@ int with_node(const std::string& command, const std::string& node,
 
 int report_request_error(const node_session& s, const caf::error& err,
                          int refusal_status) {
-  if (err == caf::sec::request_timeout) {
-    std::cerr << "tasksup " << s.command << ": the node at " << s.address
-              << " did not answer within " << node_request_timeout.count()
-              << "s\n";
-    return exit_status::unavailable;
-  }
-  if (err.category() != protocol_error_category) {
-    std::cerr << "tasksup " << s.command << ": the node at " << s.address
-              << " failed the request: " << error_text(err) << '\n';
-    return exit_status::unavailable;
-  }
-  std::cerr << "tasksup " << s.command << ": " << error_text(err) << '\n';
-  return refusal_status;
+  return report_node_failure(
+    s.command, s.address, err.category() == protocol_error_category,
+    err == caf::sec::request_timeout, error_text(err), refusal_status);
 }
 
 } // namespace tasksup::app

@@ -1,5 +1,6 @@
 #pragma once
 
+#include "local_control.hpp"
 #include "node_address.hpp"
 #include "tls_credentials.hpp"
 
@@ -22,10 +23,6 @@
 #include <utility>
 
 namespace tasksup::app {
-
-/// How long a control command waits for any one answer from the node.
-/// Requests to a node that died only end in their timeout (CAF-NOTES).
-inline constexpr std::chrono::seconds node_request_timeout{10};
 
 /// How long connecting (TCP, TLS and CAF's handshake) may take.
 inline constexpr std::chrono::seconds node_connect_timeout{10};

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "state_dir.hpp"
+
 #include "tasksup/runtime/process_runtime.hpp"
 #include "tasksup/runtime/runtime.hpp"
 #include "tasksup/supervisor/config.hpp"
@@ -43,17 +45,6 @@ make_named_runtime(std::string_view name, const node_config& node,
 /// is, marked on ext4 so that each run's directory goes to a fresh block
 /// group).
 std::string fresh_work_dir(std::string_view kind);
-
-/// `dir` made absolute against the current directory (empty stays empty):
-/// attempt and state directories are mounted into containers and handed to
-/// shims, which do not share the command's working directory.
-std::string absolute_dir(const std::string& dir);
-
-/// The node's default state directory: $TASKSUP_STATE_DIR, else
-/// $XDG_STATE_HOME/tasksup, else /var/lib/tasksup for root, else
-/// ~/.local/state/tasksup. Client commands find a node's default
-/// certificates under the same directory.
-std::string default_state_dir();
 
 /// A seed for trace ids and jitter that differs between runs.
 std::uint64_t fresh_seed();

@@ -7,6 +7,8 @@
 #include "dashboard.hpp"
 #include "dashboard_auth.hpp"
 #include "http_server.hpp"
+#include "local_api.hpp"
+#include "local_control.hpp"
 #include "node_address.hpp"
 #include "node_setup.hpp"
 #include "notifier.hpp"
@@ -42,6 +44,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -116,6 +119,38 @@ std::optional<std::vector<std::string>> unfinished(caf::scoped_actor& self,
                       error_text(err));
       });
   return out;
+}
+
+/// The node's local control socket (local_control.hpp) for the front door
+/// on `port`, in `state_dir`; null, with a warning, when it cannot be made
+/// (local commands then use the TCP port).
+std::unique_ptr<http_server> start_control_socket(caf::actor_system& sys,
+                                                  const caf::actor& door,
+                                                  const std::string& state_dir,
+                                                  std::uint16_t port) {
+  std::error_code ec;
+  if (!std::filesystem::exists(state_dir, ec) &&
+      std::filesystem::create_directories(state_dir, ec))
+    std::filesystem::permissions(state_dir, std::filesystem::perms::owner_all,
+                                 ec);
+  auto path = control_socket_path(state_dir, port);
+  local_api_context ctx{&sys, door};
+  std::string err;
+  auto server = http_server::start(
+    local_api_server_options(path),
+    [ctx](const http_request& req, http_reply reply) {
+      handle_local_request(ctx, req, std::move(reply));
+    },
+    err);
+  if (server)
+    spdlog::info("control socket {} (status and submit of this user on "
+                 "this machine)",
+                 path);
+  else
+    spdlog::warn("no control socket at {}: {}; local commands use the TCP "
+                 "port",
+                 path, err);
+  return server;
 }
 
 int serve(const serve_options& opts) {
@@ -359,6 +394,7 @@ int serve(const serve_options& opts) {
                bound.to_string(), default_runtime, max_concurrent,
                cfg->dir.empty() ? std::string{"built-in defaults"} : cfg->dir,
                attempt_root);
+  auto control = start_control_socket(sys, door, state_dir, port);
   int early_signals = 0;
   {
     std::lock_guard<std::mutex> guard{target_mutex};
@@ -433,6 +469,7 @@ int serve(const serve_options& opts) {
       spdlog::info("shutting down: no new tasks; stopping the running ones "
                    "(signal again to kill them)");
       front->close_listener();
+      control.reset();
       if (auto ids = unfinished(self, registry))
         for (auto& id : *ids)
           self->send(registry, stop_atom::value, id, stop_mode::cancel);
@@ -628,6 +665,11 @@ coordinator's ca.crt, node.crt and node.key there; never ca.key). A worker
 lost (killed, or silent for --peer-timeout) has its attempts retried on
 another at once; a worker that hears nothing for --lease kills its attempts.
 `tasksup nodes` lists the workers.
+
+On this machine, the node also serves its own user (only: SO_PEERCRED)
+on the Unix socket <state dir>/control-PORT.sock, which `tasksup status`
+and `tasksup submit` use when they name no credentials: no TLS handshake,
+no actor system to load. The socket is removed when the node stops.
 
 The HTTP server (--http) answers only requests that show its token: the
 first start writes 256 random bits to <state dir>/http-token (mode 0600;

@@ -3,6 +3,9 @@
 # `tasksup status` against a running node, with hyperfine (Debian's package;
 # scripts/bench.sh installs it), plus the instructions one `--version` runs
 # under valgrind when valgrind is there (start-up work, load independent).
+# `status` goes over the node's control socket (the commands share the
+# node's state directory); `status --certs DIR` names the credentials and so
+# goes over the TCP port with mutual TLS, timed in the same run (tcp_status).
 # With a second binary (e.g. the previous build) the two alternate in one
 # hyperfine run. Prints one RESULT line for the first binary.
 #
@@ -31,7 +34,7 @@ for ((i = 0; i < 100; i++)); do
 done
 "$bin" status >/dev/null || { cat "$work/node.log" >&2; exit 1; }
 
-cmds=("$bin --version" "$bin status")
+cmds=("$bin --version" "$bin status" "$bin status --certs $work/state/certs")
 [[ -n "$other" ]] && cmds+=("$other --version" "$other status")
 hyperfine -N --warmup 5 --runs 60 --export-json "$work/h.json" "${cmds[@]}"
 mean_ms() {
@@ -44,6 +47,25 @@ if command -v valgrind >/dev/null; then
   [[ -n "$instr" ]] || instr=$(valgrind --tool=lackey "$bin" --version 2>&1 >/dev/null |
     sed -n 's/.*guest instrs: *//p' | tr -d , | head -n 1)
 fi
-extra=
-[[ -n "$other" ]] && extra=" other_version_ms=$(mean_ms 2) other_status_ms=$(mean_ms 3)"
-echo "RESULT name=client_start version_ms=$(mean_ms 0) status_ms=$(mean_ms 1)$extra version_instructions=$instr load1=$(cut -d' ' -f1 /proc/loadavg)"
+# `submit` of one task per invocation (a fresh id each time; the agent is
+# /bin/true), over the control socket and over the TCP port, alternating;
+# the mean wall time per invocation from the shell's clock.
+submit_ms() { # PATH-TAG EXTRA-ARGS...
+  local tag=$1 start end
+  shift
+  start=$(date +%s%N)
+  for ((i = 0; i < 100; i++)); do
+    printf '{"id":"%s-%d","prompt":"x","agent_selection":{"agents":[{"agent_id":"t","agent_cli":"/bin/true"}]}}' \
+      "$tag" "$i" >"$work/task.json"
+    "$bin" submit "$work/task.json" "$@" >/dev/null
+  done
+  end=$(date +%s%N)
+  python3 -c 'import sys; print("%.2f" % ((int(sys.argv[2]) - int(sys.argv[1])) / 1e6 / 100))' "$start" "$end"
+}
+local_submit=$(submit_ms local-a)
+tcp_submit=$(submit_ms tcp-a --certs "$work/state/certs")
+local_submit2=$(submit_ms local-b)
+tcp_submit2=$(submit_ms tcp-b --certs "$work/state/certs")
+extra=" submit_ms=$local_submit,$local_submit2 tcp_submit_ms=$tcp_submit,$tcp_submit2"
+[[ -n "$other" ]] && extra+=" other_version_ms=$(mean_ms 3) other_status_ms=$(mean_ms 4)"
+echo "RESULT name=client_start version_ms=$(mean_ms 0) status_ms=$(mean_ms 1) tcp_status_ms=$(mean_ms 2)$extra version_instructions=$instr load1=$(cut -d' ' -f1 /proc/loadavg)"

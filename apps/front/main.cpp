@@ -1,0 +1,327 @@
+// The tasksup program users run. `tasksup status` and `tasksup submit`
+// against a node on this machine are answered here, over the node's local
+// control socket (local_control.hpp), without loading the actor system and
+// its TLS, which are most of a command's start-up (issue 17). Every other
+// command, and these two whenever the socket cannot serve them, run in
+// tasksup-core beside this program, which this process becomes (exec: the
+// same pid, the same arguments).
+
+#include "commands.hpp"
+#include "local_control.hpp"
+#include "node_address.hpp"
+#include "state_dir.hpp"
+#include "status_view.hpp"
+#include "task_source.hpp"
+
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/string.hpp>
+
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tasksup::app {
+
+namespace {
+
+/// How long the command waits for one answer: the node's own requests end
+/// within node_request_timeout and it answers a batch just after.
+constexpr std::chrono::milliseconds answer_timeout =
+  node_request_timeout + std::chrono::seconds{5};
+
+/// The node options both commands take, as tasksup-core defines them.
+struct node_flags {
+  std::string node;
+  std::string certs;
+  bool insecure = false;
+};
+
+void add_node_flags(CLI::App* cmd, node_flags& f) {
+  cmd->add_option("--node", f.node);
+  auto* certs = cmd->add_option("--certs", f.certs);
+  cmd->add_flag("--insecure", f.insecure)->excludes(certs);
+}
+
+/// Parses the command line with `cmd`'s options; false when it does not
+/// parse (tasksup-core then says why, or prints the help asked for).
+bool parses(CLI::App& app, int argc, char** argv) {
+  app.require_subcommand(1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Error&) {
+    return false;
+  }
+  return true;
+}
+
+/// Where the control socket of the node `f` names is, with its address as
+/// messages write it; nullopt when the command must use the TCP port: a
+/// remote node, or credentials the user named (they choose TLS).
+std::optional<std::pair<std::string, std::string>>
+control_socket_for(const node_flags& f) {
+  if (!f.certs.empty() || f.insecure)
+    return std::nullopt;
+  if (auto* env = std::getenv("TASKSUP_CERTS"); env && *env != '\0')
+    return std::nullopt;
+  auto addr = parse_node_address(f.node.empty() ? default_node_text() : f.node);
+  if (!addr || !is_loopback_host(addr->host))
+    return std::nullopt;
+  return std::pair{
+    control_socket_path(absolute_dir(default_state_dir()), addr->port),
+    addr->to_string()};
+}
+
+/// An error answer's fields: {"error":..,"refused":B,"timeout":B}.
+struct node_error {
+  std::string text;
+  bool refused = false;
+  bool timeout = false;
+};
+
+node_error error_of(const local_answer& a) {
+  node_error out;
+  boost::system::error_code ec;
+  auto doc = boost::json::parse(a.body, ec);
+  auto* o = ec ? nullptr : doc.if_object();
+  auto* text = o ? o->if_contains("error") : nullptr;
+  if (!text || !text->is_string()) {
+    out.text = "HTTP " + std::to_string(a.status) + ": " + a.body;
+    while (!out.text.empty() && out.text.back() == '\n')
+      out.text.pop_back();
+    return out;
+  }
+  out.text = text->get_string();
+  if (auto* r = o->if_contains("refused"); r && r->is_bool())
+    out.refused = r->get_bool();
+  if (auto* t = o->if_contains("timeout"); t && t->is_bool())
+    out.timeout = t->get_bool();
+  return out;
+}
+
+/// `text` as one path segment: everything but unreserved characters as %XX.
+std::string path_segment(std::string_view text) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (char ch : text) {
+    auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += ch;
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+std::optional<int> local_status(int argc, char** argv) {
+  CLI::App app;
+  auto* cmd = app.add_subcommand("status");
+  std::string task_id;
+  bool json = false;
+  std::vector<std::string> state_values;
+  node_flags f;
+  cmd->add_option("task", task_id);
+  cmd->add_flag("--json", json);
+  cmd->add_option("--state", state_values);
+  add_node_flags(cmd, f);
+  std::set<std::string> states;
+  if (!parses(app, argc, argv) || parse_state_filter(state_values, states))
+    return std::nullopt;
+  auto socket = control_socket_for(f);
+  if (!socket)
+    return std::nullopt;
+  auto& [path, address] = *socket;
+  local_failure failure;
+  auto conn = local_connection::open(path, failure);
+  if (!conn)
+    return std::nullopt;
+  auto target = task_id.empty() ? std::string{"/v1/status"}
+                                : "/v1/status/" + path_segment(task_id);
+  auto answer = conn->exchange("GET", target, {}, answer_timeout, failure);
+  if (!answer)
+    return report_node_failure("status", address, false, failure.timeout,
+                               failure.text, exit_status::unavailable);
+  if (answer->status != 200) {
+    auto err = error_of(*answer);
+    return report_node_failure("status", address, err.refused, err.timeout,
+                               err.text, exit_status::unavailable);
+  }
+  auto status = parse_status_answer(answer->body);
+  if (!status)
+    return report_node_failure("status", address, false, false,
+                               "an answer that is not a status",
+                               exit_status::unavailable);
+  print_status(*status, !task_id.empty(), json, states);
+  return exit_status::ok;
+}
+
+/// What one batch of `submit` sent, and how it went.
+struct submit_run {
+  std::string address;
+  bool replace = false;
+  std::size_t rejected = 0;
+  bool node_failed = false;
+
+  void not_submitted(const std::vector<task_text>& batch, bool timeout,
+                     const std::string& why) {
+    report_node_failure("submit", address, false, timeout, why,
+                        exit_status::unavailable);
+    for (auto& t : batch)
+      std::cerr << "tasksup submit: " << t.where
+                << ": not known to be submitted\n";
+    node_failed = true;
+  }
+
+  /// Sends `batch` on `conn` and prints what became of each task, in order.
+  void send(local_connection& conn, const std::vector<task_text>& batch) {
+    std::string body = replace ? R"({"replace":true,"tasks":[)"
+                               : R"({"replace":false,"tasks":[)";
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      if (i > 0)
+        body += ',';
+      body += boost::json::serialize(boost::json::string{batch[i].text});
+    }
+    body += "]}";
+    local_failure failure;
+    auto answer =
+      conn.exchange("POST", "/v1/submit", body, answer_timeout, failure);
+    if (!answer)
+      return not_submitted(batch, failure.timeout, failure.text);
+    boost::system::error_code ec;
+    auto doc = answer->status == 200 ? boost::json::parse(answer->body, ec)
+                                     : boost::json::value{};
+    auto* results = doc.if_array();
+    if (!results || results->size() != batch.size()) {
+      auto err = error_of(*answer);
+      return not_submitted(batch, err.timeout, err.text);
+    }
+    for (std::size_t i = 0; i < batch.size(); ++i) {
+      auto* r = (*results)[i].if_object();
+      auto text_of = [&](const char* key) -> const boost::json::string* {
+        auto* v = r ? r->if_contains(key) : nullptr;
+        return v ? v->if_string() : nullptr;
+      };
+      if (auto* id = text_of("id")) {
+        std::cout << std::string_view{*id} << '\n';
+      } else if (auto* why = text_of("rejected")) {
+        std::cerr << "tasksup submit: " << batch[i].where
+                  << ": rejected by the node: " << std::string_view{*why}
+                  << '\n';
+        ++rejected;
+      } else {
+        auto* failed = text_of("failed");
+        auto* timeout = r ? r->if_contains("timeout") : nullptr;
+        report_node_failure("submit", address, false,
+                            timeout && timeout->is_bool() &&
+                              timeout->get_bool(),
+                            failed ? std::string{*failed} : "no answer",
+                            exit_status::unavailable);
+        std::cerr << "tasksup submit: " << batch[i].where
+                  << ": not known to be submitted\n";
+        node_failed = true;
+      }
+    }
+  }
+};
+
+std::optional<int> local_submit(int argc, char** argv) {
+  CLI::App app;
+  auto* cmd = app.add_subcommand("submit");
+  std::vector<std::string> files;
+  node_flags f;
+  submit_run run;
+  cmd->add_option("tasks", files)->required();
+  cmd->add_flag("--replace", run.replace);
+  add_node_flags(cmd, f);
+  if (!parses(app, argc, argv))
+    return std::nullopt;
+  auto socket = control_socket_for(f);
+  if (!socket)
+    return std::nullopt;
+  auto& [path, address] = *socket;
+  run.address = address;
+  // Connected before anything is read: stdin cannot be read twice.
+  local_failure failure;
+  auto conn = local_connection::open(path, failure);
+  if (!conn)
+    return std::nullopt;
+  task_source source{files};
+  auto next = source.next();
+  while (next && !run.node_failed) {
+    std::vector<task_text> batch;
+    std::size_t bytes = 0;
+    while (next && batch.size() < local_submit_batch &&
+           (batch.empty() ||
+            bytes + next->text.size() <= local_submit_batch_bytes)) {
+      bytes += next->text.size();
+      batch.push_back(std::move(*next));
+      next = source.next();
+    }
+    if (!conn)
+      conn = local_connection::open(path, failure);
+    if (!conn) {
+      run.not_submitted(batch, false, failure.text);
+      break;
+    }
+    run.send(*conn, batch);
+    conn.reset();
+  }
+  std::cout.flush();
+  if (run.node_failed)
+    return exit_status::unavailable;
+  if (run.rejected + source.failed > 0)
+    return exit_status::bad_input;
+  return exit_status::ok;
+}
+
+/// Becomes tasksup-core with the same arguments; returns only on failure.
+int run_core(char** argv) {
+  std::string self(4096, '\0');
+  auto n = ::readlink("/proc/self/exe", self.data(), self.size() - 1);
+  if (n <= 0) {
+    std::cerr << "tasksup: cannot find this program's path: "
+              << std::strerror(errno) << '\n';
+    return 1;
+  }
+  self.resize(static_cast<std::size_t>(n));
+  auto core = self.substr(0, self.rfind('/') + 1) + "tasksup-core";
+  ::execv(core.c_str(), argv);
+  std::cerr << "tasksup: cannot run " << core << ": " << std::strerror(errno)
+            << '\n';
+  return 1;
+}
+
+} // namespace
+
+} // namespace tasksup::app
+
+int main(int argc, char** argv) {
+  using namespace tasksup::app;
+  if (argc >= 2) {
+    std::string_view cmd = argv[1];
+    if (argc == 2 && cmd == "--version") {
+      std::cout << "tasksup " TASKSUP_VERSION "\n";
+      return exit_status::ok;
+    }
+    std::optional<int> rc;
+    if (cmd == "status")
+      rc = local_status(argc, argv);
+    else if (cmd == "submit")
+      rc = local_submit(argc, argv);
+    if (rc)
+      return *rc;
+  }
+  return run_core(argv);
+}

@@ -1,0 +1,33 @@
+#pragma once
+
+// The node's side of its local control socket (local_control.hpp has the
+// protocol): `status` and `submit` answered from the node's door, as a
+// remote client's requests are, so both paths see the same checks and
+// answers.
+
+#include "http_request.hpp"
+#include "http_server.hpp"
+
+#include <caf/actor.hpp>
+#include <caf/actor_system.hpp>
+
+namespace tasksup::app {
+
+/// What the routes need.
+struct local_api_context {
+  caf::actor_system* sys = nullptr;
+  /// The node's door (node_door_actor.hpp).
+  caf::actor door;
+};
+
+/// The limits of the control socket's HTTP server: a submit batch holds up
+/// to `local_submit_batch` tasks; one task of the largest size a node
+/// accepts, every byte escaped, still fits.
+http_server_options local_api_server_options(const std::string& path);
+
+/// Answers one request through `reply` (later, once the door answered; the
+/// server's thread never waits).
+void handle_local_request(const local_api_context& ctx, const http_request& req,
+                          http_reply reply);
+
+} // namespace tasksup::app

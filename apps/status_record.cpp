@@ -1,0 +1,115 @@
+#include "status_record.hpp"
+
+#include "tasksup/actors/events.hpp"
+
+#include <boost/json/parse.hpp>
+
+#include <map>
+#include <optional>
+#include <string_view>
+
+namespace tasksup::app {
+
+namespace {
+
+/// Times the node's statistics keep per task (absent from `task_status`).
+struct task_clock {
+  std::optional<double> submitted;
+  std::optional<double> next_retry;
+  std::optional<double> finished;
+  std::string last_decision;
+};
+
+/// The node's clock and each task's times.
+struct times_view {
+  double now = 0;
+  std::map<std::string, task_clock> tasks;
+};
+
+std::optional<double> time_at(const boost::json::object& o,
+                              std::string_view key) {
+  auto* v = o.if_contains(key);
+  if (!v || !v->is_number())
+    return std::nullopt;
+  return v->to_number<double>();
+}
+
+times_view parse_times(const std::string& text) {
+  times_view out;
+  boost::system::error_code ec;
+  auto doc = boost::json::parse(text, ec);
+  if (ec || !doc.is_object())
+    return out;
+  out.now = time_at(doc.get_object(), "now").value_or(0);
+  auto* tasks = doc.get_object().if_contains("tasks");
+  if (!tasks || !tasks->is_array())
+    return out;
+  for (auto& t : tasks->get_array()) {
+    auto* o = t.if_object();
+    if (!o || !o->contains("task_id") || !o->at("task_id").is_string())
+      continue;
+    task_clock c;
+    c.submitted = time_at(*o, "submitted_ts");
+    c.next_retry = time_at(*o, "next_retry_ts");
+    c.finished = time_at(*o, "finished_ts");
+    if (auto* d = o->if_contains("last_decision"); d && d->is_string())
+      c.last_decision = d->get_string();
+    out.tasks[std::string{o->at("task_id").get_string()}] = c;
+  }
+  return out;
+}
+
+/// One status record as JSON (the result as `task_done` carries it) with
+/// its times (null when the node does not know them).
+boost::json::object to_json(const task_status& s, const task_clock* c) {
+  boost::json::object out;
+  out["task_id"] = s.task_id;
+  out["environment"] = s.environment;
+  out["state"] = std::string{to_string(s.state)};
+  out["agent_id"] = s.agent_id;
+  out["attempt"] = s.attempt;
+  out["retry_count"] = s.retry_count;
+  out["max_retries"] = s.max_retries;
+  out["total_attempts"] = s.total_attempts;
+  out["fallback_count"] = s.fallback_count;
+  out["trace_id"] = s.trace_id;
+  out["node"] = s.node;
+  out["waiting_for"] = s.waiting_for;
+  auto put_time = [&](const char* key, std::optional<double> x) {
+    if (x)
+      out[key] = *x;
+    else
+      out[key] = nullptr;
+  };
+  put_time("submitted_ts", c ? c->submitted : std::nullopt);
+  put_time("next_retry_ts",
+           c && s.state == task_state::backoff ? c->next_retry : std::nullopt);
+  put_time("finished_ts", c ? c->finished : std::nullopt);
+  if (s.result) {
+    boost::system::error_code ec;
+    auto result = boost::json::parse(result_to_json(*s.result), ec);
+    out["result"] = ec ? boost::json::value{} : std::move(result);
+  } else {
+    out["result"] = nullptr;
+  }
+  return out;
+}
+
+} // namespace
+
+status_answer make_status_answer(const std::vector<task_status>& all,
+                                 const std::string& view_text) {
+  auto tv = parse_times(view_text);
+  status_answer out;
+  out.now = tv.now;
+  for (auto& s : all) {
+    const task_clock* c = nullptr;
+    if (auto i = tv.tasks.find(s.task_id); i != tv.tasks.end())
+      c = &i->second;
+    out.rows.push_back(
+      status_row{to_json(s, c), c ? c->last_decision : std::string{}});
+  }
+  return out;
+}
+
+} // namespace tasksup::app

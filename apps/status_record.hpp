@@ -1,0 +1,22 @@
+#pragma once
+
+// A node's task statuses as the records `tasksup status` shows: the typed
+// `task_status` a node answers with, joined with the times its statistics
+// keep (`view`). Used by `status` over the actor connection and by the
+// node's local control socket.
+
+#include "status_view.hpp"
+
+#include "tasksup/actors/protocol.hpp"
+
+#include <string>
+#include <vector>
+
+namespace tasksup::app {
+
+/// The rows for `all`, with the times from `view_text` (the statistics'
+/// `(view)` answer; empty or unreadable: no times, as from an older node).
+status_answer make_status_answer(const std::vector<task_status>& all,
+                                 const std::string& view_text);
+
+} // namespace tasksup::app

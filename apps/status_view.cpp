@@ -1,0 +1,222 @@
+#include "status_view.hpp"
+
+#include "json_text.hpp"
+#include "safe_text.hpp"
+
+#include <boost/json/array.hpp>
+#include <boost/json/parse.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <iostream>
+#include <string_view>
+
+namespace tasksup::app {
+
+namespace {
+
+std::string text_at(const boost::json::object& o, std::string_view key) {
+  auto* v = o.if_contains(key);
+  return v && v->is_string() ? std::string{v->get_string()} : std::string{};
+}
+
+long long count_at(const boost::json::object& o, std::string_view key) {
+  auto* v = o.if_contains(key);
+  if (!v)
+    return 0;
+  if (v->is_int64())
+    return v->get_int64();
+  if (v->is_uint64())
+    return static_cast<long long>(v->get_uint64());
+  return 0;
+}
+
+std::optional<double> time_at(const boost::json::object& o,
+                              std::string_view key) {
+  auto* v = o.if_contains(key);
+  if (!v || !v->is_number())
+    return std::nullopt;
+  return v->to_number<double>();
+}
+
+/// Seconds since the epoch as ISO 8601 UTC, to the second.
+std::string iso8601(double ts) {
+  auto t = static_cast<std::time_t>(std::floor(ts));
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+/// A short duration: 45s, 12m, 3h, 2d.
+std::string short_duration(double s) {
+  if (!(s > 0))
+    return "0s";
+  if (s < 60)
+    return std::to_string(static_cast<long long>(s)) + "s";
+  if (s < 3600)
+    return std::to_string(static_cast<long long>(s / 60)) + "m";
+  if (s < 86400)
+    return std::to_string(static_cast<long long>(s / 3600)) + "h";
+  return std::to_string(static_cast<long long>(s / 86400)) + "d";
+}
+
+std::string outcome_of(const boost::json::object& r) {
+  auto* result = r.if_contains("result");
+  if (!result || !result->is_object())
+    return "-";
+  auto& o = result->get_object();
+  auto text = text_at(o, "outcome");
+  auto* code = o.if_contains("exit_code");
+  if (text != "succeeded" && code && code->is_int64() && code->get_int64() >= 0)
+    text += " (exit " + std::to_string(code->get_int64()) + ")";
+  return text;
+}
+
+/// The table a person reads: one row per task. AGE is the time since
+/// submission; NEXT RETRY the wait left for a task in backoff; NODE (in a
+/// cluster) the worker node running its attempt. Queued tasks that wait for
+/// a reason (no fitting worker node) get a line under the table.
+void print_table(const std::vector<const status_row*>& all, double now) {
+  auto cluster = std::any_of(all.begin(), all.end(), [](auto* s) {
+    return !text_at(s->record, "node").empty();
+  });
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"TASK", "STATE", "AGENT", "ATTEMPT", "RETRIES", "AGE",
+                  "NEXT RETRY", "OUTCOME"});
+  if (cluster)
+    rows.front().insert(rows.front().begin() + 2, "NODE");
+  for (auto* s : all) {
+    auto& r = s->record;
+    auto state = text_at(r, "state");
+    auto retries = std::to_string(count_at(r, "retry_count"));
+    if (auto max = count_at(r, "max_retries"); max > 0 && state != "done")
+      retries += "/" + std::to_string(max);
+    std::string age = "-";
+    std::string next = "-";
+    if (auto submitted = time_at(r, "submitted_ts"))
+      age = short_duration(now - *submitted);
+    if (auto retry = time_at(r, "next_retry_ts"); retry && state == "backoff")
+      next = "in " + short_duration(std::ceil(std::max(0.0, *retry - now)));
+    rows.push_back({cell(text_at(r, "task_id")), cell(state),
+                    cell(text_at(r, "agent_id")),
+                    std::to_string(count_at(r, "attempt")), retries, age, next,
+                    cell(outcome_of(r))});
+    if (cluster)
+      rows.back().insert(rows.back().begin() + 2,
+                         state == "running" ? cell(text_at(r, "node")) : "-");
+  }
+  print_columns(std::cout, rows);
+  for (auto* s : all)
+    if (auto waits = text_at(s->record, "waiting_for"); !waits.empty())
+      std::cout << cell(text_at(s->record, "task_id"))
+                << " waits: " << cell(waits) << '\n';
+}
+
+/// The times of one task, as lines under its table.
+void print_details(const status_row& row, double now) {
+  auto& r = row.record;
+  auto state = text_at(r, "state");
+  if (auto node = text_at(r, "node"); !node.empty() && state == "running")
+    std::cout << "node:          " << cell(node) << '\n';
+  if (auto waits = text_at(r, "waiting_for"); !waits.empty())
+    std::cout << "waits:         " << cell(waits) << '\n';
+  if (auto submitted = time_at(r, "submitted_ts"))
+    std::cout << "submitted:     " << iso8601(*submitted) << '\n';
+  if (auto retry = time_at(r, "next_retry_ts"); retry && state == "backoff")
+    std::cout << "next retry:    " << iso8601(*retry) << " (in "
+              << short_duration(std::ceil(std::max(0.0, *retry - now)))
+              << ")\n";
+  if (auto finished = time_at(r, "finished_ts"))
+    std::cout << "finished:      " << iso8601(*finished) << '\n';
+  if (!row.last_decision.empty())
+    std::cout << "last decision: " << cell(row.last_decision) << '\n';
+}
+
+} // namespace
+
+std::optional<std::string>
+parse_state_filter(const std::vector<std::string>& values,
+                   std::set<std::string>& out) {
+  for (auto& x : values) {
+    std::string_view rest = x;
+    while (!rest.empty()) {
+      auto comma = rest.find(',');
+      auto one = std::string{rest.substr(0, comma)};
+      if (one != "queued" && one != "running" && one != "backoff" &&
+          one != "done")
+        return "--state: expected queued, running, backoff or done; got '" +
+               cell(one) + "'";
+      out.insert(one);
+      rest = comma == std::string_view::npos ? std::string_view{}
+                                             : rest.substr(comma + 1);
+    }
+  }
+  return std::nullopt;
+}
+
+void print_status(const status_answer& answer, bool single, bool json,
+                  const std::set<std::string>& states) {
+  std::vector<const status_row*> shown;
+  for (auto& row : answer.rows)
+    if (single || states.empty() ||
+        states.count(text_at(row.record, "state")) > 0)
+      shown.push_back(&row);
+  if (single) {
+    if (shown.empty())
+      return;
+    if (json) {
+      std::cout << json_text(shown.front()->record) << '\n';
+    } else {
+      print_table(shown, answer.now);
+      print_details(*shown.front(), answer.now);
+    }
+    return;
+  }
+  if (json) {
+    boost::json::array out;
+    for (auto* row : shown)
+      out.push_back(row->record);
+    std::cout << json_text(out) << '\n';
+  } else if (shown.empty()) {
+    std::cout << (states.empty() ? "no tasks\n" : "no tasks in that state\n");
+  } else {
+    print_table(shown, answer.now);
+  }
+}
+
+std::string status_answer_json(const status_answer& answer) {
+  boost::json::array tasks;
+  for (auto& row : answer.rows)
+    tasks.push_back(boost::json::object{{"record", row.record},
+                                        {"last_decision", row.last_decision}});
+  return json_text(boost::json::object{{"now", answer.now}, {"tasks", tasks}});
+}
+
+std::optional<status_answer> parse_status_answer(const std::string& text) {
+  boost::system::error_code ec;
+  auto doc = boost::json::parse(text, ec);
+  if (ec || !doc.is_object())
+    return std::nullopt;
+  auto& o = doc.get_object();
+  auto* tasks = o.if_contains("tasks");
+  if (!tasks || !tasks->is_array())
+    return std::nullopt;
+  status_answer out;
+  out.now = time_at(o, "now").value_or(0);
+  for (auto& t : tasks->get_array()) {
+    auto* item = t.if_object();
+    if (!item)
+      return std::nullopt;
+    auto* record = item->if_contains("record");
+    if (!record || !record->is_object())
+      return std::nullopt;
+    out.rows.push_back(
+      status_row{record->get_object(), text_at(*item, "last_decision")});
+  }
+  return out;
+}
+
+} // namespace tasksup::app

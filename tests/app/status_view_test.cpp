@@ -1,0 +1,96 @@
+#include "status_view.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <string>
+
+using namespace tasksup::app;
+
+namespace {
+
+/// What `print_status` writes to stdout.
+std::string printed(const status_answer& a, bool single, bool json,
+                    const std::set<std::string>& states = {}) {
+  std::ostringstream out;
+  auto* old = std::cout.rdbuf(out.rdbuf());
+  print_status(a, single, json, states);
+  std::cout.rdbuf(old);
+  return out.str();
+}
+
+status_row row(const std::string& id, const std::string& state,
+               double submitted) {
+  return status_row{boost::json::object{{"task_id", id},
+                                        {"state", state},
+                                        {"agent_id", "a"},
+                                        {"attempt", 2},
+                                        {"retry_count", 1},
+                                        {"max_retries", 3},
+                                        {"node", ""},
+                                        {"waiting_for", ""},
+                                        {"submitted_ts", submitted},
+                                        {"next_retry_ts", nullptr},
+                                        {"finished_ts", nullptr},
+                                        {"result", nullptr}},
+                    "retry 1/3"};
+}
+
+} // namespace
+
+TEST_CASE("status_view: the control socket's answer reads back as written") {
+  status_answer a;
+  a.now = 1000.5;
+  a.rows.push_back(row("x", "running", 990));
+  a.rows.push_back(row("y\x1b", "backoff", 400));
+  auto back = parse_status_answer(status_answer_json(a));
+  REQUIRE(back);
+  CHECK(back->now == 1000.5);
+  REQUIRE(back->rows.size() == 2);
+  CHECK(back->rows[1].record == a.rows[1].record);
+  CHECK(back->rows[0].last_decision == "retry 1/3");
+  // The same answer prints the same whichever way it came.
+  CHECK(printed(*back, false, false) == printed(a, false, false));
+  CHECK(printed(*back, true, true) == printed(a, true, true));
+}
+
+TEST_CASE("status_view: an answer that is not a status is refused") {
+  CHECK_FALSE(parse_status_answer(""));
+  CHECK_FALSE(parse_status_answer("[1,2]"));
+  CHECK_FALSE(parse_status_answer(R"({"now":1})"));
+  CHECK_FALSE(parse_status_answer(R"({"now":1,"tasks":[1]})"));
+  CHECK_FALSE(parse_status_answer(R"({"now":1,"tasks":[{"record":2}]})"));
+  CHECK(parse_status_answer(R"({"now":1,"tasks":[]})"));
+}
+
+TEST_CASE("status_view: the table, the filter and the control characters") {
+  status_answer a;
+  a.now = 1000;
+  a.rows.push_back(row("x", "running", 990));
+  a.rows.push_back(row("y\x1b", "backoff", 400));
+  auto table = printed(a, false, false);
+  CHECK(table.rfind("TASK", 0) == 0);
+  CHECK(table.find("10s") != std::string::npos); // age of x
+  CHECK(table.find("10m") != std::string::npos); // age of y
+  CHECK(table.find("1/3") != std::string::npos);
+  CHECK(table.find('\x1b') == std::string::npos); // a cell is made safe
+  CHECK(printed(a, false, false, {"done"}) == "no tasks in that state\n");
+  CHECK(printed(a, false, true, {"running"}).find("\"y") == std::string::npos);
+  CHECK(printed(status_answer{}, false, false) == "no tasks\n");
+  auto one = printed(a, true, false);
+  CHECK(one.find("last decision: retry 1/3") != std::string::npos);
+  CHECK(one.find("submitted:     1970-01-01T00:16:30Z") != std::string::npos);
+}
+
+TEST_CASE("status_view: --state takes states, repeated or comma-separated") {
+  std::set<std::string> states;
+  CHECK_FALSE(parse_state_filter({"running,backoff", "done"}, states));
+  CHECK(states == std::set<std::string>{"running", "backoff", "done"});
+  std::set<std::string> bad;
+  auto err = parse_state_filter({"running,sleeping"}, bad);
+  REQUIRE(err);
+  CHECK(*err == "--state: expected queued, running, backoff or done; got "
+                "'sleeping'");
+}
