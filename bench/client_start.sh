@@ -48,19 +48,26 @@ if command -v valgrind >/dev/null; then
     sed -n 's/.*guest instrs: *//p' | tr -d , | head -n 1)
 fi
 # `submit` of one task per invocation (a fresh id each time; the agent is
-# /bin/true), over the control socket and over the TCP port, alternating;
-# the mean wall time per invocation from the shell's clock.
-submit_ms() { # PATH-TAG EXTRA-ARGS...
-  local tag=$1 start end
-  shift
+# /bin/true), over the control socket and over the TCP port, alternating:
+# the mean wall time per invocation from the shell's clock, less the same
+# loop running /bin/true instead (the shell's own fork, exec and printf).
+submit_loop_ms() { # PROGRAM PATH-TAG EXTRA-ARGS...
+  local program=$1 tag=$2 start end
+  shift 2
   start=$(date +%s%N)
   for ((i = 0; i < 100; i++)); do
     printf '{"id":"%s-%d","prompt":"x","agent_selection":{"agents":[{"agent_id":"t","agent_cli":"/bin/true"}]}}' \
       "$tag" "$i" >"$work/task.json"
-    "$bin" submit "$work/task.json" "$@" >/dev/null
+    "$program" submit "$work/task.json" "$@" >/dev/null
   done
   end=$(date +%s%N)
-  python3 -c 'import sys; print("%.2f" % ((int(sys.argv[2]) - int(sys.argv[1])) / 1e6 / 100))' "$start" "$end"
+  echo $(((end - start) / 100))
+}
+submit_ms() { # PATH-TAG EXTRA-ARGS...
+  local with without
+  with=$(submit_loop_ms "$bin" "$@")
+  without=$(submit_loop_ms /bin/true "$@")
+  python3 -c 'import sys; print("%.2f" % ((int(sys.argv[1]) - int(sys.argv[2])) / 1e6))' "$with" "$without"
 }
 local_submit=$(submit_ms local-a)
 tcp_submit=$(submit_ms tcp-a --certs "$work/state/certs")
