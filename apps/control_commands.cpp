@@ -3,6 +3,7 @@
 // answered with whether it took effect.
 
 #include "commands.hpp"
+#include "control_actions.hpp"
 #include "node_client.hpp"
 
 #include "tasksup/actors/protocol.hpp"
@@ -23,12 +24,6 @@ struct control_command {
   /// What exit status 1 means, and an example (the footer after the node
   /// rules).
   const char* footer;
-  /// Printed when it took effect ("<verb> <task>"); `done_suffix` follows
-  /// the task id.
-  const char* done_prefix;
-  const char* done_suffix;
-  /// Printed when it did not ("task <id> <noop>").
-  const char* noop;
   /// Sends the request.
   int (*send)(node_session& s, const std::string& done, const std::string& noop,
               const std::string& task_id);
@@ -44,7 +39,6 @@ finished. Use `tasksup kill` to end it at once.
 
 Example:
   tasksup stop demo-slow)",
-   "stopping ", "", "has already finished",
    [](node_session& s, const std::string& done, const std::string& noop,
       const std::string& id) {
      return control_request(s, done, noop, stop_atom::value, id,
@@ -59,7 +53,6 @@ finished.
 
 Example:
   tasksup kill demo-slow)",
-   "killing ", "", "has already finished",
    [](node_session& s, const std::string& done, const std::string& noop,
       const std::string& id) {
      return control_request(s, done, noop, stop_atom::value, id,
@@ -73,7 +66,6 @@ retry.
 
 Example:
   tasksup retry-now demo-flaky)",
-   "retrying ", " now", "is not waiting to retry",
    [](node_session& s, const std::string& done, const std::string& noop,
       const std::string& id) {
      return control_request(s, done, noop, retry_now_atom::value, id);
@@ -87,8 +79,6 @@ no next agent: then nothing changes).
 
 Example:
   tasksup fallback-now fix-login)",
-   "falling back to the next agent of ", "",
-   "cannot fall back (finished, or no next agent)",
    [](node_session& s, const std::string& done, const std::string& noop,
       const std::string& id) {
      return control_request(s, done, noop, force_fallback_atom::value, id);
@@ -109,10 +99,11 @@ void setup(const control_command& c, CLI::App& app, int& status) {
   add_node_option(cmd, opts->node);
   cmd->footer(node_help() + "\n\n" + c.footer);
   cmd->callback([&c, opts, &status] {
+    // What it prints, the same over the control socket (front/main.cpp).
+    auto& texts = *find_control_action(c.name);
     status = with_node(c.name, opts->node, false, [&](node_session& s) {
-      return c.send(s,
-                    std::string{c.done_prefix} + opts->task_id + c.done_suffix,
-                    "task " + opts->task_id + " " + c.noop, opts->task_id);
+      return c.send(s, texts.done_text(opts->task_id),
+                    texts.noop_text(opts->task_id), opts->task_id);
     });
   });
 }

@@ -1,6 +1,7 @@
 #include "dashboard.hpp"
 
 #include "dashboard_auth.hpp"
+#include "local_api.hpp"
 #include "node_address.hpp"
 
 #include "tasksup/actors/protocol.hpp"
@@ -128,15 +129,8 @@ void control(const dashboard_context& ctx, const http_request& req,
     return reply.send(text_response(403, "control requests need the "
                                          "X-Tasksup-CSRF header (the "
                                          "dashboard sends it)"));
-  caf::message msg;
-  if (action == "stop" || action == "kill")
-    msg =
-      caf::make_message(stop_atom::value, task_id,
-                        action == "kill" ? stop_mode::kill : stop_mode::cancel);
-  else if (action == "retry-now")
-    msg = caf::make_message(retry_now_atom::value, task_id);
-  else
-    msg = caf::make_message(force_fallback_atom::value, task_id);
+  // The caller checked the action's name.
+  auto msg = *control_message(action, task_id);
   ctx.sys->spawn([=, registry = ctx.registry](caf::event_based_actor* self) {
     self->request(registry, actor_timeout, msg)
       .then(

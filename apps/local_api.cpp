@@ -149,7 +149,33 @@ void submit(const local_api_context& ctx, const std::string& body,
   });
 }
 
+void control(const local_api_context& ctx, caf::message msg, http_reply reply) {
+  ctx.sys->spawn([door = ctx.door, msg = std::move(msg),
+                  reply](caf::event_based_actor* self) {
+    self->request(door, node_request_timeout, msg)
+      .then(
+        [=](bool took_effect) {
+          reply.send(json_answer(
+            200, boost::json::object{{"took_effect", took_effect}}));
+        },
+        [=](caf::error& err) { reply.send(error_answer(err)); });
+  });
+}
+
 } // namespace
+
+std::optional<caf::message> control_message(std::string_view action,
+                                            const std::string& task_id) {
+  if (action == "stop" || action == "kill")
+    return caf::make_message(stop_atom::value, task_id,
+                             action == "kill" ? stop_mode::kill
+                                              : stop_mode::cancel);
+  if (action == "retry-now")
+    return caf::make_message(retry_now_atom::value, task_id);
+  if (action == "fallback-now")
+    return caf::make_message(force_fallback_atom::value, task_id);
+  return std::nullopt;
+}
 
 http_server_options local_api_server_options(const std::string& path) {
   http_server_options opts;
@@ -167,7 +193,22 @@ http_server_options local_api_server_options(const std::string& path) {
 void handle_local_request(const local_api_context& ctx, const http_request& req,
                           http_reply reply) {
   static constexpr std::string_view status_path = "/v1/status";
+  static constexpr std::string_view tasks_path = "/v1/tasks/";
   const auto& path = req.path;
+  if (path.compare(0, tasks_path.size(), tasks_path) == 0) {
+    // /v1/tasks/ID/ACTION (the id may hold a '/': the action is last)
+    auto rest = path.substr(tasks_path.size());
+    auto slash = rest.rfind('/');
+    auto msg = slash == std::string::npos || slash == 0
+                 ? std::nullopt
+                 : control_message(std::string_view{rest}.substr(slash + 1),
+                                   rest.substr(0, slash));
+    if (!msg)
+      return reply.send(text_response(404, "not found: " + path));
+    if (req.method != "POST")
+      return reply.send(text_response(405, "use POST"));
+    return control(ctx, std::move(*msg), std::move(reply));
+  }
   if (path == "/v1/submit") {
     if (req.method != "POST")
       return reply.send(text_response(405, "use POST"));

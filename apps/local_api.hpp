@@ -10,6 +10,11 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
+#include <caf/message.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
 
 namespace tasksup::app {
 
@@ -24,6 +29,12 @@ struct local_api_context {
 /// to `local_submit_batch` tasks; one task of the largest size a node
 /// accepts, every byte escaped, still fits.
 http_server_options local_api_server_options(const std::string& path);
+
+/// The request a control action (control_actions.hpp: stop, kill,
+/// retry-now, fallback-now) makes of the node's door or registry, answered
+/// with whether it took effect; nullopt for any other name.
+std::optional<caf::message> control_message(std::string_view action,
+                                            const std::string& task_id);
 
 /// Answers one request through `reply` (later, once the door answered; the
 /// server's thread never waits).

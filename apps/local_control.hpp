@@ -17,6 +17,8 @@
 //   POST /v1/submit          {"replace":B,"tasks":["task JSON", ...]} ->
 //                            [{"id":".."} | {"rejected":"why"} |
 //                             {"failed":"why","timeout":B}, ...]
+//   POST /v1/tasks/ID/ACTION {"took_effect":B}; ACTION is stop, kill,
+//                            retry-now or fallback-now
 // An error answer is {"error":"why","refused":B,"timeout":B}: `refused`
 // when the node refused the request (an unknown task), `timeout` when the
 // node did not answer in time. Nothing here needs CAF.

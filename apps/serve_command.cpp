@@ -143,8 +143,7 @@ std::unique_ptr<http_server> start_control_socket(caf::actor_system& sys,
     },
     err);
   if (server)
-    spdlog::info("control socket {} (status and submit of this user on "
-                 "this machine)",
+    spdlog::info("control socket {} (this user's commands on this machine)",
                  path);
   else
     spdlog::warn("no control socket at {}: {}; local commands use the TCP "
@@ -667,9 +666,9 @@ another at once; a worker that hears nothing for --lease kills its attempts.
 `tasksup nodes` lists the workers.
 
 On this machine, the node also serves its own user (only: SO_PEERCRED)
-on the Unix socket <state dir>/control-PORT.sock, which `tasksup status`
-and `tasksup submit` use when they name no credentials: no TLS handshake,
-no actor system to load. The socket is removed when the node stops.
+on the Unix socket <state dir>/control-PORT.sock, which `tasksup status`,
+`submit`, `stop`, `kill`, `retry-now` and `fallback-now` use when they name
+no credentials: no TLS handshake, no actor system to load. The socket is removed when the node stops.
 
 The HTTP server (--http) answers only requests that show its token: the
 first start writes 256 random bits to <state dir>/http-token (mode 0600;

@@ -1,12 +1,14 @@
-// The tasksup program users run. `tasksup status` and `tasksup submit`
-// against a node on this machine are answered here, over the node's local
-// control socket (local_control.hpp), without loading the actor system and
-// its TLS, which are most of a command's start-up (issue 17). Every other
-// command, and these two whenever the socket cannot serve them, run in
+// The tasksup program users run. `tasksup status`, `tasksup submit` and the
+// control commands (stop, kill, retry-now, fallback-now) against a node on
+// this machine are answered here, over the node's local control socket
+// (local_control.hpp), without loading the actor system and its TLS, which
+// are most of a command's start-up (issue 17). Every other command, and
+// these whenever the socket cannot serve them, run in
 // tasksup-core beside this program, which this process becomes (exec: the
 // same pid, the same arguments).
 
 #include "commands.hpp"
+#include "control_actions.hpp"
 #include "local_control.hpp"
 #include "node_address.hpp"
 #include "state_dir.hpp"
@@ -286,6 +288,48 @@ std::optional<int> local_submit(int argc, char** argv) {
   return exit_status::ok;
 }
 
+std::optional<int> local_control(const control_action& action, int argc,
+                                 char** argv) {
+  CLI::App app;
+  auto* cmd = app.add_subcommand(action.name);
+  std::string task_id;
+  node_flags f;
+  cmd->add_option("task", task_id)->required();
+  add_node_flags(cmd, f);
+  if (!parses(app, argc, argv))
+    return std::nullopt;
+  auto socket = control_socket_for(f);
+  if (!socket)
+    return std::nullopt;
+  auto& [path, address] = *socket;
+  local_failure failure;
+  auto conn = local_connection::open(path, failure);
+  if (!conn)
+    return std::nullopt;
+  auto answer = conn->exchange(
+    "POST", "/v1/tasks/" + path_segment(task_id) + "/" + action.name, {},
+    answer_timeout, failure);
+  if (!answer)
+    return report_node_failure(action.name, address, false, failure.timeout,
+                               failure.text, exit_status::unavailable);
+  boost::system::error_code ec;
+  auto doc = answer->status == 200 ? boost::json::parse(answer->body, ec)
+                                   : boost::json::value{};
+  auto* took =
+    doc.is_object() ? doc.get_object().if_contains("took_effect") : nullptr;
+  if (!took || !took->is_bool()) {
+    auto err = error_of(*answer);
+    return report_node_failure(action.name, address, err.refused, err.timeout,
+                               err.text, exit_status::unavailable);
+  }
+  if (took->get_bool()) {
+    std::cout << action.done_text(task_id) << '\n';
+    return exit_status::ok;
+  }
+  std::cout << action.noop_text(task_id) << '\n';
+  return 1;
+}
+
 /// Becomes tasksup-core with the same arguments; returns only on failure.
 int run_core(char** argv) {
   std::string self(4096, '\0');
@@ -320,6 +364,8 @@ int main(int argc, char** argv) {
       rc = local_status(argc, argv);
     else if (cmd == "submit")
       rc = local_submit(argc, argv);
+    else if (auto* action = find_control_action(cmd))
+      rc = local_control(*action, argc, argv);
     if (rc)
       return *rc;
   }

@@ -154,8 +154,8 @@ std::optional<std::pair<uid_t, gid_t>> other_user() {
 
 } // namespace
 
-TEST_CASE("control socket: status and submit on the node's machine use it "
-          "and print what the TCP port's path prints") {
+TEST_CASE("control socket: status, submit and the control commands on the "
+          "node's machine use it and print what the TCP port's path prints") {
   scratch dir;
   socket_node n{dir, "serve"};
   struct stat st {};
@@ -216,6 +216,39 @@ TEST_CASE("control socket: status and submit on the node's machine use it "
   CHECK(table.out.rfind("TASK", 0) == 0);
   CHECK(table.out.find("submitted:") != std::string::npos);
   CHECK(table.out.find("last decision:") != std::string::npos);
+
+  // The control commands: no effect on a finished task (exit 1), an
+  // unknown task refused (exit 3), the same both ways.
+  for (auto verb : {"stop", "kill", "retry-now", "fallback-now"}) {
+    for (auto id : {"demo-crash", "no-such-task"}) {
+      INFO(verb << " " << id);
+      auto local = run_alone(dir, alone, with_node({verb, id}));
+      auto tcp = n.tcp({verb, id});
+      CHECK(local.status == (id == std::string{"demo-crash"} ? 1 : 3));
+      CHECK(local.status == tcp.status);
+      CHECK(local.out == tcp.out);
+      CHECK(local.err == tcp.err);
+    }
+  }
+  // And one that takes effect: a running task stopped over the socket.
+  REQUIRE(
+    run_alone(dir, alone, with_node({"submit", example("demo-slow.json")}))
+      .status == 0);
+  REQUIRE(eventually(
+    [&] {
+      return run_alone(dir, alone, with_node({"status", "demo-slow"}))
+               .out.find(" running ") != std::string::npos;
+    },
+    60s));
+  auto stop = run_alone(dir, alone, with_node({"stop", "demo-slow"}));
+  CHECK(stop.status == 0);
+  CHECK(stop.out == "stopping demo-slow\n");
+  CHECK(eventually(
+    [&] {
+      return run_alone(dir, alone, with_node({"status", "demo-slow"}))
+               .out.find("stopped") != std::string::npos;
+    },
+    60s));
 
   // The whole program with the default node ($TASKSUP_NODE) too.
   auto plain = run_to_end(dir, {"status", "demo-crash", "--json"}, 30s,
