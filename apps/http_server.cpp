@@ -224,6 +224,18 @@ struct http_server::impl {
     return false;
   }
 
+  /// Answers a fresh connection `status` with `text`, closes it and counts
+  /// it rejected (before the client can see the answer).
+  void refuse(int fd, int status, std::string text) {
+    count(&http_server_stats::rejected);
+    // Best effort: the socket is fresh, its send buffer empty.
+    auto bytes =
+      serialize_response(text_response(status, std::move(text)), false);
+    [[maybe_unused]] auto n =
+      ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    ::close(fd);
+  }
+
   /// Whether the process at the other end of `fd` runs as `peer_uid`.
   bool peer_allowed(int fd) const {
     ucred cred{};
@@ -239,23 +251,11 @@ struct http_server::impl {
       if (fd < 0)
         return; // EAGAIN, or a transient error: poll again
       if (opts.peer_uid && !peer_allowed(fd)) {
-        count(&http_server_stats::rejected);
-        auto text = serialize_response(
-          text_response(403, "this socket serves only its node's user"), false);
-        [[maybe_unused]] auto n =
-          ::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
-        ::close(fd);
+        refuse(fd, 403, "this socket serves only its node's user");
         continue;
       }
       if (conns.size() >= opts.max_connections && !evict_one()) {
-        // Counted before the client can see the answer.
-        count(&http_server_stats::rejected);
-        // Best effort: the socket is fresh, its send buffer empty.
-        auto text = serialize_response(
-          text_response(503, "too many connections; try again"), false);
-        [[maybe_unused]] auto n =
-          ::send(fd, text.data(), text.size(), MSG_NOSIGNAL);
-        ::close(fd);
+        refuse(fd, 503, "too many connections; try again");
         continue;
       }
       connection c;

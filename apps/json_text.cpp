@@ -58,4 +58,12 @@ std::string json_text(const boost::json::value& v) {
   return out;
 }
 
+std::optional<double> json_number_at(const boost::json::object& o,
+                                     std::string_view key) {
+  auto* v = o.if_contains(key);
+  if (!v || !v->is_number())
+    return std::nullopt;
+  return v->to_number<double>();
+}
+
 } // namespace tasksup::app

@@ -1,8 +1,11 @@
 #pragma once
 
+#include <boost/json/object.hpp>
 #include <boost/json/value.hpp>
 
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace tasksup::app {
 
@@ -10,5 +13,10 @@ namespace tasksup::app {
 /// exponent form (`1795362464.58936`, not `1.79536246458936E9`): what the
 /// commands print for scripts to read.
 std::string json_text(const boost::json::value& v);
+
+/// The number at `key` in `o` (a time in seconds, say); nullopt when it is
+/// absent, null or not a number.
+std::optional<double> json_number_at(const boost::json::object& o,
+                                     std::string_view key);
 
 } // namespace tasksup::app

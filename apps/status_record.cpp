@@ -1,5 +1,7 @@
 #include "status_record.hpp"
 
+#include "json_text.hpp"
+
 #include "tasksup/actors/events.hpp"
 
 #include <boost/json/parse.hpp>
@@ -26,21 +28,13 @@ struct times_view {
   std::map<std::string, task_clock> tasks;
 };
 
-std::optional<double> time_at(const boost::json::object& o,
-                              std::string_view key) {
-  auto* v = o.if_contains(key);
-  if (!v || !v->is_number())
-    return std::nullopt;
-  return v->to_number<double>();
-}
-
 times_view parse_times(const std::string& text) {
   times_view out;
   boost::system::error_code ec;
   auto doc = boost::json::parse(text, ec);
   if (ec || !doc.is_object())
     return out;
-  out.now = time_at(doc.get_object(), "now").value_or(0);
+  out.now = json_number_at(doc.get_object(), "now").value_or(0);
   auto* tasks = doc.get_object().if_contains("tasks");
   if (!tasks || !tasks->is_array())
     return out;
@@ -49,9 +43,9 @@ times_view parse_times(const std::string& text) {
     if (!o || !o->contains("task_id") || !o->at("task_id").is_string())
       continue;
     task_clock c;
-    c.submitted = time_at(*o, "submitted_ts");
-    c.next_retry = time_at(*o, "next_retry_ts");
-    c.finished = time_at(*o, "finished_ts");
+    c.submitted = json_number_at(*o, "submitted_ts");
+    c.next_retry = json_number_at(*o, "next_retry_ts");
+    c.finished = json_number_at(*o, "finished_ts");
     if (auto* d = o->if_contains("last_decision"); d && d->is_string())
       c.last_decision = d->get_string();
     out.tasks[std::string{o->at("task_id").get_string()}] = c;

@@ -32,14 +32,6 @@ long long count_at(const boost::json::object& o, std::string_view key) {
   return 0;
 }
 
-std::optional<double> time_at(const boost::json::object& o,
-                              std::string_view key) {
-  auto* v = o.if_contains(key);
-  if (!v || !v->is_number())
-    return std::nullopt;
-  return v->to_number<double>();
-}
-
 /// Seconds since the epoch as ISO 8601 UTC, to the second.
 std::string iso8601(double ts) {
   auto t = static_cast<std::time_t>(std::floor(ts));
@@ -96,9 +88,10 @@ void print_table(const std::vector<const status_row*>& all, double now) {
       retries += "/" + std::to_string(max);
     std::string age = "-";
     std::string next = "-";
-    if (auto submitted = time_at(r, "submitted_ts"))
+    if (auto submitted = json_number_at(r, "submitted_ts"))
       age = short_duration(now - *submitted);
-    if (auto retry = time_at(r, "next_retry_ts"); retry && state == "backoff")
+    if (auto retry = json_number_at(r, "next_retry_ts");
+        retry && state == "backoff")
       next = "in " + short_duration(std::ceil(std::max(0.0, *retry - now)));
     rows.push_back({cell(text_at(r, "task_id")), cell(state),
                     cell(text_at(r, "agent_id")),
@@ -123,13 +116,14 @@ void print_details(const status_row& row, double now) {
     std::cout << "node:          " << cell(node) << '\n';
   if (auto waits = text_at(r, "waiting_for"); !waits.empty())
     std::cout << "waits:         " << cell(waits) << '\n';
-  if (auto submitted = time_at(r, "submitted_ts"))
+  if (auto submitted = json_number_at(r, "submitted_ts"))
     std::cout << "submitted:     " << iso8601(*submitted) << '\n';
-  if (auto retry = time_at(r, "next_retry_ts"); retry && state == "backoff")
+  if (auto retry = json_number_at(r, "next_retry_ts");
+      retry && state == "backoff")
     std::cout << "next retry:    " << iso8601(*retry) << " (in "
               << short_duration(std::ceil(std::max(0.0, *retry - now)))
               << ")\n";
-  if (auto finished = time_at(r, "finished_ts"))
+  if (auto finished = json_number_at(r, "finished_ts"))
     std::cout << "finished:      " << iso8601(*finished) << '\n';
   if (!row.last_decision.empty())
     std::cout << "last decision: " << cell(row.last_decision) << '\n';
@@ -205,7 +199,7 @@ std::optional<status_answer> parse_status_answer(const std::string& text) {
   if (!tasks || !tasks->is_array())
     return std::nullopt;
   status_answer out;
-  out.now = time_at(o, "now").value_or(0);
+  out.now = json_number_at(o, "now").value_or(0);
   for (auto& t : tasks->get_array()) {
     auto* item = t.if_object();
     if (!item)

@@ -54,23 +54,19 @@ void add_node_flags(CLI::App* cmd, node_flags& f) {
   cmd->add_flag("--insecure", f.insecure)->excludes(certs);
 }
 
-/// Parses the command line with `cmd`'s options; false when it does not
-/// parse (tasksup-core then says why, or prints the help asked for).
-bool parses(CLI::App& app, int argc, char** argv) {
-  app.require_subcommand(1);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::Error&) {
-    return false;
-  }
-  return true;
-}
+/// A connection to the control socket of the node `f` names.
+struct local_node {
+  local_connection conn;
+  /// The socket's path (a later request connects again) and the node's
+  /// address as messages write it.
+  std::string path;
+  std::string address;
+};
 
-/// Where the control socket of the node `f` names is, with its address as
-/// messages write it; nullopt when the command must use the TCP port: a
-/// remote node, or credentials the user named (they choose TLS).
-std::optional<std::pair<std::string, std::string>>
-control_socket_for(const node_flags& f) {
+/// Connects to the control socket of the node `f` names; nullopt when the
+/// command must use the TCP port: a remote node, credentials the user named
+/// (they choose TLS), or no usable socket there.
+std::optional<local_node> connect_local(const node_flags& f) {
   if (!f.certs.empty() || f.insecure)
     return std::nullopt;
   if (auto* env = std::getenv("TASKSUP_CERTS"); env && *env != '\0')
@@ -78,9 +74,30 @@ control_socket_for(const node_flags& f) {
   auto addr = parse_node_address(f.node.empty() ? default_node_text() : f.node);
   if (!addr || !is_loopback_host(addr->host))
     return std::nullopt;
-  return std::pair{
-    control_socket_path(absolute_dir(default_state_dir()), addr->port),
-    addr->to_string()};
+  auto path =
+    control_socket_path(absolute_dir(default_state_dir()), addr->port);
+  local_failure failure;
+  auto conn = local_connection::open(path, failure);
+  if (!conn)
+    return std::nullopt;
+  return local_node{std::move(*conn), std::move(path), addr->to_string()};
+}
+
+/// Adds the node options to `cmd`, parses the command line and connects to
+/// the node's control socket; nullopt when the command line does not parse
+/// (tasksup-core then says why, or prints the help asked for) or the
+/// command must use the TCP port.
+std::optional<local_node> parse_and_connect(CLI::App& app, CLI::App* cmd,
+                                            int argc, char** argv) {
+  node_flags f;
+  add_node_flags(cmd, f);
+  app.require_subcommand(1);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Error&) {
+    return std::nullopt;
+  }
+  return connect_local(f);
 }
 
 /// An error answer's fields: {"error":..,"refused":B,"timeout":B}.
@@ -110,6 +127,28 @@ node_error error_of(const local_answer& a) {
   return out;
 }
 
+/// Sends one request on `node`'s connection; the answer when the node
+/// answered 200, else nullopt with the failure reported as `command`'s and
+/// its exit status in `rc`.
+std::optional<local_answer> ask(local_node& node, const std::string& command,
+                                const std::string& method,
+                                const std::string& target, int& rc) {
+  local_failure failure;
+  auto answer = node.conn.exchange(method, target, {}, answer_timeout, failure);
+  if (!answer) {
+    rc = report_node_failure(command, node.address, false, failure.timeout,
+                             failure.text, exit_status::unavailable);
+    return std::nullopt;
+  }
+  if (answer->status != 200) {
+    auto err = error_of(*answer);
+    rc = report_node_failure(command, node.address, err.refused, err.timeout,
+                             err.text, exit_status::unavailable);
+    return std::nullopt;
+  }
+  return answer;
+}
+
 /// `text` as one path segment: everything but unreserved characters as %XX.
 std::string path_segment(std::string_view text) {
   static constexpr char hex[] = "0123456789ABCDEF";
@@ -133,36 +172,22 @@ std::optional<int> local_status(int argc, char** argv) {
   std::string task_id;
   bool json = false;
   std::vector<std::string> state_values;
-  node_flags f;
   cmd->add_option("task", task_id);
   cmd->add_flag("--json", json);
   cmd->add_option("--state", state_values);
-  add_node_flags(cmd, f);
+  auto node = parse_and_connect(app, cmd, argc, argv);
   std::set<std::string> states;
-  if (!parses(app, argc, argv) || parse_state_filter(state_values, states))
-    return std::nullopt;
-  auto socket = control_socket_for(f);
-  if (!socket)
-    return std::nullopt;
-  auto& [path, address] = *socket;
-  local_failure failure;
-  auto conn = local_connection::open(path, failure);
-  if (!conn)
+  if (!node || parse_state_filter(state_values, states))
     return std::nullopt;
   auto target = task_id.empty() ? std::string{"/v1/status"}
                                 : "/v1/status/" + path_segment(task_id);
-  auto answer = conn->exchange("GET", target, {}, answer_timeout, failure);
+  int rc = exit_status::ok;
+  auto answer = ask(*node, "status", "GET", target, rc);
   if (!answer)
-    return report_node_failure("status", address, false, failure.timeout,
-                               failure.text, exit_status::unavailable);
-  if (answer->status != 200) {
-    auto err = error_of(*answer);
-    return report_node_failure("status", address, err.refused, err.timeout,
-                               err.text, exit_status::unavailable);
-  }
+    return rc;
   auto status = parse_status_answer(answer->body);
   if (!status)
-    return report_node_failure("status", address, false, false,
+    return report_node_failure("status", node->address, false, false,
                                "an answer that is not a status",
                                exit_status::unavailable);
   print_status(*status, !task_id.empty(), json, states);
@@ -242,23 +267,15 @@ std::optional<int> local_submit(int argc, char** argv) {
   CLI::App app;
   auto* cmd = app.add_subcommand("submit");
   std::vector<std::string> files;
-  node_flags f;
   submit_run run;
   cmd->add_option("tasks", files)->required();
   cmd->add_flag("--replace", run.replace);
-  add_node_flags(cmd, f);
-  if (!parses(app, argc, argv))
-    return std::nullopt;
-  auto socket = control_socket_for(f);
-  if (!socket)
-    return std::nullopt;
-  auto& [path, address] = *socket;
-  run.address = address;
   // Connected before anything is read: stdin cannot be read twice.
-  local_failure failure;
-  auto conn = local_connection::open(path, failure);
-  if (!conn)
+  auto node = parse_and_connect(app, cmd, argc, argv);
+  if (!node)
     return std::nullopt;
+  run.address = node->address;
+  std::optional<local_connection> conn = std::move(node->conn);
   task_source source{files};
   auto next = source.next();
   while (next && !run.node_failed) {
@@ -271,8 +288,9 @@ std::optional<int> local_submit(int argc, char** argv) {
       batch.push_back(std::move(*next));
       next = source.next();
     }
+    local_failure failure;
     if (!conn)
-      conn = local_connection::open(path, failure);
+      conn = local_connection::open(node->path, failure);
     if (!conn) {
       run.not_submitted(batch, false, failure.text);
       break;
@@ -293,35 +311,24 @@ std::optional<int> local_control(const control_action& action, int argc,
   CLI::App app;
   auto* cmd = app.add_subcommand(action.name);
   std::string task_id;
-  node_flags f;
   cmd->add_option("task", task_id)->required();
-  add_node_flags(cmd, f);
-  if (!parses(app, argc, argv))
+  auto node = parse_and_connect(app, cmd, argc, argv);
+  if (!node)
     return std::nullopt;
-  auto socket = control_socket_for(f);
-  if (!socket)
-    return std::nullopt;
-  auto& [path, address] = *socket;
-  local_failure failure;
-  auto conn = local_connection::open(path, failure);
-  if (!conn)
-    return std::nullopt;
-  auto answer = conn->exchange(
-    "POST", "/v1/tasks/" + path_segment(task_id) + "/" + action.name, {},
-    answer_timeout, failure);
+  int rc = exit_status::ok;
+  auto answer =
+    ask(*node, action.name, "POST",
+        "/v1/tasks/" + path_segment(task_id) + "/" + action.name, rc);
   if (!answer)
-    return report_node_failure(action.name, address, false, failure.timeout,
-                               failure.text, exit_status::unavailable);
+    return rc;
   boost::system::error_code ec;
-  auto doc = answer->status == 200 ? boost::json::parse(answer->body, ec)
-                                   : boost::json::value{};
+  auto doc = boost::json::parse(answer->body, ec);
   auto* took =
     doc.is_object() ? doc.get_object().if_contains("took_effect") : nullptr;
-  if (!took || !took->is_bool()) {
-    auto err = error_of(*answer);
-    return report_node_failure(action.name, address, err.refused, err.timeout,
-                               err.text, exit_status::unavailable);
-  }
+  if (!took || !took->is_bool())
+    return report_node_failure(action.name, node->address, false, false,
+                               "an answer that is not one",
+                               exit_status::unavailable);
   if (took->get_bool()) {
     std::cout << action.done_text(task_id) << '\n';
     return exit_status::ok;

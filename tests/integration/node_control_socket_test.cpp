@@ -135,23 +135,6 @@ std::string post_submit(const std::string& body) {
          std::to_string(body.size()) + "\r\n\r\n" + body;
 }
 
-/// The uid and gid of a second, unprivileged user (created when missing);
-/// nullopt when the test cannot have one (not root).
-std::optional<std::pair<uid_t, gid_t>> other_user() {
-  if (::geteuid() != 0)
-    return std::nullopt;
-  const char* user = "tasksup-test-other";
-  if (::getpwnam(user) == nullptr) {
-    [[maybe_unused]] int rc =
-      std::system("useradd -M -r -s /usr/sbin/nologin tasksup-test-other "
-                  ">/dev/null 2>&1");
-  }
-  auto* pw = ::getpwnam(user);
-  if (pw == nullptr)
-    return std::nullopt;
-  return std::pair{pw->pw_uid, pw->pw_gid};
-}
-
 } // namespace
 
 TEST_CASE("control socket: status, submit and the control commands on the "

@@ -208,24 +208,14 @@ TEST_CASE("tls: the CLI names a certificate file it cannot use") {
 
 TEST_CASE("tls: another local user cannot use a node's default "
           "certificates") {
-  if (::geteuid() != 0) {
+  auto other = other_user();
+  if (!other) {
     WARN("skipped: running a command as a second user needs root");
     return;
   }
-  const char* user = "tasksup-test-other";
-  if (::getpwnam(user) == nullptr) {
-    // A system user without a home directory; kept for later runs.
-    [[maybe_unused]] int rc =
-      std::system("useradd -M -r -s /usr/sbin/nologin tasksup-test-other "
-                  ">/dev/null 2>&1");
-  }
-  auto* pw = ::getpwnam(user);
-  if (pw == nullptr) {
-    WARN("skipped: could not create the user " << user);
-    return;
-  }
-  auto uid = std::to_string(pw->pw_uid);
-  auto gid = std::to_string(pw->pw_gid);
+  auto [other_uid, other_gid] = *other;
+  auto uid = std::to_string(other_uid);
+  auto gid = std::to_string(other_gid);
   scratch dir;
   // The other user may walk into the scratch directory: only the node's
   // own file modes protect its certificates.
@@ -262,7 +252,7 @@ TEST_CASE("tls: another local user cannot use a node's default "
   // With a CA of its own.
   auto own = dir / "other";
   REQUIRE(::mkdir(own.c_str(), 0700) == 0);
-  REQUIRE(::chown(own.c_str(), pw->pw_uid, pw->pw_gid) == 0);
+  REQUIRE(::chown(own.c_str(), other_uid, other_gid) == 0);
   r = as_other({"certs", "init", own + "/certs"});
   INFO(r.err);
   REQUIRE(r.status == 0);

@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <pwd.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -20,6 +21,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -30,6 +32,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 extern char** environ;
@@ -304,6 +307,27 @@ inline int unused_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+/// The name of the second, unprivileged local user tests run commands as
+/// (a system user without a home directory, created on first use and kept
+/// for later runs).
+inline constexpr const char* other_user_name = "tasksup-test-other";
+
+/// The uid and gid of `other_user_name`, created when missing; nullopt when
+/// the test cannot have it (not root, or useradd failed).
+inline std::optional<std::pair<uid_t, gid_t>> other_user() {
+  if (::geteuid() != 0)
+    return std::nullopt;
+  if (::getpwnam(other_user_name) == nullptr) {
+    [[maybe_unused]] int rc =
+      std::system("useradd -M -r -s /usr/sbin/nologin tasksup-test-other "
+                  ">/dev/null 2>&1");
+  }
+  auto* pw = ::getpwnam(other_user_name);
+  if (pw == nullptr)
+    return std::nullopt;
+  return std::pair{pw->pw_uid, pw->pw_gid};
 }
 
 /// The source tree's config directory.
