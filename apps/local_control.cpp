@@ -114,6 +114,13 @@ std::optional<local_connection> local_connection::open(const std::string& path,
   // A stale socket (its node gone) refuses at once.
   if (::connect(conn.fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
     return not_sent(path + ": " + std::strerror(errno));
+  // The file was this user's when we looked; the process listening is too
+  // (a socket swapped in between would fail here).
+  ucred peer{};
+  socklen_t len = sizeof peer;
+  if (::getsockopt(conn.fd_, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 ||
+      peer.uid != ::geteuid())
+    return not_sent(path + ": not served by this user");
   return conn;
 }
 

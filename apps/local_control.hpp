@@ -62,9 +62,10 @@ struct local_failure {
 /// One connection to a node's control socket, for one request.
 class local_connection {
 public:
-  /// Connects to the socket at `path`, only to a socket owned by this user
-  /// (in a directory others could write to, a planted socket must not get
-  /// our tasks); nullopt with `failure.not_sent` when there is none.
+  /// Connects to the socket at `path`, only to a socket file owned by this
+  /// user and served by a process of this user (in a directory others could
+  /// write to, a planted socket must not get our tasks); nullopt with
+  /// `failure.not_sent` when there is none.
   static std::optional<local_connection> open(const std::string& path,
                                               local_failure& failure);
 

@@ -3,9 +3,9 @@
 // this machine are answered here, over the node's local control socket
 // (local_control.hpp), without loading the actor system and its TLS, which
 // are most of a command's start-up (issue 17). Every other command, and
-// these whenever the socket cannot serve them, run in
-// tasksup-core beside this program, which this process becomes (exec: the
-// same pid, the same arguments).
+// these whenever the socket cannot serve them, run in tasksup-core beside
+// this program, which this process becomes (exec: the same pid, the same
+// arguments).
 
 #include "commands.hpp"
 #include "control_actions.hpp"
@@ -41,7 +41,7 @@ namespace {
 constexpr std::chrono::milliseconds answer_timeout =
   node_request_timeout + std::chrono::seconds{5};
 
-/// The node options both commands take, as tasksup-core defines them.
+/// The node options these commands take, as tasksup-core defines them.
 struct node_flags {
   std::string node;
   std::string certs;

@@ -415,4 +415,50 @@ TEST_CASE("control socket: only the node's user is served, and a socket "
   CHECK(::accept(listener, nullptr, nullptr) < 0); // nobody connected
   CHECK(errno == EAGAIN);
   ::close(listener);
+  ::unlink(planted.c_str());
+
+  // A socket file that is this user's, served by the other user's process
+  // (swapped in after the command looked at the file, say): the command
+  // connects, sees who serves it, and sends nothing. The directory is one
+  // everybody may write to (sticky, like /tmp).
+  REQUIRE(::chmod((dir / "state").c_str(), 01777) == 0);
+  sockaddr_un swapped{};
+  swapped.sun_family = AF_UNIX;
+  std::strncpy(swapped.sun_path, planted.c_str(), sizeof swapped.sun_path - 1);
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  auto server = ::fork();
+  REQUIRE(server >= 0);
+  if (server == 0) {
+    // The other user's server: 0 when nothing came on the connection, 1
+    // when the command sent something; SIGALRM if it never connected.
+    ::alarm(20);
+    if (::setgid(gid) != 0 || ::setuid(uid) != 0)
+      ::_exit(10);
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&swapped), sizeof swapped) !=
+          0 ||
+        ::listen(fd, 8) != 0)
+      ::_exit(11);
+    if (::write(ready[1], "r", 1) != 1)
+      ::_exit(12);
+    int conn = ::accept(fd, nullptr, nullptr);
+    if (conn < 0)
+      ::_exit(13);
+    char byte;
+    ::_exit(::read(conn, &byte, 1) > 0 ? 1 : 0);
+  }
+  ::close(ready[1]);
+  char byte;
+  REQUIRE(::read(ready[0], &byte, 1) == 1);
+  ::close(ready[0]);
+  REQUIRE(::chown(planted.c_str(), ::geteuid(), ::getegid()) == 0);
+  r = run_to_end(dir, {"status", "--node", addr_text});
+  CHECK(r.status == 3);
+  CHECK(r.err.find("cannot reach the node at " + addr_text) !=
+        std::string::npos);
+  int served = 0;
+  REQUIRE(::waitpid(server, &served, 0) == server);
+  CHECK(WIFEXITED(served));
+  CHECK(WEXITSTATUS(served) == 0);
 }
