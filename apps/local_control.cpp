@@ -94,7 +94,6 @@ std::optional<local_connection> local_connection::open(const std::string& path,
                                                        local_failure& failure) {
   failure = local_failure{};
   auto not_sent = [&](std::string why) {
-    failure.not_sent = true;
     failure.text = std::move(why);
     return std::nullopt;
   };

@@ -49,11 +49,10 @@ struct local_answer {
   std::string body;
 };
 
-/// Why an exchange failed.
+/// Why a connection or an exchange failed. A connection that failed sent
+/// nothing: no usable socket there (none, not this user's, or nobody
+/// listening), and the command should use the node's TCP port.
 struct local_failure {
-  /// Nothing was sent: no usable socket there (none, not this user's, or
-  /// nobody listening). The command should use the node's TCP port.
-  bool not_sent = false;
   /// The node did not answer within the time allowed.
   bool timeout = false;
   std::string text;
@@ -64,8 +63,8 @@ class local_connection {
 public:
   /// Connects to the socket at `path`, only to a socket file owned by this
   /// user and served by a process of this user (in a directory others could
-  /// write to, a planted socket must not get our tasks); nullopt with
-  /// `failure.not_sent` when there is none.
+  /// write to, a planted socket must not get our tasks); nullopt, with why
+  /// in `failure`, when there is none.
   static std::optional<local_connection> open(const std::string& path,
                                               local_failure& failure);
 

@@ -668,7 +668,8 @@ another at once; a worker that hears nothing for --lease kills its attempts.
 On this machine, the node also serves its own user (only: SO_PEERCRED)
 on the Unix socket <state dir>/control-PORT.sock, which `tasksup status`,
 `submit`, `stop`, `kill`, `retry-now` and `fallback-now` use when they name
-no credentials: no TLS handshake, no actor system to load. The socket is removed when the node stops.
+no credentials: no TLS handshake, no actor system to load. The socket is
+removed when the node stops.
 
 The HTTP server (--http) answers only requests that show its token: the
 first start writes 256 random bits to <state dir>/http-token (mode 0600;

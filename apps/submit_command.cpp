@@ -116,8 +116,8 @@ relative to the task file's directory (for stdin: the working directory) and
 made absolute before sending. A task text over 16 MiB is refused here,
 before it is sent. On the node's machine, without --certs, --insecure or
 $TASKSUP_CERTS, the tasks go over the node's control socket when it is
-there (batches of up to 64; see `tasksup serve --help`). Follow a task with `tasksup events --follow ID` or
-`tasksup status ID`.
+there (batches of up to 64; see `tasksup serve --help`). Follow a task
+with `tasksup events --follow ID` or `tasksup status ID`.
 
 Examples:
   id=$(tasksup submit config/examples/demo-flaky.json)

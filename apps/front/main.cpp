@@ -201,12 +201,13 @@ struct submit_run {
   std::size_t rejected = 0;
   bool node_failed = false;
 
-  void not_submitted(const std::vector<task_text>& batch, bool timeout,
-                     const std::string& why) {
+  /// Reports that the node failed `batch[from, to)`.
+  void not_submitted(const std::vector<task_text>& batch, std::size_t from,
+                     std::size_t to, bool timeout, const std::string& why) {
     report_node_failure("submit", address, false, timeout, why,
                         exit_status::unavailable);
-    for (auto& t : batch)
-      std::cerr << "tasksup submit: " << t.where
+    for (auto i = from; i < to; ++i)
+      std::cerr << "tasksup submit: " << batch[i].where
                 << ": not known to be submitted\n";
     node_failed = true;
   }
@@ -225,14 +226,15 @@ struct submit_run {
     auto answer =
       conn.exchange("POST", "/v1/submit", body, answer_timeout, failure);
     if (!answer)
-      return not_submitted(batch, failure.timeout, failure.text);
+      return not_submitted(batch, 0, batch.size(), failure.timeout,
+                           failure.text);
     boost::system::error_code ec;
     auto doc = answer->status == 200 ? boost::json::parse(answer->body, ec)
                                      : boost::json::value{};
     auto* results = doc.if_array();
     if (!results || results->size() != batch.size()) {
       auto err = error_of(*answer);
-      return not_submitted(batch, err.timeout, err.text);
+      return not_submitted(batch, 0, batch.size(), err.timeout, err.text);
     }
     for (std::size_t i = 0; i < batch.size(); ++i) {
       auto* r = (*results)[i].if_object();
@@ -250,14 +252,9 @@ struct submit_run {
       } else {
         auto* failed = text_of("failed");
         auto* timeout = r ? r->if_contains("timeout") : nullptr;
-        report_node_failure("submit", address, false,
-                            timeout && timeout->is_bool() &&
-                              timeout->get_bool(),
-                            failed ? std::string{*failed} : "no answer",
-                            exit_status::unavailable);
-        std::cerr << "tasksup submit: " << batch[i].where
-                  << ": not known to be submitted\n";
-        node_failed = true;
+        not_submitted(batch, i, i + 1,
+                      timeout && timeout->is_bool() && timeout->get_bool(),
+                      failed ? std::string{*failed} : "no answer");
       }
     }
   }
@@ -292,7 +289,7 @@ std::optional<int> local_submit(int argc, char** argv) {
     if (!conn)
       conn = local_connection::open(node->path, failure);
     if (!conn) {
-      run.not_submitted(batch, false, failure.text);
+      run.not_submitted(batch, 0, batch.size(), false, failure.text);
       break;
     }
     run.send(*conn, batch);
