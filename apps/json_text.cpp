@@ -2,14 +2,22 @@
 
 #include "tasksup/actors/events.hpp"
 
-#include <boost/json/serialize.hpp>
-#include <boost/json/string.hpp>
+#include <charconv>
 
 namespace tasksup::app {
 
 namespace {
 
-void write(std::string& out, const boost::json::value& v) {
+template<class Integer>
+void append_integer(std::string& out, Integer x) {
+  char buf[24];
+  out.append(buf, static_cast<std::size_t>(
+                    std::to_chars(buf, buf + sizeof(buf), x).ptr - buf));
+}
+
+} // namespace
+
+void append_json_text(std::string& out, const boost::json::value& v) {
   switch (v.kind()) {
     case boost::json::kind::double_:
       append_json_number(out, v.get_double());
@@ -21,9 +29,9 @@ void write(std::string& out, const boost::json::value& v) {
         if (!first)
           out += ',';
         first = false;
-        out += boost::json::serialize(boost::json::string{kv.key()});
+        append_json_string(out, kv.key());
         out += ':';
-        write(out, kv.value());
+        append_json_text(out, kv.value());
       }
       out += '}';
       return;
@@ -35,26 +43,32 @@ void write(std::string& out, const boost::json::value& v) {
         if (!first)
           out += ',';
         first = false;
-        write(out, x);
+        append_json_text(out, x);
       }
       out += ']';
       return;
     }
-    case boost::json::kind::null:
-    case boost::json::kind::bool_:
-    case boost::json::kind::int64:
-    case boost::json::kind::uint64:
     case boost::json::kind::string:
-      out += boost::json::serialize(v);
+      append_json_string(out, v.get_string());
+      return;
+    case boost::json::kind::int64:
+      append_integer(out, v.get_int64());
+      return;
+    case boost::json::kind::uint64:
+      append_integer(out, v.get_uint64());
+      return;
+    case boost::json::kind::bool_:
+      out += v.get_bool() ? "true" : "false";
+      return;
+    case boost::json::kind::null:
+      out += "null";
       return;
   }
 }
 
-} // namespace
-
 std::string json_text(const boost::json::value& v) {
   std::string out;
-  write(out, v);
+  append_json_text(out, v);
   return out;
 }
 

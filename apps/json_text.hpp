@@ -14,6 +14,9 @@ namespace tasksup::app {
 /// commands print for scripts to read.
 std::string json_text(const boost::json::value& v);
 
+/// Appends `json_text(v)` to `out`.
+void append_json_text(std::string& out, const boost::json::value& v);
+
 /// The number at `key` in `o` (a time in seconds, say); nullopt when it is
 /// absent, null or not a number.
 std::optional<double> json_number_at(const boost::json::object& o,

@@ -57,6 +57,7 @@ times_view parse_times(const std::string& text) {
 /// its times (null when the node does not know them).
 boost::json::object to_json(const task_status& s, const task_clock* c) {
   boost::json::object out;
+  out.reserve(16); // the keys below
   out["task_id"] = s.task_id;
   out["environment"] = s.environment;
   out["state"] = std::string{to_string(s.state)};

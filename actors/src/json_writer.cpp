@@ -114,6 +114,23 @@ void append_json_number(std::string& out, double x) {
   out.append(buf, format_json_number(x, buf));
 }
 
+void append_json_string(std::string& out, std::string_view s) {
+  auto needs_escape = [](char ch) {
+    auto c = static_cast<unsigned char>(ch);
+    return c < 0x20 || c == '"' || c == '\\';
+  };
+  if (std::none_of(s.begin(), s.end(), needs_escape)) {
+    out.reserve(out.size() + s.size() + 2);
+    out += '"';
+    out += s;
+    out += '"';
+    return;
+  }
+  detail::json_writer w{std::move(out)};
+  w.raw_string(s);
+  out = w.release();
+}
+
 std::string sanitize_utf8(std::string_view s) {
   // Each maximal invalid subpart becomes one U+FFFD.
   static constexpr std::string_view replacement = "\xEF\xBF\xBD";
@@ -122,8 +139,12 @@ std::string sanitize_utf8(std::string_view s) {
   std::size_t i = 0;
   while (i < s.size()) {
     if (static_cast<unsigned char>(s[i]) < 0x80) {
-      out.push_back(s[i]);
-      ++i;
+      // A run of ASCII in one piece.
+      auto end = i + 1;
+      while (end < s.size() && static_cast<unsigned char>(s[end]) < 0x80)
+        ++end;
+      out.append(s.substr(i, end - i));
+      i = end;
       continue;
     }
     auto r = scan_utf8(s, i);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace tasksup::detail {
 
@@ -27,6 +28,15 @@ class json_writer {
 public:
   /// Room for a typical event (~250 bytes) from the start.
   json_writer() { grow(128); }
+
+  /// Writes on after the text already in `start`, with no comma before the
+  /// first value; `release` gives the whole text back.
+  explicit json_writer(std::string start) : out_{std::move(start)} {
+    auto used = out_.size();
+    out_.resize(used + 128);
+    p_ = out_.data() + used;
+    end_ = out_.data() + out_.size();
+  }
 
   void begin_object() {
     separator();
@@ -100,6 +110,14 @@ public:
 
   /// The document written; the writer is spent.
   std::string take();
+
+  /// The text written, its buffer as it grew (for a writer that goes on
+  /// writing into the caller's string); the writer is spent.
+  std::string release() {
+    out_.resize(static_cast<std::size_t>(p_ - out_.data()));
+    p_ = end_ = nullptr;
+    return std::move(out_);
+  }
 
 private:
   // The text is written through a cursor into `out_`, sized ahead (`grow`)

@@ -238,6 +238,11 @@ std::size_t format_json_number(double x, char* out);
 /// Appends `format_json_number(x)` to `out`.
 void append_json_number(std::string& out, double x);
 
+/// Appends `s` to `out` as a JSON string, quoted and escaped as Boost.JSON's
+/// serializer does (quotes, backslashes and control characters; other bytes
+/// as they are, so `s` should be valid UTF-8).
+void append_json_string(std::string& out, std::string_view s);
+
 /// `s` with every invalid UTF-8 sequence replaced by U+FFFD.
 std::string sanitize_utf8(std::string_view s);
 
