@@ -52,10 +52,14 @@ http_response bad_request(std::string why) {
 /// Answers `reply` with `all` and the times the node's statistics keep.
 void answer_status(caf::event_based_actor* self, const caf::actor& door,
                    std::vector<task_status> all, const http_reply& reply) {
-  auto answer = [=](const std::string& view) {
+  // Shared by both handlers below, not copied into each (a node may have
+  // thousands of tasks).
+  auto shared =
+    std::make_shared<const std::vector<task_status>>(std::move(all));
+  auto answer = [shared, reply](const std::string& view) {
     http_response r;
     r.content_type = "application/json";
-    r.body = status_answer_json(make_status_answer(all, view));
+    r.body = status_answer_json(make_status_answer(*shared, view));
     reply.send(std::move(r));
   };
   self->request(door, node_request_timeout, view_atom::value)
