@@ -13,20 +13,14 @@
 set -euo pipefail
 bin=$1
 other=${2:-}
-work=$(mktemp -d)
-node_pid=
-cleanup() {
-  [[ -n "$node_pid" ]] && kill "$node_pid" 2>/dev/null && wait "$node_pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/scratch_nodes.sh"
 
 port=$((20000 + RANDOM % 20000))
 # The commands find the node's certificates in the same state directory.
 export TASKSUP_STATE_DIR=$work/state
 "$bin" serve --listen "127.0.0.1:$port" --work-dir "$work/node" \
   --state-dir "$work/state" >"$work/node.log" 2>&1 &
-node_pid=$!
+node_pids+=($!)
 export TASKSUP_NODE=127.0.0.1:$port
 for ((i = 0; i < 100; i++)); do
   "$bin" status >/dev/null 2>&1 && break

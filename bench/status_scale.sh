@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# `tasksup status` against a node with many finished tasks (issue 17,
+# client start): N one-attempt tasks of /bin/true are submitted and run,
+# then hyperfine times `status`, `status --json` (both over the node's
+# control socket) and `status --certs DIR` (the TCP port with mutual TLS).
+# With a second binary, a second node of that build gets the same tasks and
+# its commands alternate with the first's in one hyperfine run (the node's
+# side of `status` changes with the build too). Prints one RESULT line.
+#
+#   bench/status_scale.sh TASKSUP_BINARY [OTHER_TASKSUP_BINARY] [N=2001]
+set -euo pipefail
+bin=$1
+other=${2:-}
+n=${3:-2001}
+# Attempt directories and journals on tmpfs: the disk is not what is measured.
+SCRATCH_PARENT=/dev/shm source "$(dirname "${BASH_SOURCE[0]}")/scratch_nodes.sh"
+
+python3 -c '
+import json, sys
+for i in range(int(sys.argv[1])):
+    print(json.dumps({"id": "t-%d" % i, "prompt": "x", "agent_selection":
+        {"agents": [{"agent_id": "t", "agent_cli": "/bin/true"}]}}))' "$n" \
+  >"$work/tasks.jsonl"
+
+# start_node NAME BINARY: a node with its own state directory; sets $port.
+start_node() {
+  local name=$1 program=$2
+  port=$((20000 + RANDOM % 20000))
+  "$program" serve --listen "127.0.0.1:$port" --work-dir "$work/$name/work" \
+    --state-dir "$work/$name/state" >"$work/$name.log" 2>&1 &
+  node_pids+=($!)
+  for ((i = 0; i < 100; i++)); do
+    TASKSUP_STATE_DIR=$work/$name/state "$program" status \
+      --node "127.0.0.1:$port" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  TASKSUP_STATE_DIR=$work/$name/state "$program" submit - \
+    --node "127.0.0.1:$port" <"$work/tasks.jsonl" >/dev/null
+  # Until every task has finished (bounded: 10 minutes).
+  for ((i = 0; i < 6000; i++)); do
+    local left
+    left=$(TASKSUP_STATE_DIR=$work/$name/state "$program" status --json \
+      --node "127.0.0.1:$port" | python3 -c '
+import json, sys
+print(sum(1 for t in json.load(sys.stdin) if t["state"] != "done"))')
+    [[ "$left" == 0 ]] && return 0
+    sleep 0.1
+  done
+  echo "status_scale: $name's tasks did not finish" >&2
+  exit 1
+}
+
+commands_for() { # NAME BINARY PORT
+  local env="env TASKSUP_STATE_DIR=$work/$1/state"
+  cmds+=("$env $2 status --node 127.0.0.1:$3"
+    "$env $2 status --json --node 127.0.0.1:$3"
+    "$env $2 status --node 127.0.0.1:$3 --certs $work/$1/state/certs")
+}
+
+cmds=()
+start_node a "$bin"
+commands_for a "$bin" "$port"
+if [[ -n "$other" ]]; then
+  start_node b "$other"
+  commands_for b "$other" "$port"
+fi
+hyperfine -N --warmup 3 --runs 20 --export-json "$work/h.json" "${cmds[@]}"
+mean_ms() {
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]; print("%.1f" % (1000*r[int(sys.argv[2])]["mean"]))' "$work/h.json" "$1"
+}
+extra=
+[[ -n "$other" ]] && extra=" other_status_ms=$(mean_ms 3) other_json_ms=$(mean_ms 4) other_tcp_status_ms=$(mean_ms 5)"
+echo "RESULT name=status_scale tasks=$n status_ms=$(mean_ms 0) json_ms=$(mean_ms 1) tcp_status_ms=$(mean_ms 2)$extra load1=$(cut -d' ' -f1 /proc/loadavg)"
