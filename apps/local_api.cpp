@@ -49,41 +49,46 @@ http_response bad_request(std::string why) {
                                               {"timeout", false}});
 }
 
-/// Answers `reply` with `all` and the times the node's statistics keep.
-void answer_status(caf::event_based_actor* self, const caf::actor& door,
+/// Answers `reply` with `all` and the times the node's statistics keep,
+/// asked of `stats` as typed values (the TCP path reads them from the
+/// view's JSON, `status_command.cpp`).
+void answer_status(caf::event_based_actor* self, const caf::actor& stats,
                    std::vector<task_status> all, const http_reply& reply) {
   // Shared by both handlers below, not copied into each (a node may have
   // thousands of tasks).
   auto shared =
     std::make_shared<const std::vector<task_status>>(std::move(all));
-  auto answer = [shared, reply](const std::string& view) {
+  auto answer = [shared, reply](const task_clocks& clocks) {
     http_response r;
     r.content_type = "application/json";
-    r.body = status_answer_json(make_status_answer(*shared, view));
+    r.body = status_answer_json(make_status_answer(*shared, clocks));
     reply.send(std::move(r));
   };
-  self->request(door, node_request_timeout, view_atom::value)
-    .then([=](std::string& view) { answer(view); },
-          // A door without statistics: no times.
+  if (!stats)
+    return answer({});
+  self->request(stats, node_request_timeout, clock_atom::value)
+    .then([=](task_clocks& clocks) { answer(clocks); },
+          // No statistics: no times.
           [=](caf::error&) { answer({}); });
 }
 
 void status(const local_api_context& ctx, std::string task_id,
             http_reply reply) {
-  ctx.sys->spawn([door = ctx.door, task_id = std::move(task_id),
+  ctx.sys->spawn([door = ctx.door, stats = ctx.stats,
+                  task_id = std::move(task_id),
                   reply](caf::event_based_actor* self) {
     if (task_id.empty())
       self->request(door, node_request_timeout, status_atom::value)
         .then(
           [=](std::vector<task_status>& all) {
-            answer_status(self, door, std::move(all), reply);
+            answer_status(self, stats, std::move(all), reply);
           },
           [=](caf::error& err) { reply.send(error_answer(err)); });
     else
       self->request(door, node_request_timeout, status_atom::value, task_id)
         .then(
           [=](task_status& one) {
-            answer_status(self, door, {std::move(one)}, reply);
+            answer_status(self, stats, {std::move(one)}, reply);
           },
           [=](caf::error& err) { reply.send(error_answer(err)); });
   });

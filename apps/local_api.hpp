@@ -23,6 +23,9 @@ struct local_api_context {
   caf::actor_system* sys = nullptr;
   /// The node's door (node_door_actor.hpp).
   caf::actor door;
+  /// The node's statistics (stats_actor.hpp), for the times `status`
+  /// shows; null: none shown.
+  caf::actor stats;
 };
 
 /// The limits of the control socket's HTTP server: a submit batch holds up

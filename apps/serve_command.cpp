@@ -126,6 +126,7 @@ std::optional<std::vector<std::string>> unfinished(caf::scoped_actor& self,
 /// (local commands then use the TCP port).
 std::unique_ptr<http_server> start_control_socket(caf::actor_system& sys,
                                                   const caf::actor& door,
+                                                  const caf::actor& stats,
                                                   const std::string& state_dir,
                                                   std::uint16_t port) {
   std::error_code ec;
@@ -134,7 +135,7 @@ std::unique_ptr<http_server> start_control_socket(caf::actor_system& sys,
     std::filesystem::permissions(state_dir, std::filesystem::perms::owner_all,
                                  ec);
   auto path = control_socket_path(state_dir, port);
-  local_api_context ctx{&sys, door};
+  local_api_context ctx{&sys, door, stats};
   std::string err;
   auto server = http_server::start(
     local_api_server_options(path),
@@ -393,7 +394,7 @@ int serve(const serve_options& opts) {
                bound.to_string(), default_runtime, max_concurrent,
                cfg->dir.empty() ? std::string{"built-in defaults"} : cfg->dir,
                attempt_root);
-  auto control = start_control_socket(sys, door, state_dir, port);
+  auto control = start_control_socket(sys, door, stats, state_dir, port);
   int early_signals = 0;
   {
     std::lock_guard<std::mutex> guard{target_mutex};

@@ -90,21 +90,49 @@ boost::json::object to_json(const task_status& s, const task_clock* c) {
   return out;
 }
 
+/// The rows for `all`, each with the times `clock_of` finds for its id
+/// (null: none).
+template<class ClockOf>
+status_answer make_rows(const std::vector<task_status>& all, double now,
+                        ClockOf clock_of) {
+  status_answer out;
+  out.now = now;
+  out.rows.reserve(all.size());
+  for (auto& s : all) {
+    std::optional<task_clock> c = clock_of(s.task_id);
+    out.rows.push_back(status_row{to_json(s, c ? &*c : nullptr),
+                                  c ? c->last_decision : std::string{}});
+  }
+  return out;
+}
+
 } // namespace
 
 status_answer make_status_answer(const std::vector<task_status>& all,
                                  const std::string& view_text) {
   auto tv = parse_times(view_text);
-  status_answer out;
-  out.now = tv.now;
-  for (auto& s : all) {
-    const task_clock* c = nullptr;
-    if (auto i = tv.tasks.find(s.task_id); i != tv.tasks.end())
-      c = &i->second;
-    out.rows.push_back(
-      status_row{to_json(s, c), c ? c->last_decision : std::string{}});
-  }
-  return out;
+  return make_rows(all, tv.now,
+                   [&](const std::string& id) -> std::optional<task_clock> {
+                     if (auto i = tv.tasks.find(id); i != tv.tasks.end())
+                       return i->second;
+                     return std::nullopt;
+                   });
+}
+
+status_answer make_status_answer(const std::vector<task_status>& all,
+                                 const task_clocks& clocks) {
+  // The view's JSON writes an unknown time (0) as null.
+  auto known = [](double x) {
+    return x > 0 ? std::optional<double>{x} : std::nullopt;
+  };
+  return make_rows(
+    all, clocks.now, [&](const std::string& id) -> std::optional<task_clock> {
+      auto* t = clocks.find(id);
+      if (!t)
+        return std::nullopt;
+      return task_clock{known(t->submitted_ts), known(t->next_retry_ts),
+                        known(t->finished_ts), t->last_decision};
+    });
 }
 
 } // namespace tasksup::app

@@ -7,6 +7,7 @@
 
 #include "status_view.hpp"
 
+#include "tasksup/actors/node_stats.hpp"
 #include "tasksup/actors/protocol.hpp"
 
 #include <string>
@@ -18,5 +19,10 @@ namespace tasksup::app {
 /// `(view)` answer; empty or unreadable: no times, as from an older node).
 status_answer make_status_answer(const std::vector<task_status>& all,
                                  const std::string& view_text);
+
+/// The same rows from the statistics' typed times (`clock_atom`, on the
+/// node itself): no JSON text in between.
+status_answer make_status_answer(const std::vector<task_status>& all,
+                                 const task_clocks& clocks);
 
 } // namespace tasksup::app

@@ -291,6 +291,25 @@ const task_times* node_stats::times(const std::string& task_id) const {
   return i == tasks_.end() ? nullptr : &i->second.times;
 }
 
+task_clocks node_stats::clocks(double now) const {
+  task_clocks out;
+  out.now = now;
+  out.task_ids.reserve(tasks_.size());
+  out.times.reserve(tasks_.size());
+  for (auto& [id, track] : tasks_) { // a std::map: ascending
+    out.task_ids.push_back(id);
+    out.times.push_back(track.times);
+  }
+  return out;
+}
+
+const task_times* task_clocks::find(const std::string& task_id) const {
+  auto i = std::lower_bound(task_ids.begin(), task_ids.end(), task_id);
+  if (i == task_ids.end() || *i != task_id)
+    return nullptr;
+  return &times[static_cast<std::size_t>(i - task_ids.begin())];
+}
+
 node_stats::task_track& node_stats::track(const std::string& task_id) {
   auto i = tasks_.find(task_id);
   if (i != tasks_.end())

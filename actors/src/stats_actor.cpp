@@ -208,6 +208,7 @@ caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry,
           [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
     },
+    [=](clock_atom) { return self->state.stats.clocks(wall_clock_s()); },
     [=](view_atom) -> caf::result<std::string> {
       auto rp = self->make_response_promise<std::string>();
       self->request(self->state.registry, registry_timeout, status_atom::value)

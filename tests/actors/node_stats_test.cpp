@@ -316,6 +316,32 @@ TEST_CASE("task times: submitted, next retry while waiting, finished") {
   CHECK(stats.times("t")->next_retry_ts == 0);
 }
 
+TEST_CASE("task times as typed clocks: every task, ascending, found by id") {
+  node_stats stats;
+  task_script b{stats, "b", 200};
+  task_script a{stats, "a", 100};
+  b.attempt("x", 1, 0);
+  b.done(task_outcome::succeeded);
+  auto clocks = stats.clocks(300);
+  CHECK(clocks.now == 300);
+  CHECK(clocks.task_ids == std::vector<std::string>{"a", "b"});
+  REQUIRE(clocks.times.size() == 2);
+  for (auto id : {"a", "b"}) {
+    auto* found = clocks.find(id);
+    REQUIRE(found);
+    CHECK(found->submitted_ts == stats.times(id)->submitted_ts);
+    CHECK(found->finished_ts == stats.times(id)->finished_ts);
+    CHECK(found->last_decision == stats.times(id)->last_decision);
+  }
+  CHECK(clocks.find("a")->submitted_ts == 100);
+  CHECK(clocks.find("b")->submitted_ts == 200);
+  CHECK(clocks.find("b")->finished_ts == 201);
+  CHECK(clocks.find("a")->finished_ts == 0);
+  CHECK(clocks.find("c") == nullptr);
+  CHECK(clocks.find("") == nullptr);
+  CHECK(node_stats{}.clocks(1).find("a") == nullptr);
+}
+
 TEST_CASE("events of this node (typed) and events read back from the "
           "journal (JSON) give the same figures") {
   auto run = [](bool read_back) {

@@ -106,6 +106,33 @@ struct task_times {
   std::string last_decision;
 };
 
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, task_times& x) {
+  return f(caf::meta::type_name("task_times"), x.submitted_ts,
+           x.attempt_started_ts, x.next_retry_ts, x.finished_ts,
+           x.last_decision);
+}
+
+/// The times of every task the statistics keep, with the node's clock: the
+/// answer to `clock_atom`, which `status` on the node's own machine reads
+/// instead of the view's JSON. Local to a node (not registered for the
+/// wire).
+struct task_clocks {
+  double now = 0;
+  /// Ascending.
+  std::vector<std::string> task_ids;
+  /// The times of `task_ids[i]` at `i`.
+  std::vector<task_times> times;
+
+  /// The times of `task_id`, or null.
+  const task_times* find(const std::string& task_id) const;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, task_clocks& x) {
+  return f(caf::meta::type_name("task_clocks"), x.now, x.task_ids, x.times);
+}
+
 /// Figures folded from events. Bounded: at most `max_agent_labels` agent ids
 /// become metric labels (the rest count as "other": agent ids come from
 /// task files, which anyone who can submit writes), at most `max_records`
@@ -137,6 +164,9 @@ public:
 
   /// The task's times, or null.
   const task_times* times(const std::string& task_id) const;
+
+  /// Every task's times, with `now` as the clock.
+  task_clocks clocks(double now) const;
 
   /// Finished attempts kept, oldest first.
   const std::deque<attempt_record>& records() const noexcept {

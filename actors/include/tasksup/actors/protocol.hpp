@@ -141,6 +141,8 @@ using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
 /// `(view)` -> JSON text: every task with its times (dashboard list);
 /// `(view, task_id)` -> JSON text: one task with its events.
 using view_atom = caf::atom_constant<caf::atom("view")>;
+/// To the statistics actor: every task's times as `task_clocks`.
+using clock_atom = caf::atom_constant<caf::atom("clock")>;
 
 // -- enums
 // ---------------------------------------------------------------------
