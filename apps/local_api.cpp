@@ -49,11 +49,12 @@ http_response bad_request(std::string why) {
                                               {"timeout", false}});
 }
 
-/// Answers `reply` with `all` and the times the node's statistics keep,
-/// asked of `stats` as typed values (the TCP path reads them from the
-/// view's JSON, `status_command.cpp`).
+/// Answers `reply` with `all` (every task, or the one `task_id` names) and
+/// the times the node's statistics keep, asked of `stats` as typed values
+/// (the TCP path reads them from the view's JSON, `status_command.cpp`).
 void answer_status(caf::event_based_actor* self, const caf::actor& stats,
-                   std::vector<task_status> all, const http_reply& reply) {
+                   std::vector<task_status> all, const std::string& task_id,
+                   const http_reply& reply) {
   // Shared by both handlers below, not copied into each (a node may have
   // thousands of tasks).
   auto shared =
@@ -66,10 +67,15 @@ void answer_status(caf::event_based_actor* self, const caf::actor& stats,
   };
   if (!stats)
     return answer({});
-  self->request(stats, node_request_timeout, clock_atom::value)
-    .then([=](task_clocks& clocks) { answer(clocks); },
-          // No statistics: no times.
-          [=](caf::error&) { answer({}); });
+  auto got = [=](task_clocks& clocks) { answer(clocks); };
+  // No statistics: no times.
+  auto failed = [=](caf::error&) { answer({}); };
+  if (task_id.empty())
+    self->request(stats, node_request_timeout, clock_atom::value)
+      .then(got, failed);
+  else
+    self->request(stats, node_request_timeout, clock_atom::value, task_id)
+      .then(got, failed);
 }
 
 void status(const local_api_context& ctx, std::string task_id,
@@ -81,14 +87,14 @@ void status(const local_api_context& ctx, std::string task_id,
       self->request(door, node_request_timeout, status_atom::value)
         .then(
           [=](std::vector<task_status>& all) {
-            answer_status(self, stats, std::move(all), reply);
+            answer_status(self, stats, std::move(all), {}, reply);
           },
           [=](caf::error& err) { reply.send(error_answer(err)); });
     else
       self->request(door, node_request_timeout, status_atom::value, task_id)
         .then(
           [=](task_status& one) {
-            answer_status(self, stats, {std::move(one)}, reply);
+            answer_status(self, stats, {std::move(one)}, task_id, reply);
           },
           [=](caf::error& err) { reply.send(error_answer(err)); });
   });

@@ -303,6 +303,16 @@ task_clocks node_stats::clocks(double now) const {
   return out;
 }
 
+task_clocks node_stats::clocks(double now, const std::string& task_id) const {
+  task_clocks out;
+  out.now = now;
+  if (auto* t = times(task_id)) {
+    out.task_ids.push_back(task_id);
+    out.times.push_back(*t);
+  }
+  return out;
+}
+
 const task_times* task_clocks::find(const std::string& task_id) const {
   auto i = std::lower_bound(task_ids.begin(), task_ids.end(), task_id);
   if (i == task_ids.end() || *i != task_id)

@@ -209,6 +209,9 @@ caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry,
       return rp;
     },
     [=](clock_atom) { return self->state.stats.clocks(wall_clock_s()); },
+    [=](clock_atom, const std::string& task_id) {
+      return self->state.stats.clocks(wall_clock_s(), task_id);
+    },
     [=](view_atom) -> caf::result<std::string> {
       auto rp = self->make_response_promise<std::string>();
       self->request(self->state.registry, registry_timeout, status_atom::value)

@@ -340,6 +340,11 @@ TEST_CASE("task times as typed clocks: every task, ascending, found by id") {
   CHECK(clocks.find("c") == nullptr);
   CHECK(clocks.find("") == nullptr);
   CHECK(node_stats{}.clocks(1).find("a") == nullptr);
+  // One task's alone.
+  auto one = stats.clocks(300, "b");
+  CHECK(one.task_ids == std::vector<std::string>{"b"});
+  CHECK(one.find("b")->finished_ts == 201);
+  CHECK(stats.clocks(300, "c").task_ids.empty());
 }
 
 TEST_CASE("events of this node (typed) and events read back from the "

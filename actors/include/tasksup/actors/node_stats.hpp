@@ -168,6 +168,9 @@ public:
   /// Every task's times, with `now` as the clock.
   task_clocks clocks(double now) const;
 
+  /// The times of `task_id` alone (none when it is unknown).
+  task_clocks clocks(double now, const std::string& task_id) const;
+
   /// Finished attempts kept, oldest first.
   const std::deque<attempt_record>& records() const noexcept {
     return records_;

@@ -16,9 +16,10 @@ namespace tasksup {
 /// `(view)` -> JSON of every task, `(view, limit, after)` -> one page of
 /// them, newest first (`node_stats::tasks_page_json`), `(view, task_id)` ->
 /// JSON of one task with its events, `(clock)` -> every task's times as
-/// `task_clocks` (local to the node). Figures that live in the registry (task
-/// states, breakers, budget, slots) are asked for at the moment of the query,
-/// and so are the figures of `journal` (the node's journal actor, if any).
+/// `task_clocks` (local to the node), `(clock, task_id)` -> one task's. Figures
+/// that live in the registry (task states, breakers, budget, slots) are asked
+/// for at the moment of the query, and so are the figures of `journal` (the
+/// node's journal actor, if any).
 caf::actor spawn_stats(caf::actor_system& sys, caf::actor registry,
                        journal_actor journal = {});
 
