@@ -99,8 +99,13 @@ run attempt-dirs "$root/bench/attempt_dirs.sh" "$build/apps/tasksup" 300 10 \
   "${TMPDIR:-/tmp}" /dev/shm
 
 # 7. Client start: `tasksup --version` and `tasksup status` against a node.
+# `status` against a node with 2,001 finished tasks, and the floor of any
+# command over the TCP port (bare C clients: TLS library, credentials,
+# mutual-TLS handshake).
 if command -v hyperfine >/dev/null; then
   run client-start "$root/bench/client_start.sh" "$build/apps/tasksup"
+  run status-scale "$root/bench/status_scale.sh" "$build/apps/tasksup" "" 2001
+  run tls-client-floor "$root/bench/tls_client_floor.sh" "$build/apps/tasksup"
 fi
 
 # 11. Mutual TLS: `tasksup status` against a TLS node and an --insecure one.
