@@ -141,7 +141,8 @@ using metrics_atom = caf::atom_constant<caf::atom("metrics")>;
 /// `(view)` -> JSON text: every task with its times (dashboard list);
 /// `(view, task_id)` -> JSON text: one task with its events.
 using view_atom = caf::atom_constant<caf::atom("view")>;
-/// To the statistics actor: every task's times as `task_clocks`.
+/// To the statistics actor: `(clock)` -> every task's times as
+/// `task_clocks`; `(clock, task_id)` -> one task's (local to the node).
 using clock_atom = caf::atom_constant<caf::atom("clock")>;
 
 // -- enums
