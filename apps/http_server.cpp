@@ -1,5 +1,6 @@
 #include "http_server.hpp"
 #include "listen_socket.hpp"
+#include "local_control.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -238,10 +239,8 @@ struct http_server::impl {
 
   /// Whether the process at the other end of `fd` runs as `peer_uid`.
   bool peer_allowed(int fd) const {
-    ucred cred{};
-    socklen_t len = sizeof cred;
-    return ::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
-           cred.uid == *opts.peer_uid;
+    auto uid = socket_peer_uid(fd);
+    return uid && uid == opts.peer_uid;
   }
 
   void accept_all() {

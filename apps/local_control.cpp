@@ -85,6 +85,14 @@ std::optional<local_answer> parse_response(const std::string& text) {
 
 } // namespace
 
+std::optional<uid_t> socket_peer_uid(int fd) {
+  ucred cred{};
+  socklen_t len = sizeof cred;
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+    return std::nullopt;
+  return cred.uid;
+}
+
 std::string control_socket_path(const std::string& state_dir,
                                 std::uint16_t port) {
   return state_dir + "/control-" + std::to_string(port) + ".sock";
@@ -115,10 +123,7 @@ std::optional<local_connection> local_connection::open(const std::string& path,
     return not_sent(path + ": " + std::strerror(errno));
   // The file was this user's when we looked; the process listening is too
   // (a socket swapped in between would fail here).
-  ucred peer{};
-  socklen_t len = sizeof peer;
-  if (::getsockopt(conn.fd_, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 ||
-      peer.uid != ::geteuid())
+  if (socket_peer_uid(conn.fd_) != ::geteuid())
     return not_sent(path + ": not served by this user");
   return conn;
 }

@@ -31,7 +31,15 @@
 #include <optional>
 #include <string>
 
+#include <sys/types.h>
+
 namespace tasksup::app {
+
+/// The user of the process at the other end of the Unix socket `fd`
+/// (SO_PEERCRED, as the kernel recorded it at connect or listen), or
+/// nullopt when it cannot be read. Both ends of the control socket check
+/// it: the node its clients, a client the node.
+std::optional<uid_t> socket_peer_uid(int fd);
 
 /// The control socket of the node whose front door is on `port` and whose
 /// state directory is `state_dir`.
