@@ -422,9 +422,6 @@ TEST_CASE("control socket: only the node's user is served, and a socket "
   // connects, sees who serves it, and sends nothing. The directory is one
   // everybody may write to (sticky, like /tmp).
   REQUIRE(::chmod((dir / "state").c_str(), 01777) == 0);
-  sockaddr_un swapped{};
-  swapped.sun_family = AF_UNIX;
-  std::strncpy(swapped.sun_path, planted.c_str(), sizeof swapped.sun_path - 1);
   int ready[2];
   REQUIRE(::pipe(ready) == 0);
   auto server = ::fork();
@@ -436,8 +433,7 @@ TEST_CASE("control socket: only the node's user is served, and a socket "
     if (::setgid(gid) != 0 || ::setuid(uid) != 0)
       ::_exit(10);
     int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&swapped), sizeof swapped) !=
-          0 ||
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
         ::listen(fd, 8) != 0)
       ::_exit(11);
     if (::write(ready[1], "r", 1) != 1)
