@@ -1,5 +1,7 @@
 #include "tasksup/supervisor/output_parser.hpp"
 
+#include "tasksup/supervisor/bounded_number.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
 
@@ -89,13 +91,15 @@ std::optional<std::int64_t> count(const json::value* v) {
   return std::nullopt;
 }
 
-std::optional<double> number(const json::value* v) {
+/// A cost in US dollars: a non-negative number, clamped to `max_cost_usd`
+/// (the sum of a task's attempts is clamped too), or nullopt.
+std::optional<double> cost(const json::value* v) {
   if (v == nullptr || !v->is_number())
     return std::nullopt;
   auto d = v->to_number<double>();
-  if (!std::isfinite(d) || d < 0)
+  if (std::isnan(d) || d < 0)
     return std::nullopt;
-  return d;
+  return bounded_cost(d);
 }
 
 /// An HTTP status in 100..599, or 0.
@@ -234,7 +238,7 @@ std::string output_parser::feed_json_line(std::string_view line) {
           count(member(*u, "cache_read_input_tokens")).value_or(0);
         result_.usage = usage;
       }
-      result_.cost_usd = number(member(*doc, "total_cost_usd"));
+      result_.cost_usd = cost(member(*doc, "total_cost_usd"));
       const auto* is_error = member(*doc, "is_error");
       if (is_error != nullptr && is_error->is_bool() && is_error->as_bool()) {
         // The API's error type is the more precise one, except that the API
@@ -346,9 +350,11 @@ std::string output_parser::feed_gemini(std::string_view line) {
       if (tokens == nullptr)
         continue;
       any = true;
-      usage.input_tokens += count(member(*tokens, "prompt")).value_or(0);
-      usage.output_tokens += count(member(*tokens, "candidates")).value_or(0);
-      usage.cached_input_tokens += count(member(*tokens, "cached")).value_or(0);
+      token_usage model;
+      model.input_tokens = count(member(*tokens, "prompt")).value_or(0);
+      model.output_tokens = count(member(*tokens, "candidates")).value_or(0);
+      model.cached_input_tokens = count(member(*tokens, "cached")).value_or(0);
+      usage += model;
     }
     if (any)
       result_.usage = usage;

@@ -1,5 +1,7 @@
 #include "tasksup/supervisor/task_machine.hpp"
 
+#include "tasksup/supervisor/bounded_number.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <utility>
@@ -211,12 +213,10 @@ bool task_machine::on(task_machine_state& st, const input::attempt_ended& in,
   if (o.structured) {
     if (auto& u = o.structured->usage) {
       auto& sum = st.usage ? *st.usage : st.usage.emplace();
-      sum.input_tokens += u->input_tokens;
-      sum.output_tokens += u->output_tokens;
-      sum.cached_input_tokens += u->cached_input_tokens;
+      sum += *u;
     }
     if (auto& c = o.structured->cost_usd)
-      st.cost_usd = st.cost_usd.value_or(0) + *c;
+      st.cost_usd = add_cost(st.cost_usd.value_or(0), *c);
   }
   st.last_exit_code = o.exit_code;
   st.last_artifacts = o.artifacts;

@@ -2,7 +2,10 @@
 
 #include <catch2/catch.hpp>
 
+#include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -236,4 +239,59 @@ TEST_CASE("classify_attempt: structured error first, crashes still win") {
   out.structured->error->type = "something_new";
   out.structured->error->http_status = 418;
   CHECK(classify_attempt(*rules, out, "claude").rule == "default");
+}
+
+TEST_CASE("structured output: numbers at the edges are bounded where they "
+          "enter") {
+  auto claude = [](const std::string& cost, const std::string& tokens) {
+    output_parser p{output_format::claude_stream_json};
+    p.feed(R"({"type":"result","result":"ok","total_cost_usd":)" + cost +
+           R"(,"usage":{"input_tokens":)" + tokens + R"(,"output_tokens":1}})");
+    return p.result();
+  };
+  // The issue's line: a cost of 1e308 and 9e18 input tokens.
+  auto r = claude("1e308", "9000000000000000000");
+  REQUIRE(r.cost_usd);
+  CHECK(*r.cost_usd == max_cost_usd);
+  REQUIRE(r.usage);
+  CHECK(r.usage->input_tokens == 9000000000000000000);
+  // JSON's huge exponents parse to infinity: clamped, never kept.
+  CHECK(claude("1e999", "1").cost_usd == max_cost_usd);
+  // A negative cost or count is not a cost or a count.
+  CHECK_FALSE(claude("-1e999", "1").cost_usd);
+  CHECK(claude("1", "-5").usage->input_tokens == 0);
+  // -0 is 0, not a negative zero printed as "-0".
+  auto zero = claude("-0", "0").cost_usd;
+  REQUIRE(zero);
+  CHECK_FALSE(std::signbit(*zero));
+  // 2^63 does not fit a count: left out rather than wrapped.
+  CHECK(claude("0", "9223372036854775808").usage->input_tokens == 0);
+  CHECK(claude("0", "9223372036854775807").usage->input_tokens == INT64_MAX);
+
+  // gemini sums the models of one attempt: the sum saturates.
+  output_parser gemini{output_format::gemini_json};
+  for (
+    const char* line :
+    {"{", R"("response": "ok",)",
+     R"("stats": {"models": {"a": {"tokens": {"prompt": 9000000000000000000,)"
+     R"( "candidates": 1}}, "b": {"tokens": {"prompt": 9000000000000000000,)"
+     R"( "candidates": 1}}}})",
+     "}"})
+    gemini.feed(line);
+  REQUIRE(gemini.result().usage);
+  CHECK(gemini.result().usage->input_tokens == INT64_MAX);
+  CHECK(gemini.result().usage->output_tokens == 2);
+}
+
+TEST_CASE("token and cost sums saturate instead of overflowing") {
+  token_usage a{INT64_MAX - 1, 5, 0};
+  a += token_usage{9000000000000000000, 5, INT64_MAX};
+  CHECK(a.input_tokens == INT64_MAX);
+  CHECK(a.output_tokens == 10);
+  CHECK(a.cached_input_tokens == INT64_MAX);
+  CHECK(add_cost(1e308, 1e308) == max_cost_usd);
+  CHECK(add_cost(0.25, 0.5) == 0.75);
+  CHECK(add_cost(std::nan(""), 1) == 1);
+  CHECK(add_cost(-std::numeric_limits<double>::infinity(), 2) == 2);
+  CHECK(saturating_add(INT64_MIN, -1) == INT64_MIN);
 }

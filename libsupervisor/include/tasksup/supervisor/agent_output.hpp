@@ -1,5 +1,7 @@
 #pragma once
 
+#include "tasksup/supervisor/bounded_number.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -35,6 +37,16 @@ struct token_usage {
   std::int64_t output_tokens = 0;
   /// Input tokens served from the provider's prompt cache.
   std::int64_t cached_input_tokens = 0;
+
+  /// Adds `x`'s counts, each sum saturating at the int64 bound: counts come
+  /// from agent output and are not trusted to stay small.
+  token_usage& operator+=(const token_usage& x) noexcept {
+    input_tokens = saturating_add(input_tokens, x.input_tokens);
+    output_tokens = saturating_add(output_tokens, x.output_tokens);
+    cached_input_tokens =
+      saturating_add(cached_input_tokens, x.cached_input_tokens);
+    return *this;
+  }
 };
 
 /// The provider error an agent CLI reported in its structured output.
