@@ -12,6 +12,8 @@
 #include <caf/deep_to_string.hpp>
 
 #include <cstdint>
+#include <limits>
+#include <map>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -164,4 +166,55 @@ TEST_CASE("protocol errors carry their text", "[protocol]") {
   CHECK(parse_stop_mode("kill") == stop_mode::kill);
   CHECK_FALSE(parse_stop_mode("stop"));
   CHECK(to_string(event_kind::retry_scheduled) == "retry_scheduled");
+}
+
+TEST_CASE("a number that is not finite, or beyond the wire's bound, is "
+          "refused on save and on load",
+          "[protocol]") {
+  caf::actor_system_config cfg;
+  register_protocol(cfg);
+  caf::actor_system sys{cfg};
+  // Saving: refused with the field's name, and it ends (CAF 0.17's float
+  // encoder would loop forever on the infinity).
+  task_status s;
+  s.task_id = "t1";
+  s.result = task_result{};
+  s.result->metadata.cost_usd = std::numeric_limits<double>::infinity();
+  std::vector<char> buf;
+  caf::binary_serializer sink{sys, buf};
+  auto err = sink(s);
+  REQUIRE(err);
+  CHECK_THAT(caf::to_string(err), Catch::Contains("metadata.cost_usd"));
+  attempt_outcome o;
+  o.duration_s = -std::numeric_limits<double>::infinity();
+  buf.clear();
+  caf::binary_serializer sink2{sys, buf};
+  err = sink2(o);
+  REQUIRE(err);
+  CHECK_THAT(caf::to_string(err), Catch::Contains("outcome.duration_s"));
+  // Loading: a peer that sends a number beyond the bound is refused.
+  buf.clear();
+  caf::binary_serializer raw{sys, buf};
+  REQUIRE_FALSE(raw(std::string{}, std::string{}, 0, 0, 0, 0,
+                    std::map<std::string, int>{}, false, token_usage{}, true,
+                    1e300));
+  result_metadata m;
+  caf::binary_deserializer source{sys, buf};
+  err = source(m);
+  REQUIRE(err);
+  CHECK_THAT(caf::to_string(err), Catch::Contains("metadata.cost_usd"));
+  // A negative token count is refused too.
+  buf.clear();
+  caf::binary_serializer raw2{sys, buf};
+  REQUIRE_FALSE(raw2(std::int64_t{-1}, std::int64_t{0}, std::int64_t{0}));
+  token_usage u;
+  caf::binary_deserializer source2{sys, buf};
+  err = source2(u);
+  REQUIRE(err);
+  CHECK_THAT(caf::to_string(err), Catch::Contains("negative"));
+  // Numbers within the bound travel as they are.
+  s.result->metadata.cost_usd = 1e9;
+  CHECK(round_trip(sys, s).result->metadata.cost_usd == 1e9);
+  o.duration_s = 2.5;
+  CHECK(round_trip(sys, o).duration_s == 2.5);
 }

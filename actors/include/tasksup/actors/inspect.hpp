@@ -8,7 +8,10 @@
 // Everything read from the network is untrusted, so loading is checked while
 // it happens: every enum against its range (`checked`), every list and map
 // against `wire::max_list_entries` before an element is read (`bounded`),
-// every string against its limit (`check_sizes` in a load callback). A check
+// every string against its limit (`check_sizes` in a load callback), every
+// number against `wire::max_number` (`finite`, checked on save as well: CAF
+// 0.17's float encoder does not end on an infinity, so one never reaches
+// it). A check
 // that fails fails the deserialization: CAF drops the message, and the bad
 // value never reaches an actor. The wire format is CAF's own (an enum is its
 // underlying integer, a list its length then its elements), so the checks
@@ -27,9 +30,11 @@
 
 #include <caf/error.hpp>
 #include <caf/meta/load_callback.hpp>
+#include <caf/meta/save_callback.hpp>
 #include <caf/meta/type_name.hpp>
 #include <caf/sec.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -38,6 +43,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace tasksup {
 
@@ -294,6 +300,41 @@ typename Inspector::result_type inspect(Inspector& f, opt_ref<T, Wrap>& x) {
            }));
 }
 
+/// Whether `x` is a number a message may carry: finite and within
+/// `wire::max_number` of zero.
+inline bool sendable(double x) noexcept {
+  return std::isfinite(x) && std::fabs(x) <= wire::max_number;
+}
+
+inline bool sendable(const std::optional<double>& x) noexcept {
+  return !x || sendable(*x);
+}
+
+inline bool sendable(const std::optional<std::optional<double>>& x) noexcept {
+  return !x || sendable(*x);
+}
+
+inline bool sendable(const std::vector<double>& xs) noexcept {
+  for (auto x : xs)
+    if (!sendable(x))
+      return false;
+  return true;
+}
+
+/// A number member (a double, an optional or clearable one, or a list of
+/// them) to be checked by `sendable` on save and on load.
+template<class T>
+struct number_field {
+  T& ref;
+  const char* name;
+};
+
+/// Marks a number member for the `sendable` check.
+template<class T>
+number_field<T> finite(T& x, const char* name) {
+  return number_field<T>{x, name};
+}
+
 /// A setting a task may leave unset, clear, or set (`clearable`).
 template<class T>
 struct clearable_ref {
@@ -333,6 +374,53 @@ typename Inspector::result_type inspect(Inspector& f, clearable_ref<T>& x) {
            }));
 }
 
+/// The mark of a serializer or deserializer that bounds every number itself,
+/// as the journal's codec does (it clamps them into `sendable`'s range):
+/// `finite` then leaves the numbers to it rather than refusing the record.
+/// (CAF hands `inspect` the serializer's base class, so the mark is checked
+/// at run time.)
+class clamps_numbers {
+public:
+  virtual ~clamps_numbers() = default;
+};
+
+/// Whether `f` is marked `clamps_numbers`.
+template<class Inspector>
+bool clamps(const Inspector& f) noexcept {
+  if constexpr (std::is_polymorphic_v<Inspector>)
+    return dynamic_cast<const clamps_numbers*>(&f) != nullptr;
+  else
+    return false;
+}
+
+/// Inspects a number member in its usual wire shape; saving refuses a value
+/// `sendable` refuses (the message is not sent), and so does loading (the
+/// message is dropped, like any other that breaks a wire limit).
+template<class Inspector, class T>
+typename Inspector::result_type inspect(Inspector& f, number_field<T>& x) {
+  auto check = [&]() -> caf::error {
+    if (sendable(x.ref))
+      return caf::none;
+    return wire_error(
+      x.name, "a number that is not finite or beyond " +
+                std::to_string(static_cast<long long>(wire::max_number)));
+  };
+  decltype(auto) field = [&]() -> decltype(auto) {
+    if constexpr (std::is_same_v<T, double>)
+      return (x.ref);
+    else if constexpr (std::is_same_v<T, std::optional<double>>)
+      return opt(x.ref);
+    else if constexpr (std::is_same_v<T, std::vector<double>>)
+      return bounded(x.ref, x.name);
+    else
+      return clear_opt(x.ref, x.name);
+  }();
+  if (clamps(f))
+    return f(field);
+  return f(caf::meta::save_callback(check), field,
+           caf::meta::load_callback(check));
+}
+
 } // namespace detail
 
 /// Serializes an agent.
@@ -342,8 +430,8 @@ typename Inspector::result_type inspect(Inspector& f, agent_spec& x) {
            x.config_dir, x.cli_flags, detail::bounded(x.args, "agent.args"),
            x.prompt_as_argument, x.profile,
            detail::bounded(x.env_passthrough, "agent.env_passthrough"),
-           x.output, x.idle_timeout_s, x.provider,
-           detail::bounded(x.idle_noise, "agent.idle_noise"),
+           x.output, detail::finite(x.idle_timeout_s, "agent.idle_timeout_s"),
+           x.provider, detail::bounded(x.idle_noise, "agent.idle_noise"),
            caf::meta::load_callback([&]() -> caf::error {
              // Untrusted input: an output format this build does not know.
              if (static_cast<uint8_t>(x.output) >
@@ -364,21 +452,28 @@ typename Inspector::result_type inspect(Inspector& f, agent_spec& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, token_usage& x) {
   return f(caf::meta::type_name("token_usage"), x.input_tokens, x.output_tokens,
-           x.cached_input_tokens);
+           x.cached_input_tokens, caf::meta::load_callback([&]() -> caf::error {
+             if (x.input_tokens < 0 || x.output_tokens < 0 ||
+                 x.cached_input_tokens < 0)
+               return detail::wire_error("token_usage", "a negative count");
+             return caf::none;
+           }));
 }
 
 /// Serializes a structured provider error.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, structured_error& x) {
   return f(caf::meta::type_name("structured_error"), x.http_status, x.type,
-           x.message, detail::opt(x.retry_after_s));
+           x.message,
+           detail::finite(x.retry_after_s, "structured_error.retry_after_s"));
 }
 
 /// Serializes what an agent's structured output said.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, structured_result& x) {
   return f(caf::meta::type_name("structured_result"), x.final_message,
-           detail::opt(x.error), detail::opt(x.usage), detail::opt(x.cost_usd));
+           detail::opt(x.error), detail::opt(x.usage),
+           detail::finite(x.cost_usd, "structured_result.cost_usd"));
 }
 
 /// Serializes an agent selection.
@@ -395,15 +490,19 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, backoff_spec& x) {
   return f(caf::meta::type_name("backoff_spec"),
            detail::checked(x.kind, "backoff.kind"),
-           detail::bounded(x.table_s, "backoff.table_s"), x.initial_s,
-           x.multiplier, x.max_s, detail::checked(x.jit, "backoff.jitter"));
+           detail::finite(x.table_s, "backoff.table_s"),
+           detail::finite(x.initial_s, "backoff.initial_s"),
+           detail::finite(x.multiplier, "backoff.multiplier"),
+           detail::finite(x.max_s, "backoff.max_s"),
+           detail::checked(x.jit, "backoff.jitter"));
 }
 
 /// Serializes restart intensity settings.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, intensity_config& x) {
-  return f(caf::meta::type_name("intensity_config"), x.max_restarts, x.period_s,
-           x.reset_after_s);
+  return f(caf::meta::type_name("intensity_config"), x.max_restarts,
+           detail::finite(x.period_s, "intensity.period_s"),
+           detail::finite(x.reset_after_s, "intensity.reset_after_s"));
 }
 
 /// Serializes the steps around each attempt.
@@ -416,24 +515,30 @@ typename Inspector::result_type inspect(Inspector& f, attempt_steps& x) {
 /// Serializes a task's supervision policy.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, supervisor_config& x) {
-  return f(caf::meta::type_name("supervisor_config"), x.max_retries_per_agent,
-           x.enable_fallback, x.backoff_base_seconds, x.rate_limit_backoff_base,
-           x.max_total_attempts, x.max_crash_restarts,
-           detail::bounded(x.actions, "supervisor.actions"),
-           detail::checked(x.restart, "supervisor.restart"), x.intensity,
-           detail::bounded(x.backoff, "supervisor.backoff"),
-           detail::opt(x.deadline_s), x.stop_grace_s,
-           detail::checked(x.fatal, "supervisor.fatal_scope"),
-           detail::opt(x.attempt_timeout_s), detail::opt(x.done_exit_code),
-           x.restart_backoff, x.steps);
+  return f(
+    caf::meta::type_name("supervisor_config"), x.max_retries_per_agent,
+    x.enable_fallback,
+    detail::finite(x.backoff_base_seconds, "supervisor.backoff_base_seconds"),
+    detail::finite(x.rate_limit_backoff_base,
+                   "supervisor.rate_limit_backoff_base"),
+    x.max_total_attempts, x.max_crash_restarts,
+    detail::bounded(x.actions, "supervisor.actions"),
+    detail::checked(x.restart, "supervisor.restart"), x.intensity,
+    detail::bounded(x.backoff, "supervisor.backoff"),
+    detail::finite(x.deadline_s, "supervisor.deadline_s"),
+    detail::finite(x.stop_grace_s, "supervisor.stop_grace_s"),
+    detail::checked(x.fatal, "supervisor.fatal_scope"),
+    detail::finite(x.attempt_timeout_s, "supervisor.attempt_timeout_s"),
+    detail::opt(x.done_exit_code), x.restart_backoff, x.steps);
 }
 
 /// Serializes the restart intensity a task names.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, intensity_overrides& x) {
   return f(caf::meta::type_name("intensity_overrides"),
-           detail::opt(x.max_restarts), detail::opt(x.period_s),
-           detail::opt(x.reset_after_s));
+           detail::opt(x.max_restarts),
+           detail::finite(x.period_s, "intensity.period_s"),
+           detail::finite(x.reset_after_s, "intensity.reset_after_s"));
 }
 
 /// Serializes the supervisor settings a task names.
@@ -442,15 +547,17 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_overrides& x) {
   return f(
     caf::meta::type_name("supervisor_overrides"),
     detail::opt(x.max_retries_per_agent), detail::opt(x.enable_fallback),
-    detail::opt(x.backoff_base_seconds), detail::opt(x.rate_limit_backoff_base),
+    detail::finite(x.backoff_base_seconds, "supervisor.backoff_base_seconds"),
+    detail::finite(x.rate_limit_backoff_base,
+                   "supervisor.rate_limit_backoff_base"),
     detail::opt(x.max_total_attempts), detail::opt(x.max_crash_restarts),
     detail::bounded(x.actions, "supervisor.actions"),
     detail::opt_checked(x.restart, "supervisor.restart"), x.intensity,
     detail::bounded(x.backoff, "supervisor.backoff"),
-    detail::clear_opt(x.deadline_s, "supervisor.deadline_s"),
-    detail::opt(x.stop_grace_s),
+    detail::finite(x.deadline_s, "supervisor.deadline_s"),
+    detail::finite(x.stop_grace_s, "supervisor.stop_grace_s"),
     detail::opt_checked(x.fatal, "supervisor.fatal_scope"),
-    detail::clear_opt(x.attempt_timeout_s, "supervisor.attempt_timeout_s"),
+    detail::finite(x.attempt_timeout_s, "supervisor.attempt_timeout_s"),
     detail::clear_opt(x.done_exit_code, "supervisor.done_exit_code"),
     detail::opt(x.restart_backoff));
 }
@@ -476,7 +583,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, classification& x) {
   return f(caf::meta::type_name("classification"),
            detail::checked(x.cls, "classification.class"), x.rule, x.line,
-           detail::opt(x.retry_after_s),
+           detail::finite(x.retry_after_s, "classification.retry_after_s"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
                {{x.rule, wire::max_id_bytes, "classification.rule"},
@@ -511,7 +618,8 @@ typename Inspector::result_type inspect(Inspector& f, repo_spec& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, command_spec& x) {
   return f(caf::meta::type_name("command_spec"), x.name,
-           detail::bounded(x.argv, "command.argv"), x.timeout_s,
+           detail::bounded(x.argv, "command.argv"),
+           detail::finite(x.timeout_s, "command.timeout_s"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
                {{x.name, wire::max_id_bytes, "command.name"}});
@@ -556,7 +664,8 @@ typename Inspector::result_type inspect(Inspector& f, task_spec& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attempt_outcome& x) {
   return f(caf::meta::type_name("attempt_outcome"), x.exit_code, x.signal,
-           x.oom_killed, detail::bounded(x.tail, "outcome.tail"), x.duration_s,
+           x.oom_killed, detail::bounded(x.tail, "outcome.tail"),
+           detail::finite(x.duration_s, "outcome.duration_s"),
            detail::bounded(x.artifacts, "outcome.artifacts"),
            x.infrastructure_error, x.log_path, x.started, x.retry_futile,
            detail::opt(x.structured), x.lost_node,

@@ -452,7 +452,8 @@ typename Inspector::result_type inspect(Inspector& f, result_metadata& x) {
   return f(caf::meta::type_name("result_metadata"), x.agent_used, x.agent_id,
            x.retry_count, x.total_attempts, x.fallback_count, x.total_retries,
            detail::bounded(x.retries_by_agent, "metadata.retries_by_agent"),
-           detail::opt(x.usage), detail::opt(x.cost_usd),
+           detail::opt(x.usage),
+           detail::finite(x.cost_usd, "metadata.cost_usd"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
                {{x.agent_used, wire::max_text_bytes, "metadata.agent_used"},
@@ -503,14 +504,14 @@ typename Inspector::result_type inspect(Inspector& f, event& x) {
     std::string json = x.json();
     return f(caf::meta::type_name("event"),
              detail::checked(x.kind, "event.kind"), x.task_id, x.attempt,
-             trace_id, span_id, x.ts, json);
+             trace_id, span_id, detail::finite(x.ts, "event.ts"), json);
   } else {
     std::string trace_id;
     std::string span_id;
     std::string json;
     return f(caf::meta::type_name("event"),
              detail::checked(x.kind, "event.kind"), x.task_id, x.attempt,
-             trace_id, span_id, x.ts, json,
+             trace_id, span_id, detail::finite(x.ts, "event.ts"), json,
              caf::meta::load_callback([&]() -> caf::error {
                if (auto err = detail::check_sizes(
                      {{x.task_id, wire::max_id_bytes, "event.task_id"},
@@ -550,15 +551,18 @@ typename Inspector::result_type inspect(Inspector& f, classify_request& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, delay_request& x) {
   return f(caf::meta::type_name("delay_request"), x.spec, x.retry_index,
-           x.previous_s, detail::opt(x.hint_s));
+           detail::finite(x.previous_s, "delay_request.previous_s"),
+           detail::finite(x.hint_s, "delay_request.hint_s"));
 }
 
 /// Serializes a computed delay.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, delay_decision& x) {
-  return f(caf::meta::type_name("delay_decision"), x.delay_s,
-           detail::checked(x.source, "delay_decision.source"), x.scheduled_s,
-           x.step, x.capped);
+  return f(caf::meta::type_name("delay_decision"),
+           detail::finite(x.delay_s, "delay_decision.delay_s"),
+           detail::checked(x.source, "delay_decision.source"),
+           detail::finite(x.scheduled_s, "delay_decision.scheduled_s"), x.step,
+           x.capped);
 }
 
 /// Serializes a permit request.
@@ -604,8 +608,9 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_health& x) {
   return f(caf::meta::type_name("node_health"),
            detail::bounded(x.breakers, "health.breakers"), x.budget_limited,
-           x.budget_tokens, x.budget_capacity, x.slots_in_use, x.slot_limit,
-           x.queued);
+           detail::finite(x.budget_tokens, "health.budget_tokens"),
+           detail::finite(x.budget_capacity, "health.budget_capacity"),
+           x.slots_in_use, x.slot_limit, x.queued);
 }
 
 // -- registration

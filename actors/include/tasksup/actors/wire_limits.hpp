@@ -34,6 +34,12 @@ inline constexpr std::size_t max_text_bytes = 1u << 20;
 /// rules, patterns, exit codes, backoff tables, artifacts, output tail).
 inline constexpr std::size_t max_list_entries = 4096;
 
+/// Largest magnitude of a number in a message or the journal: seconds (a
+/// timestamp, a delay, a deadline), dollars, token budgets. Far beyond any
+/// real value, and small enough that a sum of a few is still finite. A
+/// number that is not finite, or beyond this, fails to (de)serialize.
+inline constexpr double max_number = 1e15;
+
 /// Remote event subscribers one node door serves at once.
 inline constexpr std::size_t max_subscribers = 256;
 
