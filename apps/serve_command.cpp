@@ -241,6 +241,8 @@ int serve(const serve_options& opts) {
                 << "; the node does not start rather than lose tasks\n";
       return exit_status::unavailable;
     }
+    for (auto& w : snapshot->warnings)
+      spdlog::warn("journal: {}", w);
     reg.restored = std::move(*snapshot);
   }
   auto tls = front_door_tls(opts.certs, state_dir, opts.insecure);

@@ -1,6 +1,9 @@
 #include "tasksup/actors/journal_actor.hpp"
 
 #include "tasksup/actors/journal_figures.hpp"
+#include "tasksup/actors/wire_limits.hpp"
+
+#include "tasksup/supervisor/bounded_number.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
@@ -34,12 +37,12 @@ expected<journal_snapshot> load_journal(journal::journal_store& store) {
     journal_entry e;
     e.seq = t.seq;
     e.submitted_at = t.submitted_at;
-    auto spec = decode_task(t.spec, what);
+    auto spec = decode_task(t.spec, what, &out.warnings);
     if (!spec)
       return spec.error();
     e.task = std::move(*spec);
     if (t.finished_at) {
-      auto status = decode_status(t.result, what + ", result");
+      auto status = decode_status(t.result, what + ", result", &out.warnings);
       if (!status)
         return status.error();
       e.finished = std::move(*status);
@@ -53,8 +56,8 @@ expected<journal_snapshot> load_journal(journal::journal_store& store) {
       e.last_event = *last;
       e.inputs.reserve(records->size());
       for (auto& r : *records) {
-        auto in =
-          decode_input(r.body, what + ", record " + std::to_string(r.n));
+        auto in = decode_input(r.body, what + ", record " + std::to_string(r.n),
+                               &out.warnings);
         if (!in)
           return in.error();
         e.inputs.push_back(std::move(*in));
@@ -388,7 +391,7 @@ std::vector<event> history(journal_actor_t* self, std::int64_t seq,
       if (auto* a = o.if_contains("attempt"); a && a->is_int64())
         ev.attempt = static_cast<int>(a->get_int64());
       if (auto* t = o.if_contains("ts"); t && t->is_number())
-        ev.ts = t->to_number<double>();
+        ev.ts = clamp_number(t->to_number<double>(), 0, wire::max_number);
       if (auto* t = o.if_contains("trace_id"); t && t->is_string())
         trace_id = t->get_string();
       if (auto* s = o.if_contains("span_id"); s && s->is_string())

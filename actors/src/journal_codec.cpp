@@ -241,27 +241,43 @@ typename Inspector::result_type inspect(Inspector& f, input_view& v) {
   }
 }
 
-template<class T>
-std::string save(T& x) {
-  std::vector<char> buf;
-  caf::binary_serializer sink{nullptr, buf};
-  if (auto err = sink(x))
-    return {}; // saving in memory cannot fail
-  return std::string(buf.begin(), buf.end());
+/// A number as the journal keeps it: finite and within
+/// `wire::max_number` of zero (NaN is 0, an infinity the bound on its side).
+/// Everything that enters the node is bounded already; this is the one
+/// place that makes sure no other number reaches CAF's float encoder, which
+/// does not end on an infinity.
+template<class Float>
+bool clamp_to_journal(Float& x) {
+  auto lo = static_cast<Float>(-wire::max_number);
+  auto hi = static_cast<Float>(wire::max_number);
+  if (std::isnan(x))
+    x = 0;
+  else if (x < lo)
+    x = lo;
+  else if (x > hi)
+    x = hi;
+  else
+    return false;
+  return true;
 }
 
-/// CAF's binary reader that also refuses every number that is not finite: a
-/// journal never holds an infinity or NaN (times, durations, delays, costs),
-/// and CAF 0.17's serializer does not end on an infinite double, so a loaded
-/// record holding one could never be written back.
-class finite_reader final : public caf::deserializer {
+/// CAF's binary writer (`Base` caf::serializer) or reader (`Base`
+/// caf::deserializer) with every number bounded like `clamp_to_journal`: a
+/// number is written bounded, so that saving always ends, and read bounded,
+/// since a journal written by an older build may hold one that is not
+/// finite, or one so large that a sum of two is not. `clamped` counts the
+/// numbers that were, for a warning that names the task.
+template<class Base, class Inner>
+class bounded_numbers final : public Base, public detail::clamps_numbers {
 public:
-  finite_reader(std::string_view bytes)
-    : inner_(nullptr, bytes.data(), bytes.size()) {
+  template<class... Ts>
+  explicit bounded_numbers(Ts&&... xs) : inner_(nullptr, xs...) {
     // nop
   }
 
-  std::size_t remaining() const noexcept { return inner_.remaining(); }
+  std::size_t clamped() const noexcept { return clamped_; }
+
+  const Inner& inner() const noexcept { return inner_; }
 
   caf::error begin_object(std::uint16_t& nr, std::string& name) override {
     return inner_.begin_object(nr, name);
@@ -296,11 +312,11 @@ protected:
 
   caf::error apply_impl(std::uint64_t& x) override { return inner_.apply(x); }
 
-  caf::error apply_impl(float& x) override { return finite(x); }
+  caf::error apply_impl(float& x) override { return bounded(x); }
 
-  caf::error apply_impl(double& x) override { return finite(x); }
+  caf::error apply_impl(double& x) override { return bounded(x); }
 
-  caf::error apply_impl(long double& x) override { return finite(x); }
+  caf::error apply_impl(long double& x) override { return bounded(x); }
 
   caf::error apply_impl(std::string& x) override { return inner_.apply(x); }
 
@@ -310,41 +326,69 @@ protected:
 
 private:
   template<class Float>
-  caf::error finite(Float& x) {
-    if (auto err = inner_.apply(x))
-      return err;
-    if (!std::isfinite(x))
-      return detail::wire_error("number", "a number that is not finite");
-    return caf::none;
+  caf::error bounded(Float& x) {
+    if constexpr (Base::reads_state) {
+      auto copy = x;
+      clamped_ += clamp_to_journal(copy) ? 1 : 0;
+      return inner_.apply(copy);
+    } else {
+      if (auto err = inner_.apply(x))
+        return err;
+      clamped_ += clamp_to_journal(x) ? 1 : 0;
+      return caf::none;
+    }
   }
 
-  caf::binary_deserializer inner_;
+  Inner inner_;
+  std::size_t clamped_ = 0;
 };
 
-/// Reads `x` from all of `bytes`.
+using bounded_writer = bounded_numbers<caf::serializer, caf::binary_serializer>;
+
+using bounded_reader =
+  bounded_numbers<caf::deserializer, caf::binary_deserializer>;
+
 template<class T>
-expected<bool> load(std::string_view bytes, const std::string& what, T& x) {
-  finite_reader source{bytes};
+std::string save(T& x) {
+  std::vector<char> buf;
+  bounded_writer sink{buf};
+  if (auto err = sink(x))
+    return {}; // saving in memory cannot fail
+  return std::string(buf.begin(), buf.end());
+}
+
+/// Reads `x` from all of `bytes`; a number it had to clamp adds a warning
+/// naming the record to `warnings`.
+template<class T>
+expected<bool> load(std::string_view bytes, const std::string& what, T& x,
+                    std::vector<std::string>* warnings) {
+  bounded_reader source{bytes.data(), bytes.size()};
   if (auto err = source(x))
     return tasksup::error{"journal", "",
                           what + ": unreadable (" + caf::to_string(err) + ")"};
-  if (source.remaining() != 0)
+  if (auto n = source.inner().remaining(); n != 0)
     return tasksup::error{"journal", "",
-                          what + ": " + std::to_string(source.remaining()) +
+                          what + ": " + std::to_string(n) +
                             " stray bytes at the end"};
+  if (auto n = source.clamped(); n != 0 && warnings != nullptr)
+    warnings->push_back(
+      what + ": " + std::to_string(n) + (n == 1 ? " number" : " numbers") +
+      " not finite or beyond " +
+      std::to_string(static_cast<long long>(wire::max_number)) + ", clamped");
   return true;
 }
 
 /// `T` read from `bytes` through its view `V`.
 template<class T, class V = T&>
-expected<T> decode_as(std::string_view bytes, const std::string& what) {
+expected<T> decode_as(std::string_view bytes, const std::string& what,
+                      std::vector<std::string>* warnings) {
   T x;
   if constexpr (std::is_same_v<V, T&>) {
-    if (auto ok = load(bytes, what, x); !ok)
+    if (auto ok = load(bytes, what, x, warnings); !ok)
       return ok.error();
   } else {
     V view{x};
-    if (auto ok = load(bytes, what, view); !ok)
+    if (auto ok = load(bytes, what, view, warnings); !ok)
       return ok.error();
   }
   return x;
@@ -369,18 +413,21 @@ std::string encode(const task_status& x) {
 }
 
 expected<journaled_task> decode_task(std::string_view bytes,
-                                     const std::string& what) {
-  return decode_as<journaled_task>(bytes, what);
+                                     const std::string& what,
+                                     std::vector<std::string>* warnings) {
+  return decode_as<journaled_task>(bytes, what, warnings);
 }
 
 expected<journaled_input> decode_input(std::string_view bytes,
-                                       const std::string& what) {
-  return decode_as<journaled_input, input_view>(bytes, what);
+                                       const std::string& what,
+                                       std::vector<std::string>* warnings) {
+  return decode_as<journaled_input, input_view>(bytes, what, warnings);
 }
 
 expected<task_status> decode_status(std::string_view bytes,
-                                    const std::string& what) {
-  return decode_as<task_status>(bytes, what);
+                                    const std::string& what,
+                                    std::vector<std::string>* warnings) {
+  return decode_as<task_status>(bytes, what, warnings);
 }
 
 std::string fingerprint(const task_machine_state& st) {

@@ -53,6 +53,9 @@ struct journal_snapshot {
   std::vector<journal_entry> tasks;
   /// Node state by key (breakers, retry budget, rotation).
   std::map<std::string, std::string> node_state;
+  /// What the node should tell about records it could read only in part
+  /// (a number clamped), each naming its task and record.
+  std::vector<std::string> warnings;
 };
 
 /// Reads the whole journal; a record it cannot read is an error naming the

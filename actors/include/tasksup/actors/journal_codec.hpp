@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tasksup {
 
@@ -36,19 +37,27 @@ struct journaled_input {
   machine_input in;
 };
 
-/// Bytes of `x`.
+/// Bytes of `x`. Every number is written finite and within
+/// `wire::max_number` of zero (clamped there: numbers are bounded where they
+/// enter the node, so this only guards CAF's float encoder, which does not
+/// end on an infinity).
 std::string encode(const journaled_task& x);
 std::string encode(const journaled_input& x);
 std::string encode(const task_status& x);
 
 /// `x` from bytes, or an error saying what is wrong with them (`what` names
-/// the record in the error, e.g. "task 't1', record 4").
-expected<journaled_task> decode_task(std::string_view bytes,
-                                     const std::string& what);
-expected<journaled_input> decode_input(std::string_view bytes,
-                                       const std::string& what);
-expected<task_status> decode_status(std::string_view bytes,
-                                    const std::string& what);
+/// the record in the error, e.g. "task 't1', record 4"). A number that is
+/// not finite, or beyond `wire::max_number`, loads clamped and adds a
+/// warning naming the record to `warnings` (when given).
+expected<journaled_task>
+decode_task(std::string_view bytes, const std::string& what,
+            std::vector<std::string>* warnings = nullptr);
+expected<journaled_input>
+decode_input(std::string_view bytes, const std::string& what,
+             std::vector<std::string>* warnings = nullptr);
+expected<task_status>
+decode_status(std::string_view bytes, const std::string& what,
+              std::vector<std::string>* warnings = nullptr);
 
 /// The state of a task machine as bytes: two states are equal when their
 /// bytes are (the replay tests compare with it).
