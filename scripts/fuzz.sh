@@ -4,7 +4,7 @@
 # (default 60) from its seed corpus; one input running over 30 s is a hang
 # and fails the run. New inputs go to a scratch directory, not
 # into the tree; a crash fails the run and leaves its input in build-fuzz/.
-# $TASKSUP_FUZZ_TARGETS picks targets (default: "classifier task protocol
+# $TASKSUP_FUZZ_TARGETS picks targets (default: "classifier output task protocol
 # journal"), run one after the other under nice, e.g. for a longer run:
 #   TASKSUP_FUZZ_TARGETS=task TASKSUP_FUZZ_SECONDS=600 scripts/fuzz.sh
 set -euo pipefail
@@ -17,7 +17,7 @@ generator=()
 CXX=${TASKSUP_FUZZ_CXX:-clang++-14} cmake -S "$root" -B "$build" \
   "${generator[@]}" -DTASKSUP_FUZZ=ON -DTASKSUP_BUILD_BENCH=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-read -r -a targets <<<"${TASKSUP_FUZZ_TARGETS:-classifier task protocol journal}"
+read -r -a targets <<<"${TASKSUP_FUZZ_TARGETS:-classifier output task protocol journal}"
 for t in "${targets[@]}"; do
   [[ -d "$root/tests/fuzz/corpus/$t" ]] || {
     echo "fuzz.sh: no fuzz target '$t'" >&2
