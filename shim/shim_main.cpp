@@ -46,6 +46,7 @@
 #include "process_spawn.hpp"
 #include "tasksup/runtime/detail/shim_record.hpp"
 #include "tasksup/runtime/output_capture.hpp"
+#include "tasksup/runtime/private_files.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -366,8 +367,9 @@ void shim::open_log() {
     die(cap.error().to_string());
   capture_.emplace(std::move(*cap));
   auto index = o_.attempt_dir + "/" + std::string{dt::stream_index_name};
-  index_fd_ = ::open(index.c_str(),
-                     O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  index_fd_ =
+    ::open(index.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
+           rt::private_file_mode);
   if (index_fd_ < 0)
     die(index + ": cannot create: " + std::strerror(errno));
   // One record per write to the log; written after the bytes it describes,

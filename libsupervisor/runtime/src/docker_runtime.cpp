@@ -5,6 +5,7 @@
 #include "tasksup/runtime/detail/docker_api.hpp"
 #include "tasksup/runtime/detail/docker_log_demux.hpp"
 #include "tasksup/runtime/detail/shim_record.hpp"
+#include "tasksup/runtime/private_files.hpp"
 
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
@@ -192,11 +193,11 @@ public:
       return;
     }
     auto root = fs::path{spec_.attempt_dir};
+    // Private like the process runtime's: the log and the artifacts are the
+    // node user's only (a container running as root still reads them).
     for (auto* sub : {"workspace", "artifacts"}) {
-      std::error_code ec;
-      fs::create_directories(root / sub, ec);
-      if (ec) {
-        fail("cannot create " + (root / sub).string() + ": " + ec.message());
+      if (auto err = make_private_dirs((root / sub).string()); !err.empty()) {
+        fail(err);
         complete();
         return;
       }

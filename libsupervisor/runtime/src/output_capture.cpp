@@ -1,5 +1,7 @@
 #include "tasksup/runtime/output_capture.hpp"
 
+#include "tasksup/runtime/private_files.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -17,8 +19,8 @@ expected<output_capture> output_capture::create(std::string log_path,
     return error{"output capture", "max_piece_bytes", "must be at least 1"};
   int fd = -1;
   if (!log_path.empty()) {
-    fd =
-      ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                private_file_mode);
     if (fd < 0)
       return error{log_path, "",
                    std::string{"cannot open output log: "} +
@@ -34,8 +36,8 @@ output_capture::append_to(std::string log_path, line_callback on_line,
     return error{"output capture", "max_piece_bytes", "must be at least 1"};
   int fd = -1;
   if (!log_path.empty()) {
-    fd =
-      ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                private_file_mode);
     if (fd < 0)
       return error{log_path, "",
                    std::string{"cannot open output log: "} +

@@ -1,5 +1,7 @@
 #include "process_reactor.hpp"
 
+#include "tasksup/runtime/private_files.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
@@ -622,14 +624,15 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
     if (arg.find('\0') != std::string::npos)
       return submit(fail("attempt spec: an argument contains a NUL byte"));
 
-  // Directories: the attempt's own, a fresh workspace and artifacts dir.
-  bool new_dir = ::mkdir(spec.attempt_dir.c_str(), 0777) == 0;
-  if (!new_dir) {
-    std::error_code ec;
-    new_dir = fs::create_directories(spec.attempt_dir, ec);
-    if (ec)
-      return submit(
-        fail("cannot create " + spec.attempt_dir + ": " + ec.message()));
+  // Directories: the attempt's own, a fresh workspace and artifacts dir,
+  // all private (the attempt's output and prompt end up in them).
+  bool new_dir = ::mkdir(spec.attempt_dir.c_str(), private_dir_mode) == 0;
+  if (!new_dir && errno == EEXIST) {
+    ::chmod(spec.attempt_dir.c_str(), private_dir_mode);
+  } else if (!new_dir) {
+    if (auto err = make_private_dirs(spec.attempt_dir); !err.empty())
+      return submit(fail(err));
+    new_dir = true;
   }
   auto dir = shim_dir_of(spec.attempt_dir);
   a->attempt_dir = dir;

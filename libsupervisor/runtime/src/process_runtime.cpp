@@ -1,6 +1,7 @@
 #include "tasksup/runtime/process_runtime.hpp"
 
 #include "process_reactor.hpp"
+#include "tasksup/runtime/private_files.hpp"
 
 #include <filesystem>
 #include <memory>
@@ -53,8 +54,7 @@ make_process_runtime(process_runtime_options options) {
 }
 
 void make_top_directory(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  make_private_dirs(dir);
   if (int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       fd >= 0) {
     int flags = 0;

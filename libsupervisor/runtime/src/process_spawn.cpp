@@ -1,5 +1,7 @@
 #include "process_spawn.hpp"
 
+#include "tasksup/runtime/private_files.hpp"
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -201,16 +203,13 @@ spawn_result spawn_child(child_plan& plan, void* stack_top) {
 // A new attempt's directory usually does not exist yet: then one mkdir is
 // all it takes.
 std::string fresh_dir(const std::string& dir) {
-  if (::mkdir(dir.c_str(), 0777) == 0)
+  if (::mkdir(dir.c_str(), private_dir_mode) == 0)
     return {};
   std::error_code ec;
   fs::remove_all(dir, ec);
   if (ec)
     return "cannot clear " + dir + ": " + ec.message();
-  fs::create_directories(dir, ec);
-  if (ec)
-    return "cannot create " + dir + ": " + ec.message();
-  return {};
+  return make_private_dirs(dir);
 }
 
 // True if `dir` is a directory holding nothing; false if it holds anything

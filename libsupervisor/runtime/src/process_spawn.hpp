@@ -178,8 +178,8 @@ struct spawn_result {
 /// `plan.failed_stage` and `plan.failed_err` say where and why.
 spawn_result spawn_child(child_plan& plan, void* stack_top);
 
-/// Empties `dir` if it exists and creates it (with parents); returns the
-/// error, empty on success.
+/// Empties `dir` if it exists and creates it (with parents) private, mode
+/// 0700; returns the error, empty on success.
 std::string fresh_dir(const std::string& dir);
 
 /// True if `dir` is a directory holding nothing; false if it holds anything

@@ -1,5 +1,7 @@
 #include "tasksup/runtime/detail/shim_record.hpp"
 
+#include "tasksup/runtime/private_files.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -276,7 +278,8 @@ expected<exit_record> parse_exit_record(std::string_view text,
 std::string write_file_atomically(const std::string& path,
                                   std::string_view content) {
   auto tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                  private_file_mode);
   if (fd < 0)
     return tmp + ": cannot create: " + std::strerror(errno);
   while (!content.empty()) {

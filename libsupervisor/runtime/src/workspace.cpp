@@ -1,6 +1,7 @@
 #include "tasksup/runtime/workspace.hpp"
 
 #include "tasksup/runtime/docker_runtime.hpp"
+#include "tasksup/runtime/private_files.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -197,8 +198,9 @@ command_result run_command(const command_options& opts) {
   fd_guard write_end{pipe_fds[1]};
   fd_guard out_file;
   if (!opts.stdout_path.empty()) {
-    out_file.fd = ::open(opts.stdout_path.c_str(),
-                         O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    out_file.fd =
+      ::open(opts.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+             private_file_mode);
     if (out_file.fd < 0) {
       out.error =
         "cannot write " + opts.stdout_path + ": " + std::strerror(errno);
@@ -207,8 +209,9 @@ command_result run_command(const command_options& opts) {
   }
   fd_guard log_file;
   if (!opts.log_path.empty())
-    log_file.fd = ::open(opts.log_path.c_str(),
-                         O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    log_file.fd =
+      ::open(opts.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+             private_file_mode);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
@@ -357,17 +360,17 @@ expected<std::string> repo_workspace::resolve_base() const {
 
 expected<bool> repo_workspace::add(const std::string& dir,
                                    const std::string& commit) const {
-  std::error_code ec;
-  fs::create_directories(fs::path{dir}.parent_path(), ec);
-  if (ec)
-    return fail("workspace", "cannot create " +
-                               fs::path{dir}.parent_path().string() + ": " +
-                               ec.message());
+  if (auto err = make_private_dirs(fs::path{dir}.parent_path().string());
+      !err.empty())
+    return fail("workspace", err);
   std::lock_guard<std::mutex> lock{repo_mutex(repo_.path)};
   auto r = git({"worktree", "add", "--detach", "--lock", "--reason",
                 "tasksup task " + task_id_, dir, commit});
   if (!r.passed())
     return git_error("git worktree add " + dir, r);
+  // git makes the worktree with the umask's mode; the task's code and what
+  // it writes there are the node user's only, like the rest of the attempt.
+  ::chmod(dir.c_str(), private_dir_mode);
   return true;
 }
 

@@ -53,8 +53,9 @@ public:
     std::function<bool(output_stream stream, std::string_view line)>;
 
   /// Creates a capture writing to `log_path` (created or truncated, mode
-  /// 0644); an empty `log_path` keeps no log. Fails when the file cannot be
-  /// opened, naming the file and the reason.
+  /// 0600: the output may hold the task's secrets); an empty `log_path` keeps
+  /// no log. Fails when the file cannot be opened, naming the file and the
+  /// reason.
   static expected<output_capture> create(std::string log_path,
                                          line_callback on_line,
                                          output_capture_limits limits = {});
@@ -136,7 +137,7 @@ public:
   void skip_logging(std::uint64_t bytes) noexcept { skip_log_ = bytes; }
 
   /// Opens `log_path` for appending instead of truncating it (a runtime
-  /// that adopts an attempt another process started).
+  /// that adopts an attempt another process started); created 0600.
   static expected<output_capture> append_to(std::string log_path,
                                             line_callback on_line,
                                             output_capture_limits limits = {});

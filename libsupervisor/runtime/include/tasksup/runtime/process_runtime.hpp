@@ -107,12 +107,12 @@ struct process_runtime_options {
 std::shared_ptr<container_runtime>
 make_process_runtime(process_runtime_options options = {});
 
-/// Creates `dir` (with its parents) and, where the file system keeps the
-/// flag (ext2/3/4), marks it as the top of a directory hierarchy, so that
-/// each directory made in it starts in a fresh block group, away from the
-/// inodes earlier runs deleted, which ext4's allocator would otherwise skip
-/// one by one (BENCHMARKS.md §3). For the directory that holds attempt
-/// roots. Best effort: other file systems refuse or ignore the flag.
+/// Creates `dir` (with its missing parents, mode 0700) and, where the file
+/// system keeps the flag (ext2/3/4), marks it as the top of a directory
+/// hierarchy, so that each directory made in it starts in a fresh block group,
+/// away from the inodes earlier runs deleted, which ext4's allocator would
+/// otherwise skip one by one (BENCHMARKS.md §3). For the directory that holds
+/// attempt roots. Best effort: other file systems refuse or ignore the flag.
 void make_top_directory(const std::string& dir);
 
 } // namespace tasksup::runtime
