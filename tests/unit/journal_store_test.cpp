@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -365,4 +366,34 @@ TEST_CASE("pruning removes finished tasks by age and by count") {
   CHECK(stats->tasks == 3);
   CHECK(stats->unfinished == 1);
   CHECK(stats->records == 3);
+}
+
+TEST_CASE("the journal and its -wal and -shm files are 0600 in a directory "
+          "others can read, whatever the umask") {
+  temp_dir tmp;
+  auto dir = tmp.state();
+  REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+  REQUIRE(::chmod(dir.c_str(), 0755) == 0);
+  // A journal an older node left readable: tightened on open.
+  {
+    auto j = open_or_fail({dir});
+    REQUIRE(j->commit());
+  }
+  REQUIRE(::chmod((dir + "/journal.db").c_str(), 0644) == 0);
+  // No umask to lean on: the modes are asked for, not left to it.
+  struct umask_guard {
+    mode_t old = ::umask(0);
+    ~umask_guard() { ::umask(old); }
+  } no_umask;
+  auto j = open_or_fail({dir});
+  REQUIRE(j->add_task("t1", "env SECRET=hunter2", 1.0));
+  REQUIRE(j->commit());
+  // Written and not yet checkpointed: the spec is in the write-ahead log.
+  for (auto* name :
+       {"journal.db", "journal.db-wal", "journal.db-shm", "lock"}) {
+    struct stat st {};
+    INFO(name);
+    REQUIRE(::stat((dir + "/" + name).c_str(), &st) == 0);
+    CHECK((st.st_mode & 07777) == 0600);
+  }
 }

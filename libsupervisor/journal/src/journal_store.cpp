@@ -233,6 +233,9 @@ struct journal_store::impl {
                             std::string{"cannot open the state directory's "
                                         "lock: "} +
                               std::strerror(errno)};
+    // One an older node left may be 0644: it names the node's pid only,
+    // but nothing in the directory is for other users.
+    ::fchmod(lock_fd, 0600);
     if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
       char buf[32] = {};
       auto n = ::pread(lock_fd, buf, sizeof(buf) - 1, 0);
@@ -248,6 +251,34 @@ struct journal_store::impl {
     auto pid = std::to_string(::getpid()) + "\n";
     if (::ftruncate(lock_fd, 0) == 0)
       (void)!::pwrite(lock_fd, pid.data(), pid.size(), 0);
+    return true;
+  }
+
+  /// The database file created 0600 before SQLite opens it: SQLite makes
+  /// the -wal and -shm files with the database file's mode, and the log
+  /// holds whole task specs (prompts and env secrets) until a checkpoint.
+  /// Files an older node left with looser modes are tightened too.
+  expected<bool> make_files_private() {
+    int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0)
+      return tasksup::error{path, "",
+                            std::string{"cannot open the journal: "} +
+                              std::strerror(errno)};
+    bool ok = ::fchmod(fd, 0600) == 0;
+    auto err = errno;
+    ::close(fd);
+    if (!ok)
+      return tasksup::error{path, "",
+                            std::string{"cannot make the journal private: "} +
+                              std::strerror(err)};
+    for (auto* suffix : {"-wal", "-shm"}) {
+      auto side = path + suffix;
+      if (::chmod(side.c_str(), 0600) != 0 && errno != ENOENT)
+        return tasksup::error{side, "",
+                              std::string{"cannot make the journal's "
+                                          "side file private: "} +
+                                std::strerror(errno)};
+    }
     return true;
   }
 
@@ -414,6 +445,8 @@ journal_store::open(const store_options& opts) {
   }
   if (auto ok = p->take_lock(); !ok)
     return ok.error();
+  if (auto ok = p->make_files_private(); !ok)
+    return ok.error();
   int flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX;
   if (sqlite3_open_v2(p->path.c_str(), &p->db, flags, nullptr) != SQLITE_OK) {
     std::string what = "cannot open the journal: ";
@@ -442,8 +475,6 @@ journal_store::open(const store_options& opts) {
     return ok.error();
   if (auto ok = p->sync(); !ok)
     return ok.error();
-  // Everything in the directory is the node user's only.
-  ::chmod(p->path.c_str(), 0600);
   return std::unique_ptr<journal_store>(new journal_store(std::move(p)));
 }
 
