@@ -88,6 +88,12 @@ std::uint64_t fresh_seed() {
            std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
+void log_state_dir_tightened(const std::string& dir, unsigned old_mode) {
+  spdlog::warn("state directory {} was mode {:04o}, open to other users; "
+               "made it 0700 (it holds the journal and task output)",
+               dir, old_mode);
+}
+
 void setup_logging(bool timestamps) {
   auto logger = spdlog::stderr_logger_mt("tasksup");
   logger->set_pattern(timestamps ? "%Y-%m-%d %H:%M:%S.%e tasksup %l: %v"

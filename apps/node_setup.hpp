@@ -49,6 +49,10 @@ std::string fresh_work_dir(std::string_view kind);
 /// A seed for trace ids and jitter that differs between runs.
 std::uint64_t fresh_seed();
 
+/// Warns that the state directory `dir` was open to other users, with
+/// permission bits `old_mode`, and has been made 0700.
+void log_state_dir_tightened(const std::string& dir, unsigned old_mode);
+
 /// Sends spdlog's default logger to stderr as `tasksup: <level>: <text>`
 /// (with a timestamp when `timestamps`).
 void setup_logging(bool timestamps);

@@ -26,6 +26,7 @@
 
 #include "tasksup/journal/journal_store.hpp"
 #include "tasksup/runtime/docker_runtime.hpp"
+#include "tasksup/runtime/private_files.hpp"
 #include "tasksup/supervisor/shlex.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -40,6 +41,8 @@
 #include <boost/json/parse.hpp>
 
 #include <spdlog/spdlog.h>
+
+#include <sys/stat.h>
 
 #include <atomic>
 #include <chrono>
@@ -225,6 +228,15 @@ int serve(const serve_options& opts) {
   std::unique_ptr<journal::journal_store> store;
   auto state_dir =
     absolute_dir(opts.state_dir.empty() ? default_state_dir() : opts.state_dir);
+  // The journal, the attempts' output and the certificates' keys are kept
+  // here: an existing directory other users can open is made private first.
+  auto secured = make_state_dir_private(state_dir);
+  if (!secured) {
+    std::cerr << "tasksup serve: " << secured.error().to_string() << '\n';
+    return exit_status::unavailable;
+  }
+  if (*secured)
+    log_state_dir_tightened(state_dir, **secured);
   if (!opts.no_journal) {
     journal::store_options jopts;
     jopts.dir = state_dir;
@@ -273,8 +285,11 @@ int serve(const serve_options& opts) {
   auto attempt_root = reg.attempt_root;
   // A long-lived node creates and removes a directory per task here
   // (fresh_work_dir marks its parent the same way).
-  if (store && opts.work_dir.empty())
+  if (store && opts.work_dir.empty()) {
     runtime::make_top_directory(attempt_root);
+    // One an older node made may be 0755.
+    ::chmod(attempt_root.c_str(), runtime::private_dir_mode);
+  }
   auto max_concurrent = reg.config.node.max_concurrent;
 
   caf::actor_system_config sys_cfg;
@@ -538,7 +553,8 @@ void setup_serve(CLI::App& app, int& status) {
                   "output logs (default: a fresh $TMPDIR/tasksup/node-...)");
   cmd->add_option("--state-dir", opts->state_dir,
                   "Directory of the node's journal (and, unless --work-dir, "
-                  "its attempts, and its default certificates). Default: "
+                  "its attempts, and its default certificates; made 0700 "
+                  "if other users could use it). Default: "
                   "$TASKSUP_STATE_DIR, else $XDG_STATE_HOME/tasksup, "
                   "/var/lib/tasksup for root, else ~/.local/state/tasksup");
   cmd->add_flag("--no-journal", opts->no_journal,

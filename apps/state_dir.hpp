@@ -4,6 +4,9 @@
 // it both work it out (no actor system needed: the thin front program uses
 // this too).
 
+#include "tasksup/supervisor/expected.hpp"
+
+#include <optional>
 #include <string>
 
 namespace tasksup::app {
@@ -18,5 +21,14 @@ std::string absolute_dir(const std::string& dir);
 /// ~/.local/state/tasksup. Client commands find a node's default
 /// certificates under the same directory.
 std::string default_state_dir();
+
+/// Makes the state directory `dir` its user's only, whatever it was: a
+/// missing one is created with mode 0700 (its missing parents as mkdir -p
+/// would); an existing one that group or others may use is tightened to
+/// 0700 and its old permission bits returned, for the caller to warn. An
+/// error when `dir` is not a directory, or is open to others and cannot be
+/// tightened (it belongs to another user).
+expected<std::optional<unsigned>>
+make_state_dir_private(const std::string& dir);
 
 } // namespace tasksup::app

@@ -10,6 +10,7 @@
 
 #include "tasksup/actors/cluster.hpp"
 #include "tasksup/actors/protocol.hpp"
+#include "tasksup/runtime/private_files.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -109,11 +110,17 @@ int run_worker_node(const worker_node_options& opts) {
     absolute_dir(opts.state_dir.empty() ? default_state_dir() : opts.state_dir);
   agent_opts.attempt_root = opts.work_dir.empty() ? state_dir + "/attempts"
                                                   : absolute_dir(opts.work_dir);
-  std::error_code ec;
-  std::filesystem::create_directories(agent_opts.attempt_root, ec);
-  if (ec)
-    return bad("cannot create " + agent_opts.attempt_root + ": " +
-               ec.message());
+  // The attempts' output is this user's only, as on a coordinator.
+  if (opts.work_dir.empty()) {
+    auto secured = make_state_dir_private(state_dir);
+    if (!secured)
+      return bad(secured.error().to_string());
+    if (*secured)
+      log_state_dir_tightened(state_dir, **secured);
+  }
+  if (auto err = runtime::make_private_dirs(agent_opts.attempt_root);
+      !err.empty())
+    return bad(err);
   // What an earlier worker left running here (it was killed: its
   // coordinator has retried those attempts elsewhere long since).
   runtime::reap_spec leftovers;
