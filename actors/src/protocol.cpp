@@ -32,7 +32,7 @@ constexpr std::string_view event_kind_names[] = {
 constexpr std::string_view protocol_error_names[] = {
   "none",           "invalid_task",    "duplicate_task",
   "unknown_task",   "unknown_runtime", "invalid_rules",
-  "journal_failed",
+  "journal_failed", "limit_reached",   "await_timeout",
 };
 
 /// The name of `x` from `names`, or "unknown" for a value outside the enum

@@ -409,6 +409,13 @@ enum class protocol_error : std::uint8_t {
   invalid_rules,
   /// The journal could not record the request (e.g. a full disk).
   journal_failed,
+  /// A limit on what a client may leave pending at the node was reached
+  /// (the context names it and its value): retry once earlier requests
+  /// were answered.
+  limit_reached,
+  /// An `await` was not answered within the node's await timeout: the
+  /// task is still running; await it again to keep waiting.
+  await_timeout,
 };
 
 /// The name of a protocol error code.
