@@ -5,6 +5,7 @@
 #include "status_record.hpp"
 #include "status_view.hpp"
 
+#include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/wire_limits.hpp"
 
@@ -13,6 +14,8 @@
 #include <boost/json/parse.hpp>
 
 #include <caf/event_based_actor.hpp>
+
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -165,9 +168,13 @@ void submit(const local_api_context& ctx, const std::string& body,
 }
 
 void control(const local_api_context& ctx, caf::message msg, http_reply reply) {
-  ctx.sys->spawn([door = ctx.door, msg = std::move(msg),
+  // The server admits only peers running as this user (SO_PEERCRED), so
+  // that uid is the peer's; the door's audit line names it.
+  auto who =
+    "local control socket client (uid " + std::to_string(::geteuid()) + ")";
+  ctx.sys->spawn([door = ctx.door, who = std::move(who), msg = std::move(msg),
                   reply](caf::event_based_actor* self) {
-    self->request(door, node_request_timeout, msg)
+    self->request(door, node_request_timeout, as_client_atom::value, who, msg)
       .then(
         [=](bool took_effect) {
           reply.send(json_answer(

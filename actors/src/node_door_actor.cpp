@@ -1,8 +1,11 @@
 #include "tasksup/actors/node_door_actor.hpp"
 
 #include "tasksup/actors/cluster.hpp"
+#include "tasksup/actors/events.hpp"
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/wire_limits.hpp"
+
+#include "actor_now.hpp"
 
 #include <caf/actor_addr.hpp>
 #include <caf/actor_cast.hpp>
@@ -19,8 +22,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -31,9 +37,34 @@ namespace {
 /// The door's own timer: check for stalled subscribers.
 using door_check_atom = caf::atom_constant<caf::atom("doorcheck")>;
 
+/// The door's own timer: end the awaits that have waited their time.
+using await_check_atom = caf::atom_constant<caf::atom("awaitcheck")>;
+
+/// Who a request counts against: the peer node of a remote sender (one
+/// connection), the sending actor of an in-process one (actor id 0 for a
+/// remote sender; an anonymous one counts as the null node's).
+using client_key = std::pair<caf::node_id, caf::actor_id>;
+
+/// An `await` the door answers once the registry has the task's result.
+struct waiter {
+  caf::response_promise rp;
+  client_key client;
+  std::string task_id;
+  caf::actor_clock::time_point deadline;
+};
+
+/// The awaits of one task, by waiter number; some may have ended already
+/// (timed out), and are skipped and now and then compacted away.
+struct task_waits {
+  std::vector<std::uint64_t> ids;
+  std::size_t live = 0;
+};
+
 /// An event subscriber and what it has not acknowledged yet.
 struct subscriber {
   caf::actor who;
+  /// The client it counts against.
+  client_key client;
   /// Events sent since it subscribed, and how many it acknowledged.
   std::uint64_t sent = 0;
   std::uint64_t acked = 0;
@@ -59,8 +90,22 @@ struct door_state {
   std::size_t unacked_bytes = 0;
   /// Whether a `door_check` is on its way.
   bool check_pending = false;
-  /// Told of each drop, if set.
-  door_log_fn log;
+  /// Limits and logs.
+  door_options opts;
+  /// Pending awaits by number: numbers grow with arrival and every await
+  /// waits the same time, so the first one is the first to time out.
+  /// Keeping them here (one registry request per task) rather than as one
+  /// CAF request each keeps a flood of awaits cheap: CAF 0.17 looks up a
+  /// response handler by a linear search over all pending ones.
+  std::map<std::uint64_t, waiter> waiters;
+  std::unordered_map<std::string, task_waits> waits_by_task;
+  std::uint64_t next_waiter = 0;
+  /// Pending awaits and subscriptions (and subscriptions being made) per
+  /// client, and of all clients.
+  std::map<client_key, std::size_t> pending_by_client;
+  std::size_t pending = 0;
+  /// Whether an `await_check` is on its way.
+  bool await_check_pending = false;
   static inline const char* name = "tasksup.node_door";
 };
 
@@ -74,12 +119,69 @@ std::vector<subscriber>::iterator find_subscriber(door_actor* self,
   });
 }
 
-/// Adds `sub` (once) and monitors it.
-void add_subscriber(door_actor* self, const caf::actor& sub) {
-  if (find_subscriber(self, sub.address()) != self->state.subscribers.end())
+/// The client the current request counts against.
+client_key current_client(door_actor* self) {
+  auto sender = self->current_sender();
+  if (!sender)
+    return {caf::node_id{}, 0};
+  if (sender->node() != self->node())
+    return {sender->node(), 0};
+  return {sender->node(), sender->id()};
+}
+
+/// Counts one more pending request of `who`, or says which limit that
+/// would pass (`what` names the request in the error).
+caf::error charge(door_actor* self, const client_key& who, const char* what) {
+  auto& st = self->state;
+  auto& mine = st.pending_by_client[who];
+  if (mine >= st.opts.max_pending_per_client) {
+    if (mine == 0)
+      st.pending_by_client.erase(who);
+    return make_error(
+      protocol_error::limit_reached,
+      std::string{what} + ": this client has " + std::to_string(mine) +
+        " awaits and event subscriptions pending, the most the node allows "
+        "one client (max_pending_per_client = " +
+        std::to_string(st.opts.max_pending_per_client) +
+        "); try again once some were answered");
+  }
+  if (st.pending >= st.opts.max_pending) {
+    if (mine == 0)
+      st.pending_by_client.erase(who);
+    return make_error(
+      protocol_error::limit_reached,
+      std::string{what} + ": the node has " + std::to_string(st.pending) +
+        " awaits and event subscriptions pending, the most it allows "
+        "(max_pending = " +
+        std::to_string(st.opts.max_pending) +
+        "); try again once some were answered");
+  }
+  ++mine;
+  ++st.pending;
+  return caf::none;
+}
+
+/// Counts one pending request of `who` less.
+void discharge(door_actor* self, const client_key& who) {
+  auto& st = self->state;
+  auto i = st.pending_by_client.find(who);
+  if (i == st.pending_by_client.end())
     return;
+  --st.pending;
+  if (--i->second == 0)
+    st.pending_by_client.erase(i);
+}
+
+/// Adds `sub` (once), counted against `client`, and monitors it.
+void add_subscriber(door_actor* self, const caf::actor& sub,
+                    const client_key& client) {
+  if (find_subscriber(self, sub.address()) != self->state.subscribers.end()) {
+    discharge(self, client);
+    return;
+  }
   subscriber s;
   s.who = sub;
+  s.client = client;
   s.progress = self->clock().now();
   self->state.subscribers.push_back(std::move(s));
   self->monitor(sub);
@@ -90,6 +192,7 @@ std::vector<subscriber>::iterator forget(door_actor* self,
                                          std::vector<subscriber>::iterator i) {
   self->state.unacked_bytes -= i->unacked_bytes;
   self->demonitor(i->who);
+  discharge(self, i->client);
   return self->state.subscribers.erase(i);
 }
 
@@ -100,9 +203,9 @@ std::vector<subscriber>::iterator drop(door_actor* self,
   auto text = "dropped: did not keep up (" + why + "; " +
               std::to_string(i->unacked.size()) +
               " events sent and not acknowledged)";
-  if (self->state.log)
-    self->state.log("event subscriber " + caf::to_string(i->who.address()) +
-                    " " + text);
+  if (self->state.opts.log)
+    self->state.opts.log("event subscriber " +
+                         caf::to_string(i->who.address()) + " " + text);
   self->send(i->who, dropped_atom::value,
              text + "; the node sends this subscriber no more events");
   return forget(self, i);
@@ -188,6 +291,145 @@ void fan_out(door_actor* self, const event& ev) {
   schedule_check(self);
 }
 
+/// Makes sure an `await_check` comes no later than the first await's
+/// deadline.
+void schedule_await_check(door_actor* self) {
+  auto& st = self->state;
+  if (st.await_check_pending || st.waiters.empty())
+    return;
+  auto due = st.waiters.begin()->second.deadline;
+  auto now = self->clock().now();
+  auto delay = due > now ? std::chrono::duration_cast<caf::timespan>(due - now)
+                         : caf::timespan{0};
+  st.await_check_pending = true;
+  self->delayed_send(self, delay, await_check_atom::value);
+}
+
+/// Drops the numbers of ended awaits from `w` once they outnumber the live
+/// ones, so a task awaited again and again does not collect them.
+void compact(door_actor* self, task_waits& w) {
+  if (w.ids.size() < 64 || w.ids.size() < 2 * w.live)
+    return;
+  auto& waiters = self->state.waiters;
+  w.ids.erase(
+    std::remove_if(w.ids.begin(), w.ids.end(),
+                   [&](std::uint64_t id) { return waiters.count(id) == 0; }),
+    w.ids.end());
+}
+
+/// Ends every await whose deadline has passed with `await_timeout`.
+void time_out_awaits(door_actor* self) {
+  auto& st = self->state;
+  auto now = self->clock().now();
+  auto timeout_s = std::chrono::duration_cast<std::chrono::duration<double>>(
+                     st.opts.await_timeout)
+                     .count();
+  while (!st.waiters.empty() && st.waiters.begin()->second.deadline <= now) {
+    auto& w = st.waiters.begin()->second;
+    std::ostringstream secs;
+    secs << timeout_s;
+    w.rp.deliver(make_error(protocol_error::await_timeout,
+                            "await: task '" + w.task_id +
+                              "' has not finished after " + secs.str() +
+                              " s (the node's await timeout); await it "
+                              "again to keep waiting"));
+    discharge(self, w.client);
+    if (auto t = st.waits_by_task.find(w.task_id);
+        t != st.waits_by_task.end()) {
+      --t->second.live;
+      compact(self, t->second);
+    }
+    st.waiters.erase(st.waiters.begin());
+  }
+}
+
+/// Answers every await of `task_id` with `answer` (a result or an error).
+template<class T>
+void answer_awaits(door_actor* self, const std::string& task_id,
+                   const T& answer) {
+  auto& st = self->state;
+  auto t = st.waits_by_task.find(task_id);
+  if (t == st.waits_by_task.end())
+    return;
+  for (auto id : t->second.ids) {
+    auto i = st.waiters.find(id);
+    if (i == st.waiters.end())
+      continue;
+    i->second.rp.deliver(answer);
+    discharge(self, i->second.client);
+    st.waiters.erase(i);
+  }
+  st.waits_by_task.erase(t);
+}
+
+/// Waits for `task_id`'s result on behalf of the current request: one
+/// registry request per task, however many clients await it.
+caf::result<task_result> await_task(door_actor* self, std::string task_id) {
+  auto& st = self->state;
+  auto client = current_client(self);
+  if (auto err = charge(self, client, "await"))
+    return err;
+  auto id = st.next_waiter++;
+  waiter w;
+  w.rp = self->make_response_promise();
+  w.client = client;
+  w.task_id = task_id;
+  w.deadline = self->clock().now() + st.opts.await_timeout;
+  st.waiters.emplace(id, std::move(w));
+  auto [t, first] = st.waits_by_task.try_emplace(task_id);
+  t->second.ids.push_back(id);
+  ++t->second.live;
+  if (first)
+    self->request(st.registry, caf::infinite, await_atom::value, task_id)
+      .then(
+        [=](task_result& r) {
+          answer_awaits(self, task_id, caf::make_message(std::move(r)));
+        },
+        [=](caf::error& err) { answer_awaits(self, task_id, err); });
+  schedule_await_check(self);
+  return caf::delegated<task_result>{};
+}
+
+/// The client of the current request as an audit line names it: the
+/// subject of a remote client's certificate (and its node), or the local
+/// actor.
+std::string audit_name(door_actor* self) {
+  auto sender = self->current_sender();
+  if (!sender)
+    return "an anonymous sender";
+  if (sender->node() == self->node())
+    return "local actor " + std::to_string(sender->id());
+  std::string subject;
+  if (self->state.opts.peer_name)
+    subject = self->state.opts.peer_name(sender->node());
+  return "client '" + (subject.empty() ? std::string{"(unknown)"} : subject) +
+         "' (node " + caf::to_string(sender->node()) + ")";
+}
+
+/// `x` with each control character shown as '?': a task id is the
+/// client's text, and must not start a forged line in the node's log.
+std::string printable(std::string x) {
+  for (auto& c : x)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      c = '?';
+  return x;
+}
+
+/// Logs a control request of `who` and publishes it as a warning event of
+/// the task.
+void audit(door_actor* self, const std::string& who, const std::string& action,
+           const std::string& task_id) {
+  auto& st = self->state;
+  auto line = printable("audit: " + who + " asked to " + action + " task '" +
+                        task_id + "'");
+  if (st.opts.audit)
+    st.opts.audit(line);
+  event_head h;
+  h.task_id = task_id;
+  h.ts = detail::now_s(self);
+  self->send(st.registry, event_atom::value, warning_event(h, line));
+}
+
 /// Sends `xs...` to the registry as the door's own request and answers the
 /// current request with the registry's answer. Unlike `delegate`, the
 /// answer comes from the door: the registry's address never reaches the
@@ -201,11 +443,40 @@ caf::result<R> forward(door_actor* self, Ts&&... xs) {
   return rp;
 }
 
+/// A control request (stop, kill, retry-now, fallback-now) of `who`:
+/// audited, then forwarded; anything else in `msg` is refused.
+caf::result<bool> control(door_actor* self, const std::string& who,
+                          const caf::message& msg) {
+  if (msg.match_elements<stop_atom, std::string, stop_mode>()) {
+    auto& task_id = msg.get_as<std::string>(1);
+    auto mode = msg.get_as<stop_mode>(2);
+    // Loading rejects other values; checked again because an in-process
+    // sender skips the deserializer.
+    if (!detail::valid_enum_value(mode))
+      return caf::make_error(caf::sec::invalid_argument,
+                             "stop: unknown stop mode");
+    audit(self, who, mode == stop_mode::kill ? "kill" : "stop", task_id);
+    return forward<bool>(self, stop_atom::value, task_id, mode);
+  }
+  if (msg.match_elements<retry_now_atom, std::string>()) {
+    auto& task_id = msg.get_as<std::string>(1);
+    audit(self, who, "retry-now", task_id);
+    return forward<bool>(self, retry_now_atom::value, task_id);
+  }
+  if (msg.match_elements<force_fallback_atom, std::string>()) {
+    auto& task_id = msg.get_as<std::string>(1);
+    audit(self, who, "fallback-now", task_id);
+    return forward<bool>(self, force_fallback_atom::value, task_id);
+  }
+  return caf::make_error(caf::sec::unexpected_message,
+                         "as_client: not a control request");
+}
+
 caf::behavior door(door_actor* self, caf::actor registry, caf::actor stats,
-                   door_log_fn log) {
+                   door_options opts) {
   self->state.registry = registry;
   self->state.stats = stats;
-  self->state.log = std::move(log);
+  self->state.opts = std::move(opts);
   // Anything outside the client protocol: a request gets
   // unexpected_message, an asynchronous message is dropped, and nothing is
   // printed (a peer must not be able to flood the node's log).
@@ -257,20 +528,30 @@ caf::behavior door(door_actor* self, caf::actor registry, caf::actor stats,
       return forward<std::string>(self, submit_json_atom::value,
                                   std::move(text));
     },
-    [=](stop_atom, std::string& task_id, stop_mode mode) -> caf::result<bool> {
-      // Loading rejects other values; checked again because an in-process
-      // sender skips the deserializer.
-      if (!detail::valid_enum_value(mode))
-        return caf::make_error(caf::sec::invalid_argument,
-                               "stop: unknown stop mode");
-      return forward<bool>(self, stop_atom::value, std::move(task_id), mode);
+    [=](stop_atom, std::string& task_id, stop_mode mode) {
+      return control(
+        self, audit_name(self),
+        caf::make_message(stop_atom::value, std::move(task_id), mode));
     },
     [=](retry_now_atom, std::string& task_id) {
-      return forward<bool>(self, retry_now_atom::value, std::move(task_id));
+      return control(
+        self, audit_name(self),
+        caf::make_message(retry_now_atom::value, std::move(task_id)));
     },
     [=](force_fallback_atom, std::string& task_id) {
-      return forward<bool>(self, force_fallback_atom::value,
-                           std::move(task_id));
+      return control(
+        self, audit_name(self),
+        caf::make_message(force_fallback_atom::value, std::move(task_id)));
+    },
+    [=](as_client_atom, const std::string& who,
+        const caf::message& msg) -> caf::result<bool> {
+      // Only the node's own front ends (the local control socket) name
+      // their clients; a peer cannot.
+      auto sender = self->current_sender();
+      if (!sender || sender->node() != self->node())
+        return caf::make_error(caf::sec::unexpected_message,
+                               "as_client: only for the node's own actors");
+      return control(self, who, msg);
     },
     [=](status_atom) {
       return forward<std::vector<task_status>>(self, status_atom::value);
@@ -333,7 +614,14 @@ caf::behavior door(door_actor* self, caf::actor registry, caf::actor stats,
       return forward<std::vector<node_info>>(self, nodes_atom::value);
     },
     [=](await_atom, std::string& task_id) {
-      return forward<task_result>(self, await_atom::value, std::move(task_id));
+      return await_task(self, std::move(task_id));
+    },
+    [=](await_check_atom) {
+      if (self->current_sender().get() != self->ctrl())
+        return;
+      self->state.await_check_pending = false;
+      time_out_awaits(self);
+      schedule_await_check(self);
     },
     [=](subscribe_atom, const caf::actor& sub) -> caf::result<bool> {
       if (!sub)
@@ -347,7 +635,10 @@ caf::behavior door(door_actor* self, caf::actor registry, caf::actor stats,
                                "subscribe: the node serves at most " +
                                  std::to_string(wire::max_subscribers) +
                                  " event subscribers");
-      add_subscriber(self, sub);
+      auto client = current_client(self);
+      if (auto err = charge(self, client, "subscribe"))
+        return err;
+      add_subscriber(self, sub, client);
       return true;
     },
     [=](subscribe_atom, const caf::actor& sub,
@@ -363,16 +654,23 @@ caf::behavior door(door_actor* self, caf::actor registry, caf::actor stats,
                                "subscribe: the node serves at most " +
                                  std::to_string(wire::max_subscribers) +
                                  " event subscribers");
+      // Counted from now: subscriptions being made are pending too.
+      auto client = current_client(self);
+      if (auto err = charge(self, client, "subscribe"))
+        return err;
       auto rp = self->make_response_promise<std::vector<event>>();
       self
         ->request(self->state.registry, caf::infinite, subscribe_atom::value,
                   caf::actor_cast<caf::actor>(self), std::move(task_id))
         .then(
           [=](std::vector<event>& past) mutable {
-            add_subscriber(self, sub);
+            add_subscriber(self, sub, client);
             rp.deliver(std::move(past));
           },
-          [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          [=](caf::error& err) mutable {
+            discharge(self, client);
+            rp.deliver(std::move(err));
+          });
       return rp;
     },
     [=](unsubscribe_atom, const caf::actor& sub) {
@@ -431,17 +729,26 @@ caf::behavior door(door_actor* self, caf::actor registry, caf::actor stats,
 } // namespace
 
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry) {
-  return sys.spawn(door, std::move(registry), caf::actor{}, door_log_fn{});
+  return sys.spawn(door, std::move(registry), caf::actor{}, door_options{});
 }
 
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
                            caf::actor stats) {
-  return sys.spawn(door, std::move(registry), std::move(stats), door_log_fn{});
+  return sys.spawn(door, std::move(registry), std::move(stats), door_options{});
 }
 
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
                            caf::actor stats, door_log_fn log) {
-  return sys.spawn(door, std::move(registry), std::move(stats), std::move(log));
+  door_options opts;
+  opts.log = std::move(log);
+  return sys.spawn(door, std::move(registry), std::move(stats),
+                   std::move(opts));
+}
+
+caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
+                           caf::actor stats, door_options opts) {
+  return sys.spawn(door, std::move(registry), std::move(stats),
+                   std::move(opts));
 }
 
 } // namespace tasksup

@@ -8,6 +8,8 @@
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
+#include <caf/node_id.hpp>
+#include <caf/timespan.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -27,6 +29,13 @@ using ack_atom = caf::atom_constant<caf::atom("ack")>;
 /// subscriber no more events (it did not keep up); the reason starts with
 /// "dropped: did not keep up".
 using dropped_atom = caf::atom_constant<caf::atom("dropped")>;
+
+/// Node-local front end -> node door: `(as_client, who, control)`: the
+/// control request `control` (stop, retry_now or force_fb, as a client
+/// sends it) made on behalf of `who`, which the audit line names (e.g. the
+/// local control socket's peer uid). Answered as `control` is; refused
+/// from another node.
+using as_client_atom = caf::atom_constant<caf::atom("asclient")>;
 
 /// Back-pressure on event subscribers. The door keeps, per subscriber, the
 /// events it sent and the subscriber has not acknowledged yet (their count
@@ -77,5 +86,39 @@ using door_log_fn = std::function<void(const std::string&)>;
 /// one and why).
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
                            caf::actor stats, door_log_fn log);
+
+/// Who a remote client is, by the node its requests come from: the subject
+/// of the certificate it showed in the TLS handshake; empty when unknown.
+using door_peer_name_fn = std::function<std::string(const caf::node_id&)>;
+
+/// How much a client may leave pending at the door, and for how long, with
+/// the door's logs. A client is a peer node for remote requests (one
+/// connection) and the sending actor for in-process ones. What counts as
+/// pending: an `await` not answered yet and an event subscription.
+struct door_options {
+  /// Pending awaits and subscriptions of one client at most; one more is
+  /// refused with `protocol_error::limit_reached`.
+  std::size_t max_pending_per_client = 10000;
+  /// Pending awaits and subscriptions of all clients together at most.
+  std::size_t max_pending = 100000;
+  /// An `await` not answered this long ends with
+  /// `protocol_error::await_timeout` (the task is still running; the client
+  /// awaits it again to keep waiting).
+  caf::timespan await_timeout = std::chrono::minutes{5};
+  /// Told each time a subscriber is dropped; may be empty.
+  door_log_fn log;
+  /// Told of each control request (stop, kill, retry-now, fallback-now):
+  /// the audit line naming the client, the action and the task; may be
+  /// empty.
+  door_log_fn audit;
+  /// Names a remote client in audit lines; may be empty.
+  door_peer_name_fn peer_name;
+};
+
+/// As above, with the limits and logs of `opts`. Each control request is
+/// also published as a `warning` event of its task ("audit: ..."), so the
+/// task's history shows who asked for it.
+caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
+                           caf::actor stats, door_options opts);
 
 } // namespace tasksup
