@@ -66,11 +66,32 @@ constexpr std::chrono::seconds handle_quarantine{10};
 constexpr std::uint64_t listener_tag = 0;
 constexpr std::uint64_t wake_tag = 1;
 
-/// Tracks the BASP framing of the bytes a peer sends.
+/// The BASP operation of a client handshake (CAF 0.17: the first frame a
+/// client sends; its payload starts with the client's node id).
+constexpr unsigned char basp_client_handshake = 0x01;
+
+/// At most this much of the client handshake's payload is kept (a node id
+/// takes a few dozen bytes).
+constexpr std::size_t max_handshake_capture = 4096;
+
+/// Tracks the BASP framing of the bytes a peer sends, and keeps the
+/// payload of its first frame when that is a client handshake.
 struct frame_reader {
   std::size_t header_have = 0;
   std::uint32_t length = 0;
   std::uint64_t payload_left = 0;
+  /// The operation of the frame being read, and how many frames began.
+  unsigned char operation = 0;
+  std::size_t frames = 0;
+  /// The first frame's payload, once complete, if it was a client
+  /// handshake no larger than `max_handshake_capture`.
+  std::string handshake;
+  bool handshake_complete = false;
+
+  bool capturing() const noexcept {
+    return frames == 1 && operation == basp_client_handshake &&
+           !handshake_complete;
+  }
 
   bool mid_frame() const noexcept {
     return header_have > 0 || payload_left > 0;
@@ -82,13 +103,20 @@ struct frame_reader {
     while (i < n) {
       if (payload_left > 0) {
         auto k = std::min<std::uint64_t>(payload_left, n - i);
+        if (capturing())
+          handshake.append(reinterpret_cast<const char*>(data + i),
+                           static_cast<std::size_t>(k));
         payload_left -= k;
         i += static_cast<std::size_t>(k);
+        if (payload_left == 0 && capturing())
+          handshake_complete = true;
         continue;
       }
       auto k = std::min(basp_header_size - header_have, n - i);
       for (std::size_t j = 0; j < k; ++j) {
         auto pos = header_have + j;
+        if (pos == 0)
+          operation = data[i + j];
         if (pos >= basp_length_offset && pos < basp_length_offset + 4)
           length = (length << 8) | data[i + j];
       }
@@ -97,9 +125,15 @@ struct frame_reader {
       if (header_have == basp_header_size) {
         if (length > max)
           return false;
+        ++frames;
+        if (frames == 1 && operation == basp_client_handshake &&
+            length > max_handshake_capture)
+          operation = 0; // not kept
         payload_left = length;
         header_have = 0;
         length = 0;
+        if (payload_left == 0 && capturing())
+          handshake_complete = true;
       }
     }
     return true;
@@ -123,9 +157,34 @@ struct link {
   std::string up;   // peer -> node (plaintext), not yet written
   std::string down; // node -> peer (plaintext), not yet written
   frame_reader frames;
+  /// The subject of the peer's certificate (RFC 2253), once the TLS
+  /// handshake is done; and whether `on_client` was told of it.
+  std::string subject;
+  bool client_reported = false;
   clock_type::time_point accepted_at;
   clock_type::time_point last_peer_byte;
 };
+
+/// The subject of the certificate the peer showed, one line (RFC 2253,
+/// non-ASCII escaped); empty when none.
+std::string peer_subject(SSL* ssl) {
+  std::string out;
+  X509* cert = SSL_get_peer_certificate(ssl);
+  if (cert == nullptr)
+    return out;
+  if (BIO* bio = BIO_new(BIO_s_mem())) {
+    if (X509_NAME_print_ex(bio, X509_get_subject_name(cert), 0,
+                           XN_FLAG_RFC2253) >= 0) {
+      char* data = nullptr;
+      auto n = BIO_get_mem_data(bio, &data);
+      if (n > 0 && data != nullptr)
+        out.assign(data, static_cast<std::size_t>(n));
+    }
+    BIO_free(bio);
+  }
+  X509_free(cert);
+  return out;
+}
 
 /// `host:port` of the peer of `fd`, for the log.
 std::string peer_text(int fd) {
@@ -356,6 +415,17 @@ struct connection_guard::impl {
     return true;
   }
 
+  /// Tells `on_client` who the peer of `l` is, once its client handshake
+  /// is complete (before the handshake reaches CAF).
+  void report_client(link& l) {
+    if (l.client_reported || !l.frames.handshake_complete)
+      return;
+    l.client_reported = true;
+    if (opts.on_client && !l.subject.empty())
+      opts.on_client(l.frames.handshake, l.subject);
+    l.frames.handshake = std::string{};
+  }
+
   /// Counts a refused handshake and logs it: the first at once, later ones
   /// summed up at most once per `refusal_log_interval`.
   void refused(const link& l, const std::string& reason) {
@@ -408,6 +478,7 @@ struct connection_guard::impl {
       l.handshaking = false;
       l.tls_wants_in = false;
       l.tls_wants_out = false;
+      l.subject = peer_subject(ssl);
       if (!attach_node(id, l))
         return false;
     }
@@ -438,6 +509,7 @@ struct connection_guard::impl {
           count(&connection_guard_stats::oversized);
           return false;
         }
+        report_client(l);
         l.up.append(chunk, bytes);
         moved = true;
       }

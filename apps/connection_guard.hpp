@@ -50,6 +50,13 @@ struct connection_guard_options {
   /// refusal is logged at once, later ones are counted and summed up at most
   /// this often, so a flood cannot fill the disk.
   std::chrono::seconds refusal_log_interval{10};
+  /// With TLS: told, on the guard's thread, of each client that completes
+  /// its BASP client handshake: that frame's payload (which begins with the
+  /// client's CAF node id) and the subject of the certificate the client
+  /// showed (RFC 2253), before the handshake reaches CAF. How the node
+  /// names the client of a request (see peer_directory.hpp).
+  std::function<void(const std::string& handshake, const std::string& subject)>
+    on_client;
 };
 
 /// Counters of what the guard refused, for the node's log and tests.

@@ -12,6 +12,7 @@
 #include "node_address.hpp"
 #include "node_setup.hpp"
 #include "notifier.hpp"
+#include "peer_directory.hpp"
 #include "progress_view.hpp"
 #include "signal_watch.hpp"
 #include "tls_server_context.hpp"
@@ -83,6 +84,11 @@ struct serve_options {
   /// A coordinator drops a worker node (and retries its attempts
   /// elsewhere) after this long without a heartbeat from it.
   double peer_timeout_s = 10;
+  /// Bounds on the awaits and event subscriptions clients leave pending
+  /// (see door_options); defaults there.
+  std::size_t max_pending_per_client = door_options{}.max_pending_per_client;
+  std::size_t max_pending = door_options{}.max_pending;
+  double await_timeout_s = 300;
   /// Certificate directory (see tls_server_context.hpp); --insecure: none.
   std::string certs;
   bool insecure = false;
@@ -326,8 +332,20 @@ int serve(const serve_options& opts) {
   // handlers (slots, breaker reports, events) stay internal.
   // The statistics start before the door opens: they see every event.
   auto stats = spawn_stats(sys, registry, journal);
-  auto door = spawn_node_door(
-    sys, registry, stats, [](const std::string& x) { spdlog::warn("{}", x); });
+  // Names the client certificate behind each remote request, for the
+  // audit lines of control requests.
+  auto peers = std::make_shared<peer_directory>();
+  door_options door_opts;
+  door_opts.max_pending_per_client = opts.max_pending_per_client;
+  door_opts.max_pending = opts.max_pending;
+  door_opts.await_timeout = std::chrono::duration_cast<caf::timespan>(
+    std::chrono::duration<double>(opts.await_timeout_s));
+  door_opts.log = [](const std::string& x) { spdlog::warn("{}", x); };
+  door_opts.audit = [](const std::string& x) { spdlog::info("{}", x); };
+  door_opts.peer_name = [peers](const caf::node_id& node) {
+    return peers->subject(node);
+  };
+  auto door = spawn_node_door(sys, registry, stats, std::move(door_opts));
   // The door is not published on a CAF port: the connection guard owns the
   // listening socket, checks each frame's announced size, times out stalled
   // frames and caps connections, and hands CAF's BASP broker one end of a
@@ -347,6 +365,10 @@ int serve(const serve_options& opts) {
   guard_opts.host = addr->host;
   guard_opts.port = addr->port;
   guard_opts.tls = *tls;
+  guard_opts.on_client = [peers](const std::string& handshake,
+                                 const std::string& subject) {
+    peers->record(handshake, subject);
+  };
   std::string guard_error;
   auto front = connection_guard::start(guard_opts, adopt, guard_error);
   if (!front) {
@@ -630,6 +652,26 @@ void setup_serve(CLI::App& app, int& status) {
     ->check(CLI::Range(0.2, 3600.0))
     ->capture_default_str();
   cmd
+    ->add_option("--max-pending-per-client", opts->max_pending_per_client,
+                 "Awaits and event subscriptions (events --follow) one "
+                 "client (one connection) may have pending at once; one more "
+                 "is refused with an error naming this limit")
+    ->check(CLI::Range(std::size_t{1}, std::size_t{10000000}))
+    ->capture_default_str();
+  cmd
+    ->add_option("--max-pending", opts->max_pending,
+                 "Awaits and event subscriptions all clients together may "
+                 "have pending at once")
+    ->check(CLI::Range(std::size_t{1}, std::size_t{10000000}))
+    ->capture_default_str();
+  cmd
+    ->add_option("--await-timeout", opts->await_timeout_s,
+                 "Seconds after which an await (a client waiting for a "
+                 "task's result) ends with an await_timeout error; the "
+                 "client awaits again to keep waiting")
+    ->check(CLI::Range(0.1, 86400.0))
+    ->capture_default_str();
+  cmd
     ->add_option(
       "--lease",
       [opts](const std::vector<std::string>& v) {
@@ -673,6 +715,18 @@ before anything reaches the node. The certificates are in --certs DIR, else
 in <state dir>/certs, where the first start creates a CA, a node and a client
 certificate readable by this user only; `tasksup` commands run by this user
 find them there (see `tasksup status --help`). --insecure turns TLS off.
+
+What a client can leave pending at the node is bounded: an await (waiting
+for a task's result) ends after --await-timeout with an await_timeout error
+(await again to keep waiting); a client's awaits and event subscriptions
+together stop at --max-pending-per-client, everyone's at --max-pending, and
+one more is refused with a limit_reached error naming the limit and its
+value. A client that goes away loses its subscriptions.
+
+Every stop, kill, retry-now and fallback-now is logged as an audit line
+naming who asked (a remote client by its certificate's subject, a local
+one by its uid), the action and the task, and recorded as a warning event
+of the task, so `tasksup describe` and `events` show it.
 
 A cluster: worker nodes start with --join HOST:PORT (and --name, --label
 KEY=VALUE) and offer their slots, runtimes and labels; the coordinator places
