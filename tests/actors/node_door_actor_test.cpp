@@ -89,6 +89,10 @@ caf::actor fake_registry(fixture& fx, std::shared_ptr<heard> out) {
         s.task_id = id;
         return s;
       },
+      [=](event_atom, const event&) {
+        // The door's audit of a control request.
+        note("event");
+      },
       [=](await_atom, const std::string& id) {
         note("await");
         task_result r;
@@ -158,10 +162,10 @@ TEST_CASE_METHOD(fixture, "the door forwards the client protocol as its own",
   CHECK(ask<task_result>(door, await_atom::value, std::string{"t3"})
           ->value()
           .task_id == "t3");
-  CHECK(reg_heard->names ==
-        std::vector<std::string>{"subscribe", "submit", "submit_json", "stop",
-                                 "retry_now", "force_fb", "status", "status_id",
-                                 "status_id", "await"});
+  CHECK(reg_heard->names == std::vector<std::string>{
+                              "subscribe", "submit", "submit_json", "event",
+                              "stop", "event", "retry_now", "event", "force_fb",
+                              "status", "status_id", "status_id", "await"});
   // The registry heard every request from the door, never from a client.
   for (auto& sender : reg_heard->senders)
     CHECK(sender == caf::actor_cast<caf::strong_actor_ptr>(door));
