@@ -306,3 +306,31 @@ TEST_CASE_METHOD(fixture,
   CHECK(reg_held->events[1].json().find("asked to kill task") !=
         std::string::npos);
 }
+
+TEST_CASE_METHOD(fixture,
+                 "a subscriber that ends is dropped and frees its place "
+                 "under the caps",
+                 "[door][pending]") {
+  auto reg = holding_registry(*this, std::make_shared<held>());
+  auto door =
+    keep(spawn_node_door(sys(), reg, caf::actor{}, limits(10, 1, 600)));
+  run();
+  auto listener = [&] {
+    return sys().spawn([](caf::event_based_actor*) {
+      return caf::behavior{[](event_atom, const event&) {}};
+    });
+  };
+  auto first = listener();
+  REQUIRE(*ask<bool>(door, subscribe_atom::value, first));
+  // The node-wide cap of 1 is reached.
+  auto second = keep(listener());
+  auto refused = *ask<bool>(door, subscribe_atom::value, second);
+  REQUIRE_FALSE(static_cast<bool>(refused));
+  CHECK(error_text(refused.error()).find("(max_pending = 1)") !=
+        std::string::npos);
+  // The first subscriber goes away (as a client whose connection closed):
+  // its place is free again.
+  caf::anon_send_exit(first, caf::exit_reason::kill);
+  run();
+  CHECK(*ask<bool>(door, subscribe_atom::value, second));
+}
