@@ -4,6 +4,7 @@
 #include "local_api.hpp"
 #include "node_address.hpp"
 
+#include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -131,8 +132,16 @@ void control(const dashboard_context& ctx, const http_request& req,
                                          "dashboard sends it)"));
   // The caller checked the action's name.
   auto msg = *control_message(action, task_id);
-  ctx.sys->spawn([=, registry = ctx.registry](caf::event_based_actor* self) {
-    self->request(registry, actor_timeout, msg)
+  // Through the door, audited as the dashboard's: whoever shows the token.
+  auto dest = ctx.registry;
+  if (ctx.door) {
+    dest = ctx.door;
+    msg = caf::make_message(as_client_atom::value,
+                            std::string{"dashboard user (HTTP token)"},
+                            std::move(msg));
+  }
+  ctx.sys->spawn([=](caf::event_based_actor* self) {
+    self->request(dest, actor_timeout, msg)
       .then(
         [=](bool took_effect) {
           auto message = action +

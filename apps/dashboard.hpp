@@ -37,6 +37,10 @@ struct dashboard_context {
   caf::actor_system* sys = nullptr;
   caf::actor registry;
   caf::actor stats;
+  /// The node's door (node_door_actor.hpp): control requests go through
+  /// it, so they are audited like a client's; null: to the registry,
+  /// unaudited.
+  caf::actor door;
   /// Accept any Host header (the server listens beyond loopback); else only
   /// loopback names, against DNS rebinding.
   bool allow_remote = false;

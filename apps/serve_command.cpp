@@ -385,6 +385,7 @@ int serve(const serve_options& opts) {
     dashboard_context ctx;
     ctx.sys = &sys;
     ctx.registry = registry;
+    ctx.door = door;
     ctx.stats = stats;
     ctx.allow_remote = opts.allow_remote;
     ctx.token_path = opts.http_token_file.empty() ? state_dir + "/http-token"
