@@ -88,7 +88,8 @@ struct serve_options {
   /// (see door_options); defaults there.
   std::size_t max_pending_per_client = door_options{}.max_pending_per_client;
   std::size_t max_pending = door_options{}.max_pending;
-  double await_timeout_s = 300;
+  double await_timeout_s =
+    std::chrono::duration<double>(door_options{}.await_timeout).count();
   /// Certificate directory (see tls_server_context.hpp); --insecure: none.
   std::string certs;
   bool insecure = false;
