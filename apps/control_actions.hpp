@@ -1,8 +1,8 @@
 #pragma once
 
 // The control commands' actions (`tasksup stop | kill | retry-now |
-// fallback-now TASK`) and what each prints, shared by the command over the
-// node's TCP port (control_commands.cpp) and over its local control socket
+// fallback-now | forget TASK`) and what each prints, shared by the command over
+// the node's TCP port (control_commands.cpp) and over its local control socket
 // (front/main.cpp). No CAF here.
 
 #include <string>
@@ -35,6 +35,7 @@ inline constexpr control_action control_actions[] = {
   {"retry-now", "retrying ", " now", "is not waiting to retry"},
   {"fallback-now", "falling back to the next agent of ", "",
    "cannot fall back (finished, or no next agent)"},
+  {"forget", "forgot ", "", "has not finished (stop it first)"},
 };
 
 /// The action called `name`, or null.

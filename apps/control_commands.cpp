@@ -1,4 +1,4 @@
-// `tasksup stop | kill | retry-now | fallback-now TASK`: the control
+// `tasksup stop | kill | retry-now | fallback-now | forget TASK`: the control
 // commands, one row each. Every one sends one request to the node and is
 // answered with whether it took effect.
 
@@ -84,6 +84,19 @@ Example:
      return control_request(s, done, noop, force_fallback_atom::value, id);
    },
    73},
+  {"forget",
+   "Forget a finished task: its status, history, journal record and attempt "
+   "directories (logs, artifacts) are removed, and its id is free again.",
+   R"(Exit status 0 when the task was forgotten, 1 when it has not finished
+(stop or kill it first), 3 when the node has no such task.
+
+Example:
+  tasksup forget demo-flaky)",
+   [](node_session& s, const std::string& done, const std::string& noop,
+      const std::string& id) {
+     return control_request(s, done, noop, forget_atom::value, id);
+   },
+   74},
 };
 
 /// The command line options of one control command.

@@ -196,6 +196,8 @@ std::optional<caf::message> control_message(std::string_view action,
     return caf::make_message(retry_now_atom::value, task_id);
   if (action == "fallback-now")
     return caf::make_message(force_fallback_atom::value, task_id);
+  if (action == "forget")
+    return caf::make_message(forget_atom::value, task_id);
   return std::nullopt;
 }
 

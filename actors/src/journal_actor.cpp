@@ -115,7 +115,11 @@ struct state_op {
   std::string key;
   std::string bytes;
 };
-using write_op = std::variant<task_op, input_op, event_op, end_op, state_op>;
+struct forget_op {
+  std::string id;
+};
+using write_op =
+  std::variant<task_op, input_op, event_op, end_op, state_op, forget_op>;
 // Written writes are counted by their index here.
 static_assert(std::variant_size_v<write_op> == journal_write_kinds.size());
 
@@ -222,6 +226,9 @@ struct apply_op {
   }
   expected<bool> operator()(state_op& x) const {
     return store.put_state(x.key, x.bytes);
+  }
+  expected<bool> operator()(forget_op& x) const {
+    return store.drop_task(x.id);
   }
 };
 
@@ -483,6 +490,10 @@ journal_impl(journal_actor_t* self,
     },
     [=](jend_atom, std::int64_t seq, double at, std::string& bytes) {
       self->state.batch.emplace_back(end_op{seq, at, std::move(bytes)});
+      flush_later(self);
+    },
+    [=](jforget_atom, std::string& id) {
+      self->state.batch.emplace_back(forget_op{std::move(id)});
       flush_later(self);
     },
     [=](jstate_atom, std::string& key, std::string& bytes) {

@@ -443,7 +443,7 @@ caf::result<R> forward(door_actor* self, Ts&&... xs) {
   return rp;
 }
 
-/// A control request (stop, kill, retry-now, fallback-now) of `who`:
+/// A control request (stop, kill, retry-now, fallback-now, forget) of `who`:
 /// audited, then forwarded; anything else in `msg` is refused.
 caf::result<bool> control(door_actor* self, const std::string& who,
                           const caf::message& msg) {
@@ -467,6 +467,11 @@ caf::result<bool> control(door_actor* self, const std::string& who,
     auto& task_id = msg.get_as<std::string>(1);
     audit(self, who, "fallback-now", task_id);
     return forward<bool>(self, force_fallback_atom::value, task_id);
+  }
+  if (msg.match_elements<forget_atom, std::string>()) {
+    auto& task_id = msg.get_as<std::string>(1);
+    audit(self, who, "forget", task_id);
+    return forward<bool>(self, forget_atom::value, task_id);
   }
   return caf::make_error(caf::sec::unexpected_message,
                          "as_client: not a control request");
@@ -542,6 +547,10 @@ caf::behavior door(door_actor* self, caf::actor registry, caf::actor stats,
       return control(
         self, audit_name(self),
         caf::make_message(force_fallback_atom::value, std::move(task_id)));
+    },
+    [=](forget_atom, std::string& task_id) {
+      return control(self, audit_name(self),
+                     caf::make_message(forget_atom::value, std::move(task_id)));
     },
     [=](as_client_atom, const std::string& who,
         const caf::message& msg) -> caf::result<bool> {

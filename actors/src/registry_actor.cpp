@@ -859,6 +859,29 @@ caf::result<bool> control(registry_actor_t* self, const std::string& task_id,
                     "no task with id '" + task_id + "'");
 }
 
+/// `tasksup forget`: a finished task's status, history, journal record and
+/// attempt directories go, as if it had never been submitted (its id is
+/// free again). False, and nothing changes, while the task has not
+/// finished.
+caf::result<bool> forget_finished(registry_actor_t* self,
+                                  const std::string& task_id) {
+  namespace fs = std::filesystem;
+  auto& st = self->state;
+  if (st.active.count(task_id) > 0 || st.reserved.count(task_id) > 0 ||
+      st.admitting.count(task_id) > 0)
+    return false;
+  if (st.finished.count(task_id) == 0)
+    return make_error(protocol_error::unknown_task,
+                      "no task with id '" + task_id + "'");
+  if (st.opts.journal)
+    self->send(st.opts.journal, jforget_atom::value, task_id);
+  // A task id is one path component (validated at submission).
+  std::error_code ec;
+  fs::remove_all(fs::path{st.opts.attempt_root} / task_id, ec);
+  forget(self, task_id);
+  return true;
+}
+
 caf::result<std::vector<task_status>> all_status(registry_actor_t* self) {
   auto& st = self->state;
   auto acc = std::make_shared<std::vector<task_status>>();
@@ -1051,6 +1074,9 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
     },
     [=](force_fallback_atom, const std::string& task_id) {
       return control(self, task_id, force_fallback_atom::value);
+    },
+    [=](forget_atom, const std::string& task_id) {
+      return forget_finished(self, task_id);
     },
     [=](status_atom) { return all_status(self); },
     [=](health_atom) {

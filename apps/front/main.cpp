@@ -1,5 +1,5 @@
 // The tasksup program users run. `tasksup status`, `tasksup submit` and the
-// control commands (stop, kill, retry-now, fallback-now) against a node on
+// control commands (stop, kill, retry-now, fallback-now, forget) against a node on
 // this machine are answered here, over the node's local control socket
 // (local_control.hpp), without loading the actor system and its TLS, which
 // are most of a command's start-up (issue 17). Every other command, and

@@ -611,3 +611,44 @@ TEST_CASE_METHOD(registry_fixture,
       ++kills;
   CHECK(kills == 2);
 }
+
+TEST_CASE_METHOD(registry_fixture,
+                 "forget removes a finished task, refuses a running one and "
+                 "names an unknown one",
+                 "[registry]") {
+  start(builtin_config());
+  runtime->script("a", {exits(0)});
+  runtime->script("b", {hangs()});
+  CHECK(await(submit(task_with("done", {"a"}))).outcome ==
+        task_outcome::succeeded);
+  submit(task_with("running", {"b"}));
+  // A running task is not forgotten: nothing changes.
+  auto refused = ask<bool>(reg, forget_atom::value, std::string{"running"});
+  REQUIRE(refused);
+  REQUIRE(*refused);
+  CHECK_FALSE(**refused);
+  CHECK(status("running").state == task_state::running);
+  // A finished one is: its status goes, and its id is free again.
+  auto forgot = ask<bool>(reg, forget_atom::value, std::string{"done"});
+  REQUIRE(forgot);
+  REQUIRE(*forgot);
+  CHECK(**forgot);
+  auto gone = ask<task_status>(reg, status_atom::value, std::string{"done"});
+  REQUIRE(gone);
+  REQUIRE_FALSE(*gone);
+  CHECK(gone->error().code() ==
+        static_cast<std::uint8_t>(protocol_error::unknown_task));
+  auto all = ask<std::vector<task_status>>(reg, status_atom::value);
+  REQUIRE(all);
+  REQUIRE(*all);
+  for (auto& s : **all)
+    CHECK(s.task_id != "done");
+  runtime->script("a", {exits(0)});
+  CHECK(await(submit(task_with("done", {"a"}))).outcome ==
+        task_outcome::succeeded);
+  // A task the node never had is an error naming it.
+  auto unknown = ask<bool>(reg, forget_atom::value, std::string{"nope"});
+  REQUIRE(unknown);
+  REQUIRE_FALSE(*unknown);
+  CHECK_THAT(error_text(unknown->error()), Catch::Contains("nope"));
+}

@@ -89,6 +89,7 @@ using journal_actor = caf::typed_actor<
   caf::reacts_to<jrecord_atom, std::int64_t, std::int64_t, std::string>,
   caf::reacts_to<jevent_atom, std::int64_t, std::int64_t, event>,
   caf::reacts_to<jend_atom, std::int64_t, double, std::string>,
+  caf::reacts_to<jforget_atom, std::string>,
   caf::reacts_to<jstate_atom, std::string, std::string>,
   caf::replies_to<jhistory_atom, std::int64_t,
                   std::string>::with<std::vector<event>>,

@@ -24,8 +24,8 @@ inline constexpr std::array<double, 12> journal_commit_buckets = {
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
 
 /// The kinds of journal writes, as counted in `journal_figures::written`.
-inline constexpr std::array<std::string_view, 5> journal_write_kinds = {
-  "task", "input", "event", "end", "state"};
+inline constexpr std::array<std::string_view, 6> journal_write_kinds = {
+  "task", "input", "event", "end", "state", "forget"};
 
 /// The journal's figures since the node started (counters) and now (gauges).
 struct journal_figures {

@@ -45,6 +45,10 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using retry_now_atom = caf::atom_constant<caf::atom("retrynow")>;
 /// Abandon the current agent: `(force_fb, task_id)` / `(force_fb)`.
 using force_fallback_atom = caf::atom_constant<caf::atom("forcefb")>;
+/// Forget a finished task: `(forget, task_id)` -> bool (false while it has
+/// not finished); its status, history, journal record and attempt
+/// directories go.
+using forget_atom = caf::atom_constant<caf::atom("forget")>;
 /// `(status)` -> vector<task_status>; `(status, task_id)` -> task_status.
 using status_atom = caf::atom_constant<caf::atom("status")>;
 /// `(subscribe, actor)`: stream every event to `actor` as `(event, event)`.
@@ -122,6 +126,8 @@ using jrecord_atom = caf::atom_constant<caf::atom("jrecord")>;
 using jevent_atom = caf::atom_constant<caf::atom("jevent")>;
 /// `(jend, number, at, bytes)`.
 using jend_atom = caf::atom_constant<caf::atom("jend")>;
+/// `(jforget, task_id)`: drop a forgotten task's record.
+using jforget_atom = caf::atom_constant<caf::atom("jforget")>;
 /// `(jstate, key, bytes)`.
 using jstate_atom = caf::atom_constant<caf::atom("jstate")>;
 /// `(jhistory, number, task_id)` -> vector<event>.

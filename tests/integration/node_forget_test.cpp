@@ -1,0 +1,106 @@
+// `tasksup forget`: a finished task goes from the node, its journal and its
+// attempt directories, for good (a restart does not bring it back); a task
+// still running is refused; the action is audited in the node's log.
+
+#include "tasksup_child.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace tasksup::test;
+
+TEST_CASE("forget: a finished task is gone for good, a running one is "
+          "refused, and both are audited",
+          "[forget]") {
+  scratch dir;
+  // The agent ends at once, except for the task whose prompt is "wait":
+  // that one runs until the test ends it.
+  auto agent = dir.write("agent.sh", "#!/bin/sh\n"
+                                     "if [ \"$1\" = wait ]; then\n"
+                                     "  i=0\n"
+                                     "  while [ $i -lt 1200 ]; do sleep 0.05; "
+                                     "i=$((i+1)); done\n"
+                                     "fi\n"
+                                     "exit 0\n");
+  ::chmod(agent.c_str(), 0755);
+  auto config = dir / "config";
+  std::filesystem::create_directories(config);
+  std::ofstream{config + "/node.json"}
+    << R"({"default_agent": {"agent_id": "sh", "agent_cli": ")" << agent
+    << R"(", "cli_flags": "", "prompt_as_argument": true},
+          "default_runtime": "process"})";
+  std::vector<std::string> serve{"serve",      "--listen", "127.0.0.1:0",
+                                 "--config",   config,     "--state-dir",
+                                 dir / "state"};
+  auto node = std::make_unique<tasksup_child>(dir, "node-0", serve);
+  auto port = listening_port(*node);
+  REQUIRE(port);
+  auto address = "127.0.0.1:" + std::to_string(*port);
+  auto submit = [&](const std::string& id, const std::string& prompt) {
+    tasksup_child sub{
+      dir,
+      "submit-" + id,
+      {"submit", "--node", address, "-"},
+      dir.write(id + ".jsonl",
+                R"({"id": ")" + id + R"(", "prompt": ")" + prompt + "\"}\n")};
+    INFO(sub.err());
+    REQUIRE(sub.wait(30s) == 0);
+  };
+  submit("f1", "done");
+  submit("f2", "wait");
+  REQUIRE(eventually(
+    [&] {
+      auto r = run_to_end(dir, {"status", "f1", "--json", "--node", address});
+      return r.status == 0 && r.out.find("succeeded") != std::string::npos;
+    },
+    60s));
+  REQUIRE(std::filesystem::exists(dir / "state/attempts/f1"));
+
+  // Still running: refused, nothing changes.
+  auto running = run_to_end(dir, {"forget", "f2", "--node", address});
+  CHECK(running.status == 1);
+  CHECK_THAT(running.out, Catch::Contains("task f2 has not finished"));
+  // Finished: forgotten, over TLS; its attempt directories go too.
+  auto forgot = run_to_end(dir, {"forget", "f1", "--node", address});
+  INFO(forgot.err);
+  CHECK(forgot.status == 0);
+  CHECK_THAT(forgot.out, Catch::Contains("forgot f1"));
+  CHECK(run_to_end(dir, {"describe", "f1", "--node", address}).status == 3);
+  CHECK_FALSE(std::filesystem::exists(dir / "state/attempts/f1"));
+  // Unknown now: exit 3, naming it.
+  auto again = run_to_end(dir, {"forget", "f1", "--node", address});
+  CHECK(again.status == 3);
+  CHECK_THAT(again.err, Catch::Contains("f1"));
+  // Both requests are in the node's log as audit lines.
+  REQUIRE(eventually(
+    [&] {
+      auto log = node->err();
+      return log.find("asked to forget task 'f1'") != std::string::npos &&
+             log.find("asked to forget task 'f2'") != std::string::npos;
+    },
+    10s));
+
+  // A restart on the same journal does not bring it back, and the id is
+  // free for a new task.
+  node->signal(SIGTERM);
+  REQUIRE(node->wait(60s) == 0);
+  node = std::make_unique<tasksup_child>(dir, "node-1", serve);
+  port = listening_port(*node);
+  REQUIRE(port);
+  address = "127.0.0.1:" + std::to_string(*port);
+  CHECK(run_to_end(dir, {"describe", "f1", "--node", address}).status == 3);
+  submit("f1", "done");
+  CHECK(eventually(
+    [&] {
+      auto r = run_to_end(dir, {"status", "f1", "--json", "--node", address});
+      return r.status == 0 && r.out.find("succeeded") != std::string::npos;
+    },
+    60s));
+}
