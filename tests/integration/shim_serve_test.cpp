@@ -646,7 +646,9 @@ TEST_CASE("process runtime: a shim that never reports the agent's start is "
   scratch dir;
   process_runtime_options opts;
   opts.shim_path = std::string{TASKSUP_FIXTURES_DIR} + "/wedged_shim.py";
-  opts.shim_report_timeout = 500ms;
+  // Long enough for the Python stand-in to start and record its agent even
+  // on a loaded machine (SIGUSR1 before its first line would end it first).
+  opts.shim_report_timeout = 2000ms;
   bool per_attempt = GENERATE(false, true);
   INFO("a shim per attempt: " << per_attempt);
   if (per_attempt)
@@ -655,7 +657,7 @@ TEST_CASE("process runtime: a shim that never reports the agent's start is "
   auto out = run_attempt(*rt, dir / "t/attempt-1", 1, {"true"});
   INFO(out.infrastructure_error);
   CHECK(out.infrastructure_error.find(
-          "did not report the agent's start within 500 ms") !=
+          "did not report the agent's start within 2000 ms") !=
         std::string::npos);
   auto rec = shim_of(dir / "t/attempt-1");
   CHECK(process_gone(rec.shim_pid));
@@ -681,7 +683,9 @@ TEST_CASE("process runtime: while a shim that never reports is given its "
   dir.write("real-shim", shim_program());
   process_runtime_options opts;
   opts.shim_path = std::string{TASKSUP_FIXTURES_DIR} + "/wedged_shim.py";
-  opts.shim_report_timeout = 300ms;
+  // Long enough for the Python stand-in to start even on a loaded machine:
+  // until its first line runs, SIGUSR1 would end it (its default action).
+  opts.shim_report_timeout = 2000ms;
   auto rt = make_process_runtime(std::move(opts));
   std::mutex mtx;
   std::vector<std::string> ended;
@@ -717,7 +721,7 @@ TEST_CASE("process runtime: while a shim that never reports is given its "
   CHECK(out.infrastructure_error.empty());
   auto stuck = wedged.get();
   CHECK(stuck.infrastructure_error.find(
-          "did not report the agent's start within 300 ms") !=
+          "did not report the agent's start within 2000 ms") !=
         std::string::npos);
   CHECK(process_gone(shim_of(dir / "wedged/attempt-1").shim_pid));
   std::lock_guard<std::mutex> guard{mtx};
