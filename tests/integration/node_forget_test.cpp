@@ -53,14 +53,18 @@ TEST_CASE("forget: a finished task is gone for good, a running one is "
     INFO(sub.err());
     REQUIRE(sub.wait(30s) == 0);
   };
+  // Whether task f1 succeeds within a minute (status over TLS).
+  auto f1_succeeds = [&] {
+    return eventually(
+      [&] {
+        auto r = run_to_end(dir, {"status", "f1", "--json", "--node", address});
+        return r.status == 0 && r.out.find("succeeded") != std::string::npos;
+      },
+      60s);
+  };
   submit("f1", "done");
   submit("f2", "wait");
-  REQUIRE(eventually(
-    [&] {
-      auto r = run_to_end(dir, {"status", "f1", "--json", "--node", address});
-      return r.status == 0 && r.out.find("succeeded") != std::string::npos;
-    },
-    60s));
+  REQUIRE(f1_succeeds());
   REQUIRE(std::filesystem::exists(dir / "state/attempts/f1"));
 
   // Still running: refused, nothing changes.
@@ -97,10 +101,5 @@ TEST_CASE("forget: a finished task is gone for good, a running one is "
   address = "127.0.0.1:" + std::to_string(*port);
   CHECK(run_to_end(dir, {"describe", "f1", "--node", address}).status == 3);
   submit("f1", "done");
-  CHECK(eventually(
-    [&] {
-      auto r = run_to_end(dir, {"status", "f1", "--json", "--node", address});
-      return r.status == 0 && r.out.find("succeeded") != std::string::npos;
-    },
-    60s));
+  CHECK(f1_succeeds());
 }

@@ -72,6 +72,17 @@ std::string status_of_p1(const scratch& dir, int port) {
 const std::string task_line =
   R"({"id": "p1", "prompt": "poison", "supervisor": {"backoff_base_seconds": 0.1}})";
 
+/// Submits task p1 over the node's TLS port.
+void submit_p1(const scratch& dir, int port) {
+  tasksup_child sub{
+    dir,
+    "submit",
+    {"submit", "--node", "127.0.0.1:" + std::to_string(port), "-"},
+    dir.write("task.jsonl", task_line + "\n")};
+  INFO(sub.err());
+  REQUIRE(sub.wait(30s) == 0);
+}
+
 } // namespace
 
 TEST_CASE("poison: a cost of 1e308 and 9e18 tokens on two attempts leave the "
@@ -85,16 +96,10 @@ TEST_CASE("poison: a cost of 1e308 and 9e18 tokens on two attempts leave the "
   auto node = std::make_unique<tasksup_child>(dir, "node-0", serve);
   auto port = listening_port(*node);
   REQUIRE(port);
-  tasksup_child sub{
-    dir,
-    "submit",
-    {"submit", "--node", "127.0.0.1:" + std::to_string(*port), "-"},
-    dir.write("task.jsonl", task_line + "\n")};
-  INFO(sub.err());
-  REQUIRE(sub.wait(30s) == 0);
-  // Attempt 1 reported the poison and failed; attempt 2 reported it too and
-  // waits at the gate. The journal holds both attempts' figures.
-  REQUIRE(eventually([&] { return std::filesystem::exists(dir / "started-2"); },
+  submit_p1(dir, *port);
+  // Attempts 1 and 2 reported the poison and failed; attempt 3 waits at the
+  // gate. The journal holds both poisoned attempts' figures.
+  REQUIRE(eventually([&] { return std::filesystem::exists(dir / "started-3"); },
                      60s));
   status_of_p1(dir, *port);
   node->signal(SIGKILL);
@@ -153,13 +158,7 @@ TEST_CASE("poison: without a journal, the poisoned task's status travels over "
                       dir / "config", "--no-journal"}};
   auto port = listening_port(node);
   REQUIRE(port);
-  tasksup_child sub{
-    dir,
-    "submit",
-    {"submit", "--node", "127.0.0.1:" + std::to_string(*port), "-"},
-    dir.write("task.jsonl", task_line + "\n")};
-  INFO(sub.err());
-  REQUIRE(sub.wait(30s) == 0);
+  submit_p1(dir, *port);
   CHECK(eventually(
     [&] {
       return status_of_p1(dir, *port).find("succeeded") != std::string::npos;
