@@ -175,7 +175,7 @@ typename Inspector::result_type inspect(Inspector& f, state_view& v) {
   auto& c = s.counters;
   if (auto err = f(s.phase, c.agent_index, c.chain_size, c.retry_count,
                    c.total_retries, c.total_attempts, c.fallback_count,
-                   c.crash_restarts, c.retries_by_agent))
+                   c.crash_restarts, c.retries_by_agent, c.retries_by_class))
     return err;
   if (auto err = save_window(f, c.restarts))
     return err;

@@ -68,6 +68,11 @@ std::string describe_cause(const decision& d) {
 
 } // namespace
 
+int retries_of(const supervision_state& st, error_class cls) noexcept {
+  auto c = static_cast<std::size_t>(cls);
+  return c < st.retries_by_class.size() ? st.retries_by_class[c] : 0;
+}
+
 std::string_view to_string(next_step x) noexcept {
   switch (x) {
     case next_step::succeed:
@@ -353,10 +358,17 @@ void supervision_policy::apply(supervision_state& st, const decision& d) const {
       st.agent_index = d.agent_index;
       ++st.fallback_count;
       st.retry_count = 0;
+      st.retries_by_class.clear();
       return;
     case next_step::retry:
       st.retry_count = d.retry_count;
+      if (d.reset_retries)
+        st.retries_by_class.clear();
       if (d.backoff_class) {
+        auto c = static_cast<std::size_t>(*d.backoff_class);
+        if (st.retries_by_class.size() <= c)
+          st.retries_by_class.resize(std::max(all_error_classes.size(), c + 1));
+        ++st.retries_by_class[c];
         ++st.total_retries;
         if (st.retries_by_agent.size() < st.chain_size)
           st.retries_by_agent.resize(st.chain_size);

@@ -754,8 +754,12 @@ void task_machine::ask_delay(task_machine_state& st,
     ask.spec = config().restart_backoff;
     ask.retry_index = st.restart_streak - 1;
   } else {
+    // Each class's schedule counts that class's retries: a rate limit after
+    // two crashes waits the rate-limit schedule's first step. The plan is
+    // applied when its attempt starts, so the counters do not include it.
     ask.spec = backoff_.spec(*d.backoff_class);
-    ask.retry_index = d.retry_count - 1;
+    ask.retry_index =
+      d.reset_retries ? 0 : retries_of(st.counters, *d.backoff_class);
   }
   ask.previous_s = st.previous_delay_s;
   // Only a rate-limit message's "come back in N s" sets the delay; other

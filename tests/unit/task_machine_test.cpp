@@ -175,6 +175,51 @@ TEST_CASE("task machine: the retry-after hint is trusted only from a rate "
   }
 }
 
+TEST_CASE("task machine: each class's backoff schedule counts only that "
+          "class's retries of the agent",
+          "[task_machine]") {
+  struct row {
+    std::vector<error_class> failures;
+    // The schedule step each retry asks for, in order.
+    std::vector<int> steps;
+  };
+  using ec = error_class;
+  auto rows = std::vector<row>{
+    {{ec::retryable, ec::retryable, ec::rate_limit}, {0, 1, 0}},
+    {{ec::rate_limit, ec::retryable, ec::rate_limit}, {0, 0, 1}},
+    {{ec::timeout, ec::retryable, ec::timeout}, {0, 0, 1}},
+    {{ec::retryable, ec::retryable, ec::retryable}, {0, 1, 2}},
+  };
+  for (auto& r : rows) {
+    task t{supervisor_config{}, 2};
+    t.start_running();
+    for (std::size_t i = 0; i < r.failures.size(); ++i) {
+      t.end(exited(1));
+      t.classify(r.failures[i]);
+      auto ask = only<effect::ask_delay>(t.fx);
+      CHECK(ask.retry_index == r.steps[i]);
+      if (r.failures[i] == ec::rate_limit)
+        CHECK(ask.spec.table_s == std::vector<double>{60, 120, 300});
+      t.delay(1);
+      auto timer = only<effect::set_timer>(t.fx);
+      REQUIRE(t.feed(input::timer{timer_kind::backoff, timer.generation}));
+      t.grant();
+    }
+  }
+  SECTION("a switch to the next agent starts every schedule over") {
+    task t;
+    t.start_running();
+    t.end(exited(1));
+    t.classify(error_class::rate_limit);
+    t.delay(1);
+    REQUIRE(t.feed(input::force_fallback{}));
+    t.grant();
+    t.end(exited(1));
+    t.classify(error_class::rate_limit);
+    CHECK(only<effect::ask_delay>(t.fx).retry_index == 0);
+  }
+}
+
 TEST_CASE("task machine: fatal fails at once without feeding the breaker",
           "[task_machine]") {
   task t;

@@ -35,9 +35,17 @@ struct supervision_state {
   int crash_restarts = 0;
   /// Retries per position in the chain (empty until the first retry).
   std::vector<int> retries_by_agent;
+  /// Retries of the current agent per error class, indexed by the class
+  /// (empty until the first retry; cleared with `retry_count`): each class's
+  /// backoff schedule counts only its own retries.
+  std::vector<int> retries_by_class;
   /// Restart times, for `permanent` tasks.
   restart_window restarts;
 };
+
+/// Retries of class `cls` by the current agent so far: the step of that
+/// class's backoff schedule its next retry waits.
+int retries_of(const supervision_state& st, error_class cls) noexcept;
 
 /// The next thing the supervisor does after an attempt ended.
 enum class next_step : std::uint8_t {
