@@ -60,6 +60,11 @@ expected<task_spec> resolve_task(task_spec task, const config_set& cfg,
     task.settings.steps.preflight = task.preflight.has_value();
     task.settings.steps.gates = !task.gates.empty();
     task.settings.steps.deliver = task.repo.has_value();
+    // The node's default runtime has no image of its own to offer.
+    if (task.runtime.empty() && cfg.node.default_runtime == "docker" &&
+        task.image.empty())
+      r.fail("/image", "the node's default_runtime is \"docker\": the task "
+                       "needs an \"image\" to run its attempts in");
     own_rules = task.classifier_rules.has_value();
     if (env != nullptr) {
       if (!task.selection && !env->selection.agents.empty())

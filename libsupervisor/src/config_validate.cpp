@@ -82,7 +82,7 @@ void check_backoff_spec(const reader& r, const backoff_spec& spec,
     r.fail(child(bp, "kind"),
            "unknown schedule kind " +
              std::to_string(static_cast<unsigned>(spec.kind)));
-  if (!in_range(spec.jit, jitter::decorrelated))
+  if (!in_range(spec.jit, jitter::proportional))
     r.fail(child(bp, "jitter"),
            "unknown jitter " + std::to_string(static_cast<unsigned>(spec.jit)));
   constexpr std::size_t max_entries = 1000;
@@ -305,6 +305,9 @@ expected<bool> detail::check_task(const task_spec& task, std::string_view where,
       r.fail("/runtime", "expected one of " + runtime_name_list() + ", got " +
                            quote(task.runtime));
     check_text(r, task.image, "/image", false);
+    if (task.runtime == "docker" && task.image.empty())
+      r.fail("/image", "a task with \"runtime\": \"docker\" needs an "
+                       "\"image\" to run its attempts in");
     if (task.memory_limit_mb &&
         (*task.memory_limit_mb < 1 ||
          *task.memory_limit_mb >

@@ -367,6 +367,9 @@ TEST_CASE("resolve_task: typed and JSON tasks get the same verdicts") {
        t.selection = agent_selection{{a, b}, {}, selection_mode::fallback};
      },
      "/agent_selection/agents/1/agent_id"},
+    {"a docker task without an image",
+     R"({"prompt": "p", "runtime": "docker"})",
+     [](task_spec& t) { t.runtime = "docker"; }, "/image"},
     {"a relative mount", R"({"prompt": "p", "mounts": [
        {"host_path": "rel", "container_path": "/w"}]})",
      [](task_spec& t) {
@@ -392,6 +395,24 @@ TEST_CASE("resolve_task: typed and JSON tasks get the same verdicts") {
     CHECK(typed.error().what == from_text.error().what);
     CHECK(from_file.error().what == from_text.error().what);
   }
+}
+
+TEST_CASE("resolve_task: a task left to a docker node default needs an image, "
+          "named by the file and the field") {
+  auto cfg = node_config_set();
+  cfg.node.default_runtime = "docker";
+  auto bare = parse_task(doc(R"({"prompt": "p"})"), "task.json", cfg);
+  REQUIRE_FALSE(bare.has_value());
+  CHECK(bare.error().where == "task.json");
+  CHECK(bare.error().path == "/image");
+  CHECK(bare.error().what.find("default_runtime") != std::string::npos);
+  CHECK(
+    parse_task(doc(R"({"prompt": "p", "image": "busybox"})"), "task.json", cfg)
+      .has_value());
+  // A task that asks for the process runtime needs none.
+  CHECK(parse_task(doc(R"({"prompt": "p", "runtime": "process"})"), "task.json",
+                   cfg)
+          .has_value());
 }
 
 TEST_CASE("validate_task: a prompt up to the argument limit is accepted, one "
