@@ -11,8 +11,8 @@ namespace tasksup {
 
 namespace {
 
-constexpr std::string_view jitter_names[] = {"none", "full", "equal",
-                                             "decorrelated"};
+constexpr std::string_view jitter_names[] = {
+  "none", "full", "equal", "decorrelated", "additive", "proportional"};
 
 /// A finite, non-negative cap; a NaN or negative `max_s` allows no delay.
 double sanitize_cap(double max_s) {
@@ -85,8 +85,8 @@ std::string_view to_string(jitter x) noexcept {
 }
 
 std::optional<jitter> parse_jitter(std::string_view str) noexcept {
-  for (auto x :
-       {jitter::none, jitter::full, jitter::equal, jitter::decorrelated})
+  for (auto x : {jitter::none, jitter::full, jitter::equal,
+                 jitter::decorrelated, jitter::additive, jitter::proportional})
     if (to_string(x) == str)
       return x;
   return std::nullopt;
@@ -173,6 +173,17 @@ delay_decision compute_delay(const backoff_spec& spec, int retry_index,
       out.delay_s = clamp_delay(uniform(rng, lo, hi), cap);
       break;
     }
+    case jitter::additive: {
+      // The amount added is the schedule's own scale: its first step.
+      auto extra = clamp_delay(first_delay(spec), cap);
+      out.delay_s = clamp_delay(d + uniform(rng, 0, extra), cap);
+      break;
+    }
+    case jitter::proportional:
+      out.delay_s = clamp_delay(
+        d * uniform(rng, 1 - proportional_jitter, 1 + proportional_jitter),
+        cap);
+      break;
   }
   return out;
 }

@@ -93,8 +93,9 @@ void read_backoff_spec(const reader& r, const json::value& v,
     // A table without an explicit cap is capped by its largest entry.
     spec.max_s = *std::max_element(spec.table_s.begin(), spec.table_s.end());
   if (const auto* x = obj.if_contains("jitter"))
-    spec.jit = enum_value<jitter>(r, *x, child(path, "jitter"), parse_jitter,
-                                  {"none", "full", "equal", "decorrelated"});
+    spec.jit = enum_value<jitter>(
+      r, *x, child(path, "jitter"), parse_jitter,
+      {"none", "full", "equal", "decorrelated", "additive", "proportional"});
   if (spec.kind == backoff_spec::kind_t::table && spec.table_s.empty())
     r.fail(path, "a \"table\" schedule needs a non-empty \"table_s\"");
   if (spec.kind == backoff_spec::kind_t::exponential &&

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <limits>
@@ -186,8 +187,48 @@ TEST_CASE("decorrelated jitter draws from [initial, min(max, 3 x previous)]") {
   }
 }
 
+TEST_CASE("additive and proportional jitter stay within their bounds and "
+          "the cap") {
+  struct row {
+    jitter j;
+    double step;
+    double lo;
+    double hi;
+  };
+  // exponential(initial 4, x2, max 30): steps 4, 8, 16, 30 (capped).
+  auto rows = std::vector<row>{
+    {jitter::additive, 4, 4, 8},
+    {jitter::additive, 16, 16, 20},
+    {jitter::additive, 30, 30, 30},
+    {jitter::proportional, 4, 3.2, 4.8},
+    {jitter::proportional, 16, 12.8, 19.2},
+    {jitter::proportional, 30, 24, 30},
+  };
+  auto spec = exponential(4, 2, 30, jitter::none);
+  for (auto& r : rows) {
+    INFO(to_string(r.j) << " step " << r.step);
+    spec.jit = r.j;
+    auto retry = r.step == 4 ? 0 : r.step == 16 ? 2 : 5;
+    backoff_rng rng{7};
+    double lo = 1e9;
+    double hi = 0;
+    for (int i = 0; i < 2000; ++i) {
+      auto d = compute_delay(spec, retry, 0, rng);
+      CHECK(d.source == delay_source::jitter);
+      lo = std::min(lo, d.delay_s);
+      hi = std::max(hi, d.delay_s);
+    }
+    CHECK(lo >= r.lo);
+    CHECK(hi <= r.hi);
+    // The draws cover the range (not one fixed value), unless capped.
+    if (r.lo < r.hi)
+      CHECK(hi - lo > (r.hi - r.lo) * 0.8);
+  }
+}
+
 TEST_CASE("jitter is deterministic for a seed and varies between seeds") {
-  for (auto j : {jitter::full, jitter::equal, jitter::decorrelated}) {
+  for (auto j : {jitter::full, jitter::equal, jitter::decorrelated,
+                 jitter::additive, jitter::proportional}) {
     backoff_policy pol{
       5, 60, {{error_class::retryable, exponential(1, 3, 500, j)}}};
     auto draw = [&](std::uint64_t seed) {
@@ -227,8 +268,8 @@ TEST_CASE("a retry-after hint replaces the delay but is capped by max") {
 }
 
 TEST_CASE("jitter names round-trip") {
-  for (auto j :
-       {jitter::none, jitter::full, jitter::equal, jitter::decorrelated})
+  for (auto j : {jitter::none, jitter::full, jitter::equal,
+                 jitter::decorrelated, jitter::additive, jitter::proportional})
     CHECK(parse_jitter(to_string(j)) == j);
   CHECK(to_string(jitter::decorrelated) == "decorrelated");
   CHECK_FALSE(parse_jitter("Full"));

@@ -504,7 +504,8 @@ TEST_CASE("supervisor: bad enum values list the valid ones") {
                       "jitter": "some"}}})"),
               "sup.json", "/backoff/fatal/jitter",
               "expected one of \"none\", \"full\", \"equal\", "
-              "\"decorrelated\", got \"some\"");
+              "\"decorrelated\", \"additive\", \"proportional\", got "
+              "\"some\"");
 }
 
 TEST_CASE("supervisor: every enum value is accepted") {
@@ -526,7 +527,8 @@ TEST_CASE("supervisor: every enum value is accepted") {
     }
   }
   for (auto jit :
-       {jitter::none, jitter::full, jitter::equal, jitter::decorrelated}) {
+       {jitter::none, jitter::full, jitter::equal, jitter::decorrelated,
+        jitter::additive, jitter::proportional}) {
     auto text = std::string{R"({"backoff": {"fatal": {"table_s": [1], )"} +
                 R"("jitter": ")" + std::string{to_string(jit)} + "\"}}}";
     auto res = sup(text);

@@ -65,7 +65,7 @@ template<>
 struct enum_size<restart_type> : std::integral_constant<std::size_t, 3> {};
 
 template<>
-struct enum_size<jitter> : std::integral_constant<std::size_t, 4> {};
+struct enum_size<jitter> : std::integral_constant<std::size_t, 6> {};
 
 template<>
 struct enum_size<backoff_spec::kind_t>

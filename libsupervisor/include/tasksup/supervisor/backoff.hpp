@@ -15,10 +15,16 @@ namespace tasksup {
 /// deterministic (as in gRPC's backoff).
 using backoff_rng = std::mt19937_64;
 
-/// How a computed delay is randomised (AWS architecture blog's terms).
-enum class jitter { none, full, equal, decorrelated };
+/// How a computed delay is randomised (AWS architecture blog's terms, plus
+/// two that never shorten a step much): `additive` adds up to the
+/// schedule's first step, `proportional` spreads the step by
+/// +-`proportional_jitter` (gRPC's backoff spreads by 20% too).
+enum class jitter { none, full, equal, decorrelated, additive, proportional };
 
-/// "none", "full", "equal" or "decorrelated".
+/// The spread of `proportional` jitter: the step times [0.8, 1.2].
+inline constexpr double proportional_jitter = 0.2;
+
+/// "none", "full", "equal", "decorrelated", "additive" or "proportional".
 std::string_view to_string(jitter x) noexcept;
 
 /// Parses the names above; nullopt for anything else.
@@ -40,7 +46,9 @@ struct backoff_spec {
   /// Cap for every delay of this class, hint included. Never exceeded.
   double max_s = 45.0;
   /// How the delay is randomised. Decorrelated jitter draws from
-  /// [first delay, max(first delay, 3 x previous)], capped at max_s.
+  /// [first delay, max(first delay, 3 x previous)]; additive from
+  /// [step, step + first delay]; proportional from [0.8, 1.2] x step; all
+  /// capped at max_s.
   jitter jit = jitter::none;
 };
 
