@@ -306,7 +306,7 @@ TEST_CASE("to_string of an out-of-range enum is safe", "[inspect]") {
   CHECK(to_string(nth<error_class>(9)) == "unknown");
   CHECK(to_string(nth<action>(3)) == "unknown");
   CHECK(to_string(nth<restart_type>(-1)) == "unknown");
-  CHECK(to_string(nth<jitter>(4)) == "unknown");
+  CHECK(to_string(nth<jitter>(6)) == "unknown");
   CHECK(to_string(nth<stop_mode>(2)) == "unknown");
   CHECK(to_string(nth<task_state>(200)) == "unknown");
   CHECK(to_string(nth<task_outcome>(3)) == "unknown");
