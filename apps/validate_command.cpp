@@ -190,8 +190,11 @@ private:
       cfg = task_config();
     if (cfg == nullptr)
       return error{path, "", "not checked: the config directory is invalid"};
-    if (auto res = parse_task(doc, path, *cfg); !res)
+    auto res = parse_task(doc, path, *cfg);
+    if (!res)
       return res.error();
+    for (auto& w : task_warnings(*res))
+      std::cerr << "warning: " << path << ": " << w << '\n';
     return std::nullopt;
   }
 

@@ -10,6 +10,7 @@
 #include "tasksup/actors/classifier_actor.hpp"
 
 #include "tasksup/supervisor/agent_chain.hpp"
+#include "tasksup/supervisor/config.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -177,6 +178,9 @@ supervisor_setup make_setup(caf::actor_system& sys, supervisor_options opts) {
   auto chain =
     build_agent_chain(task.selection, opts.default_agent, opts.start_agent_id);
   more.warnings = std::move(chain.warnings);
+  if (!opts.resume)
+    for (auto& w : task_warnings(task))
+      more.warnings.push_back(std::move(w));
   more.classifier_rules = std::move(task.classifier_rules);
   if (!opts.backoff) {
     opts.backoff = spawn_backoff(sys, opts.seed);

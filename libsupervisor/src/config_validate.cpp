@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <vector>
 
 // The one task validator: every check a task must pass to run, on the
 // resolved task, whichever way it arrived. The JSON readers check types and
@@ -361,6 +362,18 @@ expected<bool> detail::check_task(const task_spec& task, std::string_view where,
 
 expected<bool> validate_task(const task_spec& task, std::string_view where) {
   return check_task(task, where, true);
+}
+
+std::vector<std::string> task_warnings(const task_spec& task) {
+  std::vector<std::string> out;
+  // A retry then starts in what the failed attempt left behind.
+  if (!task.workdir.empty())
+    out.push_back("/workdir: every attempt of this task (retries and other "
+                  "agents alike) works in the same directory " +
+                  quote(task.workdir) +
+                  ", with what earlier attempts left there; use \"repo\" for "
+                  "a fresh worktree per attempt");
+  return out;
 }
 
 } // namespace tasksup

@@ -504,3 +504,19 @@ TEST_CASE("validate_task: enums out of range are refused, never printed "
     "/classifier/rules/0/class");
   refused([](task_spec& t) { t.prompt = "\xC3("; }, "/prompt");
 }
+
+TEST_CASE("task_warnings: a workdir shared by every attempt is named, a task "
+          "without one has nothing to warn about") {
+  auto cfg = node_config_set();
+  auto plain = parse_task(doc(R"({"prompt": "p"})"), "task.json", cfg);
+  REQUIRE(plain.has_value());
+  CHECK(task_warnings(*plain).empty());
+  auto shared = parse_task(doc(R"({"prompt": "p", "workdir": "/srv/w"})"),
+                           "task.json", cfg);
+  REQUIRE(shared.has_value());
+  auto w = task_warnings(*shared);
+  REQUIRE(w.size() == 1);
+  CHECK(w[0].rfind("/workdir: ", 0) == 0);
+  CHECK(w[0].find("\"/srv/w\"") != std::string::npos);
+  CHECK(w[0].find("every attempt") != std::string::npos);
+}

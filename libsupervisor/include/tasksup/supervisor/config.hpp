@@ -150,6 +150,11 @@ expected<task_spec> parse_task(const boost::json::value& doc,
 /// offending field.
 expected<bool> validate_task(const task_spec& task, std::string_view where);
 
+/// What is allowed but likely unintended in a valid task, one sentence
+/// each naming its field (`validate` prints them, a task's start emits
+/// them as warning events): a `workdir` every attempt shares.
+std::vector<std::string> task_warnings(const task_spec& task);
+
 /// Linux's limit on one argument or environment string (MAX_ARG_STRLEN,
 /// 128 KiB) less its terminating NUL.
 inline constexpr std::size_t max_argument_bytes = 128 * 1024 - 1;
