@@ -25,6 +25,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace tasksup::app {
@@ -40,7 +41,8 @@ struct events_options {
 };
 
 /// The `task_done` event of a finished task, rebuilt from its status
-/// record (the node keeps results, not past events).
+/// record when the node's journal no longer has the task's events (its
+/// `span_id` and `ts` are then unknown).
 std::string done_event_json(const task_status& s) {
   boost::json::object out;
   out["event"] = "task_done";
@@ -62,10 +64,28 @@ std::string done_event_json(const task_status& s) {
 int snapshot(node_session& s, event_console& console,
              const events_options& opts) {
   int rc = exit_status::ok;
+  auto me = caf::actor_cast<caf::actor>(s.self);
+  // A finished task's own task_done event, with its span id and time, as
+  // the node journaled it.
+  auto done_event = [&](const task_status& st) {
+    std::string out;
+    s.self
+      ->request(s.node, node_request_timeout, subscribe_atom::value, me,
+                st.task_id)
+      .receive(
+        [&](std::vector<event>& past) {
+          s.self->send(s.node, unsubscribe_atom::value, me);
+          for (auto& ev : past)
+            if (ev.kind == event_kind::task_done)
+              out = ev.json();
+        },
+        [](caf::error&) {});
+    return out.empty() ? done_event_json(st) : out;
+  };
   auto show = [&](const std::vector<task_status>& all) {
     for (auto& st : all) {
       if (st.state == task_state::done)
-        console.write(done_event_json(st));
+        console.write(done_event(st));
       else if (!opts.json)
         console.note("[" + st.task_id + "] " +
                      std::string{to_string(st.state)} + ", attempt " +
@@ -77,13 +97,15 @@ int snapshot(node_session& s, event_console& console,
     rc = report_request_error(s, err, exit_status::unavailable);
   };
   if (opts.task_id.empty()) {
+    std::vector<task_status> all;
     s.self->request(s.node, node_request_timeout, status_atom::value)
-      .receive([&](std::vector<task_status>& all) { show(all); }, on_error);
+      .receive([&](std::vector<task_status>& xs) { all = std::move(xs); },
+               on_error);
+    show(all);
     return rc;
   }
   // One task: its whole history (the node's journal keeps it past the
   // task's end and across restarts).
-  auto me = caf::actor_cast<caf::actor>(s.self);
   s.self
     ->request(s.node, node_request_timeout, subscribe_atom::value, me,
               opts.task_id)
