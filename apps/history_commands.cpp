@@ -176,6 +176,14 @@ int describe(node_session& s, const describe_options& opts) {
                   << text_of(o, "agent_id") << '\n';
         break;
       case event_kind::attempt_exited: {
+        auto infra = text_of(o, "infrastructure_error");
+        if (text_of(o, "exit_code") == "-1" && !infra.empty()) {
+          // No exit code of its own: its node was lost, its worker never
+          // reported.
+          std::cout << when << "  attempt " << ev.attempt
+                    << " was lost: " << infra << '\n';
+          break;
+        }
         std::cout << when << "  attempt " << ev.attempt << " exited "
                   << text_of(o, "exit_code");
         if (auto d = text_of(o, "duration_s"); !d.empty())
@@ -184,7 +192,7 @@ int describe(node_session& s, const describe_options& opts) {
           std::cout << " (signal " << sig << ")";
         if (text_of(o, "oom_killed") == "true")
           std::cout << " (out of memory)";
-        if (auto infra = text_of(o, "infrastructure_error"); !infra.empty())
+        if (!infra.empty())
           std::cout << ": " << infra;
         std::cout << '\n';
         break;
@@ -198,9 +206,14 @@ int describe(node_session& s, const describe_options& opts) {
         break;
       }
       case event_kind::retry_scheduled:
-        std::cout << when << "    decision: retry " << text_of(o, "retry_count")
-                  << "/" << text_of(o, "max_retries") << " in "
-                  << text_of(o, "delay_s") << " s ("
+        // A permanent task's restart after exit 0 is not a retry.
+        if (auto n = text_of(o, "restart"); !n.empty() && n != "0")
+          std::cout << when << "    decision: restart " << n;
+        else
+          std::cout << when << "    decision: retry "
+                    << text_of(o, "retry_count") << "/"
+                    << text_of(o, "max_retries");
+        std::cout << " in " << text_of(o, "delay_s") << " s ("
                   << text_of(o, "delay_source") << ")";
         if (auto reason = text_of(o, "reason"); !reason.empty())
           std::cout << ": " << reason;
@@ -228,6 +241,11 @@ int describe(node_session& s, const describe_options& opts) {
         break;
       }
       case event_kind::step: {
+        if (text_of(o, "step") == "user_retry") {
+          std::cout << when << "  user retry-now: " << text_of(o, "message")
+                    << '\n';
+          break;
+        }
         std::cout << when << "    " << text_of(o, "step");
         if (auto name = text_of(o, "name"); !name.empty())
           std::cout << " " << name;

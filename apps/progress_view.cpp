@@ -185,6 +185,17 @@ std::string attempt_place(std::string where) {
 }
 
 /// "exited with code 1 (signal 9) (out of memory) after 2.5s".
+/// An attempt that ended without an exit code of its own (its node was
+/// lost, its worker never reported): what happened instead of "-1".
+bool lost(double exit_code, const std::string& infrastructure_error) {
+  return exit_code < 0 && !infrastructure_error.empty();
+}
+
+std::string lost_text(const std::string& attempt,
+                      const std::string& infrastructure_error) {
+  return "attempt " + attempt + " was lost: " + printable(infrastructure_error);
+}
+
 std::string exited_text(const std::string& attempt, const std::string& code,
                         std::optional<double> sig, bool oom,
                         std::optional<double> duration,
@@ -244,11 +255,27 @@ std::string progress_view::classified(const std::string& cls,
 void progress_view::retrying(std::vector<std::string>& out,
                              const std::string& pre, const std::string& task_id,
                              const std::string& n, const std::string& max,
-                             const std::string& agent, double delay) {
-  auto label = "retrying (" + n + (max.empty() ? "" : "/" + max) + ")";
+                             const std::string& agent, double delay,
+                             int restart) {
+  auto label = restart > 0
+                 ? "restarting (" + std::to_string(restart) + ")"
+                 : "retrying (" + n + (max.empty() ? "" : "/" + max) + ")";
   out.push_back(pre + paint(yellow, label) + " " + printable(agent) + " in " +
                 human_duration(delay));
   pending_ = pending_retry{task_id, label, delay};
+}
+
+void progress_view::switched(std::vector<std::string>& out,
+                             const std::string& pre, const std::string& from,
+                             const std::string& to, std::string reason) {
+  pending_.reset();
+  // The decision's words say why (breaker open, retry budget, retries
+  // exhausted, forced by the user); the line already names the new agent.
+  if (auto cut = reason.rfind("; switching to agent"); cut != std::string::npos)
+    reason.erase(cut);
+  out.push_back(pre + paint(yellow, "switching agent") + ": " +
+                printable(from) + " -> " + printable(to) +
+                (reason.empty() ? "" : " (" + printable(reason) + ")"));
 }
 
 void progress_view::stopped(std::vector<std::string>& out,
@@ -327,6 +354,10 @@ progress_view::render(const boost::json::object& event) {
     // Nothing ran: there is no exit code to speak of.
     out.push_back(pre + "attempt " + attempt + " could not start: " +
                   printable(str(event, "infrastructure_error", "?")));
+  } else if (kind == "attempt_exited" &&
+             lost(num(event, "exit_code").value_or(0),
+                  str(event, "infrastructure_error"))) {
+    out.push_back(pre + lost_text(attempt, str(event, "infrastructure_error")));
   } else if (kind == "attempt_exited") {
     auto* oom = event.if_contains("oom_killed");
     out.push_back(pre + exited_text(attempt, integer(num(event, "exit_code")),
@@ -342,12 +373,11 @@ progress_view::render(const boost::json::object& event) {
     auto max = num(event, "max_retries");
     retrying(out, pre, str(event, "task_id"),
              integer(num(event, "retry_count")), max ? integer(max) : "",
-             str(event, "agent", "?"), num(event, "delay_s").value_or(0));
+             str(event, "agent", "?"), num(event, "delay_s").value_or(0),
+             static_cast<int>(num(event, "restart").value_or(0)));
   } else if (kind == "agent_switched") {
-    pending_.reset();
-    out.push_back(pre + paint(yellow, "switching agent") + ": " +
-                  printable(str(event, "from", "?")) + " -> " +
-                  printable(str(event, "to", "?")));
+    switched(out, pre, str(event, "from", "?"), str(event, "to", "?"),
+             str(event, "reason"));
   } else if (kind == "user_stop") {
     stopped(out, pre, str(event, "mode", "cancel"), str(event, "message"));
   } else if (kind == "warning") {
@@ -419,6 +449,8 @@ std::vector<std::string> progress_view::render(const event& ev,
                     printable(x->infrastructure_error.empty()
                                 ? std::string{"?"}
                                 : x->infrastructure_error));
+    } else if (lost(x->exit_code, x->infrastructure_error)) {
+      out.push_back(pre + lost_text(attempt, x->infrastructure_error));
     } else {
       std::optional<double> in;
       std::optional<double> outp;
@@ -443,11 +475,9 @@ std::vector<std::string> progress_view::render(const event& ev,
   } else if (auto* r = std::get_if<event_data::retry_scheduled>(&data)) {
     retrying(out, pre, ev.task_id, std::to_string(r->retry_count),
              std::to_string(r->max_retries), r->agent,
-             finite(r->delay.delay_s).value_or(0));
+             finite(r->delay.delay_s).value_or(0), r->restart);
   } else if (auto* a = std::get_if<event_data::agent_switched>(&data)) {
-    pending_.reset();
-    out.push_back(pre + paint(yellow, "switching agent") + ": " +
-                  printable(a->from) + " -> " + printable(a->to));
+    switched(out, pre, a->from, a->to, a->reason);
   } else if (auto* u = std::get_if<event_data::user_stop>(&data)) {
     stopped(out, pre, std::string{to_string(u->mode)}, u->message);
   } else if (auto* w = std::get_if<event_data::warning>(&data)) {

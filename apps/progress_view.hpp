@@ -98,9 +98,14 @@ private:
   std::string classified(const std::string& cls, const std::string& rule,
                          const std::string& line,
                          std::optional<double> hint) const;
+  /// `restart` > 0: a permanent task's restart after exit 0, not a retry.
   void retrying(std::vector<std::string>& out, const std::string& pre,
                 const std::string& task_id, const std::string& n,
-                const std::string& max, const std::string& agent, double delay);
+                const std::string& max, const std::string& agent, double delay,
+                int restart);
+  void switched(std::vector<std::string>& out, const std::string& pre,
+                const std::string& from, const std::string& to,
+                std::string reason);
   void stopped(std::vector<std::string>& out, const std::string& pre,
                const std::string& mode, const std::string& message);
   std::string step_line(bool passed, const std::string& step,

@@ -70,6 +70,12 @@ std::string outcome_of(const boost::json::object& r) {
   return text;
 }
 
+/// A permanent task waiting to restart after exit 0 (the node's last
+/// decision says so): its wait is not a retry's.
+bool restarting(const status_row& row) {
+  return row.last_decision.rfind("restarting (", 0) == 0;
+}
+
 /// The table a person reads: one row per task. AGE is the time since
 /// submission; NEXT RETRY the wait left for a task in backoff; NODE (in a
 /// cluster) the worker node running its attempt. Queued tasks that wait for
@@ -95,7 +101,8 @@ void print_table(const std::vector<const status_row*>& all, double now) {
       age = short_duration(now - *submitted);
     if (auto retry = json_number_at(r, "next_retry_ts");
         retry && state == "backoff")
-      next = "in " + short_duration(std::ceil(std::max(0.0, *retry - now)));
+      next = std::string{restarting(*s) ? "restart in " : "in "} +
+             short_duration(std::ceil(std::max(0.0, *retry - now)));
     rows.push_back({cell(text_at(r, "task_id")), cell(state),
                     cell(text_at(r, "agent_id")),
                     std::to_string(count_at(r, "attempt")), retries, age, next,
@@ -123,7 +130,8 @@ void print_details(const status_row& row, double now) {
     std::cout << "submitted:     " << iso8601(*submitted) << '\n';
   if (auto retry = json_number_at(r, "next_retry_ts");
       retry && state == "backoff")
-    std::cout << "next retry:    " << iso8601(*retry) << " (in "
+    std::cout << (restarting(row) ? "next restart:  " : "next retry:    ")
+              << iso8601(*retry) << " (in "
               << short_duration(std::ceil(std::max(0.0, *retry - now)))
               << ")\n";
   if (auto finished = json_number_at(r, "finished_ts"))

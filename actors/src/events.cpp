@@ -298,6 +298,8 @@ void kind_fields(json_writer& w, const event_data::retry_scheduled& d) {
   w.boolean(d.delay.capped);
   w.key("reason");
   w.string(d.reason);
+  w.key("restart");
+  w.integer(d.restart);
 }
 
 void kind_fields(json_writer& w, const event_data::agent_switched& d) {
@@ -307,6 +309,8 @@ void kind_fields(json_writer& w, const event_data::agent_switched& d) {
   w.string(d.to);
   w.key("reason");
   w.string(d.reason);
+  w.key("cause");
+  w.string(d.cause);
 }
 
 void kind_fields(json_writer& w, const event_data::user_stop& d) {
@@ -473,8 +477,9 @@ event classified_event(const event_head& h, const classification& c) {
 event retry_scheduled_event(const event_head& h, int retry_count,
                             int max_retries, std::string_view agent,
                             const delay_decision& delay,
-                            std::string_view reason) {
+                            std::string_view reason, int restart) {
   event_data::retry_scheduled d;
+  d.restart = restart;
   d.retry_count = retry_count;
   d.max_retries = max_retries;
   d.agent = checked_text(agent);
@@ -484,11 +489,12 @@ event retry_scheduled_event(const event_head& h, int retry_count,
 }
 
 event agent_switched_event(const event_head& h, std::string_view from,
-                           std::string_view to, std::string_view reason) {
-  return make_event(event_kind::agent_switched, h,
-                    event_data::agent_switched{checked_text(from),
-                                               checked_text(to),
-                                               checked_text(reason)});
+                           std::string_view to, std::string_view reason,
+                           std::string_view cause) {
+  return make_event(
+    event_kind::agent_switched, h,
+    event_data::agent_switched{checked_text(from), checked_text(to),
+                               checked_text(reason), checked_text(cause)});
 }
 
 event user_stop_event(const event_head& h, stop_mode mode,

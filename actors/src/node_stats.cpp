@@ -248,6 +248,8 @@ std::string_view to_string(attempt_decision x) noexcept {
       return "stopped";
     case attempt_decision::restarted:
       return "restarted";
+    case attempt_decision::user_fallback:
+      return "user_fallback";
   }
   return "failed";
 }
@@ -349,8 +351,11 @@ void node_stats::settle(task_track& t, attempt_decision d) {
   auto rec = std::move(t.pending->rec);
   t.pending.reset();
   rec.decision = d;
+  // An attempt the user moved past was not judged: it has no failure class.
   auto cls = rec.cls ? std::string{to_string(*rec.cls)}
-                     : std::string{rec.exit_code == 0 ? "none" : "unknown"};
+             : rec.exit_code == 0 || d == attempt_decision::user_fallback
+               ? std::string{"none"}
+               : std::string{"unknown"};
   auto agent = agent_label(rec.agent_id);
   ++attempts_[{agent, cls, std::string{to_string(d)}}];
   if (d == attempt_decision::retry)
@@ -377,12 +382,14 @@ struct event_facts {
   double delay_s = 0;
   int retry_count = 0;
   int max_retries = 0;
+  int restart = 0;
   std::string agent;
   std::string delay_source;
   bool capped = false;
   std::string reason;
   std::string from;
   std::string to;
+  std::string cause;
   std::string mode;
   std::string outcome;
   std::optional<std::string> error;
@@ -408,6 +415,7 @@ struct typed_facts {
     f.delay_s = d.delay.delay_s;
     f.retry_count = d.retry_count;
     f.max_retries = d.max_retries;
+    f.restart = d.restart;
     f.agent = d.agent;
     f.delay_source = to_string(d.delay.source);
     f.capped = d.delay.capped;
@@ -417,6 +425,7 @@ struct typed_facts {
     f.from = d.from;
     f.to = d.to;
     f.reason = d.reason;
+    f.cause = d.cause;
   }
   void operator()(const event_data::user_stop& d) const {
     f.mode = to_string(d.mode);
@@ -457,6 +466,7 @@ std::optional<event_facts> facts_of(const event& ev) {
   f.delay_s = number_at(obj, "delay_s");
   f.retry_count = static_cast<int>(number_at(obj, "retry_count"));
   f.max_retries = static_cast<int>(number_at(obj, "max_retries"));
+  f.restart = static_cast<int>(number_at(obj, "restart"));
   f.agent = text_at(obj, "agent");
   f.delay_source = text_at(obj, "delay_source");
   if (auto* c = obj.if_contains("capped"); c && c->is_bool())
@@ -464,6 +474,7 @@ std::optional<event_facts> facts_of(const event& ev) {
   f.reason = text_at(obj, "reason");
   f.from = text_at(obj, "from");
   f.to = text_at(obj, "to");
+  f.cause = text_at(obj, "cause");
   f.mode = text_at(obj, "mode");
   f.outcome = text_at(obj, "outcome");
   if (auto* err = obj.if_contains("error"); err && err->is_string())
@@ -532,9 +543,18 @@ void node_stats::add(const event& ev) {
       std::string cls = "unknown";
       if (t.pending && t.pending->rec.cls)
         cls = std::string{to_string(*t.pending->rec.cls)};
-      settle(t, attempt_decision::retry);
       auto delay = f.delay_s;
       t.times.next_retry_ts = ev.ts + delay;
+      if (f.restart > 0) {
+        // A permanent task restarting after exit 0: not a retry.
+        settle(t, attempt_decision::restarted);
+        t.times.last_decision = "restarting (" + std::to_string(f.restart) +
+                                ") " + f.agent + " after exit 0, in " +
+                                seconds_text(delay) + " (" + f.delay_source +
+                                (f.capped ? ", capped" : "") + ")";
+        return;
+      }
+      settle(t, attempt_decision::retry);
       t.times.last_decision = "retry " + std::to_string(f.retry_count) + "/" +
                               std::to_string(f.max_retries) + " of " + f.agent +
                               " after " + cls + ", in " + seconds_text(delay) +
@@ -546,9 +566,12 @@ void node_stats::add(const event& ev) {
     }
     case event_kind::agent_switched: {
       auto& t = track(ev.task_id);
-      settle(t, attempt_decision::fallback);
+      auto forced = f.cause == "user";
+      settle(t, forced ? attempt_decision::user_fallback
+                       : attempt_decision::fallback);
       ++fallbacks_[{agent_label(f.from), agent_label(f.to)}];
-      t.times.last_decision = "fallback from " + f.from + " to " + f.to;
+      t.times.last_decision = std::string{forced ? "forced " : ""} +
+                              "fallback from " + f.from + " to " + f.to;
       if (!f.reason.empty())
         t.times.last_decision += ": " + f.reason;
       return;
@@ -605,7 +628,8 @@ std::vector<agent_summary> node_stats::agents(double now, double window_s,
     a.agent_id = r.agent_id;
     ++a.attempts;
     durations[r.agent_id].push_back(r.duration_s);
-    if (r.decision == attempt_decision::stopped) {
+    if (r.decision == attempt_decision::stopped ||
+        r.decision == attempt_decision::user_fallback) {
       ++a.stopped;
     } else if (r.exit_code == 0) {
       ++a.succeeded;
@@ -694,8 +718,8 @@ std::string node_stats::prometheus(const std::vector<task_status>& tasks,
   }
 
   family(out, "tasksup_attempts_total", "counter",
-         "Finished attempts by agent, failure class (none for success) and "
-         "the decision that followed.");
+         "Finished attempts by agent, failure class (none for success and "
+         "for a fallback the user forced) and the decision that followed.");
   for (auto& [k, n] : attempts_)
     line(out, "tasksup_attempts_total",
          {{"agent", std::get<0>(k)},

@@ -21,6 +21,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -44,6 +45,22 @@ std::chrono::nanoseconds to_duration(double seconds) {
 
 stop_mode to_stop_mode(stop_request x) {
   return x == stop_request::kill ? stop_mode::kill : stop_mode::cancel;
+}
+
+/// The `cause` of an agent_switched event.
+std::string_view switch_cause(decision_cause x) {
+  switch (x) {
+    case decision_cause::succeeded:
+    case decision_cause::failed:
+      return "failure";
+    case decision_cause::retry_budget_exhausted:
+      return "retry_budget";
+    case decision_cause::breaker_open:
+      return "breaker_open";
+    case decision_cause::user_fallback:
+      return "user";
+  }
+  return "failure";
 }
 
 /// A backoff this long lets the kept worker go (the next attempt spawns one).
@@ -237,17 +254,21 @@ struct carrier {
   void operator()(const effect::retry_scheduled& e) const {
     auto& s = st();
     const auto& cfg = s.machine().config();
+    auto restart =
+      e.plan.rule == decision_rule::restart
+        ? static_cast<int>(std::max<std::size_t>(1, e.plan.restarts))
+        : 0;
     emit(self, retry_scheduled_event(
                  s.head(), e.plan.retry_count, cfg.max_retries_per_agent,
-                 s.agent().agent_id, e.delay, describe(e.plan, cfg)));
+                 s.agent().agent_id, e.delay, describe(e.plan, cfg), restart));
   }
 
   void operator()(const effect::agent_switched& e) const {
     auto& s = st();
-    emit(self,
-         agent_switched_event(s.head(), s.agent(e.from).agent_id,
-                              s.agent(e.switched.agent_index).agent_id,
-                              describe(e.switched, s.machine().config())));
+    emit(self, agent_switched_event(s.head(), s.agent(e.from).agent_id,
+                                    s.agent(e.switched.agent_index).agent_id,
+                                    describe(e.switched, s.machine().config()),
+                                    switch_cause(e.switched.cause)));
   }
 
   void operator()(const effect::user_stopped& e) const {
@@ -255,6 +276,16 @@ struct carrier {
                        : e.mode == stop_request::kill ? "user_kill requested"
                                                       : "user_cancel requested";
     emit(self, user_stop_event(st().head(), to_stop_mode(e.mode), text));
+  }
+
+  void operator()(const effect::retry_requested& e) const {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf),
+                  "immediate retry requested by user (%.0f s of backoff "
+                  "skipped)",
+                  e.skipped_s);
+    emit(self,
+         step_event(st().head(), "user_retry", "", true, std::nullopt, buf));
   }
 
   void operator()(const effect::deadline_passed& e) const {
@@ -378,8 +409,8 @@ constexpr reach reach_of() {
     return reach::told;
   else if constexpr (is_one_of<T, release_slot, report_agent, attempt_exited,
                                classified, retry_scheduled, agent_switched,
-                               user_stopped, deadline_passed, attempt_timed_out,
-                               voluntary_end>)
+                               user_stopped, retry_requested, deadline_passed,
+                               attempt_timed_out, voluntary_end>)
     return reach::notice;
   else {
     // A new effect must be placed above.

@@ -404,10 +404,12 @@ bool task_machine::on(task_machine_state& st, const input::stop& in, double,
   return true;
 }
 
-bool task_machine::on(task_machine_state& st, const input::retry_now&, double,
-                      machine_effects& out) const {
+bool task_machine::on(task_machine_state& st, const input::retry_now&,
+                      double now_s, machine_effects& out) const {
   if (st.phase != task_phase::backoff)
     return false;
+  out.emplace_back(
+    effect::retry_requested{std::max(0.0, st.retry_at_s - now_s)});
   begin_attempt(st, out);
   return true;
 }

@@ -93,9 +93,10 @@ TEST_CASE("every event kind carries SPEC §9's keys", "[events]") {
           head(), 1, 3, "a",
           delay_decision{5, delay_source::schedule, 5, 0, false}, "why")) ==
         with_common({"retry_count", "agent", "delay_s", "max_retries",
-                     "delay_source", "scheduled_s", "capped", "reason"}));
+                     "delay_source", "scheduled_s", "capped", "reason",
+                     "restart"}));
   CHECK(keys_of(agent_switched_event(head(), "a", "b", "why")) ==
-        with_common({"from", "to", "reason"}));
+        with_common({"from", "to", "reason", "cause"}));
   CHECK(keys_of(user_stop_event(head(), stop_mode::cancel, "m")) ==
         with_common({"mode", "message"}));
   auto done = task_done_event(head(), r);
@@ -598,6 +599,7 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
     obj["scheduled_s"] = delay;
     obj["capped"] = false;
     obj["reason"] = ref_str(s3);
+    obj["restart"] = 0;
     CHECK(retry_scheduled_event(
             h, rc, mr, s2,
             delay_decision{delay, delay_source::jitter, delay, 0, false}, s3)
@@ -607,7 +609,8 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
     obj["from"] = ref_str(s1);
     obj["to"] = ref_str(s2);
     obj["reason"] = ref_str(s3);
-    CHECK(agent_switched_event(h, s1, s2, s3).json() == ser(obj));
+    obj["cause"] = ref_str(s1);
+    CHECK(agent_switched_event(h, s1, s2, s3, s1).json() == ser(obj));
 
     auto mode = in.next() % 2 ? stop_mode::kill : stop_mode::cancel;
     obj = ref_head("user_stop", h);

@@ -57,8 +57,33 @@ public:
     now_ += delay;
   }
 
+  /// A permanent task's restart after exit 0 (its `n`th in the window).
+  void restart(const std::string& agent, double delay, int n) {
+    delay_decision d;
+    d.delay_s = delay;
+    d.scheduled_s = delay;
+    add(retry_scheduled_event(head(), 0, 3, agent, d, "restart", n));
+    now_ += delay;
+  }
+
   void fallback(const std::string& from, const std::string& to) {
     add(agent_switched_event(head(), from, to, "exhausted"));
+  }
+
+  /// The user forces a fallback: the running attempt is stopped (143) and
+  /// never classified.
+  void forced_fallback(const std::string& from, const std::string& to) {
+    ++attempt_;
+    add(attempt_started_event(head(), from, "cli", "pid 1"));
+    now_ += 1;
+    attempt_outcome out;
+    out.exit_code = 143;
+    out.duration_s = 1;
+    add(attempt_exited_event(head(), out));
+    add(agent_switched_event(head(), from, to,
+                             "fallback forced by user; switching to agent 2 "
+                             "of 2",
+                             "user"));
   }
 
   void done(task_outcome outcome, int code = 0) {
@@ -149,6 +174,50 @@ TEST_CASE("attempts are counted by agent, class and the decision after them") {
   CHECK(
     has_line(text, R"(tasksup_time_to_recovery_seconds_bucket{le="15"} 1)"));
   CHECK(has_line(text, R"(tasksup_time_to_recovery_seconds_bucket{le="5"} 0)"));
+}
+
+TEST_CASE("a fallback the user forces is the user's decision, not a failure "
+          "of the agent") {
+  for (bool read_back : {false, true}) {
+    INFO("read back from the journal: " << read_back);
+    node_stats stats;
+    task_script t{stats, "t1", 1000, read_back};
+    t.forced_fallback("a", "b");
+    t.attempt("b", 4, 0);
+    t.done(task_outcome::succeeded);
+    auto text = stats.prometheus({}, node_health{});
+    CHECK(has_line(
+      text,
+      R"(tasksup_attempts_total{agent="a",class="none",decision="user_fallback"} 1)"));
+    CHECK(text.find(R"(class="unknown")") == std::string::npos);
+    CHECK(has_line(text, R"(tasksup_fallbacks_total{from="a",to="b"} 1)"));
+    auto agents = stats.agents(2000, 0, node_health{});
+    REQUIRE(agents.size() == 2);
+    CHECK(agents[0].agent_id == "a");
+    CHECK(agents[0].failed == 0);
+    CHECK(agents[0].stopped == 1);
+    CHECK(agents[0].failure_classes.empty());
+  }
+}
+
+TEST_CASE("a permanent task's restart after exit 0 is a restart, not a "
+          "retry") {
+  for (bool read_back : {false, true}) {
+    INFO("read back from the journal: " << read_back);
+    node_stats stats;
+    task_script t{stats, "t1", 1000, read_back};
+    t.attempt("a", 2, 0);
+    t.restart("a", 5, 2);
+    auto* times = stats.times("t1");
+    REQUIRE(times != nullptr);
+    CHECK(times->last_decision.rfind("restarting (2) a after exit 0, in 5",
+                                     0) == 0);
+    auto text = stats.prometheus({}, node_health{});
+    CHECK(has_line(
+      text,
+      R"(tasksup_attempts_total{agent="a",class="none",decision="restarted"} 1)"));
+    CHECK(text.find("tasksup_retries_total{") == std::string::npos);
+  }
 }
 
 TEST_CASE("task states, breakers, budget and slots come from the registry's "

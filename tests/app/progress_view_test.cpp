@@ -252,6 +252,19 @@ std::vector<event> every_kind() {
   delay.delay_s = std::nan("");
   out.push_back(retry_scheduled_event(head(2), 2, 3, "a", delay, ""));
   out.push_back(agent_switched_event(head(2), "a", "b", "retries exhausted"));
+  out.push_back(agent_switched_event(
+    head(2), "a", "b", "fallback forced by user; switching to agent 2 of 2",
+    "user"));
+  delay.delay_s = 5;
+  out.push_back(retry_scheduled_event(head(2), 0, 3, "a", delay, "restart", 3));
+  attempt_outcome lost;
+  lost.exit_code = -1;
+  lost.infrastructure_error = "the container worker on node n ended without "
+                              "reporting its attempt";
+  out.push_back(attempt_exited_event(head(2), lost));
+  out.push_back(step_event(head(2), "user_retry", "", true, std::nullopt,
+                           "immediate retry requested by user (12 s of "
+                           "backoff skipped)"));
   attempt_outcome never;
   never.started = false;
   never.infrastructure_error = "image x not found locally";
@@ -355,5 +368,37 @@ TEST_CASE("submission, warnings, escalation and a classification without a "
   CHECK(view.render(tasksup::classified_event(head(1), c)) ==
         std::vector<std::string>{"classified as fatal by rule auth"});
   CHECK(view.render(tasksup::agent_switched_event(head(1), "a", "b", "why")) ==
-        std::vector<std::string>{"switching agent: a -> b"});
+        std::vector<std::string>{"switching agent: a -> b (why)"});
+}
+
+TEST_CASE("a switch says why, a permanent task's restart is not a retry, a "
+          "lost attempt says it was lost") {
+  using namespace tasksup;
+  progress_view view;
+  CHECK(view.render(agent_switched_event(
+          head(1), "a", "b",
+          "circuit breaker open for a; switching to agent 2 of 2",
+          "breaker_open")) ==
+        std::vector<std::string>{
+          "switching agent: a -> b (circuit breaker open for a)"});
+  CHECK(
+    view.render(agent_switched_event(
+      head(1), "a", "b", "retry budget exhausted; switching to agent 2 of 2",
+      "retry_budget")) ==
+    std::vector<std::string>{
+      "switching agent: a -> b (retry budget exhausted)"});
+  delay_decision delay;
+  delay.delay_s = 5;
+  CHECK(view.render(retry_scheduled_event(
+          head(1), 0, 3, "a", delay,
+          "permanent task exited 0: restarting (restart 2/5 within 60 s)",
+          2)) == std::vector<std::string>{"restarting (2) a in 5s"});
+  REQUIRE(view.pending().has_value());
+  CHECK(view.pending()->text == "restarting (2)");
+  attempt_outcome lost;
+  lost.exit_code = -1;
+  lost.infrastructure_error = "worker node n1 lost: connection closed";
+  CHECK(view.render(attempt_exited_event(head(2), lost)) ==
+        std::vector<std::string>{
+          "attempt 2 was lost: worker node n1 lost: connection closed"});
 }

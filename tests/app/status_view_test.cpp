@@ -84,6 +84,22 @@ TEST_CASE("status_view: the table, the filter and the control characters") {
   CHECK(one.find("submitted:     1970-01-01T00:16:30Z") != std::string::npos);
 }
 
+TEST_CASE("status_view: a permanent task waiting to restart is not shown "
+          "as retrying") {
+  status_answer a;
+  a.now = 1000;
+  auto r = row("p", "backoff", 990);
+  r.record["next_retry_ts"] = 1005.0;
+  r.last_decision = "restarting (2) a after exit 0, in 5s (schedule)";
+  a.rows.push_back(r);
+  auto table = printed(a, false, false);
+  CHECK(table.find("restart in 5s") != std::string::npos);
+  auto one = printed(a, true, false);
+  CHECK(one.find("next restart:") != std::string::npos);
+  CHECK(one.find("next retry:") == std::string::npos);
+  CHECK(one.find("last decision: restarting (2)") != std::string::npos);
+}
+
 TEST_CASE("status_view: --state takes states, repeated or comma-separated") {
   std::set<std::string> states;
   CHECK_FALSE(parse_state_filter({"running,backoff", "done"}, states));

@@ -296,8 +296,11 @@ TEST_CASE("task machine: retry_now skips only a backoff", "[task_machine]") {
   t.classify(error_class::retryable);
   t.delay(5);
   auto timer = only<effect::set_timer>(t.fx);
+  t.now = 2;
   REQUIRE(t.feed(input::retry_now{}));
   CHECK(has<effect::ask_permission>(t.fx));
+  // The user's request is told (describe shows it), with the wait it cut.
+  CHECK(only<effect::retry_requested>(t.fx).skipped_s == 3);
   // The backoff timer is stale now.
   CHECK_FALSE(t.feed(input::timer{timer_kind::backoff, timer.generation}));
 }

@@ -107,12 +107,18 @@ struct retry_scheduled {
   std::string agent;
   delay_decision delay;
   std::string reason;
+  /// For the restart of a `permanent` task after exit 0: its restart
+  /// number within the intensity window (1 for the first); 0 for a retry.
+  int restart = 0;
 };
 
 struct agent_switched {
   std::string from;
   std::string to;
   std::string reason;
+  /// Why the agent was left: "failure" (its attempts failed),
+  /// "retry_budget", "breaker_open" or "user" (a forced fallback).
+  std::string cause;
 };
 
 struct user_stop {
@@ -189,16 +195,19 @@ event classified_event(const event_head& h, const classification& c);
 /// for the `retrying (n/max)` view) and where the delay came from:
 /// `delay_source`
 /// ("schedule", "jitter" or "retry_after_hint"), `scheduled_s` (the
-/// schedule's step before jitter, hint and cap), `capped` and the decision's
-/// `reason`.
+/// schedule's step before jitter, hint and cap), `capped`, the decision's
+/// `reason` and `restart` (a permanent task's restart number after exit 0,
+/// 0 for a retry).
 event retry_scheduled_event(const event_head& h, int retry_count,
                             int max_retries, std::string_view agent,
                             const delay_decision& delay,
-                            std::string_view reason);
+                            std::string_view reason, int restart = 0);
 
-/// `agent_switched`: `from`, `to` (plus the decision's `reason`).
+/// `agent_switched`: `from`, `to` (plus the decision's `reason` and its
+/// `cause`: "failure", "retry_budget", "breaker_open" or "user").
 event agent_switched_event(const event_head& h, std::string_view from,
-                           std::string_view to, std::string_view reason);
+                           std::string_view to, std::string_view reason,
+                           std::string_view cause = "failure");
 
 /// `user_stop`: `mode` (plus a human `message`, e.g. `user_cancel
 /// requested` or `retry skipped due to user stop`).

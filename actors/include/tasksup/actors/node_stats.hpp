@@ -40,9 +40,12 @@ enum class attempt_decision : std::uint8_t {
   stopped,
   /// A new attempt started without a recorded decision (`permanent` tasks).
   restarted,
+  /// The user forced a fallback: not the agent's failure.
+  user_fallback,
 };
 
-/// "succeeded", "retry", "fallback", "failed", "stopped" or "restarted".
+/// "succeeded", "retry", "fallback", "failed", "stopped", "restarted" or
+/// "user_fallback".
 std::string_view to_string(attempt_decision x) noexcept;
 
 /// One finished attempt as the statistics keep it.
@@ -66,7 +69,8 @@ struct attempt_record {
 struct agent_summary {
   std::string agent_id;
   /// Attempts that ended in the window, and of those: succeeded, failed,
-  /// stopped by the user (left out of the success rate: not the agent's
+  /// stopped by the user or moved past by a forced fallback (left out of
+  /// the success rate: not the agent's
   /// doing).
   int attempts = 0;
   int succeeded = 0;

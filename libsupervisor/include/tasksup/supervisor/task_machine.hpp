@@ -396,6 +396,11 @@ struct user_stopped {
   /// attempt).
   bool skipped_retry = false;
 };
+/// The user asked for the planned retry now: `skipped_s` of its backoff
+/// were left.
+struct retry_requested {
+  double skipped_s = 0;
+};
 /// The deadline passed (`stopping`: an attempt is being stopped).
 struct deadline_passed {
   double deadline_s = 0;
@@ -455,9 +460,10 @@ using machine_effect = std::variant<
   effect::adopt_attempt, effect::start_attempt, effect::stop_attempt,
   effect::classify, effect::ask_delay, effect::set_timer, effect::report_agent,
   effect::attempt_exited, effect::classified, effect::retry_scheduled,
-  effect::agent_switched, effect::user_stopped, effect::deadline_passed,
-  effect::finish, effect::run_preflight, effect::run_gates, effect::deliver,
-  effect::attempt_timed_out, effect::voluntary_end>;
+  effect::agent_switched, effect::user_stopped, effect::retry_requested,
+  effect::deadline_passed, effect::finish, effect::run_preflight,
+  effect::run_gates, effect::deliver, effect::attempt_timed_out,
+  effect::voluntary_end>;
 
 /// A batch of effects, in the order they must be carried out.
 using machine_effects = std::vector<machine_effect>;
