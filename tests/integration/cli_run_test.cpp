@@ -419,3 +419,27 @@ TEST_CASE("run --runtime docker: the container of a run killed with SIGKILL "
   CHECK(containers().empty());
   CHECK(r.out.find("left by a tasksup run that died") != std::string::npos);
 }
+
+TEST_CASE("run and validate: a docker task without an image is refused before "
+          "any attempt, naming the file and the field") {
+  scratch dir;
+  auto task = dir.write("noimage.json", R"({"id": "noimage", "prompt": "p",
+    "runtime": "docker",
+    "agent_selection": {"agents": [{"agent_id": "a", "agent_cli": "true"}]}})");
+  auto v = run_to_end(dir, {"validate", "--config", config_dir(), task}, 60s);
+  INFO(v.out << v.err);
+  CHECK(v.status != 0);
+  CHECK(v.err.find(task + ": /image: ") != std::string::npos);
+  // The runtime chosen on the command line has no image to offer either.
+  auto plain = dir.write("plain.json", R"({"id": "plain", "prompt": "p",
+    "agent_selection": {"agents": [{"agent_id": "a", "agent_cli": "true"}]}})");
+  auto events = dir / "events.jsonl";
+  auto r = run_to_end(dir,
+                      {"run", "--runtime", "docker", "--config", config_dir(),
+                       "--events", events, "--work-dir", dir / "work", plain},
+                      60s);
+  INFO(r.out << r.err);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("/image") != std::string::npos);
+  CHECK(slurp(events).empty());
+}

@@ -461,6 +461,12 @@ expected<bool> repo_workspace::apply(const std::string& patch_path) const {
 
 expected<bool> admit_task(const task_spec& task, const std::string& runtime,
                           const std::vector<std::string>& allowed_paths) {
+  // The runtime chosen at run time (`run --runtime docker`) has no image to
+  // fall back on either: refuse before any attempt fails for it.
+  if (runtime == "docker" && task.image.empty())
+    return error{"admit", "/image",
+                 "the docker runtime needs the task's \"image\" to run its "
+                 "attempts in"};
   // Paths are compared after resolving `..` and symlinks, so neither leads
   // out of an allowed directory.
   auto allowed = [&](const std::string& p) {
