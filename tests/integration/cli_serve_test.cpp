@@ -183,6 +183,22 @@ TEST_CASE("serve: stop, kill, retry-now and fallback-now act on live tasks") {
     CHECK(n.cmd({"retry-now", "patient"}).status == 0);
     REQUIRE(n.wait_state("patient", "done"));
     CHECK(outcome(n.status("patient")) == "succeeded");
+    // The user's request is in the task's history.
+    auto d = n.cmd({"describe", "patient"});
+    INFO(d.out);
+    CHECK(d.out.find("user retry-now: immediate retry requested by user") !=
+          std::string::npos);
+    // events without TASK prints the journaled task_done, span and time
+    // included.
+    auto ev = n.cmd({"events", "--json"});
+    INFO(ev.out);
+    auto at = ev.out.find("\"task_id\":\"patient\"");
+    REQUIRE(at != std::string::npos);
+    auto line = ev.out.substr(ev.out.rfind('\n', at) + 1);
+    line = line.substr(0, line.find('\n'));
+    CHECK(line.find("\"event\":\"task_done\"") != std::string::npos);
+    CHECK(line.find("\"span_id\":\"") != std::string::npos);
+    CHECK(line.find("\"ts\":") != std::string::npos);
   }
 
   SECTION("fallback-now moves to the next agent") {
@@ -200,6 +216,10 @@ TEST_CASE("serve: stop, kill, retry-now and fallback-now act on live tasks") {
     CHECK(outcome(st) == "succeeded");
     CHECK(st.at("agent_id").as_string() == "quick");
     CHECK(st.at("fallback_count").to_number<int>() == 1);
+    // The forced fallback is the user's decision, not a failure of "slow".
+    auto agents_json = n.cmd({"agents", "--json"});
+    INFO(agents_json.out);
+    CHECK(agents_json.out.find("unknown") == std::string::npos);
   }
 
   SECTION("fallback-now with no next agent changes nothing") {
