@@ -443,3 +443,29 @@ TEST_CASE("run and validate: a docker task without an image is refused before "
   CHECK(r.err.find("/image") != std::string::npos);
   CHECK(slurp(events).empty());
 }
+
+TEST_CASE("run and validate: a workdir shared by every attempt is warned "
+          "about") {
+  scratch dir;
+  std::filesystem::create_directories(dir / "wd");
+  auto task = dir.write("shared.json", R"({"id": "shared", "prompt": "p",
+    "workdir": ")" + (dir / "wd") +
+                                         R"(",
+    "agent_selection": {"agents": [{"agent_id": "a", "agent_cli": "true"}]}})");
+  auto v = run_to_end(dir, {"validate", "--config", config_dir(), task}, 60s);
+  INFO(v.out << v.err);
+  CHECK(v.status == 0);
+  CHECK(v.err.find("warning: " + task + ": /workdir: every attempt") !=
+        std::string::npos);
+  auto events = dir / "events.jsonl";
+  auto r = run_to_end(dir,
+                      {"run", "--config", config_dir(), "--events", events,
+                       "--work-dir", dir / "work", task},
+                      60s);
+  INFO(r.out << r.err);
+  CHECK(r.status == 0);
+  auto warnings = of_kind(json_lines(slurp(events)), "warning");
+  REQUIRE(warnings.size() == 1);
+  CHECK(text(warnings[0], "message").find("/workdir: every attempt") !=
+        std::string::npos);
+}
