@@ -88,10 +88,15 @@ std::uint64_t fresh_seed() {
            std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
-void log_state_dir_tightened(const std::string& dir, unsigned old_mode) {
-  spdlog::warn("state directory {} was mode {:04o}, open to other users; "
-               "made it 0700 (it holds the journal and task output)",
-               dir, old_mode);
+expected<bool> secure_state_dir(const std::string& dir) {
+  auto old_mode = make_state_dir_private(dir);
+  if (!old_mode)
+    return old_mode.error();
+  if (*old_mode)
+    spdlog::warn("state directory {} was mode {:04o}, open to other users; "
+                 "made it 0700 (it holds the journal and task output)",
+                 dir, **old_mode);
+  return true;
 }
 
 void setup_logging(bool timestamps) {

@@ -49,9 +49,10 @@ std::string fresh_work_dir(std::string_view kind);
 /// A seed for trace ids and jitter that differs between runs.
 std::uint64_t fresh_seed();
 
-/// Warns that the state directory `dir` was open to other users, with
-/// permission bits `old_mode`, and has been made 0700.
-void log_state_dir_tightened(const std::string& dir, unsigned old_mode);
+/// Makes a node's state directory `dir` private (`make_state_dir_private`)
+/// and warns when it was open to other users and has been made 0700; an
+/// error when it could not be.
+expected<bool> secure_state_dir(const std::string& dir);
 
 /// Sends spdlog's default logger to stderr as `tasksup: <level>: <text>`
 /// (with a timestamp when `timestamps`).

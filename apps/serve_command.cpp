@@ -237,13 +237,10 @@ int serve(const serve_options& opts) {
     absolute_dir(opts.state_dir.empty() ? default_state_dir() : opts.state_dir);
   // The journal, the attempts' output and the certificates' keys are kept
   // here: an existing directory other users can open is made private first.
-  auto secured = make_state_dir_private(state_dir);
-  if (!secured) {
+  if (auto secured = secure_state_dir(state_dir); !secured) {
     std::cerr << "tasksup serve: " << secured.error().to_string() << '\n';
     return exit_status::unavailable;
   }
-  if (*secured)
-    log_state_dir_tightened(state_dir, **secured);
   if (!opts.no_journal) {
     journal::store_options jopts;
     jopts.dir = state_dir;
@@ -726,10 +723,11 @@ together stop at --max-pending-per-client, everyone's at --max-pending, and
 one more is refused with a limit_reached error naming the limit and its
 value. A client that goes away loses its subscriptions.
 
-Every stop, kill, retry-now and fallback-now is logged as an audit line
-naming who asked (a remote client by its certificate's subject, a local
-one by its uid), the action and the task, and recorded as a warning event
-of the task, so `tasksup describe` and `events` show it.
+Every stop, kill, retry-now, fallback-now and forget is logged as an audit
+line naming who asked (a remote client by its certificate's subject, a local
+one by its uid), the action and the task, and recorded as a warning event of
+the task, so `tasksup describe` and `events` show it (a forgotten task's
+history goes with it: its audit line stays in the log).
 
 A cluster: worker nodes start with --join HOST:PORT (and --name, --label
 KEY=VALUE) and offer their slots, runtimes and labels; the coordinator places

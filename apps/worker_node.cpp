@@ -111,13 +111,9 @@ int run_worker_node(const worker_node_options& opts) {
   agent_opts.attempt_root = opts.work_dir.empty() ? state_dir + "/attempts"
                                                   : absolute_dir(opts.work_dir);
   // The attempts' output is this user's only, as on a coordinator.
-  if (opts.work_dir.empty()) {
-    auto secured = make_state_dir_private(state_dir);
-    if (!secured)
+  if (opts.work_dir.empty())
+    if (auto secured = secure_state_dir(state_dir); !secured)
       return bad(secured.error().to_string());
-    if (*secured)
-      log_state_dir_tightened(state_dir, **secured);
-  }
   if (auto err = runtime::make_private_dirs(agent_opts.attempt_root);
       !err.empty())
     return bad(err);
