@@ -321,18 +321,18 @@ void compact(door_actor* self, task_waits& w) {
 void time_out_awaits(door_actor* self) {
   auto& st = self->state;
   auto now = self->clock().now();
-  auto timeout_s = std::chrono::duration_cast<std::chrono::duration<double>>(
-                     st.opts.await_timeout)
-                     .count();
+  // Worded once: a burst of timeouts (thousands of awaits made together)
+  // shares it.
+  std::ostringstream secs;
+  secs << std::chrono::duration_cast<std::chrono::duration<double>>(
+            st.opts.await_timeout)
+            .count();
+  auto after = "' has not finished after " + secs.str() +
+               " s (the node's await timeout); await it again to keep waiting";
   while (!st.waiters.empty() && st.waiters.begin()->second.deadline <= now) {
     auto& w = st.waiters.begin()->second;
-    std::ostringstream secs;
-    secs << timeout_s;
     w.rp.deliver(make_error(protocol_error::await_timeout,
-                            "await: task '" + w.task_id +
-                              "' has not finished after " + secs.str() +
-                              " s (the node's await timeout); await it "
-                              "again to keep waiting"));
+                            "await: task '" + w.task_id + after));
     discharge(self, w.client);
     if (auto t = st.waits_by_task.find(w.task_id);
         t != st.waits_by_task.end()) {
