@@ -27,13 +27,8 @@ using namespace tasksup::app;
 
 namespace {
 
+using tasksup::test::mode_of;
 using tasksup::test::temp_dir;
-
-unsigned mode_of(const std::string& path) {
-  struct stat st {};
-  REQUIRE(::stat(path.c_str(), &st) == 0);
-  return st.st_mode & 07777;
-}
 
 std::string slurp(const std::string& path) {
   std::ifstream in{path, std::ios::binary};

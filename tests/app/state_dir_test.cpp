@@ -12,17 +12,8 @@
 #include <string>
 
 using namespace tasksup::app;
+using tasksup::test::mode_of;
 using tasksup::test::temp_dir;
-
-namespace {
-
-unsigned mode_of(const std::string& path) {
-  struct stat st {};
-  REQUIRE(::stat(path.c_str(), &st) == 0);
-  return st.st_mode & 07777;
-}
-
-} // namespace
 
 TEST_CASE("a missing state directory is created 0700, its parents too") {
   temp_dir tmp{"state"};

@@ -12,15 +12,10 @@
 #include <string>
 
 using namespace tasksup::runtime;
+using tasksup::test::mode_of;
 using tasksup::test::temp_dir;
 
 namespace {
-
-unsigned mode_of(const std::string& path) {
-  struct stat st {};
-  REQUIRE(::stat(path.c_str(), &st) == 0);
-  return st.st_mode & 07777;
-}
 
 /// No umask for the length of a test: the modes must be asked for.
 struct no_umask {
