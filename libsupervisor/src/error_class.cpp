@@ -9,8 +9,9 @@ namespace {
 
 // Kept in declaration order; a unit test checks every value round-trips.
 constexpr std::string_view class_names[] = {
-  "container_crash", "rate_limit",  "fatal",   "agent_failure",    "retryable",
-  "infrastructure",  "gate_failed", "timeout", "preflight_failed",
+  "container_crash",  "rate_limit",      "fatal",       "agent_failure",
+  "retryable",        "infrastructure",  "gate_failed", "timeout",
+  "preflight_failed", "quota_exhausted", "needs_input",
 };
 
 constexpr std::string_view action_names[] = {"retry", "fallback", "fail"};
@@ -52,6 +53,8 @@ action default_action(error_class x) noexcept {
     case error_class::fatal:
       return action::fail;
     case error_class::agent_failure:
+    case error_class::quota_exhausted:
+    case error_class::needs_input:
       return action::fallback;
     default:
       return action::retry;

@@ -34,10 +34,19 @@ enum class error_class : uint8_t {
   /// The task's `preflight` command refused the attempt (non-zero exit,
   /// timeout), so the agent never ran: retry with standard backoff.
   preflight_failed,
+  /// A usage or plan limit that resets at a known time ("usage limit
+  /// reached, resets at 3pm", "exhausted your daily quota"): the agent's
+  /// account is closed until then. The task waits for the reset or falls
+  /// back at once (`on_quota`); retries are not spent either way.
+  quota_exhausted,
+  /// The agent stopped to wait for a person: it asked a question and read a
+  /// closed stdin, asked for approval, or needs an interactive login. Running
+  /// it again asks again: fall back at once, never retried in a loop.
+  needs_input,
 };
 
 /// Every class, in the declaration order above.
-inline constexpr std::array<error_class, 9> all_error_classes{
+inline constexpr std::array<error_class, 11> all_error_classes{
   error_class::container_crash,
   error_class::rate_limit,
   error_class::fatal,
@@ -47,6 +56,8 @@ inline constexpr std::array<error_class, 9> all_error_classes{
   error_class::gate_failed,
   error_class::timeout,
   error_class::preflight_failed,
+  error_class::quota_exhausted,
+  error_class::needs_input,
 };
 
 /// The snake_case name used in config files and events.
@@ -71,8 +82,9 @@ std::string_view to_string(action x) noexcept;
 /// Parses "retry", "fallback" or "fail"; nullopt for anything else.
 std::optional<action> parse_action(std::string_view str) noexcept;
 
-/// The default action per class (SPEC §3): fatal -> fail, agent_failure ->
-/// fallback, everything else -> retry.
+/// The default action per class: fatal -> fail; agent_failure,
+/// quota_exhausted and needs_input -> fallback; everything else -> retry.
+/// (A task's `on_quota: wait` parks on a quota instead; see task_spec.)
 action default_action(error_class x) noexcept;
 
 } // namespace tasksup
