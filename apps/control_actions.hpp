@@ -1,9 +1,9 @@
 #pragma once
 
 // The control commands' actions (`tasksup stop | kill | retry-now |
-// fallback-now | forget TASK`) and what each prints, shared by the command over
-// the node's TCP port (control_commands.cpp) and over its local control socket
-// (front/main.cpp). No CAF here.
+// fallback-now | forget | pause | resume TASK`) and what each prints, shared by
+// the command over the node's TCP port (control_commands.cpp) and over its
+// local control socket (front/main.cpp). No CAF here.
 
 #include <string>
 #include <string_view>
@@ -36,6 +36,8 @@ inline constexpr control_action control_actions[] = {
   {"fallback-now", "falling back to the next agent of ", "",
    "cannot fall back (finished, or no next agent)"},
   {"forget", "forgot ", "", "has not finished (stop it first)"},
+  {"pause", "paused ", "", "is already paused, or has finished"},
+  {"resume", "resumed ", "", "is not paused"},
 };
 
 /// The action called `name`, or null.

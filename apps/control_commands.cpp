@@ -1,4 +1,5 @@
-// `tasksup stop | kill | retry-now | fallback-now | forget TASK`: the control
+// `tasksup stop | kill | retry-now | fallback-now | forget | pause | resume
+// TASK`: the control
 // commands, one row each. Every one sends one request to the node and is
 // answered with whether it took effect.
 
@@ -97,6 +98,34 @@ Example:
      return control_request(s, done, noop, forget_atom::value, id);
    },
    74},
+  {"pause",
+   "Pause a task: no further attempt starts until `tasksup resume`. A running "
+   "attempt (with its gates and delivery) is left to finish; a queued task "
+   "leaves the queue and a backoff keeps the time it had left.",
+   R"(Exit status 0 when the task was paused, 1 when it was already paused or
+has finished. `status` shows a paused task as `paused`; a pause is journaled
+and outlives a restart of the node. Stop, kill and fallback-now still work
+on a paused task.
+
+Example:
+  tasksup pause fix-login)",
+   [](node_session& s, const std::string& done, const std::string& noop,
+      const std::string& id) {
+     return control_request(s, done, noop, pause_atom::value, id);
+   },
+   75},
+  {"resume",
+   "Resume a paused task: its next attempt starts (after what was left of "
+   "its backoff, or the reset of a used-up quota).",
+   R"(Exit status 0 when the task was resumed, 1 when it was not paused.
+
+Example:
+  tasksup resume fix-login)",
+   [](node_session& s, const std::string& done, const std::string& noop,
+      const std::string& id) {
+     return control_request(s, done, noop, resume_atom::value, id);
+   },
+   76},
 };
 
 /// The command line options of one control command.

@@ -353,7 +353,7 @@ void handle_node_request(const dashboard_context& ctx, const http_request& req,
       auto action = rest.substr(slash + 1);
       auto id = rest.substr(0, slash);
       if (action != "stop" && action != "kill" && action != "retry-now" &&
-          action != "fallback-now")
+          action != "fallback-now" && action != "pause" && action != "resume")
         return reply.send(text_response(404, "no such action: " + action));
       if (req.method != "POST")
         return reply.send(method_not_allowed("POST"));

@@ -65,7 +65,7 @@ std::string http_server_metrics(const http_server_stats& s);
 ///   GET  /api/agents?window=SECONDS    per-agent statistics
 ///   GET  /api/stream                   server-sent events: which tasks
 ///                                      changed, at most 4 times a second
-///   POST /api/tasks/ID/{stop,kill,retry-now,fallback-now}
+///   POST /api/tasks/ID/{stop,kill,retry-now,fallback-now,pause,resume}
 /// Every request must carry the token (`Authorization: Bearer`, or the
 /// cookie `GET /?token=TOKEN` sets), else 401. HEAD works wherever GET does;
 /// other methods get 405 with Allow.

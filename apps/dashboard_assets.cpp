@@ -138,6 +138,10 @@ function nextRetryCell(t) {
   if (t.state === 'backoff' && t.next_retry_ts) {
     td.dataset.deadline = t.next_retry_ts;
     td.textContent = 'in ' + dur(t.next_retry_ts - now());
+  } else if (t.state === 'quota_wait' && t.resume_ts) {
+    td.dataset.deadline = t.resume_ts;
+    td.title = 'waiting for the quota reset at ' + iso(t.resume_ts);
+    td.textContent = 'in ' + dur(t.resume_ts - now());
   } else td.textContent = '-';
   return td;
 }
@@ -288,7 +292,8 @@ async function showTask(id) {
     {'data-action': action, onclick: () => control(t.task_id, action)}, label);
   const buttons = el('div', {class: 'buttons'},
     btn('Stop', 'stop'), btn('Kill', 'kill'), btn('Retry now', 'retry-now'),
-    btn('Fallback now', 'fallback-now'));
+    btn('Fallback now', 'fallback-now'),
+    t.state === 'paused' ? btn('Resume', 'resume') : btn('Pause', 'pause'));
   for (const b of buttons.querySelectorAll('button')) b.disabled = !live;
   const decisions = el('tbody');
   const output = {};
@@ -322,6 +327,8 @@ async function showTask(id) {
       el('span', {}, 'submitted ', el('b', {}, iso(t.submitted_ts))),
       el('span', {}, 'outcome ', el('b', {id: 'task-outcome',
         class: t.outcome ? 'outcome-' + t.outcome : ''}, t.outcome || '-')),
+      t.waiting_for && live ? el('div', {id: 'task-waits', class: 'muted'},
+        'waiting for ' + t.waiting_for) : null,
       t.error ? el('div', {class: 'outcome-failed'}, t.error) : null),
     buttons, el('div', {id: 'message'}),
     el('h2', {}, 'Attempts'), timeline(data.events, t),

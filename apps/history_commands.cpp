@@ -246,6 +246,18 @@ int describe(node_session& s, const describe_options& opts) {
                     << '\n';
           break;
         }
+        if (auto step = text_of(o, "step");
+            step == "pause" || step == "resume") {
+          std::cout << when << "  user " << step << ": "
+                    << text_of(o, "message") << '\n';
+          break;
+        }
+        if (text_of(o, "step") == "quota_wait") {
+          std::cout << when << "    decision: wait for the quota of "
+                    << text_of(o, "name") << ": " << text_of(o, "message")
+                    << '\n';
+          break;
+        }
         std::cout << when << "    " << text_of(o, "step");
         if (auto name = text_of(o, "name"); !name.empty())
           std::cout << " " << name;

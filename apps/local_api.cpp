@@ -198,6 +198,10 @@ std::optional<caf::message> control_message(std::string_view action,
     return caf::make_message(force_fallback_atom::value, task_id);
   if (action == "forget")
     return caf::make_message(forget_atom::value, task_id);
+  if (action == "pause")
+    return caf::make_message(pause_atom::value, task_id);
+  if (action == "resume")
+    return caf::make_message(resume_atom::value, task_id);
   return std::nullopt;
 }
 

@@ -18,7 +18,8 @@
 //                            [{"id":".."} | {"rejected":"why"} |
 //                             {"failed":"why","timeout":B}, ...]
 //   POST /v1/tasks/ID/ACTION {"took_effect":B}; ACTION is stop, kill,
-//                            retry-now or fallback-now
+//                            retry-now, fallback-now, forget, pause or
+//                            resume
 // An error answer is {"error":"why","refused":B,"timeout":B}: `refused`
 // when the node refused the request (an unknown task), `timeout` when the
 // node did not answer in time. Nothing here needs CAF.

@@ -70,29 +70,6 @@ const char* dim = "2";
 
 } // namespace
 
-std::string human_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0)
-    seconds = 0;
-  char buf[32];
-  if (seconds < 1.0 && seconds > 0) {
-    std::snprintf(buf, sizeof(buf), "%.0fms", seconds * 1000);
-  } else if (seconds < 10 && seconds != std::floor(seconds)) {
-    std::snprintf(buf, sizeof(buf), "%.1fs", seconds);
-  } else if (seconds < 60) {
-    std::snprintf(buf, sizeof(buf), "%.0fs", std::round(seconds));
-  } else if (seconds < 3600) {
-    auto s = static_cast<long long>(std::llround(seconds));
-    if (s % 60 == 0)
-      std::snprintf(buf, sizeof(buf), "%lldm", s / 60);
-    else
-      std::snprintf(buf, sizeof(buf), "%lldm%02llds", s / 60, s % 60);
-  } else {
-    auto m = static_cast<long long>(std::llround(seconds / 60));
-    std::snprintf(buf, sizeof(buf), "%lldh%02lldm", m / 60, m % 60);
-  }
-  return buf;
-}
-
 progress_view::progress_view() : progress_view(options{}) {}
 
 progress_view::progress_view(options opts) : opts_(opts) {}

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "tasksup/supervisor/time_words.hpp"
+
 #include <boost/json/object.hpp>
 
 #include <optional>
@@ -125,6 +127,6 @@ private:
 };
 
 /// Formats seconds for people: `450ms`, `15s`, `1m30s`, `2h05m`.
-std::string human_duration(double seconds);
+using tasksup::human_duration;
 
 } // namespace tasksup::app

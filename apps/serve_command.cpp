@@ -723,11 +723,12 @@ together stop at --max-pending-per-client, everyone's at --max-pending, and
 one more is refused with a limit_reached error naming the limit and its
 value. A client that goes away loses its subscriptions.
 
-Every stop, kill, retry-now, fallback-now and forget is logged as an audit
-line naming who asked (a remote client by its certificate's subject, a local
-one by its uid), the action and the task, and recorded as a warning event of
-the task, so `tasksup describe` and `events` show it (a forgotten task's
-history goes with it: its audit line stays in the log).
+Every stop, kill, retry-now, fallback-now, forget, pause and resume is
+logged as an audit line naming who asked (a remote client by its
+certificate's subject, a local one by its uid), the action and the task, and
+recorded as a warning event of the task, so `tasksup describe` and `events`
+show it (a forgotten task's history goes with it: its audit line stays in
+the log).
 
 A cluster: worker nodes start with --join HOST:PORT (and --name, --label
 KEY=VALUE) and offer their slots, runtimes and labels; the coordinator places

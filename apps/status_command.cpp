@@ -83,14 +83,17 @@ void setup_status(CLI::App& app, int& status_code) {
                 "submitted_ts, next_retry_ts, finished_ts (seconds since the "
                 "epoch, null when unknown)");
   cmd->add_option("--state", opts->states,
-                  "Only tasks in this state: queued, running, backoff or "
-                  "done (repeat or separate with commas)");
+                  "Only tasks in this state: queued, running, backoff, "
+                  "paused, quota_wait or done (repeat or separate with "
+                  "commas)");
   add_node_option(cmd, opts->node);
   cmd->footer(node_help() + R"(
 
 States: queued (waiting for an attempt slot), running, backoff (waiting to
-retry), done. AGE is the time since the task was submitted; NEXT RETRY the
-wait left before a task in backoff tries again. With TASK, the times follow
+retry), paused (by `tasksup pause`, until `tasksup resume`), quota_wait
+(its agent's usage quota is used up: waiting for the reset), done. AGE is
+the time since the task was submitted; NEXT RETRY the wait left before a
+task in backoff tries again, or before a quota resets. With TASK, the times follow
 the table in ISO 8601 (UTC). On the node's machine, without --certs,
 --insecure or $TASKSUP_CERTS, the command asks over the node's control
 socket (<state dir>/control-PORT.sock; see `tasksup serve --help`) when it

@@ -76,6 +76,7 @@ boost::json::object to_json(const task_status& s, const task_times* c) {
   put_time("next_retry_ts",
            c && s.state == task_state::backoff ? c->next_retry_ts : 0);
   put_time("finished_ts", c ? c->finished_ts : 0);
+  put_time("resume_ts", s.resume_at);
   if (s.result) {
     boost::system::error_code ec;
     auto result = boost::json::parse(result_to_json(*s.result), ec);

@@ -4,6 +4,7 @@
 #include "safe_text.hpp"
 
 #include "tasksup/actors/events.hpp"
+#include "tasksup/supervisor/time_words.hpp"
 
 #include <boost/json/array.hpp>
 #include <boost/json/parse.hpp>
@@ -103,6 +104,10 @@ void print_table(const std::vector<const status_row*>& all, double now) {
         retry && state == "backoff")
       next = std::string{restarting(*s) ? "restart in " : "in "} +
              short_duration(std::ceil(std::max(0.0, *retry - now)));
+    if (auto reset = json_number_at(r, "resume_ts");
+        reset && state == "quota_wait")
+      next = "quota reset in " +
+             short_duration(std::ceil(std::max(0.0, *reset - now)));
     rows.push_back({cell(text_at(r, "task_id")), cell(state),
                     cell(text_at(r, "agent_id")),
                     std::to_string(count_at(r, "attempt")), retries, age, next,
@@ -134,6 +139,10 @@ void print_details(const status_row& row, double now) {
               << iso8601(*retry) << " (in "
               << short_duration(std::ceil(std::max(0.0, *retry - now)))
               << ")\n";
+  if (auto reset = json_number_at(r, "resume_ts");
+      reset && state == "quota_wait")
+    std::cout << "quota reset:   " << iso8601(*reset) << " ("
+              << reset_time_text(*reset, now) << ")\n";
   if (auto finished = json_number_at(r, "finished_ts"))
     std::cout << "finished:      " << iso8601(*finished) << '\n';
   if (!row.last_decision.empty())
@@ -151,8 +160,9 @@ parse_state_filter(const std::vector<std::string>& values,
       auto comma = rest.find(',');
       auto one = std::string{rest.substr(0, comma)};
       if (one != "queued" && one != "running" && one != "backoff" &&
-          one != "done")
-        return "--state: expected queued, running, backoff or done; got '" +
+          one != "done" && one != "paused" && one != "quota_wait")
+        return "--state: expected queued, running, backoff, paused, "
+               "quota_wait or done; got '" +
                cell(one) + "'";
       out.insert(one);
       rest = comma == std::string_view::npos ? std::string_view{}

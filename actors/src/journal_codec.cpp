@@ -18,7 +18,7 @@ namespace tasksup {
 namespace detail {
 
 template<>
-struct enum_size<timer_kind> : std::integral_constant<std::size_t, 3> {};
+struct enum_size<timer_kind> : std::integral_constant<std::size_t, 4> {};
 
 template<>
 struct enum_size<stop_request> : std::integral_constant<std::size_t, 3> {};
@@ -135,6 +135,26 @@ typename Inspector::result_type inspect(Inspector& f, resumed&) {
   return f(caf::meta::type_name("resumed"));
 }
 
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pause&) {
+  return f(caf::meta::type_name("pause"));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, resume&) {
+  return f(caf::meta::type_name("resume"));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, quota_closed& x) {
+  return f(caf::meta::type_name("quota_closed"), x.generation, x.account,
+           detail::finite(x.resume_at_s, "quota_closed.resume_at_s"),
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.account, wire::max_id_bytes, "quota_closed.account"}});
+           }));
+}
+
 } // namespace input
 
 template<class Inspector>
@@ -161,7 +181,8 @@ typename Inspector::result_type save_decision(Inspector& f, decision& d) {
   return f(d.step, d.cause, d.rule, d.limit, d.cls, detail::opt(d.classified),
            d.count, d.count_max, d.retry_count, d.backoff_class.has_value(),
            d.backoff_class.value_or(error_class::retryable), d.agent_index,
-           d.chain_size, d.restarts, d.reset_retries, d.agent_id, d.at_s);
+           d.chain_size, d.restarts, d.reset_retries, d.agent_id, d.at_s,
+           d.resume_at_s);
 }
 
 struct state_view {
@@ -197,7 +218,8 @@ typename Inspector::result_type inspect(Inspector& f, state_view& v) {
     ended = *s.ended;
   return f(detail::opt(ended), s.previous_delay_s, s.started_at_s, s.retry_at_s,
            detail::opt(s.last_exit_code), s.last_artifacts, s.last_not_started,
-           detail::opt(s.usage), detail::opt(s.cost_usd));
+           detail::opt(s.usage), detail::opt(s.cost_usd), s.resume_at_s,
+           s.paused);
 }
 
 struct input_view {

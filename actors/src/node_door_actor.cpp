@@ -443,8 +443,23 @@ caf::result<R> forward(door_actor* self, Ts&&... xs) {
   return rp;
 }
 
-/// A control request (stop, kill, retry-now, fallback-now, forget) of `who`:
-/// audited, then forwarded; anything else in `msg` is refused.
+/// Whether `msg` is `(Atom, task_id)`: then `out` is set to the request,
+/// audited as `what` and forwarded.
+template<class Atom>
+bool task_control(door_actor* self, const std::string& who,
+                  const caf::message& msg, const char* what,
+                  std::optional<caf::result<bool>>& out) {
+  if (!msg.match_elements<Atom, std::string>())
+    return false;
+  auto& task_id = msg.get_as<std::string>(1);
+  audit(self, who, what, task_id);
+  out.emplace(forward<bool>(self, Atom::value, task_id));
+  return true;
+}
+
+/// A control request (stop, kill, retry-now, fallback-now, forget, pause,
+/// resume) of `who`: audited, then forwarded; anything else in `msg` is
+/// refused.
 caf::result<bool> control(door_actor* self, const std::string& who,
                           const caf::message& msg) {
   if (msg.match_elements<stop_atom, std::string, stop_mode>()) {
@@ -458,21 +473,13 @@ caf::result<bool> control(door_actor* self, const std::string& who,
     audit(self, who, mode == stop_mode::kill ? "kill" : "stop", task_id);
     return forward<bool>(self, stop_atom::value, task_id, mode);
   }
-  if (msg.match_elements<retry_now_atom, std::string>()) {
-    auto& task_id = msg.get_as<std::string>(1);
-    audit(self, who, "retry-now", task_id);
-    return forward<bool>(self, retry_now_atom::value, task_id);
-  }
-  if (msg.match_elements<force_fallback_atom, std::string>()) {
-    auto& task_id = msg.get_as<std::string>(1);
-    audit(self, who, "fallback-now", task_id);
-    return forward<bool>(self, force_fallback_atom::value, task_id);
-  }
-  if (msg.match_elements<forget_atom, std::string>()) {
-    auto& task_id = msg.get_as<std::string>(1);
-    audit(self, who, "forget", task_id);
-    return forward<bool>(self, forget_atom::value, task_id);
-  }
+  std::optional<caf::result<bool>> out;
+  if (task_control<retry_now_atom>(self, who, msg, "retry-now", out) ||
+      task_control<force_fallback_atom>(self, who, msg, "fallback-now", out) ||
+      task_control<forget_atom>(self, who, msg, "forget", out) ||
+      task_control<pause_atom>(self, who, msg, "pause", out) ||
+      task_control<resume_atom>(self, who, msg, "resume", out))
+    return std::move(*out);
   return caf::make_error(caf::sec::unexpected_message,
                          "as_client: not a control request");
 }
@@ -551,6 +558,14 @@ caf::behavior door(door_actor* self, caf::actor registry, caf::actor stats,
     [=](forget_atom, std::string& task_id) {
       return control(self, audit_name(self),
                      caf::make_message(forget_atom::value, std::move(task_id)));
+    },
+    [=](pause_atom, std::string& task_id) {
+      return control(self, audit_name(self),
+                     caf::make_message(pause_atom::value, std::move(task_id)));
+    },
+    [=](resume_atom, std::string& task_id) {
+      return control(self, audit_name(self),
+                     caf::make_message(resume_atom::value, std::move(task_id)));
     },
     [=](as_client_atom, const std::string& who,
         const caf::message& msg) -> caf::result<bool> {

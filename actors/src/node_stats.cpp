@@ -250,6 +250,8 @@ std::string_view to_string(attempt_decision x) noexcept {
       return "restarted";
     case attempt_decision::user_fallback:
       return "user_fallback";
+    case attempt_decision::quota_wait:
+      return "quota_wait";
   }
   return "failed";
 }
@@ -393,6 +395,9 @@ struct event_facts {
   std::string mode;
   std::string outcome;
   std::optional<std::string> error;
+  /// A `step` event's step and message.
+  std::string step;
+  std::string message;
 };
 
 struct typed_facts {
@@ -437,6 +442,10 @@ struct typed_facts {
   void operator()(const event_data::escalated& d) const {
     f.outcome = to_string(d.outcome);
   }
+  void operator()(const event_data::step& d) const {
+    f.step = d.step;
+    f.message = d.message;
+  }
   template<class Other>
   void operator()(const Other&) const {
     // Nothing the figures read.
@@ -479,6 +488,8 @@ std::optional<event_facts> facts_of(const event& ev) {
   f.outcome = text_at(obj, "outcome");
   if (auto* err = obj.if_contains("error"); err && err->is_string())
     f.error = std::string{err->get_string()};
+  f.step = text_at(obj, "step");
+  f.message = text_at(obj, "message");
   return f;
 }
 
@@ -493,9 +504,16 @@ void node_stats::add(const event& ev) {
   auto& f = *facts;
   switch (ev.kind) {
     case event_kind::log:
+      return;
     case event_kind::step:
       // Steps (preflight, gates, delivery) show in the task's events; their
-      // verdicts reach the figures as classifications and ends.
+      // verdicts reach the figures as classifications and ends. A quota
+      // wait is the decision on the attempt that hit the quota.
+      if (f.step == "quota_wait") {
+        auto& t = track(ev.task_id);
+        settle(t, attempt_decision::quota_wait);
+        t.times.last_decision = cut(f.message, max_line_bytes);
+      }
       return;
     case event_kind::task_submitted: {
       ++submitted_;
@@ -760,7 +778,7 @@ std::string node_stats::prometheus(const std::vector<task_status>& tasks,
   line(out, "tasksup_warnings_total", {}, warnings_);
 
   family(out, "tasksup_tasks", "gauge", "Tasks the node knows, by state.");
-  std::array<int, 4> by_state{};
+  std::array<int, 6> by_state{};
   for (auto& s : tasks)
     if (auto i = static_cast<std::size_t>(s.state); i < by_state.size())
       ++by_state[i];
@@ -780,6 +798,18 @@ std::string node_stats::prometheus(const std::vector<task_status>& tasks,
       line(out, "tasksup_agent_breaker_state",
            {{"agent", b.agent_id}, {"state", to_string(st)}},
            b.state == st ? 1 : 0);
+  }
+
+  family(out, "tasksup_account_quota_reset_timestamp_seconds", "gauge",
+         "When each account closed for a used-up usage quota reopens "
+         "(seconds since the Unix epoch); accounts that are open are not "
+         "listed.");
+  std::size_t accounts = 0;
+  for (auto& q : health.quotas) {
+    if (++accounts > lim_.max_agent_labels)
+      break;
+    line(out, "tasksup_account_quota_reset_timestamp_seconds",
+         {{"account", q.account}}, q.reset_at);
   }
 
   family(out, "tasksup_retry_budget_limited", "gauge",
@@ -1037,6 +1067,10 @@ void status_fields(json_text& w, const task_status& s,
                                                          : 0);
   w.key("finished_ts");
   w.time_or_null(times ? times->finished_ts : 0);
+  w.key("resume_ts");
+  w.time_or_null(s.resume_at);
+  w.key("waiting_for");
+  w.string(s.waiting_for);
   w.key("last_decision");
   w.string(times ? times->last_decision : std::string{});
 }
@@ -1137,8 +1171,9 @@ std::string node_stats::tasks_page_json(std::vector<task_status> tasks,
   w.integer(static_cast<long long>(tasks.size()));
   w.key("counts");
   w.begin_object();
-  for (auto st : {task_state::queued, task_state::running, task_state::backoff,
-                  task_state::done}) {
+  for (auto st :
+       {task_state::queued, task_state::running, task_state::backoff,
+        task_state::done, task_state::paused, task_state::quota_wait}) {
     w.key(to_string(st));
     w.integer(
       std::count_if(tasks.begin(), tasks.end(),

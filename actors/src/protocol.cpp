@@ -16,8 +16,8 @@ namespace {
 
 constexpr std::string_view stop_mode_names[] = {"cancel", "kill"};
 
-constexpr std::string_view task_state_names[] = {"queued", "running", "backoff",
-                                                 "done"};
+constexpr std::string_view task_state_names[] = {
+  "queued", "running", "backoff", "done", "paused", "quota_wait"};
 
 constexpr std::string_view task_outcome_names[] = {"succeeded", "failed",
                                                    "stopped"};

@@ -11,6 +11,7 @@
 
 #include "tasksup/runtime/workspace.hpp"
 
+#include "tasksup/supervisor/account_quotas.hpp"
 #include "tasksup/supervisor/circuit_breaker.hpp"
 #include "tasksup/supervisor/retry_budget.hpp"
 
@@ -106,6 +107,8 @@ struct registry_state {
   std::deque<std::string> finished_order;
   std::map<std::string, std::vector<caf::response_promise>> awaiting;
   std::optional<circuit_breaker> breaker;
+  /// Accounts closed until their usage quota resets.
+  account_quotas quotas;
   retry_budget budget;
   /// Attempt slots: holders and the FIFO of waiting tasks.
   std::set<std::string> slot_holders;
@@ -737,6 +740,9 @@ void restore(registry_actor_t* self) {
   if (auto i = snapshot.node_state.find("breakers");
       i != snapshot.node_state.end())
     st.breaker->restore(i->second);
+  if (auto i = snapshot.node_state.find("quotas");
+      i != snapshot.node_state.end())
+    st.quotas.restore(i->second);
   if (auto i = snapshot.node_state.find("budget");
       i != snapshot.node_state.end())
     st.budget.restore(i->second);
@@ -1072,6 +1078,12 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
     [=](retry_now_atom, const std::string& task_id) {
       return control(self, task_id, retry_now_atom::value);
     },
+    [=](pause_atom, const std::string& task_id) {
+      return control(self, task_id, pause_atom::value);
+    },
+    [=](resume_atom, const std::string& task_id) {
+      return control(self, task_id, resume_atom::value);
+    },
     [=](force_fallback_atom, const std::string& task_id) {
       return control(self, task_id, force_fallback_atom::value);
     },
@@ -1090,6 +1102,8 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
         h.budget_tokens = st.budget.available(now);
         h.budget_capacity = *st.opts.config.node.retry_budget_capacity;
       }
+      for (auto& [account, until] : st.quotas.closed(now))
+        h.quotas.push_back({account, until});
       h.slots_in_use = static_cast<int>(st.slot_holders.size());
       h.slot_limit = static_cast<int>(slot_limit(self));
       if (!st.nodes.empty()) {
@@ -1170,6 +1184,15 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
         req.placement = i->second.placement;
         req.local_only = i->second.local_only;
       }
+      // A closed account is answered at once, before any queue: the task
+      // waits for the reset (or falls back) without holding a place.
+      if (auto until = st.quotas.closed_until(
+            req.account.empty() ? req.agent_id : req.account, now_s(self));
+          until > 0) {
+        permit_reply r;
+        r.quota_reset_at = until;
+        return r;
+      }
       if (!req.need_slot || st.slot_holders.count(req.task_id) > 0)
         return placed_permit(self, req);
       if (st.slot_queue.empty() && st.resuming.empty())
@@ -1226,6 +1249,17 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       for (auto& [name, n] : st.nodes)
         out.push_back(node_info{n.offer, n.running, now - n.joined_at});
       return out;
+    },
+    [=](close_account_atom, const std::string& account, double until) {
+      // Only a task's supervisor reports a quota.
+      auto& st = self->state;
+      auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+      if (st.by_supervisor.count(sender) == 0)
+        return;
+      auto now = now_s(self);
+      st.quotas.drop_expired(now);
+      st.quotas.close(account, std::min(until, now + max_quota_wait_s), now);
+      save_state(self, "quotas", st.quotas.save());
     },
     [=](agent_result_atom, const std::string& agent_id, bool success) {
       auto& st = self->state;

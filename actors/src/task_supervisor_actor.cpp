@@ -14,6 +14,8 @@
 #include "tasksup/actors/classifier_actor.hpp"
 #include "tasksup/actors/events.hpp"
 
+#include "tasksup/supervisor/time_words.hpp"
+
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
@@ -37,6 +39,7 @@ namespace tasksup::detail {
 namespace {
 
 using attempt_timer_atom = caf::atom_constant<caf::atom("attempttmr")>;
+using quota_timer_atom = caf::atom_constant<caf::atom("quotatmr")>;
 
 std::chrono::nanoseconds to_duration(double seconds) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -59,6 +62,8 @@ std::string_view switch_cause(decision_cause x) {
       return "breaker_open";
     case decision_cause::user_fallback:
       return "user";
+    case decision_cause::quota_closed:
+      return "quota";
   }
   return "failure";
 }
@@ -75,7 +80,8 @@ struct carrier {
   supervisor_state& st() const { return self->state; }
 
   void operator()(const effect::ask_permission& e) const {
-    auto& agent_id = st().agent(e.agent_index).agent_id;
+    const auto& agent = st().agent(e.agent_index);
+    auto& agent_id = agent.agent_id;
     if (!st().node->services) {
       next.emplace_back(input::permission{e.generation, true, true, agent_id});
       return;
@@ -85,6 +91,7 @@ struct carrier {
     permit_request req;
     req.task_id = st().task_id();
     req.agent_id = agent_id;
+    req.account = agent.account;
     req.need_slot = e.need_slot;
     req.need_token = e.need_token;
     // No timeout: waiting in the queue for a slot may take as long as the
@@ -93,7 +100,11 @@ struct carrier {
       ->request(st().node->services, caf::infinite, permit_atom::value,
                 std::move(req))
       .then(
-        [s, gen, agent_id](permit_reply r) {
+        [s, gen, agent_id, account = agent.quota_account()](permit_reply r) {
+          if (r.quota_reset_at > 0) {
+            drive(s, input::quota_closed{gen, account, r.quota_reset_at});
+            return;
+          }
           auto& st = s->state;
           st.placed_node = std::move(r.node);
           st.placed_agent = std::move(r.agent);
@@ -227,8 +238,12 @@ struct carrier {
       else
         self->send(self, xs...);
     };
+    if (e.kind == timer_kind::quota)
+      release_kept_worker(self);
     if (e.kind == timer_kind::attempt)
       fire(attempt_timer_atom::value, e.generation);
+    else if (e.kind == timer_kind::quota)
+      fire(quota_timer_atom::value, e.generation);
     else if (e.kind == timer_kind::backoff)
       fire(backoff_timer_atom::value, e.generation);
     else
@@ -239,6 +254,31 @@ struct carrier {
     if (st().node->services)
       self->send(st().node->services, agent_result_atom::value,
                  st().agent(e.agent_index).agent_id, e.success);
+  }
+
+  void operator()(const effect::close_account& e) const {
+    if (st().node->services)
+      self->send(st().node->services, close_account_atom::value,
+                 st().agent(e.agent_index).quota_account(), e.resume_at_s);
+  }
+
+  void operator()(const effect::quota_wait& e) const {
+    auto& s = st();
+    emit(self, step_event(s.head(), "quota_wait",
+                          s.agent(e.agent_index).quota_account(), false,
+                          std::nullopt, describe(e.why, s.machine().config())));
+  }
+
+  void operator()(const effect::task_paused& e) const {
+    emit(self, step_event(st().head(), "pause", "", true, std::nullopt,
+                          e.parked ? "paused by user"
+                                   : "paused by user: no attempt starts after "
+                                     "the running one"));
+  }
+
+  void operator()(const effect::task_resumed&) const {
+    emit(self, step_event(st().head(), "resume", "", true, std::nullopt,
+                          "resumed by user"));
   }
 
   void operator()(const effect::attempt_exited& e) const {
@@ -410,7 +450,8 @@ constexpr reach reach_of() {
   else if constexpr (is_one_of<T, release_slot, report_agent, attempt_exited,
                                classified, retry_scheduled, agent_switched,
                                user_stopped, retry_requested, deadline_passed,
-                               attempt_timed_out, voluntary_end>)
+                               attempt_timed_out, voluntary_end, close_account,
+                               quota_wait, task_paused, task_resumed>)
     return reach::notice;
   else {
     // A new effect must be placed above.
@@ -448,6 +489,17 @@ task_status status_of(supervisor_actor* self) {
       break;
     case task_phase::done:
       s.state = task_state::done;
+      break;
+    case task_phase::parked:
+      if (st.m.paused) {
+        s.state = task_state::paused;
+        s.waiting_for = "resume (paused by user)";
+      } else {
+        s.state = task_state::quota_wait;
+        s.resume_at = st.m.resume_at_s;
+        s.waiting_for = "quota reset of " + st.agent().quota_account() + " " +
+                        reset_time_text(st.m.resume_at_s, now_s(self));
+      }
       break;
   }
   const auto& c = st.m.counters;
@@ -562,6 +614,9 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
     [=](attempt_timer_atom, std::uint64_t gen) {
       drive(self, input::timer{timer_kind::attempt, gen});
     },
+    [=](quota_timer_atom, std::uint64_t gen) {
+      drive(self, input::timer{timer_kind::quota, gen});
+    },
     [=](ws_done_atom, workspace_fn& reply) { reply(); },
     [=](stop_atom, stop_mode mode) {
       return drive_and_reply(self, input::stop{mode == stop_mode::kill
@@ -569,6 +624,8 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
                                                  : stop_request::cancel});
     },
     [=](retry_now_atom) { return drive_and_reply(self, input::retry_now{}); },
+    [=](pause_atom) { return drive_and_reply(self, input::pause{}); },
+    [=](resume_atom) { return drive_and_reply(self, input::resume{}); },
     [=](force_fallback_atom) {
       return drive_and_reply(self, input::force_fallback{});
     },

@@ -1,10 +1,10 @@
 // The tasksup program users run. `tasksup status`, `tasksup submit` and the
-// control commands (stop, kill, retry-now, fallback-now, forget) against a node
-// on this machine are answered here, over the node's local control socket
-// (local_control.hpp), without loading the actor system and its TLS, which
-// are most of a command's start-up (issue 17). Every other command, and
-// these whenever the socket cannot serve them, run in tasksup-core beside
-// this program, which this process becomes (exec: the same pid, the same
+// control commands (stop, kill, retry-now, fallback-now, forget, pause,
+// resume) against a node on this machine are answered here, over the node's
+// local control socket (local_control.hpp), without loading the actor system
+// and its TLS, which are most of a command's start-up (issue 17). Every other
+// command, and these whenever the socket cannot serve them, run in tasksup-core
+// beside this program, which this process becomes (exec: the same pid, the same
 // arguments).
 
 #include "commands.hpp"

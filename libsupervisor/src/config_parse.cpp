@@ -110,12 +110,13 @@ supervisor_overrides read_overrides(const reader& r, const json::value& v,
                                     const std::string& path,
                                     const supervisor_config* base) {
   const auto& obj = r.object(v, path);
-  r.check_keys(
-    obj, path,
-    {"max_retries_per_agent", "enable_fallback", "backoff_base_seconds",
-     "rate_limit_backoff_base", "max_total_attempts", "max_crash_restarts",
-     "actions", "restart", "intensity", "backoff", "deadline_s", "stop_grace_s",
-     "fatal_scope", "attempt_timeout_s", "done_exit_code", "restart_backoff"});
+  r.check_keys(obj, path,
+               {"max_retries_per_agent", "enable_fallback",
+                "backoff_base_seconds", "rate_limit_backoff_base",
+                "max_total_attempts", "max_crash_restarts", "actions",
+                "restart", "intensity", "backoff", "deadline_s", "stop_grace_s",
+                "fatal_scope", "attempt_timeout_s", "done_exit_code",
+                "restart_backoff", "on_quota", "quota_wait_s"});
   supervisor_overrides out;
   if (const auto* x = obj.if_contains("max_retries_per_agent"))
     out.max_retries_per_agent =
@@ -205,6 +206,17 @@ supervisor_overrides read_overrides(const reader& r, const json::value& v,
     read_backoff_spec(r, *x, child(path, "restart_backoff"), spec);
     out.restart_backoff = std::move(spec);
   }
+  if (const auto* x = obj.if_contains("on_quota")) {
+    // `null` goes back to the default: fall back while another agent is left.
+    if (x->is_null())
+      out.on_quota.emplace();
+    else
+      out.on_quota =
+        enum_value<quota_action>(r, *x, child(path, "on_quota"),
+                                 parse_quota_action, {"wait", "fallback"});
+  }
+  if (const auto* x = obj.if_contains("quota_wait_s"))
+    out.quota_wait_s = r.seconds(*x, child(path, "quota_wait_s"), true);
   return out;
 }
 
@@ -294,7 +306,7 @@ agent_spec read_agent(const reader& r, const json::value& v,
   r.check_keys(obj, path,
                {"agent_id", "agent_cli", "cli_flags", "config_dir",
                 "prompt_as_argument", "profile", "env_passthrough",
-                "idle_timeout_s"});
+                "idle_timeout_s", "account"});
   agent_spec agent;
   agent.agent_id = r.identifier(r.required(obj, path, "agent_id"),
                                 child(path, "agent_id"), "an agent id");
@@ -350,6 +362,8 @@ agent_spec read_agent(const reader& r, const json::value& v,
   if (const auto* x = obj.if_contains("idle_timeout_s"))
     agent.idle_timeout_s =
       r.number(*x, child(path, "idle_timeout_s"), 0, false, max_idle_timeout_s);
+  if (const auto* x = obj.if_contains("account"))
+    agent.account = r.identifier(*x, child(path, "account"), "an account name");
   if (profile != nullptr)
     apply_agent_profile(agent, *profile, obj.contains("idle_timeout_s"),
                         obj.contains("prompt_as_argument"));

@@ -141,6 +141,11 @@ void check_supervisor(const reader& r, const supervisor_config& cfg,
   if (cfg.done_exit_code)
     check_int(r, *cfg.done_exit_code, child(path, "done_exit_code"), 1, 255);
   check_backoff_spec(r, cfg.restart_backoff, child(path, "restart_backoff"));
+  if (cfg.on_quota && !in_range(*cfg.on_quota, quota_action::fallback))
+    r.fail(child(path, "on_quota"),
+           "unknown quota action " +
+             std::to_string(static_cast<unsigned>(*cfg.on_quota)));
+  check_seconds(r, cfg.quota_wait_s, child(path, "quota_wait_s"), true);
 }
 
 /// Longest argv of a gate, preflight or admit command (arguments).

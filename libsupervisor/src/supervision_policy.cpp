@@ -1,6 +1,9 @@
 #include "tasksup/supervisor/supervision_policy.hpp"
 
+#include "tasksup/supervisor/time_words.hpp"
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <utility>
 
@@ -62,6 +65,8 @@ std::string describe_cause(const decision& d) {
       return "circuit breaker open for " + d.agent_id;
     case decision_cause::user_fallback:
       return "fallback forced by user";
+    case decision_cause::quota_closed:
+      return "quota of " + d.agent_id + " used up";
   }
   return "unknown";
 }
@@ -83,6 +88,8 @@ std::string_view to_string(next_step x) noexcept {
       return "switch_agent";
     case next_step::fail:
       return "fail";
+    case next_step::wait_quota:
+      return "wait_quota";
   }
   return "unknown";
 }
@@ -112,6 +119,12 @@ std::string describe(const decision& d, const supervisor_config& cfg) {
     case decision_rule::retries_exhausted:
       out +=
         ": retries exhausted (" + num(d.count) + "/" + num(d.count_max) + ")";
+      break;
+    case decision_rule::quota_wait:
+      return out + ": waiting for quota reset " +
+             reset_time_text(d.resume_at_s, d.at_s);
+    case decision_rule::quota_fallback:
+      out += ": quota resets " + reset_time_text(d.resume_at_s, d.at_s);
       break;
   }
   switch (d.limit) {
@@ -144,6 +157,7 @@ std::string describe(const decision& d, const supervisor_config& cfg) {
              num(cfg.max_retries_per_agent) + ")";
     case next_step::succeed:
     case next_step::fail:
+    case next_step::wait_quota:
       break;
   }
   return out;
@@ -226,6 +240,19 @@ decision supervision_policy::on_exit(
   auto act = default_action(d.cls);
   if (auto i = cfg_->actions.find(d.cls); i != cfg_->actions.end())
     act = i->second;
+  if (d.cls == error_class::quota_exhausted && act != action::fail) {
+    // The agent said when its quota resets (capped), else the policy's
+    // guess; either way the wait or the fallback spends no retry.
+    auto wait = cls && cls->retry_after_s && std::isfinite(*cls->retry_after_s)
+                  ? std::clamp(*cls->retry_after_s, 0.0, max_quota_wait_s)
+                  : cfg_->quota_wait_s;
+    auto out = on_quota(st, decision_cause::failed, now_s + wait, now_s);
+    out.cls = d.cls;
+    out.classified = std::move(d.classified);
+    out.reset_retries = d.reset_retries;
+    out.retry_count = d.retry_count;
+    return out;
+  }
   switch (act) {
     case action::fail:
       if (d.cls == error_class::fatal && cfg_->fatal == fatal_scope::provider) {
@@ -277,6 +304,29 @@ decision supervision_policy::on_exit(
   d.rule = decision_rule::retry;
   auto c = d.cls;
   return retry(st, std::move(d), c);
+}
+
+decision supervision_policy::on_quota(const supervision_state& st,
+                                      decision_cause cause, double resume_at_s,
+                                      double now_s, std::string account) const {
+  auto d = make(st, cause, now_s);
+  d.cls = error_class::quota_exhausted;
+  d.agent_id = std::move(account);
+  d.resume_at_s = resume_at_s;
+  if (waits_for_quota(st)) {
+    d.rule = decision_rule::quota_wait;
+    d.step = next_step::wait_quota;
+    return d;
+  }
+  d.rule = decision_rule::quota_fallback;
+  return fall_back(st, std::move(d));
+}
+
+bool supervision_policy::waits_for_quota(
+  const supervision_state& st) const noexcept {
+  if (cfg_->on_quota)
+    return *cfg_->on_quota == quota_action::wait;
+  return !(cfg_->enable_fallback && has_next_agent(st));
 }
 
 decision
@@ -353,6 +403,7 @@ void supervision_policy::apply(supervision_state& st, const decision& d) const {
   switch (d.step) {
     case next_step::succeed:
     case next_step::fail:
+    case next_step::wait_quota:
       return;
     case next_step::switch_agent:
       st.agent_index = d.agent_index;

@@ -125,6 +125,17 @@ std::optional<fatal_scope> parse_fatal_scope(std::string_view str) noexcept {
   return std::nullopt;
 }
 
+std::string_view to_string(quota_action x) noexcept {
+  return x == quota_action::wait ? "wait" : "fallback";
+}
+
+std::optional<quota_action> parse_quota_action(std::string_view str) noexcept {
+  for (auto x : {quota_action::wait, quota_action::fallback})
+    if (to_string(x) == str)
+      return x;
+  return std::nullopt;
+}
+
 std::optional<restart_type> parse_restart_type(std::string_view str) noexcept {
   for (auto x : {restart_type::transient, restart_type::permanent,
                  restart_type::temporary})
@@ -140,11 +151,11 @@ bool same_settings(const supervisor_config& a,
   const auto& [a_retries, a_fallback, a_base, a_rl_base, a_total, a_crash,
                a_actions, a_restart, a_intensity, a_backoff, a_deadline,
                a_grace, a_fatal, a_attempt_timeout, a_done, a_restart_backoff,
-               a_steps] = a;
+               a_steps, a_on_quota, a_quota_wait] = a;
   const auto& [b_retries, b_fallback, b_base, b_rl_base, b_total, b_crash,
                b_actions, b_restart, b_intensity, b_backoff, b_deadline,
                b_grace, b_fatal, b_attempt_timeout, b_done, b_restart_backoff,
-               b_steps] = b;
+               b_steps, b_on_quota, b_quota_wait] = b;
   if (a_retries != b_retries || a_fallback != b_fallback ||
       !same(a_base, b_base) || !same(a_rl_base, b_rl_base) ||
       a_total != b_total || a_crash != b_crash || a_actions != b_actions ||
@@ -152,7 +163,8 @@ bool same_settings(const supervisor_config& a,
       !same(a_deadline, b_deadline) || !same(a_grace, b_grace) ||
       a_fatal != b_fatal || a_backoff.size() != b_backoff.size() ||
       !same(a_attempt_timeout, b_attempt_timeout) || a_done != b_done ||
-      !same(a_restart_backoff, b_restart_backoff) || !same(a_steps, b_steps))
+      !same(a_restart_backoff, b_restart_backoff) || !same(a_steps, b_steps) ||
+      a_on_quota != b_on_quota || !same(a_quota_wait, b_quota_wait))
     return false;
   for (auto i = a_backoff.begin(), j = b_backoff.begin(); i != a_backoff.end();
        ++i, ++j)
@@ -164,7 +176,7 @@ bool same_settings(const supervisor_config& a,
 std::size_t settings_hash(const supervisor_config& cfg) noexcept {
   const auto& [retries, fallback, base, rl_base, total, crash, actions, restart,
                intensity, backoff, deadline, grace, fatal, attempt_timeout,
-               done, restart_backoff, steps] = cfg;
+               done, restart_backoff, steps, on_quota, quota_wait] = cfg;
   std::size_t h = 0;
   mix(h, static_cast<std::uint64_t>(retries));
   mix(h, static_cast<std::uint64_t>(fallback));
@@ -208,6 +220,8 @@ std::size_t settings_hash(const supervisor_config& cfg) noexcept {
   if (deadline)
     mix(h, *deadline);
   mix(h, grace);
+  mix(h, on_quota ? static_cast<std::uint64_t>(*on_quota) + 1 : 0);
+  mix(h, quota_wait);
   return h;
 }
 
@@ -220,7 +234,7 @@ void apply_overrides(supervisor_config& cfg, const supervisor_overrides& over) {
   // breaks the build here until it is applied (and compared below).
   const auto& [retries, fallback, base, rl_base, total, crash, actions, restart,
                intensity, backoff, deadline, grace, fatal, attempt_timeout,
-               done, restart_backoff] = over;
+               done, restart_backoff, on_quota, quota_wait] = over;
   take(cfg.max_retries_per_agent, retries);
   take(cfg.enable_fallback, fallback);
   take(cfg.backoff_base_seconds, base);
@@ -241,18 +255,20 @@ void apply_overrides(supervisor_config& cfg, const supervisor_overrides& over) {
   take(cfg.attempt_timeout_s, attempt_timeout);
   take(cfg.done_exit_code, done);
   take(cfg.restart_backoff, restart_backoff);
+  take(cfg.on_quota, on_quota);
+  take(cfg.quota_wait_s, quota_wait);
 }
 
 bool same_overrides(const supervisor_overrides& a,
                     const supervisor_overrides& b) noexcept {
   const auto& [a_retries, a_fallback, a_base, a_rl_base, a_total, a_crash,
                a_actions, a_restart, a_intensity, a_backoff, a_deadline,
-               a_grace, a_fatal, a_attempt_timeout, a_done, a_restart_backoff] =
-    a;
+               a_grace, a_fatal, a_attempt_timeout, a_done, a_restart_backoff,
+               a_on_quota, a_quota_wait] = a;
   const auto& [b_retries, b_fallback, b_base, b_rl_base, b_total, b_crash,
                b_actions, b_restart, b_intensity, b_backoff, b_deadline,
-               b_grace, b_fatal, b_attempt_timeout, b_done, b_restart_backoff] =
-    b;
+               b_grace, b_fatal, b_attempt_timeout, b_done, b_restart_backoff,
+               b_on_quota, b_quota_wait] = b;
   const auto& [a_max, a_period, a_reset] = a_intensity;
   const auto& [b_max, b_period, b_reset] = b_intensity;
   return a_retries == b_retries && a_fallback == b_fallback &&
@@ -263,7 +279,8 @@ bool same_overrides(const supervisor_overrides& a,
          same_backoff_map(a_backoff, b_backoff) &&
          same_opt(a_deadline, b_deadline) && same_opt(a_grace, b_grace) &&
          a_fatal == b_fatal && same_opt(a_attempt_timeout, b_attempt_timeout) &&
-         a_done == b_done && same_opt(a_restart_backoff, b_restart_backoff);
+         a_done == b_done && same_opt(a_restart_backoff, b_restart_backoff) &&
+         a_on_quota == b_on_quota && same_opt(a_quota_wait, b_quota_wait);
 }
 
 } // namespace tasksup

@@ -79,6 +79,8 @@ std::string_view to_string(task_phase x) noexcept {
       return "gating";
     case task_phase::delivering:
       return "delivering";
+    case task_phase::parked:
+      return "parked";
   }
   return "unknown";
 }
@@ -305,8 +307,10 @@ bool task_machine::on(task_machine_state& st, const input::classified& in,
     return false;
   out.emplace_back(effect::classified{in.result});
   // Fatal failures say nothing about the agent's health (a bad key), nor
-  // does a lost worker node.
-  if (in.result.cls != error_class::fatal && !is_node_loss(in.result))
+  // does a used-up quota (its account is closed instead) or a lost worker
+  // node.
+  if (in.result.cls != error_class::fatal &&
+      in.result.cls != error_class::quota_exhausted && !is_node_loss(in.result))
     out.emplace_back(effect::report_agent{st.counters.agent_index, false});
   judge(st, in.result, now_s, out);
   return true;
@@ -354,6 +358,17 @@ bool task_machine::on(task_machine_state& st, const input::timer& in,
     begin_attempt(st, out);
     return true;
   }
+  if (in.kind == timer_kind::quota) {
+    if (st.phase != task_phase::parked || in.generation != st.generation ||
+        st.resume_at_s <= 0)
+      return false;
+    // The quota has reset: the same agent again (a paused task stays
+    // parked until resumed).
+    st.resume_at_s = 0;
+    if (!st.paused)
+      begin_attempt(st, out);
+    return true;
+  }
   // The task's optional deadline (SPEC §5, off unless set): a running
   // attempt is cancelled gracefully and its exit fails the task; anywhere
   // else the task fails at once. Retry and fallback are bypassed.
@@ -394,7 +409,8 @@ bool task_machine::on(task_machine_state& st, const input::stop& in, double,
   }
   auto skipped = st.phase == task_phase::classifying ||
                  st.phase == task_phase::delaying ||
-                 st.phase == task_phase::backoff;
+                 st.phase == task_phase::backoff ||
+                 (st.phase == task_phase::parked && st.plan);
   out.emplace_back(effect::user_stopped{in.mode, skipped});
   effect::finish f;
   f.outcome = end_kind::stopped;
@@ -544,6 +560,15 @@ bool task_machine::on(task_machine_state& st, const input::resumed&,
       out.emplace_back(effect::set_timer{timer_kind::backoff, ++st.generation,
                                          std::max(0.0, st.retry_at_s - now_s)});
       break;
+    case task_phase::parked:
+      // A quota wait goes on for the time left; a paused task stays put.
+      if (st.resume_at_s > 0)
+        out.emplace_back(
+          effect::set_timer{timer_kind::quota, ++st.generation,
+                            std::max(0.0, st.resume_at_s - now_s)});
+      else if (!st.paused)
+        begin_attempt(st, out);
+      break;
   }
   return true;
 }
@@ -613,6 +638,69 @@ bool task_machine::on(task_machine_state& st, const input::delivered& in,
   return true;
 }
 
+bool task_machine::on(task_machine_state& st, const input::quota_closed& in,
+                      double now_s, machine_effects& out) const {
+  if (st.phase != task_phase::waiting || in.generation != st.generation)
+    return false;
+  // The agent's account is closed until its quota resets: wait for it (a
+  // planned retry keeps its plan and spends its token after the reset) or
+  // move on, as `on_quota` says.
+  auto d = policy_.on_quota(st.counters, decision_cause::quota_closed,
+                            std::min(in.resume_at_s, now_s + max_quota_wait_s),
+                            now_s, in.account);
+  if (d.step != next_step::wait_quota)
+    st.plan.reset();
+  act(st, std::move(d), now_s, out);
+  return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::pause&, double,
+                      machine_effects& out) const {
+  if (st.paused)
+    return false;
+  st.paused = true;
+  switch (st.phase) {
+    case task_phase::waiting:
+      // Out of the queue (or the slot just granted, given back); the
+      // pending answer is superseded.
+      out.emplace_back(effect::task_paused{true});
+      park(st, out);
+      return true;
+    case task_phase::backoff:
+      // The rest of the backoff is kept for the resume.
+      out.emplace_back(effect::task_paused{true});
+      park(st, out);
+      return true;
+    case task_phase::parked:
+      out.emplace_back(effect::task_paused{true});
+      return true;
+    default:
+      // Whatever runs (the attempt, its judging, its gates) finishes; the
+      // next attempt does not start.
+      out.emplace_back(effect::task_paused{false});
+      return true;
+  }
+}
+
+bool task_machine::on(task_machine_state& st, const input::resume&,
+                      double now_s, machine_effects& out) const {
+  if (!st.paused)
+    return false;
+  st.paused = false;
+  out.emplace_back(effect::task_resumed{});
+  if (st.phase != task_phase::parked || st.resume_at_s > 0)
+    return true; // running on, or a quota wait still under way
+  if (st.retry_at_s > now_s) {
+    // Paused in a backoff: wait out what was left of it.
+    st.phase = task_phase::backoff;
+    out.emplace_back(effect::set_timer{timer_kind::backoff, ++st.generation,
+                                       st.retry_at_s - now_s});
+    return true;
+  }
+  begin_attempt(st, out);
+  return true;
+}
+
 // -- steps --------------------------------------------------------------------
 
 void task_machine::launch(task_machine_state& st, machine_effects& out) const {
@@ -679,6 +767,10 @@ void task_machine::begin_attempt(task_machine_state& st,
     finish(st, std::move(f), out);
     return;
   }
+  if (st.paused) {
+    park(st, out);
+    return;
+  }
   st.phase = task_phase::waiting;
   ++st.generation;
   out.emplace_back(effect::ask_permission{st.generation,
@@ -697,7 +789,7 @@ void task_machine::judge(task_machine_state& st,
   act(st, policy_.on_exit(st.counters, o, c, now_s, providers_), now_s, out);
 }
 
-void task_machine::act(task_machine_state& st, decision d, double,
+void task_machine::act(task_machine_state& st, decision d, double now_s,
                        machine_effects& out) const {
   switch (d.step) {
     case next_step::succeed: {
@@ -713,8 +805,15 @@ void task_machine::act(task_machine_state& st, decision d, double,
       finish(st, std::move(f), out);
       return;
     }
+    case next_step::wait_quota:
+      park_for_quota(st, std::move(d), now_s, out);
+      return;
     case next_step::switch_agent: {
       auto from = st.counters.agent_index;
+      if (d.rule == decision_rule::quota_fallback &&
+          d.cause == decision_cause::failed)
+        out.emplace_back(effect::close_account{from, d.resume_at_s});
+      st.resume_at_s = 0;
       policy_.apply(st.counters, d);
       out.emplace_back(effect::agent_switched{from, std::move(d)});
       begin_attempt(st, out);
@@ -772,6 +871,36 @@ void task_machine::ask_delay(task_machine_state& st,
   out.emplace_back(std::move(ask));
 }
 
+void task_machine::park_for_quota(task_machine_state& st, decision d,
+                                  double now_s, machine_effects& out) const {
+  // An attempt that hit the quota closes the account for every task; a
+  // task refused at the door only waits.
+  if (d.cause == decision_cause::failed)
+    out.emplace_back(
+      effect::close_account{st.counters.agent_index, d.resume_at_s});
+  if (st.holds_slot) {
+    st.holds_slot = false;
+    out.emplace_back(effect::release_slot{});
+  }
+  st.phase = task_phase::parked;
+  st.retry_at_s = 0;
+  st.resume_at_s = std::max(d.resume_at_s, now_s);
+  ++st.generation;
+  out.emplace_back(effect::set_timer{timer_kind::quota, st.generation,
+                                     st.resume_at_s - now_s});
+  out.emplace_back(effect::quota_wait{st.counters.agent_index, std::move(d)});
+}
+
+void task_machine::park(task_machine_state& st, machine_effects& out) const {
+  // Out of the queue, or the slot given back; a pending answer or timer is
+  // superseded by the new generation.
+  if (st.holds_slot || st.phase == task_phase::waiting)
+    out.emplace_back(effect::release_slot{});
+  st.holds_slot = false;
+  st.phase = task_phase::parked;
+  ++st.generation;
+}
+
 void task_machine::finish(task_machine_state& st, effect::finish f,
                           machine_effects& out) const {
   if (st.holds_slot || st.phase == task_phase::waiting)
@@ -782,6 +911,7 @@ void task_machine::finish(task_machine_state& st, effect::finish f,
   st.ended.reset();
   st.ending.reset();
   st.retry_at_s = 0;
+  st.resume_at_s = 0;
   ++st.generation;
   out.emplace_back(std::move(f));
 }

@@ -37,7 +37,7 @@ struct driver {
   double now = 1.7e9;
   std::vector<std::string> journal;
   std::optional<effect::ask_permission> asked;
-  std::optional<std::uint64_t> classify, delay, timer;
+  std::optional<std::uint64_t> classify, delay, timer, quota_timer;
   int running = 0;
   /// Every attempt reports the poison: a cost of 1e308 and 9e18
   /// input tokens.
@@ -68,6 +68,9 @@ struct driver {
       else if (auto* x = std::get_if<effect::set_timer>(&e);
                x && x->kind == timer_kind::backoff)
         timer = x->generation;
+      else if (auto* x = std::get_if<effect::set_timer>(&e);
+               x && x->kind == timer_kind::quota)
+        quota_timer = x->generation;
     }
   }
 
@@ -152,7 +155,29 @@ struct driver {
         }
         break;
       case 7:
-        switch (pick(4)) {
+        switch (pick(8)) {
+          case 4:
+            feed(input::pause{});
+            break;
+          case 5:
+            feed(input::resume{});
+            break;
+          case 6:
+            if (asked) {
+              // The agent's account is closed for a used-up quota.
+              auto a = *asked;
+              asked.reset();
+              feed(input::quota_closed{a.generation,
+                                       "acct-" + std::to_string(a.agent_index),
+                                       now + static_cast<double>(pick(600))});
+            }
+            break;
+          case 7:
+            if (quota_timer) {
+              feed(input::timer{timer_kind::quota, *quota_timer});
+              quota_timer.reset();
+            }
+            break;
           case 0:
             feed(input::stop{pick(2) == 0 ? stop_request::cancel
                                           : stop_request::kill});
@@ -175,6 +200,7 @@ struct driver {
           classify.reset();
           delay.reset();
           timer.reset();
+          quota_timer.reset();
           feed(input::resumed{});
           break;
         }

@@ -179,8 +179,9 @@ TEST_CASE_METHOD(fixture, "the door refuses internal messages", "[door]") {
   auto refused = [](const std::optional<caf::expected<bool>>& x) {
     return x && !*x && x->error() == caf::sec::unexpected_message;
   };
-  CHECK(refused(ask<bool>(door, permit_atom::value,
-                          permit_request{"t1", "a", true, true, {}, false})));
+  CHECK(
+    refused(ask<bool>(door, permit_atom::value,
+                      permit_request{"t1", "a", "", true, true, {}, false})));
   CHECK(refused(ask<bool>(door, release_atom::value, std::string{"t1"})));
   CHECK(refused(
     ask<bool>(door, agent_result_atom::value, std::string{"a"}, false)));

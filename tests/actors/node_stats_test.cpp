@@ -86,6 +86,13 @@ public:
                              "user"));
   }
 
+  /// The task parks until the quota of `account` resets.
+  void quota_wait(const std::string& account) {
+    add(step_event(head(), "quota_wait", account, false, std::nullopt,
+                   "quota_exhausted failure (rule \"quota\"): waiting for "
+                   "quota reset at 15:00 (in 2h00m)"));
+  }
+
   void done(task_outcome outcome, int code = 0) {
     task_result r;
     r.task_id = id_;
@@ -217,6 +224,36 @@ TEST_CASE("a permanent task's restart after exit 0 is a restart, not a "
       text,
       R"(tasksup_attempts_total{agent="a",class="none",decision="restarted"} 1)"));
     CHECK(text.find("tasksup_retries_total{") == std::string::npos);
+  }
+}
+
+TEST_CASE("a quota wait is the decision on the attempt that hit the quota, "
+          "not a retry; closed accounts and parked tasks are figures") {
+  for (bool read_back : {false, true}) {
+    INFO("read back from the journal: " << read_back);
+    node_stats stats;
+    task_script t{stats, "t1", 1000, read_back};
+    t.attempt("a", 2, 1, error_class::quota_exhausted, "usage limit reached");
+    t.quota_wait("a");
+    auto* times = stats.times("t1");
+    REQUIRE(times != nullptr);
+    CHECK(times->last_decision.find("waiting for quota reset at 15:00") !=
+          std::string::npos);
+    std::vector<task_status> tasks(2);
+    tasks[0].state = task_state::quota_wait;
+    tasks[1].state = task_state::paused;
+    node_health h;
+    h.quotas = {{"a", 1.8e9}};
+    auto text = stats.prometheus(tasks, h);
+    CHECK(has_line(text,
+                   R"(tasksup_attempts_total{agent="a",)"
+                   R"(class="quota_exhausted",decision="quota_wait"} 1)"));
+    CHECK(text.find("tasksup_retries_total{") == std::string::npos);
+    CHECK(has_line(text, R"(tasksup_tasks{state="quota_wait"} 1)"));
+    CHECK(has_line(text, R"(tasksup_tasks{state="paused"} 1)"));
+    CHECK(has_line(
+      text,
+      R"(tasksup_account_quota_reset_timestamp_seconds{account="a"} 1800000000)"));
   }
 }
 

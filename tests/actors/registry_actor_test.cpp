@@ -652,3 +652,129 @@ TEST_CASE_METHOD(registry_fixture,
   REQUIRE_FALSE(*unknown);
   CHECK_THAT(error_text(unknown->error()), Catch::Contains("nope"));
 }
+
+namespace {
+
+/// A rule that classifies a plan's usage limit as `quota_exhausted`.
+std::vector<classifier_rule> quota_rules() {
+  classifier_rule r;
+  r.id = "quota";
+  r.cls = error_class::quota_exhausted;
+  r.patterns = {"usage limit reached"};
+  return {r};
+}
+
+} // namespace
+
+TEST_CASE_METHOD(registry_fixture,
+                 "a used-up quota closes the agent's account for every task "
+                 "until the reset: others move on at once, without trying it",
+                 "[registry][quota]") {
+  auto cfg = builtin_config();
+  cfg.supervisor.quota_wait_s = 3600;
+  start(cfg);
+  runtime->script("a", {exits(1, {"usage limit reached"})});
+  runtime->script("b", {exits(0, {}, 5)});
+  auto t1 = task_with("t1", {"a", "b"});
+  t1.classifier_rules = quota_rules();
+  submit(t1);
+  CHECK(agents_started("t1") == std::vector<std::string>{"a", "b"});
+  // No retry was spent on the quota.
+  CHECK(seen->of(event_kind::retry_scheduled, "t1").empty());
+  // t2 never starts `a` while its account is closed.
+  submit(task_with("t2", {"a", "b"}));
+  CHECK(agents_started("t2") == std::vector<std::string>{"b"});
+  auto switched = seen->of(event_kind::agent_switched, "t2");
+  REQUIRE(switched.size() == 1);
+  CHECK(switched.front().json().find("\"cause\":\"quota\"") !=
+        std::string::npos);
+  CHECK(switched.front().json().find("quota of a used up") !=
+        std::string::npos);
+  // The quota shows in the node's health.
+  auto health = ask<node_health>(reg, health_atom::value);
+  REQUIRE(health);
+  REQUIRE(*health);
+  REQUIRE((*health)->quotas.size() == 1);
+  CHECK((*health)->quotas.front().account == "a");
+  // After the reset `a` is tried again.
+  advance(3600);
+  runtime->script("a", {exits(0)});
+  submit(task_with("t3", {"a", "b"}));
+  CHECK(agents_started("t3") == std::vector<std::string>{"a"});
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "the last agent's used-up quota parks the task, shown as "
+                 "quota_wait, until the reset",
+                 "[registry][quota]") {
+  auto cfg = builtin_config();
+  cfg.supervisor.quota_wait_s = 600;
+  start(cfg);
+  runtime->script("a", {exits(1, {"usage limit reached"}), exits(0)});
+  auto t1 = task_with("t1", {"a"});
+  t1.classifier_rules = quota_rules();
+  submit(t1);
+  auto s = status("t1");
+  CHECK(s.state == task_state::quota_wait);
+  CHECK(s.resume_at > 0);
+  CHECK(s.waiting_for.find("quota reset of a at ") == 0);
+  CHECK(s.waiting_for.find("(in 10m)") != std::string::npos);
+  auto waits = seen->of(event_kind::step, "t1");
+  REQUIRE_FALSE(waits.empty());
+  CHECK(waits.back().json().find("\"step\":\"quota_wait\"") !=
+        std::string::npos);
+  // A second task of the same account waits too, without a slot.
+  submit(task_with("t2", {"a"}));
+  CHECK(status("t2").state == task_state::quota_wait);
+  CHECK(runtime->started("t2") == 0);
+  advance(599);
+  CHECK(runtime->started("t1") == 1);
+  advance(1);
+  CHECK(runtime->started("t1") == 2);
+  CHECK(await("t1").outcome == task_outcome::succeeded);
+  CHECK(await("t1").metadata.total_retries == 0);
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "pause holds a task's next attempt until resume; a queued "
+                 "task paused gives up its place",
+                 "[registry][pause]") {
+  auto cfg = builtin_config();
+  cfg.node.max_concurrent = 1;
+  start(cfg);
+  runtime->script("a", {exits(1, {}, 10), exits(0)});
+  auto t1 = task_with("t1", {"a"});
+  t1.supervisor.backoff_base_seconds = 5;
+  submit(t1);
+  submit(task_with("t2", {"a"}));
+  REQUIRE(status("t2").state == task_state::queued);
+  auto pause = [&](const char* id) {
+    auto ok = ask<bool>(reg, pause_atom::value, std::string{id});
+    REQUIRE(ok);
+    return **ok;
+  };
+  auto resume = [&](const char* id) {
+    auto ok = ask<bool>(reg, resume_atom::value, std::string{id});
+    REQUIRE(ok);
+    return **ok;
+  };
+  CHECK(pause("t1")); // while its attempt runs
+  CHECK(pause("t2")); // while queued
+  CHECK_FALSE(pause("t2"));
+  CHECK(status("t2").state == task_state::paused);
+  advance(10); // t1's attempt fails; its retry would be due 5 s later
+  advance(60);
+  CHECK(runtime->started("t1") == 1);
+  CHECK(runtime->started("t2") == 0);
+  CHECK(status("t1").state == task_state::paused);
+  CHECK(resume("t1"));
+  CHECK_FALSE(resume("t1"));
+  run();
+  CHECK(runtime->started("t1") == 2);
+  CHECK(await("t1").outcome == task_outcome::succeeded);
+  CHECK(resume("t2"));
+  run();
+  CHECK(runtime->started("t2") == 1);
+  // A finished task cannot be paused.
+  CHECK_FALSE(pause("t1"));
+}

@@ -100,6 +100,23 @@ TEST_CASE("status_view: a permanent task waiting to restart is not shown "
   CHECK(one.find("last decision: restarting (2)") != std::string::npos);
 }
 
+TEST_CASE("status_view: a task waiting for its quota shows when it resets") {
+  status_answer a;
+  a.now = 1000;
+  auto r = row("q", "quota_wait", 990);
+  r.record["resume_ts"] = 1000.0 + 7980;
+  r.record["waiting_for"] = "quota reset of claude at 03:13 (in 2h13m)";
+  a.rows.push_back(r);
+  auto table = printed(a, false, false);
+  CHECK(table.find("quota reset in 2h") != std::string::npos);
+  CHECK(table.find("q waits: quota reset of claude at 03:13 (in 2h13m)") !=
+        std::string::npos);
+  auto one = printed(a, true, false);
+  CHECK(one.find("quota reset:   1970-01-01T02:29:40Z (at ") !=
+        std::string::npos);
+  CHECK(one.find("(in 2h13m))") != std::string::npos);
+}
+
 TEST_CASE("status_view: --state takes states, repeated or comma-separated") {
   std::set<std::string> states;
   CHECK_FALSE(parse_state_filter({"running,backoff", "done"}, states));
@@ -107,6 +124,9 @@ TEST_CASE("status_view: --state takes states, repeated or comma-separated") {
   std::set<std::string> bad;
   auto err = parse_state_filter({"running,sleeping"}, bad);
   REQUIRE(err);
-  CHECK(*err == "--state: expected queued, running, backoff or done; got "
-                "'sleeping'");
+  CHECK(*err == "--state: expected queued, running, backoff, paused, "
+                "quota_wait or done; got 'sleeping'");
+  std::set<std::string> parked;
+  CHECK_FALSE(parse_state_filter({"paused,quota_wait"}, parked));
+  CHECK(parked == std::set<std::string>{"paused", "quota_wait"});
 }

@@ -227,7 +227,7 @@ TEST_CASE("front door: a CAF client cannot reach internal handlers, forge "
     CHECK(refused(
       permit_atom::value,
       permit_request{
-        "forged-" + std::to_string(i), "codex", true, true, {}, false}));
+        "forged-" + std::to_string(i), "codex", "", true, true, {}, false}));
   CHECK(refused(release_atom::value, std::string{"x"}));
   for (int i = 0; i < 5; ++i)
     CHECK(refused(agent_result_atom::value, std::string{"flaky"}, false));

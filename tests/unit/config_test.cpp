@@ -408,7 +408,8 @@ TEST_CASE("supervisor: unknown keys are errors naming the key and the allowed "
               "enable_fallback, backoff_base_seconds, rate_limit_backoff_base, "
               "max_total_attempts, max_crash_restarts, actions, restart, "
               "intensity, backoff, deadline_s, stop_grace_s, fatal_scope, "
-              "attempt_timeout_s, done_exit_code, restart_backoff)");
+              "attempt_timeout_s, done_exit_code, restart_backoff, on_quota, "
+              "quota_wait_s)");
   check_error(sup(R"({"intensity": {"period": 1}})"), "sup.json",
               "/intensity/period",
               "unknown key \"period\" (allowed: max_restarts, period_s, "
@@ -490,13 +491,15 @@ TEST_CASE("supervisor: bad enum values list the valid ones") {
               "unknown error class \"oom\" (expected one of "
               "\"container_crash\", \"rate_limit\", \"fatal\", "
               "\"agent_failure\", \"retryable\", \"infrastructure\", "
-              "\"gate_failed\", \"timeout\", \"preflight_failed\")");
+              "\"gate_failed\", \"timeout\", \"preflight_failed\", "
+              "\"quota_exhausted\", \"needs_input\")");
   check_error(sup(R"({"backoff": {"crash": {"kind": "table"}}})"), "sup.json",
               "/backoff/crash",
               "unknown error class \"crash\" (expected one of "
               "\"container_crash\", \"rate_limit\", \"fatal\", "
               "\"agent_failure\", \"retryable\", \"infrastructure\", "
-              "\"gate_failed\", \"timeout\", \"preflight_failed\")");
+              "\"gate_failed\", \"timeout\", \"preflight_failed\", "
+              "\"quota_exhausted\", \"needs_input\")");
   check_error(sup(R"({"backoff": {"fatal": {"kind": "linear"}}})"), "sup.json",
               "/backoff/fatal/kind",
               "expected one of \"table\", \"exponential\", got \"linear\"");
@@ -506,6 +509,26 @@ TEST_CASE("supervisor: bad enum values list the valid ones") {
               "expected one of \"none\", \"full\", \"equal\", "
               "\"decorrelated\", \"additive\", \"proportional\", got "
               "\"some\"");
+}
+
+TEST_CASE("supervisor: on_quota and quota_wait_s are read, checked and "
+          "cleared") {
+  auto res = sup(R"({"on_quota": "wait", "quota_wait_s": 600})");
+  REQUIRE(res.has_value());
+  CHECK(res->on_quota == quota_action::wait);
+  CHECK(res->quota_wait_s == 600.0);
+  res = sup(R"({"on_quota": "fallback"})");
+  REQUIRE(res.has_value());
+  CHECK(res->on_quota == quota_action::fallback);
+  CHECK(res->quota_wait_s == 3600.0);
+  // Unset, or null: the default (fall back while another agent is left).
+  res = sup(R"({"on_quota": null})");
+  REQUIRE(res.has_value());
+  CHECK_FALSE(res->on_quota);
+  check_error(sup(R"({"on_quota": "later"})"), "sup.json", "/on_quota",
+              "expected one of \"wait\", \"fallback\", got \"later\"");
+  check_error(sup(R"({"quota_wait_s": 0})"), "sup.json", "/quota_wait_s",
+              "expected a finite number > 0 and <= 31536000");
 }
 
 TEST_CASE("supervisor: every enum value is accepted") {
@@ -596,7 +619,8 @@ TEST_CASE("classifier rules: errors") {
               "expected one of \"container_crash\", \"rate_limit\", "
               "\"fatal\", \"agent_failure\", \"retryable\", "
               "\"infrastructure\", \"gate_failed\", \"timeout\", "
-              "\"preflight_failed\", got \"boom\"");
+              "\"preflight_failed\", \"quota_exhausted\", \"needs_input\", got "
+              "\"boom\"");
   check_error(rules(R"({"rules": [{"id": "a", "class": "fatal",
     "exit_codes": [1]}, {"id": "a", "class": "fatal", "exit_codes": [2]}]})"),
               "classifier.json", "/rules/1/id",
@@ -699,7 +723,7 @@ TEST_CASE("node: errors") {
               "node.json", "/default_agent/flags",
               "unknown key \"flags\" (allowed: agent_id, agent_cli, "
               "cli_flags, config_dir, prompt_as_argument, profile, "
-              "env_passthrough, idle_timeout_s)");
+              "env_passthrough, idle_timeout_s, account)");
   check_error(node(R"({"workers": 2})"), "node.json", "/workers",
               "unknown key \"workers\" (allowed: max_concurrent, "
               "circuit_breaker, retry_budget, default_agent, "
@@ -779,7 +803,7 @@ TEST_CASE("environment: every key is read") {
   auto res = env(R"({
     "agents": [
       {"agent_id": "a", "agent_cli": "codex", "cli_flags": "exec --full-auto"},
-      {"agent_id": "b", "agent_cli": "/usr/bin/claude"}
+      {"agent_id": "b", "agent_cli": "/usr/bin/claude", "account": "team-max"}
     ],
     "agent_fallbacks": {"a": "b", "b": "nowhere"},
     "selection_mode": "round-robin",
@@ -795,6 +819,9 @@ TEST_CASE("environment: every key is read") {
   CHECK(res->selection.agents[1].agent_cli == "/usr/bin/claude");
   CHECK(res->selection.agents[1].args.empty());
   CHECK(res->selection.agents[1].prompt_as_argument);
+  // The account a used-up quota closes: its own name, else the agent id.
+  CHECK(res->selection.agents[1].quota_account() == "team-max");
+  CHECK(res->selection.agents[0].quota_account() == "a");
   // Unknown fallback targets are kept: the chain builder warns about them.
   CHECK(res->selection.agent_fallbacks.at("b") == "nowhere");
   CHECK(res->selection.mode == selection_mode::round_robin);

@@ -510,6 +510,7 @@ struct world {
   std::optional<std::uint64_t> classify_gen;
   std::optional<std::uint64_t> delay_gen;
   std::optional<std::uint64_t> backoff_timer;
+  std::optional<std::uint64_t> quota_timer;
   bool deadline_timer = false;
   bool slot = false;
   int started = 0;
@@ -539,6 +540,8 @@ struct world {
       } else if (auto* x = std::get_if<effect::set_timer>(&e)) {
         if (x->kind == timer_kind::backoff)
           backoff_timer = x->generation;
+        else if (x->kind == timer_kind::quota)
+          quota_timer = x->generation;
         else
           deadline_timer = true;
       } else if (std::holds_alternative<effect::finish>(e)) {
@@ -570,6 +573,13 @@ struct world {
       REQUIRE(running == st.attempt);
     if (st.plan)
       REQUIRE(st.plan->step == next_step::retry);
+    if (st.phase == task_phase::parked) {
+      // Parked holds nothing and asks for nothing.
+      REQUIRE_FALSE(st.holds_slot);
+      REQUIRE_FALSE(slot);
+      REQUIRE_FALSE(permission);
+      REQUIRE((st.paused || st.resume_at_s > 0));
+    }
   }
 
   void feed(machine_input in) {
@@ -582,7 +592,7 @@ struct world {
   /// One random step; `kind` < 0 picks any.
   void step() {
     t.now += static_cast<double>(pick(100)) / 10.0;
-    switch (pick(12)) {
+    switch (pick(16)) {
       case 0:
         if (permission) {
           auto p = *permission;
@@ -662,6 +672,28 @@ struct world {
         }
         break;
       }
+      case 12:
+        if (quota_timer) {
+          auto g = *quota_timer;
+          quota_timer.reset();
+          feed(input::timer{timer_kind::quota, g});
+        }
+        break;
+      case 13:
+        feed(input::pause{});
+        break;
+      case 14:
+        feed(input::resume{});
+        break;
+      case 15:
+        // The agent's account is closed: no slot comes with the answer.
+        if (permission) {
+          auto p = *permission;
+          permission.reset();
+          feed(input::quota_closed{p.generation, "acct",
+                                   t.now + static_cast<double>(pick(100))});
+        }
+        break;
       default:
         if (running != 0 && pick(4) == 0)
           feed(input::attempt_ended{running + 1 + static_cast<int>(pick(3)),
@@ -740,6 +772,10 @@ TEST_CASE("task machine: left alone with a cooperative world, every task "
         auto g = *w.backoff_timer;
         w.backoff_timer.reset();
         w.feed(input::timer{timer_kind::backoff, g});
+      } else if (w.quota_timer) {
+        auto g = *w.quota_timer;
+        w.quota_timer.reset();
+        w.feed(input::timer{timer_kind::quota, g});
       }
     }
     REQUIRE(w.t.st.phase == task_phase::done);

@@ -62,6 +62,9 @@ constexpr const char* migrations[] = {
   // 3 -> 4: the records' encoding changed again (a task's supervisor
   // overrides), not the tables.
   "-- no change to the tables",
+  // 4 -> 5: the records' encoding changed again (quota settings, pause and
+  // resume), not the tables.
+  "-- no change to the tables",
 };
 
 static_assert(sizeof(migrations) / sizeof(migrations[0]) == schema_version);

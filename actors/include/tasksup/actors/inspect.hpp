@@ -78,6 +78,9 @@ template<>
 struct enum_size<fatal_scope> : std::integral_constant<std::size_t, 2> {};
 
 template<>
+struct enum_size<quota_action> : std::integral_constant<std::size_t, 2> {};
+
+template<>
 struct enum_size<delay_source> : std::integral_constant<std::size_t, 3> {};
 
 template<>
@@ -432,7 +435,7 @@ typename Inspector::result_type inspect(Inspector& f, agent_spec& x) {
            detail::bounded(x.env_passthrough, "agent.env_passthrough"),
            x.output, detail::finite(x.idle_timeout_s, "agent.idle_timeout_s"),
            x.provider, detail::bounded(x.idle_noise, "agent.idle_noise"),
-           caf::meta::load_callback([&]() -> caf::error {
+           x.account, caf::meta::load_callback([&]() -> caf::error {
              // Untrusted input: an output format this build does not know.
              if (static_cast<uint8_t>(x.output) >
                  static_cast<uint8_t>(output_format::gemini_json))
@@ -444,7 +447,8 @@ typename Inspector::result_type inspect(Inspector& f, agent_spec& x) {
                 {x.config_dir, wire::max_text_bytes, "agent.config_dir"},
                 {x.cli_flags, wire::max_text_bytes, "agent.cli_flags"},
                 {x.profile, wire::max_id_bytes, "agent.profile"},
-                {x.provider, wire::max_id_bytes, "agent.provider"}});
+                {x.provider, wire::max_id_bytes, "agent.provider"},
+                {x.account, wire::max_id_bytes, "agent.account"}});
            }));
 }
 
@@ -529,7 +533,9 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_config& x) {
     detail::finite(x.stop_grace_s, "supervisor.stop_grace_s"),
     detail::checked(x.fatal, "supervisor.fatal_scope"),
     detail::finite(x.attempt_timeout_s, "supervisor.attempt_timeout_s"),
-    detail::opt(x.done_exit_code), x.restart_backoff, x.steps);
+    detail::opt(x.done_exit_code), x.restart_backoff, x.steps,
+    detail::opt_checked(x.on_quota, "supervisor.on_quota"),
+    detail::finite(x.quota_wait_s, "supervisor.quota_wait_s"));
 }
 
 /// Serializes the restart intensity a task names.
@@ -559,7 +565,14 @@ typename Inspector::result_type inspect(Inspector& f, supervisor_overrides& x) {
     detail::opt_checked(x.fatal, "supervisor.fatal_scope"),
     detail::finite(x.attempt_timeout_s, "supervisor.attempt_timeout_s"),
     detail::clear_opt(x.done_exit_code, "supervisor.done_exit_code"),
-    detail::opt(x.restart_backoff));
+    detail::opt(x.restart_backoff),
+    detail::clear_opt(x.on_quota, "supervisor.on_quota"),
+    detail::finite(x.quota_wait_s, "supervisor.quota_wait_s"),
+    caf::meta::load_callback([&]() -> caf::error {
+      if (x.on_quota && *x.on_quota && !detail::valid_enum_value(**x.on_quota))
+        return detail::wire_error("supervisor.on_quota", "out-of-range value");
+      return caf::none;
+    }));
 }
 
 /// Serializes a classification rule.

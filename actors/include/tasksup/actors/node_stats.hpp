@@ -42,10 +42,12 @@ enum class attempt_decision : std::uint8_t {
   restarted,
   /// The user forced a fallback: not the agent's failure.
   user_fallback,
+  /// The agent's quota was used up: the task waits for its reset.
+  quota_wait,
 };
 
-/// "succeeded", "retry", "fallback", "failed", "stopped", "restarted" or
-/// "user_fallback".
+/// "succeeded", "retry", "fallback", "failed", "stopped", "restarted",
+/// "user_fallback" or "quota_wait".
 std::string_view to_string(attempt_decision x) noexcept;
 
 /// One finished attempt as the statistics keep it.

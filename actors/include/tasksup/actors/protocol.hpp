@@ -45,6 +45,13 @@ using stop_atom = caf::atom_constant<caf::atom("stop")>;
 using retry_now_atom = caf::atom_constant<caf::atom("retrynow")>;
 /// Abandon the current agent: `(force_fb, task_id)` / `(force_fb)`.
 using force_fallback_atom = caf::atom_constant<caf::atom("forcefb")>;
+/// Pause a task (no further attempt starts) and resume it:
+/// `(pause, task_id)` / `(pause)` -> bool, and the same with `resume`.
+using pause_atom = caf::atom_constant<caf::atom("pause")>;
+using resume_atom = caf::atom_constant<caf::atom("resume")>;
+/// Supervisor -> registry: `(close_acct, account, until_s)`, the account's
+/// quota is used up until `until_s` (the node's clock, wall scale).
+using close_account_atom = caf::atom_constant<caf::atom("closeacct")>;
 /// Forget a finished task: `(forget, task_id)` -> bool (false while it has
 /// not finished); its status, history, journal record and attempt
 /// directories go.
@@ -178,9 +185,13 @@ enum class task_state : std::uint8_t {
   backoff,
   /// Finished; the result is final.
   done,
+  /// Paused by the user: no attempt starts until it is resumed.
+  paused,
+  /// Waiting for its agent's usage quota to reset (`task_status::resume_at`).
+  quota_wait,
 };
 
-/// "queued", "running", "backoff" or "done".
+/// "queued", "running", "backoff", "done", "paused" or "quota_wait".
 std::string_view to_string(task_state x) noexcept;
 
 /// How a task ended (SPEC §9 `task_done.outcome`).
@@ -267,9 +278,12 @@ struct task_status {
   std::optional<task_result> result;
   /// The worker node of the running attempt; empty on this node.
   std::string node;
-  /// Why a queued task waits (no fitting worker node, all busy); empty
-  /// when it is simply next in line.
+  /// Why a queued task waits (no fitting worker node, all busy), or what a
+  /// parked one waits for; empty when it is simply next in line.
   std::string waiting_for;
+  /// For `quota_wait`: when the agent's quota resets (seconds since the
+  /// Unix epoch); 0 otherwise.
+  double resume_at = 0;
 };
 
 /// The typed keys of one event (defined in events.hpp).
@@ -352,6 +366,9 @@ struct delay_request {
 struct permit_request {
   std::string task_id;
   std::string agent_id;
+  /// The account whose quota the agent spends (`agent_spec::account`,
+  /// else the agent id).
+  std::string account;
   /// The task holds no slot yet: queue for one.
   bool need_slot = true;
   /// The attempt is a retry: take a token from the retry budget.
@@ -375,6 +392,16 @@ struct permit_reply {
   caf::actor agent;
   /// The runtime the attempt uses there.
   std::string runtime;
+  /// Non-zero when the agent's account is closed for a used-up quota: when
+  /// it reopens (the node's clock). Such a reply holds no new slot.
+  double quota_reset_at = 0;
+};
+
+/// An account closed for a used-up quota, as `(health)` reports it.
+struct account_quota {
+  std::string account;
+  /// When it reopens (seconds since the Unix epoch).
+  double reset_at = 0;
 };
 
 /// One agent's circuit breaker, as `(health)` reports it.
@@ -395,6 +422,8 @@ struct node_health {
   int slots_in_use = 0;
   int slot_limit = 0;
   int queued = 0;
+  /// The accounts closed until their quota resets.
+  std::vector<account_quota> quotas;
 };
 
 // -- errors
@@ -446,7 +475,7 @@ template<>
 struct enum_size<stop_mode> : std::integral_constant<std::size_t, 2> {};
 
 template<>
-struct enum_size<task_state> : std::integral_constant<std::size_t, 4> {};
+struct enum_size<task_state> : std::integral_constant<std::size_t, 6> {};
 
 template<>
 struct enum_size<task_outcome> : std::integral_constant<std::size_t, 3> {};
@@ -496,6 +525,7 @@ typename Inspector::result_type inspect(Inspector& f, task_status& x) {
            detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
            x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
            x.trace_id, detail::opt(x.result), x.node, x.waiting_for,
+           detail::finite(x.resume_at, "status.resume_at"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
                {{x.task_id, wire::max_id_bytes, "status.task_id"},
@@ -582,14 +612,15 @@ typename Inspector::result_type inspect(Inspector& f, delay_decision& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, permit_request& x) {
   return f(
-    caf::meta::type_name("permit_request"), x.task_id, x.agent_id, x.need_slot,
-    x.need_token, x.placement.runtime,
+    caf::meta::type_name("permit_request"), x.task_id, x.agent_id, x.account,
+    x.need_slot, x.need_token, x.placement.runtime,
     detail::bounded(x.placement.labels, "permit_request.labels"), x.local_only,
     caf::meta::load_callback([&]() -> caf::error {
       return detail::check_sizes(
         {{x.task_id, wire::max_id_bytes, "permit_request.task_id"},
          {x.placement.runtime, wire::max_id_bytes, "permit_request.runtime"},
-         {x.agent_id, wire::max_id_bytes, "permit_request.agent_id"}});
+         {x.agent_id, wire::max_id_bytes, "permit_request.agent_id"},
+         {x.account, wire::max_id_bytes, "permit_request.account"}});
     }));
 }
 
@@ -598,6 +629,7 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, permit_reply& x) {
   return f(caf::meta::type_name("permit_reply"), x.agent_allowed, x.token,
            x.node, x.agent, x.runtime,
+           detail::finite(x.quota_reset_at, "permit_reply.quota_reset_at"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
                {{x.node, wire::max_id_bytes, "permit_reply.node"},
@@ -616,6 +648,17 @@ typename Inspector::result_type inspect(Inspector& f, agent_breaker& x) {
            }));
 }
 
+/// Serializes one closed account.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, account_quota& x) {
+  return f(caf::meta::type_name("account_quota"), x.account,
+           detail::finite(x.reset_at, "quota.reset_at"),
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.account, wire::max_id_bytes, "quota.account"}});
+           }));
+}
+
 /// Serializes the health figures.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, node_health& x) {
@@ -623,7 +666,8 @@ typename Inspector::result_type inspect(Inspector& f, node_health& x) {
            detail::bounded(x.breakers, "health.breakers"), x.budget_limited,
            detail::finite(x.budget_tokens, "health.budget_tokens"),
            detail::finite(x.budget_capacity, "health.budget_capacity"),
-           x.slots_in_use, x.slot_limit, x.queued);
+           x.slots_in_use, x.slot_limit, x.queued,
+           detail::bounded(x.quotas, "health.quotas"));
 }
 
 // -- registration

@@ -40,19 +40,30 @@ struct agent_spec {
   /// Patterns of output lines that do not count as activity for
   /// `idle_timeout_s` (from the profile; see `agent_profile::idle_noise`).
   std::vector<std::string> idle_noise;
+  /// The account (API key, subscription login) whose usage quota the agent
+  /// spends, shared by every agent that names it; empty means the agent's
+  /// own. A used-up quota closes the account for every task until it
+  /// resets.
+  std::string account;
+
+  /// The account a used-up quota closes: `account`, else the agent id.
+  const std::string& quota_account() const noexcept {
+    return account.empty() ? agent_id : account;
+  }
 };
 
 /// True when every field of `a` and `b` is equal.
 inline bool operator==(const agent_spec& a, const agent_spec& b) {
   // Fails to compile when a field is added, so that it is compared too.
   const auto& [a_id, a_cli, a_dir, a_flags, a_args, a_prompt, a_profile, a_env,
-               a_output, a_idle, a_provider, a_noise] = a;
+               a_output, a_idle, a_provider, a_noise, a_account] = a;
   const auto& [b_id, b_cli, b_dir, b_flags, b_args, b_prompt, b_profile, b_env,
-               b_output, b_idle, b_provider, b_noise] = b;
+               b_output, b_idle, b_provider, b_noise, b_account] = b;
   return a_id == b_id && a_cli == b_cli && a_dir == b_dir &&
          a_flags == b_flags && a_args == b_args && a_prompt == b_prompt &&
          a_profile == b_profile && a_env == b_env && a_output == b_output &&
-         a_idle == b_idle && a_provider == b_provider && a_noise == b_noise;
+         a_idle == b_idle && a_provider == b_provider && a_noise == b_noise &&
+         a_account == b_account;
 }
 
 /// True when some field of `a` and `b` differs.

@@ -47,6 +47,10 @@ struct supervision_state {
 /// class's backoff schedule its next retry waits.
 int retries_of(const supervision_state& st, error_class cls) noexcept;
 
+/// Longest wait for a quota reset: a later reset time (or a garbled one)
+/// waits this long and is then tried again.
+inline constexpr double max_quota_wait_s = 7 * 86400.0;
+
 /// The next thing the supervisor does after an attempt ended.
 enum class next_step : std::uint8_t {
   /// Exit 0 and not `permanent`: the task succeeded.
@@ -57,6 +61,9 @@ enum class next_step : std::uint8_t {
   switch_agent,
   /// Terminal failure.
   fail,
+  /// Park the task until its agent's quota resets (`resume_at_s`), then
+  /// start the same agent again: no retry is spent.
+  wait_quota,
 };
 
 /// "succeed", "retry", "switch_agent" or "fail".
@@ -74,6 +81,9 @@ enum class decision_cause : std::uint8_t {
   breaker_open,
   /// The user forced a fallback.
   user_fallback,
+  /// The agent's account is closed until its quota resets (another
+  /// attempt, of this task or another, hit the limit).
+  quota_closed,
 };
 
 /// Which row of the decision table applied.
@@ -100,6 +110,10 @@ enum class decision_rule : std::uint8_t {
   /// Moving past the agent without judging an attempt (budget, breaker,
   /// user).
   skip,
+  /// A quota used up, and `on_quota` (or its default) says wait.
+  quota_wait,
+  /// A quota used up, and `on_quota` (or its default) says fall back.
+  quota_fallback,
 };
 
 /// What limited the step the rule asked for, if anything.
@@ -148,8 +162,12 @@ struct decision {
   /// A permanent task that ran stably resets its agent's retries.
   bool reset_retries = false;
   /// For `breaker_open`: the agent whose breaker is open; for
-  /// `fatal_provider`: the provider that refused.
+  /// `fatal_provider`: the provider that refused; for `quota_closed`: the
+  /// account that is closed.
   std::string agent_id;
+  /// For the quota rules: when the agent's account reopens (the scale of
+  /// `at_s`).
+  double resume_at_s = 0;
   /// When the decision was made (restart intensity records this time).
   double at_s = 0;
 };
@@ -215,6 +233,18 @@ public:
   /// (switch or fail, never retry), ignoring `enable_fallback`.
   decision skip_agent(const supervision_state& st, decision_cause cause,
                       std::string agent_id = {}) const;
+
+  /// A `quota_exhausted` failure was judged, or the agent's account is
+  /// closed (`cause` quota_closed, `account` names it) until `resume_at_s`:
+  /// wait for the reset or fall back, as `on_quota` says. No retry is
+  /// counted either way.
+  decision on_quota(const supervision_state& st, decision_cause cause,
+                    double resume_at_s, double now_s,
+                    std::string account = {}) const;
+
+  /// Whether a used-up quota parks the task rather than falling back:
+  /// `on_quota`, or by default only when no agent is left to fall back to.
+  bool waits_for_quota(const supervision_state& st) const noexcept;
 
   /// Whether the chain has an agent after the current one.
   bool has_next_agent(const supervision_state& st) const noexcept {

@@ -40,6 +40,18 @@ enum class fatal_scope : uint8_t {
 std::string_view to_string(fatal_scope x) noexcept;
 std::optional<fatal_scope> parse_fatal_scope(std::string_view str) noexcept;
 
+/// What a task does when its agent's usage or plan quota is used up
+/// (`quota_exhausted`). Retries are not spent either way.
+enum class quota_action : uint8_t {
+  /// Park the task until the quota resets, then go on with the same agent.
+  wait,
+  /// Move to the next agent of the chain at once.
+  fallback,
+};
+
+std::string_view to_string(quota_action x) noexcept;
+std::optional<quota_action> parse_quota_action(std::string_view str) noexcept;
+
 /// Restart intensity for `permanent` tasks: at most `max_restarts` restarts
 /// within `period_s` seconds, else give up and escalate. An attempt that ran
 /// for at least `reset_after_s` seconds resets the per-agent retry count (and
@@ -116,6 +128,12 @@ struct supervisor_config {
   backoff_spec restart_backoff = default_restart_backoff();
   /// The steps around each attempt (from the task's keys).
   attempt_steps steps;
+  /// What a `quota_exhausted` failure (or an agent whose account is closed
+  /// until its quota resets) does: unset means `fallback` while the chain
+  /// has another agent to fall back to, else `wait`.
+  std::optional<quota_action> on_quota;
+  /// How long to wait for a quota whose reset time the agent did not say.
+  double quota_wait_s = 3600.0;
 
   /// The backoff policy these settings describe.
   backoff_policy make_backoff() const {
@@ -174,6 +192,8 @@ struct supervisor_overrides {
   clearable<double> attempt_timeout_s;
   clearable<int> done_exit_code;
   std::optional<backoff_spec> restart_backoff;
+  clearable<quota_action> on_quota;
+  std::optional<double> quota_wait_s;
 
   /// True when the task names no setting.
   bool empty() const noexcept;

@@ -46,6 +46,9 @@ enum class task_phase : std::uint8_t {
   gating,
   /// The gates passed; the change is being delivered.
   delivering,
+  /// Parked: paused by the user (until resumed) or waiting for the agent's
+  /// quota to reset (until `resume_at_s`), holding no slot.
+  parked,
 };
 
 /// "created", "waiting", "running", ...
@@ -60,6 +63,8 @@ enum class timer_kind : std::uint8_t {
   deadline,
   /// `attempt_timeout_s` of one attempt; its generation is the attempt.
   attempt,
+  /// The end of a quota wait (`task_machine_state::resume_at_s`).
+  quota,
 };
 
 /// Requests whose reply can fail.
@@ -184,6 +189,12 @@ struct task_machine_state {
   int restart_streak = 0;
   /// The decision that ends the task once its change is delivered.
   boxed<decision> ending;
+  /// While parked for a quota: when the agent's account reopens (the `now`
+  /// scale of `handle`); 0 otherwise.
+  double resume_at_s = 0;
+  /// The user paused the task: no attempt starts until it is resumed (a
+  /// running one is left to finish).
+  bool paused = false;
 };
 
 namespace input {
@@ -200,6 +211,16 @@ struct permission {
   bool token = true;
   /// The agent asked about (named in the reason when its breaker is open).
   std::string agent_id;
+};
+
+/// The node's answer to `effect::ask_permission` when the agent's account
+/// is closed for a used-up quota until `resume_at_s` (the `now` scale): no
+/// slot comes with it.
+struct quota_closed {
+  std::uint64_t generation = 0;
+  /// The account (the agent id, or the credential it is billed to).
+  std::string account;
+  double resume_at_s = 0;
 };
 
 /// The attempt's worker reports the attempt's runtime id.
@@ -284,6 +305,13 @@ struct retry_now {};
 /// The user abandons the current agent.
 struct force_fallback {};
 
+/// The user pauses the task: no further attempt starts until `resume` (a
+/// running attempt, its gates and its delivery finish).
+struct pause {};
+
+/// The user resumes a paused task.
+struct resume {};
+
 /// A request failed (no reply, an error reply).
 struct reply_failed {
   std::uint64_t generation = 0;
@@ -305,7 +333,8 @@ using machine_input =
                input::attempt_ended, input::classified, input::delay_decided,
                input::timer, input::stop, input::retry_now,
                input::force_fallback, input::reply_failed, input::resumed,
-               input::preflight_done, input::gates_done, input::delivered>;
+               input::preflight_done, input::gates_done, input::delivered,
+               input::pause, input::resume, input::quota_closed>;
 
 namespace effect {
 
@@ -374,6 +403,13 @@ struct report_agent {
   bool success = false;
 };
 
+/// The agent's quota is used up: close its account, for every task of the
+/// node, until `resume_at_s` (the `now` scale).
+struct close_account {
+  std::size_t agent_index = 0;
+  double resume_at_s = 0;
+};
+
 /// Events, as data; the carrier renders them.
 struct attempt_exited {
   attempt_outcome outcome;
@@ -432,6 +468,22 @@ struct attempt_timed_out {
   double timeout_s = 0;
 };
 
+/// The task parks until the quota of agent `agent_index` resets at
+/// `why.resume_at_s`: `why` is the decision.
+struct quota_wait {
+  std::size_t agent_index = 0;
+  decision why;
+};
+
+/// The user paused the task (`parked`: nothing runs now; else it parks once
+/// its running attempt is over).
+struct task_paused {
+  bool parked = false;
+};
+
+/// The user resumed the task.
+struct task_resumed {};
+
 /// The agent said it is done (exit `done_exit_code`, or its done file).
 struct voluntary_end {
   int exit_code = 0;
@@ -463,7 +515,8 @@ using machine_effect = std::variant<
   effect::agent_switched, effect::user_stopped, effect::retry_requested,
   effect::deadline_passed, effect::finish, effect::run_preflight,
   effect::run_gates, effect::deliver, effect::attempt_timed_out,
-  effect::voluntary_end>;
+  effect::voluntary_end, effect::close_account, effect::quota_wait,
+  effect::task_paused, effect::task_resumed>;
 
 /// A batch of effects, in the order they must be carried out.
 using machine_effects = std::vector<machine_effect>;
@@ -541,6 +594,19 @@ private:
           machine_effects& out) const;
   bool on(task_machine_state& st, const input::delivered& in, double now_s,
           machine_effects& out) const;
+  bool on(task_machine_state& st, const input::pause&, double now_s,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::resume&, double now_s,
+          machine_effects& out) const;
+  bool on(task_machine_state& st, const input::quota_closed& in, double now_s,
+          machine_effects& out) const;
+
+  /// Parks the task until `d.resume_at_s`, when the agent's quota resets.
+  void park_for_quota(task_machine_state& st, decision d, double now_s,
+                      machine_effects& out) const;
+
+  /// Parks a paused task in place of starting an attempt.
+  void park(task_machine_state& st, machine_effects& out) const;
 
   /// Starts the agent of the attempt just granted (and its timeout).
   void launch(task_machine_state& st, machine_effects& out) const;

@@ -38,15 +38,17 @@ std::optional<sync_mode> parse_sync_mode(std::string_view text) noexcept;
 /// The journal's schema version this build writes. It also stands for the
 /// encoding of the records (the blobs the node writes): a version that
 /// changes it is not migrated.
-inline constexpr int schema_version = 4;
+inline constexpr int schema_version = 5;
 
 /// The oldest schema version whose records this build reads. Version 3
 /// changed the records' encoding (an agent carries its profile's
 /// `idle_noise` patterns), and version 4 again (a task carries the
 /// supervisor settings it names, `supervisor_overrides`, beside the ones it
-/// was resolved to); an older journal that holds tasks is refused at open
-/// with what to do, an empty one is migrated.
-inline constexpr int oldest_readable_version = 4;
+/// was resolved to), and version 5 again (the settings carry `on_quota` and
+/// `quota_wait_s`; a machine's inputs include pause, resume and a closed
+/// account); an older journal that holds tasks is refused at open with what
+/// to do, an empty one is migrated.
+inline constexpr int oldest_readable_version = 5;
 
 /// How to open a journal.
 struct store_options {
