@@ -44,7 +44,7 @@ public:
 
   explicit event_console(options opts);
 
-  /// Writes one event given as its JSON text (SPEC §9). `extra` keys are
+  /// Writes one event given as its JSON text. `extra` keys are
   /// added for the human view only (e.g. `duration_s`, `log_dir` on
   /// `task_done`); the JSON stream gets the event exactly as received.
   /// Text that is not a JSON object is reported as a warning line.

@@ -14,7 +14,7 @@ struct event;
 
 namespace tasksup::app {
 
-/// Turns the JSON event stream of SPEC §9 into lines a person can follow:
+/// Turns the JSON event stream into lines a person can follow:
 /// each attempt with its agent, the classification with rule and matched
 /// line, `retrying (1/3) in 15s`, agent switches and a final summary. A pure
 /// function of the events, so `run`, `events --follow` and a saved JSON-lines

@@ -1,4 +1,4 @@
-// Classifier cost (issue 6, item 4): the default rules of SPEC §3 over a
+// Classifier cost (issue 6, item 4): the default rules over a
 // 100-line tail and over a 10 MB log, against a naive per-line, per-pattern
 // std::regex search of the same rules over the same lines in the same run.
 //

@@ -124,7 +124,8 @@ void repair_text(std::string& s) {
     s = sanitize_utf8(s);
 }
 
-/// Opens the event object and writes the common keys, in SPEC §9's order.
+/// Opens the event object and writes the common keys, in the order of
+/// docs/BEHAVIOUR.md, Events.
 void head_fields(json_writer& w, const event& ev, std::string_view trace_id,
                  std::string_view span_id) {
   w.begin_object();
@@ -217,7 +218,7 @@ void result_fields(json_writer& w, const task_result& r) {
   w.end_object();
 }
 
-// The kind's keys of each event, in SPEC §9's order.
+// The kind's keys of each event, in the order of docs/BEHAVIOUR.md, Events.
 
 void kind_fields(json_writer& w, const event_data::task_submitted& d) {
   w.key("environment");

@@ -388,7 +388,7 @@ std::vector<event> history(journal_actor_t* self, std::int64_t seq,
     if (!detail::valid_enum_value(ev.kind))
       continue;
     ev.task_id = task_id;
-    // The head fields are in every event's JSON (SPEC §9).
+    // The head fields are in every event's JSON.
     std::string_view trace_id;
     std::string_view span_id;
     boost::json::error_code ec;

@@ -1,7 +1,7 @@
 #pragma once
 
 // Internal to tasksup::actors (not installed): the writer the event builders
-// (events.cpp) render SPEC §9's JSON with.
+// (events.cpp) render the events' JSON with (docs/BEHAVIOUR.md, Events).
 
 #include "tasksup/actors/events.hpp"
 

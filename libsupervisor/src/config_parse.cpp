@@ -385,7 +385,7 @@ selection_mode read_selection_mode(const reader& r, const json::value& v,
 
 /// Reads `agents`, `agent_fallbacks` and `selection_mode` of `obj` (the keys
 /// were checked by the caller). References to unknown agents are kept: the
-/// chain builder reports them as warnings (SPEC §6).
+/// chain builder reports them as warnings (docs/BEHAVIOUR.md, Agent chain).
 agent_selection read_selection(const reader& r, const json::object& obj,
                                const std::string& path) {
   agent_selection sel;

@@ -45,7 +45,7 @@ environment_config read_environment(const reader& r, const json::value& v,
 /// Reads a node.json document.
 node_config read_node(const reader& r, const json::value& v);
 
-/// Reads a task document as written (SPEC §12): the supervisor settings it
+/// Reads a task document as written: the supervisor settings it
 /// names, no environment applied.
 task_spec read_task(const reader& r, const json::value& v);
 

@@ -1,4 +1,4 @@
-// The "come back later" hint parser of rate-limited output (SPEC §3): kept
+// The "come back later" hint parser of rate-limited output: kept
 // apart from the matching engine in classifier.cpp; the classifier runs it
 // only on the window of a rule that classified an outcome as rate_limit.
 #include "tasksup/supervisor/classifier.hpp"

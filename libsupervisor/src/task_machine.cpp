@@ -369,7 +369,7 @@ bool task_machine::on(task_machine_state& st, const input::timer& in,
       begin_attempt(st, out);
     return true;
   }
-  // The task's optional deadline (SPEC §5, off unless set): a running
+  // The task's optional deadline (off unless set): a running
   // attempt is cancelled gracefully and its exit fails the task; anywhere
   // else the task fails at once. Retry and fallback are bypassed.
   (void)now_s;

@@ -1,5 +1,5 @@
-// Event rendering: SPEC §9's keys for every kind, and untrusted output kept
-// valid JSON.
+// Event rendering: the keys of docs/BEHAVIOUR.md, Events for every kind, and
+// untrusted output kept valid JSON.
 
 #include "tasksup/actors/events.hpp"
 
@@ -88,7 +88,7 @@ TEST_CASE("every event kind carries SPEC §9's keys", "[events]") {
         with_common({"exit_code", "signal", "oom_killed", "duration_s"}));
   CHECK(keys_of(classified_event(head(), c)) ==
         with_common({"class", "rule", "line", "retry_after_s"}));
-  // SPEC §9's keys, plus where the delay came from and why.
+  // The basic keys, plus where the delay came from and why.
   CHECK(keys_of(retry_scheduled_event(
           head(), 1, 3, "a",
           delay_decision{5, delay_source::schedule, 5, 0, false}, "why")) ==
@@ -111,7 +111,7 @@ TEST_CASE("every event kind carries SPEC §9's keys", "[events]") {
   auto umeta = boost::json::parse(with_usage).at("metadata").as_object();
   CHECK(umeta.at("usage").at("output_tokens").as_int64() == 7);
   CHECK(umeta.at("cost_usd").to_number<double>() == 0.5);
-  // SPEC §9's keys, plus the task's retries in total and per agent.
+  // The basic keys, plus the task's retries in total and per agent.
   CHECK(mkeys == std::set<std::string>{"agent_used", "agent_id", "retry_count",
                                        "total_attempts", "fallback_count",
                                        "total_retries", "retries_by_agent"});

@@ -1,5 +1,6 @@
 // The task supervisor on its own, with a plain actor as its parent (as an
-// embedding application would spawn it): SPEC §6 and §7 on simulated time.
+// embedding application would spawn it): the decision table and the user's
+// controls (docs/BEHAVIOUR.md) on simulated time.
 
 #include "tasksup/actors/task_supervisor_actor.hpp"
 

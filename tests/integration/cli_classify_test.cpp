@@ -87,7 +87,7 @@ TEST_CASE("classify: each class from a log file, with rule and line") {
   CHECK(str(c.at("rule")) == "container_crash");
   CHECK(c.at("line").is_null());
 
-  // Exit 0 is success and never classified (SPEC §3), even with --oom.
+  // Exit 0 is success and never classified, even with --oom.
   auto ok_oom = classify_json({"--exit-code", "0", "--oom", flaky});
   CHECK(str(ok_oom.at("class")) == "success");
   auto oom = classify_json({"--exit-code", "1", "--oom", flaky});

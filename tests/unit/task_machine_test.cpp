@@ -1,6 +1,6 @@
 // The task machine without an actor system: (state, input) -> (state,
-// effects) for SPEC §6-§9, and random input sequences that must never reach
-// an invalid state and must end every task exactly once.
+// effects) for docs/BEHAVIOUR.md, and random input sequences that must never
+// reach an invalid state and must end every task exactly once.
 
 #include "task_machine_support.hpp"
 

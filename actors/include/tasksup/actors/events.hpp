@@ -1,6 +1,6 @@
 #pragma once
 
-// Builders for the events of SPEC §9: one function per kind with that kind's
+// Builders for the events: one function per kind with that kind's
 // fixed keys. Each returns an `event` that holds the kind's keys as typed
 // values (`event_fields`) and renders, when first asked (`event::json`),
 // one JSON object with `event`, `task_id`, `attempt`, `trace_id`, `span_id`,
@@ -64,8 +64,8 @@ struct event_head {
 };
 
 /// The kind's own keys of an event, typed, one struct per kind named as in
-/// SPEC §9. Strings are the text the JSON carries (invalid UTF-8 already
-/// replaced by U+FFFD), so a view reads the same from either.
+/// docs/BEHAVIOUR.md, Events. Strings are the text the JSON carries (invalid
+/// UTF-8 already replaced by U+FFFD), so a view reads the same from either.
 namespace event_data {
 
 struct task_submitted {

@@ -161,7 +161,7 @@ using clock_atom = caf::atom_constant<caf::atom("clock")>;
 // -- enums
 // ---------------------------------------------------------------------
 
-/// How a user stops a task (SPEC §7).
+/// How a user stops a task (docs/BEHAVIOUR.md, Stop, kill and other controls).
 enum class stop_mode : std::uint8_t {
   /// Graceful: SIGTERM / `docker stop`, then kill after the grace period.
   cancel,
@@ -194,13 +194,13 @@ enum class task_state : std::uint8_t {
 /// "queued", "running", "backoff", "done", "paused" or "quota_wait".
 std::string_view to_string(task_state x) noexcept;
 
-/// How a task ended (SPEC §9 `task_done.outcome`).
+/// How a task ended (`task_done.outcome`; docs/BEHAVIOUR.md, Result).
 enum class task_outcome : std::uint8_t { succeeded, failed, stopped };
 
 /// "succeeded", "failed" or "stopped".
 std::string_view to_string(task_outcome x) noexcept;
 
-/// Every event of SPEC §9, plus `warning` for agent chain problems.
+/// Every event kind (docs/BEHAVIOUR.md, Events).
 enum class event_kind : std::uint8_t {
   task_submitted,
   attempt_started,
@@ -224,7 +224,7 @@ std::string_view to_string(event_kind x) noexcept;
 // -- messages
 // ------------------------------------------------------------------
 
-/// The `metadata` of a result (SPEC §9).
+/// The `metadata` of a result (docs/BEHAVIOUR.md, Result).
 struct result_metadata {
   /// The command of the last agent that ran.
   std::string agent_used;
@@ -246,7 +246,8 @@ struct result_metadata {
   std::optional<double> cost_usd;
 };
 
-/// A task's final result, escalated to its parent (SPEC §9).
+/// A task's final result, escalated to its parent (docs/BEHAVIOUR.md,
+/// Result).
 struct task_result {
   std::string task_id;
   task_outcome outcome = task_outcome::failed;
@@ -299,7 +300,7 @@ struct event_fields;
 class event_body;
 
 /// One event: the fields a consumer filters on, plus the body that renders
-/// the JSON line with exactly SPEC §9's keys. The JSON is rendered from the
+/// the JSON line with exactly its kind's keys. The JSON is rendered from the
 /// head of whichever copy asks first: an event is not changed once made.
 struct event {
   event_kind kind = event_kind::warning;

@@ -41,7 +41,7 @@ struct registry_options {
   journal_snapshot restored;
 };
 
-/// Spawns the registry of one node (SPEC §8). It accepts
+/// Spawns the registry of one node. It accepts
 /// `(submit, task_spec)`, `(submit_json, text)` and
 /// `(submit_json, text, replace)` (-> task id or error),
 /// `(stop, task_id, stop_mode)`, `(retry_now, task_id)`,

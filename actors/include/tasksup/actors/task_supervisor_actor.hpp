@@ -67,7 +67,7 @@ struct supervisor_options {
   std::vector<journaled_input> replay;
 };
 
-/// Spawns the supervisor of one task (SPEC §6): it runs attempts through
+/// Spawns the supervisor of one task: it runs attempts through
 /// container workers, classifies failures, retries after backoff, falls back
 /// along the agent chain and honours `(stop, stop_mode)`, `(retry_now)` and
 /// `(force_fb)` (each answered with a bool: whether it took effect) and

@@ -8,7 +8,7 @@
 
 namespace tasksup {
 
-/// One agent an attempt can run (SPEC §2).
+/// One agent an attempt can run (docs/BEHAVIOUR.md, Words).
 struct agent_spec {
   /// Unique within its environment.
   std::string agent_id;
@@ -71,7 +71,7 @@ inline bool operator!=(const agent_spec& a, const agent_spec& b) {
   return !(a == b);
 }
 
-/// How the starting agent is picked (SPEC §2).
+/// How the starting agent is picked (docs/BEHAVIOUR.md, Agent chain).
 enum class selection_mode {
   /// Always start with `agents[0]`.
   fallback,

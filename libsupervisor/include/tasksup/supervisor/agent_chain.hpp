@@ -9,7 +9,7 @@
 namespace tasksup {
 
 /// The ordered agents one task will try, and the problems found while
-/// building it (each a warning event, SPEC §6.1).
+/// building it (each a warning event; docs/BEHAVIOUR.md, Agent chain).
 struct agent_chain {
   std::vector<agent_spec> agents;
   std::vector<std::string> warnings;

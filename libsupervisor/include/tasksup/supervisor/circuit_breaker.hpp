@@ -8,7 +8,8 @@
 
 namespace tasksup {
 
-/// Settings of the per-agent circuit breaker (SPEC §8).
+/// Settings of the per-agent circuit breaker (docs/BEHAVIOUR.md, Shared
+/// health).
 struct circuit_breaker_config {
   /// Consecutive non-fatal failures across tasks that open the breaker.
   int max_failures = 5;

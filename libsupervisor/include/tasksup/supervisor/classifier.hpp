@@ -13,7 +13,7 @@
 
 namespace tasksup {
 
-/// One classification rule (SPEC §3). A rule matches an outcome when any of
+/// One classification rule. A rule matches an outcome when any of
 /// its criteria matches (`match_all` = false, the default) or when every
 /// criterion it sets matches (`match_all` = true). Unset criteria are ignored.
 struct classifier_rule {
@@ -53,9 +53,10 @@ struct classification {
   std::optional<double> retry_after_s;
 };
 
-/// The default rules of SPEC §3, in priority order: container_crash,
-/// rate_limit (last 100 lines), fatal (last 50), agent_failure (last 50).
-/// Anything else non-zero falls through to `retryable` (rule id "default").
+/// The default rules, in priority order (docs/BEHAVIOUR.md, Classification,
+/// lists them): container_crash, rate_limit_per_minute, billing, rate_limit,
+/// fatal, agent_failure, transient. Anything else non-zero falls through to
+/// `retryable` (rule id "default").
 std::vector<classifier_rule> default_classifier_rules();
 
 /// Finds a "come back later" hint in one line: `Retry-After: 30`,

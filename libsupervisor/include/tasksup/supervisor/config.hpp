@@ -103,7 +103,7 @@ expected<node_config> parse_node_config(const boost::json::value& doc,
                                         std::string_view where,
                                         const profile_map& profiles = {});
 
-/// Parses a task (SPEC §12) as written: the supervisor settings it names
+/// Parses a task as written: the supervisor settings it names
 /// (what a typed task carries), no environment applied, no cross-field
 /// checks. `parse_task` is this plus `resolve_task`. Its agents'
 /// profiles are applied here, from the built-in ones and `profiles` (the

@@ -7,8 +7,9 @@
 
 namespace tasksup {
 
-/// What kind of failure an attempt ended in (SPEC §3). Each value documents
-/// whether and how to recover; `default_action` is that table as code.
+/// What kind of failure an attempt ended in (docs/BEHAVIOUR.md, Failure
+/// classes). Each value documents whether and how to recover; `default_action`
+/// is that table as code.
 enum class error_class : uint8_t {
   /// OOM-killed, SIGKILL (exit 137) or a crash signal: retry in a clean
   /// container, at most `max_crash_restarts` times per task.

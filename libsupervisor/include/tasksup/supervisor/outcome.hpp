@@ -8,7 +8,7 @@
 
 namespace tasksup {
 
-/// How one attempt ended, as reported by a runtime (SPEC §2).
+/// How one attempt ended, as reported by a runtime.
 struct attempt_outcome {
   /// Exit code; a process killed by signal N reports 128+N.
   int exit_code = 0;
@@ -44,8 +44,8 @@ struct attempt_outcome {
   /// error, usage, cost), for agents whose profile names an output format.
   std::optional<structured_result> structured;
 
-  /// Exit 0 without an infrastructure error: success, never classified
-  /// (SPEC §3), even when `oom_killed` is set: a memory cgroup reports an OOM
+  /// Exit 0 without an infrastructure error: success, never classified,
+  /// even when `oom_killed` is set: a memory cgroup reports an OOM
   /// kill of any process in it, and an agent that recovered from a killed
   /// helper and exited 0 has succeeded.
   bool succeeded() const noexcept {

@@ -6,7 +6,7 @@
 
 namespace tasksup {
 
-/// A pool of retry tokens shared by all tasks of a node (SPEC §8): each retry
+/// A pool of retry tokens shared by all tasks of a node: each retry
 /// takes one; tokens refill at `refill_per_s` up to `capacity`. When empty,
 /// failures are not retried (they fall back or fail), so a burst of failures
 /// cannot become a retry storm. Unlimited when constructed without capacity.

@@ -176,11 +176,11 @@ struct decision {
 /// "boom"): retries exhausted (3/3); switching to agent 2 of 3`.
 std::string describe(const decision& d, const supervisor_config& cfg);
 
-/// The decision table of SPEC §5-§6 as pure functions of the task's state,
-/// its config, the outcome and `now`. Deciding changes nothing: a decision is
-/// applied with `apply` when it is carried out (a retry when its attempt
-/// starts), so a retry that never happens (retry budget empty, user forced a
-/// fallback during the backoff) needs no undoing.
+/// The decision table (docs/BEHAVIOUR.md, Decision table) as pure functions of
+/// the task's state, its config, the outcome and `now`. Deciding changes
+/// nothing: a decision is applied with `apply` when it is carried out (a retry
+/// when its attempt starts), so a retry that never happens (retry budget empty,
+/// user forced a fallback during the backoff) needs no undoing.
 ///
 /// Restart intensity applies to every retry of a `permanent` task, after
 /// success and after failure alike (as in OTP): a retry it does not allow

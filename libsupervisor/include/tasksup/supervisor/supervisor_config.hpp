@@ -33,7 +33,7 @@ enum class fatal_scope : uint8_t {
   /// independent, so without profiles this is exactly `task`. The default:
   /// a bad Anthropic key says nothing about an OpenAI key.
   provider,
-  /// The whole task fails at once (SPEC §3 as first written).
+  /// The whole task fails at once (the first design's rule).
   task,
 };
 
@@ -86,8 +86,9 @@ inline backoff_spec default_restart_backoff() {
   return x;
 }
 
-/// The supervision policy of one task (SPEC §5). Defaults live here and only
-/// here; `config/supervisor.json` must agree with them (a test checks it).
+/// The supervision policy of one task (docs/BEHAVIOUR.md, Supervisor settings).
+/// Defaults live here and only here; `config/supervisor.json` must agree with
+/// them (a test checks it).
 struct supervisor_config {
   /// Retries of one agent before falling back to the next.
   int max_retries_per_agent = 3;
@@ -102,15 +103,15 @@ struct supervisor_config {
   /// Container crashes restarted per task; after that a crash falls back like
   /// an exhausted agent.
   int max_crash_restarts = 1;
-  /// Action per class; every class has an entry (defaults per SPEC §3).
+  /// Action per class; every class has an entry (defaults: `default_action`).
   std::map<error_class, action> actions = default_actions();
   restart_type restart = restart_type::transient;
   intensity_config intensity;
   /// Per-class backoff overrides (exponential/jitter/table); classes without
   /// one use the standard or rate-limit schedule scaled by the bases above.
   std::map<error_class, backoff_spec> backoff;
-  /// Optional per-task deadline in seconds; off unless set (SPEC §5: no hang
-  /// detection by default).
+  /// Optional per-task deadline in seconds; off unless set (there is no
+  /// hang detection by default).
   std::optional<double> deadline_s;
   /// How long a cancelled attempt may take to stop before it is killed.
   double stop_grace_s = 10.0;
@@ -164,8 +165,8 @@ struct intensity_overrides {
   std::optional<double> reset_after_s;
 };
 
-/// The supervisor settings a task names (its `supervisor` object, SPEC
-/// §12), for task files, JSON submit and a typed submit alike: every field
+/// The supervisor settings a task names (its `supervisor` object), for
+/// task files, JSON submit and a typed submit alike: every field
 /// is "not set" unless the task sets it, so a task can set a value back to
 /// the built-in default over its environment's, and clear an optional one
 /// (`deadline_s`, `attempt_timeout_s`, `done_exit_code`). `resolve_task`

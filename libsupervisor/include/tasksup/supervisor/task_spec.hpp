@@ -111,8 +111,8 @@ struct placement_spec {
   label_map labels;
 };
 
-/// One task as submitted (SPEC §12). `resolve_task` checks every field and
-/// computes `settings`, the policy it runs under.
+/// One task as submitted (docs/BEHAVIOUR.md, Task file). `resolve_task` checks
+/// every field and computes `settings`, the policy it runs under.
 struct task_spec {
   /// Generated when the task file has none.
   std::string id;

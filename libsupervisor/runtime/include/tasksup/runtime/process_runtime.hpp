@@ -26,7 +26,7 @@ enum class orphan_policy : std::uint8_t {
   keep,
 };
 
-/// Settings of the process runtime (SPEC §10). Each attempt runs under a
+/// Settings of the process runtime. Each attempt runs under a
 /// `tasksup-shim` process (like conmon): the shim starts the
 /// agent in its own process group, holds its output pipes, writes
 /// `output.log`, `output.streams` (which stream each byte came from),

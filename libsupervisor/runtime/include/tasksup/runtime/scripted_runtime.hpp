@@ -54,7 +54,7 @@ struct scripted_call {
   attempt_spec spec;
 };
 
-/// An in-memory runtime for tests and benchmarks (SPEC §10): outcomes, output
+/// An in-memory runtime for tests and benchmarks: outcomes, output
 /// and durations are scripted per agent and attempt. The n-th attempt of an
 /// agent within a task plays the n-th step of that agent's script (the last
 /// step repeats); a script for a (task, agent) pair wins over the agent's.
