@@ -1,10 +1,16 @@
 #include "node_address.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cstdlib>
-#include <netinet/in.h>
 
 namespace tasksup::app {
 
@@ -73,6 +79,67 @@ bool is_loopback_host(std::string_view host) {
   if (::inet_pton(AF_INET6, h.c_str(), &v6) == 1)
     return IN6_IS_ADDR_LOOPBACK(&v6);
   return false;
+}
+
+listen_probe probe_listening(const node_address& addr,
+                             std::chrono::milliseconds timeout) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  auto port = std::to_string(addr.port);
+  auto rc = ::getaddrinfo(addr.host.c_str(), port.c_str(), &hints, &found);
+  if (rc == EAI_NONAME)
+    return listen_probe::nothing;
+  if (rc != 0 || found == nullptr)
+    return listen_probe::unknown;
+  auto result = listen_probe::nothing;
+  for (auto* ai = found; ai != nullptr; ai = ai->ai_next) {
+    int fd =
+      ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
+               ai->ai_protocol);
+    if (fd < 0) {
+      result = listen_probe::unknown;
+      continue;
+    }
+    int err = 0;
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        auto n = ::poll(&p, 1, static_cast<int>(timeout.count()));
+        socklen_t len = sizeof err;
+        if (n == 1)
+          ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        else
+          err = ETIMEDOUT;
+      }
+    }
+    ::close(fd);
+    if (err == 0) {
+      result = listen_probe::listening;
+      break;
+    }
+    if (err != ECONNREFUSED)
+      result = listen_probe::unknown;
+  }
+  ::freeaddrinfo(found);
+  return result;
+}
+
+std::string nothing_listening_text(const node_address& addr,
+                                   const std::string& source) {
+  auto out = "cannot reach the node at " + addr.to_string() +
+             ": no tasksup node is listening there";
+  if (source == "the current node")
+    out += " (the current node, recorded by `tasksup serve` or `tasksup "
+           "context use`; start it again, pass --node, or forget it with "
+           "`tasksup context clear`)";
+  else if (source == "the default")
+    out += " (start one with `tasksup serve`, or pass --node HOST:PORT)";
+  else
+    out += " (from " + source + "; start one there with `tasksup serve`)";
+  return out;
 }
 
 } // namespace tasksup::app

@@ -2,6 +2,7 @@
 
 #include "actor_setup.hpp"
 #include "commands.hpp"
+#include "current_node.hpp"
 #include "node_address.hpp"
 #include "signal_watch.hpp"
 
@@ -27,8 +28,10 @@ namespace tasksup::app {
 
 namespace {
 
-/// `--certs` and `--insecure` of the one command this program runs.
+/// `--state-dir`, `--certs` and `--insecure` of the one command this
+/// program runs.
 struct client_flags {
+  std::string state_dir;
   std::string certs;
   bool insecure = false;
 };
@@ -90,8 +93,13 @@ caf::expected<caf::actor> connect_to_node(caf::actor_system& sys,
 void add_node_option(CLI::App* cmd, std::string& node) {
   cmd->add_option("--node", node,
                   "The node to talk to, HOST:PORT (default: $TASKSUP_NODE, "
-                  "else 127.0.0.1:" +
+                  "else the current node, else 127.0.0.1:" +
                     std::to_string(default_node_port) + ")");
+  cmd->add_option("--state-dir", flags().state_dir,
+                  "The node's state directory, where its client "
+                  "certificates and control socket are (default: "
+                  "$TASKSUP_STATE_DIR, else the current node's, else the "
+                  "default state directory)");
   auto* certs =
     cmd->add_option("--certs", flags().certs,
                     "Directory with ca.crt, client.crt and client.key "
@@ -104,10 +112,7 @@ void add_node_option(CLI::App* cmd, std::string& node) {
 }
 
 std::string node_help() {
-  return "The node is --node HOST:PORT if given, else $TASKSUP_NODE if set, "
-         "else 127.0.0.1:" +
-         std::to_string(default_node_port) +
-         " (where `tasksup serve` listens by default). " + client_certs_help() +
+  return node_target_help() + " " + client_certs_help() +
          " Exit status 3: the node could not be reached (or refused the "
          "certificate), did not answer within " +
          std::to_string(node_request_timeout.count()) +
@@ -117,8 +122,8 @@ std::string node_help() {
 int with_node(const std::string& command, const std::string& node,
               bool watch_signals,
               const std::function<int(node_session&)>& body) {
-  auto text = node.empty() ? default_node_text() : node;
-  auto addr = parse_node_address(text);
+  auto where = resolve_node_target(node, flags().state_dir);
+  auto addr = parse_node_address(where.node);
   if (!addr) {
     std::cerr << "tasksup " << command << ": " << addr.error().to_string()
               << '\n';
@@ -134,14 +139,37 @@ int with_node(const std::string& command, const std::string& node,
         if (target)
           caf::anon_send(target, signal_atom::value, count);
       });
-  auto creds = flags().insecure
-                 ? insecure_credentials()
-                 : client_credentials_in(client_certs_dir(flags().certs));
-  auto unreachable = [&](const std::string& why) {
-    std::cerr << "tasksup " << command << ": cannot reach the node at "
-              << addr->to_string() << ": " << why << '\n';
+  auto certs_dir = client_certs_dir(flags().certs, where.certs_dir);
+  auto creds = flags().insecure ? insecure_credentials()
+                                : client_credentials_in(certs_dir);
+  auto say = [&](const std::string& text) {
+    std::cerr << "tasksup " << command << ": " << text << '\n';
     return exit_status::unavailable;
   };
+  auto unreachable = [&](const std::string& why) {
+    return say("cannot reach the node at " + addr->to_string() + ": " + why);
+  };
+  // Nothing listening is the first thing to say when it is true: a missing
+  // certificate or a refused handshake would only mislead.
+  auto nothing_there = [&] {
+    return probe_listening(*addr, std::chrono::seconds{2}) ==
+           listen_probe::nothing;
+  };
+  // Where the certificates came from, and what to pass for another node's.
+  auto certs_origin = [&] {
+    if (!flags().certs.empty())
+      return std::string{"--certs"};
+    if (auto* env = std::getenv("TASKSUP_CERTS"); env && *env != '\0')
+      return std::string{"$TASKSUP_CERTS"};
+    if (where.certs_dir != where.state_dir + "/certs")
+      return where.certs_dir + " (the current node's --certs)";
+    return "the state directory " + where.state_dir + " (" +
+           where.state_dir_source + ")";
+  };
+  auto what_to_pass = std::string{
+    "if the node was started with `tasksup serve --state-dir DIR`, pass "
+    "--state-dir DIR (or set TASKSUP_STATE_DIR=DIR); with `--certs DIR`, "
+    "pass --certs DIR"};
   caf::actor_system_config cfg;
   configure_actor_system(cfg, true);
   disable_connection_timeout(cfg);
@@ -149,10 +177,15 @@ int with_node(const std::string& command, const std::string& node,
   // scheduler thread serves the rest (CAF starts max(cores, 4) otherwise,
   // each created at start and joined at exit).
   cfg.set("scheduler.max-threads", 1);
-  if (auto err = configure_node_client(cfg, creds))
-    return unreachable(err->to_string() +
-                       " (a node started without --certs creates its "
-                       "certificates in <state dir>/certs; see --help)");
+  if (auto err = configure_node_client(cfg, creds)) {
+    if (nothing_there())
+      return say(nothing_listening_text(*addr, where.node_source));
+    return unreachable(err->to_string() + " (certificates from " +
+                       certs_origin() +
+                       "; a node started without --certs creates them in "
+                       "<state dir>/certs: " +
+                       what_to_pass + ")");
+  }
   if (creds.insecure)
     std::cerr << "tasksup " << command
               << ": warning: --insecure: plain TCP, the node is not "
@@ -174,14 +207,18 @@ int with_node(const std::string& command, const std::string& node,
     std::cerr.flush();
     std::_Exit(exit_status::unavailable);
   }
-  if (!remote)
+  if (!remote) {
+    if (nothing_there())
+      return say(nothing_listening_text(*addr, where.node_source));
     return unreachable(
       sys.render(remote.error()) +
       (creds.insecure
          ? " (is `tasksup serve --insecure` running there?)"
          : " (is `tasksup serve` running there, with certificates from the "
            "same CA as " +
-             creds.ca_file + "?)"));
+             creds.ca_file + "? The certificates came from " + certs_origin() +
+             "; " + what_to_pass + ")"));
+  }
   caf::scoped_actor self{sys};
   {
     std::lock_guard<std::mutex> guard{target_mutex};

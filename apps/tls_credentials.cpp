@@ -73,12 +73,13 @@ node_credentials node_credentials_in(const std::string& dir) {
   return out;
 }
 
-std::string client_certs_dir(const std::string& flag) {
+std::string client_certs_dir(const std::string& flag,
+                             const std::string& fallback) {
   if (!flag.empty())
     return flag;
   if (auto* env = std::getenv("TASKSUP_CERTS"); env && *env != '\0')
     return env;
-  return default_state_dir() + "/certs";
+  return fallback;
 }
 
 std::string node_certs_dir(const std::string& flag,
@@ -89,7 +90,8 @@ std::string node_certs_dir(const std::string& flag,
 node_credentials joining_credentials(const std::string& flag, bool insecure) {
   if (insecure)
     return insecure_credentials();
-  return node_credentials_in(client_certs_dir(flag));
+  return node_credentials_in(
+    client_certs_dir(flag, default_state_dir() + "/certs"));
 }
 
 std::optional<error> check_credentials(const node_credentials& creds) {
@@ -144,10 +146,8 @@ std::string client_certs_help() {
          "certificate signed by it. Its files (ca.crt, client.crt, "
          "client.key) are in --certs DIR if given, else in $TASKSUP_CERTS "
          "if set, else in <state dir>/certs, where a node started without "
-         "--certs creates them: the state dir is $TASKSUP_STATE_DIR, else "
-         "$XDG_STATE_HOME/tasksup, /var/lib/tasksup for root, else "
-         "~/.local/state/tasksup (as for `tasksup serve`). --insecure talks "
-         "plain TCP to a node started with --insecure.";
+         "--certs creates them. --insecure talks plain TCP to a node started "
+         "with --insecure.";
 }
 
 } // namespace tasksup::app

@@ -44,9 +44,11 @@ node_credentials client_credentials_in(const std::string& dir);
 node_credentials node_credentials_in(const std::string& dir);
 
 /// Where a client command finds its credentials: `flag` (`--certs DIR`) if
-/// given, else $TASKSUP_CERTS if set, else `<default state dir>/certs`
-/// (the directory a node started without `--certs` creates).
-std::string client_certs_dir(const std::string& flag);
+/// given, else $TASKSUP_CERTS if set, else `fallback` (resolve_node_target's
+/// certs_dir: usually <state dir>/certs, which a node started without
+/// `--certs` creates).
+std::string client_certs_dir(const std::string& flag,
+                             const std::string& fallback);
 
 /// Where `tasksup serve` takes its credentials from: `flag` (`--certs DIR`)
 /// if given, else `<state_dir>/certs`.

@@ -1,6 +1,7 @@
 #include "tls_credentials.hpp"
 
 #include "certs.hpp"
+#include "current_node.hpp"
 #include "node_setup.hpp"
 #include "tls_server_context.hpp"
 
@@ -43,10 +44,20 @@ struct scoped_env {
   }
 };
 
+/// Where a command given `--certs flag` (and no other flag) finds its
+/// certificates.
+std::string client_certs_dir(const std::string& flag) {
+  return tasksup::app::client_certs_dir(flag,
+                                        resolve_node_target("", "").certs_dir);
+}
+
 } // namespace
 
 TEST_CASE("a command finds its certificates: --certs, else $TASKSUP_CERTS, "
           "else the state dir's") {
+  temp_dir config{"config"};
+  // No current node recorded: the environment and the defaults.
+  scoped_env config_home{"XDG_CONFIG_HOME", config.path.c_str()};
   scoped_env certs{"TASKSUP_CERTS", nullptr};
   scoped_env state{"TASKSUP_STATE_DIR", "/srv/tasksup-state"};
   CHECK(client_certs_dir("/flag/dir") == "/flag/dir");

@@ -349,7 +349,7 @@ TEST_CASE("every command has --help with an example") {
   scratch dir;
   for (auto cmd :
        {"run", "serve", "submit", "status", "stop", "kill", "retry-now",
-        "fallback-now", "events", "agents", "completion", "man"}) {
+        "fallback-now", "events", "agents", "context", "completion", "man"}) {
     auto r = run_to_end(dir, {cmd, "--help"});
     INFO(cmd);
     CHECK(r.status == 0);

@@ -103,11 +103,14 @@ private:
 /// The environment of a tasksup child started in `dir`: the test's own,
 /// with TASKSUP_STATE_DIR set to `<dir>/state` (where every node a test
 /// starts keeps its state, and so its default certificates: the commands
-/// run in the same scratch directory find them) and then `extra`
-/// ("NAME=value", replacing an entry of the same name).
+/// run in the same scratch directory find them), XDG_CONFIG_HOME to
+/// `<dir>/config` (where a node records itself as the current node: never
+/// the user's own) and then `extra` ("NAME=value", replacing an entry of
+/// the same name).
 inline std::vector<std::string>
 child_environment(const scratch& dir, const std::vector<std::string>& extra) {
-  std::vector<std::string> set{"TASKSUP_STATE_DIR=" + (dir / "state")};
+  std::vector<std::string> set{"TASKSUP_STATE_DIR=" + (dir / "state"),
+                               "XDG_CONFIG_HOME=" + (dir / "config")};
   set.insert(set.end(), extra.begin(), extra.end());
   auto name_of = [](const std::string& entry) {
     return entry.substr(0, entry.find('='));
