@@ -1,13 +1,26 @@
 // `tasksup status [TASK]`: what a node's tasks are doing.
 
+#include "actor_setup.hpp"
 #include "commands.hpp"
+#include "json_text.hpp"
 #include "node_client.hpp"
+#include "safe_text.hpp"
 #include "status_record.hpp"
 #include "status_view.hpp"
 
+#include "tasksup/actors/events.hpp"
+#include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 
+#include <caf/actor_cast.hpp>
+#include <caf/after.hpp>
+#include <caf/system_messages.hpp>
+
+#include <unistd.h>
+
+#include <chrono>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -24,6 +37,10 @@ struct status_options {
   bool json = false;
   /// Only tasks in these states (empty: all).
   std::vector<std::string> states;
+  /// Only finished tasks with these outcomes (empty: all).
+  std::vector<std::string> outcomes;
+  /// Redraw as the node's tasks change, until Ctrl-C.
+  bool watch = false;
 };
 
 /// The statistics' `(view)` text with every task's times; empty when the
@@ -36,36 +53,172 @@ std::string fetch_times(node_session& s) {
   return out;
 }
 
-int status(const status_options& opts) {
-  std::set<std::string> states;
-  if (auto err = parse_state_filter(opts.states, states)) {
-    std::cerr << "tasksup status: " << *err << '\n';
-    return exit_status::bad_input;
+/// The node's tasks (or the one task of `opts`) with their times; nullopt,
+/// with the failure reported and its exit status in `rc`, when the node
+/// did not answer.
+std::optional<status_answer> fetch_status(node_session& s,
+                                          const status_options& opts, int& rc) {
+  auto on_error = [&](caf::error& err) {
+    rc = report_request_error(s, err, exit_status::unavailable);
+  };
+  std::optional<std::vector<task_status>> all;
+  if (!opts.task_id.empty())
+    s.self
+      ->request(s.node, node_request_timeout, status_atom::value, opts.task_id)
+      .receive(
+        [&](task_status& st) {
+          all.emplace();
+          all->push_back(std::move(st));
+        },
+        on_error);
+  else
+    s.self->request(s.node, node_request_timeout, status_atom::value)
+      .receive([&](std::vector<task_status>& x) { all = std::move(x); },
+               on_error);
+  if (!all)
+    return std::nullopt;
+  return make_status_answer(*all, fetch_times(s));
+}
+
+/// `status --watch`: the table again whenever the node's events say its
+/// tasks changed, until Ctrl-C/SIGTERM, the watched TASK is done, or the
+/// node goes away. On a terminal the table is redrawn in place (and its
+/// ages kept current); elsewhere each change prints the rows of the tasks
+/// that changed, as `kubectl get -w` does, so a log reads top to bottom.
+int watch_status(node_session& s, const status_options& opts,
+                 const status_filter& filter) {
+  int rc = exit_status::ok;
+  auto me = caf::actor_cast<caf::actor>(s.self);
+  bool subscribed = false;
+  // Subscribed before the first table: no change falls between the two.
+  s.self->request(s.node, node_request_timeout, subscribe_atom::value, me)
+    .receive([&](bool) { subscribed = true; },
+             [&](caf::error& err) {
+               rc = report_request_error(s, err, exit_status::unavailable);
+             });
+  if (!subscribed)
+    return rc;
+  s.self->monitor(s.node);
+  bool single = !opts.task_id.empty();
+  bool terminal = ::isatty(STDOUT_FILENO) == 1 && !opts.json;
+  // What each task looked like when last printed (line mode).
+  std::map<std::string, std::string> shown;
+  bool first = true;
+  bool finished = false;
+  auto text_of = [](const boost::json::object& o, const char* key) {
+    auto* v = o.if_contains(key);
+    return v && v->is_string() ? std::string{v->get_string()} : std::string{};
+  };
+  auto draw = [&]() -> bool {
+    auto answer = fetch_status(s, opts, rc);
+    if (!answer)
+      return false;
+    if (single && !answer->rows.empty())
+      finished = text_of(answer->rows.front().record, "state") == "done";
+    if (terminal) {
+      std::cout << "\x1b[H\x1b[2J"
+                << "tasksup status --watch: the node at " << s.address
+                << " (Ctrl-C to stop)\n\n";
+      print_status(*answer, single, false, filter);
+      std::cout.flush();
+      return true;
+    }
+    status_answer changed;
+    changed.now = answer->now;
+    for (auto& row : answer->rows) {
+      if (!single && !filter.admits(row.record))
+        continue;
+      auto id = text_of(row.record, "task_id");
+      auto look = json_text(row.record) + row.last_decision;
+      auto& before = shown[id];
+      if (before != look) {
+        before = std::move(look);
+        changed.rows.push_back(row);
+      }
+    }
+    // The first time, even no tasks are news.
+    if (!changed.rows.empty() || first) {
+      print_status(changed, single, opts.json, filter);
+      std::cout.flush();
+    }
+    first = false;
+    return true;
+  };
+  if (!draw())
+    return rc;
+  // Events are acknowledged as `events --follow` does: the node drops a
+  // subscriber that acknowledges nothing for a while.
+  constexpr auto tick = std::chrono::milliseconds{250};
+  constexpr auto redraw_every = std::chrono::seconds{1};
+  constexpr auto quiet_limit = std::chrono::seconds{5};
+  std::uint64_t received = 0;
+  std::uint64_t acked = 0;
+  bool dirty = false;
+  bool running = !finished;
+  auto last_drawn = std::chrono::steady_clock::now();
+  while (running) {
+    s.self->receive(
+      [&](event_atom, const event& ev) {
+        ++received;
+        if (!single || ev.task_id == opts.task_id)
+          dirty = true;
+      },
+      [&](dropped_atom, const std::string& why) {
+        std::cerr << "tasksup status: the node at " << s.address << ": "
+                  << cell(why.substr(0, 512)) << '\n';
+        rc = exit_status::unavailable;
+        running = false;
+      },
+      [&](signal_atom, int) { running = false; },
+      [&](caf::down_msg&) {
+        std::cerr << "tasksup status: lost the connection to the node at "
+                  << s.address << '\n';
+        rc = exit_status::unavailable;
+        running = false;
+      },
+      [&](bool) {}, [&](caf::error&) {}, caf::after(tick) >> [] {});
+    if (!running)
+      break;
+    if (received > acked) {
+      s.self->send(s.node, ack_atom::value, received);
+      acked = received;
+    }
+    auto now = std::chrono::steady_clock::now();
+    // A quiet node is asked again now and then: its answer shows it is
+    // still there (commands use no connection timeout).
+    if (dirty || (terminal && now - last_drawn >= redraw_every) ||
+        now - last_drawn >= quiet_limit) {
+      dirty = false;
+      last_drawn = now;
+      if (!draw())
+        break;
+      if (finished)
+        running = false;
+    }
   }
-  return with_node("status", opts.node, false, [&](node_session& s) {
+  if (rc == exit_status::ok)
+    s.self->send(s.node, unsubscribe_atom::value, me);
+  return rc;
+}
+
+int status(const status_options& opts) {
+  status_filter filter;
+  auto bad = [](const std::string& text) {
+    std::cerr << "tasksup status: " << text << '\n';
+    return exit_status::bad_input;
+  };
+  if (auto err = parse_state_filter(opts.states, filter.states))
+    return bad(*err);
+  if (auto err = parse_outcome_filter(opts.outcomes, filter.outcomes))
+    return bad(*err);
+  return with_node("status", opts.node, opts.watch, [&](node_session& s) {
+    if (opts.watch)
+      return watch_status(s, opts, filter);
     int rc = exit_status::ok;
-    auto on_error = [&](caf::error& err) {
-      rc = report_request_error(s, err, exit_status::unavailable);
-    };
-    std::optional<std::vector<task_status>> all;
-    if (!opts.task_id.empty())
-      s.self
-        ->request(s.node, node_request_timeout, status_atom::value,
-                  opts.task_id)
-        .receive(
-          [&](task_status& st) {
-            all.emplace();
-            all->push_back(std::move(st));
-          },
-          on_error);
-    else
-      s.self->request(s.node, node_request_timeout, status_atom::value)
-        .receive([&](std::vector<task_status>& x) { all = std::move(x); },
-                 on_error);
-    if (!all)
+    auto answer = fetch_status(s, opts, rc);
+    if (!answer)
       return rc;
-    print_status(make_status_answer(*all, fetch_times(s)),
-                 !opts.task_id.empty(), opts.json, states);
+    print_status(*answer, !opts.task_id.empty(), opts.json, filter);
     return rc;
   });
 }
@@ -86,6 +239,15 @@ void setup_status(CLI::App& app, int& status_code) {
                   "Only tasks in this state: queued, running, backoff, "
                   "paused, quota_wait or done (repeat or separate with "
                   "commas)");
+  cmd->add_option("--outcome", opts->outcomes,
+                  "Only finished tasks with this outcome: succeeded, failed "
+                  "or stopped (repeat or separate with commas; combines "
+                  "with --state)");
+  cmd->add_flag("--watch,-w", opts->watch,
+                "Keep watching: show the tasks again whenever they change "
+                "(on a terminal the table is redrawn in place; otherwise "
+                "each change prints the rows of the tasks that changed), "
+                "until Ctrl-C or SIGTERM, or until TASK is done");
   add_node_option(cmd, opts->node);
   cmd->footer(node_help() + R"(
 
@@ -93,16 +255,18 @@ States: queued (waiting for an attempt slot), running, backoff (waiting to
 retry), paused (by `tasksup pause`, until `tasksup resume`), quota_wait
 (its agent's usage quota is used up: waiting for the reset), done. AGE is
 the time since the task was submitted; NEXT RETRY the wait left before a
-task in backoff tries again, or before a quota resets. With TASK, the times follow
-the table in ISO 8601 (UTC). On the node's machine, without --certs,
---insecure or $TASKSUP_CERTS, the command asks over the node's control
-socket (<state dir>/control-PORT.sock; see `tasksup serve --help`) when it
-is there. The node remembers finished tasks up to its
-history limit. An unknown task id exits with status 3.
+task in backoff tries again, or before a quota resets. With TASK, the
+times follow the table in ISO 8601 (UTC). On the node's machine, without
+--certs, --insecure or $TASKSUP_CERTS, the command asks over the node's
+control socket (<state dir>/control-PORT.sock; see `tasksup serve --help`)
+when it is there. The node remembers finished tasks up to its history
+limit. An unknown task id exits with status 3.
 
 Example:
   tasksup status
   tasksup status --state running,backoff
+  tasksup status --outcome failed
+  tasksup status --watch
   tasksup status demo-flaky --json)");
   cmd->callback([opts, &status_code] { status_code = status(*opts); });
 }

@@ -172,12 +172,51 @@ parse_state_filter(const std::vector<std::string>& values,
   return std::nullopt;
 }
 
+bool status_filter::admits(const boost::json::object& record) const {
+  if (!states.empty() && states.count(text_at(record, "state")) == 0)
+    return false;
+  if (outcomes.empty())
+    return true;
+  auto* result = record.if_contains("result");
+  return result && result->is_object() &&
+         outcomes.count(text_at(result->get_object(), "outcome")) > 0;
+}
+
+std::optional<std::string>
+parse_outcome_filter(const std::vector<std::string>& values,
+                     std::set<std::string>& out) {
+  constexpr auto n = detail::enum_size<task_outcome>::value;
+  for (auto& x : values) {
+    std::string_view rest = x;
+    while (!rest.empty()) {
+      auto comma = rest.find(',');
+      auto one = rest.substr(0, comma);
+      bool known = false;
+      for (std::size_t i = 0; i < n; ++i)
+        known = known || to_string(static_cast<task_outcome>(i)) == one;
+      if (!known) {
+        std::string names;
+        for (std::size_t i = 0; i < n; ++i)
+          names += std::string{i == 0       ? ""
+                               : i + 1 == n ? " or "
+                                            : ", "} +
+                   std::string{to_string(static_cast<task_outcome>(i))};
+        return "--outcome: expected " + names + "; got '" +
+               cell(std::string{one}) + "'";
+      }
+      out.insert(std::string{one});
+      rest = comma == std::string_view::npos ? std::string_view{}
+                                             : rest.substr(comma + 1);
+    }
+  }
+  return std::nullopt;
+}
+
 void print_status(const status_answer& answer, bool single, bool json,
-                  const std::set<std::string>& states) {
+                  const status_filter& filter) {
   std::vector<const status_row*> shown;
   for (auto& row : answer.rows)
-    if (single || states.empty() ||
-        states.count(text_at(row.record, "state")) > 0)
+    if (single || filter.admits(row.record))
       shown.push_back(&row);
   if (single) {
     if (shown.empty())
@@ -200,7 +239,9 @@ void print_status(const status_answer& answer, bool single, bool json,
     out += "]\n";
     std::cout << out;
   } else if (shown.empty()) {
-    std::cout << (states.empty() ? "no tasks\n" : "no tasks in that state\n");
+    std::cout << (filter.empty()            ? "no tasks\n"
+                  : filter.outcomes.empty() ? "no tasks in that state\n"
+                                            : "no tasks match the filter\n");
   } else {
     print_table(shown, answer.now);
   }

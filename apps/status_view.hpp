@@ -30,16 +30,36 @@ struct status_answer {
   std::vector<status_row> rows;
 };
 
+/// Which tasks `status` lists: those in one of `states` and with one of
+/// `outcomes` (an empty set does not filter; a task not done has no
+/// outcome).
+struct status_filter {
+  std::set<std::string> states;
+  std::set<std::string> outcomes;
+
+  /// Whether `record` passes.
+  bool admits(const boost::json::object& record) const;
+
+  bool empty() const { return states.empty() && outcomes.empty(); }
+};
+
 /// Parses `--state` values (repeated, or comma-separated) into `out`.
 /// Returns the error text for a value that is not a state.
 std::optional<std::string>
 parse_state_filter(const std::vector<std::string>& values,
                    std::set<std::string>& out);
 
-/// Prints one task (`single`) or the node's tasks in `states` (all when
-/// empty) as a table, or as JSON with `json`.
+/// Parses `--outcome` values (repeated, or comma-separated; the names of
+/// `task_outcome`) into `out`. Returns the error text, listing the valid
+/// names, for a value that is not one.
+std::optional<std::string>
+parse_outcome_filter(const std::vector<std::string>& values,
+                     std::set<std::string>& out);
+
+/// Prints one task (`single`) or the node's tasks `filter` admits as a
+/// table, or as JSON with `json`.
 void print_status(const status_answer& answer, bool single, bool json,
-                  const std::set<std::string>& states);
+                  const status_filter& filter);
 
 /// `answer` as the local control socket sends it:
 /// {"now":N,"tasks":[{"record":{...},"last_decision":"..."}]}.

@@ -9,6 +9,7 @@
 
 #include "commands.hpp"
 #include "control_actions.hpp"
+#include "current_node.hpp"
 #include "local_control.hpp"
 #include "node_address.hpp"
 #include "state_dir.hpp"
@@ -44,12 +45,14 @@ constexpr std::chrono::milliseconds answer_timeout =
 /// The node options these commands take, as tasksup-core defines them.
 struct node_flags {
   std::string node;
+  std::string state_dir;
   std::string certs;
   bool insecure = false;
 };
 
 void add_node_flags(CLI::App* cmd, node_flags& f) {
   cmd->add_option("--node", f.node);
+  cmd->add_option("--state-dir", f.state_dir);
   auto* certs = cmd->add_option("--certs", f.certs);
   cmd->add_flag("--insecure", f.insecure)->excludes(certs);
 }
@@ -71,11 +74,11 @@ std::optional<local_node> connect_local(const node_flags& f) {
     return std::nullopt;
   if (auto* env = std::getenv("TASKSUP_CERTS"); env && *env != '\0')
     return std::nullopt;
-  auto addr = parse_node_address(f.node.empty() ? default_node_text() : f.node);
+  auto where = resolve_node_target(f.node, f.state_dir);
+  auto addr = parse_node_address(where.node);
   if (!addr || !is_loopback_host(addr->host))
     return std::nullopt;
-  auto path =
-    control_socket_path(absolute_dir(default_state_dir()), addr->port);
+  auto path = control_socket_path(where.state_dir, addr->port);
   local_failure failure;
   auto conn = local_connection::open(path, failure);
   if (!conn)
@@ -171,13 +174,19 @@ std::optional<int> local_status(int argc, char** argv) {
   auto* cmd = app.add_subcommand("status");
   std::string task_id;
   bool json = false;
+  bool watch = false;
   std::vector<std::string> state_values;
+  std::vector<std::string> outcome_values;
   cmd->add_option("task", task_id);
   cmd->add_flag("--json", json);
   cmd->add_option("--state", state_values);
+  cmd->add_option("--outcome", outcome_values);
+  // --watch follows the node's events: tasksup-core does that.
+  cmd->add_flag("--watch,-w", watch);
   auto node = parse_and_connect(app, cmd, argc, argv);
-  std::set<std::string> states;
-  if (!node || parse_state_filter(state_values, states))
+  status_filter filter;
+  if (!node || watch || parse_state_filter(state_values, filter.states) ||
+      parse_outcome_filter(outcome_values, filter.outcomes))
     return std::nullopt;
   auto target = task_id.empty() ? std::string{"/v1/status"}
                                 : "/v1/status/" + path_segment(task_id);
@@ -190,7 +199,7 @@ std::optional<int> local_status(int argc, char** argv) {
     return report_node_failure("status", node->address, false, false,
                                "an answer that is not a status",
                                exit_status::unavailable);
-  print_status(*status, !task_id.empty(), json, states);
+  print_status(*status, !task_id.empty(), json, filter);
   return exit_status::ok;
 }
 

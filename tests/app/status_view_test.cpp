@@ -13,10 +13,11 @@ namespace {
 
 /// What `print_status` writes to stdout.
 std::string printed(const status_answer& a, bool single, bool json,
-                    const std::set<std::string>& states = {}) {
+                    const std::set<std::string>& states = {},
+                    const std::set<std::string>& outcomes = {}) {
   std::ostringstream out;
   auto* old = std::cout.rdbuf(out.rdbuf());
-  print_status(a, single, json, states);
+  print_status(a, single, json, status_filter{states, outcomes});
   std::cout.rdbuf(old);
   return out.str();
 }
@@ -129,4 +130,42 @@ TEST_CASE("status_view: --state takes states, repeated or comma-separated") {
   std::set<std::string> parked;
   CHECK_FALSE(parse_state_filter({"paused,quota_wait"}, parked));
   CHECK(parked == std::set<std::string>{"paused", "quota_wait"});
+}
+
+TEST_CASE("status_view: --outcome lists finished tasks by outcome, with "
+          "--state") {
+  status_answer a;
+  a.now = 1000;
+  auto ok = row("ok", "done", 900);
+  ok.record["result"] = boost::json::object{{"outcome", "succeeded"}};
+  auto bad = row("bad", "done", 900);
+  bad.record["result"] =
+    boost::json::object{{"outcome", "failed"}, {"exit_code", 2}};
+  a.rows.push_back(ok);
+  a.rows.push_back(bad);
+  a.rows.push_back(row("busy", "running", 990));
+  auto failed = printed(a, false, false, {}, {"failed"});
+  CHECK(failed.find("bad") != std::string::npos);
+  CHECK(failed.find("failed (exit 2)") != std::string::npos);
+  CHECK(failed.find("ok ") == std::string::npos);
+  CHECK(failed.find("busy") == std::string::npos); // no outcome yet
+  auto either = printed(a, false, false, {"done"}, {"failed", "succeeded"});
+  CHECK(either.find("bad") != std::string::npos);
+  CHECK(either.find("ok ") != std::string::npos);
+  CHECK(printed(a, false, false, {"running"}, {"failed"}) ==
+        "no tasks match the filter\n");
+  CHECK(printed(a, false, false, {}, {"stopped"}) ==
+        "no tasks match the filter\n");
+}
+
+TEST_CASE("status_view: --outcome takes the outcome names and lists them "
+          "when given another") {
+  std::set<std::string> outcomes;
+  CHECK_FALSE(parse_outcome_filter({"failed,stopped", "succeeded"}, outcomes));
+  CHECK(outcomes == std::set<std::string>{"failed", "stopped", "succeeded"});
+  std::set<std::string> bad;
+  auto err = parse_outcome_filter({"failed,crashed"}, bad);
+  REQUIRE(err);
+  CHECK(*err == "--outcome: expected succeeded, failed or stopped; got "
+                "'crashed'");
 }
