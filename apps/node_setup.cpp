@@ -89,9 +89,17 @@ std::uint64_t fresh_seed() {
 }
 
 expected<bool> secure_state_dir(const std::string& dir) {
+  std::error_code ec;
+  bool existed = std::filesystem::exists(dir, ec);
   auto old_mode = make_state_dir_private(dir);
   if (!old_mode)
     return old_mode.error();
+  // Said either way: a node started as root keeps its state in
+  // /var/lib/tasksup, not where a user's would be.
+  if (existed)
+    spdlog::info("state directory {}", dir);
+  else
+    spdlog::info("created state directory {}", dir);
   if (*old_mode)
     spdlog::warn("state directory {} was mode {:04o}, open to other users; "
                  "made it 0700 (it holds the journal and task output)",

@@ -49,9 +49,10 @@ std::string fresh_work_dir(std::string_view kind);
 /// A seed for trace ids and jitter that differs between runs.
 std::uint64_t fresh_seed();
 
-/// Makes a node's state directory `dir` private (`make_state_dir_private`)
-/// and warns when it was open to other users and has been made 0700; an
-/// error when it could not be.
+/// Makes a node's state directory `dir` private (`make_state_dir_private`),
+/// logs which directory it is (and that it was created, when it was), and
+/// warns when it was open to other users and has been made 0700; an error
+/// when it could not be.
 expected<bool> secure_state_dir(const std::string& dir);
 
 /// Sends spdlog's default logger to stderr as `tasksup: <level>: <text>`

@@ -4,6 +4,7 @@
 #include "commands.hpp"
 #include "config_location.hpp"
 #include "connection_guard.hpp"
+#include "current_node.hpp"
 #include "dashboard.hpp"
 #include "dashboard_auth.hpp"
 #include "http_server.hpp"
@@ -14,6 +15,7 @@
 #include "notifier.hpp"
 #include "peer_directory.hpp"
 #include "progress_view.hpp"
+#include "service_notify.hpp"
 #include "signal_watch.hpp"
 #include "tls_server_context.hpp"
 #include "worker_node.hpp"
@@ -44,6 +46,7 @@
 #include <spdlog/spdlog.h>
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -452,6 +455,24 @@ int serve(const serve_options& opts) {
              [](caf::error& err) {
                spdlog::warn("events will not be logged: {}", error_text(err));
              });
+  // This user's commands now find this node without --node or --state-dir
+  // (current_node.hpp), as kubectl's current context.
+  current_node me{client_address_for(addr->host, port), state_dir,
+                  opts.certs.empty() ? std::string{}
+                                     : absolute_dir(opts.certs)};
+  if (auto recorded = write_current_node(me))
+    spdlog::info("current node for this user's commands: {} (state "
+                 "directory {}; recorded in {})",
+                 me.node, me.state_dir, current_node_path());
+  else
+    spdlog::warn("{}; commands need --node {} --state-dir {}",
+                 recorded.error().to_string(), me.node, me.state_dir);
+  // The journal is restored and the registry has answered: ready, for a
+  // systemd unit of Type=notify.
+  notify_service_manager(
+    "READY=1\nSTATUS=listening on " + bound.to_string() + ", " +
+    std::to_string(resumed) +
+    " unfinished task(s) resumed\nMAINPID=" + std::to_string(::getpid()));
 
   std::unique_ptr<notifier> notify;
   if (!notify_opts.command.empty() || !notify_opts.url.empty())
@@ -507,6 +528,8 @@ int serve(const serve_options& opts) {
       stopping_since = std::chrono::steady_clock::now();
       spdlog::info("shutting down: no new tasks; stopping the running ones "
                    "(signal again to kill them)");
+      notify_service_manager("STOPPING=1\nSTATUS=shutting down: stopping "
+                             "the running tasks");
       front->close_listener();
       control.reset();
       if (auto ids = unfinished(self, registry))
@@ -548,6 +571,9 @@ int serve(const serve_options& opts) {
   self->send_exit(registry, caf::exit_reason::user_shutdown);
   if (journal)
     self->send_exit(journal, caf::exit_reason::user_shutdown);
+  // Commands without --node then say that no node is listening here,
+  // rather than name a node that is gone (another node's record stays).
+  clear_current_node(me);
   spdlog::info("stopped");
   return exit_status::ok;
 }
@@ -715,6 +741,19 @@ before anything reaches the node. The certificates are in --certs DIR, else
 in <state dir>/certs, where the first start creates a CA, a node and a client
 certificate readable by this user only; `tasksup` commands run by this user
 find them there (see `tasksup status --help`). --insecure turns TLS off.
+
+At start the node logs its state directory ("created state directory DIR"
+when it made it: as root that is /var/lib/tasksup) and records itself as
+this user's current node in $XDG_CONFIG_HOME/tasksup/current-node (else
+~/.config/tasksup/current-node; mode 0600): its address, state directory
+and --certs. This user's commands given no --node, --state-dir or
+$TASKSUP_NODE/$TASKSUP_STATE_DIR then talk to it, whatever its state
+directory; a clean stop removes the record if it still names this node
+(`tasksup context` shows, sets and clears it).
+
+Under systemd (a unit of Type=notify; one ships as tasksup.service), the
+node sends READY=1 to $NOTIFY_SOCKET once it listens and has restored its
+journal, and STOPPING=1 when a signal starts its shutdown.
 
 What a client can leave pending at the node is bounded: an await (waiting
 for a task's result) ends after --await-timeout with an await_timeout error
