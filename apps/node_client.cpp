@@ -170,6 +170,14 @@ int with_node(const std::string& command, const std::string& node,
     "if the node was started with `tasksup serve --state-dir DIR`, pass "
     "--state-dir DIR (or set TASKSUP_STATE_DIR=DIR); with `--certs DIR`, "
     "pass --certs DIR"};
+  // The node this user started last says where its state is.
+  if (auto current = read_current_node();
+      current && current->state_dir != where.state_dir) {
+    auto at = parse_node_address(current->node);
+    if (at && at->to_string() == addr->to_string())
+      what_to_pass += "; the current node, " + current->node +
+                      ", was started with --state-dir " + current->state_dir;
+  }
   caf::actor_system_config cfg;
   configure_actor_system(cfg, true);
   disable_connection_timeout(cfg);

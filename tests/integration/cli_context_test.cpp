@@ -174,6 +174,11 @@ TEST_CASE("cli: a node that refuses the certificates is named with the "
   auto env = plain_user(dir);
   auto own = dir / "own-state";
   plain_node n{dir, {"--state-dir", own}, env, "serve"};
+  REQUIRE(eventually(
+    [&] {
+      return std::filesystem::exists(dir / "xdg-config/tasksup/current-node");
+    },
+    30s));
   // The default state directory has a CA of its own, not the node's.
   auto mine = dir / "xdg-state/tasksup";
   REQUIRE(run_to_end(dir, {"certs", "init", mine + "/certs"}).status == 0);
@@ -188,6 +193,8 @@ TEST_CASE("cli: a node that refuses the certificates is named with the "
   CHECK(r.err.find(mine + " ($TASKSUP_STATE_DIR)") != std::string::npos);
   CHECK(r.err.find("--state-dir DIR") != std::string::npos);
   CHECK(r.err.find("TASKSUP_STATE_DIR=DIR") != std::string::npos);
+  // The node recorded itself: the message names its state directory.
+  CHECK(r.err.find("was started with --state-dir " + own) != std::string::npos);
   // With the node's state directory named, the same command gets in.
   auto ok =
     run_to_end(dir, {"nodes", "--node", n.address, "--state-dir", own}, 30s,
