@@ -2,6 +2,12 @@
 
 #include <catch2/catch.hpp>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdlib>
 
 using namespace tasksup::app;
@@ -45,4 +51,28 @@ TEST_CASE("the default node comes from TASKSUP_NODE, else loopback:7420") {
   ::setenv("TASKSUP_NODE", "10.1.2.3:9000", 1);
   CHECK(default_node_text() == "10.1.2.3:9000");
   ::unsetenv("TASKSUP_NODE");
+}
+
+TEST_CASE("a probe tells a port nobody listens on from a listening one") {
+  using namespace std::chrono_literals;
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  socklen_t len = sizeof addr;
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  node_address at{"127.0.0.1", ntohs(addr.sin_port)};
+  // Bound, not listening: refused, as a port with no node.
+  CHECK(probe_listening(at, 2s) == listen_probe::nothing);
+  REQUIRE(::listen(fd, 1) == 0);
+  CHECK(probe_listening(at, 2s) == listen_probe::listening);
+  ::close(fd);
+  auto text = nothing_listening_text(at, "the default");
+  CHECK(text.rfind("cannot reach the node at " + at.to_string() +
+                     ": no tasksup node is listening there (start one with "
+                     "`tasksup serve`",
+                   0) == 0);
+  CHECK(nothing_listening_text(at, "the current node")
+          .find("tasksup context clear") != std::string::npos);
 }
