@@ -13,10 +13,14 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace tasksup::app {
@@ -38,7 +42,47 @@ struct options {
   std::string rules_file;
   bool json = false;
   std::string log = "-";
+  /// Unix time to classify at (a quota's "resets 3pm" is read against it);
+  /// unset: the wall clock.
+  std::optional<int64_t> now_unix;
 };
+
+/// "2026-11-28T02:10:37Z".
+std::string iso_utc(std::chrono::system_clock::time_point t) {
+  auto secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  if (gmtime_r(&secs, &tm) == nullptr)
+    return "?";
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+/// "2h13m", "3d4h", "45s".
+std::string short_duration(double seconds) {
+  auto s = static_cast<int64_t>(seconds);
+  auto d = s / 86400;
+  auto h = s % 86400 / 3600;
+  auto m = s % 3600 / 60;
+  std::string out;
+  if (d > 0)
+    out += std::to_string(d) + "d";
+  if (h > 0 || d > 0)
+    out += std::to_string(h) + "h";
+  if (d == 0)
+    out += std::to_string(m) + "m";
+  if (s < 60)
+    out = std::to_string(s) + "s";
+  return out;
+}
+
+/// When a quota's account comes back, for a class that has a reset.
+std::optional<std::chrono::system_clock::time_point>
+reset_time(const classification& c, std::chrono::system_clock::time_point now) {
+  if (c.cls != error_class::quota_exhausted || !c.retry_after_s)
+    return std::nullopt;
+  return now + std::chrono::seconds{static_cast<int64_t>(*c.retry_after_s)};
+}
 
 /// The lines the widest rule window needs, within `max_tail_lines`.
 std::size_t tail_lines_needed(const std::vector<classifier_rule>& rules) {
@@ -50,7 +94,8 @@ std::size_t tail_lines_needed(const std::vector<classifier_rule>& rules) {
   return needed;
 }
 
-void print_json(const std::string& cls, const classification* c) {
+void print_json(const std::string& cls, const classification* c,
+                std::chrono::system_clock::time_point now) {
   boost::json::object out;
   out["class"] = cls;
   if (c != nullptr && !c->rule.empty())
@@ -65,10 +110,17 @@ void print_json(const std::string& cls, const classification* c) {
     out["retry_after_s"] = *c->retry_after_s;
   else
     out["retry_after_s"] = nullptr;
+  if (c != nullptr && c->cls == error_class::quota_exhausted) {
+    if (auto at = reset_time(*c, now))
+      out["reset_at"] = iso_utc(*at);
+    else
+      out["reset_at"] = nullptr;
+  }
   std::cout << boost::json::serialize(out) << '\n';
 }
 
-void print_human(const classification& c) {
+void print_human(const classification& c,
+                 std::chrono::system_clock::time_point now) {
   std::cout << "class: " << to_string(c.cls) << '\n';
   std::cout << "rule: " << printable(c.rule) << '\n';
   if (c.line.empty())
@@ -76,8 +128,15 @@ void print_human(const classification& c) {
                  "by default)\n";
   else
     std::cout << "line: " << printable(c.line) << '\n';
-  if (c.retry_after_s)
+  if (c.cls == error_class::quota_exhausted) {
+    if (auto at = reset_time(c, now))
+      std::cout << "quota resets in " << short_duration(*c.retry_after_s)
+                << " (at " << iso_utc(*at) << ")\n";
+    else
+      std::cout << "quota resets: (no reset time in the output)\n";
+  } else if (c.retry_after_s) {
     std::cout << "retry after: " << *c.retry_after_s << " s\n";
+  }
 }
 
 int run(const options& opts) {
@@ -125,18 +184,22 @@ int run(const options& opts) {
   outcome.signal = opts.signal;
   outcome.oom_killed = opts.oom;
   outcome.tail = tail.lines();
+  auto now = opts.now_unix
+               ? std::chrono::system_clock::time_point{std::chrono::seconds{
+                   *opts.now_unix}}
+               : std::chrono::system_clock::now();
   if (outcome.succeeded()) {
     if (opts.json)
-      print_json("success", nullptr);
+      print_json("success", nullptr, now);
     else
       std::cout << "success (exit 0 is never classified)\n";
     return exit_status::ok;
   }
-  auto result = cls->classify(outcome, opts.agent_cli);
+  auto result = cls->classify(outcome, opts.agent_cli, now);
   if (opts.json)
-    print_json(std::string{to_string(result.cls)}, &result);
+    print_json(std::string{to_string(result.cls)}, &result, now);
   else
-    print_human(result);
+    print_human(result, now);
   return exit_status::ok;
 }
 
@@ -163,16 +226,24 @@ void setup(CLI::App& app, int& status) {
                  "built-in rules (as in config/classifier.json)")
     ->type_name("FILE");
   cmd->add_flag("--json", opts->json,
-                "Print one JSON object {class, rule, line, retry_after_s}");
+                "Print one JSON object {class, rule, line, retry_after_s}, "
+                "plus reset_at (UTC, ISO 8601) for quota_exhausted");
+  cmd
+    ->add_option("--now", opts->now_unix,
+                 "Classify as if at this Unix time (a quota's \"resets 3pm\" "
+                 "is the next 3pm after it); default: now")
+    ->check(CLI::Range(int64_t{0}, int64_t{253402300799}));
   cmd->add_option("log", opts->log, "Log file; - or none reads stdin")
     ->type_name("LOGFILE|-");
-  cmd->footer("Only the end of the log matters (each rule looks at its last "
-              "window_lines lines), so the log is streamed and only its last "
-              "lines are kept, each cut to 4096 bytes: any size of input, "
-              "binary included, is fine. Exit code 0 is success and never "
-              "classified, even with --oom. Exit status: 0 after "
-              "classifying, 2 for bad flags or an unreadable log or rules "
-              "file.");
+  cmd->footer(
+    "Only the end of the log matters (each rule looks at its last "
+    "window_lines lines), so the log is streamed and only its last "
+    "lines are kept, each cut to 4096 bytes: any size of input, "
+    "binary included, is fine. Exit code 0 is success and never "
+    "classified, even with --oom. For quota_exhausted, retry_after_s is "
+    "the seconds until the quota resets (at most 7 days). Exit status: 0 after "
+    "classifying, 2 for bad flags or an unreadable log or rules "
+    "file.");
   cmd->callback([opts, &status] { status = run(*opts); });
 }
 

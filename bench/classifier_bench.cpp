@@ -183,7 +183,7 @@ int main(int argc, char** argv) {
   tail100.exit_code = 1;
   for (int i = 0; i < 100; ++i)
     tail100.tail.push_back(make_line(rng, line_no++));
-  if (auto c = cls.classify(tail100, agent_cli); c.rule != "default")
+  if (auto c = cls.classify(tail100, agent_cli, {}); c.rule != "default")
     die("generated tail matched rule " + c.rule);
   if (naive_classify(naive, tail100.tail) != -1)
     die("naive baseline matched the generated tail");
@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
                                     return r.id == "rate_limit";
                                   }) -
                      rules.begin());
-  if (cls.classify(limited, agent_cli).rule != "rate_limit" ||
+  if (cls.classify(limited, agent_cli, {}).rule != "rate_limit" ||
       naive_classify(naive, limited.tail) != rate_limit_index)
     die("rate-limit tail not classified as rate_limit");
   reference::classifier before{rules};
@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
     const auto& input = tail_case == "ratelimit" ? limited : tail100;
     for (std::uint64_t i = 0; i < calls; ++i)
       sink += only == "old" ? before.classify(input, agent_cli).rule.size()
-                            : cls.classify(input, agent_cli).rule.size();
+                            : cls.classify(input, agent_cli, {}).rule.size();
     std::printf("RESULT name=classifier_calls only=%s calls=%llu sink=%zu\n",
                 only.c_str(), static_cast<unsigned long long>(calls), sink);
     return 0;
@@ -222,13 +222,13 @@ int main(int argc, char** argv) {
       sink += before.classify(tail100, agent_cli).rule.size();
     }));
     new_tail.push_back(per_call(slice, 100, [&] {
-      sink += cls.classify(tail100, agent_cli).rule.size();
+      sink += cls.classify(tail100, agent_cli, {}).rule.size();
     }));
     old_limited.push_back(per_call(slice, 100, [&] {
       sink += before.classify(limited, agent_cli).rule.size();
     }));
     new_limited.push_back(per_call(slice, 100, [&] {
-      sink += cls.classify(limited, agent_cli).rule.size();
+      sink += cls.classify(limited, agent_cli, {}).rule.size();
     }));
   }
   for (std::uint64_t r = 0; r < rounds; ++r)
@@ -242,8 +242,9 @@ int main(int argc, char** argv) {
   auto re2_limited_old = median(old_limited);
   // The same without an agent name: the templated `{agent_cli}` pattern is
   // then left out.
-  auto re2_tail_noagent = per_call(
-    tail_seconds, 100, [&] { sink += cls.classify(tail100, "").rule.size(); });
+  auto re2_tail_noagent = per_call(tail_seconds, 100, [&] {
+    sink += cls.classify(tail100, "", {}).rule.size();
+  });
   auto naive_tail = per_call(tail_seconds, 10, [&] {
     sink += static_cast<std::size_t>(naive_classify(naive, tail100.tail) + 1);
   });
@@ -284,7 +285,7 @@ int main(int argc, char** argv) {
   attempt_outcome streamed;
   streamed.exit_code = 1;
   streamed.tail = capture->tail();
-  auto streamed_class = cls.classify(streamed, agent_cli);
+  auto streamed_class = cls.classify(streamed, agent_cli, {});
   auto stream_s = seconds_since(stream_start);
   if (streamed_class.rule != "default")
     die("streamed log matched rule " + streamed_class.rule);
@@ -305,7 +306,7 @@ int main(int argc, char** argv) {
   whole.exit_code = 1;
   whole.tail = all_lines;
   auto full_start = bench_clock::now();
-  auto full_class = wide->classify(whole, agent_cli);
+  auto full_class = wide->classify(whole, agent_cli, {});
   auto full_s = seconds_since(full_start);
   if (full_class.rule != "default")
     die("full log matched rule " + full_class.rule);

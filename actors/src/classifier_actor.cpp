@@ -8,6 +8,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include <chrono>
 #include <map>
 #include <optional>
 #include <string>
@@ -48,7 +49,10 @@ classifier_impl(classifier_actor::stateful_pointer<classifier_state> self,
       auto& st = self->state;
       auto i = st.per_task.find(req.task_id);
       const auto& cls = i != st.per_task.end() ? i->second : *st.defaults;
-      return classify_attempt(cls, req.outcome, req.agent_cli);
+      // The wall clock reads a quota's reset ("resets 3pm"): the attempt
+      // has just ended, so its output is as old as this request.
+      return classify_attempt(cls, req.outcome, req.agent_cli,
+                              std::chrono::system_clock::now());
     },
     [=](set_rules_atom,
         std::vector<classifier_rule> rules) -> caf::result<bool> {

@@ -151,6 +151,22 @@ std::vector<classifier_rule> default_classifier_rules() {
     r.signals = {SIGILL, SIGABRT, SIGBUS, SIGFPE, SIGKILL, SIGSEGV};
     rules.push_back(std::move(r));
   }
+  // A usage or plan limit that resets at a known time: the account is
+  // closed until then. Ahead of billing (Gemini's daily-quota message also
+  // says "check your plan and billing details") and of the per-minute rule.
+  // Claude: "You've hit your 5-hour limit · resets 3:10am (Europe/Berlin)";
+  // codex: "You've hit your usage limit. ... or try again at Nov 28th, 2026
+  // 2:10 AM."; gemini: "You have exhausted your daily quota on this model.";
+  // qwen (OpenAI's usage_limit_reached): "The usage limit has been reached".
+  // Claude's "monthly spend limit" is out of credit, not a quota.
+  add("quota", error_class::quota_exhausted,
+      {R"(you.{1,3}ve (hit|reached) your (usage|session|weekly|daily|)"
+       R"(\d+.hour|opus|sonnet|fable|plan) limit)",
+       R"(usage.?limit.?(reached|exceeded|has been reached))",
+       R"(exhausted your (daily|weekly|monthly) quota)",
+       R"(daily quota (exceeded|reached|exhausted))",
+       R"(quota.?id\W+\w*per.?day)", R"(limit reached\|\d{9})"},
+      100);
   // A per-minute window says the quota comes back soon, even when the same
   // message also mentions billing (Gemini's free tier does).
   add("rate_limit_per_minute", error_class::rate_limit,
@@ -159,23 +175,52 @@ std::vector<classifier_rule> default_classifier_rules() {
   // another agent in the chain may (agent_failure falls back at once).
   add("billing", error_class::agent_failure,
       {R"(credit.?balance)", R"(insufficient.?quota)", R"(billing.?error)",
-       R"(plan and billing)", R"(billing.?disabled)", R"(out of credits)"},
+       R"(plan and billing)", R"(billing.?disabled)", R"(out of credits)",
+       R"(spend limit)", R"(out of usage credits)"},
       50);
   add("rate_limit", error_class::rate_limit,
       {R"(rate.?limit)", R"(\b429\b)", R"(too.?many.?requests)",
        R"(quota.?exceeded)", R"(resource.?exhausted)"},
       100);
+  // The agent waits for a person: it asked and read a closed stdin
+  // (Python's input(), inquirer), asked for approval, or needs a login in a
+  // browser (gemini: "Manual authorization is required but the current
+  // session is non-interactive"). Ahead of fatal: that gemini message comes
+  // as a FatalAuthenticationError. A missing key is fatal, not this.
+  add("needs_input", error_class::needs_input,
+      {R"(eof when reading a line)", R"(force closed the prompt)",
+       R"(manual authorization is required)",
+       R"(in an interactive terminal to log in)",
+       R"((requires|waiting for|awaiting|needs) (your |user )?approval)",
+       R"(approval (is )?required)", R"(interactive (login|authentication))",
+       R"(stdin is not a tty|not a terminal.{0,40}prompt)",
+       R"(do you want to (proceed|continue)\?\s*(\[y/n\])?\s*$)",
+       R"(\[y/n\]\s*$)"},
+      20);
   add("fatal", error_class::fatal,
-      {R"(authentication.?failed)", R"(invalid.?api.?key)",
-       R"(permission.?denied)", R"(failed to authenticate)",
-       R"(authentication.?error)", R"(incorrect api key)",
-       R"(api key not valid)", R"(api.?key.?invalid)",
+      {R"(authentication.?failed)",
+       R"(invalid.?api.?key)",
+       R"(permission.?denied)",
+       R"(failed to authenticate)",
+       R"(authentication.?error)",
+       R"(incorrect api key)",
+       R"(api key not valid)",
+       R"(api.?key.?invalid)",
        R"((status|error|code)\W{0,3}40[13]\b)",
-       R"(\b40[13] (unauthori[sz]ed|forbidden))", R"(\bunauthori[sz]ed\b)",
-       R"(not logged in)", R"(please run /login)", R"(permission.?error)",
-       R"(does not have (access|permission))", R"(invalid auth method)",
+       R"(\b40[13] (unauthori[sz]ed|forbidden))",
+       R"(\bunauthori[sz]ed\b)",
+       R"(not logged in)",
+       R"(please run /login)",
+       R"(permission.?error)",
+       R"(does not have (access|permission))",
+       R"(invalid auth method)",
        R"(must specify the \w+ environment variable)",
-       R"((missing|no) api.?key)"},
+       R"((missing|no) api.?key)",
+       R"(please set an auth method)",
+       R"(no auth type is selected)",
+       R"(missing environment variable\W{0,3}\w*(key|token))",
+       R"(x-api-key header is required)",
+       R"(didn.?t provide an api key)"},
       50);
   // A CLI that cannot run (exit 126/127, an unknown flag, a directory it
   // refuses) is broken whatever else it printed.
@@ -675,8 +720,9 @@ expected<classifier> classifier::make(std::vector<classifier_rule> rules) {
   return classifier{std::move(ptr)};
 }
 
-classification classifier::classify(const attempt_outcome& outcome,
-                                    std::string_view agent_cli) const {
+classification
+classifier::classify(const attempt_outcome& outcome, std::string_view agent_cli,
+                     std::chrono::system_clock::time_point now) const {
   classification result;
   if (!outcome.lost_node.empty()) {
     result.cls = error_class::infrastructure;
@@ -787,11 +833,15 @@ classification classifier::classify(const attempt_outcome& outcome,
   result.rule = rule.id;
   if (best < candidates.size())
     result.line = display_line(tail[hit_line], hit_offset);
-  if (rule.cls == error_class::rate_limit) {
+  if (rule.cls == error_class::rate_limit ||
+      rule.cls == error_class::quota_exhausted) {
     // The hint may sit on its own line ("Retry-After: 30" under the "429"):
     // the first one found from the newest line of the rule's window.
     for (auto k = tail.size(); k > window_begin(rule, tail.size()); --k) {
-      if (auto hint = parse_retry_after(tail[k - 1])) {
+      auto hint = rule.cls == error_class::rate_limit
+                    ? parse_retry_after(tail[k - 1])
+                    : parse_quota_reset(tail[k - 1], now);
+      if (hint) {
         result.retry_after_s = hint;
         break;
       }

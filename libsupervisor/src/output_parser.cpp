@@ -157,6 +157,18 @@ void read_google_error(std::string_view text, structured_error& e) {
     e.message = bounded(*msg, max_structured_text_bytes);
 }
 
+/// Claude Code's rejected subscription limit: `api_error_params.
+/// rate_limit_info` with status "rejected" and a 5-hour or weekly
+/// `rateLimitType` (its "overage" is usage credits, not a quota).
+bool is_subscription_limit(const json::value& doc) {
+  const auto* info = path(doc, {"api_error_params", "rate_limit_info"});
+  if (info == nullptr)
+    return false;
+  auto kind = str(member(*info, "rateLimitType")).value_or("");
+  return str(member(*info, "status")) == std::string_view{"rejected"} &&
+         (kind.substr(0, 9) == "five_hour" || kind.substr(0, 9) == "seven_day");
+}
+
 void finish_error(structured_error& e) {
   if (e.http_status == 0)
     e.http_status = status_in_text(e.message);
@@ -218,6 +230,8 @@ std::string output_parser::feed_json_line(std::string_view line) {
       if (auto kind = str(member(*doc, "error"))) {
         structured_error e;
         e.type = bounded(*kind, 100);
+        if (is_subscription_limit(*doc))
+          e.type = std::string{usage_limit_reached_type};
         e.http_status = http_status(member(*doc, "api_error_status"));
         e.message = bounded(text, max_structured_text_bytes);
         finish_error(e);
@@ -245,8 +259,11 @@ std::string output_parser::feed_json_line(std::string_view line) {
         // says only invalid_request_error where the CLI knows it is
         // "billing_error" (credit balance too low).
         structured_error e = result_.error.value_or(structured_error{});
-        if (auto api_type = str(member(*doc, "api_error_type"));
-            api_type && e.type != "billing_error")
+        if (is_subscription_limit(*doc))
+          e.type = std::string{usage_limit_reached_type};
+        else if (auto api_type = str(member(*doc, "api_error_type"));
+                 api_type && e.type != "billing_error" &&
+                 e.type != usage_limit_reached_type)
           e.type = bounded(*api_type, 100);
         if (auto st = http_status(member(*doc, "api_error_status")))
           e.http_status = st;
@@ -381,7 +398,9 @@ struct type_rule {
 
 /// Provider error types (Anthropic, OpenAI, Google) and the CLIs' own error
 /// kinds that say what to do without reading any text.
-constexpr std::array<type_rule, 22> type_rules{{
+constexpr std::array<type_rule, 24> type_rules{{
+  {usage_limit_reached_type, error_class::quota_exhausted},
+  {"usage_limit_exceeded", error_class::quota_exhausted},
   {"authentication_error", error_class::fatal},
   {"authentication_failed", error_class::fatal},
   {"permission_error", error_class::fatal},
@@ -408,7 +427,9 @@ constexpr std::array<type_rule, 22> type_rules{{
 
 } // namespace
 
-std::optional<classification> classify_structured(const structured_error& e) {
+std::optional<classification>
+classify_structured(const structured_error& e,
+                    std::chrono::system_clock::time_point now) {
   classification c;
   c.line = bounded(e.message, max_display_line_bytes);
   if (e.type == idle_timeout_type || e.type == idle_noise_type) {
@@ -438,13 +459,16 @@ std::optional<classification> classify_structured(const structured_error& e) {
   }
   if (c.cls == error_class::rate_limit)
     c.retry_after_s = e.retry_after_s;
+  if (c.cls == error_class::quota_exhausted)
+    c.retry_after_s = parse_quota_reset(e.message, now);
   return c;
 }
 
 classification classify_attempt(const classifier& rules,
                                 const attempt_outcome& outcome,
-                                std::string_view agent_cli) {
-  auto by_text = rules.classify(outcome, agent_cli);
+                                std::string_view agent_cli,
+                                std::chrono::system_clock::time_point now) {
+  auto by_text = rules.classify(outcome, agent_cli, now);
   const auto* error = outcome.structured && outcome.structured->error
                         ? &*outcome.structured->error
                         : nullptr;
@@ -453,17 +477,23 @@ classification classify_attempt(const classifier& rules,
   if (error != nullptr &&
       (error->type == idle_timeout_type || error->type == idle_noise_type) &&
       by_text.cls != error_class::infrastructure)
-    return *classify_structured(*error);
+    return *classify_structured(*error, now);
   // What the machinery saw (an OOM kill, a crash signal, a runtime that
   // failed) outranks what the agent said before it died.
   if (by_text.cls == error_class::container_crash ||
       by_text.cls == error_class::infrastructure)
     return by_text;
   if (outcome.structured && outcome.structured->error)
-    if (auto by_error = classify_structured(*outcome.structured->error)) {
-      // A hint printed in the text still counts when the error had none.
+    if (auto by_error = classify_structured(*outcome.structured->error, now)) {
+      // "Rate limit" from the CLI, a quota with its reset in the text: the
+      // text is the more precise.
       if (by_error->cls == error_class::rate_limit &&
-          !by_error->retry_after_s && by_text.cls == error_class::rate_limit)
+          by_text.cls == error_class::quota_exhausted)
+        return by_text;
+      // A hint printed in the text still counts when the error had none.
+      if (by_error->cls == by_text.cls && !by_error->retry_after_s &&
+          (by_text.cls == error_class::rate_limit ||
+           by_text.cls == error_class::quota_exhausted))
         by_error->retry_after_s = by_text.retry_after_s;
       return *by_error;
     }

@@ -314,7 +314,7 @@ TEST_CASE_METHOD(fixture, "a silent attempt is stopped after idle_timeout_s",
   auto killed = out;
   killed.exit_code = 137;
   killed.signal = 9;
-  auto c = classify_attempt(*rules, killed, "a-cli");
+  auto c = classify_attempt(*rules, killed, "a-cli", {});
   CHECK(c.cls == error_class::retryable);
   CHECK(c.rule == "idle_timeout");
 }
@@ -405,7 +405,7 @@ TEST_CASE_METHOD(fixture,
   auto killed = out;
   killed.exit_code = 137;
   killed.signal = 9;
-  auto c = classify_attempt(*rules, killed, "codex");
+  auto c = classify_attempt(*rules, killed, "codex", {});
   CHECK(c.cls == error_class::retryable);
   CHECK(c.rule == "idle_noise");
   CHECK_THAT(c.line, Catch::Contains("Reconnecting... waiting for network"));

@@ -92,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   if ((flags & 4) && out.tail.size() > 1)
     out.infrastructure_error = out.tail[1];
 
-  check(default_set().classify(out, agent), default_set(), out);
+  check(default_set().classify(out, agent, {}), default_set(), out);
 
   classifier_rule custom;
   custom.id = "custom";
@@ -103,7 +103,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   custom.window_lines = flags >> 5;
   auto made = classifier::make({custom});
   if (made)
-    check(made->classify(out, agent), *made, out);
+    check(made->classify(out, agent, {}), *made, out);
   else
     require(!made.error().what.empty() &&
             made.error().path.rfind("/0", 0) == 0);

@@ -63,7 +63,7 @@ std::vector<std::string> at_from_end(std::string line, std::size_t after) {
 classification classify(const attempt_outcome& out,
                         std::string_view agent_cli = "codex") {
   static const classifier cls = defaults();
-  return cls.classify(out, agent_cli);
+  return cls.classify(out, agent_cli, {});
 }
 
 } // namespace
@@ -332,23 +332,23 @@ TEST_CASE("custom rules: exit codes, signals, OOM flag and window 0",
   anywhere.window_lines = 0;
   auto cls = make_classifier({by_exit, by_signal, anywhere});
 
-  auto c = cls.classify(failed(4), "codex");
+  auto c = cls.classify(failed(4), "codex", {});
   CHECK(c.cls == error_class::fatal);
   CHECK(c.rule == "lint_failed");
-  CHECK(cls.classify(failed(5), "codex").rule == "default");
+  CHECK(cls.classify(failed(5), "codex", {}).rule == "default");
 
   auto term = failed(143);
   term.signal = SIGTERM;
-  CHECK(cls.classify(term, "codex").rule == "terminated");
+  CHECK(cls.classify(term, "codex", {}).rule == "terminated");
   // The signal criterion looks at the signal, not at 128+N.
-  CHECK(cls.classify(failed(143), "codex").rule == "default");
+  CHECK(cls.classify(failed(143), "codex", {}).rule == "default");
 
   auto far = at_from_end("write: No space left on device", 5000);
-  c = cls.classify(failed(1, far), "codex");
+  c = cls.classify(failed(1, far), "codex", {});
   CHECK(c.rule == "disk_full");
   CHECK(c.line == "write: No space left on device");
   // The custom set replaces the defaults entirely.
-  CHECK(cls.classify(failed(1, {"rate limit"}), "codex").rule == "default");
+  CHECK(cls.classify(failed(1, {"rate limit"}), "codex", {}).rule == "default");
 }
 
 TEST_CASE("custom rules: match_all needs every criterion it sets",
@@ -367,25 +367,25 @@ TEST_CASE("custom rules: match_all needs every criterion it sets",
   killed.match_all = true;
   auto cls = make_classifier({rule, killed});
 
-  auto c =
-    cls.classify(failed(1, {"x", "Segmentation fault (core dumped)"}), "codex");
+  auto c = cls.classify(failed(1, {"x", "Segmentation fault (core dumped)"}),
+                        "codex", {});
   CHECK(c.rule == "segv_in_agent");
   CHECK(c.line == "Segmentation fault (core dumped)");
-  CHECK(cls.classify(failed(2, {"Segmentation fault"}), "codex").rule ==
+  CHECK(cls.classify(failed(2, {"Segmentation fault"}), "codex", {}).rule ==
         "default");
-  CHECK(cls.classify(failed(1, {"all fine"}), "codex").rule == "default");
+  CHECK(cls.classify(failed(1, {"all fine"}), "codex", {}).rule == "default");
 
-  CHECK(cls.classify(failed(137), "codex").rule == "killed_not_oom");
+  CHECK(cls.classify(failed(137), "codex", {}).rule == "killed_not_oom");
   auto oom = failed(137);
   oom.oom_killed = true;
-  CHECK(cls.classify(oom, "codex").rule == "default");
+  CHECK(cls.classify(oom, "codex", {}).rule == "default");
 
   SECTION("without match_all any one criterion is enough") {
     rule.match_all = false;
     auto any = make_classifier({rule});
-    CHECK(any.classify(failed(2, {"core dumped"}), "codex").rule ==
+    CHECK(any.classify(failed(2, {"core dumped"}), "codex", {}).rule ==
           "segv_in_agent");
-    auto by_code = any.classify(failed(1, {"all fine"}), "codex");
+    auto by_code = any.classify(failed(1, {"all fine"}), "codex", {});
     CHECK(by_code.rule == "segv_in_agent");
     CHECK(by_code.line.empty());
   }
@@ -398,10 +398,10 @@ TEST_CASE("custom rate-limit rules get retry-after hints too", "[classifier]") {
   rule.exit_codes = {75};
   rule.window_lines = 3;
   auto cls = make_classifier({rule});
-  auto c = cls.classify(failed(75, {"retry after 9s", "a", "b", "c"}), "x");
+  auto c = cls.classify(failed(75, {"retry after 9s", "a", "b", "c"}), "x", {});
   CHECK(c.rule == "throttled");
   CHECK_FALSE(c.retry_after_s); // outside the rule's window of 3
-  c = cls.classify(failed(75, {"retry after 9s", "a", "b"}), "x");
+  c = cls.classify(failed(75, {"retry after 9s", "a", "b"}), "x", {});
   REQUIRE(c.retry_after_s);
   CHECK(*c.retry_after_s == Approx(9));
 }
@@ -545,8 +545,8 @@ TEST_CASE("patterns that backtrack exponentially elsewhere run linearly",
   std::string as(100000, 'a');
   as += '!';
   std::string xs(100000, 'x');
-  CHECK(cls.classify(failed(1, {as, xs}), "x").rule == "default");
-  CHECK(cls.classify(failed(1, {xs + "y"}), "x").rule == "evil");
+  CHECK(cls.classify(failed(1, {as, xs}), "x", {}).rule == "default");
+  CHECK(cls.classify(failed(1, {xs + "y"}), "x", {}).rule == "evil");
 }
 
 TEST_CASE("classifier copies and moves share the rules, usable from threads",
@@ -554,7 +554,7 @@ TEST_CASE("classifier copies and moves share the rules, usable from threads",
   auto original = defaults();
   classifier moved{std::move(original)};
   // A moved-from classifier stays usable.
-  CHECK(original.classify(failed(127), "codex").cls ==
+  CHECK(original.classify(failed(127), "codex", {}).cls ==
         error_class::agent_failure);
   classifier copy = moved;
   std::vector<std::thread> threads;
@@ -563,8 +563,10 @@ TEST_CASE("classifier copies and moves share the rules, usable from threads",
     threads.emplace_back([&, t] {
       auto agent = "agent" + std::to_string(t);
       for (int i = 0; i < 200; ++i) {
-        auto mine = copy.classify(failed(1, {"no such file: " + agent}), agent);
-        auto other = copy.classify(failed(1, {"no such file: agentX"}), agent);
+        auto mine =
+          copy.classify(failed(1, {"no such file: " + agent}), agent, {});
+        auto other =
+          copy.classify(failed(1, {"no such file: agentX"}), agent, {});
         if (mine.cls != error_class::agent_failure ||
             other.cls != error_class::retryable)
           ++wrong[t];
@@ -586,9 +588,9 @@ TEST_CASE("agent-specific patterns stay right for many agent names",
     for (int i = 0; i < 600; ++i) {
       auto agent = "agent" + std::to_string(i);
       auto next = "agent" + std::to_string(i + 1);
-      if (cls.classify(failed(1, {"no such file: " + agent}), agent).cls !=
+      if (cls.classify(failed(1, {"no such file: " + agent}), agent, {}).cls !=
             error_class::agent_failure ||
-          cls.classify(failed(1, {"no such file: " + next}), agent).cls !=
+          cls.classify(failed(1, {"no such file: " + next}), agent, {}).cls !=
             error_class::retryable)
         ++wrong;
     }
@@ -605,11 +607,11 @@ TEST_CASE("agent names longer than a file name classify right every time",
   for (int i = 0; i < 80; ++i) {
     auto agent = std::to_string(i) + std::string(300 + i % 3, 'a');
     auto next = std::to_string(i + 1) + std::string(300 + i % 3, 'a');
-    if (cls.classify(failed(1, {"no such file: " + agent}), agent).cls !=
+    if (cls.classify(failed(1, {"no such file: " + agent}), agent, {}).cls !=
           error_class::agent_failure ||
-        cls.classify(failed(1, {"no such file: " + next}), agent).cls !=
+        cls.classify(failed(1, {"no such file: " + next}), agent, {}).cls !=
           error_class::retryable ||
-        cls.classify(failed(1, {"no such file: codex"}), "codex").cls !=
+        cls.classify(failed(1, {"no such file: codex"}), "codex", {}).cls !=
           error_class::agent_failure)
       ++wrong;
   }
@@ -656,7 +658,7 @@ TEST_CASE("rules whose DFA outgrows the memory budget still classify right",
     for (auto k = tail.size(); k > 0 && newest == tail.size(); --k)
       if (oracle(tail[k - 1]) != std::string::npos)
         newest = k - 1;
-    auto c = cls.classify(failed(1, tail), "x");
+    auto c = cls.classify(failed(1, tail), "x", {});
     if (newest == tail.size()) {
       CHECK(c.rule == "default");
       continue;
@@ -683,9 +685,9 @@ TEST_CASE("a rule of many kilobytes of patterns still compiles",
     rule.patterns.push_back("error code e" + std::to_string(100000 + i) +
                             "\\b");
   auto cls = make_classifier({rule});
-  CHECK(cls.classify(failed(1, {"fatal: error code E101999"}), "x").rule ==
+  CHECK(cls.classify(failed(1, {"fatal: error code E101999"}), "x", {}).rule ==
         "long");
-  CHECK(cls.classify(failed(1, {"fatal: error code E102000"}), "x").rule ==
+  CHECK(cls.classify(failed(1, {"fatal: error code E102000"}), "x", {}).rule ==
         "default");
 }
 
@@ -965,8 +967,8 @@ const std::vector<std::string> agent_clis = {"", "codex", "/usr/bin/claude",
 
 void check_same(const classifier& fast, reference::classifier& slow,
                 const attempt_outcome& out, const std::string& agent) {
-  auto got = fast.classify(out, agent);
-  auto want = slow.classify(out, agent);
+  auto got = fast.classify(out, agent, {});
+  auto want = slow.classify(out, agent, {});
   INFO("agent '" << agent << "', exit " << out.exit_code << ", signal "
                  << out.signal << ", oom " << out.oom_killed << ", "
                  << out.tail.size() << " lines");
@@ -1006,7 +1008,7 @@ TEST_CASE("the single-pass engine classifies like the rule-by-rule one",
       auto out = random_outcome(rng, {});
       const auto& agent = agent_clis[rng() % agent_clis.size()];
       check_same(*made, slow, out, agent);
-      non_default += made->classify(out, agent).rule != "default";
+      non_default += made->classify(out, agent, {}).rule != "default";
     }
   }
   // The corpus exercises the rules, not only the fall-through.

@@ -49,7 +49,7 @@ bool any_raw_json(const fed& f) {
 
 classification structured_class(const structured_result& r) {
   REQUIRE(r.error);
-  auto c = classify_structured(*r.error);
+  auto c = classify_structured(*r.error, {});
   REQUIRE(c);
   return *c;
 }
@@ -136,12 +136,12 @@ TEST_CASE("codex --json: message, usage, and errors by status or text") {
   // nor status: the text rules decide (billing -> agent_failure).
   auto billing = feed_log(output_format::codex_jsonl, "codex-billing-json.log");
   REQUIRE(billing.result.error);
-  CHECK_FALSE(classify_structured(*billing.result.error));
+  CHECK_FALSE(classify_structured(*billing.result.error, {}));
   // "last status: 429" alone is ambiguous too.
   auto rate = feed_log(output_format::codex_jsonl, "codex-rate-json.log");
   REQUIRE(rate.result.error);
   CHECK(rate.result.error->http_status == 429);
-  CHECK_FALSE(classify_structured(*rate.result.error));
+  CHECK_FALSE(classify_structured(*rate.result.error, {}));
 }
 
 TEST_CASE("gemini json: the envelope's response, usage and nested API error") {
@@ -176,7 +176,7 @@ TEST_CASE("gemini json: the envelope's response, usage and nested API error") {
     feed_log(output_format::gemini_json, "gemini-billing-json.log");
   REQUIRE(billing.result.error);
   CHECK(billing.result.error->http_status == 429);
-  CHECK_FALSE(classify_structured(*billing.result.error));
+  CHECK_FALSE(classify_structured(*billing.result.error, {}));
 }
 
 TEST_CASE("structured output: garbage and oversized input are ignored") {
@@ -225,20 +225,20 @@ TEST_CASE("classify_attempt: structured error first, crashes still win") {
   e.retry_after_s = 12;
   r.error = e;
   out.structured = r;
-  auto c = classify_attempt(*rules, out, "claude");
+  auto c = classify_attempt(*rules, out, "claude", {});
   CHECK(c.cls == error_class::rate_limit);
   CHECK(c.rule == "structured:rate_limit_error");
   REQUIRE(c.retry_after_s);
   CHECK(*c.retry_after_s == 12);
 
   out.oom_killed = true;
-  CHECK(classify_attempt(*rules, out, "claude").cls ==
+  CHECK(classify_attempt(*rules, out, "claude", {}).cls ==
         error_class::container_crash);
 
   out.oom_killed = false;
   out.structured->error->type = "something_new";
   out.structured->error->http_status = 418;
-  CHECK(classify_attempt(*rules, out, "claude").rule == "default");
+  CHECK(classify_attempt(*rules, out, "claude", {}).rule == "default");
 }
 
 TEST_CASE("structured output: numbers at the edges are bounded where they "

@@ -4,6 +4,7 @@
 #include "tasksup/supervisor/expected.hpp"
 #include "tasksup/supervisor/outcome.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -44,12 +45,17 @@ inline constexpr std::size_t max_display_line_bytes = 1000;
 /// and the output line that matched (empty when the rule matched on exit
 /// code, signal or OOM flag), plus the retry-after hint found in the output.
 /// When several lines match, the newest one (nearest the end) is reported.
-/// `retry_after_s` is set only for `rate_limit`: the first hint found scanning
-/// the matching rule's window from the newest line backwards.
 struct classification {
   error_class cls = error_class::retryable;
   std::string rule;
   std::string line;
+  /// Seconds to wait, found in the output, scanning the matching rule's
+  /// window from the newest line backwards; unset when none was found (the
+  /// policy's default applies). Set only for two classes, meaning:
+  /// - `rate_limit`: the "come back later" hint (`parse_retry_after`);
+  /// - `quota_exhausted`: seconds from the classification's `now` until the
+  ///   account's limit resets (`parse_quota_reset`), capped at
+  ///   `max_quota_reset_s`.
   std::optional<double> retry_after_s;
 };
 
@@ -77,6 +83,37 @@ std::vector<classifier_rule> default_classifier_rules();
 /// Runs in time linear in the line and never allocates.
 std::optional<double> parse_retry_after(std::string_view line);
 
+/// Longest quota reset reported, 7 days: a reset further out is reported as
+/// this (capped, not ignored: the account stays closed at least that long,
+/// and the policy looks again then).
+inline constexpr double max_quota_reset_s = 7 * 86400.0;
+
+/// Finds when a usage or plan limit resets in one line and returns the
+/// seconds from `now` until then, or nullopt when the line names no reset.
+/// Understood, after "reset"/"resets" (optionally "at", "in", "on") or "try
+/// again" (optionally "at", "in"), case-insensitive:
+/// - a time of day, `3pm`, `3:30pm`, `2:10 AM`, `15:00[:00]`: its next
+///   occurrence after `now` (a time already past today means tomorrow);
+/// - a date before it, `Nov 28th, 2026`, `28 Nov`, `2026-11-28[T]`: that
+///   day (a date without a year that is past means next year);
+/// - then an optional zone, in parentheses or not: `UTC`, `GMT`, `Z`,
+///   `+02:00`, `UTC+2`, or an IANA name (`Europe/Berlin`) read from the
+///   system tz database (/usr/share/zoneinfo); an unknown name gives
+///   nullopt. Without a zone the time is read as UTC (tasksup cannot know
+///   the agent's zone);
+/// - a duration after "in": `2 days 3 hours`, `4h 12m`, `2h13m`, `90 min`;
+/// - seconds fields `"resets_in_seconds": 7980` / `reset_after_seconds`;
+///   epoch or ISO fields `"resets_at": 1795831837` / `resetsAt`; and Claude
+///   Code's old `usage limit reached|1700000000`.
+/// The first reset in the line that is not in the past wins; one later than
+/// `max_quota_reset_s` is capped to it. Runs in time linear in the line (a
+/// bounded window after each trigger word, at most 16 triggers per line,
+/// each reading at most one zone file of at most 256 KiB); does not read a
+/// clock or the TZ variable, so any thread may call it.
+std::optional<double>
+parse_quota_reset(std::string_view line,
+                  std::chrono::system_clock::time_point now);
+
 /// The rule of an attempt lost with its worker node: `node_lost:<node>`.
 inline constexpr std::string_view node_lost_rule_prefix = "node_lost:";
 
@@ -103,7 +140,9 @@ public:
   /// has none).
   static expected<classifier> make(std::vector<classifier_rule> rules);
 
-  /// Classifies a failed outcome. An outcome with `infrastructure_error`
+  /// Classifies a failed outcome at wall-clock time `now` (which reads a
+  /// quota's absolute reset time: "resets 3pm" is the next 3pm after
+  /// `now`). An outcome with `infrastructure_error`
   /// classifies as infrastructure (rule "infrastructure"); otherwise the first
   /// matching rule wins; otherwise retryable (rule "default"). Must not be
   /// called for a successful outcome. `agent_cli` fills `{agent_cli}`
@@ -118,7 +157,8 @@ public:
   /// compiled prefilter per cached name.
   /// The `signals` criterion looks at `attempt_outcome::signal` only.
   classification classify(const attempt_outcome& outcome,
-                          std::string_view agent_cli) const;
+                          std::string_view agent_cli,
+                          std::chrono::system_clock::time_point now) const;
 
   /// The rules this classifier was made from, in priority order.
   const std::vector<classifier_rule>& rules() const noexcept;

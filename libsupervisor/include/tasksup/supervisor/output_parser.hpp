@@ -4,6 +4,7 @@
 #include "tasksup/supervisor/classifier.hpp"
 #include "tasksup/supervisor/outcome.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <optional>
 #include <string>
@@ -60,19 +61,34 @@ inline constexpr std::string_view idle_timeout_type = "idle_timeout";
 /// `idle_noise`, the line being the last noise line (the error's message).
 inline constexpr std::string_view idle_noise_type = "idle_noise";
 
-/// Classifies a structured error when its type or status says enough:
-/// authentication / permission -> fatal, rate limit -> rate_limit, out of
-/// credit -> agent_failure, overload and server errors -> retryable. The rule
-/// is `structured:<type>` (or `structured:http_<status>`), the line the
-/// error message. Returns nullopt when the error is ambiguous (a bare 429
-/// may be a per-minute limit or an empty account): the text rules decide.
-std::optional<classification> classify_structured(const structured_error& e);
+/// The structured error type of a usage or plan limit that resets at a
+/// known time: OpenAI's own code, and what the parser records for Claude
+/// Code's rejected subscription limit (`api_error_params.rate_limit_info`
+/// with a `five_hour` / `seven_day...` `rateLimitType`).
+inline constexpr std::string_view usage_limit_reached_type =
+  "usage_limit_reached";
 
-/// Classifies a failed outcome: container crashes and infrastructure errors
-/// as the rules say, then the structured error when present and decisive,
-/// then the text rules.
+/// Classifies a structured error when its type or status says enough:
+/// authentication / permission -> fatal, rate limit -> rate_limit, a usage
+/// limit (`usage_limit_reached`, `usage_limit_exceeded`) -> quota_exhausted
+/// with the reset read from the message at `now` (`parse_quota_reset`), out
+/// of credit -> agent_failure, overload and server errors -> retryable. The
+/// rule is `structured:<type>` (or `structured:http_<status>`), the line the
+/// error message. Returns nullopt when the error is ambiguous (a bare 429
+/// may be a per-minute limit, a quota or an empty account): the text rules
+/// decide.
+std::optional<classification>
+classify_structured(const structured_error& e,
+                    std::chrono::system_clock::time_point now);
+
+/// Classifies a failed outcome at wall-clock time `now`: container crashes
+/// and infrastructure errors as the rules say, then the structured error
+/// when present and decisive, then the text rules. When the structured error
+/// says only "rate limit" but the text rules see a quota with a reset
+/// (Claude's "You've hit your 5-hour limit · resets 3pm"), the quota wins.
 classification classify_attempt(const classifier& rules,
                                 const attempt_outcome& outcome,
-                                std::string_view agent_cli);
+                                std::string_view agent_cli,
+                                std::chrono::system_clock::time_point now);
 
 } // namespace tasksup
