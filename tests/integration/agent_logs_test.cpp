@@ -88,3 +88,45 @@ TEST_CASE("classify: network and overload failures of real CLIs are never "
     CHECK(str(doc.as_object().at("class")) != "fatal");
   }
 }
+
+TEST_CASE("classify: a quota's reset is read from what the real CLIs print") {
+  // The quota logs were captured at about this Unix time (2026-11-27
+  // 23:26:40 UTC); the fake server's reset was 02:10 UTC the next night,
+  // which claude printed as "resets 3:10am (Europe/Berlin)" and codex as
+  // "try again at Nov 28th, 2026 2:10 AM".
+  const std::string now = "1795822000";
+  struct expectation {
+    std::string file;
+    std::string agent_cli;
+    bool has_reset;
+  };
+  for (const auto& e : std::vector<expectation>{
+         {"claude-quota.log", "claude", true},
+         {"claude-quota-json.log", "claude", true},
+         {"codex-quota.log", "codex", true},
+         {"codex-quota-json.log", "codex", true},
+         // gemini and qwen say the quota is used up but not when it resets.
+         {"gemini-quota.log", "gemini", false},
+         {"qwen-quota.log", "qwen", false},
+       }) {
+    INFO(e.file);
+    auto res =
+      run_tasksup({"classify", "--json", "--now", now, "--exit-code", "1",
+                   "--agent-cli", e.agent_cli, logs_dir + "/" + e.file});
+    REQUIRE(res.status == 0);
+    auto doc = boost::json::parse(res.out);
+    const auto& obj = doc.as_object();
+    CHECK(str(obj.at("class")) == "quota_exhausted");
+    if (e.has_reset) {
+      REQUIRE(obj.at("retry_after_s").is_number());
+      auto secs = obj.at("retry_after_s").to_number<double>();
+      // 02:10:00 or (the epoch in claude's JSON) 02:10:37 UTC.
+      CHECK(secs >= 9800);
+      CHECK(secs <= 9837);
+      CHECK(str(obj.at("reset_at")).rfind("2026-11-28T02:10:", 0) == 0);
+    } else {
+      CHECK(obj.at("retry_after_s").is_null());
+      CHECK(obj.at("reset_at").is_null());
+    }
+  }
+}

@@ -469,3 +469,40 @@ TEST_CASE("run and validate: a workdir shared by every attempt is warned "
   CHECK(text(warnings[0], "message").find("/workdir: every attempt") !=
         std::string::npos);
 }
+
+TEST_CASE("run: an agent that asks a question is needs_input and not retried") {
+  // The agent prints "Continue? [y/N]" and reads stdin, which tasksup
+  // closes: asking again would fail the same way, so the task falls back to
+  // the next agent at once instead of spending retries.
+  scratch dir;
+  auto task = dir.write("asks.json", R"({
+    "id": "asks",
+    "prompt": "Rewrite the parser",
+    "agent_selection": {
+      "agents": [
+        {"agent_id": "asker", "agent_cli": ")" TASKSUP_FIXTURES_DIR
+                                     R"(/asks_question.sh"},
+        {"agent_id": "backup", "agent_cli": "/bin/true"}
+      ],
+      "agent_fallbacks": {"asker": "backup"}
+    },
+    "supervisor": {"max_retries_per_agent": 3, "backoff_base_seconds": 0.1}
+  })");
+  auto events = dir / "asks.jsonl";
+  auto run = run_to_end(dir, {"run", "--config", config_dir(), "--events",
+                              events, "--work-dir", dir / "work", task});
+  INFO(run.out << run.err);
+  REQUIRE(run.status == 0);
+  auto evs = json_lines(slurp(events));
+  auto classified = of_kind(evs, "classified");
+  REQUIRE(classified.size() == 1);
+  CHECK(text(classified[0], "class") == "needs_input");
+  CHECK(text(classified[0], "rule") == "needs_input");
+  CHECK(text(classified[0], "line").find("EOF when reading a line") !=
+        std::string::npos);
+  CHECK(of_kind(evs, "retry_scheduled").empty());
+  auto switched = of_kind(evs, "agent_switched");
+  REQUIRE(switched.size() == 1);
+  CHECK(text(switched[0], "to") == "backup");
+  CHECK(of_kind(evs, "attempt_started").size() == 2);
+}
