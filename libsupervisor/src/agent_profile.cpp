@@ -28,7 +28,8 @@ constexpr std::pair<std::string_view, std::string_view> builtin_texts[] = {
   "cli_flags": "-p --output-format stream-json --verbose --permission-mode acceptEdits",
   "prompt_as_argument": true,
   "env_passthrough": ["ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL",
-                      "ANTHROPIC_MODEL", "CLAUDE_CODE_MAX_RETRIES"],
+                      "ANTHROPIC_MODEL", "CLAUDE_CODE_MAX_RETRIES",
+                      "CLAUDE_CODE_OAUTH_TOKEN"],
   "output_format": "claude-stream-json",
   "idle_timeout_s": 600,
   "provider": "anthropic"

@@ -223,13 +223,17 @@ std::vector<classifier_rule> default_classifier_rules() {
        R"(didn.?t provide an api key)"},
       50);
   // A CLI that cannot run (exit 126/127, an unknown flag, a directory it
-  // refuses) is broken whatever else it printed.
+  // refuses, an npm install without its platform package: codex's "Missing
+  // optional dependency @openai/codex-linux-x64", claude 2.x's "Error:
+  // claude native binary not installed.") is broken whatever else it
+  // printed.
   add("agent_failure", error_class::agent_failure,
       {R"(command.?not.?found)", R"(no such file.*{agent_cli})",
        R"(unknown option)", R"(unexpected argument)",
        R"(unrecognized (option|argument))", R"(not inside a trusted directory)",
        R"(not running in a trusted directory)", R"(requires --\w)",
-       R"(missing optional dependency)", R"(cannot find module)"},
+       R"(missing optional dependency)", R"(cannot find module)",
+       R"(native binary not installed)"},
       50);
   rules.back().exit_codes = {126, 127};
   // Overload, server errors and network trouble fix themselves: retry with

@@ -633,3 +633,93 @@ echo "scripted agent done"
   CHECK(refused.status == 2);
   CHECK_THAT(refused.err, Catch::Contains("/agent_selection/agents/0/profile"));
 }
+
+TEST_CASE("real codex: an install without its native binary is a broken "
+          "agent",
+          "[agent_cli]") {
+  // npm install --omit=optional (or a platform npm has no package for)
+  // leaves @openai/codex without @openai/codex-linux-x64: its launcher then
+  // throws "Missing optional dependency". Made here by copying the
+  // launcher alone.
+  auto codex = cli("codex");
+  if (codex.empty())
+    return;
+  fixture_guard g;
+  if (!g.ok())
+    return;
+  namespace fs = std::filesystem;
+  auto installed = fs::canonical(codex).parent_path().parent_path();
+  auto copy = fs::path{g.dir / "lonely/node_modules/@openai/codex"};
+  fs::create_directories(copy / "bin");
+  fs::copy_file(installed / "package.json", copy / "package.json");
+  fs::copy_file(installed / "bin/codex.js", copy / "bin/codex.js");
+  provider_env(g.dir, g.fp, "ok");
+  auto r = run_chain(g.dir, "codex-nobinary",
+                     codex_agent((copy / "bin/codex.js").string(), g.fp, "ok"));
+  INFO(r.run.out << r.run.err);
+  auto classified = of_kind(r.events, "classified");
+  REQUIRE(classified.size() == 1);
+  CHECK(text(classified[0], "class") == "agent_failure");
+  CHECK(text(classified[0], "line").find("Missing optional dependency") !=
+        std::string::npos);
+  CHECK(of_kind(r.events, "retry_scheduled").empty());
+  CHECK(of_kind(r.events, "agent_switched").size() == 1);
+  CHECK(outcome(r) == "succeeded");
+}
+
+TEST_CASE("real codex: without its API key the task fails at once",
+          "[agent_cli]") {
+  auto codex = cli("codex");
+  if (codex.empty())
+    return;
+  fixture_guard g;
+  if (!g.ok())
+    return;
+  provider_env(g.dir, g.fp, "ok");
+  ::unsetenv("OPENAI_API_KEY");
+  auto r = run_chain(g.dir, "codex-nokey", codex_agent(codex, g.fp, "ok"),
+                     R"(, "fatal_scope": "task")");
+  ::setenv("OPENAI_API_KEY", "sk-fake", 1);
+  INFO(r.run.out << r.run.err);
+  auto classified = of_kind(r.events, "classified");
+  REQUIRE(classified.size() == 1);
+  CHECK(text(classified[0], "class") == "fatal");
+  CHECK(text(classified[0], "line").find("OPENAI_API_KEY") !=
+        std::string::npos);
+  CHECK(of_kind(r.events, "retry_scheduled").empty());
+  CHECK(outcome(r) == "failed");
+}
+
+TEST_CASE("real codex and claude: a usage limit is quota_exhausted with its "
+          "reset, not retried",
+          "[agent_cli]") {
+  auto codex = cli("codex");
+  auto claude = cli("claude");
+  if (codex.empty() || claude.empty())
+    return;
+  fixture_guard g;
+  if (!g.ok())
+    return;
+  provider_env(g.dir, g.fp, "quota");
+  // A subscription login: Claude Code shows its plan limit and reset only
+  // then ("You've hit your 5-hour limit · resets 3:10am (UTC)").
+  ::setenv("CLAUDE_CODE_OAUTH_TOKEN", "sk-ant-oat01-fake", 1);
+  ::unsetenv("ANTHROPIC_API_KEY");
+  auto by_claude = run_chain(g.dir, "claude-quota", claude_agent(claude));
+  ::unsetenv("CLAUDE_CODE_OAUTH_TOKEN");
+  auto by_codex =
+    run_chain(g.dir, "codex-quota", codex_agent(codex, g.fp, "quota"));
+  for (const auto* r : {&by_claude, &by_codex}) {
+    INFO(r->run.out << r->run.err);
+    auto classified = of_kind(r->events, "classified");
+    REQUIRE(classified.size() == 1);
+    CHECK(text(classified[0], "class") == "quota_exhausted");
+    // The fake server's reset is 2 h 13 min after the request; the CLIs
+    // print it to the minute.
+    REQUIRE(classified[0].at("retry_after_s").is_number());
+    auto secs = classified[0].at("retry_after_s").to_number<double>();
+    CHECK(secs > 2 * 3600 + 11 * 60);
+    CHECK(secs < 2 * 3600 + 14 * 60);
+    CHECK(of_kind(r->events, "retry_scheduled").empty());
+  }
+}
