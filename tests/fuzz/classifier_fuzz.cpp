@@ -4,6 +4,7 @@
 
 #include "tasksup/supervisor/classifier.hpp"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -65,13 +66,21 @@ void check(const classification& c, const classifier& cls,
     require(found);
   }
   if (c.retry_after_s)
-    require(c.cls == error_class::rate_limit && *c.retry_after_s >= 0 &&
-            *c.retry_after_s <= 86400);
+    require((c.cls == error_class::rate_limit && *c.retry_after_s >= 0 &&
+             *c.retry_after_s <= 86400) ||
+            (c.cls == error_class::quota_exhausted && *c.retry_after_s >= 0 &&
+             *c.retry_after_s <= max_quota_reset_s));
 }
+
+/// A fixed wall-clock time for quota resets: 2026-11-27T23:29:00Z.
+const std::chrono::system_clock::time_point fuzz_now{
+  std::chrono::seconds{1795822140}};
 
 void check_hint(std::string_view text) {
   if (auto hint = parse_retry_after(text))
     require(*hint >= 0 && *hint <= 86400);
+  if (auto reset = parse_quota_reset(text, fuzz_now))
+    require(*reset >= 0 && *reset <= max_quota_reset_s);
 }
 
 } // namespace
@@ -92,7 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   if ((flags & 4) && out.tail.size() > 1)
     out.infrastructure_error = out.tail[1];
 
-  check(default_set().classify(out, agent, {}), default_set(), out);
+  check(default_set().classify(out, agent, fuzz_now), default_set(), out);
 
   classifier_rule custom;
   custom.id = "custom";
@@ -103,7 +112,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   custom.window_lines = flags >> 5;
   auto made = classifier::make({custom});
   if (made)
-    check(made->classify(out, agent, {}), *made, out);
+    check(made->classify(out, agent, fuzz_now), *made, out);
   else
     require(!made.error().what.empty() &&
             made.error().path.rfind("/0", 0) == 0);
