@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
     // Instructions per call: run under callgrind with --calls=0 and N.
     const auto& input = tail_case == "ratelimit" ? limited : tail100;
     for (std::uint64_t i = 0; i < calls; ++i)
-      sink += only == "old" ? before.classify(input, agent_cli).rule.size()
+      sink += only == "old" ? before.classify(input, agent_cli, {}).rule.size()
                             : cls.classify(input, agent_cli, {}).rule.size();
     std::printf("RESULT name=classifier_calls only=%s calls=%llu sink=%zu\n",
                 only.c_str(), static_cast<unsigned long long>(calls), sink);
@@ -219,13 +219,13 @@ int main(int argc, char** argv) {
   auto slice = tail_seconds / static_cast<double>(rounds);
   for (std::uint64_t r = 0; r < rounds; ++r) {
     old_tail.push_back(per_call(slice, 100, [&] {
-      sink += before.classify(tail100, agent_cli).rule.size();
+      sink += before.classify(tail100, agent_cli, {}).rule.size();
     }));
     new_tail.push_back(per_call(slice, 100, [&] {
       sink += cls.classify(tail100, agent_cli, {}).rule.size();
     }));
     old_limited.push_back(per_call(slice, 100, [&] {
-      sink += before.classify(limited, agent_cli).rule.size();
+      sink += before.classify(limited, agent_cli, {}).rule.size();
     }));
     new_limited.push_back(per_call(slice, 100, [&] {
       sink += cls.classify(limited, agent_cli, {}).rule.size();

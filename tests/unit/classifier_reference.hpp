@@ -10,6 +10,7 @@
 #include <re2/re2.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <optional>
@@ -78,7 +79,8 @@ public:
   }
 
   classification classify(const attempt_outcome& outcome,
-                          std::string_view agent_cli) {
+                          std::string_view agent_cli,
+                          std::chrono::system_clock::time_point now) {
     classification result;
     if (!outcome.infrastructure_error.empty()) {
       result.cls = error_class::infrastructure;
@@ -159,6 +161,14 @@ public:
         for (auto k = tail.size(); k > window_begin; --k) {
           if (auto hint = parse_retry_after(tail[k - 1])) {
             result.retry_after_s = hint;
+            break;
+          }
+        }
+      }
+      if (rule.cls == error_class::quota_exhausted) {
+        for (auto k = tail.size(); k > window_begin; --k) {
+          if (auto reset = parse_quota_reset(tail[k - 1], now)) {
+            result.retry_after_s = reset;
             break;
           }
         }

@@ -73,9 +73,11 @@ TEST_CASE("default rules: SPEC §3's four, refined by what real CLIs print",
   auto rules = default_classifier_rules();
   std::vector<std::pair<std::string, error_class>> want{
     {"container_crash", error_class::container_crash},
+    {"quota", error_class::quota_exhausted},
     {"rate_limit_per_minute", error_class::rate_limit},
     {"billing", error_class::agent_failure},
     {"rate_limit", error_class::rate_limit},
+    {"needs_input", error_class::needs_input},
     {"fatal", error_class::fatal},
     {"agent_failure", error_class::agent_failure},
     {"transient", error_class::retryable},
@@ -85,9 +87,11 @@ TEST_CASE("default rules: SPEC §3's four, refined by what real CLIs print",
     CHECK(rules[i].id == want[i].first);
     CHECK(rules[i].cls == want[i].second);
   }
-  CHECK(rules[3].window_lines == 100);
-  CHECK(rules[4].window_lines == 50);
-  CHECK(rules[5].window_lines == 50);
+  CHECK(rules[1].window_lines == 100);
+  CHECK(rules[4].window_lines == 100);
+  CHECK(rules[5].window_lines == 20);
+  CHECK(rules[6].window_lines == 50);
+  CHECK(rules[7].window_lines == 50);
   for (const auto& rule : rules)
     CHECK_FALSE(rule.match_all);
   CHECK(defaults().rules().size() == want.size());
@@ -410,26 +414,26 @@ TEST_CASE("bad rules are rejected naming the rule and the problem",
           "[classifier]") {
   auto rules = default_classifier_rules();
   SECTION("invalid pattern") {
-    auto& fatal = rules[4];
+    auto& fatal = rules[6];
     REQUIRE(fatal.id == "fatal");
     fatal.patterns.push_back("permission(denied");
     auto result = classifier::make(rules);
     REQUIRE_FALSE(result);
     CHECK(result.error().path ==
-          "/4/patterns/" + std::to_string(fatal.patterns.size() - 1));
+          "/6/patterns/" + std::to_string(fatal.patterns.size() - 1));
     auto text = result.error().to_string();
     CHECK_THAT(text, Catch::Contains("rule 'fatal'"));
     CHECK_THAT(text, Catch::Contains("permission(denied"));
     CHECK_THAT(text, Catch::Contains("missing )"));
   }
   SECTION("invalid templated pattern") {
-    auto& agent = rules[5];
+    auto& agent = rules[7];
     REQUIRE(agent.id == "agent_failure");
     agent.patterns.push_back("{agent_cli}[");
     auto result = classifier::make(rules);
     REQUIRE_FALSE(result);
     CHECK(result.error().path ==
-          "/5/patterns/" + std::to_string(agent.patterns.size() - 1));
+          "/7/patterns/" + std::to_string(agent.patterns.size() - 1));
     CHECK_THAT(result.error().what, Catch::Contains("agent_failure"));
   }
   SECTION("a pattern cannot break out of its alternation branch") {
@@ -450,10 +454,10 @@ TEST_CASE("bad rules are rejected naming the rule and the problem",
     CHECK(result.error().path == "/1/id");
   }
   SECTION("duplicate id") {
-    rules[5].id = "transient";
+    rules[7].id = "transient";
     auto result = classifier::make(rules);
     REQUIRE_FALSE(result);
-    CHECK(result.error().path == "/6/id");
+    CHECK(result.error().path == "/8/id");
     CHECK_THAT(result.error().what, Catch::Contains("duplicate"));
   }
   SECTION("rule without criteria") {

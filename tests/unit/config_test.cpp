@@ -619,8 +619,8 @@ TEST_CASE("classifier rules: errors") {
               "expected one of \"container_crash\", \"rate_limit\", "
               "\"fatal\", \"agent_failure\", \"retryable\", "
               "\"infrastructure\", \"gate_failed\", \"timeout\", "
-              "\"preflight_failed\", \"quota_exhausted\", \"needs_input\", got "
-              "\"boom\"");
+              "\"preflight_failed\", \"quota_exhausted\", "
+              "\"needs_input\", got \"boom\"");
   check_error(rules(R"({"rules": [{"id": "a", "class": "fatal",
     "exit_codes": [1]}, {"id": "a", "class": "fatal", "exit_codes": [2]}]})"),
               "classifier.json", "/rules/1/id",

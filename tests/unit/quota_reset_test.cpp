@@ -250,19 +250,18 @@ TEST_CASE("classify_attempt: a structured usage limit is quota_exhausted") {
   // claude's stream-json: the CLI says "rate_limit", its rate_limit_info
   // says a 5-hour subscription limit.
   output_parser p{output_format::claude_stream_json};
-  p.feed(R"({"type":"assistant","message":{"content":[{"type":"text","text":)"
-         R"("You've hit your 5-hour limit · resets 3:10am (Europe/Berlin)"
-}]
-},)"
-         R"("error":"rate_limit","api_error_status":429,"api_error_params":)"
-         R"({"rate_limit_info":{"status":"rejected","resetsAt":1795831800,)"
-         R"("rateLimitType":"five_hour"}},"api_error_type":"rate_limit_error"})");
-  p.feed(R"({"type":"result","is_error":true,"api_error_status":429,)"
-         R"("api_error_type":"rate_limit_error","api_error_params":)"
-         R"({"rate_limit_info":{"status":"rejected","resetsAt":1795831800,)"
-         R"("rateLimitType":"five_hour"}},"result":"You've hit your 5-hour )"
-         R"(limit · resets 3:10am (Europe/Berlin)"
-  })");
+  const std::string info =
+    R"j("api_error_params":{"rate_limit_info":{"status":"rejected",)j"
+    R"j("resetsAt":1795831800,"rateLimitType":"five_hour"}})j";
+  const std::string text =
+    "You've hit your 5-hour limit · resets 3:10am (Europe/Berlin)";
+  p.feed(R"j({"type":"assistant","message":{"content":[{"type":"text",)j"
+         R"j("text":")j" +
+         text + R"j("}]},"error":"rate_limit","api_error_status":429,)j" +
+         info + R"j(,"api_error_type":"rate_limit_error"})j");
+  p.feed(R"j({"type":"result","is_error":true,"api_error_status":429,)j"
+         R"j("api_error_type":"rate_limit_error",)j" +
+         info + R"j(,"result":")j" + text + R"j("})j");
   attempt_outcome out = failed({});
   out.structured = p.result();
   c = classify_attempt(rules, out, "claude", now);
@@ -272,9 +271,10 @@ TEST_CASE("classify_attempt: a structured usage limit is quota_exhausted") {
 
   // "overage" is usage credits: not a quota, the text rules decide.
   output_parser credits{output_format::claude_stream_json};
-  credits.feed(R"({"type":"result","is_error":true,"api_error_status":429,)"
-               R"("api_error_type":"rate_limit_error","api_error_params":)"
-               R"({"rate_limit_info":{"status":"rejected",)"
-               R"("rateLimitType":"overage"}},"result":"x"})");
+  credits.feed(R"j({"type":"result","is_error":true,"api_error_status":429,)j"
+               R"j("api_error_type":"rate_limit_error","api_error_params":)j"
+               R"j({"rate_limit_info":{"status":"rejected",)j"
+               R"j("rateLimitType":"overage"}},"result":"x"})j");
+  REQUIRE(credits.result().error);
   CHECK(credits.result().error->type == "rate_limit_error");
-  }
+}
