@@ -59,10 +59,13 @@ struct classification {
   std::optional<double> retry_after_s;
 };
 
-/// The default rules, in priority order (docs/BEHAVIOUR.md, Classification,
-/// lists them): container_crash, rate_limit_per_minute, billing, rate_limit,
-/// fatal, agent_failure, transient. Anything else non-zero falls through to
-/// `retryable` (rule id "default").
+/// The default rules, refined by what the real CLIs print, in priority
+/// order (docs/BEHAVIOUR.md, Classification): container_crash, quota
+/// (quota_exhausted, last 100 lines), rate_limit_per_minute (100), billing
+/// (agent_failure, 50), rate_limit (100), needs_input (20), fatal (50),
+/// agent_failure (50), transient (retryable, 50). Anything else non-zero
+/// falls through to `retryable` (rule id "default"). config/classifier.json
+/// holds the same rules.
 std::vector<classifier_rule> default_classifier_rules();
 
 /// Finds a "come back later" hint in one line: `Retry-After: 30`,
