@@ -6,6 +6,8 @@
 // variable, so it is safe from any thread.
 #include "tasksup/supervisor/classifier.hpp"
 
+#include "text_scan.hpp"
+
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -20,6 +22,11 @@
 namespace tasksup {
 
 namespace {
+
+using detail::is_alpha;
+using detail::is_digit;
+using detail::lower;
+using detail::match_word;
 
 /// Unix time in seconds; days are Unix days (0 = 1970-01-01).
 using sys_seconds = int64_t;
@@ -91,33 +98,10 @@ constexpr std::size_t max_tzif_bytes = 256 * 1024;
 
 constexpr std::string_view zoneinfo_dir = "/usr/share/zoneinfo/";
 
-char lower(char c) {
-  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
-
-bool is_digit(char c) {
-  return c >= '0' && c <= '9';
-}
-
-bool is_alpha(char c) {
-  auto l = lower(c);
-  return l >= 'a' && l <= 'z';
-}
-
-/// Case-insensitive `word` at `pos`; the position after it or npos.
-std::size_t match(std::string_view s, std::size_t pos, std::string_view word) {
-  if (pos > s.size() || s.size() - pos < word.size())
-    return std::string_view::npos;
-  for (std::size_t i = 0; i < word.size(); ++i)
-    if (lower(s[pos + i]) != word[i])
-      return std::string_view::npos;
-  return pos + word.size();
-}
-
 /// `word` at `pos` and not followed by a letter.
 std::size_t match_token(std::string_view s, std::size_t pos,
                         std::string_view word) {
-  auto end = match(s, pos, word);
+  auto end = match_word(s, pos, word);
   if (end == std::string_view::npos || (end < s.size() && is_alpha(s[end])))
     return std::string_view::npos;
   return end;
@@ -599,7 +583,7 @@ std::optional<civil_date> parse_date(std::string_view s, std::size_t& pos) {
   }
   // An optional weekday ("Fri, ") first.
   for (std::string_view wd : {"mon", "tue", "wed", "thu", "fri", "sat", "sun"})
-    if (auto e = match(s, p, wd); e != std::string_view::npos) {
+    if (auto e = match_word(s, p, wd); e != std::string_view::npos) {
       while (e < s.size() && is_alpha(s[e]))
         ++e;
       p = skip(s, e, " ,");
@@ -607,7 +591,8 @@ std::optional<civil_date> parse_date(std::string_view s, std::size_t& pos) {
     }
   auto month_at = [&](std::size_t at, std::size_t& end) -> unsigned {
     for (std::size_t m = 0; m < month_names.size(); ++m)
-      if (auto e = match(s, at, month_names[m]); e != std::string_view::npos) {
+      if (auto e = match_word(s, at, month_names[m]);
+          e != std::string_view::npos) {
         while (e < s.size() && is_alpha(s[e]) && e - at < 10)
           ++e;
         if (e < s.size() && s[e] == '.')
@@ -622,7 +607,7 @@ std::optional<civil_date> parse_date(std::string_view s, std::size_t& pos) {
     if (!v || *v < 1 || *v > 31)
       return 0;
     for (std::string_view suffix : {"st", "nd", "rd", "th"})
-      if (auto e = match(s, at, suffix); e != std::string_view::npos) {
+      if (auto e = match_word(s, at, suffix); e != std::string_view::npos) {
         at = e;
         break;
       }
@@ -793,7 +778,7 @@ std::optional<int64_t> reset_at(std::string_view s, std::size_t pos,
   // Seconds fields: resets_in_seconds (OpenAI), reset_after_seconds.
   for (std::string_view key : {"resets_in_seconds", "resetsinseconds",
                                "reset_after_seconds", "resetafterseconds"}) {
-    if (auto e = match(s, pos, key); e != std::string_view::npos) {
+    if (auto e = match_word(s, pos, key); e != std::string_view::npos) {
       auto p = skip(s, e, key_value_separators);
       auto begin = p;
       auto v = integer(s, p, 9);
@@ -804,21 +789,23 @@ std::optional<int64_t> reset_at(std::string_view s, std::size_t pos,
   }
   // Epoch fields: resets_at / resetsAt (OpenAI, Claude's rate_limit_info).
   for (std::string_view key : {"resets_at", "resetsat", "reset_at", "resetat"})
-    if (auto e = match(s, pos, key); e != std::string_view::npos) {
+    if (auto e = match_word(s, pos, key); e != std::string_view::npos) {
       auto p = skip(s, e, key_value_separators);
       if (auto epoch = parse_epoch(s, p, now))
         return epoch;
       return parse_absolute(s, p, now); // an ISO timestamp
     }
   // Claude Code's old "Claude AI usage limit reached|1700000000".
-  if (auto e = match(s, pos, "limit reached|"); e != std::string_view::npos)
+  if (auto e = match_word(s, pos, "limit reached|");
+      e != std::string_view::npos)
     return parse_epoch(s, e, now);
   auto phrase_end = std::string_view::npos;
-  if (auto e = match(s, pos, "resets"); e != std::string_view::npos)
+  if (auto e = match_word(s, pos, "resets"); e != std::string_view::npos)
     phrase_end = e;
-  else if (auto e2 = match(s, pos, "reset"); e2 != std::string_view::npos)
+  else if (auto e2 = match_word(s, pos, "reset"); e2 != std::string_view::npos)
     phrase_end = e2;
-  else if (auto e3 = match(s, pos, "try again"); e3 != std::string_view::npos)
+  else if (auto e3 = match_word(s, pos, "try again");
+           e3 != std::string_view::npos)
     phrase_end = e3;
   if (phrase_end == std::string_view::npos ||
       (phrase_end < s.size() && is_alpha(s[phrase_end])))
@@ -838,7 +825,7 @@ std::optional<int64_t> reset_at(std::string_view s, std::size_t pos,
 /// Whether `s` starts with a word `reset_at` reads.
 bool is_trigger(std::string_view s) {
   for (std::string_view word : {"reset", "try again", "limit reached|"})
-    if (match(s, 0, word) != std::string_view::npos)
+    if (match_word(s, 0, word) != std::string_view::npos)
       return true;
   return false;
 }

@@ -3,6 +3,8 @@
 // only on the window of a rule that classified an outcome as rate_limit.
 #include "tasksup/supervisor/classifier.hpp"
 
+#include "text_scan.hpp"
+
 #include <cstddef>
 #include <cstring>
 #include <optional>
@@ -12,6 +14,11 @@ namespace tasksup {
 
 namespace {
 
+using detail::is_alpha;
+using detail::is_digit;
+using detail::lower;
+using detail::match_word;
+
 /// Longest hint `parse_retry_after` accepts; beyond a day a number after
 /// "retry after" is far more likely a timestamp than a real wait.
 constexpr double max_retry_after_s = 86400.0;
@@ -19,30 +26,6 @@ constexpr double max_retry_after_s = 86400.0;
 /// Integer digits accepted in one duration component (keeps the arithmetic
 /// exact and rejects epoch timestamps in milliseconds early).
 constexpr std::size_t max_integer_digits = 12;
-
-char lower(char c) {
-  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
-}
-
-bool is_digit(char c) {
-  return c >= '0' && c <= '9';
-}
-
-bool is_alpha(char c) {
-  auto l = lower(c);
-  return l >= 'a' && l <= 'z';
-}
-
-/// Case-insensitive `word` at `pos`; returns the position after it or npos.
-std::size_t match_word(std::string_view str, std::size_t pos,
-                       std::string_view word) {
-  if (str.size() - pos < word.size())
-    return std::string_view::npos;
-  for (std::size_t i = 0; i < word.size(); ++i)
-    if (lower(str[pos + i]) != word[i])
-      return std::string_view::npos;
-  return pos + word.size();
-}
 
 std::size_t skip_chars(std::string_view str, std::size_t pos,
                        std::string_view set) {

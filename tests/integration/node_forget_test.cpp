@@ -2,14 +2,11 @@
 // attempt directories, for good (a restart does not bring it back); a task
 // still running is refused; the action is audited in the node's log.
 
-#include "tasksup_child.hpp"
+#include "process_node.hpp"
 
 #include <catch2/catch.hpp>
 
-#include <sys/stat.h>
-
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,23 +19,13 @@ TEST_CASE("forget: a finished task is gone for good, a running one is "
   scratch dir;
   // The agent ends at once, except for the task whose prompt is "wait":
   // that one runs until the test ends it.
-  auto agent = dir.write("agent.sh", "#!/bin/sh\n"
-                                     "if [ \"$1\" = wait ]; then\n"
-                                     "  i=0\n"
-                                     "  while [ $i -lt 1200 ]; do sleep 0.05; "
-                                     "i=$((i+1)); done\n"
-                                     "fi\n"
-                                     "exit 0\n");
-  ::chmod(agent.c_str(), 0755);
-  auto config = dir / "config";
-  std::filesystem::create_directories(config);
-  std::ofstream{config + "/node.json"}
-    << R"({"default_agent": {"agent_id": "sh", "agent_cli": ")" << agent
-    << R"(", "cli_flags": "", "prompt_as_argument": true},
-          "default_runtime": "process"})";
-  std::vector<std::string> serve{"serve",      "--listen", "127.0.0.1:0",
-                                 "--config",   config,     "--state-dir",
-                                 dir / "state"};
+  auto serve = process_node(dir, "#!/bin/sh\n"
+                                 "if [ \"$1\" = wait ]; then\n"
+                                 "  i=0\n"
+                                 "  while [ $i -lt 1200 ]; do sleep 0.05; "
+                                 "i=$((i+1)); done\n"
+                                 "fi\n"
+                                 "exit 0\n");
   auto node = std::make_unique<tasksup_child>(dir, "node-0", serve);
   auto port = listening_port(*node);
   REQUIRE(port);

@@ -3,15 +3,12 @@
 // node (the pause is journaled), and goes on when resumed; both are
 // audited.
 
-#include "tasksup_child.hpp"
+#include "process_node.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <boost/json/parse.hpp>
 
-#include <sys/stat.h>
-
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -47,23 +44,14 @@ TEST_CASE("pause and resume: a paused task starts nothing, outlives a "
   scratch dir;
   // The agent fails until the file `go` exists, then succeeds.
   auto go = dir / "go";
-  auto agent = dir.write("agent.sh", "#!/bin/sh\n"
-                                     "[ -e '" +
-                                       go +
-                                       "' ] && exit 0\n"
-                                       "sleep 0.2\n"
-                                       "exit 1\n");
-  ::chmod(agent.c_str(), 0755);
-  auto config = dir / "config";
-  std::filesystem::create_directories(config);
-  std::ofstream{config + "/node.json"}
-    << R"({"default_agent": {"agent_id": "sh", "agent_cli": ")" << agent
-    << R"(", "cli_flags": "", "prompt_as_argument": true},
-          "default_runtime": "process",
-          "circuit_breaker": {"max_failures": 1000000}})";
-  std::vector<std::string> serve{"serve",      "--listen", "127.0.0.1:0",
-                                 "--config",   config,     "--state-dir",
-                                 dir / "state"};
+  auto serve = process_node(dir,
+                            "#!/bin/sh\n"
+                            "[ -e '" +
+                              go +
+                              "' ] && exit 0\n"
+                              "sleep 0.2\n"
+                              "exit 1\n",
+                            R"("circuit_breaker": {"max_failures": 1000000})");
   auto node = std::make_unique<tasksup_child>(dir, "node-0", serve);
   auto port = listening_port(*node);
   REQUIRE(port);

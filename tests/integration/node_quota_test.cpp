@@ -3,16 +3,12 @@
 // spending a retry, the account is closed for a second task too (it never
 // starts the agent before the reset), and both go on once it has reset.
 
-#include "tasksup_child.hpp"
+#include "process_node.hpp"
 
 #include <catch2/catch.hpp>
 
 #include <boost/json/parse.hpp>
 
-#include <sys/stat.h>
-
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,30 +41,20 @@ TEST_CASE("quota: a task waits for the reset the agent named, its account "
   // The first run hits the plan's limit (in codex's words); every later run
   // succeeds.
   auto hit = dir / "hit";
-  auto agent = dir.write(
-    "agent.sh", "#!/bin/sh\n"
-                "if [ ! -e '" +
-                  hit +
-                  "' ]; then\n"
-                  "  touch '" +
-                  hit +
-                  "'\n"
-                  "  echo \"You've hit your usage limit. Try again in 20 "
-                  "seconds.\"\n"
-                  "  exit 1\n"
-                  "fi\n"
-                  "exit 0\n");
-  ::chmod(agent.c_str(), 0755);
-  auto config = dir / "config";
-  std::filesystem::create_directories(config);
-  std::ofstream{config + "/node.json"}
-    << R"({"default_agent": {"agent_id": "sh", "agent_cli": ")" << agent
-    << R"(", "cli_flags": "", "prompt_as_argument": true},
-          "default_runtime": "process"})";
   auto node = std::make_unique<tasksup_child>(
     dir, "node",
-    std::vector<std::string>{"serve", "--listen", "127.0.0.1:0", "--config",
-                             config, "--state-dir", dir / "state"});
+    process_node(dir, "#!/bin/sh\n"
+                      "if [ ! -e '" +
+                        hit +
+                        "' ]; then\n"
+                        "  touch '" +
+                        hit +
+                        "'\n"
+                        "  echo \"You've hit your usage limit. Try again in 20 "
+                        "seconds.\"\n"
+                        "  exit 1\n"
+                        "fi\n"
+                        "exit 0\n"));
   auto port = listening_port(*node);
   REQUIRE(port);
   auto address = "127.0.0.1:" + std::to_string(*port);

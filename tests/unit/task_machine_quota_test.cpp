@@ -22,11 +22,6 @@ struct task : machine_task {
   explicit task(supervisor_config cfg = {}, std::size_t chain = 1)
     : machine_task(std::move(cfg), chain) {}
 
-  void start_running() {
-    REQUIRE(feed(input::start{}));
-    grant();
-  }
-
   /// The running attempt fails and is classified as `c`.
   void fail_as(classification c) {
     REQUIRE(feed(input::attempt_ended{st.attempt, exited(1)}));
@@ -40,13 +35,6 @@ struct task : machine_task {
     auto c = as(error_class::quota_exhausted, "quota");
     c.retry_after_s = reset_s;
     return c;
-  }
-
-  void delay(double seconds) {
-    auto ask = only<effect::ask_delay>(fx);
-    delay_decision d;
-    d.delay_s = seconds;
-    REQUIRE(feed(input::delay_decided{ask.generation, d}));
   }
 };
 

@@ -36,13 +36,6 @@ struct task : machine_task {
     REQUIRE(feed(std::move(in)));
   }
 
-  void delay(double seconds) {
-    auto ask = only<effect::ask_delay>(fx);
-    delay_decision d;
-    d.delay_s = seconds;
-    REQUIRE(feed(input::delay_decided{ask.generation, d}));
-  }
-
   const effect::finish& finished() { return only<effect::finish>(fx); }
 };
 

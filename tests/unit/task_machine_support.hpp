@@ -87,6 +87,20 @@ struct machine_task {
     auto ask = only<effect::ask_permission>(fx);
     REQUIRE(feed(input::permission{ask.generation, allowed, token, "agent"}));
   }
+
+  /// Starts the task and lets its first attempt run.
+  void start_running() {
+    REQUIRE(feed(input::start{}));
+    grant();
+  }
+
+  /// Answers the pending delay request: the retry waits `seconds`.
+  void delay(double seconds) {
+    auto ask = only<effect::ask_delay>(fx);
+    delay_decision d;
+    d.delay_s = seconds;
+    REQUIRE(feed(input::delay_decided{ask.generation, d}));
+  }
 };
 
 } // namespace tasksup::test

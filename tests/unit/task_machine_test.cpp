@@ -26,12 +26,6 @@ struct task : machine_task {
   explicit task(supervisor_config cfg = {}, std::size_t chain = 2)
     : machine_task(std::move(cfg), chain) {}
 
-  /// Starts the task and lets its first attempt run.
-  void start_running() {
-    REQUIRE(feed(input::start{}));
-    grant();
-  }
-
   void end(attempt_outcome o) {
     REQUIRE(feed(input::attempt_ended{st.attempt, std::move(o)}));
   }
@@ -39,13 +33,6 @@ struct task : machine_task {
   void classify(error_class cls) {
     auto ask = only<effect::classify>(fx);
     REQUIRE(feed(input::classified{ask.generation, as(cls)}));
-  }
-
-  void delay(double seconds) {
-    auto ask = only<effect::ask_delay>(fx);
-    delay_decision d;
-    d.delay_s = seconds;
-    REQUIRE(feed(input::delay_decided{ask.generation, d}));
   }
 
   /// The finish effect of the last input.
