@@ -1,5 +1,7 @@
 #include "tasksup/actors/classifier_actor.hpp"
 
+#include "actor_now.hpp"
+
 #include "tasksup/actors/protocol.hpp"
 
 #include "tasksup/supervisor/output_parser.hpp"
@@ -49,10 +51,14 @@ classifier_impl(classifier_actor::stateful_pointer<classifier_state> self,
       auto& st = self->state;
       auto i = st.per_task.find(req.task_id);
       const auto& cls = i != st.per_task.end() ? i->second : *st.defaults;
-      // The wall clock reads a quota's reset ("resets 3pm"): the attempt
-      // has just ended, so its output is as old as this request.
-      return classify_attempt(cls, req.outcome, req.agent_cli,
-                              std::chrono::system_clock::now());
+      // The node's clock on the wall clock's scale reads a quota's reset
+      // ("resets 3pm"): the attempt has just ended, so its output is as old
+      // as this request; the task machine adds the seconds to the same
+      // clock (simulated under the test coordinator).
+      using namespace std::chrono;
+      auto now = system_clock::time_point{duration_cast<system_clock::duration>(
+        duration<double>(detail::now_s(self)))};
+      return classify_attempt(cls, req.outcome, req.agent_cli, now);
     },
     [=](set_rules_atom,
         std::vector<classifier_rule> rules) -> caf::result<bool> {
