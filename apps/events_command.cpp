@@ -270,9 +270,10 @@ void setup_events(CLI::App& app, int& status) {
   cmd->add_flag("--follow,-f", opts->follow,
                 "Stream events as they happen, until TASK ends (or, without "
                 "TASK, until Ctrl-C)");
-  cmd->add_flag("--json", opts->json,
-                "Print the events as JSON lines (SPEC §9) instead of the "
-                "progress view");
+  cmd->add_flag(
+    "--json", opts->json,
+    "Print the events as JSON lines (docs/BEHAVIOUR.md, Events) instead of the "
+    "progress view");
   cmd->add_flag("--no-output", opts->no_output,
                 "Do not show the agents' own output lines");
   add_node_option(cmd, opts->node);

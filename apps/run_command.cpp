@@ -287,7 +287,9 @@ void setup_run(CLI::App& app, int& status) {
   auto* cmd = app.add_subcommand(
     "run", "Run one task under full supervision in this process and show its "
            "progress; exits with the task's status.");
-  cmd->add_option("task", opts->task_file, "The task file (JSON, SPEC §12)")
+  cmd
+    ->add_option("task", opts->task_file,
+                 "The task file (JSON; docs/BEHAVIOUR.md, Task file)")
     ->required();
   add_config_option(*cmd, opts->config_dir);
   cmd

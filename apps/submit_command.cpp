@@ -93,7 +93,8 @@ void setup_submit(CLI::App& app, int& status) {
               "ids at once; the node runs them in the background.");
   cmd
     ->add_option("tasks", opts->task_files,
-                 "Task files (JSON, SPEC §12); `-` reads one task per line "
+                 "Task files (JSON; docs/BEHAVIOUR.md, Task file); `-` reads "
+                 "one task per line "
                  "from stdin (JSON lines)")
     ->required();
   cmd->add_flag("--replace", opts->replace,

@@ -1,7 +1,8 @@
-// When a usage or plan limit resets (SPEC §3, quota_exhausted): parses the
-// reset the agent CLIs print ("resets 3:10am (Europe/Berlin)", "try again at
-// Nov 28th, 2026 2:10 AM", "resets_in_seconds": 7980) into seconds from an
-// explicit `now`. Zone names are read from the system tz database
+// When a usage or plan limit resets (quota_exhausted; docs/BEHAVIOUR.md,
+// Failure classes): parses the reset the agent CLIs print ("resets 3:10am
+// (Europe/Berlin)", "try again at Nov 28th, 2026 2:10 AM", "resets_in_seconds":
+// 7980) into seconds from an explicit `now`. Zone names are read from the
+// system tz database
 // (/usr/share/zoneinfo, TZif files) per call: no global state, no TZ
 // variable, so it is safe from any thread.
 #include "tasksup/supervisor/classifier.hpp"

@@ -66,7 +66,7 @@ std::set<std::string> with_common(std::set<std::string> xs) {
 
 } // namespace
 
-TEST_CASE("every event kind carries SPEC §9's keys", "[events]") {
+TEST_CASE("every event kind carries its documented keys", "[events]") {
   attempt_outcome out;
   out.exit_code = 137;
   out.signal = 9;
@@ -226,7 +226,7 @@ TEST_CASE("attempt_exited carries the attempt's usage and cost, only when "
   CHECK(ev.at("exit_code").as_int64() == 1);
 }
 
-TEST_CASE("event values have the types SPEC §9 implies, absent means null",
+TEST_CASE("event values have their documented types, absent means null",
           "[events]") {
   attempt_outcome out;
   out.exit_code = 137;

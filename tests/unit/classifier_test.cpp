@@ -68,8 +68,9 @@ classification classify(const attempt_outcome& out,
 
 } // namespace
 
-TEST_CASE("default rules: SPEC §3's four, refined by what real CLIs print",
-          "[classifier]") {
+TEST_CASE(
+  "default rules: the documented classes, refined by what real CLIs print",
+  "[classifier]") {
   auto rules = default_classifier_rules();
   std::vector<std::pair<std::string, error_class>> want{
     {"container_crash", error_class::container_crash},

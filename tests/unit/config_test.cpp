@@ -904,7 +904,7 @@ config_set layered_config() {
 
 } // namespace
 
-TEST_CASE("task: the SPEC example and every key are read") {
+TEST_CASE("task: the documented example and every key are read") {
   ::setenv("HOME", "/home/tester", 1);
   auto res = task(R"({
     "id": "fix-login",

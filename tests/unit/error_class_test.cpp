@@ -21,7 +21,7 @@ TEST_CASE("every error class round-trips through its config name",
   CHECK(names.size() == all_error_classes.size());
 }
 
-TEST_CASE("error class names are the snake_case names of SPEC §3",
+TEST_CASE("error class names are the documented snake_case names",
           "[error_class]") {
   CHECK(to_string(error_class::container_crash) == "container_crash");
   CHECK(to_string(error_class::rate_limit) == "rate_limit");
@@ -53,7 +53,7 @@ TEST_CASE("every action round-trips through its config name", "[error_class]") {
   CHECK_FALSE(parse_action("restart"));
 }
 
-TEST_CASE("default actions follow the table of SPEC §3", "[error_class]") {
+TEST_CASE("default actions follow the documented table", "[error_class]") {
   CHECK(default_action(error_class::container_crash) == action::retry);
   CHECK(default_action(error_class::rate_limit) == action::retry);
   CHECK(default_action(error_class::fatal) == action::fail);
