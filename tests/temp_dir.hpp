@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <system_error>
 
@@ -41,5 +43,25 @@ inline unsigned mode_of(const std::string& path) {
   REQUIRE(::stat(path.c_str(), &st) == 0);
   return st.st_mode & 07777;
 }
+
+/// Sets (or, with nullptr, unsets) an environment variable for one scope.
+struct scoped_env {
+  std::string name;
+  std::optional<std::string> old;
+  scoped_env(const char* n, const char* value) : name(n) {
+    if (auto* v = std::getenv(n))
+      old = v;
+    if (value != nullptr)
+      ::setenv(n, value, 1);
+    else
+      ::unsetenv(n);
+  }
+  ~scoped_env() {
+    if (old)
+      ::setenv(name.c_str(), old->c_str(), 1);
+    else
+      ::unsetenv(name.c_str());
+  }
+};
 
 } // namespace tasksup::test

@@ -22,27 +22,8 @@ using namespace tasksup::app;
 
 namespace {
 
+using tasksup::test::scoped_env;
 using tasksup::test::temp_dir;
-
-/// Sets (or, with nullptr, unsets) an environment variable for one scope.
-struct scoped_env {
-  std::string name;
-  std::optional<std::string> old;
-  scoped_env(const char* n, const char* value) : name(n) {
-    if (auto* v = std::getenv(n))
-      old = v;
-    if (value != nullptr)
-      ::setenv(n, value, 1);
-    else
-      ::unsetenv(n);
-  }
-  ~scoped_env() {
-    if (old)
-      ::setenv(name.c_str(), old->c_str(), 1);
-    else
-      ::unsetenv(name.c_str());
-  }
-};
 
 /// Where a command given `--certs flag` (and no other flag) finds its
 /// certificates.
