@@ -125,19 +125,13 @@ int follow(node_session& s, event_console& console,
            const events_options& opts) {
   auto me = caf::actor_cast<caf::actor>(s.self);
   int rc = exit_status::ok;
-  bool subscribed = false;
   if (opts.task_id.empty()) {
-    s.self->request(s.node, node_request_timeout, subscribe_atom::value, me)
-      .receive([&](bool) { subscribed = true; },
-               [&](caf::error& err) {
-                 rc = report_request_error(s, err, exit_status::unavailable);
-               });
-    if (!subscribed)
+    if (!subscribe_to_node(s, rc))
       return rc;
-    s.self->monitor(s.node);
   } else {
     // The task's events so far and the subscription in one request: a
     // task submitted a moment ago is seen from its first event.
+    bool subscribed = false;
     bool done = false;
     s.self
       ->request(s.node, node_request_timeout, subscribe_atom::value, me,

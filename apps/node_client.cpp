@@ -241,6 +241,20 @@ int with_node(const std::string& command, const std::string& node,
   return rc;
 }
 
+bool subscribe_to_node(node_session& s, int& rc) {
+  bool subscribed = false;
+  s.self
+    ->request(s.node, node_request_timeout, subscribe_atom::value,
+              caf::actor_cast<caf::actor>(s.self))
+    .receive([&](bool) { subscribed = true; },
+             [&](caf::error& err) {
+               rc = report_request_error(s, err, exit_status::unavailable);
+             });
+  if (subscribed)
+    s.self->monitor(s.node);
+  return subscribed;
+}
+
 int report_request_error(const node_session& s, const caf::error& err,
                          int refusal_status) {
   return report_node_failure(

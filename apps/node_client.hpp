@@ -86,6 +86,12 @@ int with_node(const std::string& command, const std::string& node,
 int report_request_error(const node_session& s, const caf::error& err,
                          int refusal_status);
 
+/// Subscribes the session to every event of the node (`(event, event)`
+/// messages arrive at `s.self`) and monitors the node, so that its loss
+/// arrives as a down message. False, with `rc` set and the failure
+/// reported, when the node did not accept.
+bool subscribe_to_node(node_session& s, int& rc);
+
 /// Sends a control request `xs...` answered with a bool and prints
 /// `done_text` or `noop_text`: shared by stop, kill, retry-now and
 /// fallback-now. Returns 0 when it took effect, 1 when it did not, 3 when

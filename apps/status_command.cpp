@@ -89,16 +89,9 @@ int watch_status(node_session& s, const status_options& opts,
                  const status_filter& filter) {
   int rc = exit_status::ok;
   auto me = caf::actor_cast<caf::actor>(s.self);
-  bool subscribed = false;
   // Subscribed before the first table: no change falls between the two.
-  s.self->request(s.node, node_request_timeout, subscribe_atom::value, me)
-    .receive([&](bool) { subscribed = true; },
-             [&](caf::error& err) {
-               rc = report_request_error(s, err, exit_status::unavailable);
-             });
-  if (!subscribed)
+  if (!subscribe_to_node(s, rc))
     return rc;
-  s.self->monitor(s.node);
   bool single = !opts.task_id.empty();
   bool terminal = ::isatty(STDOUT_FILENO) == 1 && !opts.json;
   // What each task looked like when last printed (line mode).
