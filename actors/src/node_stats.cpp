@@ -778,7 +778,7 @@ std::string node_stats::prometheus(const std::vector<task_status>& tasks,
   line(out, "tasksup_warnings_total", {}, warnings_);
 
   family(out, "tasksup_tasks", "gauge", "Tasks the node knows, by state.");
-  std::array<int, 6> by_state{};
+  std::array<int, detail::enum_size<task_state>::value> by_state{};
   for (auto& s : tasks)
     if (auto i = static_cast<std::size_t>(s.state); i < by_state.size())
       ++by_state[i];

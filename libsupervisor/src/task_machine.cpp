@@ -55,6 +55,14 @@ std::string_view request_name(request_kind x) {
   return "request failed";
 }
 
+/// Gives the task's slot back, or takes it out of the queue when `queued`
+/// (its permission is still pending): one release either way.
+void give_back_slot(task_machine_state& st, bool queued, machine_effects& out) {
+  if (st.holds_slot || queued)
+    out.emplace_back(effect::release_slot{});
+  st.holds_slot = false;
+}
+
 } // namespace
 
 std::string_view to_string(task_phase x) noexcept {
@@ -206,10 +214,7 @@ bool task_machine::on(task_machine_state& st, const input::attempt_ended& in,
                       double now_s, machine_effects& out) const {
   if (st.phase != task_phase::running || in.attempt != st.attempt)
     return false;
-  if (st.holds_slot) {
-    st.holds_slot = false;
-    out.emplace_back(effect::release_slot{});
-  }
+  give_back_slot(st, false, out);
   const auto& o = in.outcome;
   st.last_not_started = !o.started;
   if (o.structured) {
@@ -583,10 +588,7 @@ bool task_machine::on(task_machine_state& st, const input::preflight_done& in,
   }
   // The agent never ran: give the slot back and judge the skip by its own
   // class; the agent's health is not in question.
-  if (st.holds_slot) {
-    st.holds_slot = false;
-    out.emplace_back(effect::release_slot{});
-  }
+  give_back_slot(st, false, out);
   st.last_not_started = true;
   attempt_outcome o;
   o.exit_code = in.exit_code == 0 ? 1 : in.exit_code;
@@ -878,10 +880,7 @@ void task_machine::park_for_quota(task_machine_state& st, decision d,
   if (d.cause == decision_cause::failed)
     out.emplace_back(
       effect::close_account{st.counters.agent_index, d.resume_at_s});
-  if (st.holds_slot) {
-    st.holds_slot = false;
-    out.emplace_back(effect::release_slot{});
-  }
+  give_back_slot(st, false, out);
   st.phase = task_phase::parked;
   st.retry_at_s = 0;
   st.resume_at_s = std::max(d.resume_at_s, now_s);
@@ -894,18 +893,14 @@ void task_machine::park_for_quota(task_machine_state& st, decision d,
 void task_machine::park(task_machine_state& st, machine_effects& out) const {
   // Out of the queue, or the slot given back; a pending answer or timer is
   // superseded by the new generation.
-  if (st.holds_slot || st.phase == task_phase::waiting)
-    out.emplace_back(effect::release_slot{});
-  st.holds_slot = false;
+  give_back_slot(st, st.phase == task_phase::waiting, out);
   st.phase = task_phase::parked;
   ++st.generation;
 }
 
 void task_machine::finish(task_machine_state& st, effect::finish f,
                           machine_effects& out) const {
-  if (st.holds_slot || st.phase == task_phase::waiting)
-    out.emplace_back(effect::release_slot{});
-  st.holds_slot = false;
+  give_back_slot(st, st.phase == task_phase::waiting, out);
   st.phase = task_phase::done;
   st.plan.reset();
   st.ended.reset();
