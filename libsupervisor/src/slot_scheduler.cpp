@@ -1,0 +1,172 @@
+#include "tasksup/supervisor/slot_scheduler.hpp"
+
+#include <algorithm>
+#include <utility>
+
+namespace tasksup {
+
+slot_scheduler::slot_scheduler(int local_limit)
+  : local_limit_{static_cast<std::size_t>(std::max(1, local_limit))} {
+  // nop
+}
+
+std::size_t slot_scheduler::local_in_use() const {
+  return static_cast<std::size_t>(
+    std::count_if(holders_.begin(), holders_.end(),
+                  [](auto& x) { return x.second.node.empty(); }));
+}
+
+std::optional<std::string>
+slot_scheduler::place(const slot_request& req) const {
+  if (req.local_only || nodes_.empty()) {
+    if (local_in_use() < local_limit_)
+      return std::string{};
+    return std::nullopt;
+  }
+  std::vector<node_load> loads;
+  loads.reserve(nodes_.size());
+  for (auto& kv : nodes_)
+    loads.push_back(kv.second);
+  if (auto i = choose_node(loads, req.placement))
+    return std::next(nodes_.begin(), static_cast<std::ptrdiff_t>(*i))->first;
+  return std::nullopt;
+}
+
+bool slot_scheduler::any_free() const {
+  return local_in_use() < local_limit_ ||
+         std::any_of(nodes_.begin(), nodes_.end(),
+                     [](auto& x) { return x.second.free() > 0; });
+}
+
+void slot_scheduler::take(const std::string& task_id, const std::string& node) {
+  holders_.insert_or_assign(task_id, holder{node, false});
+  if (auto n = nodes_.find(node); n != nodes_.end())
+    ++n->second.running;
+}
+
+std::vector<slot_grant> slot_scheduler::serve() {
+  std::vector<slot_grant> out;
+  if (held_)
+    return out;
+  // Stops once every slot is taken: a slot given back serves one task, not
+  // a walk of the whole queue.
+  for (auto i = queue_.begin(); i != queue_.end() && any_free();) {
+    auto node = place(*i);
+    if (!node) {
+      ++i;
+      continue;
+    }
+    take(i->task_id, *node);
+    out.push_back(slot_grant{std::move(i->task_id), std::move(*node)});
+    i = queue_.erase(i);
+  }
+  return out;
+}
+
+std::optional<std::string> slot_scheduler::request(slot_request req) {
+  if (auto i = holders_.find(req.task_id); i != holders_.end())
+    return i->second.node;
+  auto waiting = std::any_of(queue_.begin(), queue_.end(),
+                             [&](auto& x) { return x.task_id == req.task_id; });
+  if (waiting)
+    return std::nullopt;
+  if (queue_.empty() && !held_)
+    if (auto node = place(req)) {
+      take(req.task_id, *node);
+      return node;
+    }
+  queue_.push_back(std::move(req));
+  return std::nullopt;
+}
+
+std::vector<slot_grant> slot_scheduler::release(const std::string& task_id) {
+  if (auto i = holders_.find(task_id); i != holders_.end()) {
+    if (!i->second.orphaned)
+      if (auto n = nodes_.find(i->second.node); n != nodes_.end())
+        --n->second.running;
+    holders_.erase(i);
+  } else {
+    auto q = std::find_if(queue_.begin(), queue_.end(),
+                          [&](auto& x) { return x.task_id == task_id; });
+    if (q == queue_.end())
+      return {};
+    queue_.erase(q);
+  }
+  return serve();
+}
+
+void slot_scheduler::reclaim(const std::string& task_id) {
+  holders_.insert_or_assign(task_id, holder{});
+}
+
+void slot_scheduler::hold() {
+  held_ = true;
+}
+
+std::vector<slot_grant> slot_scheduler::resume(
+  const std::function<std::int64_t(const std::string&)>& order) {
+  held_ = false;
+  std::stable_sort(queue_.begin(), queue_.end(), [&](auto& x, auto& y) {
+    return order(x.task_id) < order(y.task_id);
+  });
+  return serve();
+}
+
+std::vector<slot_grant> slot_scheduler::add_node(node_offer offer) {
+  auto name = offer.name;
+  nodes_.insert_or_assign(std::move(name), node_load{std::move(offer), 0});
+  return serve();
+}
+
+std::vector<slot_grant> slot_scheduler::remove_node(const std::string& name) {
+  if (nodes_.erase(name) == 0)
+    return {};
+  for (auto& [id, h] : holders_)
+    if (h.node == name)
+      h.orphaned = true;
+  return serve();
+}
+
+int slot_scheduler::running_on(const std::string& name) const {
+  auto i = nodes_.find(name);
+  return i == nodes_.end() ? 0 : i->second.running;
+}
+
+std::vector<std::pair<std::string, node_load>> slot_scheduler::nodes() const {
+  return {nodes_.begin(), nodes_.end()};
+}
+
+std::optional<std::string>
+slot_scheduler::node_of(const std::string& task_id) const {
+  if (auto i = holders_.find(task_id); i != holders_.end())
+    return i->second.node;
+  return std::nullopt;
+}
+
+std::optional<std::string>
+slot_scheduler::waiting_reason(const std::string& task_id) const {
+  auto q = std::find_if(queue_.begin(), queue_.end(),
+                        [&](auto& x) { return x.task_id == task_id; });
+  if (q == queue_.end())
+    return std::nullopt;
+  if (held_)
+    return std::string{"the node is resuming its tasks after a restart"};
+  if (q->local_only || nodes_.empty())
+    return "all " + std::to_string(local_limit_) +
+           " attempt slots of this node are busy";
+  std::vector<node_load> loads;
+  for (auto& kv : nodes_)
+    loads.push_back(kv.second);
+  return unplaced_reason(loads, q->placement);
+}
+
+int slot_scheduler::capacity() const {
+  if (nodes_.empty())
+    return static_cast<int>(local_limit_);
+  int n = 0;
+  for (auto& kv : nodes_)
+    n += kv.second.offer.max_concurrent;
+  return n;
+}
+
+} // namespace tasksup
