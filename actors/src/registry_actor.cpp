@@ -3,6 +3,7 @@
 #include "tasksup/actors/cluster.hpp"
 
 #include "actor_now.hpp"
+#include "event_hub.hpp"
 
 #include "tasksup/actors/backoff_actor.hpp"
 #include "tasksup/actors/classifier_actor.hpp"
@@ -14,6 +15,7 @@
 #include "tasksup/supervisor/account_quotas.hpp"
 #include "tasksup/supervisor/circuit_breaker.hpp"
 #include "tasksup/supervisor/retry_budget.hpp"
+#include "tasksup/supervisor/slot_scheduler.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
@@ -30,6 +32,7 @@
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -57,42 +60,11 @@ struct active_task {
   bool local_only = false;
 };
 
-/// A worker node that joined this coordinator.
+/// A worker node that joined this coordinator (its offer and load are the
+/// slot scheduler's).
 struct worker_node {
-  node_offer offer;
   caf::actor agent;
-  /// Attempts placed there that have not released their slot.
-  int running = 0;
   double joined_at = 0;
-};
-
-/// The events of one task, kept so that a client subscribing after the task
-/// began still sees all of it: every event but output lines, and output
-/// lines up to a byte budget (the attempt's log file has them all).
-struct event_history {
-  std::vector<event> events;
-  std::size_t log_bytes = 0;
-  std::size_t dropped_logs = 0;
-
-  /// Output lines kept per task, in bytes of text (a line's JSON is its
-  /// text, escaped, plus the head's ~170 bytes).
-  static constexpr std::size_t log_budget = 64 * 1024;
-  static constexpr std::size_t log_head_bytes = 170;
-
-  void add(const event& ev) {
-    if (ev.kind == event_kind::log) {
-      // Measured without rendering: the registry renders nothing.
-      auto* f = ev.fields();
-      auto* line = f ? std::get_if<event_data::log>(&f->data) : nullptr;
-      auto bytes = line ? line->line.size() + log_head_bytes : ev.json().size();
-      if (log_bytes + bytes > log_budget) {
-        ++dropped_logs;
-        return;
-      }
-      log_bytes += bytes;
-    }
-    events.push_back(ev);
-  }
 };
 
 struct registry_state {
@@ -106,37 +78,36 @@ struct registry_state {
   std::map<std::string, task_status> finished;
   std::deque<std::string> finished_order;
   std::map<std::string, std::vector<caf::response_promise>> awaiting;
+  /// What waits for an active task's record (`when_finished`).
+  std::map<std::string, std::vector<std::function<void(const task_status*)>>>
+    finishing;
   std::optional<circuit_breaker> breaker;
   /// Accounts closed until their usage quota resets.
   account_quotas quotas;
   retry_budget budget;
-  /// Attempt slots: holders and the FIFO of waiting tasks.
-  std::set<std::string> slot_holders;
-  /// The node of each holder's slot ("" for this node).
-  std::map<std::string, std::string> slot_node;
+  /// Who holds the attempt slots, where, and who waits.
+  slot_scheduler slots;
+  /// The permits of the tasks waiting for a slot, answered when the
+  /// scheduler grants one.
+  std::map<std::string, std::pair<permit_request, caf::response_promise>>
+    waiting;
   /// The worker nodes that joined, by name.
   std::map<std::string, worker_node> nodes;
-  std::deque<std::pair<permit_request, caf::response_promise>> slot_queue;
   /// Round-robin position per environment.
   std::map<std::string, std::size_t> rotation;
-  std::vector<caf::actor> subscribers;
-  /// Past events per task, active and finished (evicted with `finished`).
-  std::map<std::string, event_history> history;
+  /// The events: each task's history, subscribers, the journal's copy.
+  detail::event_hub_actor hub;
   /// The supervisors of `active`, shared with the exit handler that stops
   /// them when the registry ends.
   std::shared_ptr<std::map<std::string, caf::actor>> supervisors;
   std::uint64_t next_number = 1;
-  /// The journal's number of every task it records, and the number of the
-  /// task's last journaled event.
+  /// The journal's number of every task it records.
   std::map<std::string, std::int64_t> journal_seq;
-  std::map<std::string, std::int64_t> event_n;
   /// Ids being recorded by the journal (not yet answered).
   std::set<std::string> reserved;
-  /// Tasks rebuilt after a restart whose history is (partly) only in the
-  /// journal.
-  std::set<std::string> restored;
   /// Rebuilt tasks that have not yet asked again for what they waited for;
-  /// queued slots are granted once none is left, in submission order.
+  /// the slot queue is held until none is left, then served in submission
+  /// order.
   std::set<std::string> resuming;
   /// What the rebuilt tasks adopted (attempt directories and runtime ids):
   /// left alone when the rest of the old node's attempts are reaped.
@@ -155,17 +126,14 @@ double wall_now() {
   return duration<double>(system_clock::now().time_since_epoch()).count();
 }
 
+/// Hands `ev` to the event hub.
 void publish(registry_actor_t* self, const event& ev) {
-  auto& st = self->state;
-  if (auto i = st.history.find(ev.task_id); i != st.history.end())
-    i->second.add(ev);
-  // Output lines are in the attempt's log file; the rest is history.
-  if (st.opts.journal && ev.kind != event_kind::log)
-    if (auto j = st.journal_seq.find(ev.task_id); j != st.journal_seq.end())
-      self->send(st.opts.journal, jevent_atom::value, j->second,
-                 ++st.event_n[ev.task_id], ev);
-  for (auto& sub : self->state.subscribers)
-    self->send(sub, event_atom::value, ev);
+  self->send(self->state.hub, event_atom::value, ev);
+}
+
+/// The hub forgets `task_id`'s events (it is evicted or forgotten).
+void untrack(registry_actor_t* self, const std::string& task_id) {
+  self->send(self->state.hub, detail::untrack_atom::value, task_id);
 }
 
 /// Records a piece of node state in the journal.
@@ -190,128 +158,36 @@ permit_reply permit(registry_actor_t* self, const permit_request& req) {
   return r;
 }
 
-std::size_t slot_limit(registry_actor_t* self) {
-  return static_cast<std::size_t>(
-    std::max(1, self->state.opts.config.node.max_concurrent));
-}
-
-/// Slots held on this node (not on worker nodes).
-std::size_t local_slots(registry_actor_t* self) {
-  auto& st = self->state;
-  return static_cast<std::size_t>(
-    std::count_if(st.slot_node.begin(), st.slot_node.end(),
-                  [](auto& x) { return x.second.empty(); }));
-}
-
-/// The worker nodes as placement sees them, and their names.
-std::vector<node_load> node_loads(registry_actor_t* self,
-                                  std::vector<std::string>* names = nullptr) {
-  std::vector<node_load> out;
-  for (auto& [name, n] : self->state.nodes) {
-    out.push_back(node_load{n.offer, n.running});
-    if (names)
-      names->push_back(name);
-  }
-  return out;
-}
-
-/// Where `req`'s attempt can run now: a worker node's name, "" for this
-/// node, nullopt when nothing fits or all that fits is busy. A coordinator
-/// without worker nodes runs attempts itself; with some, only repository
-/// tasks run here.
-std::optional<std::string> place(registry_actor_t* self,
-                                 const permit_request& req) {
-  auto& st = self->state;
-  if (req.local_only || st.nodes.empty()) {
-    if (local_slots(self) < slot_limit(self))
-      return std::string{};
-    return std::nullopt;
-  }
-  std::vector<std::string> names;
-  auto loads = node_loads(self, &names);
-  if (auto i = choose_node(loads, req.placement))
-    return names[*i];
-  return std::nullopt;
-}
-
-/// Why `req` waits in the queue, for `status`.
-std::string waiting_reason(registry_actor_t* self, const permit_request& req) {
-  auto& st = self->state;
-  if (req.local_only || st.nodes.empty())
-    return "all " + std::to_string(slot_limit(self)) +
-           " attempt slots of this node are busy";
-  return unplaced_reason(node_loads(self), req.placement);
-}
-
 /// The permit of a task holding its slot, with where that slot is.
 permit_reply placed_permit(registry_actor_t* self, const permit_request& req) {
   auto& st = self->state;
   auto r = permit(self, req);
   r.runtime = req.placement.runtime;
-  if (auto i = st.slot_node.find(req.task_id);
-      i != st.slot_node.end() && !i->second.empty())
-    if (auto n = st.nodes.find(i->second); n != st.nodes.end()) {
-      r.node = i->second;
+  if (auto node = st.slots.node_of(req.task_id); node && !node->empty())
+    if (auto n = st.nodes.find(*node); n != st.nodes.end()) {
+      r.node = *node;
       r.agent = n->second.agent;
     }
   return r;
 }
 
-/// Gives `req`'s task the slot on `node` and answers with it.
-permit_reply grant(registry_actor_t* self, const permit_request& req,
-                   const std::string& node) {
+/// Answers the waiting permits the scheduler granted.
+void deliver(registry_actor_t* self, std::vector<slot_grant> grants) {
   auto& st = self->state;
-  st.slot_holders.insert(req.task_id);
-  st.slot_node[req.task_id] = node;
-  if (auto n = st.nodes.find(node); n != st.nodes.end())
-    ++n->second.running;
-  return placed_permit(self, req);
-}
-
-/// Whether any slot is free: on this node or on a worker node.
-bool any_slot_free(registry_actor_t* self) {
-  auto& st = self->state;
-  return local_slots(self) < slot_limit(self) ||
-         std::any_of(st.nodes.begin(), st.nodes.end(), [](auto& x) {
-           return x.second.running < x.second.offer.max_concurrent;
-         });
-}
-
-/// Serves the queue in order; a task that fits nowhere now keeps its place
-/// and does not hold up the tasks behind it that fit elsewhere. Stops once
-/// every slot is taken (a slot given back serves one task, not a walk of
-/// the whole queue).
-void grant_slots(registry_actor_t* self) {
-  auto& st = self->state;
-  if (!st.resuming.empty())
-    return;
-  for (auto i = st.slot_queue.begin();
-       i != st.slot_queue.end() && any_slot_free(self);) {
-    auto node = place(self, i->first);
-    if (!node) {
-      ++i;
+  for (auto& g : grants) {
+    auto i = st.waiting.find(g.task_id);
+    if (i == st.waiting.end())
       continue;
-    }
-    auto [req, rp] = std::move(*i);
-    i = st.slot_queue.erase(i);
-    rp.deliver(grant(self, req, *node));
+    auto [req, rp] = std::move(i->second);
+    st.waiting.erase(i);
+    rp.deliver(placed_permit(self, req));
   }
 }
 
 void release(registry_actor_t* self, const std::string& task_id) {
   auto& st = self->state;
-  if (auto i = st.slot_node.find(task_id); i != st.slot_node.end()) {
-    if (auto n = st.nodes.find(i->second); n != st.nodes.end())
-      --n->second.running;
-    st.slot_node.erase(i);
-  }
-  if (st.slot_holders.erase(task_id) == 0) {
-    auto i = std::find_if(st.slot_queue.begin(), st.slot_queue.end(),
-                          [&](auto& x) { return x.first.task_id == task_id; });
-    if (i != st.slot_queue.end())
-      st.slot_queue.erase(i);
-  }
-  grant_slots(self);
+  st.waiting.erase(task_id);
+  deliver(self, st.slots.release(task_id));
 }
 
 /// A task's place in submission order: its journal number (tasks without
@@ -358,11 +234,9 @@ void resumed(registry_actor_t* self, const std::string& task_id) {
   if (st.resuming.erase(task_id) == 0 || !st.resuming.empty())
     return;
   reap_orphans(self);
-  std::stable_sort(
-    st.slot_queue.begin(), st.slot_queue.end(), [&](auto& x, auto& y) {
-      return order_of(self, x.first.task_id) < order_of(self, y.first.task_id);
-    });
-  grant_slots(self);
+  deliver(self, st.slots.resume([self](const std::string& id) {
+    return order_of(self, id);
+  }));
 }
 
 /// Forgets worker node `name` (its connection is gone): nothing is placed
@@ -377,11 +251,11 @@ void node_lost(registry_actor_t* self, const std::string& name,
   std::fprintf(stderr,
                "tasksup: worker node %s lost (%s); %d running attempt(s) "
                "there are retried elsewhere\n",
-               name.c_str(), why.c_str(), i->second.running);
+               name.c_str(), why.c_str(), st.slots.running_on(name));
   self->demonitor(i->second.agent);
   st.nodes.erase(i);
   // Without worker nodes the coordinator runs the queue itself again.
-  grant_slots(self);
+  deliver(self, st.slots.remove_node(name));
 }
 
 /// A worker node joins (through the door): its offer is checked, its
@@ -416,22 +290,18 @@ caf::result<std::string> join(registry_actor_t* self, node_offer& offer,
                offer.labels.empty() ? "" : ", labels ",
                to_string(offer.labels).c_str());
   self->monitor(agent);
-  auto name = offer.name;
-  st.nodes.emplace(
-    name, worker_node{std::move(offer), std::move(agent), 0, now_s(self)});
-  grant_slots(self);
+  st.nodes.emplace(offer.name, worker_node{std::move(agent), now_s(self)});
+  deliver(self, st.slots.add_node(std::move(offer)));
   return st.opts.node_name;
 }
 
 /// Where a task runs or why it waits, added to its supervisor's status.
 void add_placement(registry_actor_t* self, task_status& s) {
   auto& st = self->state;
-  if (auto i = st.slot_node.find(s.task_id); i != st.slot_node.end())
-    s.node = i->second;
-  auto q = std::find_if(st.slot_queue.begin(), st.slot_queue.end(),
-                        [&](auto& x) { return x.first.task_id == s.task_id; });
-  if (q != st.slot_queue.end())
-    s.waiting_for = waiting_reason(self, q->first);
+  if (auto node = st.slots.node_of(s.task_id))
+    s.node = std::move(*node);
+  if (auto why = st.slots.waiting_reason(s.task_id))
+    s.waiting_for = std::move(*why);
 }
 
 /// Records a final result; answers everyone awaiting it.
@@ -465,15 +335,20 @@ void record_result(registry_actor_t* self, task_result r) {
     if (auto j = st.journal_seq.find(r.task_id); j != st.journal_seq.end())
       self->send(st.opts.journal, jend_atom::value, j->second, wall_now(),
                  encode(s));
-  st.finished.insert_or_assign(r.task_id, std::move(s));
+  auto& record =
+    st.finished.insert_or_assign(r.task_id, std::move(s)).first->second;
   st.finished_order.push_back(r.task_id);
+  if (auto w = st.finishing.find(r.task_id); w != st.finishing.end()) {
+    auto fs = std::move(w->second);
+    st.finishing.erase(w);
+    for (auto& f : fs)
+      f(&record);
+  }
   while (st.finished_order.size() > st.opts.history_limit) {
     auto& id = st.finished_order.front();
-    st.history.erase(id);
+    untrack(self, id);
     st.finished.erase(id);
     st.journal_seq.erase(id);
-    st.event_n.erase(id);
-    st.restored.erase(id);
     st.finished_order.pop_front();
   }
 }
@@ -482,14 +357,19 @@ void record_result(registry_actor_t* self, task_result r) {
 /// but comes from someone other than that task's supervisor (messages about
 /// tasks the registry does not run, e.g. an embedding application's own
 /// supervisors using it for slots, pass).
-bool from_other_supervisor(registry_actor_t* self, const std::string& task_id) {
+bool from_other_supervisor(registry_actor_t* self, const std::string& task_id,
+                           const caf::actor_addr& sender) {
   auto& st = self->state;
-  auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
   if (auto i = st.active.find(task_id); i != st.active.end())
     return i->second.supervisor.address() != sender;
   // A supervisor of ours speaking for a task that is not its own.
   auto j = st.by_supervisor.find(sender);
   return j != st.by_supervisor.end() && j->second != task_id;
+}
+
+bool from_other_supervisor(registry_actor_t* self, const std::string& task_id) {
+  return from_other_supervisor(
+    self, task_id, caf::actor_cast<caf::actor_addr>(self->current_sender()));
 }
 
 using admit_atom = caf::atom_constant<caf::atom("admit")>;
@@ -602,9 +482,11 @@ caf::expected<prepared_task> prepare(registry_actor_t* self, task_spec task,
   return p;
 }
 
-/// Spawns the supervisor of a prepared task.
+/// Spawns the supervisor of a prepared task; `last_event` and `restored`
+/// describe a task rebuilt after a restart (its journaled events).
 void launch(registry_actor_t* self, supervisor_options opts,
-            std::string environment) {
+            std::string environment, std::int64_t last_event = 0,
+            bool restored = false) {
   auto& st = self->state;
   opts.default_agent = st.opts.config.node.default_agent;
   opts.classifier = st.classifier;
@@ -620,11 +502,14 @@ void launch(registry_actor_t* self, supervisor_options opts,
                         : opts.task.runtime;
   auto labels = opts.task.placement.labels;
   auto local_only = opts.task.repo.has_value();
+  // The hub knows the task before its supervisor's first event; events and
+  // the result go there, so the result never overtakes its events.
+  self->send(st.hub, detail::track_atom::value, id, opts.journal_seq,
+             last_event, restored);
   auto sup = spawn_task_supervisor(
-    self->system(), caf::actor_cast<caf::actor>(self), std::move(opts));
+    self->system(), caf::actor_cast<caf::actor>(st.hub), std::move(opts));
   self->monitor(sup);
   st.by_supervisor.emplace(sup.address(), id);
-  st.history[id];
   st.supervisors->emplace(id, sup);
   active_task t{sup, std::move(environment), trace, {}, false};
   t.placement.runtime = std::move(runtime_name);
@@ -652,10 +537,8 @@ void forget(registry_actor_t* self, const std::string& task_id) {
       fs::rename(dir, aside, ec);
       break;
     }
-  st.history.erase(task_id);
+  untrack(self, task_id);
   st.journal_seq.erase(task_id);
-  st.event_n.erase(task_id);
-  st.restored.erase(task_id);
   st.finished_order.erase(
     std::find(st.finished_order.begin(), st.finished_order.end(), task_id));
 }
@@ -762,15 +645,15 @@ void restore(registry_actor_t* self) {
         std::strtoull(std::string{line.substr(tab + 1)}.c_str(), nullptr, 10));
     }
   }
+  // The finished tasks' journaled event counts, for the hub.
+  std::map<std::string, std::int64_t> last_events;
   for (auto& e : snapshot.tasks) {
     auto id = e.task.spec.id;
     st.journal_seq[id] = e.seq;
-    st.restored.insert(id);
-    if (e.last_event > 0)
-      st.event_n[id] = e.last_event;
     if (e.finished) {
       st.finished.insert_or_assign(id, std::move(*e.finished));
       st.finished_order.push_back(id);
+      last_events[id] = e.last_event;
       continue;
     }
     supervisor_options opts;
@@ -803,19 +686,23 @@ void restore(registry_actor_t* self) {
                  encode(s));
       st.finished.insert_or_assign(id, std::move(s));
       st.finished_order.push_back(id);
+      last_events[id] = e.last_event;
       continue;
     }
     opts.runtime = rt->second;
     st.resuming.insert(id);
     auto env = opts.task.environment;
-    launch(self, std::move(opts), std::move(env));
+    launch(self, std::move(opts), std::move(env), e.last_event, true);
   }
   while (st.finished_order.size() > st.opts.history_limit) {
     st.finished.erase(st.finished_order.front());
     st.journal_seq.erase(st.finished_order.front());
-    st.restored.erase(st.finished_order.front());
     st.finished_order.pop_front();
   }
+  // A kept finished task's history is read from the journal.
+  for (auto& id : st.finished_order)
+    self->send(st.hub, detail::track_atom::value, id, st.journal_seq[id],
+               last_events[id], true);
 }
 
 /// The record of a finished task; null while it runs or when unknown.
@@ -823,6 +710,20 @@ const task_status* finished_status(const registry_state& st,
                                    const std::string& id) {
   auto i = st.finished.find(id);
   return i == st.finished.end() ? nullptr : &i->second;
+}
+
+/// Runs `f` with `id`'s record once its result is recorded: at once when it
+/// is, or when the result the supervisor sent before it ended has come
+/// through the hub. Null for a task that is not known at all.
+void when_finished(registry_actor_t* self, const std::string& id,
+                   std::function<void(const task_status*)> f) {
+  auto& st = self->state;
+  if (auto* done = finished_status(st, id))
+    f(done);
+  else if (st.active.count(id) > 0)
+    st.finishing[id].push_back(std::move(f));
+  else
+    f(nullptr);
 }
 
 /// Asks an active task's supervisor and answers with its reply. A supervisor
@@ -839,12 +740,14 @@ caf::result<T> ask_supervisor(registry_actor_t* self, const std::string& id,
     .then([=](T& x) mutable { rp.deliver(on_reply(std::move(x))); },
           [=](caf::error& err) mutable {
             // The supervisor sends its result before it terminates, so once
-            // its reply failed the registry has either recorded the task as
-            // finished or lost the supervisor (and reported that).
-            if (auto* done = finished_status(self->state, id))
-              rp.deliver(on_finished(*done));
-            else
-              rp.deliver(std::move(err));
+            // its reply failed the result is recorded or on its way through
+            // the hub (a lost supervisor's, too).
+            when_finished(self, id, [=](const task_status* done) mutable {
+              if (done)
+                rp.deliver(on_finished(*done));
+              else
+                rp.deliver(std::move(err));
+            });
           });
   return rp;
 }
@@ -915,10 +818,12 @@ caf::result<std::vector<task_status>> all_status(registry_actor_t* self) {
         },
         [=](caf::error&) mutable {
           // Finished between the question and the answer (see
-          // ask_supervisor): its record is here by now.
-          if (auto* finished = finished_status(self->state, id))
-            acc->push_back(*finished);
-          done();
+          // ask_supervisor).
+          when_finished(self, id, [=](const task_status* finished) mutable {
+            if (finished)
+              acc->push_back(*finished);
+            done();
+          });
         });
   }
   return rp;
@@ -935,35 +840,6 @@ caf::result<std::string> submit_json(registry_actor_t* self,
   if (!task)
     return make_error(protocol_error::invalid_task, task.error().to_string());
   return submit(self, std::move(*task), replace);
-}
-
-/// Subscribes `sub` and answers with the task's events so far; a task whose
-/// history is in the journal (rebuilt after a restart) is read from there.
-caf::result<std::vector<event>> subscribe_task(registry_actor_t* self,
-                                               const caf::actor& sub,
-                                               const std::string& task_id) {
-  auto& st = self->state;
-  auto h = st.history.find(task_id);
-  auto restored = st.restored.count(task_id) > 0;
-  if (h == st.history.end() && !restored)
-    return make_error(protocol_error::unknown_task,
-                      "no task with id '" + task_id + "'");
-  auto& subs = st.subscribers;
-  if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {
-    subs.push_back(sub);
-    self->monitor(sub);
-  }
-  if (!restored || !st.opts.journal)
-    return h->second.events;
-  // The journal has every event but output lines, up to the ones queued
-  // just now; everything after reaches `sub` as it happens.
-  auto rp = self->make_response_promise<std::vector<event>>();
-  self
-    ->request(st.opts.journal, caf::infinite, jhistory_atom::value,
-              st.journal_seq[task_id], task_id)
-    .then([rp](std::vector<event>& evs) mutable { rp.deliver(std::move(evs)); },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-  return rp;
 }
 
 /// The most output one `logs` answer carries.
@@ -1017,6 +893,7 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
   st.opts = std::move(opts);
   st.ids.emplace(st.opts.seed);
   st.breaker.emplace(st.opts.config.node.breaker);
+  st.slots = slot_scheduler{st.opts.config.node.max_concurrent};
   if (st.opts.config.node.retry_budget_capacity)
     st.budget = retry_budget{*st.opts.config.node.retry_budget_capacity,
                              st.opts.config.node.retry_budget_refill_per_s};
@@ -1043,12 +920,14 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
     auto& st = self->state;
     auto i = st.by_supervisor.find(dm.source);
     if (i != st.by_supervisor.end()) {
-      // A supervisor that ends without escalating lost its task.
+      // A supervisor that ends without escalating lost its task. Its result,
+      // should it have sent one, is still on its way through the hub: the
+      // loss goes the same way, after it, and counts only if it was not.
       task_result r;
       r.task_id = i->second;
       r.outcome = task_outcome::failed;
       r.error = "task supervisor died: " + self->system().render(dm.reason);
-      record_result(self, std::move(r));
+      self->send(st.hub, escalate_atom::value, std::move(r), dm.source);
       return;
     }
     for (auto& [name, n] : st.nodes)
@@ -1056,13 +935,11 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
         node_lost(self, name, self->system().render(dm.reason));
         return;
       }
-    auto& subs = st.subscribers;
-    subs.erase(
-      std::remove_if(subs.begin(), subs.end(),
-                     [&](auto& x) { return x.address() == dm.source; }),
-      subs.end());
   });
+  st.hub = detail::spawn_event_hub(self, st.opts.journal);
   restore(self);
+  if (!st.resuming.empty())
+    st.slots.hold();
   return {
     // -- clients ----------------------------------------------------------
     [=](submit_atom, task_spec& task) { return submit(self, std::move(task)); },
@@ -1104,16 +981,11 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       }
       for (auto& [account, until] : st.quotas.closed(now))
         h.quotas.push_back({account, until});
-      h.slots_in_use = static_cast<int>(st.slot_holders.size());
-      h.slot_limit = static_cast<int>(slot_limit(self));
-      if (!st.nodes.empty()) {
-        // The cluster's capacity: the worker nodes' (and repository tasks'
-        // slots here).
-        h.slot_limit = 0;
-        for (auto& [name, n] : st.nodes)
-          h.slot_limit += n.offer.max_concurrent;
-      }
-      h.queued = static_cast<int>(st.slot_queue.size());
+      h.slots_in_use = static_cast<int>(st.slots.in_use());
+      // With worker nodes, the cluster's capacity: the workers' (and
+      // repository tasks' slots here).
+      h.slot_limit = st.slots.capacity();
+      h.queued = static_cast<int>(st.slots.queued());
       return h;
     },
     [=](status_atom, const std::string& task_id) -> caf::result<task_status> {
@@ -1146,33 +1018,35 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       st.awaiting[task_id].push_back(rp);
       return rp;
     },
-    [=](subscribe_atom, const caf::actor& sub) {
-      auto& subs = self->state.subscribers;
-      if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {
-        subs.push_back(sub);
-        self->monitor(sub);
-      }
-      return true;
+    [=](subscribe_atom a, const caf::actor& sub) {
+      return self->delegate(self->state.hub, a, sub);
     },
-    [=](subscribe_atom, const caf::actor& sub, const std::string& task_id) {
-      return subscribe_task(self, sub, task_id);
+    [=](subscribe_atom a, const caf::actor& sub, const std::string& task_id) {
+      return self->delegate(self->state.hub, a, sub, task_id);
     },
-    [=](unsubscribe_atom, const caf::actor& sub) {
-      auto& subs = self->state.subscribers;
-      subs.erase(std::remove(subs.begin(), subs.end(), sub), subs.end());
-      return true;
+    [=](unsubscribe_atom a, const caf::actor& sub) {
+      return self->delegate(self->state.hub, a, sub);
     },
     // -- task supervisors -------------------------------------------------
     [=](event_atom, const event& ev) { publish(self, ev); },
-    [=](event_atom, const std::vector<event>& evs) {
-      // A supervisor's events of one failed attempt, in order.
-      for (auto& ev : evs)
-        publish(self, ev);
+    [=](event_atom a, std::vector<event>& evs) {
+      // A supervisor's events of one failed attempt, in order (an
+      // embedding application's supervisors send theirs here).
+      self->send(self->state.hub, a, std::move(evs));
     },
     [=](escalate_atom, task_result& r) {
       // Only a task's own supervisor ends it: a stray or forged escalate
-      // would orphan the running supervisor and free its slot.
+      // would orphan the running supervisor and free its slot. (The node's
+      // own supervisors send theirs through the hub; an embedding
+      // application's come here.)
       if (!from_other_supervisor(self, r.task_id))
+        record_result(self, std::move(r));
+    },
+    [=](escalate_atom, task_result& r, const caf::actor_addr& from) {
+      // A result passed on by the hub, with the supervisor that sent it.
+      if (self->current_sender() ==
+            caf::actor_cast<caf::strong_actor_ptr>(self->state.hub) &&
+          !from_other_supervisor(self, r.task_id, from))
         record_result(self, std::move(r));
     },
     [=](permit_atom, permit_request& req) -> caf::result<permit_reply> {
@@ -1193,13 +1067,17 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
         r.quota_reset_at = until;
         return r;
       }
-      if (!req.need_slot || st.slot_holders.count(req.task_id) > 0)
+      if (!req.need_slot || st.slots.holds(req.task_id))
         return placed_permit(self, req);
-      if (st.slot_queue.empty() && st.resuming.empty())
-        if (auto node = place(self, req))
-          return grant(self, req, *node);
+      if (st.waiting.count(req.task_id) > 0)
+        return make_error(protocol_error::duplicate_task,
+                          "task '" + req.task_id +
+                            "' waits for a slot already");
+      if (st.slots.request({req.task_id, req.placement, req.local_only}))
+        return placed_permit(self, req);
       auto rp = self->make_response_promise();
-      st.slot_queue.emplace_back(std::move(req), rp);
+      auto id = req.task_id;
+      st.waiting.emplace(std::move(id), std::make_pair(std::move(req), rp));
       return rp;
     },
     [=](release_atom, const std::string& task_id) {
@@ -1211,8 +1089,7 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       auto& st = self->state;
       if (st.resuming.count(task_id) > 0 &&
           !from_other_supervisor(self, task_id)) {
-        st.slot_holders.insert(task_id);
-        st.slot_node[task_id] = "";
+        st.slots.reclaim(task_id);
       }
     },
     [=](resumed_atom, const std::string& task_id, std::string& dir,
@@ -1246,8 +1123,10 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       auto& st = self->state;
       std::vector<node_info> out;
       auto now = now_s(self);
-      for (auto& [name, n] : st.nodes)
-        out.push_back(node_info{n.offer, n.running, now - n.joined_at});
+      for (auto& [name, load] : st.slots.nodes())
+        if (auto n = st.nodes.find(name); n != st.nodes.end())
+          out.push_back(
+            node_info{load.offer, load.running, now - n->second.joined_at});
       return out;
     },
     [=](close_account_atom, const std::string& account, double until) {

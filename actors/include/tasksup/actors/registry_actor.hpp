@@ -49,8 +49,10 @@ struct registry_options {
 /// `(status, task_id)` (-> task_status), `(await, task_id)` (-> task_result
 /// when done), `(subscribe, actor)` / `(unsubscribe, actor)`. It spawns and
 /// monitors one task supervisor per task and serves them attempt slots
-/// (max_concurrent, FIFO), per-agent circuit breakers and the retry budget.
-/// Time comes from the actor clock.
+/// (max_concurrent, FIFO: `slot_scheduler`), per-agent circuit breakers and
+/// the retry budget. Its child, the event hub, keeps every task's events and
+/// sends them to the subscribers; the task supervisors send their events and
+/// results there. Time comes from the actor clock.
 caf::actor spawn_registry(caf::actor_system& sys, registry_options opts);
 
 } // namespace tasksup
