@@ -1,0 +1,184 @@
+#pragma once
+
+// Internal to tasksup::actors: the registry's state and the functions its
+// files share (registry_actor.cpp: the behavior, results and control;
+// registry_submit.cpp: accepting tasks; registry_restore.cpp: rebuilding
+// them after a restart; registry_nodes.cpp: worker nodes;
+// registry_logs.cpp: attempt logs). See docs/ARCHITECTURE.md, "Actors".
+
+#include "tasksup/actors/backoff_actor.hpp"
+#include "tasksup/actors/classifier_actor.hpp"
+#include "tasksup/actors/protocol.hpp"
+#include "tasksup/actors/registry_actor.hpp"
+#include "tasksup/actors/task_supervisor_actor.hpp"
+
+#include "actor_now.hpp"
+#include "event_hub.hpp"
+
+#include "tasksup/supervisor/account_quotas.hpp"
+#include "tasksup/supervisor/circuit_breaker.hpp"
+#include "tasksup/supervisor/retry_budget.hpp"
+#include "tasksup/supervisor/slot_scheduler.hpp"
+
+#include <caf/response_promise.hpp>
+#include <caf/result.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace tasksup::detail {
+
+/// A task whose supervisor is alive.
+struct active_task {
+  caf::actor supervisor;
+  std::string environment;
+  std::string trace_id;
+  /// What its attempts need from a worker node.
+  placement_request placement;
+  /// Its attempts run here whatever nodes joined (repository tasks).
+  bool local_only = false;
+};
+
+/// A worker node that joined this coordinator (its offer and load are the
+/// slot scheduler's).
+struct worker_node {
+  caf::actor agent;
+  double joined_at = 0;
+};
+
+struct registry_state {
+  registry_options opts;
+  classifier_actor classifier;
+  backoff_actor backoff;
+  std::optional<trace_id_generator> ids;
+  std::map<std::string, active_task> active;
+  std::map<caf::actor_addr, std::string> by_supervisor;
+  /// Finished tasks, oldest first in `finished_order`.
+  std::map<std::string, task_status> finished;
+  std::deque<std::string> finished_order;
+  std::map<std::string, std::vector<caf::response_promise>> awaiting;
+  /// What waits for an active task's record (`when_finished`).
+  std::map<std::string, std::vector<std::function<void(const task_status*)>>>
+    finishing;
+  std::optional<circuit_breaker> breaker;
+  /// Accounts closed until their usage quota resets.
+  account_quotas quotas;
+  retry_budget budget;
+  /// Who holds the attempt slots, where, and who waits.
+  slot_scheduler slots;
+  /// The permits of the tasks waiting for a slot, answered when the
+  /// scheduler grants one.
+  std::map<std::string, std::pair<permit_request, caf::response_promise>>
+    waiting;
+  /// The worker nodes that joined, by name.
+  std::map<std::string, worker_node> nodes;
+  /// Round-robin position per environment.
+  std::map<std::string, std::size_t> rotation;
+  /// The events: each task's history, subscribers, the journal's copy.
+  detail::event_hub_actor hub;
+  /// The supervisors of `active`, shared with the exit handler that stops
+  /// them when the registry ends.
+  std::shared_ptr<std::map<std::string, caf::actor>> supervisors;
+  std::uint64_t next_number = 1;
+  /// The journal's number of every task it records.
+  std::map<std::string, std::int64_t> journal_seq;
+  /// Ids being recorded by the journal (not yet answered).
+  std::set<std::string> reserved;
+  /// Rebuilt tasks that have not yet asked again for what they waited for;
+  /// the slot queue is held until none is left, then served in submission
+  /// order.
+  std::set<std::string> resuming;
+  /// What the rebuilt tasks adopted (attempt directories and runtime ids):
+  /// left alone when the rest of the old node's attempts are reaped.
+  std::set<std::string> adopted;
+  /// The attempts they adopted, as (task id, attempt number).
+  std::set<std::pair<std::string, int>> adopted_attempts;
+  /// Ids of tasks whose admission checks run (not queued yet).
+  std::set<std::string> admitting;
+  static inline const char* name = "tasksup.registry";
+};
+
+using registry_actor_t = caf::stateful_actor<registry_state>;
+
+/// Seconds since the Unix epoch, for the journal's records.
+inline double wall_now() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+// -- registry_actor.cpp -------------------------------------------------------
+
+/// Hands `ev` to the event hub.
+void publish(registry_actor_t* self, const event& ev);
+
+/// The hub forgets `task_id`'s events (it is evicted or forgotten).
+void untrack(registry_actor_t* self, const std::string& task_id);
+
+/// Records a piece of node state in the journal.
+void save_state(registry_actor_t* self, const char* key, std::string text);
+
+/// Answers the waiting permits the scheduler granted.
+void deliver(registry_actor_t* self, std::vector<slot_grant> grants);
+
+/// Records a final result; answers everyone awaiting it.
+void record_result(registry_actor_t* self, task_result r);
+
+// -- registry_submit.cpp ------------------------------------------------------
+
+/// Spawns the supervisor of a prepared task; `last_event` and `restored`
+/// describe a task rebuilt after a restart (its journaled events).
+void launch(registry_actor_t* self, supervisor_options opts,
+            std::string environment, std::int64_t last_event = 0,
+            bool restored = false);
+
+/// Accepts a task (checked, admitted, journaled) -> its id.
+caf::result<std::string> submit(registry_actor_t* self, task_spec task,
+                                bool replace = false);
+
+/// Accepts a task file's text -> its id.
+caf::result<std::string> submit_json(registry_actor_t* self,
+                                     const std::string& text, bool replace);
+
+/// `tasksup forget` of a finished task -> whether it was forgotten.
+caf::result<bool> forget_finished(registry_actor_t* self,
+                                  const std::string& task_id);
+
+// -- registry_restore.cpp -----------------------------------------------------
+
+/// Rebuilds the node's tasks from the journal.
+void restore(registry_actor_t* self);
+
+/// A rebuilt task has asked again for what it waited for (or ended).
+void resumed(registry_actor_t* self, const std::string& task_id);
+
+// -- registry_nodes.cpp -------------------------------------------------------
+
+/// Forgets worker node `name` (its connection is gone).
+void node_lost(registry_actor_t* self, const std::string& name,
+               const std::string& why);
+
+/// A worker node joins -> this coordinator's name.
+caf::result<std::string> join(registry_actor_t* self, node_offer& offer,
+                              caf::actor& agent);
+
+// -- registry_logs.cpp --------------------------------------------------------
+
+/// A chunk of an attempt's output log (see `logs_atom`).
+using log_chunk = caf::result<int, std::uint64_t, std::string, bool>;
+
+/// Reads up to 64 KiB of attempt `attempt`'s log (0: the latest) from
+/// `offset`.
+log_chunk read_log(registry_actor_t* self, const std::string& task_id,
+                   int attempt, std::uint64_t offset);
+
+} // namespace tasksup::detail

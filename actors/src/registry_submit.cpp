@@ -1,0 +1,295 @@
+#include "registry_state.hpp"
+
+#include "tasksup/actors/task_supervisor_actor.hpp"
+
+#include "tasksup/runtime/workspace.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/spawn_options.hpp>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+
+namespace tasksup::detail {
+
+using admit_atom = caf::atom_constant<caf::atom("admit")>;
+
+/// Runs a task's admission checks (git, its admit command) on a thread of
+/// its own and answers the error text, empty when admitted.
+caf::behavior admission_actor(caf::event_based_actor* self,
+                              std::vector<std::string> allowed) {
+  return {[=](admit_atom, const task_spec& task,
+              const std::string& runtime_name) -> std::string {
+    self->quit();
+    auto ok = runtime::admit_task(task, runtime_name, allowed);
+    return ok ? std::string{} : ok.error().to_string();
+  }};
+}
+
+/// Records the round-robin positions in the journal.
+void save_rotation(registry_actor_t* self) {
+  auto& st = self->state;
+  if (!st.opts.journal)
+    return;
+  std::string text;
+  for (auto& [env, pos] : st.rotation) {
+    text += env;
+    text += '\t';
+    text += std::to_string(pos);
+    text += '\n';
+  }
+  save_state(self, "rotation", std::move(text));
+}
+
+/// A task accepted by `prepare`, ready to run (or to be admitted first).
+struct prepared_task {
+  supervisor_options opts;
+  std::string environment;
+  /// A repository task or one with an admit command: its checks run
+  /// before it is queued (`opts.task` is set, nothing else).
+  bool needs_admission = false;
+  std::string runtime_name;
+};
+
+/// Validates `task` against the node's config, names it, and builds its
+/// supervisor's options.
+caf::expected<prepared_task> prepare(registry_actor_t* self, task_spec task,
+                                     bool replace, bool admitted) {
+  auto& st = self->state;
+  // However the task arrived (typed from another node or an embedding
+  // application, or JSON), it is resolved against this node's config and
+  // checked by the one validator before anything uses its id as a path or
+  // its numbers as durations.
+  auto resolved =
+    resolve_task(std::move(task), st.opts.config, "submitted task");
+  if (!resolved)
+    return make_error(protocol_error::invalid_task,
+                      resolved.error().to_string());
+  task = std::move(*resolved);
+  auto known = [&](const std::string& id) {
+    return st.active.count(id) > 0 || st.finished.count(id) > 0 ||
+           st.reserved.count(id) > 0 || st.admitting.count(id) > 0;
+  };
+  if (task.id.empty()) {
+    do
+      task.id = "task-" + std::to_string(st.next_number++);
+    while (known(task.id));
+  } else if (st.active.count(task.id) > 0 || st.reserved.count(task.id) > 0 ||
+             (!admitted && st.admitting.count(task.id) > 0)) {
+    return make_error(protocol_error::duplicate_task,
+                      "a task with id '" + task.id +
+                        "' exists already and has not finished");
+  } else if (st.finished.count(task.id) > 0 && !replace) {
+    return make_error(protocol_error::duplicate_task,
+                      "a task with id '" + task.id +
+                        "' exists already (submit with --replace to run it "
+                        "again)");
+  }
+  auto runtime_name =
+    task.runtime.empty() ? st.opts.config.node.default_runtime : task.runtime;
+  auto rt = st.opts.runtimes.find(runtime_name);
+  if (rt == st.opts.runtimes.end())
+    rt = st.opts.runtimes.find("*");
+  if (rt == st.opts.runtimes.end() || !rt->second)
+    return make_error(protocol_error::unknown_runtime,
+                      "task '" + task.id + "': no runtime named '" +
+                        runtime_name + "' on this node");
+  prepared_task p;
+  auto& opts = p.opts;
+  // Repository tasks and tasks with an admit command are checked before
+  // they are queued; a rejected one leaves nothing behind.
+  if (!admitted && (task.repo || task.admit)) {
+    p.needs_admission = true;
+    p.runtime_name = runtime_name;
+    opts.task = std::move(task);
+    return p;
+  }
+  // Round-robin rotates the first agent per environment; fallbacks within a
+  // task never move it.
+  if (task.selection && task.selection->mode == selection_mode::round_robin &&
+      !task.selection->agents.empty()) {
+    auto& pos = st.rotation[task.environment];
+    auto& agents = task.selection->agents;
+    opts.start_agent_id = agents[pos % agents.size()].agent_id;
+    pos = (pos + 1) % agents.size();
+    save_rotation(self);
+  }
+  opts.runtime = rt->second;
+  opts.trace_id = st.ids->trace_id();
+  opts.seed = st.ids->child_seed();
+  p.environment = task.environment;
+  opts.task = std::move(task);
+  return p;
+}
+
+/// Spawns the supervisor of a prepared task; `last_event` and `restored`
+/// describe a task rebuilt after a restart (its journaled events).
+void launch(registry_actor_t* self, supervisor_options opts,
+            std::string environment, std::int64_t last_event, bool restored) {
+  auto& st = self->state;
+  opts.default_agent = st.opts.config.node.default_agent;
+  opts.classifier = st.classifier;
+  opts.backoff = st.backoff;
+  opts.services = caf::actor_cast<caf::actor>(self);
+  opts.event_batches = true;
+  opts.attempt_root = st.opts.attempt_root;
+  opts.journal = st.opts.journal;
+  auto id = opts.task.id;
+  auto trace = opts.trace_id;
+  auto runtime_name = opts.task.runtime.empty()
+                        ? st.opts.config.node.default_runtime
+                        : opts.task.runtime;
+  auto labels = opts.task.placement.labels;
+  auto local_only = opts.task.repo.has_value();
+  // The hub knows the task before its supervisor's first event; events and
+  // the result go there, so the result never overtakes its events.
+  self->send(st.hub, detail::track_atom::value, id, opts.journal_seq,
+             last_event, restored);
+  auto sup = spawn_task_supervisor(
+    self->system(), caf::actor_cast<caf::actor>(st.hub), std::move(opts));
+  self->monitor(sup);
+  st.by_supervisor.emplace(sup.address(), id);
+  st.supervisors->emplace(id, sup);
+  active_task t{sup, std::move(environment), trace, {}, false};
+  t.placement.runtime = std::move(runtime_name);
+  t.placement.labels = std::move(labels);
+  t.local_only = local_only;
+  st.active.emplace(id, std::move(t));
+}
+
+/// Forgets a finished task that is submitted again (`--replace`). Its
+/// attempt directories move aside (`<id>.replaced-<n>`): an attempt
+/// directory is never reused.
+void forget(registry_actor_t* self, const std::string& task_id) {
+  namespace fs = std::filesystem;
+  auto& st = self->state;
+  if (st.finished.erase(task_id) == 0)
+    return;
+  auto dir = fs::path{st.opts.attempt_root} / task_id;
+  std::error_code ec;
+  if (fs::exists(dir, ec))
+    for (int n = 1; n < 10000; ++n) {
+      auto aside = dir;
+      aside += ".replaced-" + std::to_string(n);
+      if (fs::exists(aside, ec))
+        continue;
+      fs::rename(dir, aside, ec);
+      break;
+    }
+  untrack(self, task_id);
+  st.journal_seq.erase(task_id);
+  st.finished_order.erase(
+    std::find(st.finished_order.begin(), st.finished_order.end(), task_id));
+}
+
+/// Accepts `task` (checked, admitted, journaled) and answers `rp` with its
+/// id, or the reason it was refused.
+void submit_into(registry_actor_t* self, task_spec task, bool replace,
+                 bool admitted, caf::response_promise rp) {
+  auto& st = self->state;
+  auto p = prepare(self, std::move(task), replace, admitted);
+  if (!p) {
+    rp.deliver(std::move(p.error()));
+    return;
+  }
+  auto id = p->opts.task.id;
+  if (p->needs_admission) {
+    // On a thread of its own (git, the user's admit command).
+    st.admitting.insert(id);
+    auto job = self->spawn<caf::detached>(admission_actor,
+                                          st.opts.config.node.allowed_paths);
+    auto task = std::make_shared<task_spec>(std::move(p->opts.task));
+    self->request(job, caf::infinite, admit_atom::value, *task, p->runtime_name)
+      .then(
+        [self, rp, id, task, replace](std::string& err) mutable {
+          self->state.admitting.erase(id);
+          if (!err.empty())
+            rp.deliver(make_error(protocol_error::invalid_task,
+                                  "rejected at admission: " + err));
+          else
+            submit_into(self, std::move(*task), replace, true, rp);
+        },
+        [self, rp, id](caf::error& err) mutable {
+          self->state.admitting.erase(id);
+          rp.deliver(std::move(err));
+        });
+    return;
+  }
+  if (!st.opts.journal) {
+    forget(self, id);
+    launch(self, std::move(p->opts), std::move(p->environment));
+    rp.deliver(id);
+    return;
+  }
+  // Durable before it is answered: the id is held while the journal
+  // records the task.
+  journaled_task jt{p->opts.task, p->opts.trace_id, p->opts.seed,
+                    p->opts.start_agent_id};
+  st.reserved.insert(id);
+  auto shared = std::make_shared<prepared_task>(std::move(*p));
+  self
+    ->request(st.opts.journal, caf::infinite, jtask_atom::value, id, encode(jt),
+              wall_now(), replace)
+    .then(
+      [self, rp, id, shared](std::int64_t seq) mutable {
+        auto& st = self->state;
+        st.reserved.erase(id);
+        forget(self, id);
+        st.journal_seq[id] = seq;
+        shared->opts.journal_seq = seq;
+        launch(self, std::move(shared->opts), std::move(shared->environment));
+        rp.deliver(id);
+      },
+      [self, rp, id](caf::error& err) mutable {
+        self->state.reserved.erase(id);
+        rp.deliver(std::move(err));
+      });
+}
+
+caf::result<std::string> submit(registry_actor_t* self, task_spec task,
+                                bool replace) {
+  auto rp = self->make_response_promise<std::string>();
+  submit_into(self, std::move(task), replace, false, rp);
+  return rp;
+}
+
+caf::result<std::string> submit_json(registry_actor_t* self,
+                                     const std::string& text, bool replace) {
+  auto doc = parse_json_text(text, "submitted task");
+  if (!doc)
+    return make_error(protocol_error::invalid_task, doc.error().to_string());
+  // Agents name this node's profiles (config/profiles/) or the built-in ones.
+  auto task = parse_task_as_written(*doc, "submitted task",
+                                    self->state.opts.config.profiles);
+  if (!task)
+    return make_error(protocol_error::invalid_task, task.error().to_string());
+  return submit(self, std::move(*task), replace);
+}
+
+/// `tasksup forget`: a finished task's status, history, journal record and
+/// attempt directories go, as if it had never been submitted (its id is
+/// free again). False, and nothing changes, while the task has not
+/// finished.
+caf::result<bool> forget_finished(registry_actor_t* self,
+                                  const std::string& task_id) {
+  namespace fs = std::filesystem;
+  auto& st = self->state;
+  if (st.active.count(task_id) > 0 || st.reserved.count(task_id) > 0 ||
+      st.admitting.count(task_id) > 0)
+    return false;
+  if (st.finished.count(task_id) == 0)
+    return make_error(protocol_error::unknown_task,
+                      "no task with id '" + task_id + "'");
+  if (st.opts.journal)
+    self->send(st.opts.journal, jforget_atom::value, task_id);
+  // A task id is one path component (validated at submission).
+  std::error_code ec;
+  fs::remove_all(fs::path{st.opts.attempt_root} / task_id, ec);
+  forget(self, task_id);
+  return true;
+}
+
+} // namespace tasksup::detail
