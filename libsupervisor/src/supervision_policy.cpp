@@ -211,9 +211,10 @@ decision supervision_policy::on_exit(
                 outcome.succeeded() ? decision_cause::succeeded
                                     : decision_cause::failed,
                 now_s);
-  // A permanent task that ran stably starts its backoff over.
-  d.reset_retries =
-    permanent && outcome.duration_s >= cfg_->intensity.reset_after_s;
+  // A task that ran stably starts its backoff over (OTP: a child's old
+  // restarts stop counting). A temporary task is never restarted.
+  d.reset_retries = cfg_->restart != restart_type::temporary &&
+                    outcome.duration_s >= cfg_->intensity.reset_after_s;
   auto retries = d.reset_retries ? 0 : st.retry_count;
   d.retry_count = retries;
   if (outcome.succeeded()) {

@@ -420,15 +420,47 @@ TEST_CASE("permanent tasks reset their retries after a stable run") {
     d = fail_attempt(pol, st, error_class::retryable, 500, 1);
     CHECK(d.step == next_step::switch_agent);
   }
-  SECTION("a transient task never resets") {
-    driver transient{config()};
-    auto ts = transient.initial_state(2);
-    for (int i = 0; i < 3; ++i)
-      REQUIRE(
-        fail_attempt(transient, ts, error_class::retryable, 0, 1000).step ==
-        next_step::retry);
-    CHECK(fail_attempt(transient, ts, error_class::retryable, 0, 1000).step ==
-          next_step::switch_agent);
+}
+
+TEST_CASE("transient tasks reset their retries after a stable run") {
+  auto cfg = config();
+  cfg.intensity.reset_after_s = 300;
+  driver pol{cfg};
+  auto st = pol.initial_state(2);
+  for (int i = 0; i < 3; ++i)
+    REQUIRE(fail_attempt(pol, st, error_class::retryable, i).step ==
+            next_step::retry);
+  CHECK(st.retry_count == 3);
+  SECTION("a failure after a stable run retries from the first step again") {
+    auto d = fail_attempt(pol, st, error_class::retryable, 400, 300);
+    CHECK(d.step == next_step::retry);
+    CHECK(d.reset_retries);
+    CHECK(d.retry_count == 1);
+    CHECK(
+      st.retries_by_class[static_cast<std::size_t>(error_class::retryable)] ==
+      1);
+    CHECK(st.total_retries == 4);
+  }
+  SECTION("stable runs keep it retrying, each a first retry") {
+    for (int i = 0; i < 5; ++i) {
+      auto d = fail_attempt(pol, st, error_class::retryable, 400 + i, 1000);
+      CHECK(d.step == next_step::retry);
+      CHECK(d.retry_count == 1);
+    }
+  }
+  SECTION("a short run is counted: its agent's retries are exhausted") {
+    auto d = fail_attempt(pol, st, error_class::retryable, 400, 299.9);
+    CHECK(d.step == next_step::switch_agent);
+    CHECK_THAT(d.reason, Contains("retries exhausted (3/3)"));
+  }
+  SECTION("a temporary task fails however long it ran") {
+    auto tcfg = config();
+    tcfg.restart = restart_type::temporary;
+    driver temporary{tcfg};
+    auto ts = temporary.initial_state(2);
+    auto d = fail_attempt(temporary, ts, error_class::retryable, 0, 1000);
+    CHECK(d.step == next_step::fail);
+    CHECK_FALSE(d.reset_retries);
   }
 }
 

@@ -207,6 +207,44 @@ TEST_CASE("task machine: each class's backoff schedule counts only that "
   }
 }
 
+TEST_CASE("task machine: a stable run starts the backoff over, for "
+          "transient and permanent tasks alike",
+          "[task_machine]") {
+  struct row {
+    restart_type restart;
+    // How long each failed attempt ran (reset_after_s is 300).
+    std::vector<double> ran_s;
+    // The schedule step each retry asks for, in order.
+    std::vector<int> steps;
+  };
+  auto rows = std::vector<row>{
+    {restart_type::transient, {1, 1, 300, 1}, {0, 1, 0, 1}},
+    {restart_type::transient, {1, 299, 1}, {0, 1, 2}},
+    {restart_type::transient, {1, 1, 1000, 1000, 1000}, {0, 1, 0, 0, 0}},
+    {restart_type::permanent, {1, 1, 300, 1}, {0, 1, 0, 1}},
+  };
+  for (auto& r : rows) {
+    supervisor_config cfg;
+    cfg.restart = r.restart;
+    cfg.intensity.reset_after_s = 300;
+    task t{cfg, 1};
+    t.start_running();
+    for (std::size_t i = 0; i < r.ran_s.size(); ++i) {
+      t.now += r.ran_s[i];
+      t.end(exited(1, r.ran_s[i]));
+      t.classify(error_class::retryable);
+      auto ask = only<effect::ask_delay>(t.fx);
+      CHECK(ask.retry_index == r.steps[i]);
+      t.delay(1);
+      auto timer = only<effect::set_timer>(t.fx);
+      REQUIRE(t.feed(input::timer{timer_kind::backoff, timer.generation}));
+      t.grant();
+      // The retry count shown is the reset one.
+      CHECK(t.st.counters.retry_count == r.steps[i] + 1);
+    }
+  }
+}
+
 TEST_CASE("task machine: fatal fails at once without feeding the breaker",
           "[task_machine]") {
   task t;

@@ -159,7 +159,8 @@ struct decision {
   std::size_t chain_size = 1;
   /// For `permanent` tasks: restarts within the window, this one included.
   std::size_t restarts = 0;
-  /// A permanent task that ran stably resets its agent's retries.
+  /// A `permanent` or `transient` task whose attempt ran at least
+  /// `intensity.reset_after_s` resets its agent's retries and backoff.
   bool reset_retries = false;
   /// For `breaker_open`: the agent whose breaker is open; for
   /// `fatal_provider`: the provider that refused; for `quota_closed`: the
