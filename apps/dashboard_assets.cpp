@@ -233,7 +233,11 @@ function eventLine(e) {
       e.rule + (e.line ? ' — matched: "' + e.line + '"' : '') +
       (e.retry_after_s !== null && e.retry_after_s !== undefined
         ? ' (retry-after hint ' + e.retry_after_s + 's)' : '');
-    case 'retry_scheduled': return 'retry ' + e.retry_count + '/' +
+    case 'retry_scheduled': if (e.restart > 0) return 'restart ' +
+      e.restart + ' of ' + e.agent + ' in ' + dur(e.delay_s) + ' (ran ' +
+      dur(e.ran_s || 0) + (e.stable ? ' stably' : '') + ')' +
+      (e.reason ? ': ' + e.reason : '');
+      return 'retry ' + e.retry_count + '/' +
       e.max_retries + ' of ' + e.agent + ' in ' + dur(e.delay_s) +
       ' — delay from ' + e.delay_source + ' (schedule step ' +
       dur(e.scheduled_s) + (e.capped ? ', capped' : '') + ')' +

@@ -6,6 +6,7 @@
 #include "node_client.hpp"
 
 #include "tasksup/actors/protocol.hpp"
+#include "tasksup/supervisor/time_words.hpp"
 
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
@@ -207,12 +208,19 @@ int describe(node_session& s, const describe_options& opts) {
       }
       case event_kind::retry_scheduled:
         // A permanent task's restart after exit 0 is not a retry.
-        if (auto n = text_of(o, "restart"); !n.empty() && n != "0")
-          std::cout << when << "    decision: restart " << n;
-        else
+        if (auto n = o.if_contains("restart");
+            n && n->is_int64() && n->get_int64() > 0) {
+          auto* ran = o.if_contains("ran_s");
+          std::cout << when << "    decision: "
+                    << restart_words(
+                         static_cast<std::size_t>(n->get_int64()),
+                         ran && ran->is_number() ? ran->to_number<double>() : 0,
+                         text_of(o, "stable") == "true");
+        } else {
           std::cout << when << "    decision: retry "
                     << text_of(o, "retry_count") << "/"
                     << text_of(o, "max_retries");
+        }
         std::cout << " in " << text_of(o, "delay_s") << " s ("
                   << text_of(o, "delay_source") << ")";
         if (auto reason = text_of(o, "reason"); !reason.empty())

@@ -39,6 +39,12 @@ std::optional<double> num(const boost::json::object& obj,
   return std::nullopt;
 }
 
+/// Whether `key` holds `true`.
+bool flag(const boost::json::object& obj, std::string_view key) {
+  auto* v = obj.if_contains(key);
+  return v && v->is_bool() && v->get_bool();
+}
+
 std::string integer(std::optional<double> x) {
   return x ? std::to_string(static_cast<long long>(*x)) : std::string{"?"};
 }
@@ -233,10 +239,12 @@ void progress_view::retrying(std::vector<std::string>& out,
                              const std::string& pre, const std::string& task_id,
                              const std::string& n, const std::string& max,
                              const std::string& agent, double delay,
-                             int restart) {
-  auto label = restart > 0
-                 ? "restarting (" + std::to_string(restart) + ")"
-                 : "retrying (" + n + (max.empty() ? "" : "/" + max) + ")";
+                             int restart, double ran_s, bool stable) {
+  auto label =
+    restart > 0
+      ? "restarting (" +
+          restart_words(static_cast<std::size_t>(restart), ran_s, stable) + ")"
+      : "retrying (" + n + (max.empty() ? "" : "/" + max) + ")";
   out.push_back(pre + paint(yellow, label) + " " + printable(agent) + " in " +
                 human_duration(delay));
   pending_ = pending_retry{task_id, label, delay};
@@ -351,7 +359,8 @@ progress_view::render(const boost::json::object& event) {
     retrying(out, pre, str(event, "task_id"),
              integer(num(event, "retry_count")), max ? integer(max) : "",
              str(event, "agent", "?"), num(event, "delay_s").value_or(0),
-             static_cast<int>(num(event, "restart").value_or(0)));
+             static_cast<int>(num(event, "restart").value_or(0)),
+             num(event, "ran_s").value_or(0), flag(event, "stable"));
   } else if (kind == "agent_switched") {
     switched(out, pre, str(event, "from", "?"), str(event, "to", "?"),
              str(event, "reason"));
@@ -452,7 +461,8 @@ std::vector<std::string> progress_view::render(const event& ev,
   } else if (auto* r = std::get_if<event_data::retry_scheduled>(&data)) {
     retrying(out, pre, ev.task_id, std::to_string(r->retry_count),
              std::to_string(r->max_retries), r->agent,
-             finite(r->delay.delay_s).value_or(0), r->restart);
+             finite(r->delay.delay_s).value_or(0), r->restart,
+             finite(r->ran_s).value_or(0), r->stable);
   } else if (auto* a = std::get_if<event_data::agent_switched>(&data)) {
     switched(out, pre, a->from, a->to, a->reason);
   } else if (auto* u = std::get_if<event_data::user_stop>(&data)) {

@@ -100,11 +100,12 @@ private:
   std::string classified(const std::string& cls, const std::string& rule,
                          const std::string& line,
                          std::optional<double> hint) const;
-  /// `restart` > 0: a permanent task's restart after exit 0, not a retry.
+  /// `restart` > 0: a permanent task's restart after exit 0, not a retry,
+  /// after a run of `ran_s` (`stable`: long enough to reset its backoff).
   void retrying(std::vector<std::string>& out, const std::string& pre,
                 const std::string& task_id, const std::string& n,
                 const std::string& max, const std::string& agent, double delay,
-                int restart);
+                int restart, double ran_s, bool stable);
   void switched(std::vector<std::string>& out, const std::string& pre,
                 const std::string& from, const std::string& to,
                 std::string reason);

@@ -301,6 +301,10 @@ void kind_fields(json_writer& w, const event_data::retry_scheduled& d) {
   w.string(d.reason);
   w.key("restart");
   w.integer(d.restart);
+  w.key("ran_s");
+  w.number(d.ran_s);
+  w.key("stable");
+  w.boolean(d.stable);
 }
 
 void kind_fields(json_writer& w, const event_data::agent_switched& d) {
@@ -478,9 +482,12 @@ event classified_event(const event_head& h, const classification& c) {
 event retry_scheduled_event(const event_head& h, int retry_count,
                             int max_retries, std::string_view agent,
                             const delay_decision& delay,
-                            std::string_view reason, int restart) {
+                            std::string_view reason, int restart, double ran_s,
+                            bool stable) {
   event_data::retry_scheduled d;
   d.restart = restart;
+  d.ran_s = ran_s;
+  d.stable = stable;
   d.retry_count = retry_count;
   d.max_retries = max_retries;
   d.agent = checked_text(agent);

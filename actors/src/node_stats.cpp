@@ -1,6 +1,7 @@
 #include "tasksup/actors/node_stats.hpp"
 
 #include "tasksup/actors/events.hpp"
+#include "tasksup/supervisor/time_words.hpp"
 
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
@@ -385,6 +386,8 @@ struct event_facts {
   int retry_count = 0;
   int max_retries = 0;
   int restart = 0;
+  double ran_s = 0;
+  bool stable = false;
   std::string agent;
   std::string delay_source;
   bool capped = false;
@@ -421,6 +424,8 @@ struct typed_facts {
     f.retry_count = d.retry_count;
     f.max_retries = d.max_retries;
     f.restart = d.restart;
+    f.ran_s = d.ran_s;
+    f.stable = d.stable;
     f.agent = d.agent;
     f.delay_source = to_string(d.delay.source);
     f.capped = d.delay.capped;
@@ -476,6 +481,9 @@ std::optional<event_facts> facts_of(const event& ev) {
   f.retry_count = static_cast<int>(number_at(obj, "retry_count"));
   f.max_retries = static_cast<int>(number_at(obj, "max_retries"));
   f.restart = static_cast<int>(number_at(obj, "restart"));
+  f.ran_s = number_at(obj, "ran_s");
+  if (auto* s = obj.if_contains("stable"); s && s->is_bool())
+    f.stable = s->get_bool();
   f.agent = text_at(obj, "agent");
   f.delay_source = text_at(obj, "delay_source");
   if (auto* c = obj.if_contains("capped"); c && c->is_bool())
@@ -566,10 +574,13 @@ void node_stats::add(const event& ev) {
       if (f.restart > 0) {
         // A permanent task restarting after exit 0: not a retry.
         settle(t, attempt_decision::restarted);
-        t.times.last_decision = "restarting (" + std::to_string(f.restart) +
-                                ") " + f.agent + " after exit 0, in " +
-                                seconds_text(delay) + " (" + f.delay_source +
-                                (f.capped ? ", capped" : "") + ")";
+        ++restarts_[{agent_label(f.agent), "clean_exit"}];
+        t.times.last_decision =
+          "restarting (" +
+          restart_words(static_cast<std::size_t>(f.restart), f.ran_s,
+                        f.stable) +
+          ") " + f.agent + " after exit 0, in " + seconds_text(delay) + " (" +
+          f.delay_source + (f.capped ? ", capped" : "") + ")";
         return;
       }
       settle(t, attempt_decision::retry);
@@ -750,6 +761,13 @@ std::string node_stats::prometheus(const std::vector<task_status>& tasks,
   for (auto& [k, n] : retries_)
     line(out, "tasksup_retries_total",
          {{"agent", k.first}, {"class", k.second}}, n);
+
+  family(out, "tasksup_restarts_total", "counter",
+         "Restarts that were no retry of a failure (a permanent task's "
+         "exit 0: cause clean_exit), by agent and cause.");
+  for (auto& [k, n] : restarts_)
+    line(out, "tasksup_restarts_total",
+         {{"agent", k.first}, {"cause", k.second}}, n);
 
   family(out, "tasksup_fallbacks_total", "counter",
          "Switches from one agent to the next in a task's chain.");

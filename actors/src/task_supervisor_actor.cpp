@@ -300,7 +300,8 @@ struct carrier {
         : 0;
     emit(self, retry_scheduled_event(
                  s.head(), e.plan.retry_count, cfg.max_retries_per_agent,
-                 s.agent().agent_id, e.delay, describe(e.plan, cfg), restart));
+                 s.agent().agent_id, e.delay, describe(e.plan, cfg), restart,
+                 e.plan.ran_s, e.plan.reset_retries));
   }
 
   void operator()(const effect::agent_switched& e) const {

@@ -150,9 +150,8 @@ std::string describe(const decision& d, const supervisor_config& cfg) {
              " of " + std::to_string(d.chain_size);
     case next_step::retry:
       if (d.rule == decision_rule::restart)
-        return out + ": restarting (restart " + std::to_string(d.restarts) +
-               "/" + num(cfg.intensity.max_restarts) + " within " +
-               num(cfg.intensity.period_s) + " s)";
+        return out + ": restarting (" +
+               restart_words(d.restarts, d.ran_s, d.reset_retries) + ")";
       return out + ": retrying (" + num(d.retry_count) + "/" +
              num(cfg.max_retries_per_agent) + ")";
     case next_step::succeed:
@@ -217,6 +216,7 @@ decision supervision_policy::on_exit(
                     outcome.duration_s >= cfg_->intensity.reset_after_s;
   auto retries = d.reset_retries ? 0 : st.retry_count;
   d.retry_count = retries;
+  d.ran_s = outcome.duration_s;
   if (outcome.succeeded()) {
     if (!permanent) {
       d.step = next_step::succeed;

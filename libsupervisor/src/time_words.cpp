@@ -53,4 +53,9 @@ std::string reset_time_text(double at_s, double now_s) {
          human_duration(std::ceil(at_s - now_s)) + ")";
 }
 
+std::string restart_words(std::size_t restart, double ran_s, bool stable) {
+  return "restart " + std::to_string(restart) + ", ran " +
+         human_duration(ran_s) + (stable ? " stably" : "");
+}
+
 } // namespace tasksup

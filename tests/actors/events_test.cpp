@@ -94,7 +94,7 @@ TEST_CASE("every event kind carries its documented keys", "[events]") {
           delay_decision{5, delay_source::schedule, 5, 0, false}, "why")) ==
         with_common({"retry_count", "agent", "delay_s", "max_retries",
                      "delay_source", "scheduled_s", "capped", "reason",
-                     "restart"}));
+                     "restart", "ran_s", "stable"}));
   CHECK(keys_of(agent_switched_event(head(), "a", "b", "why")) ==
         with_common({"from", "to", "reason", "cause"}));
   CHECK(keys_of(user_stop_event(head(), stop_mode::cancel, "m")) ==
@@ -600,9 +600,12 @@ TEST_CASE("events render byte for byte as Boost.JSON would", "[events]") {
     obj["capped"] = false;
     obj["reason"] = ref_str(s3);
     obj["restart"] = 0;
+    obj["ran_s"] = delay;
+    obj["stable"] = true;
     CHECK(retry_scheduled_event(
             h, rc, mr, s2,
-            delay_decision{delay, delay_source::jitter, delay, 0, false}, s3)
+            delay_decision{delay, delay_source::jitter, delay, 0, false}, s3, 0,
+            delay, true)
             .json() == ser(obj));
 
     obj = ref_head("agent_switched", h);

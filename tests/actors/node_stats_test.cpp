@@ -57,12 +57,15 @@ public:
     now_ += delay;
   }
 
-  /// A permanent task's restart after exit 0 (its `n`th in the window).
-  void restart(const std::string& agent, double delay, int n) {
+  /// A permanent task's restart after exit 0 (its `n`th in the window)
+  /// after a run of `ran` seconds.
+  void restart(const std::string& agent, double delay, int n, double ran = 2,
+               bool stable = false) {
     delay_decision d;
     d.delay_s = delay;
     d.scheduled_s = delay;
-    add(retry_scheduled_event(head(), 0, 3, agent, d, "restart", n));
+    add(
+      retry_scheduled_event(head(), 0, 3, agent, d, "restart", n, ran, stable));
     now_ += delay;
   }
 
@@ -217,12 +220,20 @@ TEST_CASE("a permanent task's restart after exit 0 is a restart, not a "
     t.restart("a", 5, 2);
     auto* times = stats.times("t1");
     REQUIRE(times != nullptr);
-    CHECK(times->last_decision.rfind("restarting (2) a after exit 0, in 5",
-                                     0) == 0);
+    CHECK(times->last_decision.rfind(
+            "restarting (restart 2, ran 2s) a after exit 0, in 5", 0) == 0);
+    t.attempt("a", 150, 0);
+    t.restart("a", 1, 3, 150, true);
+    times = stats.times("t1");
+    REQUIRE(times != nullptr);
+    CHECK(times->last_decision.rfind(
+            "restarting (restart 3, ran 2m30s stably) a after exit 0", 0) == 0);
     auto text = stats.prometheus({}, node_health{});
     CHECK(has_line(
       text,
-      R"(tasksup_attempts_total{agent="a",class="none",decision="restarted"} 1)"));
+      R"(tasksup_attempts_total{agent="a",class="none",decision="restarted"} 2)"));
+    CHECK(has_line(
+      text, R"(tasksup_restarts_total{agent="a",cause="clean_exit"} 2)"));
     CHECK(text.find("tasksup_retries_total{") == std::string::npos);
   }
 }

@@ -391,10 +391,12 @@ TEST_CASE("a switch says why, a permanent task's restart is not a retry, a "
   delay.delay_s = 5;
   CHECK(view.render(retry_scheduled_event(
           head(1), 0, 3, "a", delay,
-          "permanent task exited 0: restarting (restart 2/5 within 60 s)",
-          2)) == std::vector<std::string>{"restarting (2) a in 5s"});
+          "permanent task exited 0: restarting (restart 2, ran 2m stably)", 2,
+          120, true)) ==
+        std::vector<std::string>{"restarting (restart 2, ran 2m stably) a in "
+                                 "5s"});
   REQUIRE(view.pending().has_value());
-  CHECK(view.pending()->text == "restarting (2)");
+  CHECK(view.pending()->text == "restarting (restart 2, ran 2m stably)");
   attempt_outcome lost;
   lost.exit_code = -1;
   lost.infrastructure_error = "worker node n1 lost: connection closed";

@@ -396,6 +396,25 @@ TEST_CASE("permanent tasks restart after success within the intensity") {
   }
 }
 
+TEST_CASE("a permanent task's restart after exit 0 says it restarts, and "
+          "whether the run before was stable") {
+  auto cfg = config();
+  cfg.restart = restart_type::permanent;
+  cfg.intensity.reset_after_s = 120;
+  driver pol{cfg};
+  auto st = pol.initial_state(1);
+  REQUIRE_FALSE(pol.start_attempt(st));
+  auto d = pol.on_exit(st, succeeded(4), std::nullopt, 0);
+  CHECK(d.rule == decision_rule::restart);
+  CHECK(d.ran_s == 4);
+  CHECK(d.reason == "permanent task exited 0: restarting (restart 1, ran 4s)");
+  REQUIRE_FALSE(pol.start_attempt(st));
+  d = pol.on_exit(st, succeeded(125), std::nullopt, 200);
+  CHECK(d.reason ==
+        "permanent task exited 0: restarting (restart 2, ran 2m05s stably)");
+  CHECK(d.retry_count == 0);
+}
+
 TEST_CASE("permanent tasks reset their retries after a stable run") {
   auto cfg = config();
   cfg.restart = restart_type::permanent;

@@ -507,7 +507,10 @@ TEST_CASE("task machine: a permanent task restarts after exit 0 after its "
   CHECK(ask.retry_index == 0);
   CHECK(ask.spec.initial_s == cfg.restart_backoff.initial_s);
   t.delay(0);
-  CHECK(has<effect::retry_scheduled>(t.fx));
+  // A restart, not a retry: it says which, and how long the run before was.
+  CHECK(
+    describe(only<effect::retry_scheduled>(t.fx).plan, t.machine.config()) ==
+    "permanent task exited 0: restarting (restart 1, ran 1s)");
   CHECK(only<effect::ask_permission>(t.fx).need_token);
   t.grant();
   CHECK(t.st.counters.restarts.count(0) == 1);

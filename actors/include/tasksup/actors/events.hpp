@@ -110,6 +110,10 @@ struct retry_scheduled {
   /// For the restart of a `permanent` task after exit 0: its restart
   /// number within the intensity window (1 for the first); 0 for a retry.
   int restart = 0;
+  /// How long the attempt before it ran, and whether that was a stable run
+  /// (`intensity.reset_after_s`: its retries and backoff start over).
+  double ran_s = 0;
+  bool stable = false;
 };
 
 struct agent_switched {
@@ -197,11 +201,13 @@ event classified_event(const event_head& h, const classification& c);
 /// ("schedule", "jitter" or "retry_after_hint"), `scheduled_s` (the
 /// schedule's step before jitter, hint and cap), `capped`, the decision's
 /// `reason` and `restart` (a permanent task's restart number after exit 0,
-/// 0 for a retry).
+/// 0 for a retry), `ran_s` (how long the attempt before ran) and `stable`
+/// (it ran `reset_after_s`: retries and backoff start over).
 event retry_scheduled_event(const event_head& h, int retry_count,
                             int max_retries, std::string_view agent,
                             const delay_decision& delay,
-                            std::string_view reason, int restart = 0);
+                            std::string_view reason, int restart = 0,
+                            double ran_s = 0, bool stable = false);
 
 /// `agent_switched`: `from`, `to` (plus the decision's `reason` and its
 /// `cause`: "failure", "retry_budget", "breaker_open" or "user").

@@ -276,6 +276,8 @@ private:
   std::map<std::tuple<std::string, std::string, std::string>, std::uint64_t>
     attempts_;
   std::map<std::pair<std::string, std::string>, std::uint64_t> retries_;
+  /// Restarts that were no retry, by agent and cause (`clean_exit`).
+  std::map<std::pair<std::string, std::string>, std::uint64_t> restarts_;
   std::map<std::pair<std::string, std::string>, std::uint64_t> fallbacks_;
   std::map<std::string, std::uint64_t> escalations_;
   std::map<std::string, std::uint64_t> user_stops_;

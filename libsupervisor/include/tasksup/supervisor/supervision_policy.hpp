@@ -162,6 +162,8 @@ struct decision {
   /// A `permanent` or `transient` task whose attempt ran at least
   /// `intensity.reset_after_s` resets its agent's retries and backoff.
   bool reset_retries = false;
+  /// For a decision on an attempt: how long it ran (a restart says so).
+  double ran_s = 0;
   /// For `breaker_open`: the agent whose breaker is open; for
   /// `fatal_provider`: the provider that refused; for `quota_closed`: the
   /// account that is closed.

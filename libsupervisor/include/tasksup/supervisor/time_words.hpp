@@ -3,6 +3,7 @@
 // Times and durations as people read them, shared by the decision texts and
 // every view (CLI, events, dashboard's server side).
 
+#include <cstddef>
 #include <string>
 
 namespace tasksup {
@@ -18,5 +19,9 @@ std::string clock_time(double at_s, double now_s);
 /// A reset time relative to `now_s`: `at 15:00 (in 2h13m)`; `now` once it
 /// has passed.
 std::string reset_time_text(double at_s, double now_s);
+
+/// A restart in words: `restart 3, ran 2m stably` (`stable`: the run before
+/// lasted `intensity.reset_after_s`), or `restart 3, ran 4s`.
+std::string restart_words(std::size_t restart, double ran_s, bool stable);
 
 } // namespace tasksup
