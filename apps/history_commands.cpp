@@ -157,6 +157,9 @@ int describe(node_session& s, const describe_options& opts) {
   if (!evs)
     return rc;
   std::cout << "task " << opts.task_id << '\n';
+  // The task's state directory (TASKSUP_MEMBER_STATE), shown with the
+  // first attempt and again should another node's attempt have another.
+  std::string state_shown;
   for (auto& ev : *evs) {
     boost::system::error_code ec;
     auto doc = boost::json::parse(ev.json(), ec);
@@ -175,6 +178,11 @@ int describe(node_session& s, const describe_options& opts) {
       case event_kind::attempt_started:
         std::cout << when << "  attempt " << ev.attempt << " started: agent "
                   << text_of(o, "agent_id") << '\n';
+        if (auto state = text_of(o, "member_state");
+            !state.empty() && state != state_shown) {
+          std::cout << when << "    member state: " << state << '\n';
+          state_shown = std::move(state);
+        }
         break;
       case event_kind::attempt_exited: {
         auto infra = text_of(o, "infrastructure_error");

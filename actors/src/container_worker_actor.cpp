@@ -89,6 +89,8 @@ struct worker_state {
   std::string task_id;
   int attempt = 0;
   std::string agent_id;
+  /// The task's state directory, for `attempt_started`.
+  std::string state_dir;
   /// The attempt's runtime id, as announced. The runtime may tell it after
   /// `start` returned (`attempt_handle::id_later`): `attempt_started`
   /// waits for it meanwhile.
@@ -183,7 +185,7 @@ void announce_start(worker_actor* self, const std::string& runtime_id) {
   st.id_pending = false;
   st.runtime_id = runtime_id;
   emit(self, attempt_started_event(st.head(), st.agent_id, st.opts.agent_cli,
-                                   runtime_id));
+                                   runtime_id, st.state_dir));
   if (st.opts.report_runtime_id && !runtime_id.empty())
     self->send(st.supervisor, start_atom::value, st.attempt, runtime_id);
 }
@@ -227,6 +229,7 @@ void start_attempt(worker_actor* self) {
   if (st.opts.output != output_format::text)
     st.parser.emplace(st.opts.output);
   st.agent_id = st.opts.spec.agent_id;
+  st.state_dir = st.opts.spec.state_dir;
   if (st.opts.adopt_id) {
     // The attempt outlived a node that restarted: take it over.
     runtime::adopt_spec a;

@@ -237,6 +237,10 @@ void kind_fields(json_writer& w, const event_data::attempt_started& d) {
   w.string(d.agent_cli);
   w.key("container_id");
   w.string(d.container_id);
+  if (!d.member_state.empty()) {
+    w.key("member_state");
+    w.string(d.member_state);
+  }
 }
 
 void kind_fields(json_writer& w, const event_data::log& d) {
@@ -442,11 +446,12 @@ event task_submitted_event(const event_head& h, std::string_view environment,
 
 event attempt_started_event(const event_head& h, std::string_view agent_id,
                             std::string_view agent_cli,
-                            std::string_view container_id) {
+                            std::string_view container_id,
+                            std::string_view member_state) {
   return make_event(event_kind::attempt_started, h,
-                    event_data::attempt_started{checked_text(agent_id),
-                                                checked_text(agent_cli),
-                                                checked_text(container_id)});
+                    event_data::attempt_started{
+                      checked_text(agent_id), checked_text(agent_cli),
+                      checked_text(container_id), checked_text(member_state)});
 }
 
 event log_event(const event_head& h, std::string_view line,

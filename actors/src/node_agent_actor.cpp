@@ -79,6 +79,9 @@ caf::behavior node_agent(node_agent_actor* self, node_agent_options opts) {
         return fail("the task id is not a plain name");
       auto w = from_remote(std::move(ra), rt->second);
       w.spec.attempt_dir = std::move(dir);
+      // The task's state directory on this node, beside its attempts.
+      w.spec.state_dir =
+        runtime::member_state_dir(st.opts.attempt_root, w.spec.task_id);
       auto worker =
         spawn_container_worker(self->system(), supervisor, std::move(w));
       self->monitor(worker);

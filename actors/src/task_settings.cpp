@@ -144,6 +144,7 @@ runtime::attempt_spec make_attempt_spec(const task_settings& settings,
   spec.attempt_dir += task.id;
   spec.attempt_dir += "/attempt-";
   spec.attempt_dir += std::to_string(attempt);
+  spec.state_dir = runtime::member_state_dir(root, task.id);
   spec.workdir = task.workdir;
   for (auto& m : task.mounts)
     spec.mounts.push_back({m.host_path, m.container_path, m.read_only});

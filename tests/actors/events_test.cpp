@@ -83,6 +83,10 @@ TEST_CASE("every event kind carries its documented keys", "[events]") {
   r.artifacts = {"/tmp/x"};
   CHECK(keys_of(attempt_started_event(head(), "a", "codex", "c1")) ==
         with_common({"agent_id", "agent_cli", "container_id"}));
+  // The task's state directory, when it has one.
+  CHECK(
+    keys_of(attempt_started_event(head(), "a", "codex", "c1", "/w/t/state")) ==
+    with_common({"agent_id", "agent_cli", "container_id", "member_state"}));
   auto exited = keys_of(attempt_exited_event(head(), out));
   CHECK(exited ==
         with_common({"exit_code", "signal", "oom_killed", "duration_s"}));

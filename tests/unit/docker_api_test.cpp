@@ -108,6 +108,31 @@ TEST_CASE("docker create body: the done file is in the artifacts directory as "
                    "TASKSUP_SPAN_ID=00f067aa0ba902b7") == 1);
 }
 
+TEST_CASE("docker create body: the task's state directory is mounted "
+          "writable and named in TASKSUP_MEMBER_STATE") {
+  auto spec = sample_spec();
+  spec.state_dir = member_state_dir("/var/lib/tasksup", "fix-login");
+  spec.env["TASKSUP_MEMBER_STATE"] = "/elsewhere";
+  auto body = create_body(spec);
+  auto& env = body.at("Env").as_array();
+  CHECK(std::count(env.begin(), env.end(),
+                   "TASKSUP_MEMBER_STATE=/tasksup/state") == 1);
+  CHECK(std::count(env.begin(), env.end(), "TASKSUP_MEMBER_STATE=/elsewhere") ==
+        0);
+  auto& mounts = body.at("HostConfig").at("Mounts").as_array();
+  auto state = std::find_if(mounts.begin(), mounts.end(), [](auto& m) {
+    return m.at("Target") == "/tasksup/state";
+  });
+  REQUIRE(state != mounts.end());
+  CHECK(state->at("Source") == "/var/lib/tasksup/fix-login/state");
+  CHECK(state->at("ReadOnly") == false);
+  SECTION("none without a state directory") {
+    auto plain = create_body(sample_spec());
+    for (auto& e : plain.at("Env").as_array())
+      CHECK(e.as_string().find("TASKSUP_MEMBER_STATE") == json::string::npos);
+  }
+}
+
 TEST_CASE("docker create body honours network mode, init and workdir") {
   auto spec = sample_spec();
   spec.workdir = "/src";

@@ -92,6 +92,8 @@ expected<std::string> docker_create_body(const attempt_spec& spec,
     env["TASKSUP_AGENT_CONFIG_DIR"] = spec.config_dir;
   if (!spec.feedback.empty())
     env["TASKSUP_FEEDBACK"] = std::string{docker_feedback_file};
+  if (!spec.state_dir.empty())
+    env["TASKSUP_MEMBER_STATE"] = std::string{docker_member_state_dir};
   json::array env_list;
   for (auto& [key, value] : env)
     env_list.emplace_back(key + "=" + value);
@@ -131,6 +133,8 @@ expected<std::string> docker_create_body(const attempt_spec& spec,
   if (!spec.feedback.empty())
     add_mount(spec.attempt_dir + "/" + std::string{feedback_file_name},
               docker_feedback_file, true);
+  if (!spec.state_dir.empty())
+    add_mount(spec.state_dir, docker_member_state_dir, false);
   if (!spec.config_dir.empty()) {
     if (!absolute(spec.config_dir))
       return spec_error("config_dir", "must be an absolute host path, got '" +

@@ -202,6 +202,13 @@ public:
         return;
       }
     }
+    // The task's state directory: made on its first attempt, then kept.
+    if (!spec_.state_dir.empty())
+      if (auto err = make_private_dirs(spec_.state_dir); !err.empty()) {
+        fail(err);
+        complete();
+        return;
+      }
     auto capture = output_capture::create(
       (root / "output.log").string(),
       [this](output_stream stream, std::string_view line) {

@@ -645,6 +645,14 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
     if (auto err = fresh_dir(cwd); !err.empty())
       return submit(fail(err));
   }
+  // The task's state directory: made on its first attempt, then kept as it
+  // is (never cleared between attempts).
+  std::string state_dir;
+  if (!spec.state_dir.empty()) {
+    state_dir = shim_dir_of(spec.state_dir);
+    if (auto err = make_private_dirs(state_dir); !err.empty())
+      return submit(fail(err));
+  }
   std::string feedback_path;
   if (!spec.feedback.empty()) {
     feedback_path = dir + "/" + std::string{feedback_file_name};
@@ -698,6 +706,8 @@ std::shared_ptr<attempt_handle> reactor::start(attempt_spec spec,
     env["TASKSUP_AGENT_CONFIG_DIR"] = spec.config_dir;
   if (!feedback_path.empty())
     env["TASKSUP_FEEDBACK"] = std::move(feedback_path);
+  if (!state_dir.empty())
+    env["TASKSUP_MEMBER_STATE"] = std::move(state_dir);
 
   if (options_.shim_idle_timeout.count() > 0 && dir.rfind('/') > 0) {
     shim_request req;

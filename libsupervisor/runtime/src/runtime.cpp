@@ -20,6 +20,16 @@ private:
 
 } // namespace
 
+std::string member_state_dir(std::string_view attempt_root,
+                             std::string_view task_id) {
+  std::string dir{attempt_root};
+  if (!dir.empty() && dir.back() != '/')
+    dir += '/';
+  dir += task_id;
+  dir += "/state";
+  return dir;
+}
+
 void add_trace_env(std::string_view trace_id, std::string_view span_id,
                    std::map<std::string, std::string>& env) {
   if (trace_id.empty() || span_id.empty())

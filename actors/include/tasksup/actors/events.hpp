@@ -77,6 +77,9 @@ struct attempt_started {
   std::string agent_id;
   std::string agent_cli;
   std::string container_id;
+  /// The task's state directory (TASKSUP_MEMBER_STATE) on the host that
+  /// runs the attempt; empty for none.
+  std::string member_state;
 };
 
 struct log {
@@ -176,10 +179,13 @@ double wall_clock_s();
 event task_submitted_event(const event_head& h, std::string_view environment,
                            const std::vector<std::string>& agents);
 
-/// `attempt_started`: `agent_id`, `agent_cli`, `container_id`.
+/// `attempt_started`: `agent_id`, `agent_cli`, `container_id`, and
+/// `member_state` (the task's state directory on the host that runs the
+/// attempt) when it has one.
 event attempt_started_event(const event_head& h, std::string_view agent_id,
                             std::string_view agent_cli,
-                            std::string_view container_id);
+                            std::string_view container_id,
+                            std::string_view member_state = {});
 
 /// `log`: one output `line` of the attempt and its `stream` ("stdout",
 /// "stderr", or "tasksup" for the runtime's notes on held-back output).

@@ -21,6 +21,10 @@ inline constexpr std::string_view docker_workspace_dir = "/workspace";
 /// Where the attempt's artifacts directory (`<attempt_dir>/artifacts`)
 /// appears inside the container; passed as TASKSUP_ARTIFACTS_DIR.
 inline constexpr std::string_view docker_artifacts_dir = "/tasksup/artifacts";
+/// Where a container sees the task's state directory
+/// (`attempt_spec::state_dir`); passed as TASKSUP_MEMBER_STATE.
+inline constexpr std::string_view docker_member_state_dir = "/tasksup/state";
+
 /// Where a container sees `attempt_spec::feedback` (mounted read-only).
 inline constexpr std::string_view docker_feedback_file =
   "/tasksup/feedback.txt";

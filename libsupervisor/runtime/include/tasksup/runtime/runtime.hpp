@@ -51,6 +51,12 @@ struct attempt_spec {
   /// Host directory for this attempt's files (workspace/, artifacts/,
   /// output.log); the runtime creates it. Must be unique per attempt.
   std::string attempt_dir;
+  /// Host directory the task keeps from attempt to attempt
+  /// (`member_state_dir`); the runtime creates it when missing, never clears
+  /// it, and passes it as TASKSUP_MEMBER_STATE as the agent sees it
+  /// (mounted in a container). Empty for none. Set by the node that runs
+  /// the attempt: it does not travel with a placed attempt.
+  std::string state_dir;
   /// Working directory; empty means `<attempt_dir>/workspace`. For docker,
   /// the directory inside the container.
   std::string workdir;
@@ -70,6 +76,13 @@ struct attempt_spec {
   std::string trace_id;
   std::string span_id;
 };
+
+/// The directory a task keeps from run to run:
+/// `<attempt_root>/<task id>/state`, beside its attempt directories. A
+/// function of the two alone, so a restarted node finds it again; it goes
+/// when the task is forgotten.
+std::string member_state_dir(std::string_view attempt_root,
+                             std::string_view task_id);
 
 /// Adds the trace context `trace_id` / `span_id` to `env`: TASKSUP_TRACE_ID,
 /// TASKSUP_SPAN_ID and TRACEPARENT (`00-<trace>-<span>-01`: version 00,
