@@ -142,6 +142,10 @@ function nextRetryCell(t) {
     td.dataset.deadline = t.resume_ts;
     td.title = 'waiting for the quota reset at ' + iso(t.resume_ts);
     td.textContent = 'in ' + dur(t.resume_ts - now());
+  } else if (t.state === 'not_now' && t.resume_ts) {
+    td.dataset.deadline = t.resume_ts;
+    td.title = 'not now: trying again at ' + iso(t.resume_ts);
+    td.textContent = 'in ' + dur(t.resume_ts - now());
   } else td.textContent = '-';
   return td;
 }

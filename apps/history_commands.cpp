@@ -268,6 +268,11 @@ int describe(node_session& s, const describe_options& opts) {
                     << text_of(o, "message") << '\n';
           break;
         }
+        if (text_of(o, "step") == "not_now") {
+          std::cout << when << "    decision: " << text_of(o, "message")
+                    << '\n';
+          break;
+        }
         if (text_of(o, "step") == "quota_wait") {
           std::cout << when << "    decision: wait for the quota of "
                     << text_of(o, "name") << ": " << text_of(o, "message")

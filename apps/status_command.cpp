@@ -230,8 +230,8 @@ void setup_status(CLI::App& app, int& status_code) {
                 "epoch, null when unknown)");
   cmd->add_option("--state", opts->states,
                   "Only tasks in this state: queued, running, backoff, "
-                  "paused, quota_wait or done (repeat or separate with "
-                  "commas)");
+                  "paused, quota_wait, not_now or done (repeat or separate "
+                  "with commas)");
   cmd->add_option("--outcome", opts->outcomes,
                   "Only finished tasks with this outcome: succeeded, failed "
                   "or stopped (repeat or separate with commas; combines "
@@ -246,7 +246,9 @@ void setup_status(CLI::App& app, int& status_code) {
 
 States: queued (waiting for an attempt slot), running, backoff (waiting to
 retry), paused (by `tasksup pause`, until `tasksup resume`), quota_wait
-(its agent's usage quota is used up: waiting for the reset), done. AGE is
+(its agent's usage quota is used up: waiting for the reset), not_now (its
+preflight said not now, exit 75: waiting to try again, spending no retry),
+done. AGE is
 the time since the task was submitted; NEXT RETRY the wait left before a
 task in backoff tries again, or before a quota resets. With TASK, the
 times follow the table in ISO 8601 (UTC). On the node's machine, without

@@ -108,6 +108,10 @@ void print_table(const std::vector<const status_row*>& all, double now) {
         reset && state == "quota_wait")
       next = "quota reset in " +
              short_duration(std::ceil(std::max(0.0, *reset - now)));
+    if (auto again = json_number_at(r, "resume_ts");
+        again && state == "not_now")
+      next =
+        "not now, in " + short_duration(std::ceil(std::max(0.0, *again - now)));
     rows.push_back({cell(text_at(r, "task_id")), cell(state),
                     cell(text_at(r, "agent_id")),
                     std::to_string(count_at(r, "attempt")), retries, age, next,
@@ -143,6 +147,9 @@ void print_details(const status_row& row, double now) {
       reset && state == "quota_wait")
     std::cout << "quota reset:   " << iso8601(*reset) << " ("
               << reset_time_text(*reset, now) << ")\n";
+  if (auto again = json_number_at(r, "resume_ts"); again && state == "not_now")
+    std::cout << "tries again:   " << iso8601(*again) << " ("
+              << reset_time_text(*again, now) << ")\n";
   if (auto finished = json_number_at(r, "finished_ts"))
     std::cout << "finished:      " << iso8601(*finished) << '\n';
   if (!row.last_decision.empty())
@@ -160,9 +167,10 @@ parse_state_filter(const std::vector<std::string>& values,
       auto comma = rest.find(',');
       auto one = std::string{rest.substr(0, comma)};
       if (one != "queued" && one != "running" && one != "backoff" &&
-          one != "done" && one != "paused" && one != "quota_wait")
+          one != "done" && one != "paused" && one != "quota_wait" &&
+          one != "not_now")
         return "--state: expected queued, running, backoff, paused, "
-               "quota_wait or done; got '" +
+               "quota_wait, not_now or done; got '" +
                cell(one) + "'";
       out.insert(one);
       rest = comma == std::string_view::npos ? std::string_view{}

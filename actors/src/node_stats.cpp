@@ -253,6 +253,8 @@ std::string_view to_string(attempt_decision x) noexcept {
       return "user_fallback";
     case attempt_decision::quota_wait:
       return "quota_wait";
+    case attempt_decision::not_now:
+      return "not_now";
   }
   return "failed";
 }
@@ -517,9 +519,10 @@ void node_stats::add(const event& ev) {
       // Steps (preflight, gates, delivery) show in the task's events; their
       // verdicts reach the figures as classifications and ends. A quota
       // wait is the decision on the attempt that hit the quota.
-      if (f.step == "quota_wait") {
+      if (f.step == "quota_wait" || f.step == "not_now") {
         auto& t = track(ev.task_id);
-        settle(t, attempt_decision::quota_wait);
+        settle(t, f.step == "not_now" ? attempt_decision::not_now
+                                      : attempt_decision::quota_wait);
         t.times.last_decision = cut(f.message, max_line_bytes);
       }
       return;
@@ -1189,9 +1192,9 @@ std::string node_stats::tasks_page_json(std::vector<task_status> tasks,
   w.integer(static_cast<long long>(tasks.size()));
   w.key("counts");
   w.begin_object();
-  for (auto st :
-       {task_state::queued, task_state::running, task_state::backoff,
-        task_state::done, task_state::paused, task_state::quota_wait}) {
+  for (auto st : {task_state::queued, task_state::running, task_state::backoff,
+                  task_state::done, task_state::paused, task_state::quota_wait,
+                  task_state::not_now}) {
     w.key(to_string(st));
     w.integer(
       std::count_if(tasks.begin(), tasks.end(),

@@ -17,7 +17,7 @@ namespace {
 constexpr std::string_view stop_mode_names[] = {"cancel", "kill"};
 
 constexpr std::string_view task_state_names[] = {
-  "queued", "running", "backoff", "done", "paused", "quota_wait"};
+  "queued", "running", "backoff", "done", "paused", "quota_wait", "not_now"};
 
 constexpr std::string_view task_outcome_names[] = {"succeeded", "failed",
                                                    "stopped"};

@@ -269,6 +269,13 @@ struct carrier {
                           std::nullopt, describe(e.why, s.machine().config())));
   }
 
+  void operator()(const effect::not_now_wait& e) const {
+    auto& s = st();
+    emit(self,
+         step_event(s.head(), "not_now", s.agent(e.agent_index).agent_id, false,
+                    std::nullopt, describe(e.why, s.machine().config())));
+  }
+
   void operator()(const effect::task_paused& e) const {
     emit(self, step_event(st().head(), "pause", "", true, std::nullopt,
                           e.parked ? "paused by user"
@@ -452,7 +459,8 @@ constexpr reach reach_of() {
                                classified, retry_scheduled, agent_switched,
                                user_stopped, retry_requested, deadline_passed,
                                attempt_timed_out, voluntary_end, close_account,
-                               quota_wait, task_paused, task_resumed>)
+                               quota_wait, task_paused, task_resumed,
+                               not_now_wait>)
     return reach::notice;
   else {
     // A new effect must be placed above.
@@ -495,6 +503,11 @@ task_status status_of(supervisor_actor* self) {
       if (st.m.paused) {
         s.state = task_state::paused;
         s.waiting_for = "resume (paused by user)";
+      } else if (st.m.not_now) {
+        s.state = task_state::not_now;
+        s.resume_at = st.m.resume_at_s;
+        s.waiting_for = "not now: trying again " +
+                        reset_time_text(st.m.resume_at_s, now_s(self));
       } else {
         s.state = task_state::quota_wait;
         s.resume_at = st.m.resume_at_s;

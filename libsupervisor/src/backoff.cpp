@@ -92,6 +92,20 @@ std::optional<jitter> parse_jitter(std::string_view str) noexcept {
   return std::nullopt;
 }
 
+double scheduled_delay_s(const backoff_spec& spec, int step) {
+  return clamp_delay(base_delay(spec, std::max(step, 0)),
+                     sanitize_cap(spec.max_s));
+}
+
+backoff_spec not_now_backoff() {
+  backoff_spec x;
+  x.kind = backoff_spec::kind_t::exponential;
+  x.initial_s = 30.0;
+  x.multiplier = 2.0;
+  x.max_s = 600.0;
+  return x;
+}
+
 backoff_spec standard_backoff(double base_s) {
   return table_spec(base_s, {1, 3, 9});
 }
@@ -104,12 +118,14 @@ backoff_policy::backoff_policy(double backoff_base_s, double rate_limit_base_s,
                                std::map<error_class, backoff_spec> overrides)
   : standard_(standard_backoff(backoff_base_s)),
     rate_limit_(rate_limit_backoff(rate_limit_base_s)),
-    overrides_(std::move(overrides)) {}
+    not_now_(not_now_backoff()), overrides_(std::move(overrides)) {}
 
 const backoff_spec& backoff_policy::spec(error_class cls) const {
   if (auto i = overrides_.find(cls); i != overrides_.end())
     return i->second;
-  return cls == error_class::rate_limit ? rate_limit_ : standard_;
+  if (cls == error_class::rate_limit)
+    return rate_limit_;
+  return cls == error_class::not_now ? not_now_ : standard_;
 }
 
 double backoff_policy::delay_s(int retry_count, error_class cls,

@@ -90,6 +90,8 @@ std::string_view to_string(next_step x) noexcept {
       return "fail";
     case next_step::wait_quota:
       return "wait_quota";
+    case next_step::wait_not_now:
+      return "wait_not_now";
   }
   return "unknown";
 }
@@ -126,6 +128,10 @@ std::string describe(const decision& d, const supervisor_config& cfg) {
     case decision_rule::quota_fallback:
       out += ": quota resets " + reset_time_text(d.resume_at_s, d.at_s);
       break;
+    case decision_rule::not_now:
+      return out + ": not now, trying again in " +
+             human_duration(d.resume_at_s - d.at_s) + " (" + num(d.count) +
+             " in a row; no retry spent)";
   }
   switch (d.limit) {
     case decision_limit::fallback_disabled:
@@ -157,6 +163,7 @@ std::string describe(const decision& d, const supervisor_config& cfg) {
     case next_step::succeed:
     case next_step::fail:
     case next_step::wait_quota:
+    case next_step::wait_not_now:
       break;
   }
   return out;
@@ -233,14 +240,21 @@ decision supervision_policy::on_exit(
         : (outcome.infrastructure_error.empty() ? error_class::retryable
                                                 : error_class::infrastructure);
   d.classified = cls;
+  auto act = default_action(d.cls);
+  if (auto i = cfg_->actions.find(d.cls); i != cfg_->actions.end())
+    act = i->second;
+  if (d.cls == error_class::not_now && act == action::retry) {
+    // Nothing ran, or nothing could: not a failure to retry or restart,
+    // whatever the restart type. The task machine says when to try again.
+    d.step = next_step::wait_not_now;
+    d.rule = decision_rule::not_now;
+    return d;
+  }
   if (cfg_->restart == restart_type::temporary) {
     d.step = next_step::fail;
     d.rule = decision_rule::temporary_task;
     return d;
   }
-  auto act = default_action(d.cls);
-  if (auto i = cfg_->actions.find(d.cls); i != cfg_->actions.end())
-    act = i->second;
   if (d.cls == error_class::quota_exhausted && act != action::fail) {
     // The agent said when its quota resets (capped), else the policy's
     // guess; either way the wait or the fallback spends no retry.
@@ -405,6 +419,7 @@ void supervision_policy::apply(supervision_state& st, const decision& d) const {
     case next_step::succeed:
     case next_step::fail:
     case next_step::wait_quota:
+    case next_step::wait_not_now:
       return;
     case next_step::switch_agent:
       st.agent_index = d.agent_index;

@@ -186,21 +186,18 @@ bool task_machine::on(task_machine_state& st, const input::permission& in,
     finish(st, std::move(f), out);
     return true;
   }
-  // The retry happens now: count it, then the attempt.
-  if (st.plan) {
-    policy_.apply(st.counters, *st.plan);
-    st.plan.reset();
-  }
-  policy_.count_attempt(st.counters);
   ++st.attempt;
   ++st.generation;
   st.retry_at_s = 0;
   if (config().steps.preflight) {
+    // The preflight says whether this is an attempt at all: a "not now"
+    // spends nothing, so the planned retry and the count wait for it.
     st.phase = task_phase::preflight;
     out.emplace_back(
       effect::run_preflight{st.attempt, st.counters.agent_index});
     return true;
   }
+  count_started(st);
   launch(st, out);
   return true;
 }
@@ -365,11 +362,12 @@ bool task_machine::on(task_machine_state& st, const input::timer& in,
   }
   if (in.kind == timer_kind::quota) {
     if (st.phase != task_phase::parked || in.generation != st.generation ||
-        st.resume_at_s <= 0)
+        !waits_in_park(st))
       return false;
-    // The quota has reset: the same agent again (a paused task stays
-    // parked until resumed).
+    // The quota has reset, or the "not now" is waited out: the same agent
+    // again (a paused task stays parked until resumed).
     st.resume_at_s = 0;
+    st.not_now = false;
     if (!st.paused)
       begin_attempt(st, out);
     return true;
@@ -427,6 +425,15 @@ bool task_machine::on(task_machine_state& st, const input::stop& in, double,
 
 bool task_machine::on(task_machine_state& st, const input::retry_now&,
                       double now_s, machine_effects& out) const {
+  if (st.phase == task_phase::parked && st.not_now && !st.paused) {
+    // Cuts a "not now" short, as it does a backoff.
+    out.emplace_back(
+      effect::retry_requested{std::max(0.0, st.resume_at_s - now_s)});
+    st.resume_at_s = 0;
+    st.not_now = false;
+    begin_attempt(st, out);
+    return true;
+  }
   if (st.phase != task_phase::backoff)
     return false;
   out.emplace_back(
@@ -566,8 +573,9 @@ bool task_machine::on(task_machine_state& st, const input::resumed&,
                                          std::max(0.0, st.retry_at_s - now_s)});
       break;
     case task_phase::parked:
-      // A quota wait goes on for the time left; a paused task stays put.
-      if (st.resume_at_s > 0)
+      // A quota wait or a "not now" goes on for the time left; a paused
+      // task stays put.
+      if (waits_in_park(st))
         out.emplace_back(
           effect::set_timer{timer_kind::quota, ++st.generation,
                             std::max(0.0, st.resume_at_s - now_s)});
@@ -583,6 +591,10 @@ bool task_machine::on(task_machine_state& st, const input::preflight_done& in,
   if (st.phase != task_phase::preflight || in.attempt != st.attempt)
     return false;
   if (in.passed) {
+    // Whatever was not ready is now: the next "not now" waits the first
+    // step again.
+    st.not_now_streak = 0;
+    count_started(st);
     launch(st, out);
     return true;
   }
@@ -595,9 +607,18 @@ bool task_machine::on(task_machine_state& st, const input::preflight_done& in,
   o.started = false;
   st.ended = o;
   classification c;
-  c.cls = error_class::preflight_failed;
-  c.rule = "preflight";
-  c.line = in.timed_out ? "preflight timed out" : in.detail;
+  if (!in.timed_out && in.exit_code == not_now_exit_code) {
+    // "Not now": no attempt was made, none is counted, and a planned retry
+    // is still to come.
+    c.cls = error_class::not_now;
+    c.rule = "preflight_not_now";
+    c.line = in.detail;
+  } else {
+    count_started(st);
+    c.cls = error_class::preflight_failed;
+    c.rule = "preflight";
+    c.line = in.timed_out ? "preflight timed out" : in.detail;
+  }
   judge_as(st, std::move(c), false, now_s, out);
   return true;
 }
@@ -690,8 +711,8 @@ bool task_machine::on(task_machine_state& st, const input::resume&,
     return false;
   st.paused = false;
   out.emplace_back(effect::task_resumed{});
-  if (st.phase != task_phase::parked || st.resume_at_s > 0)
-    return true; // running on, or a quota wait still under way
+  if (st.phase != task_phase::parked || waits_in_park(st))
+    return true; // running on, or a quota wait or "not now" under way
   if (st.retry_at_s > now_s) {
     // Paused in a backoff: wait out what was left of it.
     st.phase = task_phase::backoff;
@@ -793,6 +814,8 @@ void task_machine::judge(task_machine_state& st,
 
 void task_machine::act(task_machine_state& st, decision d, double now_s,
                        machine_effects& out) const {
+  if (d.step != next_step::wait_not_now)
+    st.not_now_streak = 0;
   switch (d.step) {
     case next_step::succeed: {
       effect::finish f;
@@ -810,12 +833,19 @@ void task_machine::act(task_machine_state& st, decision d, double now_s,
     case next_step::wait_quota:
       park_for_quota(st, std::move(d), now_s, out);
       return;
+    case next_step::wait_not_now:
+      park_not_now(st, std::move(d), now_s, out);
+      return;
     case next_step::switch_agent: {
       auto from = st.counters.agent_index;
       if (d.rule == decision_rule::quota_fallback &&
           d.cause == decision_cause::failed)
         out.emplace_back(effect::close_account{from, d.resume_at_s});
       st.resume_at_s = 0;
+      st.not_now = false;
+      // A retry planned for the agent left behind (a "not now" kept it)
+      // is not the next agent's.
+      st.plan.reset();
       policy_.apply(st.counters, d);
       out.emplace_back(effect::agent_switched{from, std::move(d)});
       begin_attempt(st, out);
@@ -883,11 +913,41 @@ void task_machine::park_for_quota(task_machine_state& st, decision d,
   give_back_slot(st, false, out);
   st.phase = task_phase::parked;
   st.retry_at_s = 0;
+  st.not_now = false;
   st.resume_at_s = std::max(d.resume_at_s, now_s);
   ++st.generation;
   out.emplace_back(effect::set_timer{timer_kind::quota, st.generation,
                                      st.resume_at_s - now_s});
   out.emplace_back(effect::quota_wait{st.counters.agent_index, std::move(d)});
+}
+
+void task_machine::park_not_now(task_machine_state& st, decision d,
+                                double now_s, machine_effects& out) const {
+  auto wait =
+    scheduled_delay_s(backoff_.spec(error_class::not_now), st.not_now_streak);
+  st.not_now_streak = std::min(st.not_now_streak + 1, 1 << 20);
+  d.count = st.not_now_streak;
+  d.resume_at_s = now_s + wait;
+  give_back_slot(st, false, out);
+  st.phase = task_phase::parked;
+  st.retry_at_s = 0;
+  st.not_now = true;
+  st.resume_at_s = d.resume_at_s;
+  ++st.generation;
+  out.emplace_back(effect::set_timer{timer_kind::quota, st.generation, wait});
+  out.emplace_back(effect::not_now_wait{st.counters.agent_index, std::move(d)});
+}
+
+bool task_machine::waits_in_park(const task_machine_state& st) noexcept {
+  return st.resume_at_s > 0 || st.not_now;
+}
+
+void task_machine::count_started(task_machine_state& st) const {
+  if (st.plan) {
+    policy_.apply(st.counters, *st.plan);
+    st.plan.reset();
+  }
+  policy_.count_attempt(st.counters);
 }
 
 void task_machine::park(task_machine_state& st, machine_effects& out) const {
@@ -907,6 +967,7 @@ void task_machine::finish(task_machine_state& st, effect::finish f,
   st.ending.reset();
   st.retry_at_s = 0;
   st.resume_at_s = 0;
+  st.not_now = false;
   ++st.generation;
   out.emplace_back(std::move(f));
 }

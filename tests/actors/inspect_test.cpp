@@ -303,13 +303,13 @@ TEST_CASE_METHOD(fixture,
 
 TEST_CASE("to_string of an out-of-range enum is safe", "[inspect]") {
   CHECK(to_string(nth<error_class>(20)) == "unknown");
-  CHECK(to_string(nth<error_class>(11)) == "unknown");
+  CHECK(to_string(nth<error_class>(all_error_classes.size())) == "unknown");
   CHECK(to_string(nth<action>(3)) == "unknown");
   CHECK(to_string(nth<restart_type>(-1)) == "unknown");
   CHECK(to_string(nth<jitter>(6)) == "unknown");
   CHECK(to_string(nth<stop_mode>(2)) == "unknown");
   CHECK(to_string(nth<task_state>(200)) == "unknown");
-  CHECK(to_string(nth<task_state>(6)) == "unknown");
+  CHECK(to_string(nth<task_state>(7)) == "unknown");
   CHECK(to_string(nth<task_outcome>(3)) == "unknown");
   CHECK(to_string(nth<event_kind>(12)) == "unknown");
   CHECK(to_string(event_kind::warning) == "warning");

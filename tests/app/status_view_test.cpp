@@ -118,6 +118,26 @@ TEST_CASE("status_view: a task waiting for its quota shows when it resets") {
   CHECK(one.find("(in 2h13m))") != std::string::npos);
 }
 
+TEST_CASE("status_view: a task whose preflight said not now shows when it "
+          "tries again") {
+  status_answer a;
+  a.now = 1000;
+  auto r = row("n", "not_now", 990);
+  r.record["resume_ts"] = 1000.0 + 60;
+  r.record["waiting_for"] = "not now: trying again at 00:17 (in 1m)";
+  a.rows.push_back(r);
+  auto table = printed(a, false, false);
+  CHECK(table.find("not now, in 1m") != std::string::npos);
+  CHECK(table.find("n waits: not now: trying again at 00:17 (in 1m)") !=
+        std::string::npos);
+  auto one = printed(a, true, false);
+  CHECK(one.find("tries again:   1970-01-01T00:17:40Z (at ") !=
+        std::string::npos);
+  std::set<std::string> states;
+  CHECK_FALSE(parse_state_filter({"not_now"}, states));
+  CHECK(printed(a, false, false, {"not_now"}).find("n ") != std::string::npos);
+}
+
 TEST_CASE("status_view: --state takes states, repeated or comma-separated") {
   std::set<std::string> states;
   CHECK_FALSE(parse_state_filter({"running,backoff", "done"}, states));
@@ -126,7 +146,7 @@ TEST_CASE("status_view: --state takes states, repeated or comma-separated") {
   auto err = parse_state_filter({"running,sleeping"}, bad);
   REQUIRE(err);
   CHECK(*err == "--state: expected queued, running, backoff, paused, "
-                "quota_wait or done; got 'sleeping'");
+                "quota_wait, not_now or done; got 'sleeping'");
   std::set<std::string> parked;
   CHECK_FALSE(parse_state_filter({"paused,quota_wait"}, parked));
   CHECK(parked == std::set<std::string>{"paused", "quota_wait"});

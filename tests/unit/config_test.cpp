@@ -492,14 +492,14 @@ TEST_CASE("supervisor: bad enum values list the valid ones") {
               "\"container_crash\", \"rate_limit\", \"fatal\", "
               "\"agent_failure\", \"retryable\", \"infrastructure\", "
               "\"gate_failed\", \"timeout\", \"preflight_failed\", "
-              "\"quota_exhausted\", \"needs_input\")");
+              "\"quota_exhausted\", \"needs_input\", \"not_now\")");
   check_error(sup(R"({"backoff": {"crash": {"kind": "table"}}})"), "sup.json",
               "/backoff/crash",
               "unknown error class \"crash\" (expected one of "
               "\"container_crash\", \"rate_limit\", \"fatal\", "
               "\"agent_failure\", \"retryable\", \"infrastructure\", "
               "\"gate_failed\", \"timeout\", \"preflight_failed\", "
-              "\"quota_exhausted\", \"needs_input\")");
+              "\"quota_exhausted\", \"needs_input\", \"not_now\")");
   check_error(sup(R"({"backoff": {"fatal": {"kind": "linear"}}})"), "sup.json",
               "/backoff/fatal/kind",
               "expected one of \"table\", \"exponential\", got \"linear\"");
@@ -620,7 +620,7 @@ TEST_CASE("classifier rules: errors") {
               "\"fatal\", \"agent_failure\", \"retryable\", "
               "\"infrastructure\", \"gate_failed\", \"timeout\", "
               "\"preflight_failed\", \"quota_exhausted\", "
-              "\"needs_input\", got \"boom\"");
+              "\"needs_input\", \"not_now\", got \"boom\"");
   check_error(rules(R"({"rules": [{"id": "a", "class": "fatal",
     "exit_codes": [1]}, {"id": "a", "class": "fatal", "exit_codes": [2]}]})"),
               "classifier.json", "/rules/1/id",

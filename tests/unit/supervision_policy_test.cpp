@@ -351,12 +351,20 @@ TEST_CASE("temporary tasks are never restarted") {
           next_step::succeed);
   }
   for (auto cls : all_error_classes) {
+    if (cls == error_class::not_now)
+      continue; // not a failure to restart: it parks (below)
     DYNAMIC_SECTION("a failure of class " << to_string(cls) << " fails") {
       auto d = fail_attempt(pol, st, cls);
       CHECK(d.step == next_step::fail);
       CHECK_THAT(d.reason, Contains("temporary"));
       CHECK(st.fallback_count == 0);
     }
+  }
+  SECTION("a not_now parks it, spending nothing") {
+    auto d = fail_attempt(pol, st, error_class::not_now);
+    CHECK(d.step == next_step::wait_not_now);
+    CHECK(d.rule == decision_rule::not_now);
+    CHECK(st.retry_count == 0);
   }
 }
 

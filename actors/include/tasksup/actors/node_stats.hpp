@@ -44,10 +44,12 @@ enum class attempt_decision : std::uint8_t {
   user_fallback,
   /// The agent's quota was used up: the task waits for its reset.
   quota_wait,
+  /// The agent said "not now" (a rule): the task waits, spending nothing.
+  not_now,
 };
 
 /// "succeeded", "retry", "fallback", "failed", "stopped", "restarted",
-/// "user_fallback" or "quota_wait".
+/// "user_fallback", "quota_wait" or "not_now".
 std::string_view to_string(attempt_decision x) noexcept;
 
 /// One finished attempt as the statistics keep it.

@@ -189,9 +189,13 @@ enum class task_state : std::uint8_t {
   paused,
   /// Waiting for its agent's usage quota to reset (`task_status::resume_at`).
   quota_wait,
+  /// Its preflight said "not now": waiting to try again
+  /// (`task_status::resume_at`), spending no retry.
+  not_now,
 };
 
-/// "queued", "running", "backoff", "done", "paused" or "quota_wait".
+/// "queued", "running", "backoff", "done", "paused", "quota_wait" or
+/// "not_now".
 std::string_view to_string(task_state x) noexcept;
 
 /// How a task ended (`task_done.outcome`; docs/BEHAVIOUR.md, Result).
@@ -476,7 +480,7 @@ template<>
 struct enum_size<stop_mode> : std::integral_constant<std::size_t, 2> {};
 
 template<>
-struct enum_size<task_state> : std::integral_constant<std::size_t, 6> {};
+struct enum_size<task_state> : std::integral_constant<std::size_t, 7> {};
 
 template<>
 struct enum_size<task_outcome> : std::integral_constant<std::size_t, 3> {};

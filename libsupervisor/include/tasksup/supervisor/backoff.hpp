@@ -89,6 +89,14 @@ delay_decision compute_delay(const backoff_spec& spec, int retry_index,
                              double previous_s, backoff_rng& rng,
                              std::optional<double> hint_s = std::nullopt);
 
+/// The schedule's delay for step `step` (0 for the first), capped at
+/// `max_s`, without jitter: the task machine's own waits, which draw no
+/// random numbers.
+double scheduled_delay_s(const backoff_spec& spec, int step);
+
+/// The `not_now` schedule: 30 s doubling each time, at most 600 s.
+backoff_spec not_now_backoff();
+
 /// The seed's standard schedule: base x {1, 3, 9}, capped at base x 9
 /// (5, 15, 45 for base 5).
 backoff_spec standard_backoff(double base_s);
@@ -122,6 +130,7 @@ public:
 private:
   backoff_spec standard_;
   backoff_spec rate_limit_;
+  backoff_spec not_now_;
   std::map<error_class, backoff_spec> overrides_;
 };
 

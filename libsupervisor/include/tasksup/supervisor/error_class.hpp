@@ -44,10 +44,16 @@ enum class error_class : uint8_t {
   /// closed stdin, asked for approval, or needs an interactive login. Running
   /// it again asks again: fall back at once, never retried in a loop.
   needs_input,
+  /// "Not now": the task's preflight exited `not_now_exit_code` (75,
+  /// EX_TEMPFAIL), or a rule says the agent could not work for want of
+  /// something that comes back (a busy GPU, a full disk being cleaned).
+  /// Nothing is wrong with the task or its agent: it parks and tries again
+  /// on the `not_now` schedule, spending no retry and no restart.
+  not_now,
 };
 
 /// Every class, in the declaration order above.
-inline constexpr std::array<error_class, 11> all_error_classes{
+inline constexpr std::array<error_class, 12> all_error_classes{
   error_class::container_crash,
   error_class::rate_limit,
   error_class::fatal,
@@ -59,6 +65,7 @@ inline constexpr std::array<error_class, 11> all_error_classes{
   error_class::preflight_failed,
   error_class::quota_exhausted,
   error_class::needs_input,
+  error_class::not_now,
 };
 
 /// The snake_case name used in config files and events.
@@ -85,7 +92,8 @@ std::optional<action> parse_action(std::string_view str) noexcept;
 
 /// The default action per class: fatal -> fail; agent_failure,
 /// quota_exhausted and needs_input -> fallback; everything else -> retry.
-/// (A task's `on_quota: wait` parks on a quota instead; see task_spec.)
+/// (A task's `on_quota: wait` parks on a quota instead; see task_spec. The
+/// retry of `not_now` parks the task without spending a retry.)
 action default_action(error_class x) noexcept;
 
 } // namespace tasksup

@@ -64,9 +64,13 @@ enum class next_step : std::uint8_t {
   /// Park the task until its agent's quota resets (`resume_at_s`), then
   /// start the same agent again: no retry is spent.
   wait_quota,
+  /// "Not now": park the task for the next step of the `not_now` schedule,
+  /// then start the same agent again: no retry or restart is spent.
+  wait_not_now,
 };
 
-/// "succeed", "retry", "switch_agent" or "fail".
+/// "succeed", "retry", "switch_agent", "fail", "wait_quota" or
+/// "wait_not_now".
 std::string_view to_string(next_step x) noexcept;
 
 /// What a decision answers.
@@ -114,6 +118,9 @@ enum class decision_rule : std::uint8_t {
   quota_wait,
   /// A quota used up, and `on_quota` (or its default) says fall back.
   quota_fallback,
+  /// "Not now" (class `not_now` with its default action): park and try
+  /// again later, whatever the restart type.
+  not_now,
 };
 
 /// What limited the step the rule asked for, if anything.
@@ -144,7 +151,8 @@ struct decision {
   error_class cls = error_class::retryable;
   /// For `failed`: the classification, absent when none was made.
   std::optional<classification> classified;
-  /// For the `*_exhausted` rules: the count reached and its maximum.
+  /// For the `*_exhausted` rules: the count reached and its maximum; for
+  /// `not_now`, the not-nows in a row, this one included.
   int count = 0;
   int count_max = 0;
   /// For `retry`: the retry number, 1-based, of the current agent; for a
@@ -168,8 +176,8 @@ struct decision {
   /// `fatal_provider`: the provider that refused; for `quota_closed`: the
   /// account that is closed.
   std::string agent_id;
-  /// For the quota rules: when the agent's account reopens (the scale of
-  /// `at_s`).
+  /// For the quota rules: when the agent's account reopens; for `not_now`,
+  /// when the task tries again (the scale of `at_s`).
   double resume_at_s = 0;
   /// When the decision was made (restart intensity records this time).
   double at_s = 0;

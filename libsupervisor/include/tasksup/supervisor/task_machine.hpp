@@ -46,8 +46,9 @@ enum class task_phase : std::uint8_t {
   gating,
   /// The gates passed; the change is being delivered.
   delivering,
-  /// Parked: paused by the user (until resumed) or waiting for the agent's
-  /// quota to reset (until `resume_at_s`), holding no slot.
+  /// Parked: paused by the user (until resumed), waiting for the agent's
+  /// quota to reset or for a "not now" to pass (until `resume_at_s`),
+  /// holding no slot.
   parked,
 };
 
@@ -63,9 +64,14 @@ enum class timer_kind : std::uint8_t {
   deadline,
   /// `attempt_timeout_s` of one attempt; its generation is the attempt.
   attempt,
-  /// The end of a quota wait (`task_machine_state::resume_at_s`).
+  /// The end of a wait in the parked phase (`task_machine_state::
+  /// resume_at_s`): a quota reset, or a "not now" waited out.
   quota,
 };
+
+/// The exit code by which a task's preflight says "not now" (EX_TEMPFAIL of
+/// sysexits.h): the task parks and tries again later, spending nothing.
+inline constexpr int not_now_exit_code = 75;
 
 /// Requests whose reply can fail.
 enum class request_kind : std::uint8_t { permission, classify, delay, rules };
@@ -189,9 +195,16 @@ struct task_machine_state {
   int restart_streak = 0;
   /// The decision that ends the task once its change is delivered.
   boxed<decision> ending;
-  /// While parked for a quota: when the agent's account reopens (the `now`
-  /// scale of `handle`); 0 otherwise.
+  /// While parked for a quota: when the agent's account reopens; for a "not
+  /// now": when the task tries again (the `now` scale of `handle`); 0
+  /// otherwise.
   double resume_at_s = 0;
+  /// Parked for a "not now" (else for a quota, when `resume_at_s` is set).
+  bool not_now = false;
+  /// "Not now"s in a row: the step of the `not_now` schedule the next one
+  /// waits (0 again once a preflight passes or an attempt is judged
+  /// otherwise).
+  int not_now_streak = 0;
   /// The user paused the task: no attempt starts until it is resumed (a
   /// running one is left to finish).
   bool paused = false;
@@ -475,6 +488,13 @@ struct quota_wait {
   decision why;
 };
 
+/// The task parks for a "not now" until `why.resume_at_s` (`why.count`:
+/// not-nows in a row), then tries agent `agent_index` again.
+struct not_now_wait {
+  std::size_t agent_index = 0;
+  decision why;
+};
+
 /// The user paused the task (`parked`: nothing runs now; else it parks once
 /// its running attempt is over).
 struct task_paused {
@@ -516,7 +536,7 @@ using machine_effect = std::variant<
   effect::deadline_passed, effect::finish, effect::run_preflight,
   effect::run_gates, effect::deliver, effect::attempt_timed_out,
   effect::voluntary_end, effect::close_account, effect::quota_wait,
-  effect::task_paused, effect::task_resumed>;
+  effect::task_paused, effect::task_resumed, effect::not_now_wait>;
 
 /// A batch of effects, in the order they must be carried out.
 using machine_effects = std::vector<machine_effect>;
@@ -604,6 +624,16 @@ private:
   /// Parks the task until `d.resume_at_s`, when the agent's quota resets.
   void park_for_quota(task_machine_state& st, decision d, double now_s,
                       machine_effects& out) const;
+
+  /// Parks the task for a "not now": the `not_now` schedule's next step.
+  void park_not_now(task_machine_state& st, decision d, double now_s,
+                    machine_effects& out) const;
+
+  /// Whether a parked task waits for a timer (a quota or a "not now").
+  static bool waits_in_park(const task_machine_state& st) noexcept;
+
+  /// The attempt goes ahead: a planned retry is spent, the attempt counted.
+  void count_started(task_machine_state& st) const;
 
   /// Parks a paused task in place of starting an attempt.
   void park(task_machine_state& st, machine_effects& out) const;
