@@ -61,7 +61,9 @@ public:
     key_.append(s.data(), s.size());
     auto& top = frames_.back();
     if (!top.keys.insert(key_).second) {
-      duplicate = duplicate_key{pointer() + escaped(key_), key_};
+      auto where = pointer();
+      append_pointer_token(where, key_);
+      duplicate = duplicate_key{std::move(where), key_};
       // Any error stops the parser; `duplicate` says which.
       ec = boost::json::error::extra_data;
       return false;
@@ -92,19 +94,6 @@ private:
     std::size_t index = 0;
   };
 
-  static std::string escaped(const std::string& key) {
-    std::string out = "/";
-    for (char c : key) {
-      if (c == '~')
-        out += "~0";
-      else if (c == '/')
-        out += "~1";
-      else
-        out += c;
-    }
-    return out;
-  }
-
   /// The pointer of the container being read.
   std::string pointer() const {
     std::string out;
@@ -113,7 +102,7 @@ private:
     for (std::size_t i = 1; i < frames_.size(); ++i) {
       const auto& parent = frames_[i - 1];
       if (parent.object)
-        out += escaped(parent.key);
+        append_pointer_token(out, parent.key);
       else
         out += '/' + std::to_string(parent.index);
     }

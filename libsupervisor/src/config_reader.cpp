@@ -70,18 +70,21 @@ std::string shown_message(std::string what) {
   return what;
 }
 
-/// RFC 6901: `~` -> `~0`, `/` -> `~1`.
-std::string child(const std::string& path, std::string_view key) {
-  std::string out = path;
-  out += '/';
+void append_pointer_token(std::string& pointer, std::string_view key) {
+  pointer += '/';
   for (char c : key) {
     if (c == '~')
-      out += "~0";
+      pointer += "~0";
     else if (c == '/')
-      out += "~1";
+      pointer += "~1";
     else
-      out += c;
+      pointer += c;
   }
+}
+
+std::string child(const std::string& path, std::string_view key) {
+  std::string out = path;
+  append_pointer_token(out, key);
   return out;
 }
 

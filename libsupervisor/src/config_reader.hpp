@@ -79,8 +79,12 @@ std::string join_plain(const Names& names) {
   return out;
 }
 
-/// `path` extended by the object key `key` (RFC 6901: `~` -> `~0`, `/` ->
-/// `~1`).
+/// Appends `/` and the object key `key` to the JSON pointer `pointer`,
+/// escaped as RFC 6901 says (`~` -> `~0`, `/` -> `~1`): the one place keys
+/// become pointer tokens.
+void append_pointer_token(std::string& pointer, std::string_view key);
+
+/// `path` extended by the object key `key` (`append_pointer_token`).
 std::string child(const std::string& path, std::string_view key);
 
 /// `path` extended by the array index `index`.

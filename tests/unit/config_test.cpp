@@ -268,6 +268,9 @@ TEST_CASE("duplicate keys are errors naming the key and its JSON pointer") {
     parse_json_text(R"({"x": [1, {"a/b": 1, "a\/b": 2}]})", "t.json");
   REQUIRE_FALSE(escaped.has_value());
   CHECK(escaped.error().path == "/x/1/a~1b");
+  auto tilde = parse_json_text(R"({"m~/n": {"k": 1, "k": 2}})", "t.json");
+  REQUIRE_FALSE(tilde.has_value());
+  CHECK(tilde.error().path == "/m~0~1n/k");
   // Equal keys in different objects are fine.
   CHECK(parse_json_text(R"({"a": {"k": 1}, "b": {"k": 2}, "k": [{"k": 3}]})",
                         "t.json")
