@@ -11,10 +11,6 @@
 #include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 
-#include <boost/json/object.hpp>
-#include <boost/json/parse.hpp>
-#include <boost/json/serialize.hpp>
-
 #include <caf/system_messages.hpp>
 
 #include <unistd.h>
@@ -44,19 +40,20 @@ struct events_options {
 /// record when the node's journal no longer has the task's events (its
 /// `span_id` and `ts` are then unknown).
 std::string done_event_json(const task_status& s) {
-  boost::json::object out;
-  out["event"] = "task_done";
-  out["task_id"] = s.task_id;
-  out["attempt"] = s.attempt;
-  out["trace_id"] = s.trace_id;
-  if (s.result) {
-    boost::system::error_code ec;
-    auto result = boost::json::parse(result_to_json(*s.result), ec);
-    if (!ec && result.is_object())
-      for (auto& [key, value] : result.get_object())
-        out[key] = value;
-  }
-  return boost::json::serialize(out);
+  json_writer w;
+  w.begin_object();
+  w.key("event");
+  w.raw_string("task_done");
+  w.key("task_id");
+  w.string(s.task_id);
+  w.key("attempt");
+  w.integer(s.attempt);
+  w.key("trace_id");
+  w.string(s.trace_id);
+  if (s.result)
+    write_result_fields(w, *s.result);
+  w.end_object();
+  return w.take();
 }
 
 /// What the node still has: the final event of finished tasks and a line

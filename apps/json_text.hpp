@@ -11,7 +11,7 @@ namespace tasksup::app {
 
 /// `v` serialized as Boost.JSON does, except doubles, which never take
 /// exponent form (`1795362464.58936`, not `1.79536246458936E9`): what the
-/// commands print for scripts to read.
+/// commands print for scripts to read, written by `json_writer::value`.
 std::string json_text(const boost::json::value& v);
 
 /// Appends `json_text(v)` to `out`.

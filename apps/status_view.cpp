@@ -3,7 +3,8 @@
 #include "json_text.hpp"
 #include "safe_text.hpp"
 
-#include "tasksup/actors/events.hpp"
+#include "tasksup/actors/protocol.hpp"
+#include "tasksup/supervisor/json_writer.hpp"
 #include "tasksup/supervisor/time_words.hpp"
 
 #include <boost/json/array.hpp>

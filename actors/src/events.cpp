@@ -1,8 +1,7 @@
 #include "tasksup/actors/events.hpp"
 
-#include "json_writer.hpp"
-
 #include "tasksup/supervisor/error_class.hpp"
+#include "tasksup/supervisor/json_writer.hpp"
 #include "tasksup/supervisor/text.hpp"
 
 #include <atomic>
@@ -95,7 +94,6 @@ private:
 namespace {
 
 using detail::hex_chars;
-using detail::json_writer;
 
 std::string hex_digits(trace_id_generator& rng, int words) {
   std::string out(static_cast<std::size_t>(words) * 16, '0');
@@ -176,8 +174,9 @@ task_result checked_result(const task_result& r) {
   return out;
 }
 
-/// Writes `r`'s keys (inside an open object).
-void result_fields(json_writer& w, const task_result& r) {
+} // namespace
+
+void write_result_fields(json_writer& w, const task_result& r) {
   w.key("outcome");
   w.raw_string(to_string(r.outcome));
   w.key("exit_code");
@@ -217,6 +216,8 @@ void result_fields(json_writer& w, const task_result& r) {
   usage_fields(w, r.metadata.usage, r.metadata.cost_usd);
   w.end_object();
 }
+
+namespace {
 
 // The kind's keys of each event, in the order of docs/BEHAVIOUR.md, Events.
 
@@ -330,7 +331,7 @@ void kind_fields(json_writer& w, const event_data::user_stop& d) {
 }
 
 void kind_fields(json_writer& w, const event_data::task_done& d) {
-  result_fields(w, d.result());
+  write_result_fields(w, d.result());
 }
 
 void kind_fields(json_writer& w, const event_data::escalated& d) {
@@ -544,7 +545,7 @@ event step_event(const event_head& h, std::string_view step,
 std::string result_to_json(const task_result& r) {
   json_writer w;
   w.begin_object();
-  result_fields(w, r);
+  write_result_fields(w, r);
   w.key("task_id");
   w.string(r.task_id);
   w.end_object();

@@ -3,6 +3,8 @@
 #include "tasksup/actors/events.hpp"
 #include "tasksup/supervisor/time_words.hpp"
 
+#include "tasksup/supervisor/json_writer.hpp"
+
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
 
@@ -17,112 +19,13 @@ namespace tasksup {
 
 namespace {
 
-/// A small JSON text builder for the views: keys are fixed ASCII, strings
-/// are escaped (invalid UTF-8 replaced), numbers never take exponent form.
-class json_text {
-public:
-  void begin_object() {
-    sep();
-    out_ += '{';
-    first_ = true;
-  }
-  void end_object() {
-    out_ += '}';
-    first_ = false;
-  }
-  void begin_array() {
-    sep();
-    out_ += '[';
-    first_ = true;
-  }
-  void end_array() {
-    out_ += ']';
-    first_ = false;
-  }
-  void key(std::string_view k) {
-    sep();
-    str(k);
-    out_ += ':';
-    first_ = true;
-  }
-  void string(std::string_view s) {
-    sep();
-    str(s);
-  }
-  void number(double x) {
-    sep();
-    append_json_number(out_, x);
-  }
-  void integer(long long x) {
-    sep();
-    out_ += std::to_string(x);
-  }
-  void boolean(bool x) {
-    sep();
-    out_ += x ? "true" : "false";
-  }
-  void null() {
-    sep();
-    out_ += "null";
-  }
-  /// A JSON text produced elsewhere (an event's rendered line).
-  void raw(std::string_view json) {
-    sep();
-    out_ += json;
-  }
-  /// A number when positive, else null (unknown times).
-  void time_or_null(double x) {
-    if (x > 0)
-      number(x);
-    else
-      null();
-  }
-  std::string take() { return std::move(out_); }
-
-private:
-  void sep() {
-    if (!first_)
-      out_ += ',';
-    first_ = false;
-  }
-  void str(std::string_view s) {
-    static constexpr char hex[] = "0123456789abcdef";
-    auto clean = sanitize_utf8(s);
-    out_ += '"';
-    for (char ch : clean) {
-      auto c = static_cast<unsigned char>(ch);
-      switch (c) {
-        case '"':
-          out_ += "\\\"";
-          break;
-        case '\\':
-          out_ += "\\\\";
-          break;
-        case '\n':
-          out_ += "\\n";
-          break;
-        case '\r':
-          out_ += "\\r";
-          break;
-        case '\t':
-          out_ += "\\t";
-          break;
-        default:
-          if (c < 0x20 || c == 0x7f) {
-            out_ += "\\u00";
-            out_ += hex[c >> 4];
-            out_ += hex[c & 15];
-          } else {
-            out_ += ch;
-          }
-      }
-    }
-    out_ += '"';
-  }
-
-  std::string out_;
-  bool first_ = true;
-};
+/// A time as a number when positive, else null (an unknown time).
+void time_or_null(json_writer& w, double x) {
+  if (x > 0)
+    w.number(x);
+  else
+    w.null();
+}
 
 std::string text_at(const boost::json::object& obj, std::string_view key) {
   if (auto* v = obj.if_contains(key); v && v->is_string())
@@ -957,7 +860,7 @@ void node_stats::append_journal(std::string& out, const journal_figures& j) {
 std::string node_stats::agents_json(double now, double window_s,
                                     const node_health& health) const {
   auto all = agents(now, window_s, health);
-  json_text w;
+  json_writer w;
   w.begin_object();
   w.key("window_s");
   w.number(window_s > 0 ? window_s : 0);
@@ -1044,7 +947,7 @@ std::string node_stats::agents_json(double now, double window_s,
 
 namespace {
 
-void status_fields(json_text& w, const task_status& s,
+void status_fields(json_writer& w, const task_status& s,
                    const task_times* times) {
   w.key("task_id");
   w.string(s.task_id);
@@ -1080,16 +983,16 @@ void status_fields(json_text& w, const task_status& s,
   else
     w.null();
   w.key("submitted_ts");
-  w.time_or_null(times ? times->submitted_ts : 0);
+  time_or_null(w, times ? times->submitted_ts : 0);
   w.key("attempt_started_ts");
-  w.time_or_null(times ? times->attempt_started_ts : 0);
+  time_or_null(w, times ? times->attempt_started_ts : 0);
   w.key("next_retry_ts");
-  w.time_or_null(times && s.state == task_state::backoff ? times->next_retry_ts
-                                                         : 0);
+  time_or_null(w, times && s.state == task_state::backoff ? times->next_retry_ts
+                                                          : 0);
   w.key("finished_ts");
-  w.time_or_null(times ? times->finished_ts : 0);
+  time_or_null(w, times ? times->finished_ts : 0);
   w.key("resume_ts");
-  w.time_or_null(s.resume_at);
+  time_or_null(w, s.resume_at);
   w.key("waiting_for");
   w.string(s.waiting_for);
   w.key("last_decision");
@@ -1100,7 +1003,7 @@ void status_fields(json_text& w, const task_status& s,
 
 std::string node_stats::tasks_json(const std::vector<task_status>& tasks,
                                    double now) const {
-  json_text w;
+  json_writer w;
   w.begin_object();
   w.key("now");
   w.number(now);
@@ -1184,7 +1087,7 @@ std::string node_stats::tasks_page_json(std::vector<task_status> tasks,
         break;
       }
   auto last = std::min(tasks.size(), first + limit);
-  json_text w;
+  json_writer w;
   w.begin_object();
   w.key("now");
   w.number(now);
@@ -1221,7 +1124,7 @@ std::string node_stats::tasks_page_json(std::vector<task_status> tasks,
 std::string node_stats::task_json(const task_status& status,
                                   const std::vector<event>& history,
                                   double now) const {
-  json_text w;
+  json_writer w;
   w.begin_object();
   w.key("now");
   w.number(now);

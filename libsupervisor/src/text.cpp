@@ -79,4 +79,35 @@ bool valid_utf8(std::string_view s) noexcept {
   return first_invalid_utf8(s) == std::string_view::npos;
 }
 
+std::string sanitize_utf8(std::string_view s) {
+  // Each maximal invalid subpart becomes one U+FFFD.
+  static constexpr std::string_view replacement = "\xEF\xBF\xBD";
+  std::string out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    if (static_cast<unsigned char>(s[i]) < 0x80) {
+      // A run of ASCII in one piece.
+      auto end = i + 1;
+      while (end < s.size() && static_cast<unsigned char>(s[end]) < 0x80)
+        ++end;
+      out.append(s.substr(i, end - i));
+      i = end;
+      continue;
+    }
+    auto r = scan_utf8(s, i);
+    if (r.len == 0) {
+      out.append(replacement);
+      ++i;
+    } else if (r.valid == r.len) {
+      out.append(s.substr(i, r.len));
+      i += r.len;
+    } else {
+      out.append(replacement);
+      i += r.valid;
+    }
+  }
+  return out;
+}
+
 } // namespace tasksup

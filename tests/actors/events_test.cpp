@@ -3,6 +3,8 @@
 
 #include "tasksup/actors/events.hpp"
 
+#include "tasksup/supervisor/text.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <caf/actor_system.hpp>

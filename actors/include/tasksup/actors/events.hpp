@@ -13,6 +13,7 @@
 
 #include "tasksup/supervisor/backoff.hpp"
 #include "tasksup/supervisor/classifier.hpp"
+#include "tasksup/supervisor/json_writer.hpp"
 #include "tasksup/supervisor/outcome.hpp"
 
 #include <cstddef>
@@ -247,24 +248,9 @@ event step_event(const event_head& h, std::string_view step,
 /// serialized; for `tasksup run` and status output.
 std::string result_to_json(const task_result& r);
 
-/// Room `format_json_number` needs (the longest double in fixed notation).
-inline constexpr std::size_t max_json_number_chars = 332;
-
-/// Writes `x` as a JSON number at `out` (room for `max_json_number_chars`)
-/// and returns its length: the shortest digits that read back as `x`, never
-/// in exponent form, always with a fraction (`30.0`, `1795362464.5893607`);
-/// `null` for NaN and infinities, which JSON cannot spell.
-std::size_t format_json_number(double x, char* out);
-
-/// Appends `format_json_number(x)` to `out`.
-void append_json_number(std::string& out, double x);
-
-/// Appends `s` to `out` as a JSON string, quoted and escaped as Boost.JSON's
-/// serializer does (quotes, backslashes and control characters; other bytes
-/// as they are, so `s` should be valid UTF-8).
-void append_json_string(std::string& out, std::string_view s);
-
-/// `s` with every invalid UTF-8 sequence replaced by U+FFFD.
-std::string sanitize_utf8(std::string_view s);
+/// Writes the result's keys as `task_done` carries them (`outcome`,
+/// `exit_code`, `error`, `artifacts`, `metadata`) into the object `w` has
+/// open.
+void write_result_fields(json_writer& w, const task_result& r);
 
 } // namespace tasksup

@@ -1,6 +1,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace tasksup {
@@ -35,5 +36,9 @@ bool valid_utf8(std::string_view s) noexcept;
 /// The offset of the first byte of `s` that is not part of a valid UTF-8
 /// sequence, or `std::string_view::npos` when `s` is valid.
 std::size_t first_invalid_utf8(std::string_view s) noexcept;
+
+/// `s` with every invalid UTF-8 sequence replaced by U+FFFD (each maximal
+/// invalid subpart by one).
+std::string sanitize_utf8(std::string_view s);
 
 } // namespace tasksup

@@ -1,21 +1,46 @@
 #pragma once
 
-// Internal to tasksup::actors (not installed): the writer the event builders
-// (events.cpp) render the events' JSON with (docs/BEHAVIOUR.md, Events).
+// The one JSON writer of tasksup: the events (actors/src/events.cpp), the
+// node's figures (node_stats: the dashboard and `/agents`) and the commands'
+// `--json` output (apps/json_text.cpp) all write through it, so every JSON
+// text tasksup prints escapes strings and spells numbers the same way.
 
-#include "tasksup/actors/events.hpp"
+#include <boost/json/fwd.hpp>
 
 #include <charconv>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <string_view>
 #include <utility>
 
-namespace tasksup::detail {
+namespace tasksup {
+
+namespace detail {
 
 /// Lowercase hex digits, for ids and `\u00XX` escapes.
 inline constexpr char hex_chars[] = "0123456789abcdef";
+
+} // namespace detail
+
+/// Room `format_json_number` needs (the longest double in fixed notation).
+inline constexpr std::size_t max_json_number_chars = 332;
+
+/// Writes `x` as a JSON number at `out` (room for `max_json_number_chars`)
+/// and returns its length: the shortest digits that read back as `x`, never
+/// in exponent form, always with a fraction (`30.0`, `1795362464.5893607`);
+/// `null` for NaN and infinities, which JSON cannot spell. The one number
+/// rule of every JSON text tasksup writes.
+std::size_t format_json_number(double x, char* out);
+
+/// Appends `format_json_number(x)` to `out`.
+void append_json_number(std::string& out, double x);
+
+/// Appends `s` to `out` as a JSON string, quoted and escaped as Boost.JSON's
+/// serializer does (quotes, backslashes and control characters; other bytes
+/// as they are, so `s` should be valid UTF-8).
+void append_json_string(std::string& out, std::string_view s);
 
 /// Writes one JSON document straight into a string, byte for byte what
 /// `boost::json::serialize` produces for the same object built key by key
@@ -60,8 +85,9 @@ public:
     first_ = false;
   }
 
-  /// An object key; the value written next belongs to it. Keys are the
-  /// event kinds' fixed names: plain ASCII that needs no escaping.
+  /// An object key; the value written next belongs to it. For the fixed
+  /// names of the code (event keys, class and state names): plain ASCII
+  /// that needs no escaping, copied as is.
   void key(std::string_view k) {
     separator();
     reserve(k.size() + 3);
@@ -70,6 +96,14 @@ public:
     *p_++ = '"';
     *p_++ = ':';
     first_ = true; // no comma before the value
+  }
+
+  /// An object key from data (a parsed document's): quoted and escaped as
+  /// `raw_string` does.
+  void any_key(std::string_view k) {
+    raw_string(k);
+    put(':');
+    first_ = true;
   }
 
   /// A string as is (known-valid text: kind names, ids).
@@ -85,6 +119,12 @@ public:
   void string(std::string_view s);
 
   void integer(std::int64_t x) {
+    separator();
+    reserve(24);
+    p_ = std::to_chars(p_, p_ + 24, x).ptr;
+  }
+
+  void unsigned_integer(std::uint64_t x) {
     separator();
     reserve(24);
     p_ = std::to_chars(p_, p_ + 24, x).ptr;
@@ -107,6 +147,16 @@ public:
     separator();
     append("null");
   }
+
+  /// A JSON text written elsewhere (an event's rendered line), as is.
+  void raw(std::string_view json) {
+    separator();
+    append(json);
+  }
+
+  /// `v` as Boost.JSON's serializer writes it, but with this writer's
+  /// numbers; strings and keys as they are (`raw_string`).
+  void value(const boost::json::value& v);
 
   /// The document written; the writer is spent.
   std::string take();
@@ -197,4 +247,4 @@ private:
   bool first_ = true;
 };
 
-} // namespace tasksup::detail
+} // namespace tasksup
