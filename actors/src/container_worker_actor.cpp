@@ -18,7 +18,6 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
-#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -80,7 +79,6 @@ struct worker_state {
   /// The running attempt's handle, in a slot the kill-on-exit functor
   /// shares (it outlives the state).
   std::shared_ptr<handle_slot> slot = std::make_shared<handle_slot>();
-  std::deque<std::string> tail;
   std::size_t log_events = 0;
   std::shared_ptr<output_credit> credit;
   /// `opts.spec`'s task id and attempt, kept: the spec itself is moved into
@@ -168,7 +166,6 @@ void reset_attempt(worker_state& st) {
   st.lost_with_node.clear();
   st.runtime_id.clear();
   st.slot->handle = nullptr;
-  st.tail.clear();
   st.log_events = 0;
   st.parser.reset();
   ++st.idle_gen; // no check of the last attempt fires
@@ -314,7 +311,7 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
         }
       }
       // A person sees the parser's rendering (nothing for machinery events);
-      // the tail keeps the raw line for the text rules.
+      // the runtime's tail keeps the raw line for the text rules.
       auto shown = st.parser ? st.parser->feed(line) : std::string{};
       if ((!st.parser || !shown.empty()) &&
           st.log_events < st.opts.max_log_events) {
@@ -322,9 +319,6 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
         emit(self, log_event(st.head(), st.parser ? shown : line,
                              is_stderr ? "stderr" : "stdout"));
       }
-      st.tail.push_back(std::move(line));
-      if (st.tail.size() > st.opts.tail_lines)
-        st.tail.pop_front();
     },
     // The runtime's word on what its output limits held back: always
     // forwarded, past `max_log_events` too, so the count is never lost.
@@ -341,8 +335,6 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       // A runtime that never said the id still started the attempt first.
       if (st.id_pending)
         announce_start(self, {});
-      if (out.tail.empty())
-        out.tail.assign(st.tail.begin(), st.tail.end());
       ++st.idle_gen; // no check after the exit
       if (st.parser)
         out.structured = st.parser->result();

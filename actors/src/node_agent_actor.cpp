@@ -122,7 +122,6 @@ remote_attempt to_remote(worker_options w, std::string runtime) {
   ra.env_passthrough = std::move(w.env_passthrough);
   ra.idle_noise = std::move(w.idle_noise);
   ra.max_log_events = static_cast<std::int64_t>(w.max_log_events);
-  ra.tail_lines = static_cast<std::int64_t>(w.tail_lines);
   return ra;
 }
 
@@ -139,7 +138,6 @@ worker_options from_remote(remote_attempt ra,
   w.env_passthrough = std::move(ra.env_passthrough);
   w.idle_noise = std::move(ra.idle_noise);
   w.max_log_events = static_cast<std::size_t>(ra.max_log_events);
-  w.tail_lines = static_cast<std::size_t>(ra.tail_lines);
   // The coordinator journals where each remote attempt runs.
   w.report_runtime_id = true;
   return w;

@@ -781,10 +781,9 @@ input::attempt_ended ended_input(supervisor_actor* self, int attempt,
     in.done_file = std::filesystem::exists(
       detail::done_file(attempt_dir_of(st, attempt)), ec);
   }
+  // The runtime bounded the tail (runtime::outcome_tail_lines).
   if (st.run && !out.succeeded())
-    st.run->attempt_tail.assign(out.tail.size() > 200 ? out.tail.end() - 200
-                                                      : out.tail.begin(),
-                                out.tail.end());
+    st.run->attempt_tail = out.tail;
   if (!out.succeeded() && st.journal) {
     // The journal keeps the tail, so a restarted node can classify again.
     in.outcome = out;

@@ -10,9 +10,6 @@ namespace tasksup::runtime {
 
 namespace {
 
-/// Lines kept in an outcome's tail (the classifier looks at 100 at most).
-constexpr std::size_t tail_lines = 200;
-
 constexpr int sigterm = 15;
 constexpr int sigkill = 9;
 
@@ -83,8 +80,8 @@ public:
     out.exit_code = exit_code;
     out.signal = signal;
     out.oom_killed = oom;
-    auto first = step_.lines.size() > tail_lines
-                   ? step_.lines.end() - static_cast<long>(tail_lines)
+    auto first = step_.lines.size() > outcome_tail_lines
+                   ? step_.lines.end() - static_cast<long>(outcome_tail_lines)
                    : step_.lines.begin();
     out.tail.assign(first, step_.lines.end());
     out.duration_s = step_.duration_s;

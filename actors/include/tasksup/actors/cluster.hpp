@@ -65,7 +65,6 @@ struct remote_attempt {
   std::vector<std::string> env_passthrough;
   std::vector<std::string> idle_noise;
   std::int64_t max_log_events = 10000;
-  std::int64_t tail_lines = 200;
 };
 
 /// One worker node as the coordinator sees it.
@@ -183,10 +182,8 @@ typename Inspector::result_type inspect(Inspector& f, remote_attempt& x) {
     x.idle_timeout_s,
     detail::bounded(x.env_passthrough, "remote_attempt.env_passthrough"),
     detail::bounded(x.idle_noise, "remote_attempt.idle_noise"),
-    x.max_log_events, x.tail_lines,
-    caf::meta::load_callback([&]() -> caf::error {
+    x.max_log_events, caf::meta::load_callback([&]() -> caf::error {
       if (x.max_log_events < 0 || x.max_log_events > 1000000 ||
-          x.tail_lines < 0 || x.tail_lines > 100000 ||
           !(x.idle_timeout_s >= 0 && x.idle_timeout_s <= 7 * 86400.0))
         return detail::wire_error("remote_attempt", "a limit out of range");
       return detail::check_sizes(

@@ -32,12 +32,10 @@ struct worker_options {
   std::string span_id;
   /// For the `attempt_started` event.
   std::string agent_cli;
-  /// Output lines forwarded as `log` events; further lines only go into the
-  /// tail (the runtime keeps the full output in its log file). Bounds the
-  /// event stream of a chatty agent.
+  /// Output lines forwarded as `log` events; further lines only reach the
+  /// runtime's tail and its log file (which keeps the full output). Bounds
+  /// the event stream of a chatty agent.
   std::size_t max_log_events = 10000;
-  /// Output lines kept for the outcome when the runtime reports no tail.
-  std::size_t tail_lines = 200;
   /// Which parser reads the agent's output (its profile's): `log` events
   /// then show readable progress instead of raw JSON, and the outcome
   /// carries what the parser learned in `structured`.

@@ -18,8 +18,8 @@ namespace tasksup::runtime {
 struct output_capture_limits {
   /// Longest piece handed to `on_line`; a longer line arrives in pieces.
   std::size_t max_piece_bytes = 64 * 1024;
-  /// Lines kept for classification (the newest ones).
-  std::size_t tail_lines = 256;
+  /// Lines kept for classification (the newest ones): the outcome's tail.
+  std::size_t tail_lines = outcome_tail_lines;
   /// Bytes kept of each tail line; the rest of the line is dropped.
   std::size_t tail_line_bytes = 4 * 1024;
   /// Bytes of one line handed to `on_line` (in pieces of `max_piece_bytes`);

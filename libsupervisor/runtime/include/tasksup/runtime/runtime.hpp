@@ -32,6 +32,12 @@ inline constexpr std::string_view done_file_name = "tasksup-done";
 /// The file in the attempt directory that holds `attempt_spec::feedback`.
 inline constexpr std::string_view feedback_file_name = "feedback.txt";
 
+/// How many of its newest output lines an attempt's outcome carries
+/// (`attempt_outcome::tail`). The runtime keeps this one tail; the worker,
+/// the task supervisor (feedback, the failure's lines) and the classifier
+/// read it and keep no tail of their own.
+inline constexpr std::size_t outcome_tail_lines = 256;
+
 struct attempt_spec {
   std::string task_id;
   int attempt = 1;
