@@ -741,6 +741,28 @@ TEST_CASE("serve --http: after a restart the figures count the earlier "
                  .out.find("\"state\":\"backoff\"") != std::string::npos;
       },
       20s));
+    // The journal commits events within 20 ms of their writing (inputs
+    // before their effects): a kill in that window would lose the attempt's
+    // events, which are what the figures count. So the node is killed once
+    // every event it has shown is committed and nothing waits.
+    auto shown = n.cmd({"events", "--json", "demo-waiting"});
+    REQUIRE(shown.status == 0);
+    double events = 0;
+    for (std::size_t at = 0;
+         (at = shown.out.find("\"event\":", at)) != std::string::npos; ++at)
+      if (shown.out.compare(at, 13, "\"event\":\"log\"") != 0)
+        ++events;
+    REQUIRE(events > 0);
+    REQUIRE(eventually(
+      [&] {
+        auto families = scrape(n, dir);
+        return sample(families, "tasksup_journal_records_written",
+                      "tasksup_journal_records_written_total",
+                      {{"kind", "event"}}) >= events &&
+               sample(families, "tasksup_journal_pending_writes",
+                      "tasksup_journal_pending_writes", {}) == 0;
+      },
+      20s));
     // Killed, not stopped: the task stays unfinished in the journal.
     n.process().signal(SIGKILL);
     n.process().wait(30s);
