@@ -6,13 +6,37 @@
 #include "tasksup/runtime/runtime.hpp"
 #include "tasksup/supervisor/config.hpp"
 #include "tasksup/supervisor/expected.hpp"
+#include "tasksup/supervisor/task_spec.hpp"
+
+#include <CLI/CLI.hpp>
 
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tasksup::app {
+
+/// Adds `--runtime NAME` (one of `runtime_names`); `help` says what it
+/// applies to and what applies without it.
+inline CLI::Option* add_runtime_option(CLI::App& cmd, std::string& name,
+                                       const std::string& help) {
+  return cmd.add_option("--runtime", name, help)
+    ->check(CLI::IsMember(
+      std::vector<std::string>(runtime_names.begin(), runtime_names.end())));
+}
+
+/// Adds `--work-dir DIR`, where attempts keep their files; without it a
+/// fresh `$TMPDIR/tasksup/<prefix>-...`.
+inline CLI::Option* add_work_dir_option(CLI::App& cmd, std::string& dir,
+                                        const std::string& prefix) {
+  return cmd.add_option("--work-dir", dir,
+                        "Directory for the attempts' workspaces, artifacts "
+                        "and output logs (default: a fresh "
+                        "$TMPDIR/tasksup/" +
+                          prefix + "-...)");
+}
 
 /// A loaded configuration and where it came from.
 struct loaded_config {

@@ -292,18 +292,13 @@ void setup_run(CLI::App& app, int& status) {
                  "The task file (JSON; docs/BEHAVIOUR.md, Task file)")
     ->required();
   add_config_option(*cmd, opts->config_dir);
-  cmd
-    ->add_option("--runtime", opts->runtime,
-                 "Run attempts as local processes or in Docker containers "
-                 "(default: the task's `runtime`, else node.json's)")
-    ->check(CLI::IsMember(
-      std::vector<std::string>(runtime_names.begin(), runtime_names.end())));
+  add_runtime_option(*cmd, opts->runtime,
+                     "Run attempts as local processes or in Docker containers "
+                     "(default: the task's `runtime`, else node.json's)");
   cmd->add_option("--events", opts->events,
                   "Write every event as one JSON line to FILE, or to stdout "
                   "with `-` (the progress view then goes to stderr)");
-  cmd->add_option("--work-dir", opts->work_dir,
-                  "Directory for the attempts' workspaces, artifacts and "
-                  "output logs (default: a fresh $TMPDIR/tasksup/run-...)");
+  add_work_dir_option(*cmd, opts->work_dir, "run");
   cmd->add_flag("--quiet,-q", opts->quiet,
                 "Show only the final summary and warnings");
   cmd->add_flag("--no-output", opts->no_output,

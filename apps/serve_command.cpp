@@ -590,15 +590,10 @@ void setup_serve(CLI::App& app, int& status) {
                  "free one; the log says which)")
     ->capture_default_str();
   add_config_option(*cmd, opts->config_dir);
-  cmd
-    ->add_option("--runtime", opts->runtime,
-                 "Runtime for tasks that name none (default: node.json's "
-                 "default_runtime)")
-    ->check(CLI::IsMember(
-      std::vector<std::string>(runtime_names.begin(), runtime_names.end())));
-  cmd->add_option("--work-dir", opts->work_dir,
-                  "Directory for the attempts' workspaces, artifacts and "
-                  "output logs (default: a fresh $TMPDIR/tasksup/node-...)");
+  add_runtime_option(*cmd, opts->runtime,
+                     "Runtime for tasks that name none (default: node.json's "
+                     "default_runtime)");
+  add_work_dir_option(*cmd, opts->work_dir, "node");
   cmd->add_option("--state-dir", opts->state_dir,
                   "Directory of the node's journal (and, unless --work-dir, "
                   "its attempts, and its default certificates; made 0700 "

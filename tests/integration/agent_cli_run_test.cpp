@@ -153,15 +153,6 @@ run_result run_chain(const scratch& dir, const std::string& name,
   return r;
 }
 
-std::vector<boost::json::object>
-of_kind(const std::vector<boost::json::object>& evs, const std::string& kind) {
-  std::vector<boost::json::object> out;
-  for (auto& e : evs)
-    if (e.at("event").as_string() == kind)
-      out.push_back(e);
-  return out;
-}
-
 std::string text(const boost::json::object& e, const char* key) {
   const auto& v = e.at(key);
   return v.is_string() ? std::string{v.as_string()} : std::string{};

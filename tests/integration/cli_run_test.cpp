@@ -44,15 +44,6 @@ std::vector<std::string> kinds(const std::vector<boost::json::object>& evs,
   return out;
 }
 
-std::vector<boost::json::object>
-of_kind(const std::vector<boost::json::object>& evs, const std::string& kind) {
-  std::vector<boost::json::object> out;
-  for (auto& e : evs)
-    if (e.at("event").as_string() == kind)
-      out.push_back(e);
-  return out;
-}
-
 std::string text(const boost::json::object& e, const char* key) {
   return std::string{e.at(key).as_string()};
 }

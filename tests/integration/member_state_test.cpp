@@ -10,30 +10,12 @@
 
 using namespace tasksup::test;
 
-namespace {
-
-std::vector<boost::json::object>
-of_kind(const std::vector<boost::json::object>& evs, const std::string& kind) {
-  std::vector<boost::json::object> out;
-  for (auto& e : evs)
-    if (e.at("event").as_string() == kind)
-      out.push_back(e);
-  return out;
-}
-
-std::string text(const boost::json::object& e, const char* key) {
-  auto* v = e.if_contains(key);
-  return v && v->is_string() ? std::string{v->as_string()} : std::string{};
-}
-
-} // namespace
-
 TEST_CASE("a task's state directory outlives its attempts: each run sees "
           "what the run before left there, after a retry and a restart") {
   scratch dir;
   // Run 1 fails (a retry), run 2 exits 0 (a permanent task's restart), run
   // 3 says it is done. Each counts the runs it finds recorded.
-  auto agent = dir.write(
+  auto agent = dir.write_script(
     "loop.sh",
     "#!/bin/sh\n"
     "s=\"$TASKSUP_MEMBER_STATE\"\n"
@@ -43,8 +25,6 @@ TEST_CASE("a task's state directory outlives its attempts: each run sees "
     "echo \"attempt $TASKSUP_ATTEMPT\" >> \"$s/runs\"\n"
     "if [ \"$n\" = 0 ]; then exit 1; fi\n"
     "if [ \"$n\" = 2 ]; then touch \"$TASKSUP_DONE_FILE\"; fi\n");
-  std::filesystem::permissions(agent, std::filesystem::perms::owner_all,
-                               std::filesystem::perm_options::add);
   auto file = dir.write(
     "loop.json",
     "{\"id\": \"loop1\", \"prompt\": \"p\", \"agent_selection\": {\"agents\": "
@@ -65,14 +45,14 @@ TEST_CASE("a task's state directory outlives its attempts: each run sees "
   REQUIRE(started.size() == 3);
   // One directory for every attempt, under the node's work directory, named
   // in the events.
-  auto state = text(started[0], "member_state");
+  auto state = text_at(started[0], "member_state");
   CHECK(state == dir / "work/loop1/state");
   for (auto& s : started)
-    CHECK(text(s, "member_state") == state);
+    CHECK(text_at(s, "member_state") == state);
   std::vector<std::string> found;
   for (auto& e : of_kind(evs, "log"))
-    if (text(e, "line").rfind("found ", 0) == 0)
-      found.push_back(text(e, "line"));
+    if (text_at(e, "line").rfind("found ", 0) == 0)
+      found.push_back(text_at(e, "line"));
   CHECK(found == std::vector<std::string>{"found 0 runs", "found 1 runs",
                                           "found 2 runs"});
   // The failure's was a retry, the exit 0's a restart: the second within
@@ -81,7 +61,7 @@ TEST_CASE("a task's state directory outlives its attempts: each run sees "
   REQUIRE(scheduled.size() == 2);
   CHECK(scheduled[0].at("restart").as_int64() == 0);
   CHECK(scheduled[1].at("restart").as_int64() == 2);
-  CHECK(text(scheduled[1], "reason")
+  CHECK(text_at(scheduled[1], "reason")
           .rfind("permanent task exited 0: restarting (restart 2, ran ", 0) ==
         0);
   // Kept when the task ends.

@@ -10,41 +10,21 @@
 
 using namespace tasksup::test;
 
-namespace {
-
-std::vector<boost::json::object>
-of_kind(const std::vector<boost::json::object>& evs, const std::string& kind) {
-  std::vector<boost::json::object> out;
-  for (auto& e : evs)
-    if (e.at("event").as_string() == kind)
-      out.push_back(e);
-  return out;
-}
-
-std::string text(const boost::json::object& e, const char* key) {
-  auto* v = e.if_contains(key);
-  return v && v->is_string() ? std::string{v->as_string()} : std::string{};
-}
-
-} // namespace
-
 TEST_CASE("a preflight's not now parks the task and tries again later, "
           "spending no retry") {
   scratch dir;
   // Not now for the first two asks (a resource still busy), then yes.
   auto count = dir / "asked";
-  auto preflight =
-    dir.write("ready.sh", "#!/bin/sh\n"
-                          "n=$(cat '" +
-                            count +
-                            "' 2>/dev/null || echo 0)\n"
-                            "echo $((n + 1)) > '" +
-                            count +
-                            "'\n"
-                            "if [ \"$n\" -lt 2 ]; then echo \"gpu busy\"; "
-                            "exit 75; fi\n");
-  std::filesystem::permissions(preflight, std::filesystem::perms::owner_all,
-                               std::filesystem::perm_options::add);
+  auto preflight = dir.write_script(
+    "ready.sh", "#!/bin/sh\n"
+                "n=$(cat '" +
+                  count +
+                  "' 2>/dev/null || echo 0)\n"
+                  "echo $((n + 1)) > '" +
+                  count +
+                  "'\n"
+                  "if [ \"$n\" -lt 2 ]; then echo \"gpu busy\"; "
+                  "exit 75; fi\n");
   auto file = dir.write(
     "nn.json",
     "{\"id\": \"nn1\", \"prompt\": \"p\", \"agent_selection\": {\"agents\": "
@@ -65,14 +45,14 @@ TEST_CASE("a preflight's not now parks the task and tries again later, "
   auto classified = of_kind(evs, "classified");
   REQUIRE(classified.size() == 2);
   for (auto& c : classified) {
-    CHECK(text(c, "class") == "not_now");
-    CHECK(text(c, "rule") == "preflight_not_now");
-    CHECK(text(c, "line") == "gpu busy");
+    CHECK(text_at(c, "class") == "not_now");
+    CHECK(text_at(c, "rule") == "preflight_not_now");
+    CHECK(text_at(c, "line") == "gpu busy");
   }
   std::vector<std::string> waits;
   for (auto& s : of_kind(evs, "step"))
-    if (text(s, "step") == "not_now")
-      waits.push_back(text(s, "message"));
+    if (text_at(s, "step") == "not_now")
+      waits.push_back(text_at(s, "message"));
   REQUIRE(waits.size() == 2);
   CHECK(waits[0].find("not now, trying again in 100ms (1 in a row") !=
         std::string::npos);
@@ -85,7 +65,7 @@ TEST_CASE("a preflight's not now parks the task and tries again later, "
   CHECK(started[0].at("attempt").as_int64() == 3);
   auto done = of_kind(evs, "task_done");
   REQUIRE(done.size() == 1);
-  CHECK(text(done[0], "outcome") == "succeeded");
+  CHECK(text_at(done[0], "outcome") == "succeeded");
   auto& meta = done[0].at("metadata").as_object();
   CHECK(meta.at("total_attempts").as_int64() == 1);
   CHECK(meta.at("total_retries").as_int64() == 0);

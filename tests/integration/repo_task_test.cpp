@@ -70,7 +70,7 @@ std::string make_repo(const scratch& dir, const std::string& name = "repo") {
 /// The scripted agent: records what it saw, then edits the worktree by
 /// attempt. Attempt 1 writes 41 and a stray file; later attempts write 42.
 std::string make_agent(const scratch& dir, const std::string& extra = "") {
-  auto path = dir.write(
+  auto path = dir.write_script(
     "coder.sh",
     "#!/bin/sh\n"
     "a=\"$TASKSUP_ARTIFACTS_DIR\"\n"
@@ -87,8 +87,6 @@ std::string make_agent(const scratch& dir, const std::string& extra = "") {
       "> stray.txt; else echo 42 > answer.txt; fi\n"
       "echo \"edited attempt $TASKSUP_ATTEMPT\"\n"
       "echo \"diagnostics\" >&2\n");
-  std::filesystem::permissions(path, std::filesystem::perms::owner_all,
-                               std::filesystem::perm_options::add);
   return path;
 }
 
@@ -122,15 +120,6 @@ run_result run_task(const scratch& dir, const std::string& name,
   r.run = run_to_end(dir, args, 120s);
   r.events = json_lines(slurp(events));
   return r;
-}
-
-std::vector<boost::json::object>
-of_kind(const std::vector<boost::json::object>& evs, const std::string& kind) {
-  std::vector<boost::json::object> out;
-  for (auto& e : evs)
-    if (e.at("event").as_string() == kind)
-      out.push_back(e);
-  return out;
 }
 
 std::string text(const boost::json::object& e, const char* key) {
@@ -420,13 +409,12 @@ TEST_CASE("attempt timeout stops one attempt and classifies it timeout",
 
 TEST_CASE("a permanent task ends when its agent says it is done", "[repo]") {
   scratch dir;
-  auto agent = dir.write("loop.sh", "#!/bin/sh\n"
-                                    "echo round $TASKSUP_ATTEMPT\n"
-                                    "if [ \"$TASKSUP_ATTEMPT\" = 3 ]; then\n"
-                                    "  touch \"$TASKSUP_DONE_FILE\"\n"
-                                    "fi\n");
-  std::filesystem::permissions(agent, std::filesystem::perms::owner_all,
-                               std::filesystem::perm_options::add);
+  auto agent =
+    dir.write_script("loop.sh", "#!/bin/sh\n"
+                                "echo round $TASKSUP_ATTEMPT\n"
+                                "if [ \"$TASKSUP_ATTEMPT\" = 3 ]; then\n"
+                                "  touch \"$TASKSUP_DONE_FILE\"\n"
+                                "fi\n");
   auto r = run_task(
     dir, "perm",
     "{\"id\": \"pm1\", \"prompt\": \"p\", \"agent_selection\": {\"agents\": "

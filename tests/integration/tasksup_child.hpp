@@ -94,6 +94,16 @@ public:
     return full;
   }
 
+  /// Writes `content` to `rel` and makes it executable (a script for an
+  /// agent or a preflight); returns the full path.
+  std::string write_script(const std::string& rel,
+                           const std::string& content) const {
+    auto full = write(rel, content);
+    std::filesystem::permissions(full, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::add);
+    return full;
+  }
+
   const std::string& path() const { return path_; }
 
 private:
@@ -280,6 +290,22 @@ inline finished run_to_end(const scratch& dir,
   f.out = child.out();
   f.err = child.err();
   return f;
+}
+
+/// The events of `evs` whose `event` is `kind`, in order.
+inline std::vector<boost::json::object>
+of_kind(const std::vector<boost::json::object>& evs, const std::string& kind) {
+  std::vector<boost::json::object> out;
+  for (auto& e : evs)
+    if (e.at("event").as_string() == kind)
+      out.push_back(e);
+  return out;
+}
+
+/// The string at `key` in `e`; empty when it is absent or no string.
+inline std::string text_at(const boost::json::object& e, const char* key) {
+  auto* v = e.if_contains(key);
+  return v && v->is_string() ? std::string{v->as_string()} : std::string{};
 }
 
 /// The JSON objects of a JSON-lines file or text, in order.
