@@ -6,16 +6,17 @@
 
 namespace tasksup::app {
 
-void append_json_text(std::string& out, const boost::json::value& v) {
-  json_writer w{std::move(out)};
-  w.value(v);
-  out = w.release();
-}
-
 std::string json_text(const boost::json::value& v) {
   json_writer w;
   w.value(v);
   return w.take();
+}
+
+void append_json_text(std::string& out, const boost::json::value& v) {
+  // A writer of its own, appended: one started on `out` grows by doubling
+  // everything written so far, which, row after row of a long listing,
+  // zero-filled the whole output once per row.
+  out += json_text(v);
 }
 
 std::optional<double> json_number_at(const boost::json::object& o,
