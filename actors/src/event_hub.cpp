@@ -5,8 +5,8 @@
 #include <caf/send.hpp>
 #include <caf/spawn_options.hpp>
 #include <caf/stateful_actor.hpp>
-#include <caf/typed_event_based_actor.hpp>
 #include <caf/system_messages.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include <algorithm>
 #include <map>
