@@ -23,13 +23,17 @@ slot_scheduler::place(const slot_request& req) const {
       return std::string{};
     return std::nullopt;
   }
-  std::vector<node_load> loads;
-  loads.reserve(nodes_.size());
-  for (auto& kv : nodes_)
-    loads.push_back(kv.second);
-  if (auto i = choose_node(loads, req.placement))
+  if (auto i = choose_node(loads(), req.placement))
     return std::next(nodes_.begin(), static_cast<std::ptrdiff_t>(*i))->first;
   return std::nullopt;
+}
+
+std::vector<node_load> slot_scheduler::loads() const {
+  std::vector<node_load> out;
+  out.reserve(nodes_.size());
+  for (auto& kv : nodes_)
+    out.push_back(kv.second);
+  return out;
 }
 
 bool slot_scheduler::any_free() const {
@@ -154,10 +158,7 @@ slot_scheduler::waiting_reason(const std::string& task_id) const {
   if (q->local_only || nodes_.empty())
     return "all " + std::to_string(local_limit_) +
            " attempt slots of this node are busy";
-  std::vector<node_load> loads;
-  for (auto& kv : nodes_)
-    loads.push_back(kv.second);
-  return unplaced_reason(loads, q->placement);
+  return unplaced_reason(loads(), q->placement);
 }
 
 int slot_scheduler::capacity() const {

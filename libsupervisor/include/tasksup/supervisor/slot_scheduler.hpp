@@ -122,6 +122,8 @@ public:
 
 private:
   std::size_t local_in_use() const;
+  /// The worker nodes as placement sees them, in name order.
+  std::vector<node_load> loads() const;
   std::optional<std::string> place(const slot_request& req) const;
   bool any_free() const;
   void take(const std::string& task_id, const std::string& node);
