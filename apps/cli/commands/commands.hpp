@@ -1,5 +1,7 @@
 #pragma once
 
+#include "exit_status.hpp"
+
 #include <CLI/CLI.hpp>
 
 #include <functional>
@@ -10,20 +12,6 @@ struct task_result;
 } // namespace tasksup
 
 namespace tasksup::app {
-
-/// Exit statuses of the tasksup program, documented in the README.
-namespace exit_status {
-/// Success (for `run`: the task succeeded).
-inline constexpr int ok = 0;
-/// Bad input: unreadable or invalid file, bad flag; nothing was run.
-inline constexpr int bad_input = 2;
-/// The node could not be reached or refused the request.
-inline constexpr int unavailable = 3;
-/// The user stopped the task (cancel or kill), like a shell's 128+SIGINT.
-inline constexpr int stopped = 130;
-/// A wait gave up (as timeout(1) does).
-inline constexpr int timed_out = 124;
-} // namespace exit_status
 
 /// The program's exit status for a finished task: 0 on success, 130 when
 /// stopped, else the last attempt's exit code (1 when it had none a shell

@@ -1,8 +1,8 @@
 #include "node_client.hpp"
 
 #include "actor_setup.hpp"
-#include "commands.hpp"
 #include "current_node.hpp"
+#include "exit_status.hpp"
 #include "node_address.hpp"
 #include "signal_watch.hpp"
 

@@ -1,7 +1,7 @@
 #include "worker_node.hpp"
 
 #include "actor_setup.hpp"
-#include "commands.hpp"
+#include "exit_status.hpp"
 #include "node_address.hpp"
 #include "node_client.hpp"
 #include "node_setup.hpp"

@@ -1,6 +1,6 @@
 #include "local_control.hpp"
 
-#include "commands.hpp"
+#include "exit_status.hpp"
 
 #include <poll.h>
 #include <sys/socket.h>

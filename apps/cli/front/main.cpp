@@ -7,15 +7,16 @@
 // beside this program, which this process becomes (exec: the same pid, the same
 // arguments).
 
-#include "commands.hpp"
 #include "control_actions.hpp"
 #include "current_node.hpp"
+#include "exit_status.hpp"
 #include "local_control.hpp"
 #include "node_address.hpp"
 #include "state_dir.hpp"
 #include "status_view.hpp"
 #include "task_source.hpp"
 
+#include <CLI/CLI.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/string.hpp>

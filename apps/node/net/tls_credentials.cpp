@@ -1,6 +1,6 @@
 #include "tls_credentials.hpp"
 
-#include "node_setup.hpp"
+#include "state_dir.hpp"
 
 #include <openssl/err.h>
 #include <openssl/pem.h>

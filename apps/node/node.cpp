@@ -1,0 +1,513 @@
+#include "node.hpp"
+
+#include "actor_setup.hpp"
+#include "connection_guard.hpp"
+#include "current_node.hpp"
+#include "dashboard.hpp"
+#include "dashboard_auth.hpp"
+#include "exit_status.hpp"
+#include "http_server.hpp"
+#include "local_api.hpp"
+#include "local_control.hpp"
+#include "node_plan.hpp"
+#include "peer_directory.hpp"
+#include "progress_view.hpp"
+#include "service_notify.hpp"
+#include "signal_watch.hpp"
+
+#include "tasksup/actors/events.hpp"
+#include "tasksup/actors/journal_actor.hpp"
+#include "tasksup/actors/protocol.hpp"
+#include "tasksup/actors/stats_actor.hpp"
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
+#include <caf/io/basp_broker.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/io/network/multiplexer.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+
+#include <boost/json/parse.hpp>
+
+#include <spdlog/spdlog.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <set>
+
+namespace tasksup::app {
+
+namespace {
+
+/// How long a shutdown waits for tasks to end after stopping them
+/// gracefully before killing them.
+constexpr std::chrono::seconds shutdown_grace{30};
+
+/// The running node: each child's handle, set by its start and cleared by
+/// its stop.
+struct node_parts {
+  node_parts(const node_options& opts, node_plan& plan, caf::actor_system& sys,
+             caf::scoped_actor& self)
+    : opts(opts), plan(plan), sys(sys), self(self) {
+    // nop
+  }
+
+  const node_options& opts;
+  node_plan& plan;
+  caf::actor_system& sys;
+  caf::scoped_actor& self;
+  journal_actor journal;
+  caf::actor registry;
+  caf::actor stats;
+  caf::actor door;
+  /// Names the client certificate behind each remote request, for the
+  /// audit lines of control requests.
+  std::shared_ptr<peer_directory> peers = std::make_shared<peer_directory>();
+  std::unique_ptr<connection_guard> front;
+  std::unique_ptr<http_server> web;
+  std::unique_ptr<http_server> control;
+  std::unique_ptr<notifier> notify;
+};
+
+/// One part of the node, as an OTP child spec: how it starts (false, after
+/// logging why: the node does not start) and how it stops.
+struct child_spec {
+  const char* name;
+  bool (*start)(node_parts&);
+  void (*stop)(node_parts&);
+};
+
+template<class Handle>
+void stop_actor(node_parts& n, Handle& h) {
+  if (h)
+    n.self->send_exit(h, caf::exit_reason::user_shutdown);
+  h = Handle{};
+}
+
+bool start_journal(node_parts& n) {
+  if (!n.plan.store) {
+    spdlog::warn("no journal (--no-journal): tasks are lost if this node "
+                 "stops");
+    return true;
+  }
+  journal_retention retention;
+  retention.max_age_s = n.opts.retain_days * 86400;
+  retention.max_count = n.opts.retain_tasks;
+  n.journal = spawn_journal(n.sys, std::move(n.plan.store), retention);
+  n.plan.registry.journal = n.journal;
+  spdlog::info("journal in {} ({} unfinished task(s) resume, {} finished "
+               "kept)",
+               n.plan.state_dir, n.plan.resumed, n.plan.kept);
+  return true;
+}
+
+bool start_registry(node_parts& n) {
+  n.registry = spawn_registry(n.sys, std::move(n.plan.registry));
+  return true;
+}
+
+/// The statistics start before the door opens: they see every event.
+bool start_stats(node_parts& n) {
+  n.stats = spawn_stats(n.sys, n.registry, n.journal);
+  return true;
+}
+
+/// Clients reach the node through its door only: the registry's own
+/// handlers (slots, breaker reports, events) stay internal.
+bool start_door(node_parts& n) {
+  door_options door_opts;
+  door_opts.max_pending_per_client = n.opts.max_pending_per_client;
+  door_opts.max_pending = n.opts.max_pending;
+  door_opts.await_timeout = std::chrono::duration_cast<caf::timespan>(
+    std::chrono::duration<double>(n.opts.await_timeout_s));
+  door_opts.log = [](const std::string& x) { spdlog::warn("{}", x); };
+  // Audit lines reach the log as the warning events they also are (see
+  // log_event), once.
+  door_opts.peer_name = [peers = n.peers](const caf::node_id& node) {
+    return peers->subject(node);
+  };
+  n.door = spawn_node_door(n.sys, n.registry, n.stats, std::move(door_opts));
+  return true;
+}
+
+/// The door is not published on a CAF port: the connection guard owns the
+/// listening socket, checks each frame's announced size, times out stalled
+/// frames and caps connections, and hands CAF's BASP broker one end of a
+/// socket pair per connection, as if its own acceptor had taken it.
+bool start_front_door(node_parts& n) {
+  auto& sys = n.sys;
+  auto basp =
+    sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
+  auto door_ptr = caf::actor_cast<caf::strong_actor_ptr>(n.door);
+  auto adopt = [&sys, basp, door_ptr](int fd) {
+    auto scribe = sys.middleman().backend().new_scribe(fd);
+    if (!scribe)
+      return false;
+    caf::anon_send(basp, caf::publish_atom::value, std::move(scribe),
+                   std::uint16_t{0}, door_ptr, std::set<std::string>{});
+    return true;
+  };
+  connection_guard_options guard_opts;
+  guard_opts.host = n.plan.addr.host;
+  guard_opts.port = n.plan.addr.port;
+  guard_opts.tls = n.plan.tls;
+  guard_opts.on_client = [peers = n.peers](const std::string& handshake,
+                                           const std::string& subject) {
+    peers->record(handshake, subject);
+  };
+  std::string guard_error;
+  n.front = connection_guard::start(guard_opts, adopt, guard_error);
+  if (!n.front) {
+    spdlog::error("cannot listen on {}: {}", n.plan.addr.to_string(),
+                  guard_error);
+    return false;
+  }
+  return true;
+}
+
+/// /metrics and the dashboard, with --http.
+bool start_http(node_parts& n) {
+  if (!n.plan.http_addr)
+    return true;
+  auto& http_addr = *n.plan.http_addr;
+  dashboard_context ctx;
+  ctx.sys = &n.sys;
+  ctx.registry = n.registry;
+  ctx.door = n.door;
+  ctx.stats = n.stats;
+  ctx.allow_remote = n.opts.allow_remote;
+  ctx.token_path = n.opts.http_token_file.empty()
+                     ? n.plan.state_dir + "/http-token"
+                     : n.opts.http_token_file;
+  http_server_options web_opts;
+  web_opts.host = http_addr.host;
+  web_opts.port = http_addr.port;
+  // Set once the server runs; read by its own handler only.
+  auto web_ref = std::make_shared<std::atomic<const http_server*>>(nullptr);
+  ctx.server_stats = [web_ref] {
+    auto* server = web_ref->load();
+    return server ? server->stats() : http_server_stats{};
+  };
+  std::string web_error;
+  if (auto token = load_or_create_http_token(ctx.token_path))
+    ctx.token = std::move(*token);
+  else
+    web_error = token.error().to_string();
+  if (web_error.empty())
+    n.web = http_server::start(
+      web_opts,
+      [ctx](const http_request& req, http_reply reply) {
+        handle_node_request(ctx, req, std::move(reply));
+      },
+      web_error);
+  if (!n.web) {
+    spdlog::error("cannot serve HTTP on {}: {}", http_addr.to_string(),
+                  web_error);
+    return false;
+  }
+  web_ref->store(n.web.get());
+  // Like Jupyter: the URL with the token, once, in the node's own log.
+  auto web_at = node_address{http_addr.host, n.web->port()}.to_string();
+  spdlog::info("metrics on http://{}/metrics (Authorization: Bearer, "
+               "token in {}), dashboard on http://{}/?token={}",
+               web_at, ctx.token_path, web_at, ctx.token);
+  return true;
+}
+
+/// The node's local control socket (local_control.hpp) for the front door's
+/// port, in the state directory. Without it (a warning) local commands use
+/// the TCP port: the node still starts.
+bool start_control_socket(node_parts& n) {
+  auto port = n.front->port();
+  node_address bound{n.plan.addr.host, port};
+  spdlog::info("listening on {} (runtime {}, at most {} attempts at once, "
+               "config {}, attempts in {})",
+               bound.to_string(), n.plan.default_runtime,
+               n.plan.config.config.node.max_concurrent,
+               n.plan.config.dir.empty() ? std::string{"built-in defaults"}
+                                         : n.plan.config.dir,
+               n.plan.attempt_root);
+  auto& state_dir = n.plan.state_dir;
+  std::error_code ec;
+  if (!std::filesystem::exists(state_dir, ec) &&
+      std::filesystem::create_directories(state_dir, ec))
+    std::filesystem::permissions(state_dir, std::filesystem::perms::owner_all,
+                                 ec);
+  auto path = control_socket_path(state_dir, port);
+  local_api_context ctx{&n.sys, n.door, n.stats};
+  std::string err;
+  n.control = http_server::start(
+    local_api_server_options(path),
+    [ctx](const http_request& req, http_reply reply) {
+      handle_local_request(ctx, req, std::move(reply));
+    },
+    err);
+  if (n.control)
+    spdlog::info("control socket {} (this user's commands on this machine)",
+                 path);
+  else
+    spdlog::warn("no control socket at {}: {}; local commands use the TCP "
+                 "port",
+                 path, err);
+  return true;
+}
+
+/// Task-end hooks, with --notify-command or --notify-url.
+bool start_notifier(node_parts& n) {
+  auto& opts = n.plan.notify;
+  if (opts.command.empty() && opts.url.empty())
+    return true;
+  n.notify = std::make_unique<notifier>(opts, [](const notify_report& r,
+                                                 bool final) {
+    if (r.delivered)
+      spdlog::info("[{}] notified ({}, try {})", r.task_id, r.target, r.tries);
+    else if (final)
+      spdlog::error("[{}] notification ({}) given up after {} tries: {}",
+                    r.task_id, r.target, r.tries, r.error);
+    else
+      spdlog::warn("[{}] notification ({}) failed (try {}): {}; will "
+                   "retry",
+                   r.task_id, r.target, r.tries, r.error);
+  });
+  return true;
+}
+
+/// The node's children, in start order; they stop in reverse.
+constexpr child_spec node_children[] = {
+  {"journal", start_journal, [](node_parts& n) { stop_actor(n, n.journal); }},
+  {"registry", start_registry,
+   [](node_parts& n) { stop_actor(n, n.registry); }},
+  {"statistics", start_stats, [](node_parts& n) { stop_actor(n, n.stats); }},
+  {"door", start_door, [](node_parts& n) { stop_actor(n, n.door); }},
+  {"front door", start_front_door, [](node_parts& n) { n.front.reset(); }},
+  {"http", start_http, [](node_parts& n) { n.web.reset(); }},
+  {"control socket", start_control_socket,
+   [](node_parts& n) { n.control.reset(); }},
+  {"notifier", start_notifier, [](node_parts& n) { n.notify.reset(); }},
+};
+
+constexpr std::size_t child_count = std::size(node_children);
+
+/// Starts the children in order; returns how many started (all of them, or
+/// those before the one that failed).
+std::size_t start_children(node_parts& n) {
+  std::size_t started = 0;
+  while (started < child_count && node_children[started].start(n))
+    ++started;
+  return started;
+}
+
+/// Stops the first `started` children, last first.
+void stop_children(node_parts& n, std::size_t started) {
+  while (started > 0)
+    node_children[--started].stop(n);
+}
+
+/// Logs one event of the node through the progress view (one line per
+/// rendered line, task prefixed; agent output stays in the attempt logs),
+/// from its typed keys: no JSON rendered and parsed back.
+void log_event(progress_view& view, const event& ev) {
+  for (auto& line : view.render(ev)) {
+    if (ev.kind == event_kind::warning)
+      spdlog::warn("{}", line);
+    else
+      spdlog::info("{}", line);
+  }
+}
+
+/// Offers a task's end to the notifier.
+void notify_end(notifier* notify, const event& ev) {
+  if (!notify || ev.kind != event_kind::task_done)
+    return;
+  if (auto* f = ev.fields()) {
+    if (auto* done = std::get_if<event_data::task_done>(&f->data))
+      notify->offer(ev.task_id, std::string{to_string(done->result().outcome)},
+                    ev.json());
+    return;
+  }
+  // An event read back from JSON (no typed keys).
+  boost::system::error_code ec;
+  auto doc = boost::json::parse(ev.json(), ec);
+  if (!ec && doc.is_object())
+    if (auto* o = doc.get_object().if_contains("outcome"); o && o->is_string())
+      notify->offer(ev.task_id, std::string{o->get_string()}, ev.json());
+}
+
+/// Ids of the tasks not yet done, or nullopt when the registry did not
+/// answer.
+std::optional<std::vector<std::string>> unfinished(caf::scoped_actor& self,
+                                                   const caf::actor& registry) {
+  std::optional<std::vector<std::string>> out;
+  self->request(registry, std::chrono::seconds{10}, status_atom::value)
+    .receive(
+      [&](std::vector<task_status>& all) {
+        out.emplace();
+        for (auto& s : all)
+          if (s.state != task_state::done)
+            out->push_back(s.task_id);
+      },
+      [&](caf::error& err) {
+        spdlog::error("the registry did not report its tasks: {}",
+                      error_text(err));
+      });
+  return out;
+}
+
+/// Runs the started node until a signal, then stops its tasks: gracefully,
+/// killed after the grace period or a second signal, given up after twice
+/// the grace period. Logs the node's events meanwhile.
+void run_until_stopped(node_parts& n, progress_view& view) {
+  auto& self = n.self;
+  int signals_seen = 0;
+  std::optional<std::chrono::steady_clock::time_point> stopping_since;
+  bool killed = false;
+  for (;;) {
+    self->receive(
+      [&](event_atom, const event& ev) {
+        log_event(view, ev);
+        notify_end(n.notify.get(), ev);
+      },
+      [&](signal_atom, int count) { signals_seen = count; }, [&](bool) {},
+      [&](caf::error&) {}, caf::after(std::chrono::milliseconds{250}) >> [] {});
+    if (signals_seen == 0)
+      continue;
+    if (!stopping_since) {
+      stopping_since = std::chrono::steady_clock::now();
+      spdlog::info("shutting down: no new tasks; stopping the running ones "
+                   "(signal again to kill them)");
+      notify_service_manager("STOPPING=1\nSTATUS=shutting down: stopping "
+                             "the running tasks");
+      n.front->close_listener();
+      n.control.reset();
+      if (auto ids = unfinished(self, n.registry))
+        for (auto& id : *ids)
+          self->send(n.registry, stop_atom::value, id, stop_mode::cancel);
+    }
+    auto ids = unfinished(self, n.registry);
+    if (!ids || ids->empty())
+      break;
+    auto waited = std::chrono::steady_clock::now() - *stopping_since;
+    if (!killed && (signals_seen > 1 || waited > shutdown_grace)) {
+      killed = true;
+      spdlog::warn("killing {} task(s) that did not stop", ids->size());
+      for (auto& id : *ids)
+        self->send(n.registry, stop_atom::value, id, stop_mode::kill);
+    }
+    if (waited > shutdown_grace * 2) {
+      spdlog::error("{} task(s) did not end; exiting anyway", ids->size());
+      break;
+    }
+  }
+}
+
+/// Drains the events of the last stops into the log.
+void drain_events(node_parts& n, progress_view& view) {
+  bool draining = true;
+  n.self->receive_while([&] { return draining; })(
+    [&](event_atom, const event& ev) {
+      log_event(view, ev);
+      notify_end(n.notify.get(), ev);
+    },
+    [&](signal_atom, int) {}, [&](bool) {}, [&](caf::error&) {},
+    caf::after(std::chrono::milliseconds{100}) >> [&] { draining = false; });
+}
+
+} // namespace
+
+int run_node(const node_options& opts) {
+  node_plan plan;
+  if (auto rc = check_options(opts, plan))
+    return *rc;
+  // Before the actor system: its threads inherit the blocked signals.
+  std::mutex target_mutex;
+  caf::actor target;
+  signal_watch signals{{SIGINT, SIGTERM}, [&](int, int count) {
+                         std::lock_guard<std::mutex> guard{target_mutex};
+                         if (target)
+                           caf::anon_send(target, signal_atom::value, count);
+                       }};
+  setup_logging(true);
+  if (auto rc = open_state(opts, plan))
+    return *rc;
+
+  caf::actor_system_config sys_cfg;
+  configure_actor_system(sys_cfg, true);
+  // Heartbeats also tell a frozen worker node from a busy one.
+  sys_cfg.set("middleman.heartbeat-interval",
+              caf::timespan{opts.worker.heartbeat});
+  sys_cfg.set("middleman.connection-timeout",
+              caf::timespan{std::chrono::duration_cast<caf::timespan>(
+                std::chrono::duration<double>(opts.peer_timeout_s))});
+  caf::actor_system sys{sys_cfg};
+  caf::scoped_actor self{sys};
+  node_parts n{opts, plan, sys, self};
+  auto started = start_children(n);
+  if (started < child_count) {
+    stop_children(n, started);
+    return exit_status::unavailable;
+  }
+  int early_signals = 0;
+  {
+    std::lock_guard<std::mutex> guard{target_mutex};
+    target = caf::actor_cast<caf::actor>(self);
+    early_signals = signals.count();
+  }
+  // A SIGTERM/SIGINT that came while the node was starting (the journal
+  // read, its tasks restored: seconds for many) found no actor to tell; it
+  // still stops the node.
+  if (early_signals > 0)
+    self->send(self, signal_atom::value, early_signals);
+  self
+    ->request(n.registry, std::chrono::seconds{10}, subscribe_atom::value,
+              caf::actor_cast<caf::actor>(self))
+    .receive([](bool) {},
+             [](caf::error& err) {
+               spdlog::warn("events will not be logged: {}", error_text(err));
+             });
+  // This user's commands now find this node without --node or --state-dir
+  // (current_node.hpp), as kubectl's current context.
+  auto port = n.front->port();
+  current_node me{client_address_for(plan.addr.host, port), plan.state_dir,
+                  opts.certs.empty() ? std::string{}
+                                     : absolute_dir(opts.certs)};
+  if (auto recorded = write_current_node(me))
+    spdlog::info("current node for this user's commands: {} (state "
+                 "directory {}; recorded in {})",
+                 me.node, me.state_dir, current_node_path());
+  else
+    spdlog::warn("{}; commands need --node {} --state-dir {}",
+                 recorded.error().to_string(), me.node, me.state_dir);
+  // The journal is restored and the registry has answered: ready, for a
+  // systemd unit of Type=notify.
+  node_address bound{plan.addr.host, port};
+  notify_service_manager(
+    "READY=1\nSTATUS=listening on " + bound.to_string() + ", " +
+    std::to_string(plan.resumed) +
+    " unfinished task(s) resumed\nMAINPID=" + std::to_string(::getpid()));
+
+  progress_view::options view_opts;
+  view_opts.show_output = false;
+  view_opts.prefix_task = true;
+  progress_view view{view_opts};
+  run_until_stopped(n, view);
+  {
+    std::lock_guard<std::mutex> guard{target_mutex};
+    target = nullptr;
+  }
+  drain_events(n, view);
+  stop_children(n, started);
+  // Commands without --node then say that no node is listening here,
+  // rather than name a node that is gone (another node's record stays).
+  clear_current_node(me);
+  spdlog::info("stopped");
+  return exit_status::ok;
+}
+
+} // namespace tasksup::app

@@ -1,0 +1,176 @@
+#include "node_plan.hpp"
+
+#include "exit_status.hpp"
+#include "state_dir.hpp"
+
+#include "tasksup/actors/journal_actor.hpp"
+#include "tasksup/runtime/private_files.hpp"
+#include "tasksup/supervisor/shlex.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <sys/stat.h>
+
+#include <iostream>
+
+namespace tasksup::app {
+
+namespace {
+
+int bad(const std::string& text) {
+  std::cerr << "tasksup serve: " << text << '\n';
+  return exit_status::bad_input;
+}
+
+int unavailable(const std::string& text) {
+  std::cerr << "tasksup serve: " << text << '\n';
+  return exit_status::unavailable;
+}
+
+std::optional<int> check_notify(const node_options& opts, node_plan& plan) {
+  auto& notify = plan.notify;
+  if (!opts.notify_command.empty()) {
+    auto argv = shlex_split(opts.notify_command);
+    if (!argv)
+      return bad("--notify-command: " + argv.error().to_string());
+    if (argv->empty())
+      return bad("--notify-command: no command given");
+    notify.command = std::move(*argv);
+  }
+  if (!opts.notify_url.empty()) {
+    auto u = parse_http_url(opts.notify_url);
+    if (!u)
+      return bad(u.error().to_string());
+    notify.url = opts.notify_url;
+  }
+  if (!opts.notify_on.empty()) {
+    notify.outcomes.clear();
+    for (auto& o : opts.notify_on) {
+      if (o != "succeeded" && o != "failed" && o != "stopped")
+        return bad("--notify-on: expected succeeded, failed or stopped; got '" +
+                   o + "'");
+      notify.outcomes.insert(o);
+    }
+  }
+  return std::nullopt;
+}
+
+/// The journal, read back into the registry's options; nothing with
+/// --no-journal. A node that cannot read its journal does not start (an
+/// empty start would lose every task in it).
+std::optional<int> open_journal(const node_options& opts, node_plan& plan) {
+  if (opts.no_journal)
+    return std::nullopt;
+  journal::store_options jopts;
+  jopts.dir = plan.state_dir;
+  jopts.sync = *journal::parse_sync_mode(opts.journal_sync);
+  auto opened = journal::journal_store::open(jopts);
+  if (!opened)
+    return unavailable(opened.error().to_string());
+  plan.store = std::move(*opened);
+  auto snapshot = load_journal(*plan.store);
+  if (!snapshot)
+    return unavailable(snapshot.error().to_string() +
+                       "; the node does not start rather than lose tasks");
+  for (auto& w : snapshot->warnings)
+    spdlog::warn("journal: {}", w);
+  plan.registry.restored = std::move(*snapshot);
+  for (auto& t : plan.registry.restored.tasks)
+    ++(t.finished ? plan.kept : plan.resumed);
+  return std::nullopt;
+}
+
+/// The process runtime always; docker when its engine settings are usable
+/// (an engine that is down only fails the attempts that need it).
+std::optional<int> make_runtimes(node_plan& plan) {
+  auto& reg = plan.registry;
+  auto& node = plan.config.config.node;
+  // Attempts outlive a crashed node (their shims and containers keep
+  // running) so that a restarted node can adopt them.
+  runtime_owner owner{"serve", runtime::orphan_policy::keep};
+  auto process = make_named_runtime("process", node, owner);
+  if (!process)
+    return bad(process.error().to_string());
+  reg.runtimes["process"] = *process;
+  if (auto docker = make_named_runtime("docker", node, owner))
+    reg.runtimes["docker"] = *docker;
+  else if (plan.default_runtime == "docker")
+    return bad(docker.error().to_string());
+  else
+    spdlog::warn("the docker runtime is not available: {}",
+                 docker.error().to_string());
+  reg.runtimes["*"] = reg.runtimes.at(plan.default_runtime);
+  return std::nullopt;
+}
+
+} // namespace
+
+std::optional<int> check_options(const node_options& opts, node_plan& plan) {
+  auto addr = parse_node_address(opts.listen, true);
+  if (!addr)
+    return bad(addr.error().to_string());
+  if (!is_loopback_host(addr->host) && !opts.allow_remote)
+    return bad("refusing to listen on " + addr->to_string() +
+               ": it is not a loopback address, and anyone who can reach it "
+               "can run commands on this machine as this user. Pass "
+               "--allow-remote to listen there anyway (and protect the port "
+               "with a firewall).");
+  plan.addr = *addr;
+  if (!opts.http.empty()) {
+    auto h = parse_node_address(opts.http, true);
+    if (!h)
+      return bad("--http: " + h.error().to_string());
+    if (!is_loopback_host(h->host) && !opts.allow_remote)
+      return bad("refusing to serve HTTP on " + h->to_string() +
+                 ": it is not a loopback address, and the dashboard can stop "
+                 "tasks. Pass --allow-remote to serve there anyway.");
+    plan.http_addr = *h;
+  }
+  if (auto rc = check_notify(opts, plan))
+    return rc;
+  auto cfg = load_node_config(opts.config_dir);
+  if (!cfg)
+    return bad(cfg.error().to_string());
+  plan.config = std::move(*cfg);
+  plan.default_runtime = opts.runtime.empty()
+                           ? plan.config.config.node.default_runtime
+                           : opts.runtime;
+  return std::nullopt;
+}
+
+std::optional<int> open_state(const node_options& opts, node_plan& plan) {
+  plan.state_dir =
+    absolute_dir(opts.state_dir.empty() ? default_state_dir() : opts.state_dir);
+  // The journal, the attempts' output and the certificates' keys are kept
+  // here: an existing directory other users can open is made private first.
+  if (auto secured = secure_state_dir(plan.state_dir); !secured)
+    return unavailable(secured.error().to_string());
+  if (auto rc = open_journal(opts, plan))
+    return rc;
+  auto tls = front_door_tls(opts.certs, plan.state_dir, opts.insecure);
+  if (!tls)
+    return bad(tls.error().to_string());
+  plan.tls = *tls;
+  if (auto rc = make_runtimes(plan))
+    return rc;
+  auto& reg = plan.registry;
+  reg.config = plan.config.config;
+  reg.seed = fresh_seed();
+  reg.node_name = plan.addr.to_string();
+  // With a journal the attempts live beside it, so a restarted node finds
+  // the directories of the attempts it resumes.
+  reg.attempt_root = !opts.work_dir.empty() ? absolute_dir(opts.work_dir)
+                     : plan.store           ? plan.state_dir + "/attempts"
+                                            : fresh_work_dir("node");
+  plan.attempt_root = reg.attempt_root;
+  // A long-lived node creates and removes a directory per task here
+  // (fresh_work_dir marks its parent the same way).
+  if (plan.store && opts.work_dir.empty()) {
+    runtime::make_top_directory(plan.attempt_root);
+    // One an older node made may be 0755.
+    ::chmod(plan.attempt_root.c_str(), runtime::private_dir_mode);
+  }
+  return std::nullopt;
+}
+
+} // namespace tasksup::app
