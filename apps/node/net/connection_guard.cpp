@@ -1,4 +1,5 @@
 #include "connection_guard.hpp"
+#include "basp_frames.hpp"
 #include "listen_socket.hpp"
 
 #include <openssl/err.h>
@@ -37,14 +38,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-/// Size of a BASP header in CAF 0.17: operation, two padding bytes, flags,
-/// payload length (u32, network order), operation data (u64), source and
-/// destination actor (u64 each).
-constexpr std::size_t basp_header_size = 32;
-
-/// Offset of the payload length within the header.
-constexpr std::size_t basp_length_offset = 4;
-
 /// Bytes buffered per direction and connection; reading stops when full,
 /// so a peer faster than the node is slowed down, not buffered.
 constexpr std::size_t relay_buffer_bytes = 16 * 1024;
@@ -65,80 +58,6 @@ constexpr std::chrono::seconds handle_quarantine{10};
 /// (id << 1) | side with ids from 1.
 constexpr std::uint64_t listener_tag = 0;
 constexpr std::uint64_t wake_tag = 1;
-
-/// The BASP operation of a client handshake (CAF 0.17: the first frame a
-/// client sends; its payload starts with the client's node id).
-constexpr unsigned char basp_client_handshake = 0x01;
-
-/// At most this much of the client handshake's payload is kept (a node id
-/// takes a few dozen bytes).
-constexpr std::size_t max_handshake_capture = 4096;
-
-/// Tracks the BASP framing of the bytes a peer sends, and keeps the
-/// payload of its first frame when that is a client handshake.
-struct frame_reader {
-  std::size_t header_have = 0;
-  std::uint32_t length = 0;
-  std::uint64_t payload_left = 0;
-  /// The operation of the frame being read, and how many frames began.
-  unsigned char operation = 0;
-  std::size_t frames = 0;
-  /// The first frame's payload, once complete, if it was a client
-  /// handshake no larger than `max_handshake_capture`.
-  std::string handshake;
-  bool handshake_complete = false;
-
-  bool capturing() const noexcept {
-    return frames == 1 && operation == basp_client_handshake &&
-           !handshake_complete;
-  }
-
-  bool mid_frame() const noexcept {
-    return header_have > 0 || payload_left > 0;
-  }
-
-  /// Consumes `n` bytes; false when a header announces more than `max`.
-  bool consume(const unsigned char* data, std::size_t n, std::uint32_t max) {
-    std::size_t i = 0;
-    while (i < n) {
-      if (payload_left > 0) {
-        auto k = std::min<std::uint64_t>(payload_left, n - i);
-        if (capturing())
-          handshake.append(reinterpret_cast<const char*>(data + i),
-                           static_cast<std::size_t>(k));
-        payload_left -= k;
-        i += static_cast<std::size_t>(k);
-        if (payload_left == 0 && capturing())
-          handshake_complete = true;
-        continue;
-      }
-      auto k = std::min(basp_header_size - header_have, n - i);
-      for (std::size_t j = 0; j < k; ++j) {
-        auto pos = header_have + j;
-        if (pos == 0)
-          operation = data[i + j];
-        if (pos >= basp_length_offset && pos < basp_length_offset + 4)
-          length = (length << 8) | data[i + j];
-      }
-      header_have += k;
-      i += k;
-      if (header_have == basp_header_size) {
-        if (length > max)
-          return false;
-        ++frames;
-        if (frames == 1 && operation == basp_client_handshake &&
-            length > max_handshake_capture)
-          operation = 0; // not kept
-        payload_left = length;
-        header_have = 0;
-        length = 0;
-        if (payload_left == 0 && capturing())
-          handshake_complete = true;
-      }
-    }
-    return true;
-  }
-};
 
 /// One relayed connection: the peer's socket and our end of the pair.
 struct link {
