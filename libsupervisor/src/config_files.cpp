@@ -127,7 +127,7 @@ expected<json::value> read_json_file(const std::string& path) {
 
 namespace {
 
-/// Reads `dir/name` when it exists, else nullopt; a file that exists but
+/// Reads `path` when it exists, else nullopt; a file that exists but
 /// cannot be read or parsed is an error.
 expected<std::optional<json::value>> read_optional(const std::string& path) {
   std::error_code ec;
@@ -138,6 +138,25 @@ expected<std::optional<json::value>> read_optional(const std::string& path) {
   if (!doc)
     return doc.error();
   return std::optional<json::value>{std::move(*doc)};
+}
+
+/// Reads `dir/name` when it exists and sets `target` to what
+/// `parse(document, path)` makes of it; an absent file leaves `target` as it
+/// is. The error names the file (and, from `parse`, the field).
+template<class T, class Parse>
+std::optional<error> read_config_file(const std::string& dir, const char* name,
+                                      T& target, Parse parse) {
+  auto path = join_path(dir, name);
+  auto doc = read_optional(path);
+  if (!doc)
+    return doc.error();
+  if (*doc) {
+    auto parsed = parse(**doc, path);
+    if (!parsed)
+      return parsed.error();
+    target = std::move(*parsed);
+  }
+  return std::nullopt;
 }
 
 /// The `.json` files directly in `dir`, in name order.
@@ -195,45 +214,28 @@ expected<config_set> load_config_dir(const std::string& dir) {
       return profiles.error();
     cfg.profiles = std::move(*profiles);
   }
-  {
-    auto path = join_path(dir, "supervisor.json");
-    auto doc = read_optional(path);
-    if (!doc)
-      return doc.error();
-    if (*doc) {
-      auto parsed = parse_supervisor_config(**doc, path);
-      if (!parsed)
-        return parsed.error();
-      cfg.supervisor = std::move(*parsed);
-    }
-  }
-  {
-    auto path = join_path(dir, "classifier.json");
-    auto doc = read_optional(path);
-    if (!doc)
-      return doc.error();
-    if (*doc) {
-      auto parsed = parse_classifier_rules(**doc, path);
-      if (!parsed)
-        return parsed.error();
-      cfg.classifier_rules = std::move(*parsed);
-    }
-  }
-  {
-    auto path = join_path(dir, "node.json");
-    auto doc = read_optional(path);
-    if (!doc)
-      return doc.error();
-    if (*doc) {
-      auto parsed = parse_node_config(**doc, path, cfg.profiles);
-      if (!parsed)
-        return parsed.error();
-      cfg.node = std::move(*parsed);
-      std::vector<agent_spec> agents{std::move(cfg.node.default_agent)};
-      resolve_agent_paths(agents, path);
-      cfg.node.default_agent = std::move(agents.front());
-    }
-  }
+  if (auto err = read_config_file(dir, "supervisor.json", cfg.supervisor,
+                                  [](const auto& doc, const auto& path) {
+                                    return parse_supervisor_config(doc, path);
+                                  }))
+    return *err;
+  if (auto err = read_config_file(dir, "classifier.json", cfg.classifier_rules,
+                                  [](const auto& doc, const auto& path) {
+                                    return parse_classifier_rules(doc, path);
+                                  }))
+    return *err;
+  if (auto err = read_config_file(
+        dir, "node.json", cfg.node, [&](const auto& doc, const auto& path) {
+          auto node = parse_node_config(doc, path, cfg.profiles);
+          if (node) {
+            // `./bin/agent` in node.json is relative to the config directory.
+            std::vector<agent_spec> agents{std::move(node->default_agent)};
+            resolve_agent_paths(agents, path);
+            node->default_agent = std::move(agents.front());
+          }
+          return node;
+        }))
+    return *err;
   auto env_dir = join_path(dir, "environments");
   if (fs::is_directory(env_dir, ec)) {
     auto files = json_files_in(env_dir);
