@@ -215,26 +215,11 @@ supervisor_setup make_setup(caf::actor_system& sys, supervisor_options opts) {
   // The generator's string grew while it was built; it is kept for the
   // task's lifetime.
   settings->trace_id.shrink_to_fit();
-  auto& fields = settings->task;
-  fields.id = std::move(task.id);
-  fields.prompt = std::move(task.prompt);
-  fields.environment = std::move(task.environment);
-  fields.image = std::move(task.image);
-  fields.env = std::move(task.env);
-  fields.mounts = std::move(task.mounts);
-  fields.workdir = std::move(task.workdir);
-  fields.memory_limit_mb = task.memory_limit_mb;
-  if (task.repo || !task.gates.empty() || task.preflight ||
-      task.feedback.enabled) {
-    auto h = std::make_unique<task_settings::hook_fields>();
-    h->repo = std::move(task.repo);
-    h->keep_failed = task.keep_failed;
-    h->gates = std::move(task.gates);
-    h->deliver = task.deliver;
-    h->feedback = std::move(task.feedback);
-    h->preflight = std::move(task.preflight);
-    settings->hooks = std::move(h);
-  }
+  settings->task = std::move(static_cast<task_attempt_fields&>(task));
+  auto& hooks = static_cast<task_hook_fields&>(task);
+  if (hooks.repo || !hooks.gates.empty() || hooks.preflight ||
+      hooks.feedback.enabled)
+    settings->hooks = std::make_unique<task_hook_fields>(std::move(hooks));
   supervisor_setup setup;
   setup.settings = std::move(settings);
   setup.node = shared_node(std::move(node));

@@ -16,10 +16,7 @@
 
 #include <caf/actor.hpp>
 
-#include <cstdint>
-#include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,35 +24,16 @@
 namespace tasksup::detail {
 
 /// A task's own settings that never change once its supervisor runs: the
-/// task fields every attempt is built from. Memory per parked task
-/// (BENCHMARKS.md §2): the task's start-only inputs (selection, default
-/// agent, classifier rules) are not kept.
+/// parts of its task_spec every attempt is built from, and its trace.
+/// Memory per parked task (BENCHMARKS.md §2): the task's start-only inputs
+/// (selection, default agent, classifier rules) are not kept.
 struct task_settings {
-  /// The fields of the task_spec that attempts and status use.
-  struct task_fields {
-    std::string id;
-    std::string prompt;
-    std::string environment;
-    std::string image;
-    std::map<std::string, std::string> env;
-    std::vector<mount_spec> mounts;
-    std::string workdir;
-    std::optional<std::uint64_t> memory_limit_mb;
-  };
-  /// A task's repository, gates, hooks and feedback; kept only by tasks
-  /// that have any (most tasks have none).
-  struct hook_fields {
-    std::optional<repo_spec> repo;
-    bool keep_failed = false;
-    std::vector<command_spec> gates;
-    delivery_mode deliver = delivery_mode::branch;
-    feedback_spec feedback;
-    std::optional<command_spec> preflight;
-  };
-  task_fields task;
+  /// The task's id, prompt, container and limits.
+  task_attempt_fields task;
   std::string trace_id;
-  /// Null when the task has no repository, gates, preflight or feedback.
-  std::unique_ptr<const hook_fields> hooks;
+  /// Null when the task has no repository, gates, preflight or feedback
+  /// (most tasks have none).
+  std::unique_ptr<const task_hook_fields> hooks;
 };
 
 /// The file an agent creates to say "done, do not restart me", as the host

@@ -173,13 +173,16 @@ expected<std::vector<fs::path>> json_files_in(const std::string& dir) {
   return files;
 }
 
-} // namespace
-
-expected<profile_map> load_profiles_dir(const std::string& dir) {
-  profile_map out;
+/// Reads every `.json` file directly in `dir` (none when `dir` is not a
+/// directory) and adds what `parse(document, name, path)` makes of each to
+/// `out` under its name, the file name without `.json`. The error names the
+/// file (and, from `parse`, the field).
+template<class Map, class Parse>
+std::optional<error> read_config_files(const std::string& dir, Map& out,
+                                       Parse parse) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
-    return out;
+    return std::nullopt;
   auto files = json_files_in(dir);
   if (!files)
     return files.error();
@@ -189,17 +192,34 @@ expected<profile_map> load_profiles_dir(const std::string& dir) {
     if (!doc)
       return doc.error();
     auto name = file.stem().string();
-    auto parsed = parse_user_profile(*doc, name, path);
+    auto parsed = parse(*doc, name, path);
     if (!parsed)
       return parsed.error();
-    // `./bin/agent` in a profile is relative to the profiles directory.
-    agent_spec probe;
-    probe.agent_cli = parsed->agent_cli;
-    std::vector<agent_spec> agents{std::move(probe)};
-    resolve_agent_paths(agents, path);
-    parsed->agent_cli = std::move(agents.front().agent_cli);
     out.emplace(std::move(name), std::move(*parsed));
   }
+  return std::nullopt;
+}
+
+} // namespace
+
+expected<profile_map> load_profiles_dir(const std::string& dir) {
+  profile_map out;
+  if (auto err = read_config_files(
+        dir, out,
+        [](const auto& doc, const std::string& name, const std::string& path) {
+          auto parsed = parse_user_profile(doc, name, path);
+          if (parsed) {
+            // `./bin/agent` in a profile is relative to the profiles
+            // directory.
+            agent_spec probe;
+            probe.agent_cli = parsed->agent_cli;
+            std::vector<agent_spec> agents{std::move(probe)};
+            resolve_agent_paths(agents, path);
+            parsed->agent_cli = std::move(agents.front().agent_cli);
+          }
+          return parsed;
+        }))
+    return *err;
   return out;
 }
 
@@ -236,31 +256,22 @@ expected<config_set> load_config_dir(const std::string& dir) {
           return node;
         }))
     return *err;
-  auto env_dir = join_path(dir, "environments");
-  if (fs::is_directory(env_dir, ec)) {
-    auto files = json_files_in(env_dir);
-    if (!files)
-      return files.error();
-    for (const auto& file : *files) {
-      auto path = file.string();
-      auto doc = read_json_file(path);
-      if (!doc)
-        return doc.error();
-      auto name = file.stem().string();
-      auto parsed = guarded([&] {
-        reader r{path, cfg.profiles};
-        if (!valid_identifier(name))
-          r.fail("", "invalid environment name " + quote(name) +
-                       " (the file name must be 1 to 64 characters from "
-                       "[A-Za-z0-9_.-] plus \".json\")");
-        return read_environment(r, *doc, name, cfg.supervisor);
-      });
-      if (!parsed)
-        return parsed.error();
-      resolve_agent_paths(parsed->selection.agents, path);
-      cfg.environments.emplace(std::move(name), std::move(*parsed));
-    }
-  }
+  if (auto err = read_config_files(
+        join_path(dir, "environments"), cfg.environments,
+        [&](const auto& doc, const std::string& name, const std::string& path) {
+          auto parsed = guarded([&] {
+            reader r{path, cfg.profiles};
+            if (!valid_identifier(name))
+              r.fail("", "invalid environment name " + quote(name) +
+                           " (the file name must be 1 to 64 characters from "
+                           "[A-Za-z0-9_.-] plus \".json\")");
+            return read_environment(r, doc, name, cfg.supervisor);
+          });
+          if (parsed)
+            resolve_agent_paths(parsed->selection.agents, path);
+          return parsed;
+        }))
+    return *err;
   return cfg;
 }
 

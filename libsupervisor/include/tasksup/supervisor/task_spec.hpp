@@ -111,14 +111,46 @@ struct placement_spec {
   label_map labels;
 };
 
-/// One task as submitted (docs/BEHAVIOUR.md, Task file). `resolve_task` checks
-/// every field and computes `settings`, the policy it runs under.
-struct task_spec {
+/// The fields of a task every attempt is built from: what a task
+/// supervisor keeps of its `task_spec` for the task's whole life.
+struct task_attempt_fields {
   /// Generated when the task file has none.
   std::string id;
   std::string prompt;
   /// Names the agent environment (rotation, defaults); empty for none.
   std::string environment;
+  /// Container image (docker runtime).
+  std::string image;
+  std::map<std::string, std::string> env;
+  std::vector<mount_spec> mounts;
+  /// Working directory inside the container / a fixed one for processes;
+  /// empty means a fresh directory per attempt.
+  std::string workdir;
+  std::optional<std::uint64_t> memory_limit_mb;
+};
+
+/// A task's repository, gates, preflight and feedback: what a task
+/// supervisor keeps of its `task_spec` when it has any of them.
+struct task_hook_fields {
+  /// A repository task: fresh worktree per attempt, gates, delivery.
+  std::optional<repo_spec> repo;
+  /// Keep the worktree (or checkout) of a failed attempt for inspection.
+  bool keep_failed = false;
+  /// Run in the attempt's worktree after it exits 0, in order; all must
+  /// pass (exit 0 within their timeout) for the attempt to succeed.
+  std::vector<command_spec> gates;
+  delivery_mode deliver = delivery_mode::branch;
+  feedback_spec feedback;
+  /// Run before each attempt; a non-zero exit skips that attempt
+  /// (`preflight_failed`).
+  std::optional<command_spec> preflight;
+};
+
+/// One task as submitted (docs/BEHAVIOUR.md, Task file). `resolve_task` checks
+/// every field and computes `settings`, the policy it runs under. Its
+/// attempt and hook fields are in the two bases, which a task supervisor
+/// keeps apart from the rest (`id`, `prompt`, ... read as members).
+struct task_spec : task_attempt_fields, task_hook_fields {
   /// Inline agent selection; overrides the environment's when present.
   std::optional<agent_selection> selection;
   /// The supervisor settings the task itself names (its `supervisor`
@@ -134,26 +166,6 @@ struct task_spec {
   std::optional<std::vector<classifier_rule>> classifier_rules;
   /// One of `runtime_names`; empty means the node's default.
   std::string runtime;
-  /// Container image (docker runtime).
-  std::string image;
-  std::map<std::string, std::string> env;
-  std::vector<mount_spec> mounts;
-  /// Working directory inside the container / a fixed one for processes;
-  /// empty means a fresh directory per attempt.
-  std::string workdir;
-  std::optional<std::uint64_t> memory_limit_mb;
-  /// A repository task: fresh worktree per attempt, gates, delivery.
-  std::optional<repo_spec> repo;
-  /// Keep the worktree (or checkout) of a failed attempt for inspection.
-  bool keep_failed = false;
-  /// Run in the attempt's worktree after it exits 0, in order; all must
-  /// pass (exit 0 within their timeout) for the attempt to succeed.
-  std::vector<command_spec> gates;
-  delivery_mode deliver = delivery_mode::branch;
-  feedback_spec feedback;
-  /// Run before each attempt; a non-zero exit skips that attempt
-  /// (`preflight_failed`).
-  std::optional<command_spec> preflight;
   /// Run once at submission, after the built-in checks; a non-zero exit
   /// rejects the task.
   std::optional<command_spec> admit;
