@@ -1,7 +1,7 @@
 #include "tasksup/actors/journal_actor.hpp"
 
 #include "tasksup/actors/journal_figures.hpp"
-#include "tasksup/actors/wire_limits.hpp"
+#include "tasksup/supervisor/wire_limits.hpp"
 
 #include "tasksup/supervisor/bounded_number.hpp"
 

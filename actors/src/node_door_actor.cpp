@@ -3,7 +3,7 @@
 #include "tasksup/actors/cluster.hpp"
 #include "tasksup/actors/events.hpp"
 #include "tasksup/actors/protocol.hpp"
-#include "tasksup/actors/wire_limits.hpp"
+#include "tasksup/supervisor/wire_limits.hpp"
 
 #include "actor_now.hpp"
 

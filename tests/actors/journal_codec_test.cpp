@@ -3,7 +3,7 @@
 // rests on), and damaged bytes are refused with an error.
 
 #include "tasksup/actors/journal_codec.hpp"
-#include "tasksup/actors/wire_limits.hpp"
+#include "tasksup/supervisor/wire_limits.hpp"
 
 #include "tasksup/supervisor/bounded_number.hpp"
 

@@ -6,8 +6,8 @@
 // with abort() so the fuzzer reports them as crashes.
 
 #include "tasksup/actors/protocol.hpp"
-#include "tasksup/actors/wire_limits.hpp"
 #include "tasksup/supervisor/config.hpp"
+#include "tasksup/supervisor/wire_limits.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>

@@ -6,8 +6,8 @@
 
 #include "task_input.hpp"
 
-#include "tasksup/actors/wire_limits.hpp"
 #include "tasksup/supervisor/config.hpp"
+#include "tasksup/supervisor/wire_limits.hpp"
 
 #include <boost/json/serialize.hpp>
 

@@ -3,8 +3,8 @@
 #include "json_text.hpp"
 #include "safe_text.hpp"
 
-#include "tasksup/actors/protocol.hpp"
 #include "tasksup/supervisor/json_writer.hpp"
+#include "tasksup/supervisor/task_model.hpp"
 #include "tasksup/supervisor/time_words.hpp"
 
 #include <boost/json/array.hpp>
@@ -194,7 +194,7 @@ bool status_filter::admits(const boost::json::object& record) const {
 std::optional<std::string>
 parse_outcome_filter(const std::vector<std::string>& values,
                      std::set<std::string>& out) {
-  constexpr auto n = detail::enum_size<task_outcome>::value;
+  constexpr auto n = all_task_outcomes.size();
   for (auto& x : values) {
     std::string_view rest = x;
     while (!rest.empty()) {
@@ -202,14 +202,14 @@ parse_outcome_filter(const std::vector<std::string>& values,
       auto one = rest.substr(0, comma);
       bool known = false;
       for (std::size_t i = 0; i < n; ++i)
-        known = known || to_string(static_cast<task_outcome>(i)) == one;
+        known = known || to_string(all_task_outcomes[i]) == one;
       if (!known) {
         std::string names;
         for (std::size_t i = 0; i < n; ++i)
           names += std::string{i == 0       ? ""
                                : i + 1 == n ? " or "
                                             : ", "} +
-                   std::string{to_string(static_cast<task_outcome>(i))};
+                   std::string{to_string(all_task_outcomes[i])};
         return "--outcome: expected " + names + "; got '" +
                cell(std::string{one}) + "'";
       }

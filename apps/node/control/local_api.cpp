@@ -7,7 +7,7 @@
 
 #include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
-#include "tasksup/actors/wire_limits.hpp"
+#include "tasksup/supervisor/wire_limits.hpp"
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>

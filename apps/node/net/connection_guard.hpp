@@ -13,7 +13,7 @@
 
 #include "tls_server_context.hpp"
 
-#include "tasksup/actors/wire_limits.hpp"
+#include "tasksup/supervisor/wire_limits.hpp"
 
 #include <chrono>
 #include <cstddef>

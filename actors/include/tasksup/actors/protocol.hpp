@@ -3,6 +3,8 @@
 // Every message and atom the tasksup actors exchange, in one place, and the
 // one call that registers them with an actor system config. Each type has an
 // `inspect` overload so the same messages can cross the network unchanged.
+// The task model they carry (task_status, task_result, event, ...) is the
+// core's, tasksup/supervisor/task_model.hpp.
 
 #include "tasksup/actors/inspect.hpp"
 
@@ -11,6 +13,7 @@
 #include "tasksup/supervisor/error_class.hpp"
 #include "tasksup/supervisor/outcome.hpp"
 #include "tasksup/supervisor/supervisor_config.hpp"
+#include "tasksup/supervisor/task_model.hpp"
 #include "tasksup/supervisor/task_spec.hpp"
 
 #include <caf/actor.hpp>
@@ -158,194 +161,8 @@ using view_atom = caf::atom_constant<caf::atom("view")>;
 /// `task_clocks`; `(clock, task_id)` -> one task's (local to the node).
 using clock_atom = caf::atom_constant<caf::atom("clock")>;
 
-// -- enums
-// ---------------------------------------------------------------------
-
-/// How a user stops a task (docs/BEHAVIOUR.md, Stop, kill and other controls).
-enum class stop_mode : std::uint8_t {
-  /// Graceful: SIGTERM / `docker stop`, then kill after the grace period.
-  cancel,
-  /// Force-kill at once.
-  kill,
-};
-
-/// "cancel" or "kill".
-std::string_view to_string(stop_mode x) noexcept;
-
-/// Parses "cancel" or "kill".
-std::optional<stop_mode> parse_stop_mode(std::string_view str) noexcept;
-
-/// Where a task is in its life.
-enum class task_state : std::uint8_t {
-  /// Waiting for an attempt slot (max_concurrent).
-  queued,
-  /// An attempt is running (or its exit is being judged).
-  running,
-  /// Waiting out a backoff delay before the next attempt.
-  backoff,
-  /// Finished; the result is final.
-  done,
-  /// Paused by the user: no attempt starts until it is resumed.
-  paused,
-  /// Waiting for its agent's usage quota to reset (`task_status::resume_at`).
-  quota_wait,
-  /// Its preflight said "not now": waiting to try again
-  /// (`task_status::resume_at`), spending no retry.
-  not_now,
-};
-
-/// "queued", "running", "backoff", "done", "paused", "quota_wait" or
-/// "not_now".
-std::string_view to_string(task_state x) noexcept;
-
-/// How a task ended (`task_done.outcome`; docs/BEHAVIOUR.md, Result).
-enum class task_outcome : std::uint8_t { succeeded, failed, stopped };
-
-/// "succeeded", "failed" or "stopped".
-std::string_view to_string(task_outcome x) noexcept;
-
-/// Every event kind (docs/BEHAVIOUR.md, Events).
-enum class event_kind : std::uint8_t {
-  task_submitted,
-  attempt_started,
-  log,
-  attempt_exited,
-  classified,
-  retry_scheduled,
-  agent_switched,
-  user_stop,
-  task_done,
-  escalated,
-  warning,
-  /// A step around an attempt: preflight, gate, delivery, worktree,
-  /// attempt timeout, voluntary end, restart backoff.
-  step,
-};
-
-/// The event's JSON name, e.g. "attempt_started".
-std::string_view to_string(event_kind x) noexcept;
-
 // -- messages
 // ------------------------------------------------------------------
-
-/// The `metadata` of a result (docs/BEHAVIOUR.md, Result).
-struct result_metadata {
-  /// The command of the last agent that ran.
-  std::string agent_used;
-  /// The id of the last agent that ran.
-  std::string agent_id;
-  /// Retries of the last agent.
-  int retry_count = 0;
-  int total_attempts = 0;
-  int fallback_count = 0;
-  /// Retries over the whole task, and per agent id (agents with none are
-  /// left out).
-  int total_retries = 0;
-  std::map<std::string, int> retries_by_agent;
-  /// Tokens summed over the task's attempts that reported usage (each
-  /// attempt's own is in its outcome's `structured`); absent when none did.
-  std::optional<token_usage> usage;
-  /// US dollars summed over the attempts that reported a cost; absent when
-  /// none did.
-  std::optional<double> cost_usd;
-};
-
-/// A task's final result, escalated to its parent (docs/BEHAVIOUR.md,
-/// Result).
-struct task_result {
-  std::string task_id;
-  task_outcome outcome = task_outcome::failed;
-  /// The last attempt's exit code (-1 when no attempt ran).
-  int exit_code = -1;
-  /// Why it failed or stopped; absent on success.
-  std::optional<std::string> error;
-  std::vector<std::string> artifacts;
-  result_metadata metadata;
-};
-
-/// A task as `status` reports it.
-struct task_status {
-  std::string task_id;
-  std::string environment;
-  task_state state = task_state::queued;
-  /// The agent of the current (or last) attempt.
-  std::string agent_id;
-  /// The current (or last) attempt number, 0 before the first.
-  int attempt = 0;
-  /// Retries of the current agent, for `retrying (n/max)`.
-  int retry_count = 0;
-  int max_retries = 0;
-  int total_attempts = 0;
-  int fallback_count = 0;
-  /// The trace id of the task's events.
-  std::string trace_id;
-  /// The final result once `state` is done.
-  std::optional<task_result> result;
-  /// The worker node of the running attempt; empty on this node.
-  std::string node;
-  /// Why a queued task waits (no fitting worker node, all busy), or what a
-  /// parked one waits for; empty when it is simply next in line.
-  std::string waiting_for;
-  /// For `quota_wait`: when the agent's quota resets (seconds since the
-  /// Unix epoch); 0 otherwise.
-  double resume_at = 0;
-};
-
-/// The typed keys of one event (defined in events.hpp).
-struct event_fields;
-
-/// What one event says beyond the fields below, shared by every copy of
-/// the event (events.cpp): its trace and span ids, its kind's keys typed,
-/// and its JSON line, rendered once, by whichever consumer first asks for
-/// it (the journal, a remote subscriber, a history read). A supervisor only
-/// stores values: rendering is the consumers' cost, and events nobody
-/// renders (output lines past the history's budget, a benchmark's) cost
-/// nothing to render.
-class event_body;
-
-/// One event: the fields a consumer filters on, plus the body that renders
-/// the JSON line with exactly its kind's keys. The JSON is rendered from the
-/// head of whichever copy asks first: an event is not changed once made.
-struct event {
-  event_kind kind = event_kind::warning;
-  std::string task_id;
-  int attempt = 0;
-  /// Seconds since the Unix epoch.
-  double ts = 0;
-  /// Null only in a default-constructed event (whose JSON is empty).
-  std::shared_ptr<const event_body> body;
-
-  /// One JSON object, no trailing newline (rendered on first use; safe to
-  /// call from any thread).
-  const std::string& json() const;
-
-  /// The same keys as typed values (events.hpp), for consumers in this
-  /// process that would otherwise parse the JSON back (the human view of
-  /// `tasksup run`, the node's figures). Null for an event read back from
-  /// JSON (journal, other nodes): there the JSON is the event.
-  const event_fields* fields() const noexcept;
-
-  /// 32 lowercase hex digits, one per task.
-  std::string_view trace_id() const noexcept;
-
-  /// 16 lowercase hex digits, one per attempt (the task's own span before
-  /// the first attempt).
-  std::string_view span_id() const noexcept;
-};
-
-/// The body of an event that arrives as its JSON line (journal, another
-/// node): no typed keys.
-std::shared_ptr<const event_body> json_event_body(std::string_view trace_id,
-                                                  std::string_view span_id,
-                                                  std::string json);
-
-/// A worker's report of its attempt's end.
-struct attempt_report {
-  int attempt = 0;
-  attempt_outcome outcome;
-  /// Container id or pid, as the runtime named it.
-  std::string container_id;
-};
 
 /// Asks the classifier to judge a failed outcome.
 struct classify_request {
@@ -402,35 +219,6 @@ struct permit_reply {
   double quota_reset_at = 0;
 };
 
-/// An account closed for a used-up quota, as `(health)` reports it.
-struct account_quota {
-  std::string account;
-  /// When it reopens (seconds since the Unix epoch).
-  double reset_at = 0;
-};
-
-/// One agent's circuit breaker, as `(health)` reports it.
-struct agent_breaker {
-  std::string agent_id;
-  breaker_state state = breaker_state::closed;
-};
-
-/// The registry's shared-health figures at one moment.
-struct node_health {
-  /// Every agent with breaker state (agents unused for long are dropped).
-  std::vector<agent_breaker> breakers;
-  /// The retry budget has a capacity (else it is unlimited).
-  bool budget_limited = false;
-  double budget_tokens = 0;
-  double budget_capacity = 0;
-  /// Attempt slots held, the limit, and tasks waiting for one.
-  int slots_in_use = 0;
-  int slot_limit = 0;
-  int queued = 0;
-  /// The accounts closed until their quota resets.
-  std::vector<account_quota> quotas;
-};
-
 // -- errors
 // --------------------------------------------------------------------
 
@@ -469,33 +257,34 @@ caf::error make_error(protocol_error code, std::string what);
 
 /// The context text of an error made by `make_error` (or CAF's rendering of
 /// any other error).
-std::string error_text(const caf::error& err);
+std::string error_text(const caf::error &err);
 
 // -- inspect
 // -------------------------------------------------------------------
 
 namespace detail {
 
-template<>
+template <>
 struct enum_size<stop_mode> : std::integral_constant<std::size_t, 2> {};
 
-template<>
+template <>
 struct enum_size<task_state> : std::integral_constant<std::size_t, 7> {};
 
-template<>
-struct enum_size<task_outcome> : std::integral_constant<std::size_t, 3> {};
+template <>
+struct enum_size<task_outcome>
+    : std::integral_constant<std::size_t, all_task_outcomes.size()> {};
 
-template<>
+template <>
 struct enum_size<event_kind> : std::integral_constant<std::size_t, 12> {};
 
-template<>
+template <>
 struct enum_size<breaker_state> : std::integral_constant<std::size_t, 3> {};
 
 } // namespace detail
 
 /// Serializes result metadata.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, result_metadata& x) {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, result_metadata &x) {
   return f(caf::meta::type_name("result_metadata"), x.agent_used, x.agent_id,
            x.retry_count, x.total_attempts, x.fallback_count, x.total_retries,
            detail::bounded(x.retries_by_agent, "metadata.retries_by_agent"),
@@ -503,29 +292,29 @@ typename Inspector::result_type inspect(Inspector& f, result_metadata& x) {
            detail::finite(x.cost_usd, "metadata.cost_usd"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
-               {{x.agent_used, wire::max_text_bytes, "metadata.agent_used"},
-                {x.agent_id, wire::max_id_bytes, "metadata.agent_id"}});
+                 {{x.agent_used, wire::max_text_bytes, "metadata.agent_used"},
+                  {x.agent_id, wire::max_id_bytes, "metadata.agent_id"}});
            }));
 }
 
 /// Serializes a task result.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, task_result& x) {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, task_result &x) {
   return f(caf::meta::type_name("task_result"), x.task_id,
            detail::checked(x.outcome, "result.outcome"), x.exit_code,
            detail::opt(x.error),
            detail::bounded(x.artifacts, "result.artifacts"), x.metadata,
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
-               {{x.task_id, wire::max_id_bytes, "result.task_id"},
-                {x.error ? *x.error : x.task_id, wire::max_text_bytes,
-                 "result.error"}});
+                 {{x.task_id, wire::max_id_bytes, "result.task_id"},
+                  {x.error ? *x.error : x.task_id, wire::max_text_bytes,
+                   "result.error"}});
            }));
 }
 
 /// Serializes a status record.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, task_status& x) {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, task_status &x) {
   return f(caf::meta::type_name("task_status"), x.task_id, x.environment,
            detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
            x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
@@ -533,19 +322,19 @@ typename Inspector::result_type inspect(Inspector& f, task_status& x) {
            detail::finite(x.resume_at, "status.resume_at"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
-               {{x.task_id, wire::max_id_bytes, "status.task_id"},
-                {x.node, wire::max_id_bytes, "status.node"},
-                {x.waiting_for, wire::max_text_bytes, "status.waiting_for"},
-                {x.environment, wire::max_id_bytes, "status.environment"},
-                {x.agent_id, wire::max_id_bytes, "status.agent_id"},
-                {x.trace_id, wire::max_id_bytes, "status.trace_id"}});
+                 {{x.task_id, wire::max_id_bytes, "status.task_id"},
+                  {x.node, wire::max_id_bytes, "status.node"},
+                  {x.waiting_for, wire::max_text_bytes, "status.waiting_for"},
+                  {x.environment, wire::max_id_bytes, "status.environment"},
+                  {x.agent_id, wire::max_id_bytes, "status.agent_id"},
+                  {x.trace_id, wire::max_id_bytes, "status.trace_id"}});
            }));
 }
 
 /// Serializes an event: its JSON line travels, rendered by the sender; the
 /// receiver's copy has no typed keys.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, event& x) {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, event &x) {
   if constexpr (Inspector::reads_state) {
     std::string trace_id{x.trace_id()};
     std::string span_id{x.span_id()};
@@ -562,10 +351,10 @@ typename Inspector::result_type inspect(Inspector& f, event& x) {
              trace_id, span_id, detail::finite(x.ts, "event.ts"), json,
              caf::meta::load_callback([&]() -> caf::error {
                if (auto err = detail::check_sizes(
-                     {{x.task_id, wire::max_id_bytes, "event.task_id"},
-                      {trace_id, wire::max_id_bytes, "event.trace_id"},
-                      {span_id, wire::max_id_bytes, "event.span_id"},
-                      {json, 4 * wire::max_text_bytes, "event.json"}}))
+                       {{x.task_id, wire::max_id_bytes, "event.task_id"},
+                        {trace_id, wire::max_id_bytes, "event.trace_id"},
+                        {span_id, wire::max_id_bytes, "event.span_id"},
+                        {json, 4 * wire::max_text_bytes, "event.json"}}))
                  return err;
                x.body = json_event_body(trace_id, span_id, std::move(json));
                return caf::none;
@@ -574,8 +363,8 @@ typename Inspector::result_type inspect(Inspector& f, event& x) {
 }
 
 /// Serializes an attempt report.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, attempt_report& x) {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, attempt_report &x) {
   return f(caf::meta::type_name("attempt_report"), x.attempt, x.outcome,
            x.container_id, caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes({{x.container_id, wire::max_text_bytes,
@@ -584,28 +373,28 @@ typename Inspector::result_type inspect(Inspector& f, attempt_report& x) {
 }
 
 /// Serializes a classify request.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, classify_request& x) {
-  return f(
-    caf::meta::type_name("classify_request"), x.task_id, x.outcome, x.agent_cli,
-    caf::meta::load_callback([&]() -> caf::error {
-      return detail::check_sizes(
-        {{x.task_id, wire::max_id_bytes, "classify_request.task_id"},
-         {x.agent_cli, wire::max_text_bytes, "classify_request.agent_cli"}});
-    }));
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, classify_request &x) {
+  return f(caf::meta::type_name("classify_request"), x.task_id, x.outcome,
+           x.agent_cli, caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+                 {{x.task_id, wire::max_id_bytes, "classify_request.task_id"},
+                  {x.agent_cli, wire::max_text_bytes,
+                   "classify_request.agent_cli"}});
+           }));
 }
 
 /// Serializes a delay request.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, delay_request& x) {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, delay_request &x) {
   return f(caf::meta::type_name("delay_request"), x.spec, x.retry_index,
            detail::finite(x.previous_s, "delay_request.previous_s"),
            detail::finite(x.hint_s, "delay_request.hint_s"));
 }
 
 /// Serializes a computed delay.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, delay_decision& x) {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, delay_decision &x) {
   return f(caf::meta::type_name("delay_decision"),
            detail::finite(x.delay_s, "delay_decision.delay_s"),
            detail::checked(x.source, "delay_decision.source"),
@@ -614,59 +403,59 @@ typename Inspector::result_type inspect(Inspector& f, delay_decision& x) {
 }
 
 /// Serializes a permit request.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, permit_request& x) {
-  return f(
-    caf::meta::type_name("permit_request"), x.task_id, x.agent_id, x.account,
-    x.need_slot, x.need_token, x.placement.runtime,
-    detail::bounded(x.placement.labels, "permit_request.labels"), x.local_only,
-    caf::meta::load_callback([&]() -> caf::error {
-      return detail::check_sizes(
-        {{x.task_id, wire::max_id_bytes, "permit_request.task_id"},
-         {x.placement.runtime, wire::max_id_bytes, "permit_request.runtime"},
-         {x.agent_id, wire::max_id_bytes, "permit_request.agent_id"},
-         {x.account, wire::max_id_bytes, "permit_request.account"}});
-    }));
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, permit_request &x) {
+  return f(caf::meta::type_name("permit_request"), x.task_id, x.agent_id,
+           x.account, x.need_slot, x.need_token, x.placement.runtime,
+           detail::bounded(x.placement.labels, "permit_request.labels"),
+           x.local_only, caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+                 {{x.task_id, wire::max_id_bytes, "permit_request.task_id"},
+                  {x.placement.runtime, wire::max_id_bytes,
+                   "permit_request.runtime"},
+                  {x.agent_id, wire::max_id_bytes, "permit_request.agent_id"},
+                  {x.account, wire::max_id_bytes, "permit_request.account"}});
+           }));
 }
 
 /// Serializes a permit reply.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, permit_reply& x) {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, permit_reply &x) {
   return f(caf::meta::type_name("permit_reply"), x.agent_allowed, x.token,
            x.node, x.agent, x.runtime,
            detail::finite(x.quota_reset_at, "permit_reply.quota_reset_at"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
-               {{x.node, wire::max_id_bytes, "permit_reply.node"},
-                {x.runtime, wire::max_id_bytes, "permit_reply.runtime"}});
+                 {{x.node, wire::max_id_bytes, "permit_reply.node"},
+                  {x.runtime, wire::max_id_bytes, "permit_reply.runtime"}});
            }));
 }
 
 /// Serializes one agent's breaker state.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, agent_breaker& x) {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, agent_breaker &x) {
   return f(caf::meta::type_name("agent_breaker"), x.agent_id,
            detail::checked(x.state, "breaker.state"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
-               {{x.agent_id, wire::max_id_bytes, "breaker.agent_id"}});
+                 {{x.agent_id, wire::max_id_bytes, "breaker.agent_id"}});
            }));
 }
 
 /// Serializes one closed account.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, account_quota& x) {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, account_quota &x) {
   return f(caf::meta::type_name("account_quota"), x.account,
            detail::finite(x.reset_at, "quota.reset_at"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
-               {{x.account, wire::max_id_bytes, "quota.account"}});
+                 {{x.account, wire::max_id_bytes, "quota.account"}});
            }));
 }
 
 /// Serializes the health figures.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, node_health& x) {
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector &f, node_health &x) {
   return f(caf::meta::type_name("node_health"),
            detail::bounded(x.breakers, "health.breakers"), x.budget_limited,
            detail::finite(x.budget_tokens, "health.budget_tokens"),
@@ -681,6 +470,6 @@ typename Inspector::result_type inspect(Inspector& f, node_health& x) {
 /// Registers every message type above (and the libsupervisor types they
 /// carry) and the `tasksup` error category with `cfg`. Call once per config,
 /// on every node, before the actor system is created.
-void register_protocol(caf::actor_system_config& cfg);
+void register_protocol(caf::actor_system_config &cfg);
 
 } // namespace tasksup
