@@ -1,6 +1,6 @@
 #include "event_console.hpp"
 
-#include "tasksup/actors/events.hpp"
+#include "tasksup/supervisor/events.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>

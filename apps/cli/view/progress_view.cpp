@@ -1,6 +1,6 @@
 #include "progress_view.hpp"
 
-#include "tasksup/actors/events.hpp"
+#include "tasksup/supervisor/events.hpp"
 
 #include <boost/json/parse.hpp>
 #include <boost/json/value.hpp>
