@@ -2,10 +2,12 @@
 
 #include "json_text.hpp"
 
-#include "tasksup/actors/events.hpp"
+#include "tasksup/supervisor/text.hpp"
 
+#include <boost/json/array.hpp>
 #include <boost/json/parse.hpp>
 
+#include <cmath>
 #include <map>
 #include <optional>
 #include <string_view>
@@ -48,6 +50,55 @@ task_clocks parse_times(const std::string& text) {
   return out;
 }
 
+/// `s` as a JSON string value: invalid UTF-8 repaired, as the JSON writer
+/// repairs it.
+boost::json::value text_value(const std::string& s) {
+  return boost::json::value(valid_utf8(s) ? s : sanitize_utf8(s));
+}
+
+/// A number as JSON spells it: one JSON cannot spell is null.
+boost::json::value number_value(double x) {
+  return std::isfinite(x) ? boost::json::value(x) : boost::json::value{};
+}
+
+/// The result as the object `task_done` carries (`write_result_fields`),
+/// key for key, built from the typed result.
+boost::json::object result_object(const task_result& r) {
+  boost::json::object out;
+  out.reserve(6);
+  out["outcome"] = to_string(r.outcome);
+  out["exit_code"] = r.exit_code;
+  out["error"] = r.error ? text_value(*r.error) : boost::json::value{};
+  boost::json::array artifacts;
+  artifacts.reserve(r.artifacts.size());
+  for (auto& a : r.artifacts)
+    artifacts.push_back(text_value(a));
+  out["artifacts"] = std::move(artifacts);
+  auto& m = r.metadata;
+  boost::json::object meta;
+  meta.reserve(9);
+  meta["agent_used"] = text_value(m.agent_used);
+  meta["agent_id"] = text_value(m.agent_id);
+  meta["retry_count"] = m.retry_count;
+  meta["total_attempts"] = m.total_attempts;
+  meta["fallback_count"] = m.fallback_count;
+  meta["total_retries"] = m.total_retries;
+  boost::json::object by_agent;
+  for (auto& [agent, n] : m.retries_by_agent)
+    by_agent[agent] = n; // agent ids are validated identifiers
+  meta["retries_by_agent"] = std::move(by_agent);
+  if (m.usage)
+    meta["usage"] = boost::json::object{
+      {"input_tokens", m.usage->input_tokens},
+      {"output_tokens", m.usage->output_tokens},
+      {"cached_input_tokens", m.usage->cached_input_tokens}};
+  if (m.cost_usd)
+    meta["cost_usd"] = number_value(*m.cost_usd);
+  out["metadata"] = std::move(meta);
+  out["task_id"] = text_value(r.task_id);
+  return out;
+}
+
 /// One status record as JSON (the result as `task_done` carries it) with
 /// its times (null when the node does not know them).
 boost::json::object to_json(const task_status& s, const task_times* c) {
@@ -78,9 +129,7 @@ boost::json::object to_json(const task_status& s, const task_times* c) {
   put_time("finished_ts", c ? c->finished_ts : 0);
   put_time("resume_ts", s.resume_at);
   if (s.result) {
-    boost::system::error_code ec;
-    auto result = boost::json::parse(result_to_json(*s.result), ec);
-    out["result"] = ec ? boost::json::value{} : std::move(result);
+    out["result"] = result_object(*s.result);
   } else {
     out["result"] = nullptr;
   }
