@@ -2,6 +2,7 @@
 // untrusted output kept valid JSON.
 
 #include "tasksup/actors/events.hpp"
+#include "tasksup/actors/protocol.hpp"
 
 #include "tasksup/supervisor/text.hpp"
 
