@@ -222,6 +222,60 @@ typename Inspector::result_type inspect(Inspector& f, state_view& v) {
            s.paused);
 }
 
+/// A result as journals wrote it before results carried their cause
+/// (`task_result::cause`): the same fields, without it.
+struct legacy_result_view {
+  task_result& x;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, legacy_result_view& v) {
+  auto& x = v.x;
+  return f(caf::meta::type_name("task_result"), x.task_id,
+           detail::checked(x.outcome, "result.outcome"), x.exit_code,
+           detail::opt(x.error),
+           detail::bounded(x.artifacts, "result.artifacts"), x.metadata,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.task_id, wire::max_id_bytes, "result.task_id"},
+                {x.error ? *x.error : x.task_id, wire::max_text_bytes,
+                 "result.error"}});
+           }));
+}
+
+/// A finished task's status as journals wrote it before results carried
+/// their cause. Read only: such a result's cause is derived on load.
+struct legacy_status_view {
+  task_status& x;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, legacy_status_view& v) {
+  static_assert(Inspector::writes_state, "the legacy status is only read");
+  auto& x = v.x;
+  auto legacy = [](task_result& r) { return legacy_result_view{r}; };
+  detail::opt_ref<task_result, decltype(legacy)> result{x.result, legacy};
+  return f(caf::meta::type_name("task_status"), x.task_id, x.environment,
+           detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
+           x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
+           x.trace_id, result, x.node, x.waiting_for,
+           detail::finite(x.resume_at, "status.resume_at"),
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.task_id, wire::max_id_bytes, "status.task_id"},
+                {x.node, wire::max_id_bytes, "status.node"},
+                {x.waiting_for, wire::max_text_bytes, "status.waiting_for"},
+                {x.environment, wire::max_id_bytes, "status.environment"},
+                {x.agent_id, wire::max_id_bytes, "status.agent_id"},
+                {x.trace_id, wire::max_id_bytes, "status.trace_id"}});
+           }));
+}
+
+/// The first byte of a status record whose result carries its cause. A
+/// record without it starts with the task id's length (1 to 64, one byte),
+/// so the two never mix up.
+constexpr char status_with_cause = '\xff';
+
 struct input_view {
   journaled_input& x;
 };
@@ -431,7 +485,7 @@ std::string encode(const journaled_input& x) {
 
 std::string encode(const task_status& x) {
   auto copy = x;
-  return save(copy);
+  return status_with_cause + save(copy);
 }
 
 expected<journaled_task> decode_task(std::string_view bytes,
@@ -449,7 +503,16 @@ expected<journaled_input> decode_input(std::string_view bytes,
 expected<task_status> decode_status(std::string_view bytes,
                                     const std::string& what,
                                     std::vector<std::string>* warnings) {
-  return decode_as<task_status>(bytes, what, warnings);
+  if (!bytes.empty() && bytes.front() == status_with_cause)
+    return decode_as<task_status>(bytes.substr(1), what, warnings);
+  // Written before results carried their cause: a success says so, any
+  // other end is not known.
+  auto x = decode_as<task_status, legacy_status_view>(bytes, what, warnings);
+  if (x && x->result)
+    x->result->cause.reason = x->result->outcome == task_outcome::succeeded
+                                ? end_reason::succeeded
+                                : end_reason::unknown;
+  return x;
 }
 
 std::string fingerprint(const task_machine_state& st) {

@@ -15,9 +15,9 @@ namespace tasksup {
 namespace {
 
 constexpr std::string_view protocol_error_names[] = {
-    "none",           "invalid_task",    "duplicate_task",
-    "unknown_task",   "unknown_runtime", "invalid_rules",
-    "journal_failed", "limit_reached",   "await_timeout",
+  "none",           "invalid_task",    "duplicate_task",
+  "unknown_task",   "unknown_runtime", "invalid_rules",
+  "journal_failed", "limit_reached",   "await_timeout",
 };
 
 /// A message element of enum type `E` whose load rejects values outside
@@ -25,28 +25,28 @@ constexpr std::string_view protocol_error_names[] = {
 /// `(stop, task_id, stop_mode)`) with its plain integer conversion, which
 /// no `inspect` overload can intercept, so the node registers this value
 /// type for it instead.
-template <class E>
+template<class E>
 class checked_enum_value : public caf::detail::type_erased_value_impl<E> {
 public:
   using super = caf::detail::type_erased_value_impl<E>;
 
   using super::super;
 
-  caf::error load(caf::deserializer &source) override {
-    auto &x = *static_cast<E *>(this->get_mutable());
+  caf::error load(caf::deserializer& source) override {
+    auto& x = *static_cast<E*>(this->get_mutable());
     auto wrapped = detail::checked(x, "message element");
     return source(wrapped);
   }
 
   caf::type_erased_value_ptr copy() const override {
     return caf::type_erased_value_ptr{
-        new checked_enum_value(*static_cast<const E *>(this->get()))};
+      new checked_enum_value(*static_cast<const E*>(this->get()))};
   }
 };
 
 /// Registers `E` under `name` with a checked load.
-template <class E>
-void add_checked_enum(caf::actor_system_config &cfg, const std::string &name) {
+template<class E>
+void add_checked_enum(caf::actor_system_config& cfg, const std::string& name) {
   cfg.add_message_type<E>(name);
   auto factory = []() -> caf::type_erased_value_ptr {
     return caf::type_erased_value_ptr{new checked_enum_value<E>()};
@@ -65,6 +65,8 @@ static_assert(detail::enum_size<task_outcome>::value ==
               static_cast<std::size_t>(task_outcome::stopped) + 1);
 static_assert(detail::enum_size<event_kind>::value ==
               static_cast<std::size_t>(event_kind::step) + 1);
+static_assert(detail::enum_size<end_reason>::value ==
+              static_cast<std::size_t>(end_reason::runtime_missing) + 1);
 
 } // namespace
 
@@ -79,9 +81,9 @@ caf::error make_error(protocol_error code, std::string what) {
                     caf::make_message(std::move(what))};
 }
 
-std::string error_text(const caf::error &err) {
+std::string error_text(const caf::error& err) {
   if (err.category() == protocol_error_category) {
-    auto &ctx = err.context();
+    auto& ctx = err.context();
     if (ctx.match_elements<std::string>())
       return ctx.get_as<std::string>(0);
     return std::string{to_string(static_cast<protocol_error>(err.code()))};
@@ -89,44 +91,43 @@ std::string error_text(const caf::error &err) {
   return caf::to_string(err);
 }
 
-void register_protocol(caf::actor_system_config &cfg) {
+void register_protocol(caf::actor_system_config& cfg) {
   cfg.add_message_type<agent_spec>("tasksup::agent_spec")
-      .add_message_type<task_spec>("tasksup::task_spec")
-      .add_message_type<classifier_rule>("tasksup::classifier_rule")
-      .add_message_type<classification>("tasksup::classification")
-      .add_message_type<attempt_outcome>("tasksup::attempt_outcome")
-      .add_message_type<task_result>("tasksup::task_result")
-      .add_message_type<task_status>("tasksup::task_status")
-      .add_message_type<std::vector<task_status>>(
-          "std::vector<tasksup::task_status>")
-      .add_message_type<std::vector<classifier_rule>>(
-          "std::vector<tasksup::classifier_rule>")
-      .add_message_type<event>("tasksup::event")
-      .add_message_type<std::vector<event>>("std::vector<tasksup::event>")
-      .add_message_type<attempt_report>("tasksup::attempt_report")
-      .add_message_type<classify_request>("tasksup::classify_request")
-      .add_message_type<delay_request>("tasksup::delay_request")
-      .add_message_type<delay_decision>("tasksup::delay_decision")
-      .add_message_type<permit_request>("tasksup::permit_request")
-      .add_message_type<permit_reply>("tasksup::permit_reply")
-      .add_message_type<node_health>("tasksup::node_health")
-      .add_message_type<node_offer>("tasksup::node_offer")
-      .add_message_type<node_info>("tasksup::node_info")
-      .add_message_type<std::vector<node_info>>(
-          "std::vector<tasksup::node_info>")
-      .add_message_type<remote_attempt>("tasksup::remote_attempt");
+    .add_message_type<task_spec>("tasksup::task_spec")
+    .add_message_type<classifier_rule>("tasksup::classifier_rule")
+    .add_message_type<classification>("tasksup::classification")
+    .add_message_type<attempt_outcome>("tasksup::attempt_outcome")
+    .add_message_type<task_result>("tasksup::task_result")
+    .add_message_type<task_status>("tasksup::task_status")
+    .add_message_type<std::vector<task_status>>(
+      "std::vector<tasksup::task_status>")
+    .add_message_type<std::vector<classifier_rule>>(
+      "std::vector<tasksup::classifier_rule>")
+    .add_message_type<event>("tasksup::event")
+    .add_message_type<std::vector<event>>("std::vector<tasksup::event>")
+    .add_message_type<attempt_report>("tasksup::attempt_report")
+    .add_message_type<classify_request>("tasksup::classify_request")
+    .add_message_type<delay_request>("tasksup::delay_request")
+    .add_message_type<delay_decision>("tasksup::delay_decision")
+    .add_message_type<permit_request>("tasksup::permit_request")
+    .add_message_type<permit_reply>("tasksup::permit_reply")
+    .add_message_type<node_health>("tasksup::node_health")
+    .add_message_type<node_offer>("tasksup::node_offer")
+    .add_message_type<node_info>("tasksup::node_info")
+    .add_message_type<std::vector<node_info>>("std::vector<tasksup::node_info>")
+    .add_message_type<remote_attempt>("tasksup::remote_attempt");
   add_checked_enum<stop_mode>(cfg, "tasksup::stop_mode");
   cfg.add_error_category(
-      protocol_error_category,
-      [](std::uint8_t code, caf::atom_value, const caf::message &ctx) {
-        std::string out = "tasksup::";
-        out += to_string(static_cast<protocol_error>(code));
-        if (ctx.match_elements<std::string>()) {
-          out += ": ";
-          out += ctx.get_as<std::string>(0);
-        }
-        return out;
-      });
+    protocol_error_category,
+    [](std::uint8_t code, caf::atom_value, const caf::message& ctx) {
+      std::string out = "tasksup::";
+      out += to_string(static_cast<protocol_error>(code));
+      if (ctx.match_elements<std::string>()) {
+        out += ": ";
+        out += ctx.get_as<std::string>(0);
+      }
+      return out;
+    });
 }
 
 } // namespace tasksup

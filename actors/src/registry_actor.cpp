@@ -304,6 +304,7 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       r.task_id = i->second;
       r.outcome = task_outcome::failed;
       r.error = "task supervisor died: " + self->system().render(dm.reason);
+      r.cause.reason = end_reason::supervisor_died;
       self->send(st.hub, escalate_atom::value, std::move(r), dm.source);
       return;
     }

@@ -120,6 +120,7 @@ void restore(registry_actor_t* self) {
       r.task_id = id;
       r.error = "node restarted without the runtime '" + runtime_name +
                 "' this task needs";
+      r.cause.reason = end_reason::runtime_missing;
       task_status s;
       s.task_id = id;
       s.environment = opts.task.environment;

@@ -365,6 +365,7 @@ struct carrier {
       r.artifacts = std::move(s.m.last_artifacts);
     }
     r.error = describe(e, s.machine().config());
+    r.cause = cause_of(e);
     if (s.run)
       end_hooks(self, e.outcome != end_kind::succeeded, r.artifacts);
     const auto& c = s.m.counters;

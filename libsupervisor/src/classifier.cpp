@@ -605,6 +605,7 @@ classifier::classify(const attempt_outcome& outcome, std::string_view agent_cli,
   if (!outcome.lost_node.empty()) {
     result.cls = error_class::infrastructure;
     result.rule = std::string{node_lost_rule_prefix} + outcome.lost_node;
+    result.lost_node = outcome.lost_node;
     result.line = display_line(outcome.infrastructure_error, 0);
     return result;
   }
@@ -751,9 +752,7 @@ classifier& classifier::operator=(const classifier&) = default;
 classifier::~classifier() = default;
 
 bool is_node_loss(const classification& c) noexcept {
-  return c.cls == error_class::infrastructure &&
-         std::string_view{c.rule}.substr(0, node_lost_rule_prefix.size()) ==
-           node_lost_rule_prefix;
+  return c.cls == error_class::infrastructure && !c.lost_node.empty();
 }
 
 } // namespace tasksup

@@ -22,20 +22,20 @@ public:
   /// A body built in this process: typed, rendered on first use.
   event_body(std::string_view trace_id, std::string_view span_id,
              event_fields fields)
-      : typed_(std::move(fields)) {
+    : typed_(std::move(fields)) {
     set_ids(trace_id, span_id);
   }
 
   /// A body that arrived as its JSON line.
   event_body(std::string_view trace_id, std::string_view span_id,
              std::string json)
-      : rendered_(true), json_(std::move(json)) {
+    : rendered_(true), json_(std::move(json)) {
     set_ids(trace_id, span_id);
   }
 
   /// The JSON line of `ev` (whose body this is): rendered by the first
   /// caller, under the lock, and read without it from then on.
-  const std::string &json(const event &ev) const {
+  const std::string& json(const event& ev) const {
     if (!rendered_.load(std::memory_order_acquire)) {
       std::lock_guard<std::mutex> guard{mtx_};
       if (!rendered_.load(std::memory_order_relaxed)) {
@@ -46,7 +46,7 @@ public:
     return json_;
   }
 
-  const event_fields *fields() const noexcept {
+  const event_fields* fields() const noexcept {
     return typed_ ? &*typed_ : nullptr;
   }
 
@@ -63,7 +63,7 @@ private:
   void set_ids(std::string_view trace_id, std::string_view span_id) {
     trace_n_ = trace_id.size();
     span_n_ = span_id.size();
-    char *out = inline_;
+    char* out = inline_;
     if (trace_n_ + span_n_ > inline_ids) {
       long_ids_.resize(trace_n_ + span_n_);
       out = long_ids_.data();
@@ -74,11 +74,11 @@ private:
       std::memcpy(out + trace_n_, span_id.data(), span_n_);
   }
 
-  const char *ids() const noexcept {
+  const char* ids() const noexcept {
     return long_ids_.empty() ? inline_ : long_ids_.data();
   }
 
-  std::string render(const event &ev) const;
+  std::string render(const event& ev) const;
 
   std::optional<event_fields> typed_;
   char inline_[inline_ids];
@@ -94,14 +94,14 @@ namespace {
 
 using detail::hex_chars;
 
-std::string hex_digits(trace_id_generator &rng, int words) {
+std::string hex_digits(trace_id_generator& rng, int words) {
   std::string out(static_cast<std::size_t>(words) * 16, '0');
   for (;;) {
     bool nonzero = false;
     for (int i = 0; i < words; ++i) {
       auto x = rng.next();
       nonzero = nonzero || x != 0;
-      auto *p = out.data() + i * 16;
+      auto* p = out.data() + i * 16;
       for (int d = 15; d >= 0; --d, x >>= 4)
         p[d] = hex_chars[x & 15];
     }
@@ -116,14 +116,14 @@ std::string checked_text(std::string_view s) {
 }
 
 /// Repairs `s` in place (a copy only when it was invalid).
-void repair_text(std::string &s) {
+void repair_text(std::string& s) {
   if (!valid_utf8(s))
     s = sanitize_utf8(s);
 }
 
 /// Opens the event object and writes the common keys, in the order of
 /// docs/BEHAVIOUR.md, Events.
-void head_fields(json_writer &w, const event &ev, std::string_view trace_id,
+void head_fields(json_writer& w, const event& ev, std::string_view trace_id,
                  std::string_view span_id) {
   w.begin_object();
   w.key("event");
@@ -142,8 +142,8 @@ void head_fields(json_writer &w, const event &ev, std::string_view trace_id,
 
 /// `usage` {`input_tokens`, `output_tokens`, `cached_input_tokens`} and
 /// `cost_usd`, each only when known.
-void usage_fields(json_writer &w, const std::optional<token_usage> &usage,
-                  const std::optional<double> &cost_usd) {
+void usage_fields(json_writer& w, const std::optional<token_usage>& usage,
+                  const std::optional<double>& cost_usd) {
   if (usage) {
     w.key("usage");
     w.begin_object();
@@ -162,11 +162,11 @@ void usage_fields(json_writer &w, const std::optional<token_usage> &usage,
 }
 
 /// `r` with its untrusted text repaired, as `task_done` keeps it.
-task_result checked_result(const task_result &r) {
+task_result checked_result(const task_result& r) {
   task_result out = r;
   if (out.error)
     repair_text(*out.error);
-  for (auto &a : out.artifacts)
+  for (auto& a : out.artifacts)
     repair_text(a);
   repair_text(out.metadata.agent_used);
   repair_text(out.metadata.agent_id);
@@ -175,7 +175,7 @@ task_result checked_result(const task_result &r) {
 
 } // namespace
 
-void write_result_fields(json_writer &w, const task_result &r) {
+void write_result_fields(json_writer& w, const task_result& r) {
   w.key("outcome");
   w.raw_string(to_string(r.outcome));
   w.key("exit_code");
@@ -187,7 +187,7 @@ void write_result_fields(json_writer &w, const task_result &r) {
     w.null();
   w.key("artifacts");
   w.begin_array();
-  for (auto &a : r.artifacts)
+  for (auto& a : r.artifacts)
     w.string(a);
   w.end_array();
   w.key("metadata");
@@ -206,7 +206,7 @@ void write_result_fields(json_writer &w, const task_result &r) {
   w.integer(r.metadata.total_retries);
   w.key("retries_by_agent");
   w.begin_object();
-  for (auto &[agent, n] : r.metadata.retries_by_agent) {
+  for (auto& [agent, n] : r.metadata.retries_by_agent) {
     w.key(agent); // agent ids are validated identifiers
     w.integer(n);
   }
@@ -220,17 +220,17 @@ namespace {
 
 // The kind's keys of each event, in the order of docs/BEHAVIOUR.md, Events.
 
-void kind_fields(json_writer &w, const event_data::task_submitted &d) {
+void kind_fields(json_writer& w, const event_data::task_submitted& d) {
   w.key("environment");
   w.string(d.environment);
   w.key("agents");
   w.begin_array();
-  for (auto &a : d.agents)
+  for (auto& a : d.agents)
     w.string(a);
   w.end_array();
 }
 
-void kind_fields(json_writer &w, const event_data::attempt_started &d) {
+void kind_fields(json_writer& w, const event_data::attempt_started& d) {
   w.key("agent_id");
   w.string(d.agent_id);
   w.key("agent_cli");
@@ -243,14 +243,14 @@ void kind_fields(json_writer &w, const event_data::attempt_started &d) {
   }
 }
 
-void kind_fields(json_writer &w, const event_data::log &d) {
+void kind_fields(json_writer& w, const event_data::log& d) {
   w.key("stream");
   w.string(d.stream);
   w.key("line");
   w.string(d.line);
 }
 
-void kind_fields(json_writer &w, const event_data::attempt_exited &d) {
+void kind_fields(json_writer& w, const event_data::attempt_exited& d) {
   w.key("exit_code");
   w.integer(d.exit_code);
   w.key("signal");
@@ -272,7 +272,7 @@ void kind_fields(json_writer &w, const event_data::attempt_exited &d) {
   usage_fields(w, d.usage, d.cost_usd);
 }
 
-void kind_fields(json_writer &w, const event_data::classified &d) {
+void kind_fields(json_writer& w, const event_data::classified& d) {
   w.key("class");
   w.raw_string(to_string(d.c.cls));
   w.key("rule");
@@ -286,7 +286,7 @@ void kind_fields(json_writer &w, const event_data::classified &d) {
     w.null();
 }
 
-void kind_fields(json_writer &w, const event_data::retry_scheduled &d) {
+void kind_fields(json_writer& w, const event_data::retry_scheduled& d) {
   w.key("retry_count");
   w.integer(d.retry_count);
   w.key("agent");
@@ -311,7 +311,7 @@ void kind_fields(json_writer &w, const event_data::retry_scheduled &d) {
   w.boolean(d.stable);
 }
 
-void kind_fields(json_writer &w, const event_data::agent_switched &d) {
+void kind_fields(json_writer& w, const event_data::agent_switched& d) {
   w.key("from");
   w.string(d.from);
   w.key("to");
@@ -322,30 +322,30 @@ void kind_fields(json_writer &w, const event_data::agent_switched &d) {
   w.string(d.cause);
 }
 
-void kind_fields(json_writer &w, const event_data::user_stop &d) {
+void kind_fields(json_writer& w, const event_data::user_stop& d) {
   w.key("mode");
   w.raw_string(to_string(d.mode));
   w.key("message");
   w.string(d.message);
 }
 
-void kind_fields(json_writer &w, const event_data::task_done &d) {
+void kind_fields(json_writer& w, const event_data::task_done& d) {
   write_result_fields(w, d.result());
 }
 
-void kind_fields(json_writer &w, const event_data::escalated &d) {
+void kind_fields(json_writer& w, const event_data::escalated& d) {
   w.key("outcome");
   w.raw_string(to_string(d.outcome));
   w.key("parent");
   w.string(d.parent);
 }
 
-void kind_fields(json_writer &w, const event_data::warning &d) {
+void kind_fields(json_writer& w, const event_data::warning& d) {
   w.key("message");
   w.string(d.message);
 }
 
-void kind_fields(json_writer &w, const event_data::step &d) {
+void kind_fields(json_writer& w, const event_data::step& d) {
   w.key("step");
   w.string(d.step);
   w.key("name");
@@ -362,35 +362,35 @@ void kind_fields(json_writer &w, const event_data::step &d) {
 }
 
 /// The event of `kind` for `h`, holding `data`.
-template <class Data>
-event make_event(event_kind kind, const event_head &h, Data &&data) {
+template<class Data>
+event make_event(event_kind kind, const event_head& h, Data&& data) {
   event ev;
   ev.kind = kind;
   ev.task_id = h.task_id;
   ev.attempt = h.attempt;
   ev.ts = h.ts;
   ev.body = std::make_shared<const event_body>(
-      h.trace_id, h.span_id, event_fields{std::forward<Data>(data)});
+    h.trace_id, h.span_id, event_fields{std::forward<Data>(data)});
   return ev;
 }
 
 } // namespace
 
-std::string event_body::render(const event &ev) const {
+std::string event_body::render(const event& ev) const {
   json_writer w;
   head_fields(w, ev, trace_id(), span_id());
   if (typed_)
-    std::visit([&](const auto &d) { kind_fields(w, d); }, typed_->data);
+    std::visit([&](const auto& d) { kind_fields(w, d); }, typed_->data);
   w.end_object();
   return w.take();
 }
 
-const std::string &event::json() const {
+const std::string& event::json() const {
   static const std::string none;
   return body ? body->json(*this) : none;
 }
 
-const event_fields *event::fields() const noexcept {
+const event_fields* event::fields() const noexcept {
   return body ? body->fields() : nullptr;
 }
 
@@ -417,40 +417,45 @@ std::uint64_t trace_id_generator::next() {
   return z ^ (z >> 31);
 }
 
-std::string trace_id_generator::trace_id() { return hex_digits(*this, 2); }
+std::string trace_id_generator::trace_id() {
+  return hex_digits(*this, 2);
+}
 
-std::string trace_id_generator::span_id() { return hex_digits(*this, 1); }
+std::string trace_id_generator::span_id() {
+  return hex_digits(*this, 1);
+}
 
-std::uint64_t trace_id_generator::child_seed() { return next(); }
+std::uint64_t trace_id_generator::child_seed() {
+  return next();
+}
 
-event task_submitted_event(const event_head &h, std::string_view environment,
-                           const std::vector<std::string> &agents) {
+event task_submitted_event(const event_head& h, std::string_view environment,
+                           const std::vector<std::string>& agents) {
   event_data::task_submitted d;
   d.environment = checked_text(environment);
   d.agents.reserve(agents.size());
-  for (auto &a : agents)
+  for (auto& a : agents)
     d.agents.push_back(checked_text(a));
   return make_event(event_kind::task_submitted, h, std::move(d));
 }
 
-event attempt_started_event(const event_head &h, std::string_view agent_id,
+event attempt_started_event(const event_head& h, std::string_view agent_id,
                             std::string_view agent_cli,
                             std::string_view container_id,
                             std::string_view member_state) {
   return make_event(event_kind::attempt_started, h,
-                    event_data::attempt_started{checked_text(agent_id),
-                                                checked_text(agent_cli),
-                                                checked_text(container_id),
-                                                checked_text(member_state)});
+                    event_data::attempt_started{
+                      checked_text(agent_id), checked_text(agent_cli),
+                      checked_text(container_id), checked_text(member_state)});
 }
 
-event log_event(const event_head &h, std::string_view line,
+event log_event(const event_head& h, std::string_view line,
                 std::string_view stream) {
   return make_event(event_kind::log, h,
                     event_data::log{checked_text(stream), checked_text(line)});
 }
 
-event attempt_exited_event(const event_head &h, const attempt_outcome &out) {
+event attempt_exited_event(const event_head& h, const attempt_outcome& out) {
   event_data::attempt_exited d;
   d.exit_code = out.exit_code;
   d.signal = out.signal;
@@ -465,18 +470,19 @@ event attempt_exited_event(const event_head &h, const attempt_outcome &out) {
   return make_event(event_kind::attempt_exited, h, std::move(d));
 }
 
-event classified_event(const event_head &h, const classification &c) {
+event classified_event(const event_head& h, const classification& c) {
   event_data::classified d;
   d.c.cls = c.cls;
   d.c.rule = checked_text(c.rule);
   d.c.line = checked_text(c.line);
   d.c.retry_after_s = c.retry_after_s;
+  d.c.lost_node = checked_text(c.lost_node);
   return make_event(event_kind::classified, h, std::move(d));
 }
 
-event retry_scheduled_event(const event_head &h, int retry_count,
+event retry_scheduled_event(const event_head& h, int retry_count,
                             int max_retries, std::string_view agent,
-                            const delay_decision &delay,
+                            const delay_decision& delay,
                             std::string_view reason, int restart, double ran_s,
                             bool stable) {
   event_data::retry_scheduled d;
@@ -491,39 +497,39 @@ event retry_scheduled_event(const event_head &h, int retry_count,
   return make_event(event_kind::retry_scheduled, h, std::move(d));
 }
 
-event agent_switched_event(const event_head &h, std::string_view from,
+event agent_switched_event(const event_head& h, std::string_view from,
                            std::string_view to, std::string_view reason,
                            std::string_view cause) {
   return make_event(
-      event_kind::agent_switched, h,
-      event_data::agent_switched{checked_text(from), checked_text(to),
-                                 checked_text(reason), checked_text(cause)});
+    event_kind::agent_switched, h,
+    event_data::agent_switched{checked_text(from), checked_text(to),
+                               checked_text(reason), checked_text(cause)});
 }
 
-event user_stop_event(const event_head &h, stop_mode mode,
+event user_stop_event(const event_head& h, stop_mode mode,
                       std::string_view message) {
   return make_event(event_kind::user_stop, h,
                     event_data::user_stop{mode, checked_text(message)});
 }
 
-event task_done_event(const event_head &h, const task_result &r) {
+event task_done_event(const event_head& h, const task_result& r) {
   return make_event(event_kind::task_done, h,
-                    event_data::task_done{std::make_shared<const task_result>(
-                        checked_result(r))});
+                    event_data::task_done{
+                      std::make_shared<const task_result>(checked_result(r))});
 }
 
-event escalated_event(const event_head &h, task_outcome outcome,
+event escalated_event(const event_head& h, task_outcome outcome,
                       std::string_view parent) {
   return make_event(event_kind::escalated, h,
                     event_data::escalated{outcome, checked_text(parent)});
 }
 
-event warning_event(const event_head &h, std::string_view message) {
+event warning_event(const event_head& h, std::string_view message) {
   return make_event(event_kind::warning, h,
                     event_data::warning{checked_text(message)});
 }
 
-event step_event(const event_head &h, std::string_view step,
+event step_event(const event_head& h, std::string_view step,
                  std::string_view name, bool passed,
                  std::optional<int> exit_code, std::string_view message) {
   return make_event(event_kind::step, h,
@@ -531,7 +537,7 @@ event step_event(const event_head &h, std::string_view step,
                                      passed, exit_code, checked_text(message)});
 }
 
-std::string result_to_json(const task_result &r) {
+std::string result_to_json(const task_result& r) {
   json_writer w;
   w.begin_object();
   write_result_fields(w, r);

@@ -69,6 +69,47 @@ std::optional<std::string> describe(const effect::finish& f,
   return std::string{"failed"};
 }
 
+task_cause cause_of(const effect::finish& f) {
+  task_cause out;
+  switch (f.cause) {
+    case end_cause::decision:
+      if (f.outcome == end_kind::succeeded) {
+        out.reason = end_reason::succeeded;
+      } else if (f.why && f.why->classified &&
+                 is_node_loss(*f.why->classified)) {
+        out.reason = end_reason::node_lost;
+        out.node = f.why->classified->lost_node;
+      } else {
+        out.reason = end_reason::policy_failed;
+      }
+      if (f.why && f.why->classified)
+        out.last_class = f.why->classified->cls;
+      break;
+    case end_cause::attempts_exhausted:
+      out.reason = end_reason::attempts_exhausted;
+      break;
+    case end_cause::user_stop:
+      out.reason = end_reason::user_stop;
+      break;
+    case end_cause::deadline:
+      out.reason = end_reason::deadline;
+      break;
+    case end_cause::request_failed:
+      out.reason = end_reason::request_failed;
+      break;
+    case end_cause::start_refused:
+      out.reason = end_reason::start_refused;
+      break;
+    case end_cause::voluntary:
+      out.reason = end_reason::voluntary;
+      break;
+    case end_cause::delivery_failed:
+      out.reason = end_reason::delivery_failed;
+      break;
+  }
+  return out;
+}
+
 task_machine::task_machine(std::shared_ptr<const supervisor_config> cfg,
                            std::size_t chain_size)
   : policy_(std::move(cfg)), backoff_(policy_.config().make_backoff()),

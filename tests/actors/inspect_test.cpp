@@ -152,6 +152,20 @@ TEST_CASE_METHOD(fixture, "an out-of-range enum fails to load", "[inspect]") {
       bad));
     CHECK(load_patched(
       [](int i) {
+        task_result x;
+        x.cause.reason = nth<end_reason>(i);
+        return x;
+      },
+      bad));
+    CHECK(load_patched(
+      [](int i) {
+        task_result x;
+        x.cause.last_class = nth<error_class>(i);
+        return x;
+      },
+      bad));
+    CHECK(load_patched(
+      [](int i) {
         task_status x;
         x.state = nth<task_state>(i);
         return x;
@@ -312,6 +326,8 @@ TEST_CASE("to_string of an out-of-range enum is safe", "[inspect]") {
   CHECK(to_string(nth<task_state>(7)) == "unknown");
   CHECK(to_string(nth<task_outcome>(3)) == "unknown");
   CHECK(to_string(nth<event_kind>(12)) == "unknown");
+  CHECK(to_string(nth<end_reason>(13)) == "unknown");
+  CHECK(to_string(end_reason::node_lost) == "node_lost");
   CHECK(to_string(event_kind::warning) == "warning");
   CHECK(to_string(error_class::infrastructure) == "infrastructure");
 }

@@ -9,6 +9,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <caf/binary_serializer.hpp>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -389,6 +391,84 @@ TEST_CASE("journal: a number that is not finite is clamped wherever it is") {
   CHECK(ended.outcome.structured->cost_usd == wire::max_number);
   REQUIRE(warnings.size() == 1);
   CHECK_THAT(warnings[0], Catch::Contains("task 't4', record 4: 2 numbers"));
+}
+
+TEST_CASE("journal: a finished task's record keeps its result's cause") {
+  task_status s;
+  s.task_id = "t1";
+  s.state = task_state::done;
+  s.result = task_result{};
+  s.result->task_id = "t1";
+  s.result->error = "retryable failure: retries exhausted (3/3)";
+  s.result->cause.reason = end_reason::node_lost;
+  s.result->cause.last_class = error_class::infrastructure;
+  s.result->cause.node = "w1";
+  auto back = decode_status(encode(s), "t1");
+  REQUIRE(back);
+  REQUIRE(back->result);
+  CHECK(back->result->error == s.result->error);
+  CHECK(back->result->cause.reason == end_reason::node_lost);
+  CHECK(back->result->cause.last_class == error_class::infrastructure);
+  CHECK(back->result->cause.node == "w1");
+}
+
+TEST_CASE("journal: a finished task's record from before results carried "
+          "their cause still loads") {
+  // The bytes such a record has: the status's fields, the result's without
+  // a cause (every optional is a presence flag and a value).
+  auto old_record = [](task_outcome outcome, bool has_result) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{nullptr, buf};
+    std::string id = "t1";
+    std::string environment = "team";
+    auto state = task_state::done;
+    std::string agent_id = "a";
+    int attempt = 2;
+    int retry_count = 1;
+    int max_retries = 3;
+    int total_attempts = 2;
+    int fallback_count = 0;
+    std::string trace_id = "abc";
+    int exit_code = 1;
+    bool has_error = outcome != task_outcome::succeeded;
+    std::string error = has_error ? "stopped by user (kill)" : "";
+    std::vector<std::string> artifacts{"out.txt"};
+    result_metadata metadata;
+    metadata.agent_id = "a";
+    std::string node;
+    std::string waiting_for;
+    double resume_at = 0;
+    REQUIRE_FALSE(sink(id, environment, state, agent_id, attempt, retry_count,
+                       max_retries, total_attempts, fallback_count, trace_id,
+                       has_result, id, outcome, exit_code, has_error, error,
+                       artifacts, metadata, node, waiting_for, resume_at));
+    return std::string(buf.begin(), buf.end());
+  };
+  auto failed = decode_status(old_record(task_outcome::stopped, true), "t1");
+  REQUIRE(failed);
+  CHECK(failed->task_id == "t1");
+  CHECK(failed->environment == "team");
+  CHECK(failed->attempt == 2);
+  REQUIRE(failed->result);
+  CHECK(failed->result->outcome == task_outcome::stopped);
+  CHECK(failed->result->error == "stopped by user (kill)");
+  CHECK(failed->result->artifacts == std::vector<std::string>{"out.txt"});
+  CHECK(failed->result->metadata.agent_id == "a");
+  CHECK(failed->result->cause.reason == end_reason::unknown);
+  CHECK_FALSE(failed->result->cause.last_class);
+  auto ok = decode_status(old_record(task_outcome::succeeded, true), "t1");
+  REQUIRE(ok);
+  REQUIRE(ok->result);
+  CHECK_FALSE(ok->result->error);
+  CHECK(ok->result->cause.reason == end_reason::succeeded);
+  auto none = decode_status(old_record(task_outcome::failed, false), "t1");
+  REQUIRE(none);
+  CHECK_FALSE(none->result);
+  // Written again, it takes today's form and keeps what it has.
+  auto again = decode_status(encode(*failed), "t1");
+  REQUIRE(again);
+  CHECK(again->result->error == "stopped by user (kill)");
+  CHECK(again->result->cause.reason == end_reason::unknown);
 }
 
 TEST_CASE("journal: saving a number that is not finite ends, clamped") {

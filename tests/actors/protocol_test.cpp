@@ -115,11 +115,29 @@ TEST_CASE("messages round-trip through the binary serializer", "[protocol]") {
   task_result r;
   r.outcome = task_outcome::stopped;
   r.error = "stopped by user (kill)";
+  r.cause.reason = end_reason::node_lost;
+  r.cause.last_class = error_class::infrastructure;
+  r.cause.node = "w1";
   s.result = r;
   auto s2 = round_trip(sys, s);
   CHECK(s2.state == task_state::backoff);
   REQUIRE(s2.result);
   CHECK(s2.result->error == r.error);
+  CHECK(s2.result->cause.reason == end_reason::node_lost);
+  CHECK(s2.result->cause.last_class == error_class::infrastructure);
+  CHECK(s2.result->cause.node == "w1");
+  // A lost node travels as its rule and is read back from it.
+  classification lost;
+  lost.cls = error_class::infrastructure;
+  lost.rule = "node_lost:w2";
+  lost.lost_node = "w2";
+  auto lost2 = round_trip(sys, lost);
+  CHECK(lost2.lost_node == "w2");
+  CHECK(is_node_loss(lost2));
+  classification plain;
+  plain.cls = error_class::infrastructure;
+  plain.rule = "infrastructure";
+  CHECK_FALSE(is_node_loss(round_trip(sys, plain)));
   CHECK(caf::deep_to_string(s).find("t1") != std::string::npos);
 }
 

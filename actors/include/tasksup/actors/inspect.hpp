@@ -17,7 +17,7 @@
 // underlying integer, a list its length then its elements), so the checks
 // change nothing for a well-formed peer.
 
-#include "tasksup/actors/wire_limits.hpp"
+#include "tasksup/supervisor/wire_limits.hpp"
 
 #include "tasksup/supervisor/agent.hpp"
 #include "tasksup/supervisor/backoff.hpp"
@@ -41,6 +41,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -591,16 +592,26 @@ typename Inspector::result_type inspect(Inspector& f, classifier_rule& x) {
            }));
 }
 
-/// Serializes a classification result.
+/// Serializes a classification result. The lost node travels as its rule,
+/// `node_lost:<node>` (the bytes of older builds and journals), and is
+/// read back from it.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, classification& x) {
   return f(caf::meta::type_name("classification"),
            detail::checked(x.cls, "classification.class"), x.rule, x.line,
            detail::finite(x.retry_after_s, "classification.retry_after_s"),
            caf::meta::load_callback([&]() -> caf::error {
-             return detail::check_sizes(
-               {{x.rule, wire::max_id_bytes, "classification.rule"},
-                {x.line, wire::max_text_bytes, "classification.line"}});
+             if (auto err = detail::check_sizes(
+                   {{x.rule, wire::max_id_bytes, "classification.rule"},
+                    {x.line, wire::max_text_bytes, "classification.line"}}))
+               return err;
+             x.lost_node.clear();
+             std::string_view rule{x.rule};
+             if (x.cls == error_class::infrastructure &&
+                 rule.substr(0, node_lost_rule_prefix.size()) ==
+                   node_lost_rule_prefix)
+               x.lost_node = rule.substr(node_lost_rule_prefix.size());
+             return caf::none;
            }));
 }
 

@@ -257,34 +257,37 @@ caf::error make_error(protocol_error code, std::string what);
 
 /// The context text of an error made by `make_error` (or CAF's rendering of
 /// any other error).
-std::string error_text(const caf::error &err);
+std::string error_text(const caf::error& err);
 
 // -- inspect
 // -------------------------------------------------------------------
 
 namespace detail {
 
-template <>
+template<>
 struct enum_size<stop_mode> : std::integral_constant<std::size_t, 2> {};
 
-template <>
+template<>
 struct enum_size<task_state> : std::integral_constant<std::size_t, 7> {};
 
-template <>
+template<>
 struct enum_size<task_outcome>
-    : std::integral_constant<std::size_t, all_task_outcomes.size()> {};
+  : std::integral_constant<std::size_t, all_task_outcomes.size()> {};
 
-template <>
+template<>
 struct enum_size<event_kind> : std::integral_constant<std::size_t, 12> {};
 
-template <>
+template<>
+struct enum_size<end_reason> : std::integral_constant<std::size_t, 13> {};
+
+template<>
 struct enum_size<breaker_state> : std::integral_constant<std::size_t, 3> {};
 
 } // namespace detail
 
 /// Serializes result metadata.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, result_metadata &x) {
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, result_metadata& x) {
   return f(caf::meta::type_name("result_metadata"), x.agent_used, x.agent_id,
            x.retry_count, x.total_attempts, x.fallback_count, x.total_retries,
            detail::bounded(x.retries_by_agent, "metadata.retries_by_agent"),
@@ -292,29 +295,41 @@ typename Inspector::result_type inspect(Inspector &f, result_metadata &x) {
            detail::finite(x.cost_usd, "metadata.cost_usd"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
-                 {{x.agent_used, wire::max_text_bytes, "metadata.agent_used"},
-                  {x.agent_id, wire::max_id_bytes, "metadata.agent_id"}});
+               {{x.agent_used, wire::max_text_bytes, "metadata.agent_used"},
+                {x.agent_id, wire::max_id_bytes, "metadata.agent_id"}});
+           }));
+}
+
+/// Serializes why a task ended.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, task_cause& x) {
+  return f(caf::meta::type_name("task_cause"),
+           detail::checked(x.reason, "result.cause.reason"),
+           detail::opt_checked(x.last_class, "result.cause.last_class"), x.node,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.node, wire::max_id_bytes, "result.cause.node"}});
            }));
 }
 
 /// Serializes a task result.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, task_result &x) {
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, task_result& x) {
   return f(caf::meta::type_name("task_result"), x.task_id,
            detail::checked(x.outcome, "result.outcome"), x.exit_code,
            detail::opt(x.error),
            detail::bounded(x.artifacts, "result.artifacts"), x.metadata,
-           caf::meta::load_callback([&]() -> caf::error {
+           x.cause, caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
-                 {{x.task_id, wire::max_id_bytes, "result.task_id"},
-                  {x.error ? *x.error : x.task_id, wire::max_text_bytes,
-                   "result.error"}});
+               {{x.task_id, wire::max_id_bytes, "result.task_id"},
+                {x.error ? *x.error : x.task_id, wire::max_text_bytes,
+                 "result.error"}});
            }));
 }
 
 /// Serializes a status record.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, task_status &x) {
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, task_status& x) {
   return f(caf::meta::type_name("task_status"), x.task_id, x.environment,
            detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
            x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
@@ -322,19 +337,19 @@ typename Inspector::result_type inspect(Inspector &f, task_status &x) {
            detail::finite(x.resume_at, "status.resume_at"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
-                 {{x.task_id, wire::max_id_bytes, "status.task_id"},
-                  {x.node, wire::max_id_bytes, "status.node"},
-                  {x.waiting_for, wire::max_text_bytes, "status.waiting_for"},
-                  {x.environment, wire::max_id_bytes, "status.environment"},
-                  {x.agent_id, wire::max_id_bytes, "status.agent_id"},
-                  {x.trace_id, wire::max_id_bytes, "status.trace_id"}});
+               {{x.task_id, wire::max_id_bytes, "status.task_id"},
+                {x.node, wire::max_id_bytes, "status.node"},
+                {x.waiting_for, wire::max_text_bytes, "status.waiting_for"},
+                {x.environment, wire::max_id_bytes, "status.environment"},
+                {x.agent_id, wire::max_id_bytes, "status.agent_id"},
+                {x.trace_id, wire::max_id_bytes, "status.trace_id"}});
            }));
 }
 
 /// Serializes an event: its JSON line travels, rendered by the sender; the
 /// receiver's copy has no typed keys.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, event &x) {
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, event& x) {
   if constexpr (Inspector::reads_state) {
     std::string trace_id{x.trace_id()};
     std::string span_id{x.span_id()};
@@ -351,10 +366,10 @@ typename Inspector::result_type inspect(Inspector &f, event &x) {
              trace_id, span_id, detail::finite(x.ts, "event.ts"), json,
              caf::meta::load_callback([&]() -> caf::error {
                if (auto err = detail::check_sizes(
-                       {{x.task_id, wire::max_id_bytes, "event.task_id"},
-                        {trace_id, wire::max_id_bytes, "event.trace_id"},
-                        {span_id, wire::max_id_bytes, "event.span_id"},
-                        {json, 4 * wire::max_text_bytes, "event.json"}}))
+                     {{x.task_id, wire::max_id_bytes, "event.task_id"},
+                      {trace_id, wire::max_id_bytes, "event.trace_id"},
+                      {span_id, wire::max_id_bytes, "event.span_id"},
+                      {json, 4 * wire::max_text_bytes, "event.json"}}))
                  return err;
                x.body = json_event_body(trace_id, span_id, std::move(json));
                return caf::none;
@@ -363,8 +378,8 @@ typename Inspector::result_type inspect(Inspector &f, event &x) {
 }
 
 /// Serializes an attempt report.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, attempt_report &x) {
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attempt_report& x) {
   return f(caf::meta::type_name("attempt_report"), x.attempt, x.outcome,
            x.container_id, caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes({{x.container_id, wire::max_text_bytes,
@@ -373,28 +388,28 @@ typename Inspector::result_type inspect(Inspector &f, attempt_report &x) {
 }
 
 /// Serializes a classify request.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, classify_request &x) {
-  return f(caf::meta::type_name("classify_request"), x.task_id, x.outcome,
-           x.agent_cli, caf::meta::load_callback([&]() -> caf::error {
-             return detail::check_sizes(
-                 {{x.task_id, wire::max_id_bytes, "classify_request.task_id"},
-                  {x.agent_cli, wire::max_text_bytes,
-                   "classify_request.agent_cli"}});
-           }));
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, classify_request& x) {
+  return f(
+    caf::meta::type_name("classify_request"), x.task_id, x.outcome, x.agent_cli,
+    caf::meta::load_callback([&]() -> caf::error {
+      return detail::check_sizes(
+        {{x.task_id, wire::max_id_bytes, "classify_request.task_id"},
+         {x.agent_cli, wire::max_text_bytes, "classify_request.agent_cli"}});
+    }));
 }
 
 /// Serializes a delay request.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, delay_request &x) {
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delay_request& x) {
   return f(caf::meta::type_name("delay_request"), x.spec, x.retry_index,
            detail::finite(x.previous_s, "delay_request.previous_s"),
            detail::finite(x.hint_s, "delay_request.hint_s"));
 }
 
 /// Serializes a computed delay.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, delay_decision &x) {
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, delay_decision& x) {
   return f(caf::meta::type_name("delay_decision"),
            detail::finite(x.delay_s, "delay_decision.delay_s"),
            detail::checked(x.source, "delay_decision.source"),
@@ -403,59 +418,59 @@ typename Inspector::result_type inspect(Inspector &f, delay_decision &x) {
 }
 
 /// Serializes a permit request.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, permit_request &x) {
-  return f(caf::meta::type_name("permit_request"), x.task_id, x.agent_id,
-           x.account, x.need_slot, x.need_token, x.placement.runtime,
-           detail::bounded(x.placement.labels, "permit_request.labels"),
-           x.local_only, caf::meta::load_callback([&]() -> caf::error {
-             return detail::check_sizes(
-                 {{x.task_id, wire::max_id_bytes, "permit_request.task_id"},
-                  {x.placement.runtime, wire::max_id_bytes,
-                   "permit_request.runtime"},
-                  {x.agent_id, wire::max_id_bytes, "permit_request.agent_id"},
-                  {x.account, wire::max_id_bytes, "permit_request.account"}});
-           }));
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, permit_request& x) {
+  return f(
+    caf::meta::type_name("permit_request"), x.task_id, x.agent_id, x.account,
+    x.need_slot, x.need_token, x.placement.runtime,
+    detail::bounded(x.placement.labels, "permit_request.labels"), x.local_only,
+    caf::meta::load_callback([&]() -> caf::error {
+      return detail::check_sizes(
+        {{x.task_id, wire::max_id_bytes, "permit_request.task_id"},
+         {x.placement.runtime, wire::max_id_bytes, "permit_request.runtime"},
+         {x.agent_id, wire::max_id_bytes, "permit_request.agent_id"},
+         {x.account, wire::max_id_bytes, "permit_request.account"}});
+    }));
 }
 
 /// Serializes a permit reply.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, permit_reply &x) {
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, permit_reply& x) {
   return f(caf::meta::type_name("permit_reply"), x.agent_allowed, x.token,
            x.node, x.agent, x.runtime,
            detail::finite(x.quota_reset_at, "permit_reply.quota_reset_at"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
-                 {{x.node, wire::max_id_bytes, "permit_reply.node"},
-                  {x.runtime, wire::max_id_bytes, "permit_reply.runtime"}});
+               {{x.node, wire::max_id_bytes, "permit_reply.node"},
+                {x.runtime, wire::max_id_bytes, "permit_reply.runtime"}});
            }));
 }
 
 /// Serializes one agent's breaker state.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, agent_breaker &x) {
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, agent_breaker& x) {
   return f(caf::meta::type_name("agent_breaker"), x.agent_id,
            detail::checked(x.state, "breaker.state"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
-                 {{x.agent_id, wire::max_id_bytes, "breaker.agent_id"}});
+               {{x.agent_id, wire::max_id_bytes, "breaker.agent_id"}});
            }));
 }
 
 /// Serializes one closed account.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, account_quota &x) {
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, account_quota& x) {
   return f(caf::meta::type_name("account_quota"), x.account,
            detail::finite(x.reset_at, "quota.reset_at"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
-                 {{x.account, wire::max_id_bytes, "quota.account"}});
+               {{x.account, wire::max_id_bytes, "quota.account"}});
            }));
 }
 
 /// Serializes the health figures.
-template <class Inspector>
-typename Inspector::result_type inspect(Inspector &f, node_health &x) {
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, node_health& x) {
   return f(caf::meta::type_name("node_health"),
            detail::bounded(x.breakers, "health.breakers"), x.budget_limited,
            detail::finite(x.budget_tokens, "health.budget_tokens"),
@@ -470,6 +485,6 @@ typename Inspector::result_type inspect(Inspector &f, node_health &x) {
 /// Registers every message type above (and the libsupervisor types they
 /// carry) and the `tasksup` error category with `cfg`. Call once per config,
 /// on every node, before the actor system is created.
-void register_protocol(caf::actor_system_config &cfg);
+void register_protocol(caf::actor_system_config& cfg);
 
 } // namespace tasksup

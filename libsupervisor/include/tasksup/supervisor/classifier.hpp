@@ -57,6 +57,10 @@ struct classification {
   ///   account's limit resets (`parse_quota_reset`), capped at
   ///   `max_quota_reset_s`.
   std::optional<double> retry_after_s;
+  /// The worker node the attempt was lost with (class `infrastructure`);
+  /// empty when it was not lost. Its words are the rule,
+  /// `node_lost:<node>`, which is also how it travels and is journaled.
+  std::string lost_node;
 };
 
 /// The default rules, refined by what the real CLIs print, in priority

@@ -11,6 +11,7 @@
 #include "tasksup/supervisor/outcome.hpp"
 #include "tasksup/supervisor/supervision_policy.hpp"
 #include "tasksup/supervisor/supervisor_config.hpp"
+#include "tasksup/supervisor/task_model.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -545,6 +546,10 @@ using machine_effects = std::vector<machine_effect>;
 /// failure (...): retries exhausted (3/3); no agent left to fall back to".
 std::optional<std::string> describe(const effect::finish& f,
                                     const supervisor_config& cfg);
+
+/// Why the task ended for `f`, as data (`task_result::cause`): the same
+/// cases `describe` puts into words.
+task_cause cause_of(const effect::finish& f);
 
 /// The task machine of one policy and chain: immutable, shareable between
 /// tasks with the same settings.

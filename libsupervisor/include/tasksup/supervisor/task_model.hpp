@@ -9,6 +9,7 @@
 
 #include "tasksup/supervisor/agent_output.hpp"
 #include "tasksup/supervisor/circuit_breaker.hpp"
+#include "tasksup/supervisor/error_class.hpp"
 #include "tasksup/supervisor/outcome.hpp"
 
 #include <array>
@@ -67,7 +68,7 @@ enum class task_outcome : std::uint8_t { succeeded, failed, stopped };
 
 /// Every task outcome, in declaration order.
 inline constexpr std::array<task_outcome, 3> all_task_outcomes = {
-    task_outcome::succeeded, task_outcome::failed, task_outcome::stopped};
+  task_outcome::succeeded, task_outcome::failed, task_outcome::stopped};
 
 /// "succeeded", "failed" or "stopped".
 std::string_view to_string(task_outcome x) noexcept;
@@ -118,6 +119,53 @@ struct result_metadata {
   std::optional<double> cost_usd;
 };
 
+/// Why a task ended as it did (`task_cause::reason`).
+enum class end_reason : std::uint8_t {
+  /// Not known: a result from a journal written before results said why.
+  unknown,
+  /// The policy judged an attempt a success.
+  succeeded,
+  /// The policy gave up: retries or restarts exhausted, a fatal or
+  /// `action: fail` class, a temporary task, no agent left
+  /// (`task_cause::last_class` is the last failure's class).
+  policy_failed,
+  /// `max_total_attempts` reached.
+  attempts_exhausted,
+  /// Stopped by the user.
+  user_stop,
+  /// `deadline_s` passed.
+  deadline,
+  /// A request the task depended on failed.
+  request_failed,
+  /// The runtime refused to start the attempt (e.g. a missing image).
+  start_refused,
+  /// The agent said it was done (`done_exit_code` or the done file).
+  voluntary,
+  /// The gates passed but the change could not be delivered.
+  delivery_failed,
+  /// The policy gave up after the last attempt was lost with its worker
+  /// node (`task_cause::node`).
+  node_lost,
+  /// The task's supervisor died.
+  supervisor_died,
+  /// The node restarted without the runtime the task's attempt used.
+  runtime_missing,
+};
+
+/// The name of an end reason, e.g. "node_lost".
+std::string_view to_string(end_reason x) noexcept;
+
+/// Why a task ended, as data: what a program branches on. The words a user
+/// reads are `task_result::error`, rendered once where the task ended (they
+/// name the policy's counts and settings of that moment).
+struct task_cause {
+  end_reason reason = end_reason::unknown;
+  /// The class of the last classified failure, when one was classified.
+  std::optional<error_class> last_class;
+  /// For `node_lost`: the worker node the last attempt was lost with.
+  std::string node;
+};
+
 /// A task's final result, escalated to its parent (docs/BEHAVIOUR.md,
 /// Result).
 struct task_result {
@@ -125,8 +173,10 @@ struct task_result {
   task_outcome outcome = task_outcome::failed;
   /// The last attempt's exit code (-1 when no attempt ran).
   int exit_code = -1;
-  /// Why it failed or stopped; absent on success.
+  /// Why it failed or stopped, in words; absent on success.
   std::optional<std::string> error;
+  /// Why it ended, as data.
+  task_cause cause;
   std::vector<std::string> artifacts;
   result_metadata metadata;
 };
@@ -185,13 +235,13 @@ struct event {
 
   /// One JSON object, no trailing newline (rendered on first use; safe to
   /// call from any thread).
-  const std::string &json() const;
+  const std::string& json() const;
 
   /// The same keys as typed values (events.hpp), for consumers in this
   /// process that would otherwise parse the JSON back (the human view of
   /// `tasksup run`, the node's figures). Null for an event read back from
   /// JSON (journal, other nodes): there the JSON is the event.
-  const event_fields *fields() const noexcept;
+  const event_fields* fields() const noexcept;
 
   /// 32 lowercase hex digits, one per task.
   std::string_view trace_id() const noexcept;
