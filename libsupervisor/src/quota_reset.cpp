@@ -31,8 +31,8 @@ using detail::match_word;
 
 using detail::civil_from_days;
 using detail::day_s;
-using detail::floor_div;
 using detail::days_from_civil;
+using detail::floor_div;
 using detail::integer;
 using detail::last_day_of;
 using detail::match_token;
