@@ -231,16 +231,12 @@ struct legacy_result_view {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, legacy_result_view& v) {
   auto& x = v.x;
-  return f(caf::meta::type_name("task_result"), x.task_id,
-           detail::checked(x.outcome, "result.outcome"), x.exit_code,
-           detail::opt(x.error),
-           detail::bounded(x.artifacts, "result.artifacts"), x.metadata,
-           caf::meta::load_callback([&]() -> caf::error {
-             return detail::check_sizes(
-               {{x.task_id, wire::max_id_bytes, "result.task_id"},
-                {x.error ? *x.error : x.task_id, wire::max_text_bytes,
-                 "result.error"}});
-           }));
+  return f(
+    caf::meta::type_name("task_result"), x.task_id,
+    detail::checked(x.outcome, "result.outcome"), x.exit_code,
+    detail::opt(x.error), detail::bounded(x.artifacts, "result.artifacts"),
+    x.metadata,
+    caf::meta::load_callback([&] { return detail::check_result_sizes(x); }));
 }
 
 /// A finished task's status as journals wrote it before results carried
@@ -255,20 +251,13 @@ typename Inspector::result_type inspect(Inspector& f, legacy_status_view& v) {
   auto& x = v.x;
   auto legacy = [](task_result& r) { return legacy_result_view{r}; };
   detail::opt_ref<task_result, decltype(legacy)> result{x.result, legacy};
-  return f(caf::meta::type_name("task_status"), x.task_id, x.environment,
-           detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
-           x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
-           x.trace_id, result, x.node, x.waiting_for,
-           detail::finite(x.resume_at, "status.resume_at"),
-           caf::meta::load_callback([&]() -> caf::error {
-             return detail::check_sizes(
-               {{x.task_id, wire::max_id_bytes, "status.task_id"},
-                {x.node, wire::max_id_bytes, "status.node"},
-                {x.waiting_for, wire::max_text_bytes, "status.waiting_for"},
-                {x.environment, wire::max_id_bytes, "status.environment"},
-                {x.agent_id, wire::max_id_bytes, "status.agent_id"},
-                {x.trace_id, wire::max_id_bytes, "status.trace_id"}});
-           }));
+  return f(
+    caf::meta::type_name("task_status"), x.task_id, x.environment,
+    detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
+    x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
+    x.trace_id, result, x.node, x.waiting_for,
+    detail::finite(x.resume_at, "status.resume_at"),
+    caf::meta::load_callback([&] { return detail::check_status_sizes(x); }));
 }
 
 /// The first byte of a status record whose result carries its cause. A

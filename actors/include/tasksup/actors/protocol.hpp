@@ -312,38 +312,50 @@ typename Inspector::result_type inspect(Inspector& f, task_cause& x) {
            }));
 }
 
+namespace detail {
+
+/// The size bounds of a result's text, checked once it is read (the wire's
+/// form and older journals' alike).
+inline caf::error check_result_sizes(const task_result& x) {
+  return check_sizes(
+    {{x.task_id, wire::max_id_bytes, "result.task_id"},
+     {x.error ? *x.error : x.task_id, wire::max_text_bytes, "result.error"}});
+}
+
+/// The size bounds of a status record's text, checked once it is read.
+inline caf::error check_status_sizes(const task_status& x) {
+  return check_sizes(
+    {{x.task_id, wire::max_id_bytes, "status.task_id"},
+     {x.node, wire::max_id_bytes, "status.node"},
+     {x.waiting_for, wire::max_text_bytes, "status.waiting_for"},
+     {x.environment, wire::max_id_bytes, "status.environment"},
+     {x.agent_id, wire::max_id_bytes, "status.agent_id"},
+     {x.trace_id, wire::max_id_bytes, "status.trace_id"}});
+}
+
+} // namespace detail
+
 /// Serializes a task result.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, task_result& x) {
-  return f(caf::meta::type_name("task_result"), x.task_id,
-           detail::checked(x.outcome, "result.outcome"), x.exit_code,
-           detail::opt(x.error),
-           detail::bounded(x.artifacts, "result.artifacts"), x.metadata,
-           x.cause, caf::meta::load_callback([&]() -> caf::error {
-             return detail::check_sizes(
-               {{x.task_id, wire::max_id_bytes, "result.task_id"},
-                {x.error ? *x.error : x.task_id, wire::max_text_bytes,
-                 "result.error"}});
-           }));
+  return f(
+    caf::meta::type_name("task_result"), x.task_id,
+    detail::checked(x.outcome, "result.outcome"), x.exit_code,
+    detail::opt(x.error), detail::bounded(x.artifacts, "result.artifacts"),
+    x.metadata, x.cause,
+    caf::meta::load_callback([&] { return detail::check_result_sizes(x); }));
 }
 
 /// Serializes a status record.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, task_status& x) {
-  return f(caf::meta::type_name("task_status"), x.task_id, x.environment,
-           detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
-           x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
-           x.trace_id, detail::opt(x.result), x.node, x.waiting_for,
-           detail::finite(x.resume_at, "status.resume_at"),
-           caf::meta::load_callback([&]() -> caf::error {
-             return detail::check_sizes(
-               {{x.task_id, wire::max_id_bytes, "status.task_id"},
-                {x.node, wire::max_id_bytes, "status.node"},
-                {x.waiting_for, wire::max_text_bytes, "status.waiting_for"},
-                {x.environment, wire::max_id_bytes, "status.environment"},
-                {x.agent_id, wire::max_id_bytes, "status.agent_id"},
-                {x.trace_id, wire::max_id_bytes, "status.trace_id"}});
-           }));
+  return f(
+    caf::meta::type_name("task_status"), x.task_id, x.environment,
+    detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
+    x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
+    x.trace_id, detail::opt(x.result), x.node, x.waiting_for,
+    detail::finite(x.resume_at, "status.resume_at"),
+    caf::meta::load_callback([&] { return detail::check_status_sizes(x); }));
 }
 
 /// Serializes an event: its JSON line travels, rendered by the sender; the
