@@ -53,6 +53,8 @@ std::optional<int64_t> integer(std::string_view s, std::size_t& pos,
   return value;
 }
 
+namespace {
+
 // --- time zones -----------------------------------------------------------
 
 /// A POSIX TZ rule date `Mm.w.d[/time]`: the d-th weekday (0 = Sunday) of
@@ -74,7 +76,7 @@ struct posix_tz {
   posix_date end;
 };
 
-static bool skip_tz_name(std::string_view s, std::size_t& pos) {
+bool skip_tz_name(std::string_view s, std::size_t& pos) {
   if (pos < s.size() && s[pos] == '<') {
     auto close = s.find('>', pos);
     if (close == std::string_view::npos)
@@ -89,7 +91,7 @@ static bool skip_tz_name(std::string_view s, std::size_t& pos) {
 }
 
 /// `[+-]hh[:mm[:ss]]` in seconds, sign as written.
-static std::optional<int64_t> tz_hms(std::string_view s, std::size_t& pos) {
+std::optional<int64_t> tz_hms(std::string_view s, std::size_t& pos) {
   int64_t sign = 1;
   if (pos < s.size() && (s[pos] == '+' || s[pos] == '-'))
     sign = s[pos++] == '-' ? -1 : 1;
@@ -109,8 +111,7 @@ static std::optional<int64_t> tz_hms(std::string_view s, std::size_t& pos) {
   return sign * total;
 }
 
-static std::optional<posix_date> tz_rule_date(std::string_view s,
-                                              std::size_t& pos) {
+std::optional<posix_date> tz_rule_date(std::string_view s, std::size_t& pos) {
   // Only the `Mm.w.d` form: every zone of the tz database uses it.
   if (pos >= s.size() || s[pos] != 'M')
     return std::nullopt;
@@ -138,7 +139,7 @@ static std::optional<posix_date> tz_rule_date(std::string_view s,
   return d;
 }
 
-static std::optional<posix_tz> parse_posix_tz(std::string_view s) {
+std::optional<posix_tz> parse_posix_tz(std::string_view s) {
   posix_tz tz;
   std::size_t pos = 0;
   if (!skip_tz_name(s, pos))
@@ -174,8 +175,7 @@ static std::optional<posix_tz> parse_posix_tz(std::string_view s) {
 
 /// The UTC instant at which `d` happens in `year`, in a zone `offset_s` east
 /// of UTC.
-static sys_seconds rule_instant(int64_t year, const posix_date& d,
-                                int64_t offset_s) {
+sys_seconds rule_instant(int64_t year, const posix_date& d, int64_t offset_s) {
   auto first = days_from_civil(year, d.month, 1);
   auto day = 1 + (d.weekday + 7 - weekday_of(first)) % 7 + (d.week - 1) * 7;
   auto last = last_day_of(year, d.month);
@@ -184,7 +184,7 @@ static sys_seconds rule_instant(int64_t year, const posix_date& d,
   return (first + day - 1) * day_s + d.time_s - offset_s;
 }
 
-static int64_t posix_offset_at(const posix_tz& tz, sys_seconds t) {
+int64_t posix_offset_at(const posix_tz& tz, sys_seconds t) {
   if (!tz.has_dst)
     return tz.std_offset_s;
   auto year = civil_from_days(floor_div(t + tz.std_offset_s, day_s)).year;
@@ -194,14 +194,14 @@ static int64_t posix_offset_at(const posix_tz& tz, sys_seconds t) {
   return dst ? tz.dst_offset_s : tz.std_offset_s;
 }
 
-static uint32_t be32(const std::string& b, std::size_t at) {
+uint32_t be32(const std::string& b, std::size_t at) {
   return static_cast<uint32_t>(static_cast<unsigned char>(b[at])) << 24 |
          static_cast<uint32_t>(static_cast<unsigned char>(b[at + 1])) << 16 |
          static_cast<uint32_t>(static_cast<unsigned char>(b[at + 2])) << 8 |
          static_cast<uint32_t>(static_cast<unsigned char>(b[at + 3]));
 }
 
-static int64_t be64(const std::string& b, std::size_t at) {
+int64_t be64(const std::string& b, std::size_t at) {
   return static_cast<int64_t>(static_cast<uint64_t>(be32(b, at)) << 32 |
                               be32(b, at + 4));
 }
@@ -209,7 +209,7 @@ static int64_t be64(const std::string& b, std::size_t at) {
 /// Whether `name` may name a file under the zoneinfo directory: an IANA
 /// name ("Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+2"),
 /// never a path that leaves it.
-static bool valid_zone_name(std::string_view name) {
+bool valid_zone_name(std::string_view name) {
   if (name.empty() || name.size() > max_zone_name || name.front() == '/' ||
       name.find("..") != std::string_view::npos)
     return false;
@@ -222,8 +222,7 @@ static bool valid_zone_name(std::string_view name) {
 
 /// The UTC offset (seconds east) of the zone `name` at `t`, from its TZif
 /// file; nullopt when there is no such zone or the file is not TZif.
-static std::optional<int64_t> zone_offset_at(std::string_view name,
-                                             sys_seconds t) {
+std::optional<int64_t> zone_offset_at(std::string_view name, sys_seconds t) {
   if (!valid_zone_name(name))
     return std::nullopt;
   std::ifstream in{std::string{zoneinfo_dir} + std::string{name},
@@ -299,6 +298,8 @@ static std::optional<int64_t> zone_offset_at(std::string_view name,
   return type_offset(static_cast<unsigned char>(b[idx_at + lo - 1]));
 }
 
+} // namespace
+
 /// The UTC instant of local wall time `local` in `z`; nullopt for an
 /// unknown zone name.
 std::optional<sys_seconds> to_utc(const zone& z, sys_seconds local) {
@@ -322,9 +323,10 @@ std::optional<int64_t> offset_now(const zone& z, sys_seconds now) {
   return zone_offset_at(z.name, now);
 }
 
+namespace {
+
 /// `+HH[:MM]` / `-HHMM` at `pos`, seconds east.
-static std::optional<int64_t> numeric_offset(std::string_view s,
-                                             std::size_t& pos) {
+std::optional<int64_t> numeric_offset(std::string_view s, std::size_t& pos) {
   if (pos >= s.size() || (s[pos] != '+' && s[pos] != '-'))
     return std::nullopt;
   int64_t sign = s[pos] == '-' ? -1 : 1;
@@ -352,6 +354,8 @@ static std::optional<int64_t> numeric_offset(std::string_view s,
   pos = p;
   return sign * (hours * 3600 + minutes * 60);
 }
+
+} // namespace
 
 /// A zone after a time, optionally in parentheses; UTC when none is
 /// written (the agent's own zone is unknown; containers run in UTC).
