@@ -83,7 +83,7 @@ std::size_t event_cost(const event& ev) {
 struct door_state {
   caf::actor registry;
   /// The statistics actor for `(agents, window_s)`, if the node has one.
-  caf::actor stats;
+  stats_actor stats;
   /// Remote (or local) event subscribers, each monitored.
   std::vector<subscriber> subscribers;
   /// The unacknowledged bytes of all subscribers.
@@ -484,7 +484,7 @@ caf::result<bool> control(door_actor* self, const std::string& who,
                          "as_client: not a control request");
 }
 
-caf::behavior door(door_actor* self, caf::actor registry, caf::actor stats,
+caf::behavior door(door_actor* self, caf::actor registry, stats_actor stats,
                    door_options opts) {
   self->state.registry = registry;
   self->state.stats = stats;
@@ -753,16 +753,16 @@ caf::behavior door(door_actor* self, caf::actor registry, caf::actor stats,
 } // namespace
 
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry) {
-  return sys.spawn(door, std::move(registry), caf::actor{}, door_options{});
+  return sys.spawn(door, std::move(registry), stats_actor{}, door_options{});
 }
 
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
-                           caf::actor stats) {
+                           stats_actor stats) {
   return sys.spawn(door, std::move(registry), std::move(stats), door_options{});
 }
 
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
-                           caf::actor stats, door_log_fn log) {
+                           stats_actor stats, door_log_fn log) {
   door_options opts;
   opts.log = std::move(log);
   return sys.spawn(door, std::move(registry), std::move(stats),
@@ -770,7 +770,7 @@ caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
 }
 
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
-                           caf::actor stats, door_options opts) {
+                           stats_actor stats, door_options opts) {
   return sys.spawn(door, std::move(registry), std::move(stats),
                    std::move(opts));
 }

@@ -11,6 +11,7 @@
 #include <caf/response_promise.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include <chrono>
 #include <map>
@@ -49,12 +50,12 @@ struct stats_state {
   static inline const char* name = "tasksup.stats";
 };
 
-using stats_actor_t = caf::stateful_actor<stats_state>;
+using stats_actor_t = stats_actor::stateful_pointer<stats_state>;
 
 /// Folds in `past` (a task's history) and then its held live events that
 /// the history did not have, in order: each event counts once, and a task
 /// resumed from the journal counts the attempts of its earlier life too.
-void fold_history(stats_actor_t* self, const std::string& id,
+void fold_history(stats_actor_t self, const std::string& id,
                   const std::vector<event>& past) {
   auto& st = self->state;
   std::set<std::string> seen;
@@ -75,7 +76,7 @@ void fold_history(stats_actor_t* self, const std::string& id,
 /// from the journal after a restart, and unfinished ones resumed from it,
 /// whose earlier attempts count as well). Live events of a task wait until
 /// its history is in, so that nothing counts twice or out of order.
-void replay_history(stats_actor_t* self) {
+void replay_history(stats_actor_t self) {
   auto me = caf::actor_cast<caf::actor>(self);
   auto release_early = [=] {
     auto& st = self->state;
@@ -112,7 +113,7 @@ void replay_history(stats_actor_t* self) {
 
 /// Answers `rp` with the metrics of `tasks` and `h`, and the journal's
 /// figures when the node has a journal that answers.
-void deliver_metrics(stats_actor_t* self, caf::response_promise rp,
+void deliver_metrics(stats_actor_t self, caf::response_promise rp,
                      std::vector<task_status> tasks, node_health h,
                      std::string cluster) {
   if (!self->state.journal) {
@@ -131,7 +132,7 @@ void deliver_metrics(stats_actor_t* self, caf::response_promise rp,
 
 /// Adds the cluster's figures (the registry's worker nodes) and goes on
 /// with `deliver_metrics`; without an answer, the scrape goes without them.
-void deliver_with_cluster(stats_actor_t* self, caf::response_promise rp,
+void deliver_with_cluster(stats_actor_t self, caf::response_promise rp,
                           std::vector<task_status> tasks, node_health h) {
   self->request(self->state.registry, registry_timeout, nodes_atom::value)
     .then(
@@ -147,8 +148,8 @@ void deliver_with_cluster(stats_actor_t* self, caf::response_promise rp,
       });
 }
 
-caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry,
-                             journal_actor journal) {
+stats_actor::behavior_type
+stats_behavior(stats_actor_t self, caf::actor registry, journal_actor journal) {
   self->state.registry = registry;
   self->state.journal = std::move(journal);
   self->monitor(registry);
@@ -260,8 +261,8 @@ caf::behavior stats_behavior(stats_actor_t* self, caf::actor registry,
 
 } // namespace
 
-caf::actor spawn_stats(caf::actor_system& sys, caf::actor registry,
-                       journal_actor journal) {
+stats_actor spawn_stats(caf::actor_system& sys, caf::actor registry,
+                        journal_actor journal) {
   return sys.spawn(stats_behavior, std::move(registry), std::move(journal));
 }
 

@@ -65,7 +65,7 @@ struct node_parts {
   caf::scoped_actor& self;
   journal_actor journal;
   caf::actor registry;
-  caf::actor stats;
+  stats_actor stats;
   caf::actor door;
   /// Names the client certificate behind each remote request, for the
   /// audit lines of control requests.

@@ -335,10 +335,9 @@ TEST_CASE_METHOD(fixture,
                  "[door]") {
   auto reg = fake_registry(*this, std::make_shared<heard>());
   auto node_log = std::make_shared<std::vector<std::string>>();
-  auto door = keep(
-    spawn_node_door(sys(), reg, caf::actor{}, [node_log](const std::string& x) {
-      node_log->push_back(x);
-    }));
+  auto door = keep(spawn_node_door(
+    sys(), reg, stats_actor{},
+    [node_log](const std::string& x) { node_log->push_back(x); }));
   run();
   auto mute = std::make_shared<reader_log>();
   auto mute_sub = spawn_reader(*this, door, mute, 0);

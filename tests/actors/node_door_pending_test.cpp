@@ -122,7 +122,7 @@ TEST_CASE_METHOD(fixture,
   auto reg_held = std::make_shared<held>();
   auto reg = holding_registry(*this, reg_held);
   auto door =
-    keep(spawn_node_door(sys(), reg, caf::actor{}, limits(10, 100, 60)));
+    keep(spawn_node_door(sys(), reg, stats_actor{}, limits(10, 100, 60)));
   run();
   auto first =
     ask_later<task_result>(door, await_atom::value, std::string{"long"});
@@ -170,7 +170,7 @@ TEST_CASE_METHOD(fixture,
   auto reg_held = std::make_shared<held>();
   auto reg = holding_registry(*this, reg_held);
   auto door =
-    keep(spawn_node_door(sys(), reg, caf::actor{}, limits(3, 100, 600)));
+    keep(spawn_node_door(sys(), reg, stats_actor{}, limits(3, 100, 600)));
   run();
   auto greedy = std::make_shared<answers>();
   awaiting_client(*this, door, "t1", 5, greedy);
@@ -231,7 +231,7 @@ TEST_CASE_METHOD(fixture,
                  "[door][pending]") {
   auto reg = holding_registry(*this, std::make_shared<held>());
   auto door =
-    keep(spawn_node_door(sys(), reg, caf::actor{}, limits(10, 4, 600)));
+    keep(spawn_node_door(sys(), reg, stats_actor{}, limits(10, 4, 600)));
   run();
   auto a = std::make_shared<answers>();
   auto b = std::make_shared<answers>();
@@ -262,7 +262,7 @@ TEST_CASE_METHOD(fixture,
   auto reg_held = std::make_shared<held>();
   auto reg = holding_registry(*this, reg_held);
   auto door =
-    keep(spawn_node_door(sys(), reg, caf::actor{}, limits(20000, 20000, 600)));
+    keep(spawn_node_door(sys(), reg, stats_actor{}, limits(20000, 20000, 600)));
   run();
   auto a = std::make_shared<answers>();
   awaiting_client(*this, door, "big", 20000, a);
@@ -283,7 +283,7 @@ TEST_CASE_METHOD(fixture,
   auto lines = std::make_shared<std::vector<std::string>>();
   auto opts = limits(10, 10, 60);
   opts.audit = [lines](const std::string& x) { lines->push_back(x); };
-  auto door = keep(spawn_node_door(sys(), reg, caf::actor{}, opts));
+  auto door = keep(spawn_node_door(sys(), reg, stats_actor{}, opts));
   run();
   CHECK(
     *ask<bool>(door, stop_atom::value, std::string{"t1"}, stop_mode::cancel));
@@ -313,7 +313,7 @@ TEST_CASE_METHOD(fixture,
                  "[door][pending]") {
   auto reg = holding_registry(*this, std::make_shared<held>());
   auto door =
-    keep(spawn_node_door(sys(), reg, caf::actor{}, limits(10, 1, 600)));
+    keep(spawn_node_door(sys(), reg, stats_actor{}, limits(10, 1, 600)));
   run();
   auto listener = [&] {
     return sys().spawn([](caf::event_based_actor*) {

@@ -33,7 +33,7 @@ struct stats_fixture : fixture {
     run();
   }
 
-  caf::actor stats() {
+  stats_actor stats() {
     auto s = keep(spawn_stats(sys(), reg));
     run();
     return s;
@@ -46,10 +46,11 @@ struct stats_fixture : fixture {
     advance(60);
   }
 
-  std::string text(const caf::actor& dest, caf::message msg) {
+  template<class... Ts>
+  std::string text(const stats_actor& dest, Ts... xs) {
     auto out = std::make_shared<std::optional<caf::expected<std::string>>>();
     sys().spawn([=](caf::event_based_actor* self) {
-      self->request(dest, caf::infinite, msg)
+      self->request(dest, caf::infinite, xs...)
         .then([=](std::string& x) { *out = std::move(x); },
               [=](caf::error& err) { *out = std::move(err); });
     });
@@ -87,7 +88,7 @@ TEST_CASE_METHOD(stats_fixture,
   runtime->script("b", {exits(0)});
   submit_and_finish(retry_then_fallback("t1"));
 
-  auto m = text(s, caf::make_message(metrics_atom::value));
+  auto m = text(s, metrics_atom::value);
   CHECK(has_line(
     m,
     R"(tasksup_attempts_total{agent="a",class="retryable",decision="retry"} 1)"));
@@ -110,12 +111,11 @@ TEST_CASE_METHOD(stats_fixture,
   CHECK(has_line(m, "tasksup_attempt_slots 3"));
   CHECK(has_line(m, "tasksup_attempt_slots_in_use 0"));
 
-  auto list = boost::json::parse(text(s, caf::make_message(view_atom::value)));
+  auto list = boost::json::parse(text(s, view_atom::value));
   REQUIRE(list.at("tasks").as_array().size() == 1);
   CHECK(list.at("tasks").at(0).at("task_id").as_string() == "t1");
   CHECK(list.at("tasks").at(0).at("submitted_ts").is_double());
-  auto one = boost::json::parse(
-    text(s, caf::make_message(view_atom::value, std::string{"t1"})));
+  auto one = boost::json::parse(text(s, view_atom::value, std::string{"t1"}));
   CHECK(one.at("task").at("outcome").as_string() == "succeeded");
   CHECK(one.at("events").as_array().size() >= 8);
 }
@@ -133,13 +133,12 @@ TEST_CASE_METHOD(stats_fixture,
   runtime->script("b", {exits(0)});
   submit_and_finish(retry_then_fallback("late"));
 
-  auto m = text(s, caf::make_message(metrics_atom::value));
+  auto m = text(s, metrics_atom::value);
   CHECK(has_line(m, "tasksup_tasks_submitted_total 2"));
   CHECK(has_line(
     m,
     R"(tasksup_attempts_total{agent="b",class="none",decision="succeeded"} 2)"));
-  auto agents =
-    boost::json::parse(text(s, caf::make_message(agents_atom::value, 0.0)));
+  auto agents = boost::json::parse(text(s, agents_atom::value, 0.0));
   auto& all = agents.at("agents").as_array();
   REQUIRE(all.size() == 2);
   CHECK(all.at(0).at("agent_id").as_string() == "a");
@@ -165,13 +164,12 @@ TEST_CASE_METHOD(stats_fixture,
   // (after 300 s more).
   advance(150);
   advance(400);
-  auto agents =
-    boost::json::parse(text(s, caf::make_message(agents_atom::value, 0.0)));
+  auto agents = boost::json::parse(text(s, agents_atom::value, 0.0));
   auto& all = agents.at("agents").as_array();
   REQUIRE(all.size() == 1);
   CHECK(all.at(0).at("agent_id").as_string() == "a");
   CHECK(all.at(0).at("attempts").as_int64() == 3);
-  auto m = text(s, caf::make_message(metrics_atom::value));
+  auto m = text(s, metrics_atom::value);
   CHECK(has_line(m, "tasksup_tasks_submitted_total 1"));
   CHECK(has_line(
     m,

@@ -55,7 +55,7 @@ http_response bad_request(std::string why) {
 /// Answers `reply` with `all` (every task, or the one `task_id` names) and
 /// the times the node's statistics keep, asked of `stats` as typed values
 /// (the TCP path reads them from the view's JSON, `status_command.cpp`).
-void answer_status(caf::event_based_actor* self, const caf::actor& stats,
+void answer_status(caf::event_based_actor* self, const stats_actor& stats,
                    std::vector<task_status> all, const std::string& task_id,
                    const http_reply& reply) {
   // Shared by both handlers below, not copied into each (a node may have

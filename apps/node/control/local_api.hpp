@@ -8,6 +8,8 @@
 #include "http_request.hpp"
 #include "http_server.hpp"
 
+#include "tasksup/actors/stats_actor.hpp"
+
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/message.hpp>
@@ -25,7 +27,7 @@ struct local_api_context {
   caf::actor door;
   /// The node's statistics (stats_actor.hpp), for the times `status`
   /// shows; null: none shown.
-  caf::actor stats;
+  stats_actor stats;
 };
 
 /// The limits of the control socket's HTTP server: a submit batch holds up

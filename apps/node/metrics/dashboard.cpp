@@ -94,7 +94,7 @@ http_response actor_error(const caf::error& err) {
 /// Asks `dest` with `xs` from a short-lived actor and answers `reply` with
 /// `make(text)` or the error; the server's thread does not wait.
 template<class Make, class... Ts>
-void ask_text(const dashboard_context& ctx, const caf::actor& dest,
+void ask_text(const dashboard_context& ctx, const stats_actor& dest,
               http_reply reply, Make make, Ts... xs) {
   ctx.sys->spawn([=](caf::event_based_actor* self) {
     self->request(dest, actor_timeout, xs...)
@@ -103,10 +103,11 @@ void ask_text(const dashboard_context& ctx, const caf::actor& dest,
   });
 }
 
-void ask_json(const dashboard_context& ctx, const caf::actor& dest,
-              http_reply reply, caf::message msg) {
+template<class... Ts>
+void ask_json(const dashboard_context& ctx, const stats_actor& dest,
+              http_reply reply, Ts... xs) {
   ctx.sys->spawn([=](caf::event_based_actor* self) {
-    self->request(dest, actor_timeout, msg)
+    self->request(dest, actor_timeout, xs...)
       .then(
         [=](std::string& text) {
           reply.send(json_response(200, std::move(text)));
@@ -361,8 +362,7 @@ void handle_node_request(const dashboard_context& ctx, const http_request& req,
     }
     if (!get)
       return reply.send(method_not_allowed("GET, HEAD"));
-    return ask_json(ctx, ctx.stats, reply,
-                    caf::make_message(view_atom::value, rest));
+    return ask_json(ctx, ctx.stats, reply, view_atom::value, rest);
   }
   if (path == "/" || path == "/index.html" || path == "/dashboard.js" ||
       path == "/dashboard.css" || path == "/metrics" || path == "/api/tasks" ||
@@ -408,8 +408,7 @@ void handle_node_request(const dashboard_context& ctx, const http_request& req,
     std::string after = req.query_param("after").value_or("");
     if (after.size() > 256)
       return reply.send(text_response(400, "after: a task id, too long"));
-    return ask_json(ctx, ctx.stats, reply,
-                    caf::make_message(view_atom::value, limit, after));
+    return ask_json(ctx, ctx.stats, reply, view_atom::value, limit, after);
   }
   // /api/agents
   double window_s = 0;
@@ -421,8 +420,7 @@ void handle_node_request(const dashboard_context& ctx, const http_request& req,
       return reply.send(
         text_response(400, "window: expected seconds, 0 to 1e9"));
   }
-  ask_json(ctx, ctx.stats, reply,
-           caf::make_message(agents_atom::value, window_s));
+  ask_json(ctx, ctx.stats, reply, agents_atom::value, window_s);
 }
 
 } // namespace tasksup::app

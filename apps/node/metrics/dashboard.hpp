@@ -7,6 +7,8 @@
 #include "http_request.hpp"
 #include "http_server.hpp"
 
+#include "tasksup/actors/stats_actor.hpp"
+
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 
@@ -36,7 +38,7 @@ inline constexpr std::size_t max_task_page = 1000;
 struct dashboard_context {
   caf::actor_system* sys = nullptr;
   caf::actor registry;
-  caf::actor stats;
+  stats_actor stats;
   /// The node's door (node_door_actor.hpp): control requests go through
   /// it, so they are audited like a client's; null: to the registry,
   /// unaudited.

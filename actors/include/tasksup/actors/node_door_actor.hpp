@@ -5,6 +5,8 @@
 // the registry as its own request, so no reply, event or error a client
 // receives carries the address of an internal actor.
 
+#include "tasksup/actors/stats_actor.hpp"
+
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
@@ -77,7 +79,7 @@ caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry);
 /// statistics actor `stats` (see stats_actor.hpp); without one these
 /// queries are refused.
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
-                           caf::actor stats);
+                           stats_actor stats);
 
 /// A line for the node's log, called from the door's thread.
 using door_log_fn = std::function<void(const std::string&)>;
@@ -85,7 +87,7 @@ using door_log_fn = std::function<void(const std::string&)>;
 /// As above, and `log` is told each time a subscriber is dropped (which
 /// one and why).
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
-                           caf::actor stats, door_log_fn log);
+                           stats_actor stats, door_log_fn log);
 
 /// Who a remote client is, by the node its requests come from: the subject
 /// of the certificate it showed in the TLS handshake; empty when unknown.
@@ -119,6 +121,6 @@ struct door_options {
 /// also published as a `warning` event of its task ("audit: ..."), so the
 /// task's history shows who asked for it.
 caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
-                           caf::actor stats, door_options opts);
+                           stats_actor stats, door_options opts);
 
 } // namespace tasksup
