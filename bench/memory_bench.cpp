@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   auto shared_classifier =
     spawn_classifier(sys, *classifier::make(default_classifier_rules()));
   auto shared_backoff = spawn_backoff(sys, 1);
-  std::vector<caf::actor> supervisors;
+  std::vector<task_supervisor_actor> supervisors;
   supervisors.reserve(tasks);
   // Let the scheduler threads and allocator arenas settle before the
   // baseline.
@@ -120,7 +120,7 @@ int main(int argc, char** argv) {
       return;
     }
     supervisors.push_back(spawn_task_supervisor(
-      sys, parent,
+      sys, caf::actor_cast<task_parent_actor>(parent),
       bench_supervisor(i, 3, backoff_s, rt, shared_classifier,
                        shared_backoff)));
   };

@@ -303,7 +303,8 @@ int main(int argc, char** argv) {
       opts.seed = r + 1;
       opts.attempt_root = root;
       auto start = bench_clock::now();
-      spawn_task_supervisor(*sys, parent, std::move(opts));
+      spawn_task_supervisor(*sys, caf::actor_cast<task_parent_actor>(parent),
+                            std::move(opts));
       done.get_future().wait();
       task_s += seconds_since(start);
       caf::anon_send_exit(parent, caf::exit_reason::user_shutdown);

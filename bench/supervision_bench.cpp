@@ -81,7 +81,7 @@ int main(int argc, char** argv) {
     auto start = bench_clock::now();
     for (std::uint64_t i = 0; i < tasks; ++i) {
       spawn_task_supervisor(
-        sys, parent,
+        sys, caf::actor_cast<task_parent_actor>(parent),
         bench_supervisor(i, failures, 0.0, rt, shared_classifier,
                          shared_backoff,
                          services == "parent" ? parent : caf::actor{}));

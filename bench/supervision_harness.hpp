@@ -281,7 +281,7 @@ bench_supervisor(std::size_t index, int max_retries, double backoff_s,
                  caf::actor services = {}) {
   supervisor_options opts;
   opts.event_batches = static_cast<bool>(services);
-  opts.services = std::move(services);
+  opts.services = caf::actor_cast<node_services_actor>(std::move(services));
   opts.task = bench_task(index, "bench-agent", max_retries, backoff_s);
   opts.runtime = std::move(rt);
   opts.classifier = std::move(classifier);

@@ -1,5 +1,7 @@
 #include "tasksup/actors/actor_timer.hpp"
 
+#include "call_table.hpp"
+
 #include "tasksup/actors/protocol.hpp"
 
 #include <caf/send.hpp>
@@ -10,52 +12,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
-#include <unordered_map>
 #include <utility>
 
 namespace tasksup {
 
 namespace {
 
-/// The callbacks waiting for their time, by number. The timer function
-/// (called on any thread) files a callback here and sends its number to the
-/// timer actor as a delayed `(fire, number)`; the actor takes the callback
-/// out and runs it. Only the number travels in the message.
-class pending_timers {
-public:
-  std::uint64_t add(std::function<void()> fire) {
-    std::lock_guard<std::mutex> guard{mtx_};
-    auto id = ++last_;
-    fns_.emplace(id, std::move(fire));
-    return id;
-  }
-
-  /// The callback filed under `id` (empty if there is none), removed.
-  std::function<void()> take(std::uint64_t id) {
-    std::lock_guard<std::mutex> guard{mtx_};
-    auto i = fns_.find(id);
-    if (i == fns_.end())
-      return {};
-    auto fire = std::move(i->second);
-    fns_.erase(i);
-    return fire;
-  }
-
-  /// Drops every callback (the timer actor ended: none will run).
-  void clear() {
-    std::unordered_map<std::uint64_t, std::function<void()>> dropped;
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      dropped.swap(fns_);
-    }
-  }
-
-private:
-  std::mutex mtx_;
-  std::uint64_t last_ = 0;
-  std::unordered_map<std::uint64_t, std::function<void()>> fns_;
-};
+/// The callbacks waiting for their time: the timer function (called on any
+/// thread) files a callback and sends its number to the timer actor as a
+/// delayed `(fire, number)`; the actor takes the callback out and runs it.
+using pending_timers = detail::call_table<void>;
 
 /// The timer actor: `(fire, number)` runs the callback filed under it.
 using timer_actor = caf::typed_actor<caf::reacts_to<fire_atom, std::uint64_t>>;

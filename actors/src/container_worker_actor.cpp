@@ -8,10 +8,10 @@
 #include "tasksup/supervisor/output_parser.hpp"
 
 #include <caf/actor_cast.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -73,7 +73,7 @@ struct handle_slot {
 
 struct worker_state {
   worker_options opts;
-  caf::actor supervisor;
+  attempt_owner_actor supervisor;
   /// Set when its node stops: the outcome says the attempt was lost there.
   std::string lost_with_node;
   /// The running attempt's handle, in a slot the kill-on-exit functor
@@ -132,26 +132,44 @@ struct worker_state {
   }
 };
 
-using worker_actor = caf::stateful_actor<worker_state>;
+/// The worker's interface and its own messages: from its runtime's thread
+/// (the attempt's runtime id, output lines and notices, its exit) and its
+/// idle checks.
+using worker_impl = container_worker_actor::extend<
+  caf::reacts_to<start_atom, int, std::string>,
+  caf::reacts_to<output_atom, int, bool, std::string>,
+  caf::reacts_to<output_atom, int, std::string>,
+  caf::reacts_to<exit_atom, int, attempt_outcome>,
+  caf::reacts_to<idle_check_atom, std::uint64_t>>;
+
+using worker_actor = worker_impl::stateful_pointer<worker_state>;
+
+/// The current message is the worker's supervisor's.
+bool from_supervisor(worker_actor self) {
+  return self->current_sender() ==
+         caf::actor_cast<caf::strong_actor_ptr>(self->state.supervisor);
+}
 
 /// Sends one of the attempt's events where `worker_options::events` says;
 /// an orphaned worker has nobody to tell.
-void emit(worker_actor* self, event ev) {
+void emit(worker_actor self, event ev) {
   auto& st = self->state;
   if (st.orphaned)
     return;
-  self->send(st.opts.events ? st.opts.events : st.supervisor, event_atom::value,
-             std::move(ev));
+  if (st.opts.events)
+    self->send(st.opts.events, event_atom::value, std::move(ev));
+  else
+    self->send(st.supervisor, event_atom::value, std::move(ev));
 }
 
 /// Schedules the next idle check `delay` from now; older checks go stale.
-void schedule_idle_check(worker_actor* self, caf::timespan delay) {
+void schedule_idle_check(worker_actor self, caf::timespan delay) {
   auto& st = self->state;
   auto gen = ++st.idle_gen;
   auto weak = caf::actor_cast<caf::weak_actor_ptr>(self);
   st.idle_timer(std::chrono::duration<double>(delay).count(), [weak, gen] {
     if (auto strong = weak.lock())
-      caf::anon_send(caf::actor_cast<caf::actor>(strong),
+      caf::anon_send(caf::actor_cast<worker_impl>(strong),
                      idle_check_atom::value, gen);
   });
 }
@@ -177,7 +195,7 @@ void reset_attempt(worker_state& st) {
 /// The attempt runs as `runtime_id` (a pid, a container id; empty when it
 /// never started): its `attempt_started` event, and the journal's record
 /// of what a restarted node adopts.
-void announce_start(worker_actor* self, const std::string& runtime_id) {
+void announce_start(worker_actor self, const std::string& runtime_id) {
   auto& st = self->state;
   st.id_pending = false;
   st.runtime_id = runtime_id;
@@ -187,7 +205,7 @@ void announce_start(worker_actor* self, const std::string& runtime_id) {
     self->send(st.supervisor, start_atom::value, st.attempt, runtime_id);
 }
 
-void start_attempt(worker_actor* self) {
+void start_attempt(worker_actor self) {
   auto& st = self->state;
   st.idle = false;
   st.credit = std::make_shared<output_credit>();
@@ -195,7 +213,7 @@ void start_attempt(worker_actor* self) {
   st.attempt = st.opts.spec.attempt;
   // The callbacks hold a strong handle: the runtime may call them after the
   // last message to this worker, from its own thread.
-  auto me = caf::actor_cast<caf::actor>(self);
+  auto me = caf::actor_cast<worker_impl>(self);
   runtime::attempt_callbacks cb;
   cb.on_line = [me, credit = st.credit, attempt = st.attempt](
                  runtime::output_stream stream, std::string_view line) {
@@ -260,8 +278,9 @@ void start_attempt(worker_actor* self) {
   }
 }
 
-caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
-                                     worker_options opts) {
+worker_impl::behavior_type container_worker(worker_actor self,
+                                            attempt_owner_actor supervisor,
+                                            worker_options opts) {
   self->state.opts = std::move(opts);
   self->state.supervisor = supervisor;
   self->monitor(supervisor);
@@ -274,7 +293,7 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
   });
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
-    if (dm.source != st.supervisor)
+    if (dm.source != st.supervisor.address())
       return;
     // Nobody is left to report to: end the attempt, then quit.
     st.orphaned = true;
@@ -314,7 +333,7 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       // the runtime's tail keeps the raw line for the text rules.
       auto shown = st.parser ? st.parser->feed(line) : std::string{};
       if ((!st.parser || !shown.empty()) &&
-          st.log_events < st.opts.max_log_events) {
+          st.log_events < static_cast<std::size_t>(st.opts.max_log_events)) {
         ++st.log_events;
         emit(self, log_event(st.head(), st.parser ? shown : line,
                              is_stderr ? "stderr" : "stdout"));
@@ -378,21 +397,21 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
       }
       // The monitor leaves a weak reference in the supervisor, which would
       // keep this worker's memory until the task ends: one block per attempt.
-      self->demonitor(st.supervisor);
+      self->demonitor(st.supervisor.address());
       self->quit();
     },
     [=](release_atom) {
       auto& st = self->state;
-      if (!st.idle || self->current_sender() != st.supervisor)
+      if (!st.idle || !from_supervisor(self))
         return;
-      self->demonitor(st.supervisor);
+      self->demonitor(st.supervisor.address());
       self->quit();
     },
-    [=](next_attempt_atom, worker_options& next) {
+    [=](next_attempt_atom, attempt_options& next) {
       auto& st = self->state;
-      if (!st.idle || self->current_sender() != st.supervisor)
+      if (!st.idle || !from_supervisor(self))
         return;
-      st.opts = std::move(next);
+      static_cast<attempt_options&>(st.opts) = std::move(next);
       start_attempt(self);
     },
     [=](idle_check_atom, std::uint64_t gen) {
@@ -442,22 +461,23 @@ caf::behavior container_worker_actor(worker_actor* self, caf::actor supervisor,
 
 } // namespace
 
-void apply_agent_options(worker_options& opts, const agent_spec& agent) {
+void apply_agent_options(attempt_options& opts, const agent_spec& agent) {
   opts.output = agent.output;
   opts.idle_timeout_s = agent.idle_timeout_s;
   opts.idle_noise = agent.idle_noise;
   opts.env_passthrough = agent.env_passthrough;
 }
 
-caf::actor spawn_container_worker(caf::actor_system& sys, caf::actor supervisor,
-                                  worker_options opts) {
-  return sys.spawn(container_worker_actor, std::move(supervisor),
-                   std::move(opts));
+container_worker_actor spawn_container_worker(caf::actor_system& sys,
+                                              attempt_owner_actor supervisor,
+                                              worker_options opts) {
+  return sys.spawn(container_worker, std::move(supervisor), std::move(opts));
 }
 
-caf::actor spawn_container_worker(caf::local_actor* spawner,
-                                  caf::actor supervisor, worker_options opts) {
-  return spawner->spawn(container_worker_actor, std::move(supervisor),
+container_worker_actor spawn_container_worker(caf::local_actor* spawner,
+                                              attempt_owner_actor supervisor,
+                                              worker_options opts) {
+  return spawner->spawn(container_worker, std::move(supervisor),
                         std::move(opts));
 }
 

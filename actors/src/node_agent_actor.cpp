@@ -3,11 +3,11 @@
 #include "tasksup/actors/protocol.hpp"
 
 #include <caf/actor_cast.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/node_id.hpp>
-#include <caf/response_promise.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 
 #include <algorithm>
 #include <filesystem>
@@ -27,13 +27,13 @@ struct node_agent_state {
   /// The coordinator's node: only it places attempts here.
   caf::node_id coordinator;
   /// The container workers of the attempts running here.
-  std::map<caf::actor_addr, caf::actor> workers;
+  std::map<caf::actor_addr, container_worker_actor> workers;
   /// Answered once the last worker is gone, after `(stop)`.
-  std::vector<caf::response_promise> stopping;
+  std::vector<caf::typed_response_promise<bool>> stopping;
   static inline const char* name = "tasksup.node_agent";
 };
 
-using node_agent_actor = caf::stateful_actor<node_agent_state>;
+using agent_pointer = node_agent_actor::stateful_pointer<node_agent_state>;
 
 bool plain_name(const std::string& x) {
   if (x.empty() || x.size() > wire::max_id_bytes || x[0] == '.')
@@ -44,7 +44,8 @@ bool plain_name(const std::string& x) {
   });
 }
 
-caf::behavior node_agent(node_agent_actor* self, node_agent_options opts) {
+node_agent_actor::behavior_type node_agent(agent_pointer self,
+                                           node_agent_options opts) {
   self->state.opts = std::move(opts);
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
@@ -60,8 +61,8 @@ caf::behavior node_agent(node_agent_actor* self, node_agent_options opts) {
           self->current_sender()->node() == self->node())
         self->state.coordinator = coordinator;
     },
-    [=](run_attempt_atom, remote_attempt& ra,
-        caf::actor& supervisor) -> caf::result<caf::actor> {
+    [=](run_attempt_atom, remote_attempt& ra, attempt_owner_actor& supervisor)
+      -> caf::result<container_worker_actor> {
       auto& st = self->state;
       auto fail = [&](std::string what) {
         return make_error(protocol_error::invalid_task,
@@ -73,8 +74,8 @@ caf::behavior node_agent(node_agent_actor* self, node_agent_options opts) {
       auto rt = st.opts.runtimes.find(ra.runtime);
       if (rt == st.opts.runtimes.end() || !rt->second)
         return fail("no " + ra.runtime.substr(0, 32) + " runtime here");
-      auto dir = remote_attempt_dir(st.opts.attempt_root, ra.spec.task_id,
-                                    ra.spec.attempt);
+      auto dir = remote_attempt_dir(
+        st.opts.attempt_root, ra.attempt.spec.task_id, ra.attempt.spec.attempt);
       if (dir.empty())
         return fail("the task id is not a plain name");
       auto w = from_remote(std::move(ra), rt->second);
@@ -111,33 +112,16 @@ caf::behavior node_agent(node_agent_actor* self, node_agent_options opts) {
 } // namespace
 
 remote_attempt to_remote(worker_options w, std::string runtime) {
-  remote_attempt ra;
-  ra.spec = std::move(w.spec);
-  ra.runtime = std::move(runtime);
-  ra.trace_id = std::move(w.trace_id);
-  ra.span_id = std::move(w.span_id);
-  ra.agent_cli = std::move(w.agent_cli);
-  ra.output = w.output;
-  ra.idle_timeout_s = w.idle_timeout_s;
-  ra.env_passthrough = std::move(w.env_passthrough);
-  ra.idle_noise = std::move(w.idle_noise);
-  ra.max_log_events = static_cast<std::int64_t>(w.max_log_events);
-  return ra;
+  return {std::move(static_cast<attempt_options&>(w)), std::move(runtime)};
 }
 
 worker_options from_remote(remote_attempt ra,
                            std::shared_ptr<runtime::container_runtime> rt) {
   worker_options w;
-  w.spec = std::move(ra.spec);
+  static_cast<attempt_options&>(w) = std::move(ra.attempt);
   w.runtime = std::move(rt);
-  w.trace_id = std::move(ra.trace_id);
-  w.span_id = std::move(ra.span_id);
-  w.agent_cli = std::move(ra.agent_cli);
-  w.output = ra.output;
-  w.idle_timeout_s = ra.idle_timeout_s;
-  w.env_passthrough = std::move(ra.env_passthrough);
-  w.idle_noise = std::move(ra.idle_noise);
-  w.max_log_events = static_cast<std::size_t>(ra.max_log_events);
+  w.adopt_id.reset();
+  w.keep = false;
   // The coordinator journals where each remote attempt runs.
   w.report_runtime_id = true;
   return w;
@@ -155,7 +139,8 @@ std::string remote_attempt_dir(const std::string& root,
   return dir;
 }
 
-caf::actor spawn_node_agent(caf::actor_system& sys, node_agent_options opts) {
+node_agent_actor spawn_node_agent(caf::actor_system& sys,
+                                  node_agent_options opts) {
   return sys.spawn(node_agent, std::move(opts));
 }
 

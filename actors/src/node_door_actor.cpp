@@ -630,7 +630,7 @@ caf::behavior door(door_actor* self, caf::actor registry, stats_actor stats,
     },
     // A worker node joining this coordinator (its agent then gets the
     // attempts placed on it).
-    [=](join_atom, node_offer& offer, caf::actor& agent) {
+    [=](join_atom, node_offer& offer, node_agent_actor& agent) {
       return forward<std::string>(self, join_atom::value, std::move(offer),
                                   std::move(agent));
     },

@@ -115,7 +115,13 @@ void register_protocol(caf::actor_system_config& cfg) {
     .add_message_type<node_offer>("tasksup::node_offer")
     .add_message_type<node_info>("tasksup::node_info")
     .add_message_type<std::vector<node_info>>("std::vector<tasksup::node_info>")
-    .add_message_type<remote_attempt>("tasksup::remote_attempt");
+    .add_message_type<attempt_options>("tasksup::attempt_options")
+    .add_message_type<remote_attempt>("tasksup::remote_attempt")
+    // The handles that cross to other nodes, by interface.
+    .add_message_type<node_agent_actor>("tasksup::node_agent_actor")
+    .add_message_type<attempt_owner_actor>("tasksup::attempt_owner_actor")
+    .add_message_type<container_worker_actor>(
+      "tasksup::container_worker_actor");
   add_checked_enum<stop_mode>(cfg, "tasksup::stop_mode");
   cfg.add_error_category(
     protocol_error_category,

@@ -284,7 +284,8 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
   // The registry is the parent of its task supervisors: when it goes, they
   // go too (their workers then end their attempts), so a shut-down node
   // leaves no attempt running and no actor the system would wait for.
-  auto supervisors = std::make_shared<std::map<std::string, caf::actor>>();
+  auto supervisors =
+    std::make_shared<std::map<std::string, task_supervisor_actor>>();
   st.supervisors = supervisors;
   self->attach_functor([classifier = st.classifier, backoff = st.backoff,
                         supervisors](const caf::error&) {
@@ -483,7 +484,7 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       resumed(self, task_id);
     },
     // -- worker nodes -----------------------------------------------------
-    [=](join_atom, node_offer& offer, caf::actor& agent) {
+    [=](join_atom, node_offer& offer, node_agent_actor& agent) {
       return join(self, offer, agent);
     },
     [=](node_lost_atom, const std::string& name, const caf::node_id& nid) {

@@ -19,7 +19,7 @@ void node_lost(registry_actor_t* self, const std::string& name,
                "tasksup: worker node %s lost (%s); %d running attempt(s) "
                "there are retried elsewhere\n",
                name.c_str(), why.c_str(), st.slots.running_on(name));
-  self->demonitor(i->second.agent);
+  self->demonitor(i->second.agent.address());
   st.nodes.erase(i);
   // Without worker nodes the coordinator runs the queue itself again.
   deliver(self, st.slots.remove_node(name));
@@ -28,7 +28,7 @@ void node_lost(registry_actor_t* self, const std::string& name,
 /// A worker node joins (through the door): its offer is checked, its
 /// agent monitored, and the queue served with the new capacity.
 caf::result<std::string> join(registry_actor_t* self, node_offer& offer,
-                              caf::actor& agent) {
+                              node_agent_actor& agent) {
   auto& st = self->state;
   if (auto ok = check_offer(offer); !ok)
     return make_error(protocol_error::invalid_task, ok.error().to_string());

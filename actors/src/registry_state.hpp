@@ -40,7 +40,7 @@ namespace tasksup::detail {
 
 /// A task whose supervisor is alive.
 struct active_task {
-  caf::actor supervisor;
+  task_supervisor_actor supervisor;
   std::string environment;
   std::string trace_id;
   /// What its attempts need from a worker node.
@@ -52,7 +52,7 @@ struct active_task {
 /// A worker node that joined this coordinator (its offer and load are the
 /// slot scheduler's).
 struct worker_node {
-  caf::actor agent;
+  node_agent_actor agent;
   double joined_at = 0;
 };
 
@@ -88,7 +88,7 @@ struct registry_state {
   detail::event_hub_actor hub;
   /// The supervisors of `active`, shared with the exit handler that stops
   /// them when the registry ends.
-  std::shared_ptr<std::map<std::string, caf::actor>> supervisors;
+  std::shared_ptr<std::map<std::string, task_supervisor_actor>> supervisors;
   std::uint64_t next_number = 1;
   /// The journal's number of every task it records.
   std::map<std::string, std::int64_t> journal_seq;
@@ -169,7 +169,7 @@ void node_lost(registry_actor_t* self, const std::string& name,
 
 /// A worker node joins -> this coordinator's name.
 caf::result<std::string> join(registry_actor_t* self, node_offer& offer,
-                              caf::actor& agent);
+                              node_agent_actor& agent);
 
 // -- registry_logs.cpp --------------------------------------------------------
 

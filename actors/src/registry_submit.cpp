@@ -133,7 +133,7 @@ void launch(registry_actor_t* self, supervisor_options opts,
   opts.default_agent = st.opts.config.node.default_agent;
   opts.classifier = st.classifier;
   opts.backoff = st.backoff;
-  opts.services = caf::actor_cast<caf::actor>(self);
+  opts.services = caf::actor_cast<node_services_actor>(self);
   opts.event_batches = true;
   opts.attempt_root = st.opts.attempt_root;
   opts.journal = st.opts.journal;
@@ -148,8 +148,7 @@ void launch(registry_actor_t* self, supervisor_options opts,
   // the result go there, so the result never overtakes its events.
   self->send(st.hub, detail::track_atom::value, id, opts.journal_seq,
              last_event, restored);
-  auto sup = spawn_task_supervisor(
-    self->system(), caf::actor_cast<caf::actor>(st.hub), std::move(opts));
+  auto sup = spawn_task_supervisor(self->system(), st.hub, std::move(opts));
   self->monitor(sup);
   st.by_supervisor.emplace(sup.address(), id);
   st.supervisors->emplace(id, sup);

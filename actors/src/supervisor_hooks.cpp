@@ -7,9 +7,9 @@
 #include "supervisor_state.hpp"
 
 #include <caf/actor_cast.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 #include <caf/spawn_options.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -23,15 +23,27 @@ namespace tasksup::detail {
 
 namespace {
 
-using ws_job_atom = caf::atom_constant<caf::atom("wsjob")>;
-
 /// The task's workspace thread: git, gates, preflight and delivery block,
 /// so they run here, one job after the other, never on the scheduler.
-caf::behavior workspace_actor(caf::event_based_actor* self) {
-  return {[=](ws_job_atom, workspace_fn& job) {
-    if (!job())
+workspace_actor::behavior_type
+workspace_thread(workspace_actor::pointer self,
+                 std::shared_ptr<workspace_calls> jobs) {
+  // Jobs not run hold what holds this thread: let them go with it.
+  self->attach_functor([jobs] { jobs->clear(); });
+  return {[=](ws_job_atom, std::uint64_t id) {
+    if (auto job = jobs->take(id); job && !job())
       self->quit();
   }};
+}
+
+/// Where a job's reply goes: the supervisor, and its table of replies.
+struct reply_to {
+  supervisor_impl sup;
+  std::shared_ptr<workspace_calls> replies;
+};
+
+reply_to replies_of(supervisor_actor self) {
+  return {caf::actor_cast<supervisor_impl>(self), self->state.run->replies};
 }
 
 bool in_container(const supervisor_state& s) {
@@ -39,16 +51,17 @@ bool in_container(const supervisor_state& s) {
 }
 
 /// Runs `job` on the task's workspace thread (spawned on first use).
-void ws_submit(supervisor_actor* self, workspace_fn job) {
+void ws_submit(supervisor_actor self, workspace_fn job) {
   auto& run = *self->state.run;
   if (!run.ws)
-    run.ws = self->system().spawn<caf::detached>(workspace_actor);
-  self->send(run.ws, ws_job_atom::value, std::move(job));
+    run.ws = self->system().spawn<caf::detached>(workspace_thread, run.jobs);
+  self->send(run.ws, ws_job_atom::value, run.jobs->add(std::move(job)));
 }
 
 /// From a job: runs `reply` on the supervisor (dropped if it is gone).
-void ws_reply(const caf::actor& sup, workspace_fn reply) {
-  caf::anon_send(sup, ws_done_atom::value, std::move(reply));
+void ws_reply(const reply_to& to, workspace_fn reply) {
+  caf::anon_send(to.sup, ws_done_atom::value,
+                 to.replies->add(std::move(reply)));
 }
 
 /// What a gate or the preflight learns about its attempt.
@@ -76,7 +89,7 @@ std::string joined(const std::vector<std::string>& lines, std::size_t max) {
 /// Lets the current attempt's worktree go: removed, or kept for inspection
 /// when it failed and the task says `keep_failed`. `last`: the task ends
 /// (its workspace thread ends after this job).
-void drop_worktree(supervisor_actor* self, bool last, bool failed) {
+void drop_worktree(supervisor_actor self, bool last, bool failed) {
   auto& s = self->state;
   auto& run = *s.run;
   auto dir = std::exchange(run.worktree, {});
@@ -94,7 +107,7 @@ void drop_worktree(supervisor_actor* self, bool last, bool failed) {
   }
   auto repo = run.repo;
   // The last job holds the thread's handle until it ran.
-  caf::actor ws_hold = last ? run.ws : caf::actor{};
+  auto ws_hold = last ? run.ws : workspace_actor{};
   ws_submit(self, [repo, dir, last, ws_hold]() mutable {
     repo->remove(dir);
     ws_hold = nullptr;
@@ -103,7 +116,7 @@ void drop_worktree(supervisor_actor* self, bool last, bool failed) {
 }
 
 /// The worktree of attempt `attempt` is ready (or could not be made).
-void worktree_ready(supervisor_actor* self, runtime::attempt_spec spec,
+void worktree_ready(supervisor_actor self, runtime::attempt_spec spec,
                     std::size_t agent_index, int attempt,
                     const std::string& commit, const std::string& err) {
   auto& s = self->state;
@@ -131,7 +144,7 @@ void worktree_ready(supervisor_actor* self, runtime::attempt_spec spec,
 }
 
 /// One command's result as a `step` event.
-void emit_step(supervisor_actor* self, std::string_view step,
+void emit_step(supervisor_actor self, std::string_view step,
                const std::string& name, const runtime::command_result& r) {
   std::string msg;
   if (!r.error.empty())
@@ -151,7 +164,7 @@ void emit_step(supervisor_actor* self, std::string_view step,
 
 } // namespace
 
-void prepare_attempt(supervisor_actor* self, runtime::attempt_spec spec,
+void prepare_attempt(supervisor_actor self, runtime::attempt_spec spec,
                      std::size_t agent_index, int attempt) {
   auto& s = self->state;
   auto& run = *s.run;
@@ -184,7 +197,7 @@ void prepare_attempt(supervisor_actor* self, runtime::attempt_spec spec,
   if (!docker)
     spec.workdir = run.worktree;
   spec.env["TASKSUP_WORKTREE"] = docker ? "/workspace" : run.worktree;
-  auto sup = caf::actor_cast<caf::actor>(self);
+  auto sup = replies_of(self);
   auto* me = self;
   ws_submit(self, [sup, me, repo = run.repo, base = run.base_commit,
                    dir = run.worktree, spec = std::move(spec), agent_index,
@@ -209,7 +222,7 @@ void prepare_attempt(supervisor_actor* self, runtime::attempt_spec spec,
   });
 }
 
-void run_preflight(supervisor_actor* self, int attempt) {
+void run_preflight(supervisor_actor self, int attempt) {
   auto& s = self->state;
   s.span = s.ids->span_id();
   s.span_attempt = attempt;
@@ -225,7 +238,7 @@ void run_preflight(supervisor_actor* self, int attempt) {
   o.tail_lines =
     static_cast<std::size_t>(std::max(s.opts->hooks->feedback.lines, 1));
   auto cancel = s.run->cancel;
-  auto sup = caf::actor_cast<caf::actor>(self);
+  auto sup = replies_of(self);
   auto* me = self;
   ws_submit(self, [sup, me, o, cancel, attempt, name = cmd.name]() mutable {
     o.cancel = cancel.get();
@@ -241,12 +254,12 @@ void run_preflight(supervisor_actor* self, int attempt) {
   });
 }
 
-void run_gates(supervisor_actor* self, int attempt) {
+void run_gates(supervisor_actor self, int attempt) {
   auto& s = self->state;
   auto& run = *s.run;
   const auto& h = *s.opts->hooks;
   auto env = hook_env(s, attempt);
-  auto sup = caf::actor_cast<caf::actor>(self);
+  auto sup = replies_of(self);
   auto* me = self;
   auto lines = static_cast<std::size_t>(std::max(h.feedback.lines, 1));
   ws_submit(self, [sup, me, attempt, env, lines, gates = h.gates,
@@ -313,11 +326,11 @@ void run_gates(supervisor_actor* self, int attempt) {
   });
 }
 
-void deliver_change(supervisor_actor* self, int attempt) {
+void deliver_change(supervisor_actor self, int attempt) {
   auto& s = self->state;
   auto& run = *s.run;
   const auto& h = *s.opts->hooks;
-  auto sup = caf::actor_cast<caf::actor>(self);
+  auto sup = replies_of(self);
   auto* me = self;
   std::string message = "tasksup: task " + s.task_id() + ", agent " +
                         s.agent().agent_id + ", attempt " +
@@ -370,7 +383,7 @@ void deliver_change(supervisor_actor* self, int attempt) {
   });
 }
 
-void remember_failure(supervisor_actor* self, const classification& c) {
+void remember_failure(supervisor_actor self, const classification& c) {
   auto& s = self->state;
   auto& run = *s.run;
   run.failed = true;
@@ -383,7 +396,7 @@ void remember_failure(supervisor_actor* self, const classification& c) {
   run.lines = own ? run.step_tail : run.attempt_tail;
 }
 
-void end_hooks(supervisor_actor* self, bool failed,
+void end_hooks(supervisor_actor self, bool failed,
                std::vector<std::string>& artifacts) {
   auto& run = *self->state.run;
   // The change is always an artifact.

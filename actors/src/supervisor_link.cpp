@@ -52,7 +52,7 @@ attempt_outcome lost_outcome(const std::string& node, std::string why) {
 }
 
 /// Takes `w` as the worker of the current attempt (it runs on `node`).
-void take_worker(supervisor_actor* self, caf::actor w,
+void take_worker(supervisor_actor self, container_worker_actor w,
                  const std::string& node) {
   auto& s = self->state;
   s.worker = std::move(w);
@@ -64,17 +64,17 @@ void take_worker(supervisor_actor* self, caf::actor w,
 }
 
 /// Asks the worker node the registry placed the attempt on to start it.
-void start_remote(supervisor_actor* self, worker_options w) {
+void start_remote(supervisor_actor self, worker_options w) {
   auto& s = self->state;
   auto ra = to_remote(std::move(w), s.placed_runtime);
-  auto attempt = ra.spec.attempt;
+  auto attempt = ra.attempt.spec.attempt;
   auto node = s.placed_node;
   s.remote_starting = attempt;
   self
     ->request(s.placed_agent, remote_start_timeout, run_attempt_atom::value,
-              std::move(ra), caf::actor_cast<caf::actor>(self))
+              std::move(ra), caf::actor_cast<attempt_owner_actor>(self))
     .then(
-      [self, attempt, node](caf::actor& worker) {
+      [self, attempt, node](container_worker_actor& worker) {
         auto& st = self->state;
         if (st.remote_starting == attempt)
           take_worker(self, std::move(worker), node);
@@ -124,7 +124,7 @@ worker_options worker_for(const supervisor_state& s, std::size_t agent_index,
 
 } // namespace
 
-bool from_worker(supervisor_actor* self) {
+bool from_worker(supervisor_actor self) {
   auto& s = self->state;
   auto sender = self->current_sender();
   if (!sender)
@@ -137,11 +137,12 @@ bool from_worker(supervisor_actor* self) {
   if (s.remote_starting == 0 || !s.placed_agent ||
       sender->node() != s.placed_agent.node())
     return false;
-  take_worker(self, caf::actor_cast<caf::actor>(sender), s.placed_node);
+  take_worker(self, caf::actor_cast<container_worker_actor>(sender),
+              s.placed_node);
   return true;
 }
 
-void spawn_worker(supervisor_actor* self, runtime::attempt_spec spec,
+void spawn_worker(supervisor_actor self, runtime::attempt_spec spec,
                   std::size_t agent_index) {
   auto& s = self->state;
   auto w = worker_for(s, agent_index, std::move(spec));
@@ -155,16 +156,17 @@ void spawn_worker(supervisor_actor* self, runtime::attempt_spec spec,
   w.keep = true;
   if (s.kept_worker) {
     s.worker = std::exchange(s.kept_worker, nullptr);
-    self->send(s.worker, next_attempt_atom::value, std::move(w));
+    self->send(s.worker, next_attempt_atom::value,
+               std::move(static_cast<attempt_options&>(w)));
     return;
   }
-  s.worker = spawn_container_worker(self, caf::actor_cast<caf::actor>(self),
-                                    std::move(w));
+  s.worker = spawn_container_worker(
+    self, caf::actor_cast<attempt_owner_actor>(self), std::move(w));
   self->monitor(s.worker);
 }
 
 std::optional<input::attempt_ended>
-adopt_worker(supervisor_actor* self, std::size_t agent_index, int attempt) {
+adopt_worker(supervisor_actor self, std::size_t agent_index, int attempt) {
   auto& s = self->state;
   if (auto node = remote_node_of(s.adopt_id); !node.empty()) {
     // It ran on a worker node, which stopped it when it lost this node.
@@ -180,13 +182,13 @@ adopt_worker(supervisor_actor* self, std::size_t agent_index, int attempt) {
   w.keep = true;
   s.adopted_dir = w.spec.attempt_dir;
   s.adopted_attempt = attempt;
-  s.worker = spawn_container_worker(self, caf::actor_cast<caf::actor>(self),
-                                    std::move(w));
+  s.worker = spawn_container_worker(
+    self, caf::actor_cast<attempt_owner_actor>(self), std::move(w));
   self->monitor(s.worker);
   return std::nullopt;
 }
 
-void stop_worker(supervisor_actor* self, stop_mode mode,
+void stop_worker(supervisor_actor self, stop_mode mode,
                  std::chrono::milliseconds grace) {
   auto& s = self->state;
   if (s.worker)
@@ -195,22 +197,22 @@ void stop_worker(supervisor_actor* self, stop_mode mode,
     s.pending_stop.emplace(mode, std::int64_t{grace.count()});
 }
 
-void release_kept_worker(supervisor_actor* self) {
+void release_kept_worker(supervisor_actor self) {
   auto& s = self->state;
   if (!s.kept_worker)
     return;
-  self->demonitor(s.kept_worker);
+  self->demonitor(s.kept_worker.address());
   self->send(std::exchange(s.kept_worker, nullptr), release_atom::value);
 }
 
-void worker_reported(supervisor_actor* self, attempt_report& r) {
+void worker_reported(supervisor_actor self, attempt_report& r) {
   auto& st = self->state;
   if (!from_worker(self) || r.attempt != st.m.attempt)
     return;
   if (st.worker_node.empty())
     st.kept_worker = st.worker; // it waits for the next attempt
   else
-    self->demonitor(st.worker);
+    self->demonitor(st.worker.address());
   // Its node is stopping: nothing more goes there.
   if (!r.outcome.lost_node.empty() && !st.worker_node.empty() &&
       st.node->services)
@@ -226,7 +228,7 @@ std::string journaled_runtime_id(const supervisor_state& s,
   return remote_runtime_id(s.worker_node, runtime_id);
 }
 
-void worker_down(supervisor_actor* self, const caf::down_msg& dm) {
+void worker_down(supervisor_actor self, const caf::down_msg& dm) {
   auto& st = self->state;
   if (st.kept_worker && dm.source == st.kept_worker.address()) {
     st.kept_worker = nullptr; // gone between attempts: the next spawns one
@@ -261,7 +263,7 @@ void worker_down(supervisor_actor* self, const caf::down_msg& dm) {
   attempt_ended(self, st.m.attempt, std::move(out));
 }
 
-void worker_gone(supervisor_actor* self, int attempt) {
+void worker_gone(supervisor_actor self, int attempt) {
   auto& st = self->state;
   if (self->current_sender() != self->ctrl() || !st.worker ||
       st.worker_node.empty() || attempt != st.m.attempt)

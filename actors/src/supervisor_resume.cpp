@@ -60,7 +60,7 @@ void set_aside_unrecorded(const supervisor_state& s) {
 
 } // namespace
 
-void resume(supervisor_actor* self, std::vector<journaled_input> replay) {
+void resume(supervisor_actor self, std::vector<journaled_input> replay) {
   auto& st = self->state;
   machine_effects fx;
   for (auto& r : replay) {

@@ -185,12 +185,12 @@ supervisor_setup make_setup(caf::actor_system& sys, supervisor_options opts) {
   more.classifier_rules = std::move(task.classifier_rules);
   if (!opts.backoff) {
     opts.backoff = spawn_backoff(sys, opts.seed);
-    more.owned.push_back(caf::actor_cast<caf::actor>(opts.backoff));
+    more.owned.push_back(opts.backoff.address());
   }
   if (!opts.classifier) {
     if (auto rules = classifier::make(default_classifier_rules())) {
       opts.classifier = spawn_classifier(sys, std::move(*rules));
-      more.owned.push_back(caf::actor_cast<caf::actor>(opts.classifier));
+      more.owned.push_back(opts.classifier.address());
     }
   }
   if (!more.warnings.empty() || more.classifier_rules || !more.owned.empty())

@@ -53,7 +53,7 @@ struct shared_settings {
   std::shared_ptr<runtime::container_runtime> runtime;
   classifier_actor classifier;
   backoff_actor backoff;
-  caf::actor services;
+  node_services_actor services;
   std::string attempt_root;
 };
 

@@ -38,9 +38,6 @@ namespace tasksup::detail {
 
 namespace {
 
-using attempt_timer_atom = caf::atom_constant<caf::atom("attempttmr")>;
-using quota_timer_atom = caf::atom_constant<caf::atom("quotatmr")>;
-
 std::chrono::nanoseconds to_duration(double seconds) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
     std::chrono::duration<double>(seconds));
@@ -74,7 +71,7 @@ constexpr double release_worker_after_s = 1.0;
 /// Carries out one effect; an input it produces at once (a permission when
 /// there are no node services) goes to `next`.
 struct carrier {
-  supervisor_actor* self;
+  supervisor_actor self;
   std::vector<machine_input>& next;
 
   supervisor_state& st() const { return self->state; }
@@ -476,7 +473,7 @@ reach reach_of(const machine_effect& e) {
     [](const auto& x) { return reach_of<std::decay_t<decltype(x)>>(); }, e);
 }
 
-task_status status_of(supervisor_actor* self) {
+task_status status_of(supervisor_actor self) {
   auto& st = self->state;
   task_status s;
   s.task_id = st.task_id();
@@ -529,7 +526,7 @@ task_status status_of(supervisor_actor* self) {
 }
 
 /// Drives `in` and answers the request once its effects are carried out.
-caf::result<bool> drive_and_reply(supervisor_actor* self, machine_input in) {
+caf::result<bool> drive_and_reply(supervisor_actor self, machine_input in) {
   if (!self->state.journal)
     return drive(self, std::move(in));
   auto rp = self->make_response_promise<bool>();
@@ -537,10 +534,10 @@ caf::result<bool> drive_and_reply(supervisor_actor* self, machine_input in) {
   return rp;
 }
 
-caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
-                                    std::unique_ptr<const task_settings> opts,
-                                    std::shared_ptr<const shared_settings> node,
-                                    start_info start) {
+supervisor_impl::behavior_type
+task_supervisor(supervisor_actor self, task_parent_actor parent,
+                std::unique_ptr<const task_settings> opts,
+                std::shared_ptr<const shared_settings> node, start_info start) {
   auto& st = self->state;
   st.parent = std::move(parent);
   st.event_batches = start.event_batches;
@@ -632,7 +629,11 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
     [=](quota_timer_atom, std::uint64_t gen) {
       drive(self, input::timer{timer_kind::quota, gen});
     },
-    [=](ws_done_atom, workspace_fn& reply) { reply(); },
+    [=](ws_done_atom, std::uint64_t id) {
+      if (auto reply = self->state.run ? self->state.run->replies->take(id)
+                                       : workspace_fn{})
+        reply();
+    },
     [=](stop_atom, stop_mode mode) {
       return drive_and_reply(self, input::stop{mode == stop_mode::kill
                                                  ? stop_request::kill
@@ -650,7 +651,7 @@ caf::behavior task_supervisor_actor(supervisor_actor* self, caf::actor parent,
 
 } // namespace
 
-void emit(supervisor_actor* self, event ev) {
+void emit(supervisor_actor self, event ev) {
   auto& st = self->state;
   if (st.event_batches && (st.driving > 0 || st.asking > 0)) {
     st.outbox.push_back(std::move(ev));
@@ -660,7 +661,7 @@ void emit(supervisor_actor* self, event ev) {
   self->send(st.parent, event_atom::value, std::move(ev));
 }
 
-void flush_events(supervisor_actor* self) {
+void flush_events(supervisor_actor self) {
   auto& st = self->state;
   if (st.outbox.empty())
     return;
@@ -679,7 +680,7 @@ std::string attempt_dir_of(const supervisor_state& s, int attempt) {
 }
 
 /// Carries out `fx`, then feeds the inputs they produced at once.
-void carry(supervisor_actor* self, const machine_effects& fx) {
+void carry(supervisor_actor self, const machine_effects& fx) {
   // A vector, which allocates only when an input is produced (rarely): an
   // empty std::deque allocates twice, and this runs several times per
   // attempt.
@@ -701,13 +702,13 @@ void carry(supervisor_actor* self, const machine_effects& fx) {
 /// tells someone outside wait until it is on disk. The supervisor handles
 /// nothing else meanwhile.
 /// Returns whether `in` took effect; `then` runs after its effects.
-bool drive(supervisor_actor* self, machine_input in, after_input then) {
+bool drive(supervisor_actor self, machine_input in, after_input then) {
   auto& st = self->state;
   // The events of this input (and of those it produces at once) go in one
   // message once nothing more of the attempt's judging is out.
   struct batch_scope {
-    supervisor_actor* self;
-    explicit batch_scope(supervisor_actor* s) : self(s) {
+    supervisor_actor self;
+    explicit batch_scope(supervisor_actor s) : self(s) {
       ++self->state.driving;
     }
     ~batch_scope() {
@@ -766,11 +767,11 @@ bool drive(supervisor_actor* self, machine_input in, after_input then) {
 
 /// The attempt ended: the machine keeps what judging needs, the carrier the
 /// output tail for the classifier.
-void attempt_ended(supervisor_actor* self, int attempt, attempt_outcome out) {
+void attempt_ended(supervisor_actor self, int attempt, attempt_outcome out) {
   drive(self, ended_input(self, attempt, std::move(out)));
 }
 
-input::attempt_ended ended_input(supervisor_actor* self, int attempt,
+input::attempt_ended ended_input(supervisor_actor self, int attempt,
                                  attempt_outcome out) {
   auto& st = self->state;
   st.worker = nullptr;
@@ -807,10 +808,11 @@ input::attempt_ended ended_input(supervisor_actor* self, int attempt,
 
 namespace tasksup {
 
-caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
-                                 supervisor_options opts) {
+task_supervisor_actor spawn_task_supervisor(caf::actor_system& sys,
+                                            task_parent_actor parent,
+                                            supervisor_options opts) {
   auto setup = detail::make_setup(sys, std::move(opts));
-  return sys.spawn(detail::task_supervisor_actor, std::move(parent),
+  return sys.spawn(detail::task_supervisor, std::move(parent),
                    std::move(setup.settings), std::move(setup.node),
                    std::move(setup.start));
 }

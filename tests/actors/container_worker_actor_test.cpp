@@ -33,7 +33,7 @@ TEST_CASE_METHOD(fixture, "a worker forwards bounded log events and reports",
   w.runtime = runtime;
   w.agent_cli = "a-cli";
   w.max_log_events = 4;
-  spawn_container_worker(sys(), sup, w);
+  spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
   run();
   CHECK(seen->of(event_kind::attempt_started).size() == 1);
   CHECK(seen->of(event_kind::log).size() == 4);
@@ -52,7 +52,8 @@ TEST_CASE_METHOD(fixture, "a worker passes stop and kill to the runtime",
   w.spec.task_id = "t1";
   w.spec.agent_id = "a";
   w.runtime = runtime;
-  auto worker = spawn_container_worker(sys(), sup, w);
+  auto worker =
+    spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
   run();
   CHECK(seen->reports.empty());
   caf::anon_send(worker, stop_atom::value, stop_mode::cancel,
@@ -76,7 +77,8 @@ TEST_CASE_METHOD(fixture, "a worker that is killed takes its attempt with it",
   w.spec.task_id = "t1";
   w.spec.agent_id = "a";
   w.runtime = runtime;
-  auto worker = spawn_container_worker(sys(), sup, w);
+  auto worker =
+    spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
   run();
   REQUIRE(runtime->running() == 1);
   caf::anon_send_exit(worker, caf::exit_reason::kill);
@@ -97,7 +99,7 @@ TEST_CASE_METHOD(fixture, "a worker that ends normally kills nothing",
   w.spec.task_id = "t1";
   w.spec.agent_id = "a";
   w.runtime = runtime;
-  spawn_container_worker(sys(), sup, w);
+  spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
   run();
   REQUIRE(seen->reports.size() == 1);
   auto calls = runtime->calls();
@@ -136,7 +138,8 @@ TEST_CASE_METHOD(fixture,
   auto sup = collector(seen);
   runtime->script("a", {exits(3, {"first"}), hangs()});
   auto w = kept_worker_options(runtime);
-  auto worker = spawn_container_worker(sys(), sup, w);
+  auto worker =
+    spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
   run();
   REQUIRE(seen->reports.size() == 1);
   CHECK(seen->reports[0].attempt == 1);
@@ -144,18 +147,21 @@ TEST_CASE_METHOD(fixture,
   // Only its supervisor starts the next attempt.
   auto next = w;
   next.spec.attempt = 2;
-  caf::anon_send(worker, next_attempt_atom::value, next);
+  caf::anon_send(worker, next_attempt_atom::value, attempt_options{next});
   run();
   CHECK(runtime->calls().size() == 1);
   // Attempt 1's runtime is late: neither between the attempts nor during
   // attempt 2 does its line count.
-  caf::anon_send(worker, output_atom::value, 1, false, std::string{"late"});
+  caf::anon_send(caf::actor_cast<caf::actor>(worker), output_atom::value, 1,
+                 false, std::string{"late"});
   run();
-  caf::send_as(sup, worker, next_attempt_atom::value, next);
+  caf::send_as(sup, worker, next_attempt_atom::value, attempt_options{next});
   run();
   REQUIRE(runtime->calls().size() == 2);
-  caf::anon_send(worker, output_atom::value, 1, false, std::string{"late"});
-  caf::anon_send(worker, output_atom::value, 2, false, std::string{"mine"});
+  caf::anon_send(caf::actor_cast<caf::actor>(worker), output_atom::value, 1,
+                 false, std::string{"late"});
+  caf::anon_send(caf::actor_cast<caf::actor>(worker), output_atom::value, 2,
+                 false, std::string{"mine"});
   run();
   caf::anon_send(worker, stop_atom::value, stop_mode::kill, std::int64_t{0});
   run();
@@ -184,7 +190,8 @@ TEST_CASE_METHOD(fixture,
   auto sup = collector(seen);
   runtime->script("a", {exits(1, {"first"}), exits(1, {"second"})});
   auto w = kept_worker_options(runtime);
-  auto worker = spawn_container_worker(sys(), sup, w);
+  auto worker =
+    spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
   run();
   REQUIRE(seen->reports.size() == 1);
   auto next = w;
@@ -192,7 +199,7 @@ TEST_CASE_METHOD(fixture,
   // Anyone else's release is ignored: it still runs the next attempt.
   caf::anon_send(worker, release_atom::value);
   run();
-  caf::send_as(sup, worker, next_attempt_atom::value, next);
+  caf::send_as(sup, worker, next_attempt_atom::value, attempt_options{next});
   run();
   REQUIRE(seen->reports.size() == 2);
   CHECK(runtime->calls().size() == 2);
@@ -202,7 +209,7 @@ TEST_CASE_METHOD(fixture,
   run();
   CHECK(sys().registry().running() == before - 1);
   next.spec.attempt = 3;
-  caf::send_as(sup, worker, next_attempt_atom::value, next);
+  caf::send_as(sup, worker, next_attempt_atom::value, attempt_options{next});
   run();
   CHECK(runtime->calls().size() == 2);
 }
@@ -254,7 +261,7 @@ TEST_CASE_METHOD(fixture,
   w.spec.attempt = 1;
   w.runtime = manual;
   w.max_log_events = 1000000;
-  spawn_container_worker(sys(), sup, w);
+  spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
   run();
   REQUIRE(manual->cb.on_line);
   // The worker does not run meanwhile: every line waits in its mailbox.
@@ -296,7 +303,8 @@ TEST_CASE_METHOD(fixture, "a silent attempt is stopped after idle_timeout_s",
   auto seen = std::make_shared<collected>();
   auto sup = collector(seen);
   runtime->script("a", {hangs()});
-  spawn_container_worker(sys(), sup, silent_agent_options(runtime, 30));
+  spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup),
+                         silent_agent_options(runtime, 30));
   run();
   advance(29.9);
   run();
@@ -335,13 +343,14 @@ TEST_CASE_METHOD(fixture, "output keeps an attempt from going idle",
   auto sup = collector(seen);
   runtime->script("a", {hangs()});
   auto worker =
-    spawn_container_worker(sys(), sup, silent_agent_options(runtime, 10));
+    spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup),
+                           silent_agent_options(runtime, 10));
   run();
   // A line every 6 s for a minute: never 10 s of silence.
   for (int i = 0; i < 10; ++i) {
     advance(6);
-    caf::anon_send(worker, output_atom::value, 1, false,
-                   std::string{"working"});
+    caf::anon_send(caf::actor_cast<caf::actor>(worker), output_atom::value, 1,
+                   false, std::string{"working"});
     run();
   }
   CHECK(seen->reports.empty());
@@ -373,19 +382,21 @@ TEST_CASE_METHOD(fixture,
   // The same on a worker node: the attempt carries its noise patterns.
   CHECK(from_remote(to_remote(w, "process"), runtime).idle_noise ==
         w.idle_noise);
-  auto worker = spawn_container_worker(sys(), sup, w);
+  auto worker =
+    spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
   run();
   // Real output first, at 5 s: the idle clock starts there.
   advance(5);
-  caf::anon_send(worker, output_atom::value, 1, false,
-                 std::string{R"({"type":"turn.started"})"});
+  caf::anon_send(caf::actor_cast<caf::actor>(worker), output_atom::value, 1,
+                 false, std::string{R"({"type":"turn.started"})"});
   run();
   const std::string reconnect =
     R"j({"type":"error","message":"Reconnecting... waiting for network )j"
     R"j((Connection failed: error sending request)"})j";
   for (int i = 0; i < 4; ++i) {
     advance(7);
-    caf::anon_send(worker, output_atom::value, 1, false, reconnect);
+    caf::anon_send(caf::actor_cast<caf::actor>(worker), output_atom::value, 1,
+                   false, reconnect);
     run();
   }
   // 28 s of noise after the last real line: still running.
@@ -433,15 +444,17 @@ TEST_CASE_METHOD(fixture,
   runtime->script("a", {hangs()});
   auto w = silent_agent_options(runtime, 10);
   w.idle_noise = {"^Reconnecting"};
-  auto worker = spawn_container_worker(sys(), sup, w);
+  auto worker =
+    spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
   run();
   // Noise, then a real line: the stop that follows is a plain idle timeout.
   advance(4);
-  caf::anon_send(worker, output_atom::value, 1, true,
-                 std::string{"Reconnecting... 1/5"});
+  caf::anon_send(caf::actor_cast<caf::actor>(worker), output_atom::value, 1,
+                 true, std::string{"Reconnecting... 1/5"});
   run();
   advance(4);
-  caf::anon_send(worker, output_atom::value, 1, false, std::string{"Working"});
+  caf::anon_send(caf::actor_cast<caf::actor>(worker), output_atom::value, 1,
+                 false, std::string{"Working"});
   run();
   advance(9.9);
   run();
@@ -462,7 +475,8 @@ TEST_CASE_METHOD(fixture, "without idle_timeout_s a silent attempt runs on",
   auto sup = collector(seen);
   runtime->script("a", {hangs()});
   auto worker =
-    spawn_container_worker(sys(), sup, silent_agent_options(runtime, 0));
+    spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup),
+                           silent_agent_options(runtime, 0));
   run();
   advance(86400);
   run();
@@ -487,7 +501,7 @@ TEST_CASE_METHOD(fixture,
   runtime->script("a", {exits(1, lines)});
   auto w = silent_agent_options(runtime, 0);
   w.output = output_format::claude_stream_json;
-  spawn_container_worker(sys(), sup, w);
+  spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
   run();
   auto logs = seen->of(event_kind::log);
   REQUIRE(logs.size() == 2); // the init event is machinery
@@ -525,7 +539,7 @@ TEST_CASE_METHOD(fixture, "env_passthrough copies only the listed variables",
   apply_agent_options(w, a);
   CHECK(w.output == output_format::codex_jsonl);
   CHECK(w.idle_timeout_s == 12);
-  spawn_container_worker(sys(), sup, w);
+  spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
   run();
   auto calls = runtime->calls();
   REQUIRE_FALSE(calls.empty());
@@ -594,7 +608,7 @@ TEST_CASE_METHOD(fixture,
   w.spec.agent_id = "a";
   w.agent_cli = "a-cli";
   w.runtime = std::make_shared<late_id_runtime>(runtime, "4242");
-  spawn_container_worker(sys(), sup, w);
+  spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
   run();
   auto kinds = seen->kinds();
   REQUIRE(kinds.size() == 2);

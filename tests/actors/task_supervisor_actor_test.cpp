@@ -29,15 +29,15 @@ namespace {
 struct supervisor_fixture : fixture {
   std::shared_ptr<collected> seen = std::make_shared<collected>();
   caf::actor parent = collector(seen);
-  caf::actor sup;
+  task_supervisor_actor sup;
 
   bool event_batches = false;
   /// Asked instead of a classifier of the supervisor's own, when set.
   classifier_actor classifier;
 
-  caf::actor spawn(task_spec t,
-                   std::shared_ptr<runtime::container_runtime> rt = nullptr,
-                   std::string attempt_root = "/tmp/tasksup-actor-tests") {
+  task_supervisor_actor
+  spawn(task_spec t, std::shared_ptr<runtime::container_runtime> rt = nullptr,
+        std::string attempt_root = "/tmp/tasksup-actor-tests") {
     supervisor_options opts;
     opts.event_batches = event_batches;
     opts.classifier = classifier;
@@ -46,7 +46,8 @@ struct supervisor_fixture : fixture {
     opts.runtime = rt ? std::move(rt) : runtime;
     opts.seed = 42;
     opts.attempt_root = std::move(attempt_root);
-    return spawn_task_supervisor(sys(), parent, std::move(opts));
+    return spawn_task_supervisor(
+      sys(), caf::actor_cast<task_parent_actor>(parent), std::move(opts));
   }
 
   void start(task_spec t) {
@@ -691,7 +692,7 @@ TEST_CASE_METHOD(supervisor_fixture,
   auto custom = task_with("custom", {"a"});
   custom.supervisor.max_retries_per_agent = 2;
   custom.supervisor.backoff_base_seconds = 1;
-  std::vector<caf::actor> sups;
+  std::vector<task_supervisor_actor> sups;
   for (auto t :
        {task_with("default-1", {"a"}), custom, task_with("default-2", {"a"})})
     sups.push_back(spawn(std::move(t)));
@@ -758,10 +759,11 @@ TEST_CASE_METHOD(supervisor_fixture,
     opts.classifier = shared_classifier;
     opts.backoff = shared_backoff;
     opts.attempt_root = std::move(root);
-    return spawn_task_supervisor(sys(), parent, std::move(opts));
+    return spawn_task_supervisor(
+      sys(), caf::actor_cast<task_parent_actor>(parent), std::move(opts));
   };
   const std::string root = "/tmp/tasksup-actor-tests";
-  std::vector<caf::actor> sups;
+  std::vector<task_supervisor_actor> sups;
   sups.push_back(start_one("t1", "a", runtime, root));
   sups.push_back(start_one("t2", "a", other, "/tmp/tasksup-other"));
   sups.push_back(start_one("t3", "a", runtime, root));

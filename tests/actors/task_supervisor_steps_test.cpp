@@ -28,7 +28,8 @@ struct steps_fixture : fixture {
     opts.runtime = runtime;
     opts.seed = 7;
     opts.attempt_root = "/tmp/tasksup-actor-tests";
-    spawn_task_supervisor(sys(), parent, std::move(opts));
+    spawn_task_supervisor(sys(), caf::actor_cast<task_parent_actor>(parent),
+                          std::move(opts));
     run();
   }
 

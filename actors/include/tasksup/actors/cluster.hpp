@@ -30,23 +30,6 @@
 
 namespace tasksup {
 
-/// Worker node -> coordinator's door: `(join, node_offer, agent)` -> the
-/// coordinator's name, or an error (a node of that name is joined, the
-/// offer is out of bounds).
-using join_atom = caf::atom_constant<caf::atom("join")>;
-
-/// Supervisor -> a node's agent: `(run_attempt, remote_attempt, supervisor)`
-/// -> the attempt's container worker on that node.
-using run_attempt_atom = caf::atom_constant<caf::atom("runattempt")>;
-
-/// Supervisor -> registry: `(node_lost, node)`: the supervisor's attempt on
-/// `node` was lost with its connection; place nothing there any more.
-using node_lost_atom = caf::atom_constant<caf::atom("nodelost")>;
-
-/// `(nodes)` -> the coordinator's worker nodes, for `tasksup nodes` and
-/// `status`.
-using nodes_atom = caf::atom_constant<caf::atom("nodes")>;
-
 /// How long a supervisor waits for a node's agent to start an attempt.
 inline constexpr std::chrono::seconds remote_start_timeout{10};
 
@@ -54,17 +37,11 @@ inline constexpr std::chrono::seconds remote_start_timeout{10};
 /// what its container worker needs (the runtime is the node's own, by
 /// name; paths in `spec` are made the node's own by its agent).
 struct remote_attempt {
-  runtime::attempt_spec spec;
+  /// `adopt_id` and `keep` are the coordinator's own: a worker node neither
+  /// adopts nor keeps a worker for it.
+  attempt_options attempt;
   /// `process` or `docker`.
   std::string runtime;
-  std::string trace_id;
-  std::string span_id;
-  std::string agent_cli;
-  output_format output = output_format::text;
-  double idle_timeout_s = 0;
-  std::vector<std::string> env_passthrough;
-  std::vector<std::string> idle_noise;
-  std::int64_t max_log_events = 10000;
 };
 
 /// One worker node as the coordinator sees it.
@@ -90,7 +67,8 @@ struct node_agent_options {
 /// places here (`run_attempt`), each in a container worker that reports to
 /// the attempt's supervisor on the coordinator and kills its attempt when
 /// that supervisor becomes unreachable (the node lost its coordinator).
-caf::actor spawn_node_agent(caf::actor_system& sys, node_agent_options opts);
+node_agent_actor spawn_node_agent(caf::actor_system& sys,
+                                  node_agent_options opts);
 
 /// `w` as it goes to a worker node, which runs it with its `runtime`: the
 /// one mapping between the two, both ways.
@@ -175,23 +153,36 @@ typename Inspector::result_type inspect(Inspector& f, attempt_spec& x) {
 } // namespace runtime
 
 template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, remote_attempt& x) {
+typename Inspector::result_type inspect(Inspector& f, attempt_options& x) {
   return f(
-    caf::meta::type_name("remote_attempt"), x.spec, x.runtime, x.trace_id,
-    x.span_id, x.agent_cli, detail::checked(x.output, "remote_attempt.output"),
-    x.idle_timeout_s,
-    detail::bounded(x.env_passthrough, "remote_attempt.env_passthrough"),
-    detail::bounded(x.idle_noise, "remote_attempt.idle_noise"),
-    x.max_log_events, caf::meta::load_callback([&]() -> caf::error {
+    caf::meta::type_name("attempt_options"), x.spec, x.trace_id, x.span_id,
+    x.agent_cli, x.max_log_events,
+    detail::checked(x.output, "attempt_options.output"), x.idle_timeout_s,
+    detail::bounded(x.idle_noise, "attempt_options.idle_noise"),
+    x.idle_stop_grace_ms,
+    detail::bounded(x.env_passthrough, "attempt_options.env_passthrough"),
+    detail::opt(x.adopt_id), x.report_runtime_id, x.keep,
+    caf::meta::load_callback([&]() -> caf::error {
       if (x.max_log_events < 0 || x.max_log_events > 1000000 ||
-          !(x.idle_timeout_s >= 0 && x.idle_timeout_s <= 7 * 86400.0))
-        return detail::wire_error("remote_attempt", "a limit out of range");
+          !(x.idle_timeout_s >= 0 && x.idle_timeout_s <= 7 * 86400.0) ||
+          x.idle_stop_grace_ms < 0 || x.idle_stop_grace_ms > 3600 * 1000)
+        return detail::wire_error("attempt_options", "a limit out of range");
       return detail::check_sizes(
-        {{x.runtime, wire::max_id_bytes, "remote_attempt.runtime"},
-         {x.trace_id, wire::max_id_bytes, "remote_attempt.trace_id"},
-         {x.span_id, wire::max_id_bytes, "remote_attempt.span_id"},
-         {x.agent_cli, wire::max_text_bytes, "remote_attempt.agent_cli"}});
+        {{x.trace_id, wire::max_id_bytes, "attempt_options.trace_id"},
+         {x.span_id, wire::max_id_bytes, "attempt_options.span_id"},
+         {x.agent_cli, wire::max_text_bytes, "attempt_options.agent_cli"},
+         {x.adopt_id ? *x.adopt_id : std::string{}, wire::max_text_bytes,
+          "attempt_options.adopt_id"}});
     }));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, remote_attempt& x) {
+  return f(caf::meta::type_name("remote_attempt"), x.attempt, x.runtime,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.runtime, wire::max_id_bytes, "remote_attempt.runtime"}});
+           }));
 }
 
 } // namespace tasksup

@@ -1,6 +1,7 @@
 #pragma once
 
 #include "tasksup/actors/events.hpp"
+#include "tasksup/actors/interfaces.hpp"
 
 #include "tasksup/runtime/runtime.hpp"
 #include "tasksup/supervisor/agent.hpp"
@@ -8,7 +9,6 @@
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
-#include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/atom.hpp>
 #include <caf/local_actor.hpp>
 
@@ -21,11 +21,12 @@
 
 namespace tasksup {
 
-/// What one attempt runs and where it reports.
-struct worker_options {
+/// What one attempt runs: the part of a worker's options that is data, so
+/// that it can go to a worker node (`remote_attempt`) or, for a kept worker,
+/// in its next `(next_attempt, attempt_options)`.
+struct attempt_options {
   /// The attempt to start; never reused.
   runtime::attempt_spec spec;
-  std::shared_ptr<runtime::container_runtime> runtime;
   /// Trace and span of the attempt's events (task and attempt come from
   /// `spec`).
   std::string trace_id;
@@ -35,7 +36,7 @@ struct worker_options {
   /// Output lines forwarded as `log` events; further lines only reach the
   /// runtime's tail and its log file (which keeps the full output). Bounds
   /// the event stream of a chatty agent.
-  std::size_t max_log_events = 10000;
+  std::int64_t max_log_events = 10000;
   /// Which parser reads the agent's output (its profile's): `log` events
   /// then show readable progress instead of raw JSON, and the outcome
   /// carries what the parser learned in `structured`.
@@ -61,27 +62,27 @@ struct worker_options {
   /// Also send `(start, attempt, runtime_id)` to the supervisor once the
   /// attempt runs (a journaling supervisor records it for adoption).
   bool report_runtime_id = false;
-  /// Where the attempt's events (attempt_started, log lines) go: the task's
-  /// event sink, one hop less than through the supervisor, which sends its
-  /// own events there too (one process: the order is kept, as the worker's
-  /// events precede its report). Empty: the supervisor.
-  caf::actor events;
   /// Kept for the task's next attempt: after its report the worker waits
-  /// for `(next_attempt, worker_options)` from its supervisor instead of
+  /// for `(next_attempt, attempt_options)` from its supervisor instead of
   /// quitting (it quits when its supervisor goes down, or is told
   /// `(release)`).
   bool keep = false;
 };
 
-/// Supervisor -> its kept worker: `(next_attempt, worker_options)`.
-using next_attempt_atom = caf::atom_constant<caf::atom("nextatt")>;
-/// `(release)`: a kept worker between attempts is not needed any more (its
-/// task waits out a long backoff); it ends.
-using release_atom = caf::atom_constant<caf::atom("release")>;
+/// What one container worker is spawned with: its first attempt, and what
+/// stays with the worker for every attempt it runs.
+struct worker_options : attempt_options {
+  std::shared_ptr<runtime::container_runtime> runtime;
+  /// Where the attempt's events (attempt_started, log lines) go: the task's
+  /// event sink, one hop less than through the supervisor, which sends its
+  /// own events there too (one process: the order is kept, as the worker's
+  /// events precede its report). Empty: the supervisor.
+  event_sink_actor events;
+};
 
 /// Copies what the worker needs from the agent that runs the attempt: its
 /// output format, idle timeout and noise, and env_passthrough names.
-void apply_agent_options(worker_options& opts, const agent_spec& agent);
+void apply_agent_options(attempt_options& opts, const agent_spec& agent);
 
 /// Spawns a container worker for one attempt. It starts the attempt on the
 /// runtime, forwards `attempt_started` and per-line `log` events to
@@ -89,17 +90,16 @@ void apply_agent_options(worker_options& opts, const agent_spec& agent);
 /// attempt_report)` and quits. It obeys `(stop, stop_mode, grace_ms)`. If
 /// `supervisor` goes down first, it kills its attempt. If starting throws, the
 /// worker dies without a report (the supervisor sees a `down_msg`).
-caf::actor spawn_container_worker(caf::actor_system& sys, caf::actor supervisor,
-                                  worker_options opts);
+container_worker_actor spawn_container_worker(caf::actor_system& sys,
+                                              attempt_owner_actor supervisor,
+                                              worker_options opts);
 
 /// The same, spawned in the context of `spawner` (the supervisor): the
 /// worker then runs next on the spawner's thread instead of queueing behind
 /// everything the scheduler holds, so a burst of attempts does not keep a
 /// burst of not-yet-started workers (and their specs) alive.
-caf::actor spawn_container_worker(caf::local_actor* spawner,
-                                  caf::actor supervisor, worker_options opts);
+container_worker_actor spawn_container_worker(caf::local_actor* spawner,
+                                              attempt_owner_actor supervisor,
+                                              worker_options opts);
 
 } // namespace tasksup
-
-// Only ever sent within one node (it holds the runtime).
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(tasksup::worker_options)

@@ -20,25 +20,6 @@
 
 namespace tasksup {
 
-/// Subscriber -> node door: `(ack, received)`: the sender has handled the
-/// first `received` events the door sent it since it subscribed. Sent as a
-/// request, it is answered with a bool, false when the sender is not (or
-/// no longer) subscribed, and doubles as a sign of life of the node; a
-/// plain send gets no answer.
-using ack_atom = caf::atom_constant<caf::atom("ack")>;
-
-/// Node door -> subscriber: `(dropped, reason)`: the door sends this
-/// subscriber no more events (it did not keep up); the reason starts with
-/// "dropped: did not keep up".
-using dropped_atom = caf::atom_constant<caf::atom("dropped")>;
-
-/// Node-local front end -> node door: `(as_client, who, control)`: the
-/// control request `control` (stop, retry_now or force_fb, as a client
-/// sends it) made on behalf of `who`, which the audit line names (e.g. the
-/// local control socket's peer uid). Answered as `control` is; refused
-/// from another node.
-using as_client_atom = caf::atom_constant<caf::atom("asclient")>;
-
 /// Back-pressure on event subscribers. The door keeps, per subscriber, the
 /// events it sent and the subscriber has not acknowledged yet (their count
 /// and their cost, see below), and drops the subscriber (with a final

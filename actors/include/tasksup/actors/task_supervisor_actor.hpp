@@ -39,7 +39,7 @@ struct supervisor_options {
   backoff_actor backoff;
   /// The node services (a registry): attempt slots, circuit breakers and the
   /// retry budget. When null none of them applies (standalone supervisor).
-  caf::actor services;
+  node_services_actor services;
   /// The task's trace id (32 hex); generated from `seed` when empty.
   std::string trace_id;
   /// Seeds the span ids (and the trace id when generated).
@@ -77,7 +77,8 @@ struct supervisor_options {
 /// as
 /// `(escalate, task_result)` and the supervisor quits. `parent` may be any
 /// actor: a registry, or an embedding application's own actor.
-caf::actor spawn_task_supervisor(caf::actor_system& sys, caf::actor parent,
-                                 supervisor_options opts);
+task_supervisor_actor spawn_task_supervisor(caf::actor_system& sys,
+                                            task_parent_actor parent,
+                                            supervisor_options opts);
 
 } // namespace tasksup

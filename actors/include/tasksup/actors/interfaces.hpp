@@ -1,0 +1,99 @@
+#pragma once
+
+// The message interfaces of tasksup's actors, as typed handles: which
+// messages each actor takes and what it answers. A handle is checked by the
+// compiler where it is used; an actor's implementation may take more (its
+// own timers), through a wider type its file keeps to itself.
+//
+// The message types are declared here and defined with their serialization
+// in protocol.hpp, cluster.hpp and container_worker_actor.hpp.
+
+#include "tasksup/actors/atoms.hpp"
+
+#include "tasksup/supervisor/events.hpp"
+#include "tasksup/supervisor/task_model.hpp"
+
+#include <caf/node_id.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace tasksup {
+
+struct attempt_report;
+struct attempt_options;
+struct remote_attempt;
+struct permit_request;
+struct permit_reply;
+
+/// Takes a task's events, one by one or several in order.
+using event_sink_actor =
+  caf::typed_actor<caf::reacts_to<event_atom, event>,
+                   caf::reacts_to<event_atom, std::vector<event>>>;
+
+/// A task supervisor's parent (a registry's event hub, or an embedding
+/// application's actor): the task's events, then its result, once.
+using task_parent_actor =
+  event_sink_actor::extend<caf::reacts_to<escalate_atom, task_result>>;
+
+/// A client that subscribed to a node's events: each event, and
+/// `(dropped, reason)` when the node sends it no more.
+using subscriber_actor =
+  caf::typed_actor<caf::reacts_to<event_atom, event>,
+                   caf::reacts_to<dropped_atom, std::string>>;
+
+/// Whom a container worker reports to (its task supervisor): the attempt's
+/// runtime id once it runs, its events, and how it ended.
+using attempt_owner_actor =
+  caf::typed_actor<caf::reacts_to<start_atom, int, std::string>,
+                   caf::reacts_to<event_atom, event>,
+                   caf::reacts_to<attempt_exited_atom, attempt_report>>;
+
+/// A container worker: runs one attempt at a time for its supervisor.
+/// `(stop, mode, grace_ms)` ends the attempt; a kept worker between
+/// attempts runs the next (`next_attempt`) or ends (`release`); its node's
+/// agent ends the attempt as lost with the node (`node_lost`).
+using container_worker_actor =
+  caf::typed_actor<caf::reacts_to<stop_atom, stop_mode, std::int64_t>,
+                   caf::reacts_to<next_attempt_atom, attempt_options>,
+                   caf::reacts_to<release_atom>,
+                   caf::reacts_to<node_lost_atom, std::string>>;
+
+/// A task supervisor: its worker's reports, and the control requests
+/// (answered with whether they took effect) and its status.
+using task_supervisor_actor =
+  attempt_owner_actor::extend<caf::replies_to<stop_atom, stop_mode>::with<bool>,
+                              caf::replies_to<retry_now_atom>::with<bool>,
+                              caf::replies_to<pause_atom>::with<bool>,
+                              caf::replies_to<resume_atom>::with<bool>,
+                              caf::replies_to<force_fallback_atom>::with<bool>,
+                              caf::replies_to<status_atom>::with<task_status>>;
+
+/// A worker node's agent (cluster.hpp): the node process tells it which
+/// coordinator it joined; that coordinator's supervisors have it start
+/// their attempts here; the node process stops it (-> true once its
+/// attempts ended) and asks how many run.
+using node_agent_actor = caf::typed_actor<
+  caf::reacts_to<join_atom, caf::node_id>,
+  caf::replies_to<run_attempt_atom, remote_attempt,
+                  attempt_owner_actor>::with<container_worker_actor>,
+  caf::replies_to<stop_atom>::with<bool>,
+  caf::replies_to<status_atom>::with<int>>;
+
+/// What a task supervisor asks of its node (a registry): an attempt's
+/// permit (slot, breaker, budget, quota), the slot back, what it learned
+/// of agents, accounts and worker nodes, and, rebuilt after a restart,
+/// what it took over.
+using node_services_actor = caf::typed_actor<
+  caf::replies_to<permit_atom, permit_request>::with<permit_reply>,
+  caf::reacts_to<release_atom, std::string>,
+  caf::reacts_to<reclaim_atom, std::string>,
+  caf::reacts_to<resumed_atom, std::string, std::string, std::string, int>,
+  caf::reacts_to<node_lost_atom, std::string, caf::node_id>,
+  caf::reacts_to<close_account_atom, std::string, double>,
+  caf::reacts_to<agent_result_atom, std::string, bool>>;
+
+} // namespace tasksup
