@@ -11,6 +11,7 @@
 
 #include <tasksup/runtime/process_runtime.hpp>
 
+#include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
@@ -50,7 +51,10 @@ int main(int argc, char** argv) {
   opts.attempt_root = argv[1];
 
   caf::scoped_actor self{sys};
-  auto supervisor = tasksup::spawn_task_supervisor(sys, self, opts);
+  // A scoped actor takes any message: its handle is given the interface a
+  // supervisor's parent has (events, then the result).
+  auto supervisor = tasksup::spawn_task_supervisor(
+    sys, caf::actor_cast<tasksup::task_parent_actor>(self), opts);
   std::vector<std::string> kinds;
   bool done = false;
   tasksup::task_result result;
