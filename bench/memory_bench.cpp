@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   auto rss_before = rss_bytes();
   auto heap_before = heap_bytes();
   auto start = bench_clock::now();
-  caf::actor registry;
+  registry_actor registry;
   if (via == "registry") {
     registry_options ro;
     ro.config = builtin_config();
@@ -97,7 +97,8 @@ int main(int argc, char** argv) {
     ro.config.node.breaker.max_failures = std::numeric_limits<int>::max();
     registry = spawn_registry(sys, std::move(ro));
     // Sent before the submits, from the same sender: seen first.
-    caf::anon_send(registry, subscribe_atom::value, parent);
+    caf::anon_send(registry, subscribe_atom::value,
+                   caf::actor_cast<subscriber_actor>(parent));
     // The first submit waits for its answer: a task the registry refuses
     // would otherwise never park, and the benchmark would wait forever.
     caf::scoped_actor self{sys};

@@ -59,10 +59,10 @@ struct tracked_task {
 };
 
 struct event_hub_state {
-  caf::actor registry;
+  registry_actor registry;
   journal_actor journal;
   std::map<std::string, tracked_task> tasks;
-  std::vector<caf::actor> subscribers;
+  std::vector<subscriber_actor> subscribers;
   static inline const char* name = "tasksup.event_hub";
 };
 
@@ -83,7 +83,7 @@ void publish(hub_pointer self, const event& ev) {
     caf::send_as(st.registry, sub, event_atom::value, ev);
 }
 
-void subscribe(hub_pointer self, const caf::actor& sub) {
+void subscribe(hub_pointer self, const subscriber_actor& sub) {
   auto& subs = self->state.subscribers;
   if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {
     subs.push_back(sub);
@@ -91,8 +91,8 @@ void subscribe(hub_pointer self, const caf::actor& sub) {
   }
 }
 
-event_hub_actor::behavior_type event_hub(hub_pointer self, caf::actor registry,
-                                         journal_actor journal) {
+event_hub_actor::behavior_type
+event_hub(hub_pointer self, registry_actor registry, journal_actor journal) {
   self->state.registry = std::move(registry);
   self->state.journal = std::move(journal);
   self->set_down_handler([=](const caf::down_msg& dm) {
@@ -112,21 +112,20 @@ event_hub_actor::behavior_type event_hub(hub_pointer self, caf::actor registry,
     [=](escalate_atom, task_result& r) {
       // The registry accepts a result only from the task's own supervisor:
       // the hub names the sender.
-      caf::send_as(caf::actor_cast<caf::actor>(self), self->state.registry,
-                   escalate_atom::value, std::move(r),
-                   caf::actor_cast<caf::actor_addr>(self->current_sender()));
+      self->send(self->state.registry, escalate_atom::value, std::move(r),
+                 caf::actor_cast<caf::actor_addr>(self->current_sender()));
     },
     [=](escalate_atom, task_result& r, caf::actor_addr& from) {
       // The registry's word that a supervisor ended without a result, sent
       // back after whatever that supervisor sent here before it ended.
-      caf::send_as(caf::actor_cast<caf::actor>(self), self->state.registry,
-                   escalate_atom::value, std::move(r), std::move(from));
+      self->send(self->state.registry, escalate_atom::value, std::move(r),
+                 std::move(from));
     },
-    [=](subscribe_atom, const caf::actor& sub) {
+    [=](subscribe_atom, const subscriber_actor& sub) {
       subscribe(self, sub);
       return true;
     },
-    [=](subscribe_atom, const caf::actor& sub,
+    [=](subscribe_atom, const subscriber_actor& sub,
         const std::string& task_id) -> caf::result<std::vector<event>> {
       auto& st = self->state;
       auto i = st.tasks.find(task_id);
@@ -148,7 +147,7 @@ event_hub_actor::behavior_type event_hub(hub_pointer self, caf::actor registry,
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
     },
-    [=](unsubscribe_atom, const caf::actor& sub) {
+    [=](unsubscribe_atom, const subscriber_actor& sub) {
       auto& subs = self->state.subscribers;
       subs.erase(std::remove(subs.begin(), subs.end(), sub), subs.end());
       return true;
@@ -166,10 +165,10 @@ event_hub_actor::behavior_type event_hub(hub_pointer self, caf::actor registry,
 
 } // namespace
 
-event_hub_actor spawn_event_hub(caf::event_based_actor* registry,
+event_hub_actor spawn_event_hub(caf::local_actor* registry,
                                 journal_actor journal) {
   return registry->spawn<caf::linked>(
-    event_hub, caf::actor_cast<caf::actor>(registry), std::move(journal));
+    event_hub, caf::actor_cast<registry_actor>(registry), std::move(journal));
 }
 
 } // namespace tasksup::detail

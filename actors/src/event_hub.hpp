@@ -6,11 +6,12 @@
 #include "tasksup/actors/events.hpp"
 #include "tasksup/actors/journal_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
+#include "tasksup/actors/registry_actor.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_addr.hpp>
 #include <caf/atom.hpp>
-#include <caf/event_based_actor.hpp>
+#include <caf/local_actor.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
@@ -42,16 +43,16 @@ using event_hub_actor = caf::typed_actor<
   caf::reacts_to<event_atom, std::vector<event>>,
   caf::reacts_to<escalate_atom, task_result>,
   caf::reacts_to<escalate_atom, task_result, caf::actor_addr>,
-  caf::replies_to<subscribe_atom, caf::actor>::with<bool>,
-  caf::replies_to<subscribe_atom, caf::actor,
+  caf::replies_to<subscribe_atom, subscriber_actor>::with<bool>,
+  caf::replies_to<subscribe_atom, subscriber_actor,
                   std::string>::with<std::vector<event>>,
-  caf::replies_to<unsubscribe_atom, caf::actor>::with<bool>,
+  caf::replies_to<unsubscribe_atom, subscriber_actor>::with<bool>,
   caf::reacts_to<track_atom, std::string, std::int64_t, std::int64_t, bool>,
   caf::reacts_to<untrack_atom, std::string>>;
 
 /// Spawns the hub of `registry`, linked to it; events go to `journal` when
 /// it is set.
-event_hub_actor spawn_event_hub(caf::event_based_actor* registry,
+event_hub_actor spawn_event_hub(caf::local_actor* registry,
                                 journal_actor journal);
 
 } // namespace tasksup::detail

@@ -12,12 +12,12 @@
 #include <caf/actor_clock.hpp>
 #include <caf/atom.hpp>
 #include <caf/delegated.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
-#include <caf/response_promise.hpp>
 #include <caf/sec.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -47,7 +47,7 @@ using client_key = std::pair<caf::node_id, caf::actor_id>;
 
 /// An `await` the door answers once the registry has the task's result.
 struct waiter {
-  caf::response_promise rp;
+  caf::typed_response_promise<task_result> rp;
   client_key client;
   std::string task_id;
   caf::actor_clock::time_point deadline;
@@ -62,7 +62,7 @@ struct task_waits {
 
 /// An event subscriber and what it has not acknowledged yet.
 struct subscriber {
-  caf::actor who;
+  subscriber_actor who;
   /// The client it counts against.
   client_key client;
   /// Events sent since it subscribed, and how many it acknowledged.
@@ -81,7 +81,7 @@ std::size_t event_cost(const event& ev) {
 }
 
 struct door_state {
-  caf::actor registry;
+  registry_actor registry;
   /// The statistics actor for `(agents, window_s)`, if the node has one.
   stats_actor stats;
   /// Remote (or local) event subscribers, each monitored.
@@ -109,9 +109,13 @@ struct door_state {
   static inline const char* name = "tasksup.node_door";
 };
 
-using door_actor = caf::stateful_actor<door_state>;
+/// The door's interface and its own timers.
+using door_impl = node_door_actor::extend<caf::reacts_to<door_check_atom>,
+                                          caf::reacts_to<await_check_atom>>;
 
-std::vector<subscriber>::iterator find_subscriber(door_actor* self,
+using door_ptr = door_impl::stateful_pointer<door_state>;
+
+std::vector<subscriber>::iterator find_subscriber(door_ptr self,
                                                   const caf::actor_addr& who) {
   auto& subs = self->state.subscribers;
   return std::find_if(subs.begin(), subs.end(), [&](const subscriber& x) {
@@ -120,7 +124,7 @@ std::vector<subscriber>::iterator find_subscriber(door_actor* self,
 }
 
 /// The client the current request counts against.
-client_key current_client(door_actor* self) {
+client_key current_client(door_ptr self) {
   auto sender = self->current_sender();
   if (!sender)
     return {caf::node_id{}, 0};
@@ -131,7 +135,7 @@ client_key current_client(door_actor* self) {
 
 /// Counts one more pending request of `who`, or says which limit that
 /// would pass (`what` names the request in the error).
-caf::error charge(door_actor* self, const client_key& who, const char* what) {
+caf::error charge(door_ptr self, const client_key& who, const char* what) {
   auto& st = self->state;
   auto& mine = st.pending_by_client[who];
   if (mine >= st.opts.max_pending_per_client) {
@@ -162,7 +166,7 @@ caf::error charge(door_actor* self, const client_key& who, const char* what) {
 }
 
 /// Counts one pending request of `who` less.
-void discharge(door_actor* self, const client_key& who) {
+void discharge(door_ptr self, const client_key& who) {
   auto& st = self->state;
   auto i = st.pending_by_client.find(who);
   if (i == st.pending_by_client.end())
@@ -173,7 +177,7 @@ void discharge(door_actor* self, const client_key& who) {
 }
 
 /// Adds `sub` (once), counted against `client`, and monitors it.
-void add_subscriber(door_actor* self, const caf::actor& sub,
+void add_subscriber(door_ptr self, const subscriber_actor& sub,
                     const client_key& client) {
   if (find_subscriber(self, sub.address()) != self->state.subscribers.end()) {
     discharge(self, client);
@@ -188,16 +192,16 @@ void add_subscriber(door_actor* self, const caf::actor& sub,
 }
 
 /// Forgets `*i` (its backlog no longer counts); returns the next one.
-std::vector<subscriber>::iterator forget(door_actor* self,
+std::vector<subscriber>::iterator forget(door_ptr self,
                                          std::vector<subscriber>::iterator i) {
   self->state.unacked_bytes -= i->unacked_bytes;
-  self->demonitor(i->who);
+  self->demonitor(i->who.address());
   discharge(self, i->client);
   return self->state.subscribers.erase(i);
 }
 
 /// Tells `*i` it gets no more events, and why, and forgets it.
-std::vector<subscriber>::iterator drop(door_actor* self,
+std::vector<subscriber>::iterator drop(door_ptr self,
                                        std::vector<subscriber>::iterator i,
                                        const std::string& why) {
   auto text = "dropped: did not keep up (" + why + "; " +
@@ -212,7 +216,7 @@ std::vector<subscriber>::iterator drop(door_actor* self,
 }
 
 /// Makes sure a check comes no later than the first stall deadline.
-void schedule_check(door_actor* self) {
+void schedule_check(door_ptr self) {
   auto& st = self->state;
   if (st.check_pending)
     return;
@@ -232,7 +236,7 @@ void schedule_check(door_actor* self) {
 
 /// Drops every subscriber that has acknowledged nothing for
 /// `door_stall_timeout` while events wait for it.
-void check_stalled(door_actor* self) {
+void check_stalled(door_ptr self) {
   auto now = self->clock().now();
   auto& subs = self->state.subscribers;
   for (auto i = subs.begin(); i != subs.end();) {
@@ -248,7 +252,7 @@ void check_stalled(door_actor* self) {
 
 /// Sends `ev` to every subscriber; one whose backlog would pass a cap is
 /// dropped instead.
-void fan_out(door_actor* self, const event& ev) {
+void fan_out(door_ptr self, const event& ev) {
   auto& st = self->state;
   auto cost = event_cost(ev);
   auto now = self->clock().now();
@@ -293,7 +297,7 @@ void fan_out(door_actor* self, const event& ev) {
 
 /// Makes sure an `await_check` comes no later than the first await's
 /// deadline.
-void schedule_await_check(door_actor* self) {
+void schedule_await_check(door_ptr self) {
   auto& st = self->state;
   if (st.await_check_pending || st.waiters.empty())
     return;
@@ -307,7 +311,7 @@ void schedule_await_check(door_actor* self) {
 
 /// Drops the numbers of ended awaits from `w` once they outnumber the live
 /// ones, so a task awaited again and again does not collect them.
-void compact(door_actor* self, task_waits& w) {
+void compact(door_ptr self, task_waits& w) {
   if (w.ids.size() < 64 || w.ids.size() < 2 * w.live)
     return;
   auto& waiters = self->state.waiters;
@@ -318,7 +322,7 @@ void compact(door_actor* self, task_waits& w) {
 }
 
 /// Ends every await whose deadline has passed with `await_timeout`.
-void time_out_awaits(door_actor* self) {
+void time_out_awaits(door_ptr self) {
   auto& st = self->state;
   auto now = self->clock().now();
   // Worded once: a burst of timeouts (thousands of awaits made together)
@@ -345,8 +349,7 @@ void time_out_awaits(door_actor* self) {
 
 /// Answers every await of `task_id` with `answer` (a result or an error).
 template<class T>
-void answer_awaits(door_actor* self, const std::string& task_id,
-                   const T& answer) {
+void answer_awaits(door_ptr self, const std::string& task_id, const T& answer) {
   auto& st = self->state;
   auto t = st.waits_by_task.find(task_id);
   if (t == st.waits_by_task.end())
@@ -364,14 +367,14 @@ void answer_awaits(door_actor* self, const std::string& task_id,
 
 /// Waits for `task_id`'s result on behalf of the current request: one
 /// registry request per task, however many clients await it.
-caf::result<task_result> await_task(door_actor* self, std::string task_id) {
+caf::result<task_result> await_task(door_ptr self, std::string task_id) {
   auto& st = self->state;
   auto client = current_client(self);
   if (auto err = charge(self, client, "await"))
     return err;
   auto id = st.next_waiter++;
   waiter w;
-  w.rp = self->make_response_promise();
+  w.rp = self->make_response_promise<task_result>();
   w.client = client;
   w.task_id = task_id;
   w.deadline = self->clock().now() + st.opts.await_timeout;
@@ -381,11 +384,8 @@ caf::result<task_result> await_task(door_actor* self, std::string task_id) {
   ++t->second.live;
   if (first)
     self->request(st.registry, caf::infinite, await_atom::value, task_id)
-      .then(
-        [=](task_result& r) {
-          answer_awaits(self, task_id, caf::make_message(std::move(r)));
-        },
-        [=](caf::error& err) { answer_awaits(self, task_id, err); });
+      .then([=](task_result& r) { answer_awaits(self, task_id, r); },
+            [=](caf::error& err) { answer_awaits(self, task_id, err); });
   schedule_await_check(self);
   return caf::delegated<task_result>{};
 }
@@ -393,7 +393,7 @@ caf::result<task_result> await_task(door_actor* self, std::string task_id) {
 /// The client of the current request as an audit line names it: the
 /// subject of a remote client's certificate (and its node), or the local
 /// actor.
-std::string audit_name(door_actor* self) {
+std::string audit_name(door_ptr self) {
   auto sender = self->current_sender();
   if (!sender)
     return "an anonymous sender";
@@ -417,7 +417,7 @@ std::string printable(std::string x) {
 
 /// Logs a control request of `who` and publishes it as a warning event of
 /// the task.
-void audit(door_actor* self, const std::string& who, const std::string& action,
+void audit(door_ptr self, const std::string& who, const std::string& action,
            const std::string& task_id) {
   auto& st = self->state;
   auto line = printable("audit: " + who + " asked to " + action + " task '" +
@@ -435,7 +435,7 @@ void audit(door_actor* self, const std::string& who, const std::string& action,
 /// answer comes from the door: the registry's address never reaches the
 /// client, so its internal handlers stay out of reach.
 template<class R, class... Ts>
-caf::result<R> forward(door_actor* self, Ts&&... xs) {
+caf::result<R> forward(door_ptr self, Ts&&... xs) {
   auto rp = self->make_response_promise();
   self->request(self->state.registry, caf::infinite, std::forward<Ts>(xs)...)
     .then([rp](R& x) mutable { rp.deliver(std::move(x)); },
@@ -446,7 +446,7 @@ caf::result<R> forward(door_actor* self, Ts&&... xs) {
 /// Whether `msg` is `(Atom, task_id)`: then `out` is set to the request,
 /// audited as `what` and forwarded.
 template<class Atom>
-bool task_control(door_actor* self, const std::string& who,
+bool task_control(door_ptr self, const std::string& who,
                   const caf::message& msg, const char* what,
                   std::optional<caf::result<bool>>& out) {
   if (!msg.match_elements<Atom, std::string>())
@@ -460,7 +460,7 @@ bool task_control(door_actor* self, const std::string& who,
 /// A control request (stop, kill, retry-now, fallback-now, forget, pause,
 /// resume) of `who`: audited, then forwarded; anything else in `msg` is
 /// refused.
-caf::result<bool> control(door_actor* self, const std::string& who,
+caf::result<bool> control(door_ptr self, const std::string& who,
                           const caf::message& msg) {
   if (msg.match_elements<stop_atom, std::string, stop_mode>()) {
     auto& task_id = msg.get_as<std::string>(1);
@@ -484,8 +484,8 @@ caf::result<bool> control(door_actor* self, const std::string& who,
                          "as_client: not a control request");
 }
 
-caf::behavior door(door_actor* self, caf::actor registry, stats_actor stats,
-                   door_options opts) {
+door_impl::behavior_type door(door_ptr self, registry_actor registry,
+                              stats_actor stats, door_options opts) {
   self->state.registry = registry;
   self->state.stats = stats;
   self->state.opts = std::move(opts);
@@ -521,7 +521,7 @@ caf::behavior door(door_actor* self, caf::actor registry, stats_actor stats,
   });
   self
     ->request(registry, caf::infinite, subscribe_atom::value,
-              caf::actor_cast<caf::actor>(self))
+              caf::actor_cast<subscriber_actor>(self))
     .then([](bool) {},
           [=](caf::error& err) {
             // Without events the door cannot serve `events --follow`.
@@ -615,8 +615,10 @@ caf::behavior door(door_actor* self, caf::actor registry, stats_actor stats,
       return forward<std::string>(self, submit_json_atom::value,
                                   std::move(text), replace);
     },
-    [=](logs_atom, std::string& task_id, int attempt, std::uint64_t offset) {
-      auto rp = self->make_response_promise();
+    [=](logs_atom, std::string& task_id, int attempt, std::uint64_t offset)
+      -> caf::result<int, std::uint64_t, std::string, bool> {
+      auto rp =
+        self->make_response_promise<int, std::uint64_t, std::string, bool>();
       self
         ->request(self->state.registry, caf::infinite, logs_atom::value,
                   std::move(task_id), attempt, offset)
@@ -647,7 +649,7 @@ caf::behavior door(door_actor* self, caf::actor registry, stats_actor stats,
       time_out_awaits(self);
       schedule_await_check(self);
     },
-    [=](subscribe_atom, const caf::actor& sub) -> caf::result<bool> {
+    [=](subscribe_atom, const subscriber_actor& sub) -> caf::result<bool> {
       if (!sub)
         return caf::make_error(caf::sec::invalid_argument,
                                "subscribe: no subscriber given");
@@ -665,7 +667,7 @@ caf::behavior door(door_actor* self, caf::actor registry, stats_actor stats,
       add_subscriber(self, sub, client);
       return true;
     },
-    [=](subscribe_atom, const caf::actor& sub,
+    [=](subscribe_atom, const subscriber_actor& sub,
         std::string& task_id) -> caf::result<std::vector<event>> {
       // The task's past events, then its new ones: the registry's answer
       // and its later events reach the door in order, so adding `sub` when
@@ -685,7 +687,7 @@ caf::behavior door(door_actor* self, caf::actor registry, stats_actor stats,
       auto rp = self->make_response_promise<std::vector<event>>();
       self
         ->request(self->state.registry, caf::infinite, subscribe_atom::value,
-                  caf::actor_cast<caf::actor>(self), std::move(task_id))
+                  caf::actor_cast<subscriber_actor>(self), std::move(task_id))
         .then(
           [=](std::vector<event>& past) mutable {
             add_subscriber(self, sub, client);
@@ -697,7 +699,7 @@ caf::behavior door(door_actor* self, caf::actor registry, stats_actor stats,
           });
       return rp;
     },
-    [=](unsubscribe_atom, const caf::actor& sub) {
+    [=](unsubscribe_atom, const subscriber_actor& sub) {
       auto i = find_subscriber(self, sub.address());
       if (i != self->state.subscribers.end())
         forget(self, i);
@@ -752,25 +754,26 @@ caf::behavior door(door_actor* self, caf::actor registry, stats_actor stats,
 
 } // namespace
 
-caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry) {
+node_door_actor spawn_node_door(caf::actor_system& sys,
+                                registry_actor registry) {
   return sys.spawn(door, std::move(registry), stats_actor{}, door_options{});
 }
 
-caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
-                           stats_actor stats) {
+node_door_actor spawn_node_door(caf::actor_system& sys, registry_actor registry,
+                                stats_actor stats) {
   return sys.spawn(door, std::move(registry), std::move(stats), door_options{});
 }
 
-caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
-                           stats_actor stats, door_log_fn log) {
+node_door_actor spawn_node_door(caf::actor_system& sys, registry_actor registry,
+                                stats_actor stats, door_log_fn log) {
   door_options opts;
   opts.log = std::move(log);
   return sys.spawn(door, std::move(registry), std::move(stats),
                    std::move(opts));
 }
 
-caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
-                           stats_actor stats, door_options opts) {
+node_door_actor spawn_node_door(caf::actor_system& sys, registry_actor registry,
+                                stats_actor stats, door_options opts) {
   return sys.spawn(door, std::move(registry), std::move(stats),
                    std::move(opts));
 }

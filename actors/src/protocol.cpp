@@ -119,6 +119,7 @@ void register_protocol(caf::actor_system_config& cfg) {
     .add_message_type<remote_attempt>("tasksup::remote_attempt")
     // The handles that cross to other nodes, by interface.
     .add_message_type<node_agent_actor>("tasksup::node_agent_actor")
+    .add_message_type<subscriber_actor>("tasksup::subscriber_actor")
     .add_message_type<attempt_owner_actor>("tasksup::attempt_owner_actor")
     .add_message_type<container_worker_actor>(
       "tasksup::container_worker_actor");

@@ -7,11 +7,11 @@
 #include "tasksup/actors/task_supervisor_actor.hpp"
 
 #include <caf/actor_cast.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/exit_reason.hpp>
-#include <caf/response_promise.hpp>
 #include <caf/send.hpp>
 #include <caf/system_messages.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 
 #include <algorithm>
 #include <functional>
@@ -24,17 +24,17 @@
 namespace tasksup::detail {
 
 /// Hands `ev` to the event hub.
-void publish(registry_actor_t* self, const event& ev) {
+void publish(registry_ptr self, const event& ev) {
   self->send(self->state.hub, event_atom::value, ev);
 }
 
 /// The hub forgets `task_id`'s events (it is evicted or forgotten).
-void untrack(registry_actor_t* self, const std::string& task_id) {
+void untrack(registry_ptr self, const std::string& task_id) {
   self->send(self->state.hub, detail::untrack_atom::value, task_id);
 }
 
 /// Records a piece of node state in the journal.
-void save_state(registry_actor_t* self, const char* key, std::string text) {
+void save_state(registry_ptr self, const char* key, std::string text) {
   if (self->state.opts.journal)
     self->send(self->state.opts.journal, jstate_atom::value, std::string{key},
                std::move(text));
@@ -42,7 +42,7 @@ void save_state(registry_actor_t* self, const char* key, std::string text) {
 
 /// The answer to a task that holds its slot: the agent's breaker, then
 /// (only when the agent may run) a retry token.
-permit_reply permit(registry_actor_t* self, const permit_request& req) {
+permit_reply permit(registry_ptr self, const permit_request& req) {
   auto& st = self->state;
   auto now = now_s(self);
   permit_reply r;
@@ -56,7 +56,7 @@ permit_reply permit(registry_actor_t* self, const permit_request& req) {
 }
 
 /// The permit of a task holding its slot, with where that slot is.
-permit_reply placed_permit(registry_actor_t* self, const permit_request& req) {
+permit_reply placed_permit(registry_ptr self, const permit_request& req) {
   auto& st = self->state;
   auto r = permit(self, req);
   r.runtime = req.placement.runtime;
@@ -69,7 +69,7 @@ permit_reply placed_permit(registry_actor_t* self, const permit_request& req) {
 }
 
 /// Answers the waiting permits the scheduler granted.
-void deliver(registry_actor_t* self, std::vector<slot_grant> grants) {
+void deliver(registry_ptr self, std::vector<slot_grant> grants) {
   auto& st = self->state;
   for (auto& g : grants) {
     auto i = st.waiting.find(g.task_id);
@@ -81,14 +81,14 @@ void deliver(registry_actor_t* self, std::vector<slot_grant> grants) {
   }
 }
 
-void release(registry_actor_t* self, const std::string& task_id) {
+void release(registry_ptr self, const std::string& task_id) {
   auto& st = self->state;
   st.waiting.erase(task_id);
   deliver(self, st.slots.release(task_id));
 }
 
 /// Where a task runs or why it waits, added to its supervisor's status.
-void add_placement(registry_actor_t* self, task_status& s) {
+void add_placement(registry_ptr self, task_status& s) {
   auto& st = self->state;
   if (auto node = st.slots.node_of(s.task_id))
     s.node = std::move(*node);
@@ -97,7 +97,7 @@ void add_placement(registry_actor_t* self, task_status& s) {
 }
 
 /// Records a final result; answers everyone awaiting it.
-void record_result(registry_actor_t* self, task_result r) {
+void record_result(registry_ptr self, task_result r) {
   auto& st = self->state;
   auto i = st.active.find(r.task_id);
   if (i == st.active.end())
@@ -149,7 +149,7 @@ void record_result(registry_actor_t* self, task_result r) {
 /// but comes from someone other than that task's supervisor (messages about
 /// tasks the registry does not run, e.g. an embedding application's own
 /// supervisors using it for slots, pass).
-bool from_other_supervisor(registry_actor_t* self, const std::string& task_id,
+bool from_other_supervisor(registry_ptr self, const std::string& task_id,
                            const caf::actor_addr& sender) {
   auto& st = self->state;
   if (auto i = st.active.find(task_id); i != st.active.end())
@@ -159,7 +159,7 @@ bool from_other_supervisor(registry_actor_t* self, const std::string& task_id,
   return j != st.by_supervisor.end() && j->second != task_id;
 }
 
-bool from_other_supervisor(registry_actor_t* self, const std::string& task_id) {
+bool from_other_supervisor(registry_ptr self, const std::string& task_id) {
   return from_other_supervisor(
     self, task_id, caf::actor_cast<caf::actor_addr>(self->current_sender()));
 }
@@ -174,7 +174,7 @@ const task_status* finished_status(const registry_state& st,
 /// Runs `f` with `id`'s record once its result is recorded: at once when it
 /// is, or when the result the supervisor sent before it ended has come
 /// through the hub. Null for a task that is not known at all.
-void when_finished(registry_actor_t* self, const std::string& id,
+void when_finished(registry_ptr self, const std::string& id,
                    std::function<void(const task_status*)> f) {
   auto& st = self->state;
   if (auto* done = finished_status(st, id))
@@ -190,7 +190,7 @@ void when_finished(registry_actor_t* self, const std::string& id,
 /// the question reaches it) answers with `on_finished` once the result has
 /// arrived, not with "receiver down".
 template<class T, class OnReply, class OnFinished, class... Ts>
-caf::result<T> ask_supervisor(registry_actor_t* self, const std::string& id,
+caf::result<T> ask_supervisor(registry_ptr self, const std::string& id,
                               OnReply on_reply, OnFinished on_finished,
                               Ts... xs) {
   auto rp = self->make_response_promise<T>();
@@ -214,7 +214,7 @@ caf::result<T> ask_supervisor(registry_actor_t* self, const std::string& id,
 /// Forwards a control message to a task's supervisor (-> bool); a finished
 /// task answers false, an unknown one an error.
 template<class... Ts>
-caf::result<bool> control(registry_actor_t* self, const std::string& task_id,
+caf::result<bool> control(registry_ptr self, const std::string& task_id,
                           Ts... xs) {
   auto& st = self->state;
   if (st.active.count(task_id) > 0)
@@ -227,14 +227,14 @@ caf::result<bool> control(registry_actor_t* self, const std::string& task_id,
                     "no task with id '" + task_id + "'");
 }
 
-caf::result<std::vector<task_status>> all_status(registry_actor_t* self) {
+caf::result<std::vector<task_status>> all_status(registry_ptr self) {
   auto& st = self->state;
   auto acc = std::make_shared<std::vector<task_status>>();
   for (auto& id : st.finished_order)
     acc->push_back(st.finished[id]);
   if (st.active.empty())
     return *acc;
-  auto rp = self->make_response_promise();
+  auto rp = self->make_response_promise<std::vector<task_status>>();
   auto pending = std::make_shared<std::size_t>(st.active.size());
   auto done = [=]() mutable {
     if (--*pending == 0) {
@@ -265,7 +265,8 @@ caf::result<std::vector<task_status>> all_status(registry_actor_t* self) {
   return rp;
 }
 
-caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
+registry_actor::behavior_type registry_behavior(registry_ptr self,
+                                                registry_options opts) {
   auto& st = self->state;
   st.opts = std::move(opts);
   st.ids.emplace(st.opts.seed);
@@ -393,17 +394,18 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
       if (st.active.count(task_id) == 0)
         return make_error(protocol_error::unknown_task,
                           "no task with id '" + task_id + "'");
-      auto rp = self->make_response_promise();
+      auto rp = self->make_response_promise<task_result>();
       st.awaiting[task_id].push_back(rp);
       return rp;
     },
-    [=](subscribe_atom a, const caf::actor& sub) {
+    [=](subscribe_atom a, const subscriber_actor& sub) {
       return self->delegate(self->state.hub, a, sub);
     },
-    [=](subscribe_atom a, const caf::actor& sub, const std::string& task_id) {
+    [=](subscribe_atom a, const subscriber_actor& sub,
+        const std::string& task_id) {
       return self->delegate(self->state.hub, a, sub, task_id);
     },
-    [=](unsubscribe_atom a, const caf::actor& sub) {
+    [=](unsubscribe_atom a, const subscriber_actor& sub) {
       return self->delegate(self->state.hub, a, sub);
     },
     // -- task supervisors -------------------------------------------------
@@ -454,7 +456,7 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
                             "' waits for a slot already");
       if (st.slots.request({req.task_id, req.placement, req.local_only}))
         return placed_permit(self, req);
-      auto rp = self->make_response_promise();
+      auto rp = self->make_response_promise<permit_reply>();
       auto id = req.task_id;
       st.waiting.emplace(std::move(id), std::make_pair(std::move(req), rp));
       return rp;
@@ -536,8 +538,8 @@ caf::behavior registry_actor(registry_actor_t* self, registry_options opts) {
 
 namespace tasksup {
 
-caf::actor spawn_registry(caf::actor_system& sys, registry_options opts) {
-  return sys.spawn(detail::registry_actor, std::move(opts));
+registry_actor spawn_registry(caf::actor_system& sys, registry_options opts) {
+  return sys.spawn(detail::registry_behavior, std::move(opts));
 }
 
 } // namespace tasksup

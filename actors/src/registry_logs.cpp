@@ -10,8 +10,8 @@ namespace tasksup::detail {
 /// The most output one `logs` answer carries.
 constexpr std::size_t log_chunk_bytes = 64 * 1024;
 
-log_chunk read_log(registry_actor_t* self, const std::string& task_id,
-                   int attempt, std::uint64_t offset) {
+log_chunk read_log(registry_ptr self, const std::string& task_id, int attempt,
+                   std::uint64_t offset) {
   namespace fs = std::filesystem;
   auto& st = self->state;
   auto finished = st.finished.count(task_id) > 0;

@@ -9,7 +9,7 @@ namespace tasksup::detail {
 /// Forgets worker node `name` (its connection is gone): nothing is placed
 /// there any more; its attempts are lost and their supervisors retry them
 /// elsewhere (each sees its own worker go down).
-void node_lost(registry_actor_t* self, const std::string& name,
+void node_lost(registry_ptr self, const std::string& name,
                const std::string& why) {
   auto& st = self->state;
   auto i = st.nodes.find(name);
@@ -27,7 +27,7 @@ void node_lost(registry_actor_t* self, const std::string& name,
 
 /// A worker node joins (through the door): its offer is checked, its
 /// agent monitored, and the queue served with the new capacity.
-caf::result<std::string> join(registry_actor_t* self, node_offer& offer,
+caf::result<std::string> join(registry_ptr self, node_offer& offer,
                               node_agent_actor& agent) {
   auto& st = self->state;
   if (auto ok = check_offer(offer); !ok)

@@ -10,7 +10,7 @@ namespace tasksup::detail {
 
 /// A task's place in submission order: its journal number (tasks without
 /// one, when there is no journal, keep their place in the queue).
-std::int64_t order_of(registry_actor_t* self, const std::string& task_id) {
+std::int64_t order_of(registry_ptr self, const std::string& task_id) {
   auto& seqs = self->state.journal_seq;
   auto i = seqs.find(task_id);
   return i == seqs.end() ? std::numeric_limits<std::int64_t>::max() : i->second;
@@ -19,7 +19,7 @@ std::int64_t order_of(registry_actor_t* self, const std::string& task_id) {
 /// Once every rebuilt task has adopted its attempt: whatever else the old
 /// node left running (an attempt it started but never recorded, a container
 /// of a dead node) is killed, so no process or container is left behind.
-void reap_orphans(registry_actor_t* self) {
+void reap_orphans(registry_ptr self) {
   auto& st = self->state;
   if (!st.opts.journal)
     return;
@@ -47,7 +47,7 @@ void reap_orphans(registry_actor_t* self) {
 
 /// A rebuilt task has asked again for what it waited for (or ended). Once
 /// all have, the queue is put back in submission order and served.
-void resumed(registry_actor_t* self, const std::string& task_id) {
+void resumed(registry_ptr self, const std::string& task_id) {
   auto& st = self->state;
   if (st.resuming.erase(task_id) == 0 || !st.resuming.empty())
     return;
@@ -59,7 +59,7 @@ void resumed(registry_actor_t* self, const std::string& task_id) {
 
 /// Rebuilds the node's tasks from the journal: finished ones as they ended,
 /// unfinished ones resume.
-void restore(registry_actor_t* self) {
+void restore(registry_ptr self) {
   auto& st = self->state;
   auto snapshot = std::move(st.opts.restored);
   st.opts.restored = {};

@@ -23,6 +23,8 @@
 #include <caf/response_promise.hpp>
 #include <caf/result.hpp>
 #include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <caf/typed_response_promise.hpp>
 
 #include <chrono>
 #include <cstdint>
@@ -66,7 +68,8 @@ struct registry_state {
   /// Finished tasks, oldest first in `finished_order`.
   std::map<std::string, task_status> finished;
   std::deque<std::string> finished_order;
-  std::map<std::string, std::vector<caf::response_promise>> awaiting;
+  std::map<std::string, std::vector<caf::typed_response_promise<task_result>>>
+    awaiting;
   /// What waits for an active task's record (`when_finished`).
   std::map<std::string, std::vector<std::function<void(const task_status*)>>>
     finishing;
@@ -78,7 +81,8 @@ struct registry_state {
   slot_scheduler slots;
   /// The permits of the tasks waiting for a slot, answered when the
   /// scheduler grants one.
-  std::map<std::string, std::pair<permit_request, caf::response_promise>>
+  std::map<std::string,
+           std::pair<permit_request, caf::typed_response_promise<permit_reply>>>
     waiting;
   /// The worker nodes that joined, by name.
   std::map<std::string, worker_node> nodes;
@@ -108,7 +112,7 @@ struct registry_state {
   static inline const char* name = "tasksup.registry";
 };
 
-using registry_actor_t = caf::stateful_actor<registry_state>;
+using registry_ptr = registry_actor::stateful_pointer<registry_state>;
 
 /// Seconds since the Unix epoch, for the journal's records.
 inline double wall_now() {
@@ -119,56 +123,55 @@ inline double wall_now() {
 // -- registry_actor.cpp -------------------------------------------------------
 
 /// Hands `ev` to the event hub.
-void publish(registry_actor_t* self, const event& ev);
+void publish(registry_ptr self, const event& ev);
 
 /// The hub forgets `task_id`'s events (it is evicted or forgotten).
-void untrack(registry_actor_t* self, const std::string& task_id);
+void untrack(registry_ptr self, const std::string& task_id);
 
 /// Records a piece of node state in the journal.
-void save_state(registry_actor_t* self, const char* key, std::string text);
+void save_state(registry_ptr self, const char* key, std::string text);
 
 /// Answers the waiting permits the scheduler granted.
-void deliver(registry_actor_t* self, std::vector<slot_grant> grants);
+void deliver(registry_ptr self, std::vector<slot_grant> grants);
 
 /// Records a final result; answers everyone awaiting it.
-void record_result(registry_actor_t* self, task_result r);
+void record_result(registry_ptr self, task_result r);
 
 // -- registry_submit.cpp ------------------------------------------------------
 
 /// Spawns the supervisor of a prepared task; `last_event` and `restored`
 /// describe a task rebuilt after a restart (its journaled events).
-void launch(registry_actor_t* self, supervisor_options opts,
-            std::string environment, std::int64_t last_event = 0,
-            bool restored = false);
+void launch(registry_ptr self, supervisor_options opts, std::string environment,
+            std::int64_t last_event = 0, bool restored = false);
 
 /// Accepts a task (checked, admitted, journaled) -> its id.
-caf::result<std::string> submit(registry_actor_t* self, task_spec task,
+caf::result<std::string> submit(registry_ptr self, task_spec task,
                                 bool replace = false);
 
 /// Accepts a task file's text -> its id.
-caf::result<std::string> submit_json(registry_actor_t* self,
-                                     const std::string& text, bool replace);
+caf::result<std::string> submit_json(registry_ptr self, const std::string& text,
+                                     bool replace);
 
 /// `tasksup forget` of a finished task -> whether it was forgotten.
-caf::result<bool> forget_finished(registry_actor_t* self,
+caf::result<bool> forget_finished(registry_ptr self,
                                   const std::string& task_id);
 
 // -- registry_restore.cpp -----------------------------------------------------
 
 /// Rebuilds the node's tasks from the journal.
-void restore(registry_actor_t* self);
+void restore(registry_ptr self);
 
 /// A rebuilt task has asked again for what it waited for (or ended).
-void resumed(registry_actor_t* self, const std::string& task_id);
+void resumed(registry_ptr self, const std::string& task_id);
 
 // -- registry_nodes.cpp -------------------------------------------------------
 
 /// Forgets worker node `name` (its connection is gone).
-void node_lost(registry_actor_t* self, const std::string& name,
+void node_lost(registry_ptr self, const std::string& name,
                const std::string& why);
 
 /// A worker node joins -> this coordinator's name.
-caf::result<std::string> join(registry_actor_t* self, node_offer& offer,
+caf::result<std::string> join(registry_ptr self, node_offer& offer,
                               node_agent_actor& agent);
 
 // -- registry_logs.cpp --------------------------------------------------------
@@ -178,7 +181,7 @@ using log_chunk = caf::result<int, std::uint64_t, std::string, bool>;
 
 /// Reads up to 64 KiB of attempt `attempt`'s log (0: the latest) from
 /// `offset`.
-log_chunk read_log(registry_actor_t* self, const std::string& task_id,
-                   int attempt, std::uint64_t offset);
+log_chunk read_log(registry_ptr self, const std::string& task_id, int attempt,
+                   std::uint64_t offset);
 
 } // namespace tasksup::detail

@@ -30,7 +30,7 @@ caf::behavior admission_actor(caf::event_based_actor* self,
 }
 
 /// Records the round-robin positions in the journal.
-void save_rotation(registry_actor_t* self) {
+void save_rotation(registry_ptr self) {
   auto& st = self->state;
   if (!st.opts.journal)
     return;
@@ -56,7 +56,7 @@ struct prepared_task {
 
 /// Validates `task` against the node's config, names it, and builds its
 /// supervisor's options.
-caf::expected<prepared_task> prepare(registry_actor_t* self, task_spec task,
+caf::expected<prepared_task> prepare(registry_ptr self, task_spec task,
                                      bool replace, bool admitted) {
   auto& st = self->state;
   // However the task arrived (typed from another node or an embedding
@@ -127,8 +127,8 @@ caf::expected<prepared_task> prepare(registry_actor_t* self, task_spec task,
 
 /// Spawns the supervisor of a prepared task; `last_event` and `restored`
 /// describe a task rebuilt after a restart (its journaled events).
-void launch(registry_actor_t* self, supervisor_options opts,
-            std::string environment, std::int64_t last_event, bool restored) {
+void launch(registry_ptr self, supervisor_options opts, std::string environment,
+            std::int64_t last_event, bool restored) {
   auto& st = self->state;
   opts.default_agent = st.opts.config.node.default_agent;
   opts.classifier = st.classifier;
@@ -162,7 +162,7 @@ void launch(registry_actor_t* self, supervisor_options opts,
 /// Forgets a finished task that is submitted again (`--replace`). Its
 /// attempt directories move aside (`<id>.replaced-<n>`): an attempt
 /// directory is never reused.
-void forget(registry_actor_t* self, const std::string& task_id) {
+void forget(registry_ptr self, const std::string& task_id) {
   namespace fs = std::filesystem;
   auto& st = self->state;
   if (st.finished.erase(task_id) == 0)
@@ -186,8 +186,8 @@ void forget(registry_actor_t* self, const std::string& task_id) {
 
 /// Accepts `task` (checked, admitted, journaled) and answers `rp` with its
 /// id, or the reason it was refused.
-void submit_into(registry_actor_t* self, task_spec task, bool replace,
-                 bool admitted, caf::response_promise rp) {
+void submit_into(registry_ptr self, task_spec task, bool replace, bool admitted,
+                 caf::response_promise rp) {
   auto& st = self->state;
   auto p = prepare(self, std::move(task), replace, admitted);
   if (!p) {
@@ -248,15 +248,15 @@ void submit_into(registry_actor_t* self, task_spec task, bool replace,
       });
 }
 
-caf::result<std::string> submit(registry_actor_t* self, task_spec task,
+caf::result<std::string> submit(registry_ptr self, task_spec task,
                                 bool replace) {
   auto rp = self->make_response_promise<std::string>();
   submit_into(self, std::move(task), replace, false, rp);
   return rp;
 }
 
-caf::result<std::string> submit_json(registry_actor_t* self,
-                                     const std::string& text, bool replace) {
+caf::result<std::string> submit_json(registry_ptr self, const std::string& text,
+                                     bool replace) {
   auto doc = parse_json_text(text, "submitted task");
   if (!doc)
     return make_error(protocol_error::invalid_task, doc.error().to_string());
@@ -272,7 +272,7 @@ caf::result<std::string> submit_json(registry_actor_t* self,
 /// attempt directories go, as if it had never been submitted (its id is
 /// free again). False, and nothing changes, while the task has not
 /// finished.
-caf::result<bool> forget_finished(registry_actor_t* self,
+caf::result<bool> forget_finished(registry_ptr self,
                                   const std::string& task_id) {
   namespace fs = std::filesystem;
   auto& st = self->state;

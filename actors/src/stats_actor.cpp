@@ -37,7 +37,7 @@ constexpr std::chrono::seconds journal_timeout{2};
 constexpr std::size_t max_held_events = 100000;
 
 struct stats_state {
-  caf::actor registry;
+  registry_actor registry;
   /// The node's journal; null without one.
   journal_actor journal;
   node_stats stats;
@@ -77,7 +77,7 @@ void fold_history(stats_actor_t self, const std::string& id,
 /// whose earlier attempts count as well). Live events of a task wait until
 /// its history is in, so that nothing counts twice or out of order.
 void replay_history(stats_actor_t self) {
-  auto me = caf::actor_cast<caf::actor>(self);
+  auto me = caf::actor_cast<subscriber_actor>(self);
   auto release_early = [=] {
     auto& st = self->state;
     for (auto& ev : st.early) {
@@ -148,8 +148,9 @@ void deliver_with_cluster(stats_actor_t self, caf::response_promise rp,
       });
 }
 
-stats_actor::behavior_type
-stats_behavior(stats_actor_t self, caf::actor registry, journal_actor journal) {
+stats_actor::behavior_type stats_behavior(stats_actor_t self,
+                                          registry_actor registry,
+                                          journal_actor journal) {
   self->state.registry = registry;
   self->state.journal = std::move(journal);
   self->monitor(registry);
@@ -159,7 +160,7 @@ stats_behavior(stats_actor_t self, caf::actor registry, journal_actor journal) {
   });
   self
     ->request(registry, registry_timeout, subscribe_atom::value,
-              caf::actor_cast<caf::actor>(self))
+              caf::actor_cast<subscriber_actor>(self))
     .then([=](bool) { replay_history(self); },
           [=](caf::error& err) { self->quit(std::move(err)); });
   return {
@@ -238,7 +239,7 @@ stats_behavior(stats_actor_t self, caf::actor registry, journal_actor journal) {
     [=](view_atom, const std::string& task_id) -> caf::result<std::string> {
       auto rp = self->make_response_promise<std::string>();
       auto reg = self->state.registry;
-      auto me = caf::actor_cast<caf::actor>(self);
+      auto me = caf::actor_cast<subscriber_actor>(self);
       self->request(reg, registry_timeout, status_atom::value, task_id)
         .then(
           [=](task_status& st) mutable {
@@ -261,7 +262,7 @@ stats_behavior(stats_actor_t self, caf::actor registry, journal_actor journal) {
 
 } // namespace
 
-stats_actor spawn_stats(caf::actor_system& sys, caf::actor registry,
+stats_actor spawn_stats(caf::actor_system& sys, registry_actor registry,
                         journal_actor journal) {
   return sys.spawn(stats_behavior, std::move(registry), std::move(journal));
 }

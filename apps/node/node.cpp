@@ -64,9 +64,9 @@ struct node_parts {
   caf::actor_system& sys;
   caf::scoped_actor& self;
   journal_actor journal;
-  caf::actor registry;
+  registry_actor registry;
   stats_actor stats;
-  caf::actor door;
+  node_door_actor door;
   /// Names the client certificate behind each remote request, for the
   /// audit lines of control requests.
   std::shared_ptr<peer_directory> peers = std::make_shared<peer_directory>();
@@ -146,12 +146,15 @@ bool start_front_door(node_parts& n) {
   auto basp =
     sys.middleman().named_broker<caf::io::basp_broker>(caf::atom("BASP"));
   auto door_ptr = caf::actor_cast<caf::strong_actor_ptr>(n.door);
-  auto adopt = [&sys, basp, door_ptr](int fd) {
+  // Published with its interface: a client that expects another one (a
+  // different version) learns so when it connects.
+  auto door_ifs = sys.message_types(n.door);
+  auto adopt = [&sys, basp, door_ptr, door_ifs](int fd) {
     auto scribe = sys.middleman().backend().new_scribe(fd);
     if (!scribe)
       return false;
     caf::anon_send(basp, caf::publish_atom::value, std::move(scribe),
-                   std::uint16_t{0}, door_ptr, std::set<std::string>{});
+                   std::uint16_t{0}, door_ptr, door_ifs);
     return true;
   };
   connection_guard_options guard_opts;
@@ -342,8 +345,8 @@ void notify_end(notifier* notify, const event& ev) {
 
 /// Ids of the tasks not yet done, or nullopt when the registry did not
 /// answer.
-std::optional<std::vector<std::string>> unfinished(caf::scoped_actor& self,
-                                                   const caf::actor& registry) {
+std::optional<std::vector<std::string>>
+unfinished(caf::scoped_actor& self, const registry_actor& registry) {
   std::optional<std::vector<std::string>> out;
   self->request(registry, std::chrono::seconds{10}, status_atom::value)
     .receive(
@@ -466,7 +469,7 @@ int run_node(const node_options& opts) {
     self->send(self, signal_atom::value, early_signals);
   self
     ->request(n.registry, std::chrono::seconds{10}, subscribe_atom::value,
-              caf::actor_cast<caf::actor>(self))
+              caf::actor_cast<subscriber_actor>(self))
     .receive([](bool) {},
              [](caf::error& err) {
                spdlog::warn("events will not be logged: {}", error_text(err));

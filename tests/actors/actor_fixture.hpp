@@ -96,7 +96,8 @@ public:
   /// Moves simulated time by `seconds` and runs what became due, except
   /// `held`'s messages: they wait in its mailbox, in arrival order, until
   /// the next run(). How a test orders a race between actors.
-  void advance_all_but(const caf::actor& held, double seconds) {
+  template<class Handle>
+  void advance_all_but(const Handle& held, double seconds) {
     auto d = std::chrono::duration_cast<caf::timespan>(
       std::chrono::duration<double>(seconds));
     sched_->advance_time(d);
@@ -119,6 +120,13 @@ public:
   caf::actor keep(caf::actor x) {
     to_stop_.push_back(x);
     return x;
+  }
+
+  /// Stops `x` when the fixture ends; the test holds it as a client that
+  /// does not know its interface would (to send what it does not take).
+  template<class Handle>
+  caf::actor keep_dynamic(const Handle& x) {
+    return keep(caf::actor_cast<caf::actor>(x));
   }
 
   /// Stops the typed actor `x` when the fixture ends.

@@ -36,7 +36,7 @@ struct heard {
   /// The sender of each.
   std::vector<caf::strong_actor_ptr> senders;
   /// The subscriber the door registered.
-  caf::actor subscriber;
+  subscriber_actor subscriber;
 };
 
 /// Plays the registry: answers the client protocol with fixed values and
@@ -52,7 +52,7 @@ caf::actor fake_registry(fixture& fx, std::shared_ptr<heard> out) {
       return caf::sec::unexpected_message;
     });
     return caf::behavior{
-      [=](subscribe_atom, const caf::actor& sub) {
+      [=](subscribe_atom, const subscriber_actor& sub) {
         note("subscribe");
         out->subscriber = sub;
         return true;
@@ -135,7 +135,8 @@ TEST_CASE_METHOD(fixture, "the door forwards the client protocol as its own",
                  "[door]") {
   auto reg_heard = std::make_shared<heard>();
   auto reg = fake_registry(*this, reg_heard);
-  auto door = keep(spawn_node_door(sys(), reg));
+  auto door =
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg)));
   run();
   REQUIRE(reg_heard->names == std::vector<std::string>{"subscribe"});
   CHECK(reg_heard->subscriber == door);
@@ -174,7 +175,8 @@ TEST_CASE_METHOD(fixture, "the door forwards the client protocol as its own",
 TEST_CASE_METHOD(fixture, "the door refuses internal messages", "[door]") {
   auto reg_heard = std::make_shared<heard>();
   auto reg = fake_registry(*this, reg_heard);
-  auto door = keep(spawn_node_door(sys(), reg));
+  auto door =
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg)));
   run();
   auto refused = [](const std::optional<caf::expected<bool>>& x) {
     return x && !*x && x->error() == caf::sec::unexpected_message;
@@ -201,11 +203,13 @@ TEST_CASE_METHOD(fixture, "the door streams only the registry's events",
                  "[door]") {
   auto reg_heard = std::make_shared<heard>();
   auto reg = fake_registry(*this, reg_heard);
-  auto door = keep(spawn_node_door(sys(), reg));
+  auto door =
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg)));
   run();
   auto seen = std::make_shared<watcher>();
   auto sub = spawn_watcher(*this, seen);
-  REQUIRE(*ask<bool>(door, subscribe_atom::value, sub));
+  REQUIRE(*ask<bool>(door, subscribe_atom::value,
+                     caf::actor_cast<subscriber_actor>(sub)));
   // A forged event, sent to the door by someone other than the registry.
   caf::anon_send(door, event_atom::value, make_event("FORGED"));
   auto forger = keep(sys().spawn([door](caf::event_based_actor* self) {
@@ -218,7 +222,8 @@ TEST_CASE_METHOD(fixture, "the door streams only the registry's events",
   REQUIRE(seen->events.size() == 1);
   CHECK(seen->events[0].task_id == "real");
   CHECK(seen->senders[0] == caf::actor_cast<caf::strong_actor_ptr>(door));
-  REQUIRE(*ask<bool>(door, unsubscribe_atom::value, sub));
+  REQUIRE(*ask<bool>(door, unsubscribe_atom::value,
+                     caf::actor_cast<subscriber_actor>(sub)));
   caf::send_as(reg, door, event_atom::value, make_event("after"));
   run();
   CHECK(seen->events.size() == 1);
@@ -228,7 +233,8 @@ TEST_CASE_METHOD(fixture, "the door refuses oversized task text unforwarded",
                  "[door]") {
   auto reg_heard = std::make_shared<heard>();
   auto reg = fake_registry(*this, reg_heard);
-  auto door = keep(spawn_node_door(sys(), reg));
+  auto door =
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg)));
   run();
   auto r = *ask<std::string>(door, submit_json_atom::value,
                              std::string(wire::max_task_json_bytes + 1, ' '));
@@ -240,7 +246,8 @@ TEST_CASE_METHOD(fixture, "the door refuses oversized task text unforwarded",
 TEST_CASE_METHOD(fixture, "the door ends with the registry", "[door]") {
   auto reg_heard = std::make_shared<heard>();
   auto reg = fake_registry(*this, reg_heard);
-  auto door = spawn_node_door(sys(), reg);
+  auto door = caf::actor_cast<caf::actor>(
+    spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg)));
   run();
   auto ended = std::make_shared<bool>(false);
   keep(sys().spawn([door, ended](caf::event_based_actor* self) {
@@ -335,16 +342,18 @@ TEST_CASE_METHOD(fixture,
                  "[door]") {
   auto reg = fake_registry(*this, std::make_shared<heard>());
   auto node_log = std::make_shared<std::vector<std::string>>();
-  auto door = keep(spawn_node_door(
-    sys(), reg, stats_actor{},
+  auto door = keep_dynamic(spawn_node_door(
+    sys(), caf::actor_cast<registry_actor>(reg), stats_actor{},
     [node_log](const std::string& x) { node_log->push_back(x); }));
   run();
   auto mute = std::make_shared<reader_log>();
   auto mute_sub = spawn_reader(*this, door, mute, 0);
   auto live = std::make_shared<reader_log>();
   auto live_sub = spawn_reader(*this, door, live, 1);
-  REQUIRE(*ask<bool>(door, subscribe_atom::value, mute_sub));
-  REQUIRE(*ask<bool>(door, subscribe_atom::value, live_sub));
+  REQUIRE(*ask<bool>(door, subscribe_atom::value,
+                     caf::actor_cast<subscriber_actor>(mute_sub)));
+  REQUIRE(*ask<bool>(door, subscribe_atom::value,
+                     caf::actor_cast<subscriber_actor>(live_sub)));
   // No events, no stall: quiet subscribers stay however long.
   advance(60);
   caf::send_as(reg, door, event_atom::value, make_event("t1"));
@@ -386,7 +395,8 @@ TEST_CASE_METHOD(fixture,
                  "acknowledgement",
                  "[door]") {
   auto reg = fake_registry(*this, std::make_shared<heard>());
-  auto door = keep(spawn_node_door(sys(), reg));
+  auto door =
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg)));
   run();
   auto slow = std::make_shared<reader_log>();
   keep(sys().spawn([door](caf::event_based_actor* self) {
@@ -397,7 +407,8 @@ TEST_CASE_METHOD(fixture,
     return caf::behavior{[](int) {}};
   }));
   auto sub = spawn_reader(*this, door, slow, 0);
-  REQUIRE(*ask<bool>(door, subscribe_atom::value, sub));
+  REQUIRE(*ask<bool>(door, subscribe_atom::value,
+                     caf::actor_cast<subscriber_actor>(sub)));
   for (int i = 0; i < 3; ++i)
     caf::send_as(reg, door, event_atom::value, make_event("t"));
   run();
@@ -414,7 +425,8 @@ TEST_CASE_METHOD(fixture,
   // only the sender's own events are acknowledged.
   auto other = std::make_shared<reader_log>();
   auto other_sub = spawn_reader(*this, door, other, 0);
-  REQUIRE(*ask<bool>(door, subscribe_atom::value, other_sub));
+  REQUIRE(*ask<bool>(door, subscribe_atom::value,
+                     caf::actor_cast<subscriber_actor>(other_sub)));
   caf::send_as(reg, door, event_atom::value, make_event("t"));
   run();
   advance(door_stall_timeout.count() - 1);
@@ -429,7 +441,8 @@ TEST_CASE_METHOD(fixture,
                  "however large the burst",
                  "[door]") {
   auto reg = fake_registry(*this, std::make_shared<heard>());
-  auto door = keep(spawn_node_door(sys(), reg));
+  auto door =
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg)));
   run();
   auto ticking = std::make_shared<bool>(true);
   // One acknowledges every 64 events and every quarter second (as
@@ -443,7 +456,8 @@ TEST_CASE_METHOD(fixture,
         std::tuple{periodic, std::size_t{0}, 2.0},
         std::tuple{sluggish, std::size_t{0}, 9.0}}) {
     auto sub = spawn_reader(*this, door, log, every, period, ticking);
-    REQUIRE(*ask<bool>(door, subscribe_atom::value, sub));
+    REQUIRE(*ask<bool>(door, subscribe_atom::value,
+                       caf::actor_cast<subscriber_actor>(sub)));
   }
   // A burst of 50,000 events at once (more than any credit window the
   // door could give), then a steady stream of 1,000 a second for a
@@ -479,15 +493,18 @@ TEST_CASE_METHOD(fixture,
 TEST_CASE_METHOD(fixture, "the door drops a subscriber past its hard caps",
                  "[door]") {
   auto reg = fake_registry(*this, std::make_shared<heard>());
-  auto door = keep(spawn_node_door(sys(), reg));
+  auto door =
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg)));
   run();
   SECTION("events") {
     auto mute = std::make_shared<reader_log>();
     auto live = std::make_shared<reader_log>();
-    REQUIRE(*ask<bool>(door, subscribe_atom::value,
-                       spawn_reader(*this, door, mute, 0)));
-    REQUIRE(*ask<bool>(door, subscribe_atom::value,
-                       spawn_reader(*this, door, live, 64)));
+    REQUIRE(*ask<bool>(
+      door, subscribe_atom::value,
+      caf::actor_cast<subscriber_actor>(spawn_reader(*this, door, mute, 0))));
+    REQUIRE(*ask<bool>(
+      door, subscribe_atom::value,
+      caf::actor_cast<subscriber_actor>(spawn_reader(*this, door, live, 64))));
     // All within a second: the stall timeout has no part in it.
     for (std::size_t i = 0; i < door_max_unacked_events; ++i)
       caf::send_as(reg, door, event_atom::value, make_event("t"));
@@ -505,8 +522,9 @@ TEST_CASE_METHOD(fixture, "the door drops a subscriber past its hard caps",
   }
   SECTION("bytes") {
     auto mute = std::make_shared<reader_log>();
-    REQUIRE(*ask<bool>(door, subscribe_atom::value,
-                       spawn_reader(*this, door, mute, 0)));
+    REQUIRE(*ask<bool>(
+      door, subscribe_atom::value,
+      caf::actor_cast<subscriber_actor>(spawn_reader(*this, door, mute, 0))));
     // Events of 1 MiB of JSON (the most one carries): 63 fit in 64 MiB
     // with their overhead, the 64th does not.
     auto big = sized_event("t", wire::max_text_bytes);
@@ -529,11 +547,13 @@ TEST_CASE_METHOD(fixture, "the door drops a subscriber past its hard caps",
     for (int i = 0; i < 5; ++i) {
       mutes.push_back(std::make_shared<reader_log>());
       REQUIRE(*ask<bool>(door, subscribe_atom::value,
-                         spawn_reader(*this, door, mutes.back(), 0)));
+                         caf::actor_cast<subscriber_actor>(
+                           spawn_reader(*this, door, mutes.back(), 0))));
     }
     auto live = std::make_shared<reader_log>();
-    REQUIRE(*ask<bool>(door, subscribe_atom::value,
-                       spawn_reader(*this, door, live, 1)));
+    REQUIRE(*ask<bool>(
+      door, subscribe_atom::value,
+      caf::actor_cast<subscriber_actor>(spawn_reader(*this, door, live, 1))));
     auto big = sized_event("t", wire::max_text_bytes);
     std::size_t sent = 0;
     auto dropped = [&] {
@@ -563,7 +583,8 @@ TEST_CASE_METHOD(fixture,
                  "the door",
                  "[door]") {
   auto reg = fake_registry(*this, std::make_shared<heard>());
-  auto door = keep(spawn_node_door(sys(), reg));
+  auto door =
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg)));
   run();
   auto stranger = keep(sys().spawn(
     [](caf::event_based_actor*) { return caf::behavior{[](int) {}}; }));

@@ -42,7 +42,7 @@ struct held {
 caf::actor holding_registry(fixture& fx, std::shared_ptr<held> out) {
   return fx.keep(fx.sys().spawn([out](caf::event_based_actor* self) {
     return caf::behavior{
-      [=](subscribe_atom, const caf::actor&) { return true; },
+      [=](subscribe_atom, const subscriber_actor&) { return true; },
       [=](await_atom, const std::string& id) {
         out->awaited.push_back(id);
         auto rp = self->make_response_promise();
@@ -122,7 +122,8 @@ TEST_CASE_METHOD(fixture,
   auto reg_held = std::make_shared<held>();
   auto reg = holding_registry(*this, reg_held);
   auto door =
-    keep(spawn_node_door(sys(), reg, stats_actor{}, limits(10, 100, 60)));
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg),
+                                 stats_actor{}, limits(10, 100, 60)));
   run();
   auto first =
     ask_later<task_result>(door, await_atom::value, std::string{"long"});
@@ -170,7 +171,8 @@ TEST_CASE_METHOD(fixture,
   auto reg_held = std::make_shared<held>();
   auto reg = holding_registry(*this, reg_held);
   auto door =
-    keep(spawn_node_door(sys(), reg, stats_actor{}, limits(3, 100, 600)));
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg),
+                                 stats_actor{}, limits(3, 100, 600)));
   run();
   auto greedy = std::make_shared<answers>();
   awaiting_client(*this, door, "t1", 5, greedy);
@@ -202,7 +204,9 @@ TEST_CASE_METHOD(fixture,
     self->request(door, caf::infinite, await_atom::value, std::string{"t1"})
       .then([=](task_result&) { ++third->results; },
             [=](caf::error&) { ++third->limits; });
-    self->request(door, caf::infinite, subscribe_atom::value, sub)
+    self
+      ->request(door, caf::infinite, subscribe_atom::value,
+                caf::actor_cast<subscriber_actor>(sub))
       .then([=](bool) { *subscribed = caf::error{}; },
             [=](caf::error& err) { *subscribed = err; });
   });
@@ -231,7 +235,8 @@ TEST_CASE_METHOD(fixture,
                  "[door][pending]") {
   auto reg = holding_registry(*this, std::make_shared<held>());
   auto door =
-    keep(spawn_node_door(sys(), reg, stats_actor{}, limits(10, 4, 600)));
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg),
+                                 stats_actor{}, limits(10, 4, 600)));
   run();
   auto a = std::make_shared<answers>();
   auto b = std::make_shared<answers>();
@@ -262,7 +267,8 @@ TEST_CASE_METHOD(fixture,
   auto reg_held = std::make_shared<held>();
   auto reg = holding_registry(*this, reg_held);
   auto door =
-    keep(spawn_node_door(sys(), reg, stats_actor{}, limits(20000, 20000, 600)));
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg),
+                                 stats_actor{}, limits(20000, 20000, 600)));
   run();
   auto a = std::make_shared<answers>();
   awaiting_client(*this, door, "big", 20000, a);
@@ -283,7 +289,8 @@ TEST_CASE_METHOD(fixture,
   auto lines = std::make_shared<std::vector<std::string>>();
   auto opts = limits(10, 10, 60);
   opts.audit = [lines](const std::string& x) { lines->push_back(x); };
-  auto door = keep(spawn_node_door(sys(), reg, stats_actor{}, opts));
+  auto door = keep_dynamic(spawn_node_door(
+    sys(), caf::actor_cast<registry_actor>(reg), stats_actor{}, opts));
   run();
   CHECK(
     *ask<bool>(door, stop_atom::value, std::string{"t1"}, stop_mode::cancel));
@@ -313,7 +320,8 @@ TEST_CASE_METHOD(fixture,
                  "[door][pending]") {
   auto reg = holding_registry(*this, std::make_shared<held>());
   auto door =
-    keep(spawn_node_door(sys(), reg, stats_actor{}, limits(10, 1, 600)));
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg),
+                                 stats_actor{}, limits(10, 1, 600)));
   run();
   auto listener = [&] {
     return sys().spawn([](caf::event_based_actor*) {
@@ -321,10 +329,12 @@ TEST_CASE_METHOD(fixture,
     });
   };
   auto first = listener();
-  REQUIRE(*ask<bool>(door, subscribe_atom::value, first));
+  REQUIRE(*ask<bool>(door, subscribe_atom::value,
+                     caf::actor_cast<subscriber_actor>(first)));
   // The node-wide cap of 1 is reached.
   auto second = keep(listener());
-  auto refused = *ask<bool>(door, subscribe_atom::value, second);
+  auto refused = *ask<bool>(door, subscribe_atom::value,
+                            caf::actor_cast<subscriber_actor>(second));
   REQUIRE_FALSE(static_cast<bool>(refused));
   CHECK(error_text(refused.error()).find("(max_pending = 1)") !=
         std::string::npos);
@@ -332,5 +342,6 @@ TEST_CASE_METHOD(fixture,
   // its place is free again.
   caf::anon_send_exit(first, caf::exit_reason::kill);
   run();
-  CHECK(*ask<bool>(door, subscribe_atom::value, second));
+  CHECK(*ask<bool>(door, subscribe_atom::value,
+                   caf::actor_cast<subscriber_actor>(second)));
 }

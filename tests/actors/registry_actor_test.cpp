@@ -25,7 +25,7 @@ namespace {
 struct registry_fixture : fixture {
   std::shared_ptr<collected> seen = std::make_shared<collected>();
   caf::actor events = collector(seen);
-  caf::actor reg;
+  registry_actor reg;
 
   void start(config_set cfg) {
     registry_options opts;
@@ -36,7 +36,8 @@ struct registry_fixture : fixture {
     opts.attempt_root = "/tmp/tasksup-actor-tests";
     reg = keep(spawn_registry(sys(), std::move(opts)));
     run();
-    auto ok = ask<bool>(reg, subscribe_atom::value, events);
+    auto ok = ask<bool>(reg, subscribe_atom::value,
+                        caf::actor_cast<subscriber_actor>(events));
     REQUIRE(ok);
   }
 

@@ -20,7 +20,7 @@ using namespace tasksup::test;
 namespace {
 
 struct stats_fixture : fixture {
-  caf::actor reg;
+  registry_actor reg;
 
   void start(config_set cfg) {
     registry_options opts;

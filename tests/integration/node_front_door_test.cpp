@@ -369,7 +369,7 @@ TEST_CASE("front door: event subscribers that stop reading are dropped, a "
   bool subscribed = false;
   mute
     ->request(*door, 10s, subscribe_atom::value,
-              caf::actor_cast<caf::actor>(mute))
+              caf::actor_cast<subscriber_actor>(mute))
     .receive([&](bool) { subscribed = true; }, [&](caf::error&) {});
   REQUIRE(subscribed);
   // The burst; from here on nobody reads the pipe.

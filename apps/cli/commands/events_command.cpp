@@ -61,7 +61,7 @@ std::string done_event_json(const task_status& s) {
 int snapshot(node_session& s, event_console& console,
              const events_options& opts) {
   int rc = exit_status::ok;
-  auto me = caf::actor_cast<caf::actor>(s.self);
+  auto me = caf::actor_cast<subscriber_actor>(s.self);
   // A finished task's own task_done event, with its span id and time, as
   // the node journaled it.
   auto done_event = [&](const task_status& st) {
@@ -120,7 +120,7 @@ int snapshot(node_session& s, event_console& console,
 /// goes away.
 int follow(node_session& s, event_console& console,
            const events_options& opts) {
-  auto me = caf::actor_cast<caf::actor>(s.self);
+  auto me = caf::actor_cast<subscriber_actor>(s.self);
   int rc = exit_status::ok;
   if (opts.task_id.empty()) {
     if (!subscribe_to_node(s, rc))

@@ -106,7 +106,7 @@ struct describe_options {
 /// The task's events so far (then no more).
 std::optional<std::vector<event>> history(node_session& s,
                                           const std::string& task_id, int& rc) {
-  auto me = caf::actor_cast<caf::actor>(s.self);
+  auto me = caf::actor_cast<subscriber_actor>(s.self);
   std::optional<std::vector<event>> out;
   s.self
     ->request(s.node, node_request_timeout, subscribe_atom::value, me, task_id)

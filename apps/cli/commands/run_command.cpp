@@ -190,7 +190,7 @@ int run_task(const run_options& opts) {
     using namespace std::chrono_literals;
     watch
       ->request(registry, 10s, subscribe_atom::value,
-                caf::actor_cast<caf::actor>(watch))
+                caf::actor_cast<subscriber_actor>(watch))
       .await(
         [=, &opts](bool) {
           watch->request(registry, 10s, submit_atom::value, *task)

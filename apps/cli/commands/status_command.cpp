@@ -88,7 +88,7 @@ std::optional<status_answer> fetch_status(node_session& s,
 int watch_status(node_session& s, const status_options& opts,
                  const status_filter& filter) {
   int rc = exit_status::ok;
-  auto me = caf::actor_cast<caf::actor>(s.self);
+  auto me = caf::actor_cast<subscriber_actor>(s.self);
   // Subscribed before the first table: no change falls between the two.
   if (!subscribe_to_node(s, rc))
     return rc;

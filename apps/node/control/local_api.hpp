@@ -8,6 +8,7 @@
 #include "http_request.hpp"
 #include "http_server.hpp"
 
+#include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/stats_actor.hpp"
 
 #include <caf/actor.hpp>
@@ -24,7 +25,7 @@ namespace tasksup::app {
 struct local_api_context {
   caf::actor_system* sys = nullptr;
   /// The node's door (node_door_actor.hpp).
-  caf::actor door;
+  node_door_actor door;
   /// The node's statistics (stats_actor.hpp), for the times `status`
   /// shows; null: none shown.
   stats_actor stats;

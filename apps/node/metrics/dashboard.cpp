@@ -134,9 +134,11 @@ void control(const dashboard_context& ctx, const http_request& req,
   // The caller checked the action's name.
   auto msg = *control_message(action, task_id);
   // Through the door, audited as the dashboard's: whoever shows the token.
-  auto dest = ctx.registry;
+  // A control message made from the request: sent as a message, to the
+  // registry or, wrapped, to the door.
+  auto dest = caf::actor_cast<caf::actor>(ctx.registry);
   if (ctx.door) {
-    dest = ctx.door;
+    dest = caf::actor_cast<caf::actor>(ctx.door);
     msg = caf::make_message(as_client_atom::value,
                             std::string{"dashboard user (HTTP token)"},
                             std::move(msg));
@@ -170,7 +172,7 @@ constexpr std::size_t sse_max_ids = 100;
 
 struct sse_state {
   http_reply reply;
-  caf::actor registry;
+  registry_actor registry;
   std::set<std::string> changed;
   bool overflow = false;
   int quiet = 0;
@@ -182,11 +184,11 @@ using sse_actor = caf::stateful_actor<sse_state>;
 /// One event stream: subscribed to the registry's events, it collects the
 /// ids of tasks that changed and sends them every `sse_interval`; it ends
 /// when its connection does (the server drops a client that falls behind).
-caf::behavior sse_behavior(sse_actor* self, caf::actor registry,
+caf::behavior sse_behavior(sse_actor* self, registry_actor registry,
                            http_reply reply) {
   self->state.reply = reply;
   self->state.registry = registry;
-  auto me = caf::actor_cast<caf::actor>(self);
+  auto me = caf::actor_cast<subscriber_actor>(self);
   self->monitor(registry);
   self->set_down_handler([=](const caf::down_msg&) {
     self->state.reply.close();
@@ -241,7 +243,7 @@ caf::behavior sse_behavior(sse_actor* self, caf::actor registry,
       }
       if (!alive) {
         self->send(st.registry, unsubscribe_atom::value,
-                   caf::actor_cast<caf::actor>(self));
+                   caf::actor_cast<subscriber_actor>(self));
         self->quit();
         return;
       }

@@ -7,6 +7,7 @@
 #include "http_request.hpp"
 #include "http_server.hpp"
 
+#include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/stats_actor.hpp"
 
 #include <caf/actor.hpp>
@@ -37,12 +38,12 @@ inline constexpr std::size_t max_task_page = 1000;
 /// What the routes need.
 struct dashboard_context {
   caf::actor_system* sys = nullptr;
-  caf::actor registry;
+  registry_actor registry;
   stats_actor stats;
   /// The node's door (node_door_actor.hpp): control requests go through
   /// it, so they are audited like a client's; null: to the registry,
   /// unaudited.
-  caf::actor door;
+  node_door_actor door;
   /// Accept any Host header (the server listens beyond loopback); else only
   /// loopback names, against DNS rebinding.
   bool allow_remote = false;

@@ -245,7 +245,7 @@ bool subscribe_to_node(node_session& s, int& rc) {
   bool subscribed = false;
   s.self
     ->request(s.node, node_request_timeout, subscribe_atom::value,
-              caf::actor_cast<caf::actor>(s.self))
+              caf::actor_cast<subscriber_actor>(s.self))
     .receive([&](bool) { subscribed = true; },
              [&](caf::error& err) {
                rc = report_request_error(s, err, exit_status::unavailable);

@@ -7,11 +7,12 @@
 
 #include "tasksup/actors/stats_actor.hpp"
 
-#include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
+#include <caf/message.hpp>
 #include <caf/node_id.hpp>
 #include <caf/timespan.hpp>
+#include <caf/typed_actor.hpp>
 
 #include <chrono>
 #include <cstddef>
@@ -42,33 +43,65 @@ inline constexpr std::size_t door_max_unacked_total_bytes = 256u << 20;
 /// and this much for the message around it.
 inline constexpr std::size_t door_event_overhead_bytes = 128;
 
+/// A node's door: the client protocol (what a client, a worker node or the
+/// node's own front ends may ask), each request forwarded to the registry
+/// as the door's own, and the node's events streamed to subscribers, who
+/// acknowledge them with `(ack, received)`.
+using node_door_actor = caf::typed_actor<
+  caf::replies_to<submit_atom, task_spec>::with<std::string>,
+  caf::replies_to<submit_json_atom, std::string>::with<std::string>,
+  caf::replies_to<submit_json_atom, std::string, bool>::with<std::string>,
+  caf::replies_to<stop_atom, std::string, stop_mode>::with<bool>,
+  caf::replies_to<retry_now_atom, std::string>::with<bool>,
+  caf::replies_to<force_fallback_atom, std::string>::with<bool>,
+  caf::replies_to<forget_atom, std::string>::with<bool>,
+  caf::replies_to<pause_atom, std::string>::with<bool>,
+  caf::replies_to<resume_atom, std::string>::with<bool>,
+  caf::replies_to<as_client_atom, std::string, caf::message>::with<bool>,
+  caf::replies_to<status_atom>::with<std::vector<task_status>>,
+  caf::replies_to<view_atom>::with<std::string>,
+  caf::replies_to<agents_atom, double>::with<std::string>,
+  caf::replies_to<status_atom, std::string>::with<task_status>,
+  caf::replies_to<logs_atom, std::string, int,
+                  std::uint64_t>::with<int, std::uint64_t, std::string, bool>,
+  caf::replies_to<join_atom, node_offer, node_agent_actor>::with<std::string>,
+  caf::replies_to<nodes_atom>::with<std::vector<node_info>>,
+  caf::replies_to<await_atom, std::string>::with<task_result>,
+  caf::replies_to<subscribe_atom, subscriber_actor>::with<bool>,
+  caf::replies_to<subscribe_atom, subscriber_actor,
+                  std::string>::with<std::vector<event>>,
+  caf::replies_to<unsubscribe_atom, subscriber_actor>::with<bool>,
+  caf::replies_to<ack_atom, std::uint64_t>::with<bool>,
+  caf::reacts_to<event_atom, event>>;
+
 /// Spawns the door of the node whose registry is `registry`. It accepts
 /// `(submit, task_spec)`, `(submit_json, text)` (text at most
 /// `wire::max_task_json_bytes`), `(stop, task_id, stop_mode)`,
 /// `(retry_now, task_id)`, `(force_fb, task_id)`, `(status)`,
 /// `(status, task_id)`, `(await, task_id)`, `(subscribe, actor)` and
-/// `(unsubscribe, actor)`, with the registry's answers. Internal messages
+/// `(unsubscribe, subscriber)`, with the registry's answers. Internal messages
 /// (slot, release, breaker and budget reports, escalations, events) are
 /// refused: a request gets `sec::unexpected_message`, anything else is
 /// dropped. It streams the registry's events to at most
 /// `wire::max_subscribers` subscribers itself, as `(event, event)` sent by
 /// the door, which each subscriber acknowledges with `(ack, received)`
 /// (back-pressure above). It ends when the registry ends.
-caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry);
+node_door_actor spawn_node_door(caf::actor_system& sys,
+                                registry_actor registry);
 
 /// As above, and `(agents, window_s)` and `(view)` answered by the node's
 /// statistics actor `stats` (see stats_actor.hpp); without one these
 /// queries are refused.
-caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
-                           stats_actor stats);
+node_door_actor spawn_node_door(caf::actor_system& sys, registry_actor registry,
+                                stats_actor stats);
 
 /// A line for the node's log, called from the door's thread.
 using door_log_fn = std::function<void(const std::string&)>;
 
 /// As above, and `log` is told each time a subscriber is dropped (which
 /// one and why).
-caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
-                           stats_actor stats, door_log_fn log);
+node_door_actor spawn_node_door(caf::actor_system& sys, registry_actor registry,
+                                stats_actor stats, door_log_fn log);
 
 /// Who a remote client is, by the node its requests come from: the subject
 /// of the certificate it showed in the TLS handshake; empty when unknown.
@@ -101,7 +134,7 @@ struct door_options {
 /// As above, with the limits and logs of `opts`. Each control request is
 /// also published as a `warning` event of its task ("audit: ..."), so the
 /// task's history shows who asked for it.
-caf::actor spawn_node_door(caf::actor_system& sys, caf::actor registry,
-                           stats_actor stats, door_options opts);
+node_door_actor spawn_node_door(caf::actor_system& sys, registry_actor registry,
+                                stats_actor stats, door_options opts);
 
 } // namespace tasksup

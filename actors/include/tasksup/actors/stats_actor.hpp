@@ -3,6 +3,7 @@
 #include "tasksup/actors/journal_actor.hpp"
 #include "tasksup/actors/node_stats.hpp"
 #include "tasksup/actors/protocol.hpp"
+#include "tasksup/actors/registry_actor.hpp"
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
@@ -39,7 +40,7 @@ using stats_actor = caf::typed_actor<
 /// that live in the registry (task states, breakers, budget, slots) are asked
 /// for at the moment of the query, and so are the figures of `journal` (the
 /// node's journal actor, if any).
-stats_actor spawn_stats(caf::actor_system& sys, caf::actor registry,
+stats_actor spawn_stats(caf::actor_system& sys, registry_actor registry,
                         journal_actor journal = {});
 
 } // namespace tasksup
