@@ -17,7 +17,7 @@ void disable_connection_timeout(caf::actor_system_config& cfg) {
 caf::expected<caf::actor>
 connect_within(const caf::io::middleman_actor& connector,
                const std::string& host, std::uint16_t port,
-               caf::timespan deadline) {
+               caf::timespan deadline, const std::set<std::string>& expected) {
   auto connect = caf::make_function_view(connector, caf::duration{deadline});
   auto res = connect(caf::connect_atom::value, host, port);
   if (!res)
@@ -25,6 +25,10 @@ connect_within(const caf::io::middleman_actor& connector,
   auto& ptr = std::get<1>(*res);
   if (!ptr)
     return caf::make_error(caf::sec::no_actor_published_at_port);
+  if (!expected.empty() && std::get<2>(*res) != expected)
+    return caf::make_error(
+      caf::sec::unexpected_actor_messaging_interface,
+      "the actor published there has another interface (another version?)");
   return caf::actor_cast<caf::actor>(std::move(ptr));
 }
 

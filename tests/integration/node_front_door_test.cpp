@@ -12,6 +12,7 @@
 
 #include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
+#include "tasksup/actors/registry_actor.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -278,6 +279,34 @@ TEST_CASE("front door: a CAF client cannot reach internal handlers, forge "
   CHECK(events.find("FORGED") == std::string::npos);
   CHECK(n.process().err().find("FORGED") == std::string::npos);
   CHECK(n.rss_kb() < rss_bound_kb);
+}
+
+TEST_CASE("front door: a client learns at connect time whether the door "
+          "speaks its interface") {
+  scratch dir;
+  door_node n{dir};
+  caf::actor_system_config cfg;
+  configure_caf_client(cfg, client_files(node_certs(dir)));
+  caf::actor_system sys{cfg};
+  auto connector = sys.openssl_manager().actor_handle();
+  auto port = static_cast<std::uint16_t>(n.port());
+  // The door's own interface: connected, and it answers typed requests.
+  auto door = connect_within(connector, "127.0.0.1", port, caf::timespan{10s},
+                             sys.message_types<node_door_actor>());
+  REQUIRE(door);
+  caf::scoped_actor self{sys};
+  bool answered = false;
+  self
+    ->request(caf::actor_cast<node_door_actor>(*door), 10s, status_atom::value)
+    .receive([&](std::vector<task_status>&) { answered = true; },
+             [&](caf::error&) {});
+  CHECK(answered);
+  // Another interface (what a client of another version expects): refused
+  // before any request is sent.
+  auto other = connect_within(connector, "127.0.0.1", port, caf::timespan{10s},
+                              sys.message_types<registry_actor>());
+  REQUIRE_FALSE(other);
+  CHECK(other.error() == caf::sec::unexpected_actor_messaging_interface);
 }
 
 TEST_CASE("front door: a command waits for a node that is slow to answer "

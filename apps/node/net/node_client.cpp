@@ -59,9 +59,9 @@ std::optional<error> configure_node_client(caf::actor_system_config& cfg,
 namespace {
 
 /// `connect_to_node` once the credentials were checked.
-caf::expected<caf::actor> connect_checked(caf::actor_system& sys,
-                                          const node_address& addr,
-                                          const node_credentials& creds) {
+caf::expected<node_door_actor> connect_checked(caf::actor_system& sys,
+                                               const node_address& addr,
+                                               const node_credentials& creds) {
   caf::io::middleman_actor connector;
   if (creds.insecure) {
     connector = sys.middleman().actor_handle();
@@ -74,15 +74,19 @@ caf::expected<caf::actor> connect_checked(caf::actor_system& sys,
   // A node that accepts the connection and never answers (stopped,
   // overloaded) must not hang the command, and commands do not rely on
   // CAF's connection timeout (see disable_connection_timeout).
-  return connect_within(connector, addr.host, addr.port,
-                        caf::timespan{node_connect_timeout});
+  auto door = connect_within(connector, addr.host, addr.port,
+                             caf::timespan{node_connect_timeout},
+                             sys.message_types<node_door_actor>());
+  if (!door)
+    return std::move(door.error());
+  return caf::actor_cast<node_door_actor>(std::move(*door));
 }
 
 } // namespace
 
-caf::expected<caf::actor> connect_to_node(caf::actor_system& sys,
-                                          const node_address& addr,
-                                          const node_credentials& creds) {
+caf::expected<node_door_actor> connect_to_node(caf::actor_system& sys,
+                                               const node_address& addr,
+                                               const node_credentials& creds) {
   // The files could have gone since configure_node_client (a worker node
   // reconnects hours later): CAF would abort.
   if (auto err = check_credentials(creds))

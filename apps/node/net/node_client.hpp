@@ -4,6 +4,7 @@
 #include "node_address.hpp"
 #include "tls_credentials.hpp"
 
+#include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/remote_connect.hpp"
 
 #include <CLI/CLI.hpp>
@@ -31,8 +32,8 @@ inline constexpr std::chrono::seconds node_connect_timeout{10};
 struct node_session {
   /// The command's own actor (requests, subscriptions).
   caf::scoped_actor& self;
-  /// The node's registry.
-  caf::actor node;
+  /// The node's door.
+  node_door_actor node;
   /// The address as the user wrote it, for messages.
   std::string address;
   /// The command name, for messages (`tasksup status`).
@@ -50,16 +51,18 @@ std::optional<error> configure_node_client(caf::actor_system_config& cfg,
                                            const node_credentials& creds);
 
 /// Connects to the node at `addr` with `creds` (mutual TLS through CAF's
-/// OpenSSL module; plain TCP when insecure) and returns the actor it serves.
+/// OpenSSL module; plain TCP when insecure) and returns the door it serves
+/// (a node whose door has another interface, another version, is an
+/// error).
 /// `sys` must have been configured by `configure_node_client` with the same
 /// credentials. A node that refuses the certificate, or whose certificate
 /// is not signed by our CA, ends the connection: that is an error here.
 /// Connecting takes at most `node_connect_timeout` (`connect_within`);
 /// `sys` should not use CAF's connection timeout (see
 /// `disable_connection_timeout`).
-caf::expected<caf::actor> connect_to_node(caf::actor_system& sys,
-                                          const node_address& addr,
-                                          const node_credentials& creds);
+caf::expected<node_door_actor> connect_to_node(caf::actor_system& sys,
+                                               const node_address& addr,
+                                               const node_credentials& creds);
 
 /// Adds `--node HOST:PORT` (default $TASKSUP_NODE, else 127.0.0.1:7420),
 /// `--certs DIR` and `--insecure` (how the command proves who it is; see

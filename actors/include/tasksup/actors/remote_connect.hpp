@@ -10,6 +10,7 @@
 #include <caf/timespan.hpp>
 
 #include <cstdint>
+#include <set>
 #include <string>
 
 namespace tasksup {
@@ -31,9 +32,13 @@ void disable_connection_timeout(caf::actor_system_config& cfg);
 /// accepts the connection and never answers (stopped, overloaded) fails
 /// with `sec::request_timeout` after `deadline` instead of hanging. A port
 /// where nothing is published fails with `sec::no_actor_published_at_port`.
+/// With `expected` (the message types of a typed handle), an actor published
+/// with other ones (a node of another tasksup version) fails with
+/// `sec::unexpected_actor_messaging_interface`.
 caf::expected<caf::actor>
 connect_within(const caf::io::middleman_actor& connector,
                const std::string& host, std::uint16_t port,
-               caf::timespan deadline);
+               caf::timespan deadline,
+               const std::set<std::string>& expected = {});
 
 } // namespace tasksup
