@@ -127,13 +127,17 @@ static_assert(std::variant_size_v<write_op> == journal_write_kinds.size());
 /// that time share one (a write someone waits for commits them at once).
 constexpr std::chrono::milliseconds later_within{20};
 
+/// The log's syncer: `(jsync)` -> true once what was committed is on disk.
+using wal_syncer_actor =
+  caf::typed_actor<caf::replies_to<jsync_atom>::with<bool>>;
+
 struct journal_state {
   std::shared_ptr<journal::journal_store> store;
   journal_retention retention;
   std::vector<write_op> batch;
   /// Syncs the log on a thread of its own (sync mode full), so commits go
   /// on meanwhile; absent with normal.
-  caf::actor syncer;
+  wal_syncer_actor syncer;
   /// Committed writes whose requests are answered once synced to disk:
   /// those the sync under way covers, and those committed since.
   std::vector<write_op> syncing;
@@ -436,8 +440,8 @@ journal_impl(journal_actor_t* self,
   st.retention = retention;
   if (st.store->mode() == journal::sync_mode::full)
     st.syncer = self->spawn<caf::detached + caf::linked>(
-      [](caf::event_based_actor*,
-         std::shared_ptr<journal::wal_syncer> log) -> caf::behavior {
+      [](wal_syncer_actor::pointer, std::shared_ptr<journal::wal_syncer> log)
+        -> wal_syncer_actor::behavior_type {
         return {
           [log](jsync_atom) -> caf::result<bool> {
             auto ok = log->sync();

@@ -19,8 +19,11 @@ using admit_atom = caf::atom_constant<caf::atom("admit")>;
 
 /// Runs a task's admission checks (git, its admit command) on a thread of
 /// its own and answers the error text, empty when admitted.
-caf::behavior admission_actor(caf::event_based_actor* self,
-                              std::vector<std::string> allowed) {
+using admission_actor = caf::typed_actor<
+  caf::replies_to<admit_atom, task_spec, std::string>::with<std::string>>;
+
+admission_actor::behavior_type admission(admission_actor::pointer self,
+                                         std::vector<std::string> allowed) {
   return {[=](admit_atom, const task_spec& task,
               const std::string& runtime_name) -> std::string {
     self->quit();
@@ -198,8 +201,8 @@ void submit_into(registry_ptr self, task_spec task, bool replace, bool admitted,
   if (p->needs_admission) {
     // On a thread of its own (git, the user's admit command).
     st.admitting.insert(id);
-    auto job = self->spawn<caf::detached>(admission_actor,
-                                          st.opts.config.node.allowed_paths);
+    auto job =
+      self->spawn<caf::detached>(admission, st.opts.config.node.allowed_paths);
     auto task = std::make_shared<task_spec>(std::move(p->opts.task));
     self->request(job, caf::infinite, admit_atom::value, *task, p->runtime_name)
       .then(

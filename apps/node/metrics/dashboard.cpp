@@ -9,8 +9,10 @@
 
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -179,13 +181,15 @@ struct sse_state {
   static inline const char* name = "tasksup.http_stream";
 };
 
-using sse_actor = caf::stateful_actor<sse_state>;
+/// A stream is a subscriber that also ticks.
+using sse_actor = subscriber_actor::extend<caf::reacts_to<sse_tick_atom>>;
+using sse_pointer = sse_actor::stateful_pointer<sse_state>;
 
 /// One event stream: subscribed to the registry's events, it collects the
 /// ids of tasks that changed and sends them every `sse_interval`; it ends
 /// when its connection does (the server drops a client that falls behind).
-caf::behavior sse_behavior(sse_actor* self, registry_actor registry,
-                           http_reply reply) {
+sse_actor::behavior_type sse_behavior(sse_pointer self, registry_actor registry,
+                                      http_reply reply) {
   self->state.reply = reply;
   self->state.registry = registry;
   auto me = caf::actor_cast<subscriber_actor>(self);
@@ -218,6 +222,11 @@ caf::behavior sse_behavior(sse_actor* self, registry_actor registry,
       else if (st.changed.count(ev.task_id) == 0)
         st.overflow = true;
     },
+    // The registry sends no `dropped`; a stream takes it as a subscriber.
+    [=](dropped_atom, const std::string&) {
+      self->state.reply.close();
+      self->quit();
+    },
     [=](sse_tick_atom) {
       auto& st = self->state;
       bool alive = st.reply.open();
@@ -242,8 +251,8 @@ caf::behavior sse_behavior(sse_actor* self, registry_actor registry,
         alive = st.reply.push(": ping\n\n");
       }
       if (!alive) {
-        self->send(st.registry, unsubscribe_atom::value,
-                   caf::actor_cast<subscriber_actor>(self));
+        caf::anon_send(st.registry, unsubscribe_atom::value,
+                       caf::actor_cast<subscriber_actor>(self));
         self->quit();
         return;
       }
