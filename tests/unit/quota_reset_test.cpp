@@ -1,4 +1,4 @@
-// parse_quota_reset (libsupervisor/src/quota_reset.cpp) and the rules that
+// parse_quota_reset (libsupervisor/core/src/quota_reset.cpp) and the rules that
 // classify a usage or plan limit, with a fixed `now`: 2026-11-27 23:29:00
 // UTC, a Friday (Berlin is UTC+1, New York UTC-5, Sydney UTC+11 then).
 
