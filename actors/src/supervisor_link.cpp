@@ -1,6 +1,7 @@
 // A task supervisor's link to its attempt's worker: on this node (one kept
 // for the task's quick retries) or on the worker node the registry placed
-// the attempt on, and what it does when that worker or its node is lost.
+// the attempt on, what it does when that worker or its node is lost, and how
+// an attempt's end becomes the task machine's input.
 
 #include "supervisor_state.hpp"
 
@@ -14,7 +15,9 @@
 #include <caf/system_messages.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <string>
+#include <system_error>
 #include <utility>
 
 namespace tasksup::detail {
@@ -273,6 +276,51 @@ void worker_gone(supervisor_actor self, int attempt) {
   out.infrastructure_error = "the container worker on node " + st.worker_node +
                              " ended without reporting its attempt";
   attempt_ended(self, attempt, std::move(out));
+}
+
+std::string attempt_dir_of(const supervisor_state& s, int attempt) {
+  std::string dir = s.node->attempt_root;
+  if (!dir.empty() && dir.back() != '/')
+    dir += '/';
+  return dir + s.task_id() + "/attempt-" + std::to_string(attempt);
+}
+
+/// Carries out `fx`, then feeds the inputs they produced at once.
+void attempt_ended(supervisor_actor self, int attempt, attempt_outcome out) {
+  drive(self, ended_input(self, attempt, std::move(out)));
+}
+
+input::attempt_ended ended_input(supervisor_actor self, int attempt,
+                                 attempt_outcome out) {
+  auto& st = self->state;
+  st.worker = nullptr;
+  st.worker_node.clear();
+  input::attempt_ended in;
+  in.attempt = attempt;
+  if (out.started && out.exit_code == 0) {
+    std::error_code ec;
+    in.done_file = std::filesystem::exists(
+      detail::done_file(attempt_dir_of(st, attempt)), ec);
+  }
+  // The runtime bounded the tail (runtime::outcome_tail_lines).
+  if (st.run && !out.succeeded())
+    st.run->attempt_tail = out.tail;
+  if (!out.succeeded() && st.journal) {
+    // The journal keeps the tail, so a restarted node can classify again.
+    in.outcome = out;
+    st.to_classify = std::move(out);
+  } else if (!out.succeeded()) {
+    // The machine gets the outcome without its tail (not a copy of it); the
+    // classifier gets the whole outcome.
+    auto tail = std::move(out.tail);
+    out.tail.clear();
+    in.outcome = out;
+    out.tail = std::move(tail);
+    st.to_classify = std::move(out);
+  } else {
+    in.outcome = std::move(out);
+  }
+  return in;
 }
 
 } // namespace tasksup::detail

@@ -6,7 +6,7 @@
 //   task_supervisor_actor.cpp  carries the machine: messages into inputs,
 //                              effects into sends, requests and timers;
 //   supervisor_link.cpp        the attempt's worker, here or on a worker
-//                              node: started, stopped, lost;
+//                              node: started, stopped, lost, ended;
 //   supervisor_hooks.cpp       repository, preflight, gates, feedback and
 //                              delivery, on the task's workspace thread;
 //   supervisor_resume.cpp      a task rebuilt from its journaled inputs.

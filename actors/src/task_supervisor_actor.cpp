@@ -672,14 +672,6 @@ void flush_events(supervisor_actor self) {
   st.outbox.clear();
 }
 
-std::string attempt_dir_of(const supervisor_state& s, int attempt) {
-  std::string dir = s.node->attempt_root;
-  if (!dir.empty() && dir.back() != '/')
-    dir += '/';
-  return dir + s.task_id() + "/attempt-" + std::to_string(attempt);
-}
-
-/// Carries out `fx`, then feeds the inputs they produced at once.
 void carry(supervisor_actor self, const machine_effects& fx) {
   // A vector, which allocates only when an input is produced (rarely): an
   // empty std::deque allocates twice, and this runs several times per
@@ -767,43 +759,6 @@ bool drive(supervisor_actor self, machine_input in, after_input then) {
 
 /// The attempt ended: the machine keeps what judging needs, the carrier the
 /// output tail for the classifier.
-void attempt_ended(supervisor_actor self, int attempt, attempt_outcome out) {
-  drive(self, ended_input(self, attempt, std::move(out)));
-}
-
-input::attempt_ended ended_input(supervisor_actor self, int attempt,
-                                 attempt_outcome out) {
-  auto& st = self->state;
-  st.worker = nullptr;
-  st.worker_node.clear();
-  input::attempt_ended in;
-  in.attempt = attempt;
-  if (out.started && out.exit_code == 0) {
-    std::error_code ec;
-    in.done_file = std::filesystem::exists(
-      detail::done_file(attempt_dir_of(st, attempt)), ec);
-  }
-  // The runtime bounded the tail (runtime::outcome_tail_lines).
-  if (st.run && !out.succeeded())
-    st.run->attempt_tail = out.tail;
-  if (!out.succeeded() && st.journal) {
-    // The journal keeps the tail, so a restarted node can classify again.
-    in.outcome = out;
-    st.to_classify = std::move(out);
-  } else if (!out.succeeded()) {
-    // The machine gets the outcome without its tail (not a copy of it); the
-    // classifier gets the whole outcome.
-    auto tail = std::move(out.tail);
-    out.tail.clear();
-    in.outcome = out;
-    out.tail = std::move(tail);
-    st.to_classify = std::move(out);
-  } else {
-    in.outcome = std::move(out);
-  }
-  return in;
-}
-
 } // namespace tasksup::detail
 
 namespace tasksup {
