@@ -25,6 +25,9 @@ namespace tasksup {
 
 struct attempt_report;
 struct attempt_options;
+struct node_info;
+struct node_offer;
+struct task_spec;
 struct remote_attempt;
 struct permit_request;
 struct permit_reply;
@@ -82,6 +85,34 @@ using node_agent_actor = caf::typed_actor<
                   attempt_owner_actor>::with<container_worker_actor>,
   caf::replies_to<stop_atom>::with<bool>,
   caf::replies_to<status_atom>::with<int>>;
+
+/// What a node answers its clients (the registry itself, and its door on the
+/// registry's behalf): submit (-> the task id), control requests on a task
+/// (-> whether they took effect), `forget` a finished task, status (all, or
+/// one), an attempt's log, `await` a task's result, subscriptions to the
+/// node's events (all, or one task's, answered with its history so far),
+/// and worker nodes that join (-> the node's name) or are listed.
+using node_client_actor = caf::typed_actor<
+  caf::replies_to<submit_atom, task_spec>::with<std::string>,
+  caf::replies_to<submit_json_atom, std::string>::with<std::string>,
+  caf::replies_to<submit_json_atom, std::string, bool>::with<std::string>,
+  caf::replies_to<stop_atom, std::string, stop_mode>::with<bool>,
+  caf::replies_to<retry_now_atom, std::string>::with<bool>,
+  caf::replies_to<force_fallback_atom, std::string>::with<bool>,
+  caf::replies_to<forget_atom, std::string>::with<bool>,
+  caf::replies_to<pause_atom, std::string>::with<bool>,
+  caf::replies_to<resume_atom, std::string>::with<bool>,
+  caf::replies_to<status_atom>::with<std::vector<task_status>>,
+  caf::replies_to<status_atom, std::string>::with<task_status>,
+  caf::replies_to<logs_atom, std::string, int,
+                  std::uint64_t>::with<int, std::uint64_t, std::string, bool>,
+  caf::replies_to<await_atom, std::string>::with<task_result>,
+  caf::replies_to<subscribe_atom, subscriber_actor>::with<bool>,
+  caf::replies_to<subscribe_atom, subscriber_actor,
+                  std::string>::with<std::vector<event>>,
+  caf::replies_to<unsubscribe_atom, subscriber_actor>::with<bool>,
+  caf::replies_to<join_atom, node_offer, node_agent_actor>::with<std::string>,
+  caf::replies_to<nodes_atom>::with<std::vector<node_info>>>;
 
 /// What a task supervisor asks of its node (a registry): an attempt's
 /// permit (slot, breaker, budget, quota), the slot back, what it learned

@@ -43,34 +43,15 @@ inline constexpr std::size_t door_max_unacked_total_bytes = 256u << 20;
 /// and this much for the message around it.
 inline constexpr std::size_t door_event_overhead_bytes = 128;
 
-/// A node's door: the client protocol (what a client, a worker node or the
-/// node's own front ends may ask), each request forwarded to the registry
-/// as the door's own, and the node's events streamed to subscribers, who
+/// A node's door: the client protocol (node_client_actor), each request
+/// forwarded to the registry as the door's own; requests the node's own
+/// front ends make on a client's behalf (`as_client`); the statistics
+/// actor's views; and the node's events streamed to subscribers, who
 /// acknowledge them with `(ack, received)`.
-using node_door_actor = caf::typed_actor<
-  caf::replies_to<submit_atom, task_spec>::with<std::string>,
-  caf::replies_to<submit_json_atom, std::string>::with<std::string>,
-  caf::replies_to<submit_json_atom, std::string, bool>::with<std::string>,
-  caf::replies_to<stop_atom, std::string, stop_mode>::with<bool>,
-  caf::replies_to<retry_now_atom, std::string>::with<bool>,
-  caf::replies_to<force_fallback_atom, std::string>::with<bool>,
-  caf::replies_to<forget_atom, std::string>::with<bool>,
-  caf::replies_to<pause_atom, std::string>::with<bool>,
-  caf::replies_to<resume_atom, std::string>::with<bool>,
+using node_door_actor = node_client_actor::extend<
   caf::replies_to<as_client_atom, std::string, caf::message>::with<bool>,
-  caf::replies_to<status_atom>::with<std::vector<task_status>>,
   caf::replies_to<view_atom>::with<std::string>,
   caf::replies_to<agents_atom, double>::with<std::string>,
-  caf::replies_to<status_atom, std::string>::with<task_status>,
-  caf::replies_to<logs_atom, std::string, int,
-                  std::uint64_t>::with<int, std::uint64_t, std::string, bool>,
-  caf::replies_to<join_atom, node_offer, node_agent_actor>::with<std::string>,
-  caf::replies_to<nodes_atom>::with<std::vector<node_info>>,
-  caf::replies_to<await_atom, std::string>::with<task_result>,
-  caf::replies_to<subscribe_atom, subscriber_actor>::with<bool>,
-  caf::replies_to<subscribe_atom, subscriber_actor,
-                  std::string>::with<std::vector<event>>,
-  caf::replies_to<unsubscribe_atom, subscriber_actor>::with<bool>,
   caf::replies_to<ack_atom, std::uint64_t>::with<bool>,
   caf::reacts_to<event_atom, event>>;
 

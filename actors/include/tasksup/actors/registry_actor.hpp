@@ -45,39 +45,16 @@ struct registry_options {
 };
 
 /// A node's registry: the node services its task supervisors ask for
-/// (node_services_actor), and for clients: submit (-> the task id),
-/// control requests on a task (-> whether they took effect), `forget` a
-/// finished task, status (all, or one), health, an attempt's log, `await` a
-/// task's result, and subscriptions to the node's events (all, or one
-/// task's, answered with its history so far). It takes the events and
-/// results of the task supervisors an embedding application spawns with it
-/// as their parent, and worker nodes that join (-> the node's name).
-using registry_actor = node_services_actor::extend<
-  caf::replies_to<submit_atom, task_spec>::with<std::string>,
-  caf::replies_to<submit_json_atom, std::string>::with<std::string>,
-  caf::replies_to<submit_json_atom, std::string, bool>::with<std::string>,
-  caf::replies_to<stop_atom, std::string, stop_mode>::with<bool>,
-  caf::replies_to<retry_now_atom, std::string>::with<bool>,
-  caf::replies_to<pause_atom, std::string>::with<bool>,
-  caf::replies_to<resume_atom, std::string>::with<bool>,
-  caf::replies_to<force_fallback_atom, std::string>::with<bool>,
-  caf::replies_to<forget_atom, std::string>::with<bool>,
-  caf::replies_to<status_atom>::with<std::vector<task_status>>,
-  caf::replies_to<health_atom>::with<node_health>,
-  caf::replies_to<status_atom, std::string>::with<task_status>,
-  caf::replies_to<logs_atom, std::string, int,
-                  std::uint64_t>::with<int, std::uint64_t, std::string, bool>,
-  caf::replies_to<await_atom, std::string>::with<task_result>,
-  caf::replies_to<subscribe_atom, subscriber_actor>::with<bool>,
-  caf::replies_to<subscribe_atom, subscriber_actor,
-                  std::string>::with<std::vector<event>>,
-  caf::replies_to<unsubscribe_atom, subscriber_actor>::with<bool>,
-  caf::reacts_to<event_atom, event>,
-  caf::reacts_to<event_atom, std::vector<event>>,
-  caf::reacts_to<escalate_atom, task_result>,
-  caf::reacts_to<escalate_atom, task_result, caf::actor_addr>,
-  caf::replies_to<join_atom, node_offer, node_agent_actor>::with<std::string>,
-  caf::replies_to<nodes_atom>::with<std::vector<node_info>>>;
+/// (node_services_actor), the client protocol (node_client_actor), the
+/// node's health, and the events and results of the task supervisors an
+/// embedding application spawns with it as their parent.
+using registry_actor =
+  node_services_actor::extend_with<node_client_actor>::extend<
+    caf::replies_to<health_atom>::with<node_health>,
+    caf::reacts_to<event_atom, event>,
+    caf::reacts_to<event_atom, std::vector<event>>,
+    caf::reacts_to<escalate_atom, task_result>,
+    caf::reacts_to<escalate_atom, task_result, caf::actor_addr>>;
 
 /// Spawns the registry of one node. It spawns and monitors one task
 /// supervisor per task and serves them attempt slots (max_concurrent, FIFO:
