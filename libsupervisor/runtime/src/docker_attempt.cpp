@@ -1,8 +1,9 @@
 // One docker attempt: create, start, stream logs, wait, inspect, collect
 // artifacts, remove — a chain of asynchronous engine requests on the
-// runtime's I/O thread — and the handle the supervisor holds.
+// runtime's I/O thread — and the handle the supervisor holds (adoption:
+// docker_adopt.cpp).
 
-#include "docker_core.hpp"
+#include "docker_attempt.hpp"
 
 #include "tasksup/runtime/detail/docker_api.hpp"
 #include "tasksup/runtime/detail/docker_log_demux.hpp"
@@ -45,691 +46,501 @@ bool mentions_image(std::string_view body) {
 
 } // namespace
 
-/// One attempt: create, start, stream logs, wait, inspect, collect
-/// artifacts, remove — a chain of asynchronous engine requests on the
-/// core's I/O thread. Every path ends in `complete`, which calls on_exit
-/// exactly once.
-class docker_attempt : public std::enable_shared_from_this<docker_attempt> {
-public:
-  docker_attempt(std::shared_ptr<docker_core> core, attempt_spec spec,
-                 attempt_callbacks cb, std::shared_ptr<id_box> id)
-    : core_(std::move(core)), spec_(std::move(spec)), cb_(std::move(cb)),
-      id_(std::move(id)), drain_timer_(core_->io) {}
-
-  void begin() {
-    phase_ = phase::creating;
-    // Named by `start`, so `attempt_started` can name the container before
-    // the engine has answered the create.
-    name_ = id_->get();
-    watch_memory();
-    auto body = detail::docker_create_body(
-      spec_, core_->options,
-      memory_watch_ ? memory_watch_->cgroup_parent() : std::string{});
-    if (!body) {
-      fail(body.error().to_string());
-      complete();
-      return;
-    }
-    auto root = fs::path{spec_.attempt_dir};
-    // Private like the process runtime's: the log and the artifacts are the
-    // node user's only (a container running as root still reads them).
-    for (auto* sub : {"workspace", "artifacts"}) {
-      if (auto err = make_private_dirs((root / sub).string()); !err.empty()) {
-        fail(err);
-        complete();
-        return;
-      }
-    }
-    // The task's state directory: made on its first attempt, then kept.
-    if (!spec_.state_dir.empty())
-      if (auto err = make_private_dirs(spec_.state_dir); !err.empty()) {
-        fail(err);
-        complete();
-        return;
-      }
-    auto capture = output_capture::create(
-      (root / "output.log").string(),
-      [this](output_stream stream, std::string_view line) {
-        return cb_.on_line ? cb_.on_line(stream, line) : true;
-      },
-      core_->options.output_limits);
-    if (!capture) {
-      fail(capture.error().to_string());
-      complete();
-      return;
-    }
-    capture_.emplace(std::move(*capture));
-    if (!spec_.feedback.empty()) {
-      auto path = (root / std::string{feedback_file_name}).string();
-      if (auto err = detail::write_file_atomically(path, spec_.feedback);
-          !err.empty()) {
-        fail("cannot write the feedback file: " + err);
-        complete();
-        return;
-      }
-    }
-    make_demux();
-    step_ = request(verb::post, "/containers/create?name=" + name_,
-                    std::move(*body), core_->options.request_timeout,
-                    [](docker_attempt& self, engine_response resp) {
-                      self.on_created(std::move(resp));
-                    });
-  }
-
-  /// The attempt's memory limit on a cgroup of its own, when the engine
-  /// allows it (else the container's own limit holds).
-  void watch_memory() {
-    constexpr std::uint64_t mib = 1024 * 1024;
-    constexpr auto most =
-      static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) /
-      mib;
-    auto mb = spec_.memory_limit_mb.value_or(0);
-    if (mb == 0 || mb > most)
-      return;
-    if (auto* home = core_->memory_home())
-      if (auto w = detail::docker_memory_watch::create(*home, name_, mb * mib))
-        memory_watch_.emplace(std::move(*w));
-  }
-
-  /// Takes over container `id`, started by another instance of the runtime.
-  void begin_adopt(std::string id) {
-    adopting_ = true;
-    phase_ = phase::creating;
-    auto valid = !id.empty() && id.size() <= 128 &&
-                 std::all_of(id.begin(), id.end(), [](char c) {
-                   return std::isalnum(static_cast<unsigned char>(c)) ||
-                          c == '_' || c == '.' || c == '-';
-                 });
-    if (!valid) {
-      not_adopted("no usable container id ('" + id.substr(0, 64) + "')");
-      return;
-    }
-    name_ = id;
-    container_id_ = id;
-    // Journaled by name: its memory cgroup, if it has one, is watched from
-    // now on.
-    if (auto* home = core_->memory_home())
-      if (auto w = detail::docker_memory_watch::existing(*home, id))
-        memory_watch_.emplace(std::move(*w));
-    step_ = request(verb::get, container_path() + "/json", {},
-                    core_->options.request_timeout,
-                    [](docker_attempt& self, engine_response resp) {
-                      self.on_adopt_inspected(std::move(resp));
-                    });
-  }
-
-  void request_stop(std::chrono::milliseconds grace) {
-    if (requested_ != user_request::none)
-      return;
-    requested_ = user_request::stop;
-    grace_ = std::max(grace, std::chrono::milliseconds{0});
-    if (phase_ == phase::running)
-      send_stop();
-  }
-
-  /// The receiver of lines caught up.
-  void resume_output() {
-    if (!capture_)
-      return;
-    capture_->resume();
-    if (output_)
-      output_->resume();
-  }
-
-  void request_kill() {
-    // Whoever kills no longer waits for lines: drain, so the attempt ends.
-    resume_output();
-    if (requested_ == user_request::kill)
-      return;
-    requested_ = user_request::kill;
-    if (phase_ == phase::running)
-      send_kill();
-  }
-
-  /// The runtime is being destroyed: kill and remove the container.
-  void shut_down() {
-    if (phase_ == phase::collecting || phase_ == phase::removing)
-      return; // the outcome is known; removal is under way
-    fail("the docker runtime shut down during the attempt");
-    request_kill();
-  }
-
-  /// Gives up at once, leaving whatever the engine still holds.
-  void abandon(const std::string& why) {
-    if (phase_ == phase::done)
-      return;
-    // Only a container the engine created can remain (the handle's id holds
-    // the planned name from the start).
-    fail(why + (container_id_.empty()
-                  ? std::string{}
-                  : "; container " + container_id_ + " may remain"));
+void docker_attempt::begin() {
+  phase_ = phase::creating;
+  // Named by `start`, so `attempt_started` can name the container before
+  // the engine has answered the create.
+  name_ = id_->get();
+  watch_memory();
+  auto body = detail::docker_create_body(
+    spec_, core_->options,
+    memory_watch_ ? memory_watch_->cgroup_parent() : std::string{});
+  if (!body) {
+    fail(body.error().to_string());
     complete();
+    return;
   }
+  auto root = fs::path{spec_.attempt_dir};
+  // Private like the process runtime's: the log and the artifacts are the
+  // node user's only (a container running as root still reads them).
+  for (auto* sub : {"workspace", "artifacts"}) {
+    if (auto err = make_private_dirs((root / sub).string()); !err.empty()) {
+      fail(err);
+      complete();
+      return;
+    }
+  }
+  // The task's state directory: made on its first attempt, then kept.
+  if (!spec_.state_dir.empty())
+    if (auto err = make_private_dirs(spec_.state_dir); !err.empty()) {
+      fail(err);
+      complete();
+      return;
+    }
+  auto capture = output_capture::create(
+    (root / "output.log").string(),
+    [this](output_stream stream, std::string_view line) {
+      return cb_.on_line ? cb_.on_line(stream, line) : true;
+    },
+    core_->options.output_limits);
+  if (!capture) {
+    fail(capture.error().to_string());
+    complete();
+    return;
+  }
+  capture_.emplace(std::move(*capture));
+  if (!spec_.feedback.empty()) {
+    auto path = (root / std::string{feedback_file_name}).string();
+    if (auto err = detail::write_file_atomically(path, spec_.feedback);
+        !err.empty()) {
+      fail("cannot write the feedback file: " + err);
+      complete();
+      return;
+    }
+  }
+  make_demux();
+  step_ = request(verb::post, "/containers/create?name=" + name_,
+                  std::move(*body), core_->options.request_timeout,
+                  [](docker_attempt& self, engine_response resp) {
+                    self.on_created(std::move(resp));
+                  });
+}
 
-private:
-  enum class phase {
-    idle,
-    creating,
-    starting,
-    running,
-    collecting,
-    removing,
-    done
-  };
+/// The attempt's memory limit on a cgroup of its own, when the engine
+/// allows it (else the container's own limit holds).
+void docker_attempt::watch_memory() {
+  constexpr std::uint64_t mib = 1024 * 1024;
+  constexpr auto most =
+    static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()) / mib;
+  auto mb = spec_.memory_limit_mb.value_or(0);
+  if (mb == 0 || mb > most)
+    return;
+  if (auto* home = core_->memory_home())
+    if (auto w = detail::docker_memory_watch::create(*home, name_, mb * mib))
+      memory_watch_.emplace(std::move(*w));
+}
 
-  enum class user_request { none, stop, kill };
+void docker_attempt::request_stop(std::chrono::milliseconds grace) {
+  if (requested_ != user_request::none)
+    return;
+  requested_ = user_request::stop;
+  grace_ = std::max(grace, std::chrono::milliseconds{0});
+  if (phase_ == phase::running)
+    send_stop();
+}
 
-  void make_demux() {
-    demux_.emplace([this](int stream, std::string_view bytes) {
-      auto s = stream == 2 ? output_stream::err : output_stream::out;
-      // An adopted container's output starts with what the log holds.
-      if (replayed_ < replay_bytes_) {
-        auto n = static_cast<std::size_t>(
-          std::min<std::uint64_t>(bytes.size(), replay_bytes_ - replayed_));
-        replaying_ = true;
-        capture_->feed(s, bytes.substr(0, n));
-        replaying_ = false;
-        replayed_ += n;
-        bytes.remove_prefix(n);
-      }
-      capture_->feed(s, bytes);
+/// The receiver of lines caught up.
+void docker_attempt::resume_output() {
+  if (!capture_)
+    return;
+  capture_->resume();
+  if (output_)
+    output_->resume();
+}
+
+void docker_attempt::request_kill() {
+  // Whoever kills no longer waits for lines: drain, so the attempt ends.
+  resume_output();
+  if (requested_ == user_request::kill)
+    return;
+  requested_ = user_request::kill;
+  if (phase_ == phase::running)
+    send_kill();
+}
+
+/// The runtime is being destroyed: kill and remove the container.
+void docker_attempt::shut_down() {
+  if (phase_ == phase::collecting || phase_ == phase::removing)
+    return; // the outcome is known; removal is under way
+  fail("the docker runtime shut down during the attempt");
+  request_kill();
+}
+
+/// Gives up at once, leaving whatever the engine still holds.
+void docker_attempt::abandon(const std::string& why) {
+  if (phase_ == phase::done)
+    return;
+  // Only a container the engine created can remain (the handle's id holds
+  // the planned name from the start).
+  fail(why + (container_id_.empty()
+                ? std::string{}
+                : "; container " + container_id_ + " may remain"));
+  complete();
+}
+
+/// The container runs (or ran, when adopted after its end): wait for it.
+void docker_attempt::running() {
+  phase_ = phase::running;
+  started_at_ = clock_type::now();
+  wait_ = request(verb::post, container_path() + "/wait", {},
+                  std::chrono::milliseconds{0},
+                  [](docker_attempt& self, engine_response resp) {
+                    self.on_waited(std::move(resp));
+                  });
+  if (requested_ == user_request::kill)
+    send_kill();
+  else if (requested_ == user_request::stop)
+    send_stop();
+}
+
+/// Sends one request whose answer goes to `handler` unless the attempt is
+/// done by then.
+std::shared_ptr<engine_exchange>
+docker_attempt::request(verb method, std::string target, std::string body,
+                        std::chrono::milliseconds timeout,
+                        step_handler handler) {
+  return detail::async_engine_request(
+    core_->io, core_->endpoint, method, std::move(target), std::move(body),
+    timeout, [self = shared_from_this(), handler](engine_response resp) {
+      if (self->phase_ != phase::done)
+        handler(*self, std::move(resp));
     });
-  }
+}
 
-  void not_adopted(std::string why) {
-    fail("node restarted and the attempt could not be adopted: " +
-         std::move(why));
-    complete();
-  }
+/// Records the first infrastructure failure; later ones are consequences.
+void docker_attempt::fail(std::string text) {
+  if (infra_error_.empty())
+    infra_error_ = std::move(text);
+}
 
-  void on_adopt_inspected(engine_response resp) {
-    if (resp.status == 404) {
-      not_adopted("container " + container_id_ + " is gone");
-      return;
-    }
-    if (!resp.ok()) {
-      not_adopted("docker inspect of " + container_id_ +
-                  " failed: " + engine_text(resp));
-      return;
-    }
-    auto state = detail::parse_docker_inspect(resp.body);
-    if (!state) {
-      not_adopted(state.error().to_string());
-      return;
-    }
-    auto label = [&](const std::string& key) {
-      auto it = state->labels.find(key);
-      return it == state->labels.end() ? std::string{} : it->second;
-    };
-    // A container of another attempt is not ours to watch or remove.
-    if (label("tasksup.task_id") != spec_.task_id ||
-        label("tasksup.attempt") != std::to_string(spec_.attempt)) {
-      fail("node restarted and the attempt could not be adopted: container " +
-           container_id_ + " belongs to task '" + label("tasksup.task_id") +
-           "' attempt " + label("tasksup.attempt"));
-      phase_ = phase::done;
-      complete_now();
-      return;
-    }
-    // The output is read again from the container's start: what the log
-    // holds already is neither appended nor delivered again, only fed to
-    // the tail.
-    auto log = (fs::path{spec_.attempt_dir} / "output.log").string();
-    struct stat st {};
-    if (::stat(log.c_str(), &st) == 0 && st.st_size > 0)
-      replay_bytes_ = static_cast<std::uint64_t>(st.st_size);
-    auto on_line = [this](output_stream stream, std::string_view line) {
-      if (replaying_ || !cb_.on_line)
-        return true;
-      return cb_.on_line(stream, line);
-    };
-    auto capture =
-      output_capture::append_to(log, on_line, core_->options.output_limits);
-    // Without its log the attempt is still watched to its end (and its
-    // container removed); its lines and tail still arrive.
-    if (!capture)
-      capture =
-        output_capture::create({}, on_line, core_->options.output_limits);
-    if (!capture) {
-      not_adopted(capture.error().to_string());
-      return;
-    }
-    capture_.emplace(std::move(*capture));
-    capture_->skip_logging(replay_bytes_);
-    make_demux();
-    phase_ = phase::starting;
-    output_ = detail::async_engine_attach(
-      core_->io, core_->endpoint,
-      // Everything it wrote so far, then (while it runs) what it writes
-      // on; a stopped container's output ends with its log.
-      container_path() + "/attach?logs=1&stdout=1&stderr=1&stream=" +
-        (state->running ? "1" : "0"),
-      [self = shared_from_this()] {
-        if (self->phase_ != phase::done)
-          self->on_attached();
-      },
-      [self = shared_from_this()](std::string_view bytes) {
-        self->on_output_bytes(bytes);
-      },
-      [self = shared_from_this()](engine_response resp) {
-        if (self->phase_ != phase::done)
-          self->on_output_end(std::move(resp));
-      });
-  }
+std::string docker_attempt::engine_text(const engine_response& resp) const {
+  if (!resp.transport_error.empty())
+    return resp.transport_error;
+  return detail::docker_error_message(resp.status, resp.body) + " (HTTP " +
+         std::to_string(resp.status) + ")";
+}
 
-  /// The container runs (or ran, when adopted after its end): wait for it.
-  void running() {
-    phase_ = phase::running;
-    started_at_ = clock_type::now();
-    wait_ = request(verb::post, container_path() + "/wait", {},
-                    std::chrono::milliseconds{0},
-                    [](docker_attempt& self, engine_response resp) {
-                      self.on_waited(std::move(resp));
-                    });
-    if (requested_ == user_request::kill)
-      send_kill();
-    else if (requested_ == user_request::stop)
-      send_stop();
-  }
+std::string docker_attempt::container_path() const {
+  return "/containers/" + (container_id_.empty() ? name_ : container_id_);
+}
 
-  using step_handler = void (*)(docker_attempt&, engine_response);
-
-  /// Sends one request whose answer goes to `handler` unless the attempt is
-  /// done by then.
-  std::shared_ptr<engine_exchange> request(verb method, std::string target,
-                                           std::string body,
-                                           std::chrono::milliseconds timeout,
-                                           step_handler handler) {
-    return detail::async_engine_request(
-      core_->io, core_->endpoint, method, std::move(target), std::move(body),
-      timeout, [self = shared_from_this(), handler](engine_response resp) {
-        if (self->phase_ != phase::done)
-          handler(*self, std::move(resp));
-      });
-  }
-
-  /// Records the first infrastructure failure; later ones are consequences.
-  void fail(std::string text) {
-    if (infra_error_.empty())
-      infra_error_ = std::move(text);
-  }
-
-  std::string engine_text(const engine_response& resp) const {
-    if (!resp.transport_error.empty())
-      return resp.transport_error;
-    return detail::docker_error_message(resp.status, resp.body) + " (HTTP " +
-           std::to_string(resp.status) + ")";
-  }
-
-  std::string container_path() const {
-    return "/containers/" + (container_id_.empty() ? name_ : container_id_);
-  }
-
-  void on_created(engine_response resp) {
-    if (!resp.transport_error.empty()) {
-      // The engine may have created it before the exchange broke.
-      fail("docker create failed: " + resp.transport_error);
-      remove();
-      return;
-    }
-    if (resp.status == 404 && mentions_image(resp.body)) {
-      fail("image " + spec_.image +
-           " not found locally (tasksup never pulls): " +
-           detail::docker_error_message(resp.status, resp.body));
-      retry_futile_ = true;
-      complete();
-      return;
-    }
-    if (!resp.ok()) {
-      fail("docker create failed: " + engine_text(resp));
-      complete();
-      return;
-    }
-    auto id = detail::parse_docker_create_response(resp.body);
-    if (!id) {
-      fail(id.error().to_string());
-      remove();
-      return;
-    }
-    container_id_ = std::move(*id);
-    id_->set(container_id_);
-    if (requested_ != user_request::none) {
-      end_unstarted();
-      return;
-    }
-    // Attach before start, as `docker run` does: the attach stream carries
-    // every byte the container writes, including a last unterminated line
-    // that a followed log stream can miss when the container exits.
-    phase_ = phase::starting;
-    output_ = detail::async_engine_attach(
-      core_->io, core_->endpoint,
-      container_path() + "/attach?stream=1&stdout=1&stderr=1",
-      [self = shared_from_this()] {
-        if (self->phase_ != phase::done)
-          self->on_attached();
-      },
-      [self = shared_from_this()](std::string_view bytes) {
-        self->on_output_bytes(bytes);
-      },
-      [self = shared_from_this()](engine_response resp) {
-        if (self->phase_ != phase::done)
-          self->on_output_end(std::move(resp));
-      });
-  }
-
-  /// Stopped or killed before it ran: it is never started.
-  void end_unstarted() {
-    signal_ = requested_ == user_request::kill ? sigkill : sigterm;
-    exit_code_ = 128 + signal_;
+void docker_attempt::on_created(engine_response resp) {
+  if (!resp.transport_error.empty()) {
+    // The engine may have created it before the exchange broke.
+    fail("docker create failed: " + resp.transport_error);
     remove();
+    return;
   }
-
-  void on_attached() {
-    attached_ = true;
-    if (adopting_) {
-      running();
-      return;
-    }
-    if (requested_ != user_request::none) {
-      end_unstarted();
-      return;
-    }
-    step_ = request(verb::post, container_path() + "/start", {},
-                    core_->options.request_timeout,
-                    [](docker_attempt& self, engine_response resp) {
-                      self.on_started(std::move(resp));
-                    });
+  if (resp.status == 404 && mentions_image(resp.body)) {
+    fail("image " + spec_.image + " not found locally (tasksup never pulls): " +
+         detail::docker_error_message(resp.status, resp.body));
+    retry_futile_ = true;
+    complete();
+    return;
   }
+  if (!resp.ok()) {
+    fail("docker create failed: " + engine_text(resp));
+    complete();
+    return;
+  }
+  auto id = detail::parse_docker_create_response(resp.body);
+  if (!id) {
+    fail(id.error().to_string());
+    remove();
+    return;
+  }
+  container_id_ = std::move(*id);
+  id_->set(container_id_);
+  if (requested_ != user_request::none) {
+    end_unstarted();
+    return;
+  }
+  // Attach before start, as `docker run` does: the attach stream carries
+  // every byte the container writes, including a last unterminated line
+  // that a followed log stream can miss when the container exits.
+  attach("stream=1&stdout=1&stderr=1");
+}
 
-  void on_started(engine_response resp) {
-    if (!resp.ok() && resp.status != 304) {
-      start_error_ = engine_text(resp);
-      if (!resp.transport_error.empty()) {
-        fail("docker start failed: " + start_error_);
-        remove();
-        return;
-      }
-      // The engine could not exec the command: inspect tells 126/127
-      // (agent missing or not executable) from other failures.
-      phase_ = phase::collecting;
-      inspect();
-      return;
-    }
+void docker_attempt::attach(const std::string& query) {
+  phase_ = phase::starting;
+  output_ = detail::async_engine_attach(
+    core_->io, core_->endpoint, container_path() + "/attach?" + query,
+    [self = shared_from_this()] {
+      if (self->phase_ != phase::done)
+        self->on_attached();
+    },
+    [self = shared_from_this()](std::string_view bytes) {
+      self->on_output_bytes(bytes);
+    },
+    [self = shared_from_this()](engine_response resp) {
+      if (self->phase_ != phase::done)
+        self->on_output_end(std::move(resp));
+    });
+}
+
+/// Stopped or killed before it ran: it is never started.
+void docker_attempt::end_unstarted() {
+  signal_ = requested_ == user_request::kill ? sigkill : sigterm;
+  exit_code_ = 128 + signal_;
+  remove();
+}
+
+void docker_attempt::on_attached() {
+  attached_ = true;
+  if (adopting_) {
     running();
+    return;
   }
-
-  void send_stop() {
-    auto secs = (grace_.count() + 999) / 1000;
-    controls_.push_back(
-      request(verb::post, container_path() + "/stop?t=" + std::to_string(secs),
-              {}, core_->options.request_timeout + std::chrono::seconds{secs},
-              [](docker_attempt&, engine_response) {
-                // 304 (already stopped) and errors alike: wait reports the end.
-              }));
+  if (requested_ != user_request::none) {
+    end_unstarted();
+    return;
   }
+  step_ = request(verb::post, container_path() + "/start", {},
+                  core_->options.request_timeout,
+                  [](docker_attempt& self, engine_response resp) {
+                    self.on_started(std::move(resp));
+                  });
+}
 
-  void send_kill() {
-    controls_.push_back(request(verb::post, container_path() + "/kill", {},
-                                core_->options.request_timeout,
-                                [](docker_attempt&, engine_response) {}));
-  }
-
-  void on_output_bytes(std::string_view bytes) {
-    if (phase_ == phase::done || output_done_)
-      return;
-    if (!demux_->feed(bytes)) {
-      fail(demux_->error());
-      end_output();
-      return;
-    }
-    // The receiver is behind: stop reading the attach stream until it asks.
-    if (capture_->full() && output_)
-      output_->pause();
-  }
-
-  void on_output_end(engine_response resp) {
-    if (output_done_)
-      return;
-    output_done_ = true;
-    output_.reset();
-    if (!attached_) {
-      fail("docker attach failed: " + engine_text(resp));
+void docker_attempt::on_started(engine_response resp) {
+  if (!resp.ok() && resp.status != 304) {
+    start_error_ = engine_text(resp);
+    if (!resp.transport_error.empty()) {
+      fail("docker start failed: " + start_error_);
       remove();
       return;
     }
-    if (!resp.transport_error.empty())
-      fail("the container's output stream failed: " + resp.transport_error);
-    end_output();
-  }
-
-  void end_output() {
-    output_done_ = true;
-    if (output_) {
-      output_->cancel();
-      output_.reset();
-    }
-    maybe_collect();
-  }
-
-  void on_waited(engine_response resp) {
-    wait_done_ = true;
-    wait_.reset();
-    ended_at_ = clock_type::now();
-    if (!resp.ok()) {
-      fail("lost the Docker engine while waiting for the container: " +
-           engine_text(resp));
-    } else if (auto status = detail::parse_docker_wait(resp.body)) {
-      exit_code_ = *status;
-    } else {
-      fail(status.error().to_string());
-    }
-    if (!output_done_) {
-      // The output stream ends with the container; bound how long it may
-      // lag behind.
-      drain_timer_.expires_after(core_->options.output_drain_timeout);
-      drain_timer_.async_wait(
-        [self = shared_from_this()](boost::system::error_code ec) {
-          if (!ec && self->phase_ == phase::running)
-            self->end_output();
-        });
-    }
-    maybe_collect();
-  }
-
-  void maybe_collect() {
-    if (phase_ != phase::running || !wait_done_ || !output_done_)
-      return;
-    drain_timer_.cancel();
+    // The engine could not exec the command: inspect tells 126/127
+    // (agent missing or not executable) from other failures.
     phase_ = phase::collecting;
     inspect();
+    return;
   }
+  running();
+}
 
-  void inspect() {
-    step_ = request(verb::get, container_path() + "/json", {},
-                    core_->options.request_timeout,
-                    [](docker_attempt& self, engine_response resp) {
-                      self.on_inspected(std::move(resp));
-                    });
+void docker_attempt::send_stop() {
+  auto secs = (grace_.count() + 999) / 1000;
+  controls_.push_back(
+    request(verb::post, container_path() + "/stop?t=" + std::to_string(secs),
+            {}, core_->options.request_timeout + std::chrono::seconds{secs},
+            [](docker_attempt&, engine_response) {
+              // 304 (already stopped) and errors alike: wait reports the end.
+            }));
+}
+
+void docker_attempt::send_kill() {
+  controls_.push_back(request(verb::post, container_path() + "/kill", {},
+                              core_->options.request_timeout,
+                              [](docker_attempt&, engine_response) {}));
+}
+
+void docker_attempt::on_output_bytes(std::string_view bytes) {
+  if (phase_ == phase::done || output_done_)
+    return;
+  if (!demux_->feed(bytes)) {
+    fail(demux_->error());
+    end_output();
+    return;
   }
+  // The receiver is behind: stop reading the attach stream until it asks.
+  if (capture_->full() && output_)
+    output_->pause();
+}
 
-  void on_inspected(engine_response resp) {
-    std::optional<detail::docker_container_state> state;
-    std::string inspect_error;
-    if (!resp.ok()) {
-      inspect_error = "docker inspect failed: " + engine_text(resp);
-    } else if (auto parsed = detail::parse_docker_inspect(resp.body)) {
-      state = std::move(*parsed);
-    } else {
-      inspect_error = parsed.error().to_string();
-    }
-    if (!start_error_.empty()) {
-      if (state && (state->exit_code == 126 || state->exit_code == 127)) {
-        // The agent is missing or not executable: shown to the classifier
-        // like a shell's "not found" message, with the engine's exit code.
-        capture_->feed("docker: " + start_error_ + "\n");
-      } else {
-        fail("docker start failed: " + start_error_);
-      }
-    }
-    // The kernel told this process itself (the limit is on a cgroup of its
-    // own, watched before the container started).
-    if (state && memory_watch_ && memory_watch_->oom_killed())
-      state->oom_killed = true;
-    // Else the engine's word. It answers `wait` once it has handled the
-    // container's exit; the kernel's OOM event reaches it separately and may
-    // be handled later (seen on a freshly started engine: exit 137,
-    // OOMKilled false, then true). A SIGKILL under a memory limit that
-    // nobody here asked for is looked at again until the engine agrees or
-    // the settle time is over.
-    if (state && !memory_watch_ && !state->oom_killed &&
-        state->exit_code == 128 + sigkill && spec_.memory_limit_mb &&
-        requested_ == user_request::none && start_error_.empty() &&
-        core_->options.oom_settle_timeout.count() > 0) {
-      auto now = clock_type::now();
-      if (!settle_until_)
-        settle_until_ = now + core_->options.oom_settle_timeout;
-      if (now < *settle_until_) {
-        drain_timer_.expires_after(std::chrono::milliseconds{50});
-        drain_timer_.async_wait(
-          [self = shared_from_this()](boost::system::error_code ec) {
-            if (!ec && self->phase_ == phase::collecting)
-              self->inspect();
-          });
-        return;
-      }
-    }
-    if (state) {
-      exit_code_ = state->exit_code;
-      oom_killed_ = state->oom_killed;
-    } else {
-      fail(std::move(inspect_error));
-    }
-    collect_artifacts();
+void docker_attempt::on_output_end(engine_response resp) {
+  if (output_done_)
+    return;
+  output_done_ = true;
+  output_.reset();
+  if (!attached_) {
+    fail("docker attach failed: " + engine_text(resp));
     remove();
+    return;
   }
+  if (!resp.transport_error.empty())
+    fail("the container's output stream failed: " + resp.transport_error);
+  end_output();
+}
 
-  void collect_artifacts() {
-    auto dir = fs::path{spec_.attempt_dir} / "artifacts";
-    std::error_code ec;
-    fs::recursive_directory_iterator it{
-      dir, fs::directory_options::skip_permission_denied, ec};
-    for (; !ec && it != fs::recursive_directory_iterator{}; it.increment(ec)) {
-      // Regular files only: a symlink made inside the container may point
-      // anywhere on the host.
-      std::error_code sec;
-      if (it->symlink_status(sec).type() != fs::file_type::regular)
-        continue;
-      artifacts_.push_back(it->path().string());
-      if (artifacts_.size() >= core_->options.max_artifacts)
-        break;
+void docker_attempt::end_output() {
+  output_done_ = true;
+  if (output_) {
+    output_->cancel();
+    output_.reset();
+  }
+  maybe_collect();
+}
+
+void docker_attempt::on_waited(engine_response resp) {
+  wait_done_ = true;
+  wait_.reset();
+  ended_at_ = clock_type::now();
+  if (!resp.ok()) {
+    fail("lost the Docker engine while waiting for the container: " +
+         engine_text(resp));
+  } else if (auto status = detail::parse_docker_wait(resp.body)) {
+    exit_code_ = *status;
+  } else {
+    fail(status.error().to_string());
+  }
+  if (!output_done_) {
+    // The output stream ends with the container; bound how long it may
+    // lag behind.
+    drain_timer_.expires_after(core_->options.output_drain_timeout);
+    drain_timer_.async_wait(
+      [self = shared_from_this()](boost::system::error_code ec) {
+        if (!ec && self->phase_ == phase::running)
+          self->end_output();
+      });
+  }
+  maybe_collect();
+}
+
+void docker_attempt::maybe_collect() {
+  if (phase_ != phase::running || !wait_done_ || !output_done_)
+    return;
+  drain_timer_.cancel();
+  phase_ = phase::collecting;
+  inspect();
+}
+
+void docker_attempt::inspect() {
+  step_ = request(verb::get, container_path() + "/json", {},
+                  core_->options.request_timeout,
+                  [](docker_attempt& self, engine_response resp) {
+                    self.on_inspected(std::move(resp));
+                  });
+}
+
+void docker_attempt::on_inspected(engine_response resp) {
+  std::optional<detail::docker_container_state> state;
+  std::string inspect_error;
+  if (!resp.ok()) {
+    inspect_error = "docker inspect failed: " + engine_text(resp);
+  } else if (auto parsed = detail::parse_docker_inspect(resp.body)) {
+    state = std::move(*parsed);
+  } else {
+    inspect_error = parsed.error().to_string();
+  }
+  if (!start_error_.empty()) {
+    if (state && (state->exit_code == 126 || state->exit_code == 127)) {
+      // The agent is missing or not executable: shown to the classifier
+      // like a shell's "not found" message, with the engine's exit code.
+      capture_->feed("docker: " + start_error_ + "\n");
+    } else {
+      fail("docker start failed: " + start_error_);
     }
-    std::sort(artifacts_.begin(), artifacts_.end());
   }
-
-  void remove() {
-    phase_ = phase::removing;
-    step_ = request(verb::delete_, container_path() + "?force=1&v=1", {},
-                    core_->options.request_timeout,
-                    [](docker_attempt& self, engine_response) {
-                      // A container left behind is found again by its
-                      // labels (list_docker_containers).
-                      self.complete();
-                    });
-  }
-
-  void complete() {
-    if (phase_ == phase::done)
+  // The kernel told this process itself (the limit is on a cgroup of its
+  // own, watched before the container started).
+  if (state && memory_watch_ && memory_watch_->oom_killed())
+    state->oom_killed = true;
+  // Else the engine's word. It answers `wait` once it has handled the
+  // container's exit; the kernel's OOM event reaches it separately and may
+  // be handled later (seen on a freshly started engine: exit 137,
+  // OOMKilled false, then true). A SIGKILL under a memory limit that
+  // nobody here asked for is looked at again until the engine agrees or
+  // the settle time is over.
+  if (state && !memory_watch_ && !state->oom_killed &&
+      state->exit_code == 128 + sigkill && spec_.memory_limit_mb &&
+      requested_ == user_request::none && start_error_.empty() &&
+      core_->options.oom_settle_timeout.count() > 0) {
+    auto now = clock_type::now();
+    if (!settle_until_)
+      settle_until_ = now + core_->options.oom_settle_timeout;
+    if (now < *settle_until_) {
+      drain_timer_.expires_after(std::chrono::milliseconds{50});
+      drain_timer_.async_wait(
+        [self = shared_from_this()](boost::system::error_code ec) {
+          if (!ec && self->phase_ == phase::collecting)
+            self->inspect();
+        });
       return;
-    phase_ = phase::done;
-    complete_now();
-  }
-
-  void complete_now() {
-    drain_timer_.cancel();
-    // The container is removed (or could not be): its cgroup goes too, and
-    // stays only while something still runs in it.
-    if (memory_watch_)
-      memory_watch_->remove();
-    for (auto* ex : {&step_, &wait_, &output_})
-      if (*ex) {
-        (*ex)->cancel();
-        ex->reset();
-      }
-    for (auto& ex : controls_)
-      ex->cancel();
-    controls_.clear();
-    attempt_outcome out;
-    out.exit_code = exit_code_;
-    out.oom_killed = oom_killed_;
-    // The engine reports a signal death as 128+N, like a shell.
-    if (signal_ != 0)
-      out.signal = signal_;
-    else if (exit_code_ > 128 && exit_code_ < 128 + 65)
-      out.signal = exit_code_ - 128;
-    if (started_at_) {
-      auto end = ended_at_.value_or(clock_type::now());
-      out.duration_s =
-        std::chrono::duration<double>(end - *started_at_).count();
     }
-    if (capture_) {
-      capture_->finish();
-      if (auto text = capture_->summary(); !text.empty() && cb_.on_notice)
-        cb_.on_notice(text);
-      out.tail = capture_->tail();
-      out.log_path = capture_->log_path();
-    }
-    out.artifacts = std::move(artifacts_);
-    out.infrastructure_error = std::move(infra_error_);
-    out.started = started_at_.has_value() || adopting_;
-    out.retry_futile = retry_futile_;
-    auto on_exit = std::move(cb_.on_exit);
-    cb_ = {};
-    auto core = core_;
-    // Keep this alive through the callback even after the core forgets it.
-    auto self = shared_from_this();
-    core->attempt_finished(this);
-    if (on_exit)
-      on_exit(std::move(out));
   }
+  if (state) {
+    exit_code_ = state->exit_code;
+    oom_killed_ = state->oom_killed;
+  } else {
+    fail(std::move(inspect_error));
+  }
+  collect_artifacts();
+  remove();
+}
 
-  std::shared_ptr<docker_core> core_;
-  /// The attempt cannot succeed by starting it again (image missing).
-  bool retry_futile_ = false;
-  attempt_spec spec_;
-  attempt_callbacks cb_;
-  std::shared_ptr<id_box> id_;
-  asio::steady_timer drain_timer_;
-  std::optional<output_capture> capture_;
-  std::optional<detail::docker_log_demux> demux_;
-  phase phase_ = phase::idle;
-  user_request requested_ = user_request::none;
-  std::chrono::milliseconds grace_{0};
-  std::string name_;
-  std::string container_id_;
-  std::shared_ptr<engine_exchange> step_;
-  std::shared_ptr<engine_exchange> wait_;
-  std::shared_ptr<engine_exchange> output_;
-  std::vector<std::shared_ptr<engine_exchange>> controls_;
-  bool attached_ = false;
-  bool wait_done_ = false;
-  bool output_done_ = false;
-  std::string start_error_;
-  int exit_code_ = 0;
-  int signal_ = 0;
-  bool oom_killed_ = false;
-  std::optional<detail::docker_memory_watch> memory_watch_;
-  std::optional<clock_type::time_point> started_at_;
-  std::optional<clock_type::time_point> settle_until_;
-  /// Adopted from another instance: found, not created.
-  bool adopting_ = false;
-  /// Bytes of output the log already held at adoption, and bytes read.
-  std::uint64_t replay_bytes_ = 0;
-  std::uint64_t replayed_ = 0;
-  bool replaying_ = false;
-  std::optional<clock_type::time_point> ended_at_;
-  std::vector<std::string> artifacts_;
-  std::string infra_error_;
-};
+void docker_attempt::collect_artifacts() {
+  auto dir = fs::path{spec_.attempt_dir} / "artifacts";
+  std::error_code ec;
+  fs::recursive_directory_iterator it{
+    dir, fs::directory_options::skip_permission_denied, ec};
+  for (; !ec && it != fs::recursive_directory_iterator{}; it.increment(ec)) {
+    // Regular files only: a symlink made inside the container may point
+    // anywhere on the host.
+    std::error_code sec;
+    if (it->symlink_status(sec).type() != fs::file_type::regular)
+      continue;
+    artifacts_.push_back(it->path().string());
+    if (artifacts_.size() >= core_->options.max_artifacts)
+      break;
+  }
+  std::sort(artifacts_.begin(), artifacts_.end());
+}
+
+void docker_attempt::remove() {
+  phase_ = phase::removing;
+  step_ = request(verb::delete_, container_path() + "?force=1&v=1", {},
+                  core_->options.request_timeout,
+                  [](docker_attempt& self, engine_response) {
+                    // A container left behind is found again by its
+                    // labels (list_docker_containers).
+                    self.complete();
+                  });
+}
+
+void docker_attempt::complete() {
+  if (phase_ == phase::done)
+    return;
+  phase_ = phase::done;
+  complete_now();
+}
+
+void docker_attempt::complete_now() {
+  drain_timer_.cancel();
+  // The container is removed (or could not be): its cgroup goes too, and
+  // stays only while something still runs in it.
+  if (memory_watch_)
+    memory_watch_->remove();
+  for (auto* ex : {&step_, &wait_, &output_})
+    if (*ex) {
+      (*ex)->cancel();
+      ex->reset();
+    }
+  for (auto& ex : controls_)
+    ex->cancel();
+  controls_.clear();
+  attempt_outcome out;
+  out.exit_code = exit_code_;
+  out.oom_killed = oom_killed_;
+  // The engine reports a signal death as 128+N, like a shell.
+  if (signal_ != 0)
+    out.signal = signal_;
+  else if (exit_code_ > 128 && exit_code_ < 128 + 65)
+    out.signal = exit_code_ - 128;
+  if (started_at_) {
+    auto end = ended_at_.value_or(clock_type::now());
+    out.duration_s = std::chrono::duration<double>(end - *started_at_).count();
+  }
+  if (capture_) {
+    capture_->finish();
+    if (auto text = capture_->summary(); !text.empty() && cb_.on_notice)
+      cb_.on_notice(text);
+    out.tail = capture_->tail();
+    out.log_path = capture_->log_path();
+  }
+  out.artifacts = std::move(artifacts_);
+  out.infrastructure_error = std::move(infra_error_);
+  out.started = started_at_.has_value() || adopting_;
+  out.retry_futile = retry_futile_;
+  auto on_exit = std::move(cb_.on_exit);
+  cb_ = {};
+  auto core = core_;
+  // Keep this alive through the callback even after the core forgets it.
+  auto self = shared_from_this();
+  core->attempt_finished(this);
+  if (on_exit)
+    on_exit(std::move(out));
+}
 
 void docker_core::begin_shutdown() {
   shutting_down = true;
