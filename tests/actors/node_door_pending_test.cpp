@@ -166,7 +166,7 @@ TEST_CASE_METHOD(fixture,
 
 TEST_CASE_METHOD(fixture,
                  "a client's awaits past the per-client cap are refused with "
-                 "an error naming the cap; other clients are still served",
+                 "an error naming the cap, other clients are still served",
                  "[door][pending]") {
   auto reg_held = std::make_shared<held>();
   auto reg = holding_registry(*this, reg_held);

@@ -239,7 +239,7 @@ TEST_CASE("a permanent task's restart after exit 0 is a restart, not a "
 }
 
 TEST_CASE("a quota wait is the decision on the attempt that hit the quota, "
-          "not a retry; closed accounts and parked tasks are figures") {
+          "not a retry, closed accounts and parked tasks are figures") {
   for (bool read_back : {false, true}) {
     INFO("read back from the journal: " << read_back);
     node_stats stats;

@@ -737,7 +737,7 @@ TEST_CASE_METHOD(registry_fixture,
 }
 
 TEST_CASE_METHOD(registry_fixture,
-                 "pause holds a task's next attempt until resume; a queued "
+                 "pause holds a task's next attempt until resume, a queued "
                  "task paused gives up its place",
                  "[registry][pause]") {
   auto cfg = builtin_config();

@@ -667,7 +667,7 @@ TEST_CASE_METHOD(supervisor_fixture, "a fallback cycle becomes a warning event",
 }
 
 TEST_CASE_METHOD(supervisor_fixture,
-                 "a task waiting out a long backoff holds no worker; the next "
+                 "a task waiting out a long backoff holds no worker, the next "
                  "attempt gets one",
                  "[task_supervisor]") {
   runtime->script("a", {exits(1, {"transient glitch"}), hangs()});

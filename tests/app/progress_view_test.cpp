@@ -336,7 +336,7 @@ TEST_CASE("an event of this process renders the same from its typed keys as "
   }
 }
 
-TEST_CASE("an event of this process renders without its JSON; one read back "
+TEST_CASE("an event of this process renders without its JSON, one read back "
           "from JSON renders from it") {
   progress_view view;
   auto ev = tasksup::attempt_started_event(head(2), "a", "codex", "17");

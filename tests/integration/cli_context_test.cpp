@@ -270,7 +270,7 @@ TEST_CASE("serve: under systemd, READY=1 comes once the node answers, and "
   CHECK(child.wait(60s) == 0);
 }
 
-TEST_CASE("status: --outcome lists the finished tasks with that outcome; an "
+TEST_CASE("status: --outcome lists the finished tasks with that outcome, an "
           "unknown one is refused with the valid ones") {
   scratch dir;
   plain_node n{dir, {"--state-dir", dir / "state"}, {}, "serve"};

@@ -226,7 +226,7 @@ TEST_CASE("pending: 100,000 awaits from one client keep the node responsive "
 }
 
 TEST_CASE("pending: a client past the per-connection cap gets an error "
-          "naming it; the node-wide cap is named to the CLI") {
+          "naming it, the node-wide cap is named to the CLI") {
   scratch dir;
   pending_node n{dir, {"--max-pending-per-client", "3", "--max-pending", "5"}};
   REQUIRE(n.cmd({"submit", sleeper_task(dir, "long")}).status == 0);

@@ -94,7 +94,7 @@ TEST_CASE("a journal keeps tasks, records and events across a reopen") {
         fs::perms::owner_all);
 }
 
-TEST_CASE("a commit survives a crash of its process before any sync; sync "
+TEST_CASE("a commit survives a crash of its process before any sync, sync "
           "puts commits on disk once, and only in sync mode full") {
   temp_dir tmp;
   store_options opts{tmp.state()};

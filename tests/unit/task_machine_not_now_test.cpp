@@ -214,7 +214,7 @@ TEST_CASE("not now: other preflight refusals still spend a retry",
   }
 }
 
-TEST_CASE("not now: an agent's own not_now (a rule) parks the task too; its "
+TEST_CASE("not now: an agent's own not_now (a rule) parks the task too, its "
           "attempt ran and counts",
           "[task_machine][not_now]") {
   task t{supervisor_config{}};

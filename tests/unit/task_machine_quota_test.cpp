@@ -191,7 +191,7 @@ TEST_CASE("quota: an account another task closed is answered at the door: "
   }
 }
 
-TEST_CASE("pause: nothing starts while paused; resume goes on where the task "
+TEST_CASE("pause: nothing starts while paused, resume goes on where the task "
           "was",
           "[task_machine][pause]") {
   SECTION("paused in a backoff, resumed with the time it had left") {
@@ -310,7 +310,7 @@ TEST_CASE("quota and pause: a restarted node resumes the wait for the time "
 }
 
 TEST_CASE("account quotas: one closing answer closes an account until its "
-          "reset; the table stays bounded and survives a restart",
+          "reset, the table stays bounded and survives a restart",
           "[quota]") {
   account_quotas q;
   q.close("claude", 500, 100);

@@ -46,7 +46,7 @@ struct task : machine_task {
 
 } // namespace
 
-TEST_CASE("task machine: a copied state owns its own outcome and plan; a "
+TEST_CASE("task machine: a copied state owns its own outcome and plan, a "
           "state holds their room only while they are present",
           "[task_machine]") {
   task_machine_state a;
