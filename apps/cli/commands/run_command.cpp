@@ -6,7 +6,7 @@
 #include "config_location.hpp"
 #include "event_console.hpp"
 #include "node_setup.hpp"
-#include "signal_watch.hpp"
+#include "signal_relay.hpp"
 #include "task_input.hpp"
 
 #include "tasksup/actors/protocol.hpp"
@@ -17,9 +17,9 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
-#include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
+#include <caf/typed_event_based_actor.hpp>
 
 #include <spdlog/spdlog.h>
 
@@ -33,7 +33,6 @@
 #include <future>
 #include <iostream>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,6 +43,12 @@ namespace {
 
 using grace_atom = caf::atom_constant<caf::atom("rungrace")>;
 using tick_atom = caf::atom_constant<caf::atom("runtick")>;
+
+/// `tasksup run`'s watcher: the task's events, Ctrl-C, its own timers.
+using run_watcher_actor =
+  subscriber_actor::extend<caf::reacts_to<signal_atom, int>,
+                           caf::reacts_to<grace_atom>,
+                           caf::reacts_to<tick_atom>>;
 
 struct run_options {
   std::string task_file;
@@ -98,13 +103,7 @@ int run_task(const run_options& opts) {
 
   // Signals are taken by a thread of their own before any other thread
   // starts, so every thread inherits the blocked mask.
-  std::mutex target_mutex;
-  caf::actor target;
-  signal_watch signals{{SIGINT, SIGTERM}, [&](int, int count) {
-                         std::lock_guard<std::mutex> guard{target_mutex};
-                         if (target)
-                           caf::anon_send(target, signal_atom::value, count);
-                       }};
+  signal_relay signals;
   setup_logging(false);
   // Nothing of this run outlives it: each agent's shim kills the agent when
   // this process dies, even by SIGKILL; containers carry the owner label
@@ -127,9 +126,6 @@ int run_task(const run_options& opts) {
   configure_actor_system(sys_cfg, false);
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
-  // Signals before the watcher below exists find no actor to tell; they
-  // are counted, and replayed to it.
-  int early_signals = 0;
   registry_options reg;
   reg.config = cfg->config;
   reg.runtimes["*"] = *runtime;
@@ -139,10 +135,7 @@ int run_task(const run_options& opts) {
   reg.attempt_root = attempt_root;
   auto registry = spawn_registry(sys, std::move(reg));
   auto shutdown = [&] {
-    {
-      std::lock_guard<std::mutex> guard{target_mutex};
-      target = nullptr;
-    }
+    signals.drop();
     self->send_exit(registry, caf::exit_reason::user_shutdown);
   };
 
@@ -165,116 +158,120 @@ int run_task(const run_options& opts) {
   // the registry sent it from. This thread waits for the run's status.
   std::promise<int> finished;
   auto status = finished.get_future();
-  auto watcher = sys.spawn([&](caf::event_based_actor* watch) {
-    struct run_state {
-      std::string task_id;
-      std::optional<task_result> result;
-      bool done_shown = false;
-      bool ended = false;
-      std::chrono::steady_clock::time_point started;
-    };
-    auto st = std::make_shared<run_state>();
-    auto end = [=, &finished](int code) {
-      if (std::exchange(st->ended, true))
-        return;
-      finished.set_value(code);
-      watch->quit();
-    };
-    auto finish_if_done = [=] {
-      if (st->result && st->done_shown)
-        end(task_exit_status(*st->result));
-    };
-    // Subscribed before the task is submitted, so no event of it is
-    // missed; both answers are awaited, so no event is taken before the
-    // task's id is known.
-    using namespace std::chrono_literals;
-    watch
-      ->request(registry, 10s, subscribe_atom::value,
-                caf::actor_cast<subscriber_actor>(watch))
-      .await(
-        [=, &opts](bool) {
-          watch->request(registry, 10s, submit_atom::value, *task)
-            .await(
-              [=](std::string& id) {
-                st->task_id = std::move(id);
-                st->started = std::chrono::steady_clock::now();
-                watch->send(registry, await_atom::value, st->task_id);
-              },
-              [=, &opts](caf::error& err) {
-                std::cerr << "tasksup run: " << opts.task_file
-                          << ": rejected: " << error_text(err) << '\n';
-                end(exit_status::bad_input);
-              });
-        },
-        [=](caf::error& err) {
-          std::cerr << "tasksup run: cannot subscribe to events: "
-                    << error_text(err) << '\n';
-          end(1);
-        });
-    // A terminal's countdown is redrawn four times a second.
-    if (console_opts.human != nullptr && console_opts.terminal &&
-        !console_opts.quiet)
-      watch->send(watch, tick_atom::value);
-    return caf::behavior{
-      [=, &console, &attempt_root](event_atom, const event& ev) {
-        if (ev.task_id != st->task_id)
+  auto watcher = sys.spawn(
+    [&](run_watcher_actor::pointer watch) -> run_watcher_actor::behavior_type {
+      struct run_state {
+        std::string task_id;
+        std::optional<task_result> result;
+        bool done_shown = false;
+        bool ended = false;
+        std::chrono::steady_clock::time_point started;
+      };
+      auto st = std::make_shared<run_state>();
+      auto end = [=, &finished](int code) {
+        if (std::exchange(st->ended, true))
           return;
-        progress_view::extra extra;
-        if (ev.kind == event_kind::task_done) {
-          extra.duration_s = std::chrono::duration<double>(
-                               std::chrono::steady_clock::now() - st->started)
-                               .count();
-          // Attempt n of the task keeps its output in
-          // <log_dir>/attempt-<n>.
-          extra.log_dir = attempt_root + "/" + st->task_id;
-          st->done_shown = true;
-        }
-        console.write(ev, extra);
-        finish_if_done();
-      },
-      [=](task_result& r) {
+        finished.set_value(code);
+        watch->quit();
+      };
+      auto finish_if_done = [=] {
+        if (st->result && st->done_shown)
+          end(task_exit_status(*st->result));
+      };
+      using namespace std::chrono_literals;
+      auto on_result = [=](task_result r) {
         st->result = std::move(r);
         finish_if_done();
-        // The end event comes before the awaited result; should it ever
-        // be lost, the result alone ends the run after a short grace.
+        // The end event comes before the awaited result; should it ever be
+        // lost, the result alone ends the run after a short grace.
         if (!st->ended)
           watch->delayed_send(watch, 2s, grace_atom::value);
-      },
-      [=](grace_atom) { end(task_exit_status(*st->result)); },
-      [=, &console](signal_atom, int count) {
-        auto mode = count == 1 ? stop_mode::cancel : stop_mode::kill;
-        console.note(count == 1 ? "stopping the task (Ctrl-C again to kill it)"
-                                : "killing the task");
-        watch->send(registry, stop_atom::value, st->task_id, mode);
-      },
-      [](bool) {
-        // The answer to a stop request; the task's events tell the rest.
-      },
-      [=, &console](caf::error& err) {
+      };
+      // A request of the watcher's failed (the registry is gone): the run
+      // ends with what is known.
+      auto on_error = [=, &console](const caf::error& err) {
         console.note("tasksup run: " + error_text(err));
         if (!st->result) {
           task_result r;
           r.task_id = st->task_id;
           r.error = error_text(err);
-          st->result = std::move(r);
-          finish_if_done();
-          if (!st->ended)
-            watch->delayed_send(watch, 2s, grace_atom::value);
+          on_result(std::move(r));
         }
-      },
-      [=, &console](tick_atom) {
-        console.tick();
-        watch->delayed_send(watch, 250ms, tick_atom::value);
-      },
-    };
-  });
-  {
-    std::lock_guard<std::mutex> guard{target_mutex};
-    target = watcher;
-    early_signals = signals.count();
-  }
+      };
+      // Subscribed before the task is submitted, so no event of it is
+      // missed; both answers are awaited, so no event is taken before the
+      // task's id is known.
+      watch
+        ->request(registry, 10s, subscribe_atom::value,
+                  caf::actor_cast<subscriber_actor>(watch))
+        .await(
+          [=, &opts](bool) {
+            watch->request(registry, 10s, submit_atom::value, *task)
+              .await(
+                [=](std::string& id) {
+                  st->task_id = std::move(id);
+                  st->started = std::chrono::steady_clock::now();
+                  watch
+                    ->request(registry, caf::infinite, await_atom::value,
+                              st->task_id)
+                    .then([=](task_result& r) { on_result(std::move(r)); },
+                          [=](caf::error& err) { on_error(err); });
+                },
+                [=, &opts](caf::error& err) {
+                  std::cerr << "tasksup run: " << opts.task_file
+                            << ": rejected: " << error_text(err) << '\n';
+                  end(exit_status::bad_input);
+                });
+          },
+          [=](caf::error& err) {
+            std::cerr << "tasksup run: cannot subscribe to events: "
+                      << error_text(err) << '\n';
+            end(1);
+          });
+      // A terminal's countdown is redrawn four times a second.
+      if (console_opts.human != nullptr && console_opts.terminal &&
+          !console_opts.quiet)
+        watch->send(watch, tick_atom::value);
+      return {
+        [=, &console, &attempt_root](event_atom, const event& ev) {
+          if (ev.task_id != st->task_id)
+            return;
+          progress_view::extra extra;
+          if (ev.kind == event_kind::task_done) {
+            extra.duration_s = std::chrono::duration<double>(
+                                 std::chrono::steady_clock::now() - st->started)
+                                 .count();
+            // Attempt n of the task keeps its output in
+            // <log_dir>/attempt-<n>.
+            extra.log_dir = attempt_root + "/" + st->task_id;
+            st->done_shown = true;
+          }
+          console.write(ev, extra);
+          finish_if_done();
+        },
+        [=](grace_atom) { end(task_exit_status(*st->result)); },
+        [=, &console](signal_atom, int count) {
+          auto mode = count == 1 ? stop_mode::cancel : stop_mode::kill;
+          console.note(count == 1
+                         ? "stopping the task (Ctrl-C again to kill it)"
+                         : "killing the task");
+          // The answer does not matter; the task's events tell the rest.
+          watch
+            ->request(registry, caf::infinite, stop_atom::value, st->task_id,
+                      mode)
+            .then([](bool) {}, [=](caf::error& err) { on_error(err); });
+        },
+        [=, &console](dropped_atom, const std::string& why) {
+          console.note("tasksup run: events of the task were lost: " + why);
+        },
+        [=, &console](tick_atom) {
+          console.tick();
+          watch->delayed_send(watch, 250ms, tick_atom::value);
+        },
+      };
+    });
   // A Ctrl-C that came before the watcher could take it still counts.
-  if (early_signals > 0)
+  if (auto early_signals = signals.aim(watcher); early_signals > 0)
     caf::anon_send(watcher, signal_atom::value, early_signals);
   auto code = status.get();
   console.clear_countdown();

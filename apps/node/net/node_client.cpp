@@ -4,7 +4,7 @@
 #include "current_node.hpp"
 #include "exit_status.hpp"
 #include "node_address.hpp"
-#include "signal_watch.hpp"
+#include "signal_relay.hpp"
 
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/remote_connect.hpp"
@@ -22,7 +22,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
-#include <mutex>
+#include <optional>
 
 namespace tasksup::app {
 
@@ -133,16 +133,9 @@ int with_node(const std::string& command, const std::string& node,
               << '\n';
     return exit_status::bad_input;
   }
-  std::mutex target_mutex;
-  caf::actor target;
-  std::unique_ptr<signal_watch> signals;
+  std::optional<signal_relay> signals;
   if (watch_signals)
-    signals = std::make_unique<signal_watch>(
-      std::initializer_list<int>{SIGINT, SIGTERM}, [&](int, int count) {
-        std::lock_guard<std::mutex> guard{target_mutex};
-        if (target)
-          caf::anon_send(target, signal_atom::value, count);
-      });
+    signals.emplace();
   auto certs_dir = client_certs_dir(flags().certs, where.certs_dir);
   auto creds = flags().insecure ? insecure_credentials()
                                 : client_credentials_in(certs_dir);
@@ -232,16 +225,12 @@ int with_node(const std::string& command, const std::string& node,
              "; " + what_to_pass + ")"));
   }
   caf::scoped_actor self{sys};
-  {
-    std::lock_guard<std::mutex> guard{target_mutex};
-    target = caf::actor_cast<caf::actor>(self);
-  }
+  if (signals)
+    signals->aim(caf::actor_cast<signal_target_actor>(self));
   node_session session{self, *remote, addr->to_string(), command};
   auto rc = body(session);
-  {
-    std::lock_guard<std::mutex> guard{target_mutex};
-    target = nullptr;
-  }
+  if (signals)
+    signals->drop();
   return rc;
 }
 
