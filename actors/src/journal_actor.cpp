@@ -65,7 +65,7 @@ expected<journal_snapshot> load_journal(journal::journal_store& store) {
     }
     out.tasks.push_back(std::move(e));
   }
-  for (auto* key : {"breakers", "budget", "rotation"}) {
+  for (auto* key : {"breakers", "budget", "rotation", "quotas", "workers"}) {
     auto body = store.state(key);
     if (!body)
       return body.error();

@@ -26,6 +26,9 @@ struct node_agent_state {
   node_agent_options opts;
   /// The coordinator's node: only it places attempts here.
   caf::node_id coordinator;
+  /// The node process that joined it (told when the coordinator drops the
+  /// node).
+  node_process_actor process;
   /// The container workers of the attempts running here.
   std::map<caf::actor_addr, container_worker_actor> workers;
   /// Answered once the last worker is gone, after `(stop)`.
@@ -57,9 +60,26 @@ node_agent_actor::behavior_type node_agent(agent_pointer self,
   return {
     // The local node process, once it joined: whose placements to take.
     [=](join_atom, const caf::node_id& coordinator) {
-      if (self->current_sender() &&
-          self->current_sender()->node() == self->node())
+      auto sender = self->current_sender();
+      if (sender && sender->node() == self->node()) {
         self->state.coordinator = coordinator;
+        self->state.process = caf::actor_cast<node_process_actor>(sender);
+      }
+    },
+    [=](node_left_atom, std::string& why) {
+      // Only the coordinator it joined can drop it. Its attempts here are
+      // no longer that coordinator's: they end (a late one included), and
+      // the node process joins again.
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      if (!sender || sender->node() != st.coordinator || !st.coordinator)
+        return;
+      st.coordinator = caf::node_id{};
+      for (auto& [addr, w] : st.workers)
+        self->send(w, node_lost_atom::value, st.opts.name);
+      if (st.process)
+        self->send(st.process, node_left_atom::value,
+                   why.substr(0, wire::max_id_bytes * 4));
     },
     [=](run_attempt_atom, remote_attempt& ra, attempt_owner_actor& supervisor)
       -> caf::result<container_worker_actor> {

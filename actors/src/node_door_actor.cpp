@@ -400,10 +400,35 @@ std::string audit_name(door_ptr self) {
   if (sender->node() == self->node())
     return "local actor " + std::to_string(sender->id());
   std::string subject;
-  if (self->state.opts.peer_name)
-    subject = self->state.opts.peer_name(sender->node());
+  if (self->state.opts.peer)
+    if (auto peer = self->state.opts.peer(sender->node()))
+      subject = peer->subject;
   return "client '" + (subject.empty() ? std::string{"(unknown)"} : subject) +
          "' (node " + caf::to_string(sender->node()) + ")";
+}
+
+/// Why the current sender may not join as a worker node (a client
+/// certificate, or none known), or nullopt when it may.
+std::optional<caf::error> refuse_join(door_ptr self) {
+  auto& opts = self->state.opts;
+  auto sender = self->current_sender();
+  if (!opts.joins_need_node_certificate || !sender ||
+      sender->node() == self->node())
+    return std::nullopt;
+  auto peer = opts.peer ? opts.peer(sender->node()) : std::nullopt;
+  if (peer && peer->node_certificate)
+    return std::nullopt;
+  auto who = audit_name(self);
+  if (opts.log)
+    opts.log("refused a worker node's join: " + who +
+             " did not show a node certificate");
+  return make_error(
+    protocol_error::invalid_task,
+    "join: this connection showed " +
+      std::string{peer ? "a client certificate" : "no certificate known here"} +
+      "; a worker node joins with a node certificate (node.crt and node.key "
+      "in its --certs directory, made by `tasksup certs init` with the "
+      "coordinator's CA)");
 }
 
 /// `x` with each control character shown as '?': a task id is the
@@ -443,45 +468,35 @@ caf::result<R> forward(door_ptr self, Ts&&... xs) {
   return rp;
 }
 
-/// Whether `msg` is `(Atom, task_id)`: then `out` is set to the request,
-/// audited as `what` and forwarded.
-template<class Atom>
-bool task_control(door_ptr self, const std::string& who,
-                  const caf::message& msg, const char* what,
-                  std::optional<caf::result<bool>>& out) {
-  if (!msg.match_elements<Atom, std::string>())
-    return false;
-  auto& task_id = msg.get_as<std::string>(1);
-  audit(self, who, what, task_id);
-  out.emplace(forward<bool>(self, Atom::value, task_id));
-  return true;
-}
-
-/// A control request (stop, kill, retry-now, fallback-now, forget, pause,
-/// resume) of `who`: audited, then forwarded; anything else in `msg` is
-/// refused.
+/// A control request of `who`: audited, then forwarded.
 caf::result<bool> control(door_ptr self, const std::string& who,
-                          const caf::message& msg) {
-  if (msg.match_elements<stop_atom, std::string, stop_mode>()) {
-    auto& task_id = msg.get_as<std::string>(1);
-    auto mode = msg.get_as<stop_mode>(2);
-    // Loading rejects other values; checked again because an in-process
-    // sender skips the deserializer.
-    if (!detail::valid_enum_value(mode))
-      return caf::make_error(caf::sec::invalid_argument,
-                             "stop: unknown stop mode");
-    audit(self, who, mode == stop_mode::kill ? "kill" : "stop", task_id);
-    return forward<bool>(self, stop_atom::value, task_id, mode);
+                          control_request req) {
+  // Loading rejects other values; checked again because an in-process
+  // sender skips the deserializer.
+  if (!detail::valid_enum_value(req.action))
+    return caf::make_error(caf::sec::invalid_argument,
+                           "as_client: unknown control action");
+  audit(self, who, std::string{to_string(req.action)}, req.task_id);
+  auto& id = req.task_id;
+  switch (req.action) {
+    case task_control::stop:
+    case task_control::kill:
+      return forward<bool>(
+        self, stop_atom::value, std::move(id),
+        req.action == task_control::kill ? stop_mode::kill : stop_mode::cancel);
+    case task_control::retry_now:
+      return forward<bool>(self, retry_now_atom::value, std::move(id));
+    case task_control::fallback_now:
+      return forward<bool>(self, force_fallback_atom::value, std::move(id));
+    case task_control::forget:
+      return forward<bool>(self, forget_atom::value, std::move(id));
+    case task_control::pause:
+      return forward<bool>(self, pause_atom::value, std::move(id));
+    case task_control::resume:
+      return forward<bool>(self, resume_atom::value, std::move(id));
   }
-  std::optional<caf::result<bool>> out;
-  if (task_control<retry_now_atom>(self, who, msg, "retry-now", out) ||
-      task_control<force_fallback_atom>(self, who, msg, "fallback-now", out) ||
-      task_control<forget_atom>(self, who, msg, "forget", out) ||
-      task_control<pause_atom>(self, who, msg, "pause", out) ||
-      task_control<resume_atom>(self, who, msg, "resume", out))
-    return std::move(*out);
-  return caf::make_error(caf::sec::unexpected_message,
-                         "as_client: not a control request");
+  return caf::make_error(caf::sec::invalid_argument,
+                         "as_client: unknown control action");
 }
 
 door_impl::behavior_type door(door_ptr self, registry_actor registry,
@@ -540,42 +555,46 @@ door_impl::behavior_type door(door_ptr self, registry_actor registry,
       return forward<std::string>(self, submit_json_atom::value,
                                   std::move(text));
     },
-    [=](stop_atom, std::string& task_id, stop_mode mode) {
+    [=](stop_atom, std::string& task_id, stop_mode mode) -> caf::result<bool> {
+      // Loading rejects other values; checked again because an in-process
+      // sender skips the deserializer.
+      if (!detail::valid_enum_value(mode))
+        return caf::make_error(caf::sec::invalid_argument,
+                               "stop: unknown stop mode");
       return control(
         self, audit_name(self),
-        caf::make_message(stop_atom::value, std::move(task_id), mode));
+        {mode == stop_mode::kill ? task_control::kill : task_control::stop,
+         std::move(task_id)});
     },
     [=](retry_now_atom, std::string& task_id) {
-      return control(
-        self, audit_name(self),
-        caf::make_message(retry_now_atom::value, std::move(task_id)));
+      return control(self, audit_name(self),
+                     {task_control::retry_now, std::move(task_id)});
     },
     [=](force_fallback_atom, std::string& task_id) {
-      return control(
-        self, audit_name(self),
-        caf::make_message(force_fallback_atom::value, std::move(task_id)));
+      return control(self, audit_name(self),
+                     {task_control::fallback_now, std::move(task_id)});
     },
     [=](forget_atom, std::string& task_id) {
       return control(self, audit_name(self),
-                     caf::make_message(forget_atom::value, std::move(task_id)));
+                     {task_control::forget, std::move(task_id)});
     },
     [=](pause_atom, std::string& task_id) {
       return control(self, audit_name(self),
-                     caf::make_message(pause_atom::value, std::move(task_id)));
+                     {task_control::pause, std::move(task_id)});
     },
     [=](resume_atom, std::string& task_id) {
       return control(self, audit_name(self),
-                     caf::make_message(resume_atom::value, std::move(task_id)));
+                     {task_control::resume, std::move(task_id)});
     },
     [=](as_client_atom, const std::string& who,
-        const caf::message& msg) -> caf::result<bool> {
+        control_request& req) -> caf::result<bool> {
       // Only the node's own front ends (the local control socket) name
       // their clients; a peer cannot.
       auto sender = self->current_sender();
       if (!sender || sender->node() != self->node())
         return caf::make_error(caf::sec::unexpected_message,
                                "as_client: only for the node's own actors");
-      return control(self, who, msg);
+      return control(self, who, std::move(req));
     },
     [=](status_atom) {
       return forward<std::vector<task_status>>(self, status_atom::value);
@@ -632,7 +651,10 @@ door_impl::behavior_type door(door_ptr self, registry_actor registry,
     },
     // A worker node joining this coordinator (its agent then gets the
     // attempts placed on it).
-    [=](join_atom, node_offer& offer, node_agent_actor& agent) {
+    [=](join_atom, node_offer& offer,
+        node_agent_actor& agent) -> caf::result<std::string> {
+      if (auto refused = refuse_join(self))
+        return std::move(*refused);
       return forward<std::string>(self, join_atom::value, std::move(offer),
                                   std::move(agent));
     },

@@ -68,7 +68,28 @@ static_assert(detail::enum_size<event_kind>::value ==
 static_assert(detail::enum_size<end_reason>::value ==
               static_cast<std::size_t>(end_reason::runtime_missing) + 1);
 
+constexpr std::string_view task_control_names[] = {
+  "stop", "kill", "retry-now", "fallback-now", "forget", "pause", "resume",
+};
+
+static_assert(std::size(task_control_names) ==
+              detail::enum_size<task_control>::value);
+static_assert(detail::enum_size<task_control>::value ==
+              static_cast<std::size_t>(task_control::resume) + 1);
+
 } // namespace
+
+std::string_view to_string(task_control x) noexcept {
+  auto i = static_cast<std::size_t>(x);
+  return i < std::size(task_control_names) ? task_control_names[i] : "unknown";
+}
+
+std::optional<task_control> task_control_named(std::string_view name) {
+  for (std::size_t i = 0; i < std::size(task_control_names); ++i)
+    if (name == task_control_names[i])
+      return static_cast<task_control>(i);
+  return std::nullopt;
+}
 
 std::string_view to_string(protocol_error x) noexcept {
   auto i = static_cast<std::size_t>(x);
@@ -117,6 +138,7 @@ void register_protocol(caf::actor_system_config& cfg) {
     .add_message_type<std::vector<node_info>>("std::vector<tasksup::node_info>")
     .add_message_type<attempt_options>("tasksup::attempt_options")
     .add_message_type<remote_attempt>("tasksup::remote_attempt")
+    .add_message_type<control_request>("tasksup::control_request")
     // The handles that cross to other nodes, by interface.
     .add_message_type<node_agent_actor>("tasksup::node_agent_actor")
     .add_message_type<subscriber_actor>("tasksup::subscriber_actor")

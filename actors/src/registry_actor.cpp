@@ -14,6 +14,7 @@
 #include <caf/typed_response_promise.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -265,8 +266,15 @@ caf::result<std::vector<task_status>> all_status(registry_ptr self) {
   return rp;
 }
 
-registry_actor::behavior_type registry_behavior(registry_ptr self,
-                                                registry_options opts) {
+/// Whether the current message comes from the registry's node membership
+/// (its reports are the only ones that change where attempts are placed).
+bool from_membership(registry_ptr self) {
+  return self->current_sender() ==
+         caf::actor_cast<caf::strong_actor_ptr>(self->state.membership);
+}
+
+registry_impl::behavior_type registry_behavior(registry_ptr self,
+                                               registry_options opts) {
   auto& st = self->state;
   st.opts = std::move(opts);
   st.ids.emplace(st.opts.seed);
@@ -308,15 +316,12 @@ registry_actor::behavior_type registry_behavior(registry_ptr self,
       r.error = "task supervisor died: " + self->system().render(dm.reason);
       r.cause.reason = end_reason::supervisor_died;
       self->send(st.hub, escalate_atom::value, std::move(r), dm.source);
-      return;
     }
-    for (auto& [name, n] : st.nodes)
-      if (n.agent.address() == dm.source) {
-        node_lost(self, name, self->system().render(dm.reason));
-        return;
-      }
   });
   st.hub = detail::spawn_event_hub(self, st.opts.journal);
+  st.membership = detail::spawn_node_membership(
+    self, caf::actor_cast<membership_listener_actor>(self), st.opts.node_name,
+    st.opts.peer_timeout_s);
   restore(self);
   if (!st.resuming.empty())
     st.slots.hold();
@@ -487,18 +492,41 @@ registry_actor::behavior_type registry_behavior(registry_ptr self,
     },
     // -- worker nodes -----------------------------------------------------
     [=](join_atom, node_offer& offer, node_agent_actor& agent) {
-      return join(self, offer, agent);
+      return self->delegate(self->state.membership, join_atom::value,
+                            std::move(offer), std::move(agent));
     },
-    [=](node_lost_atom, const std::string& name, const caf::node_id& nid) {
+    [=](node_lost_atom, std::string& name, caf::node_id& nid) {
       // A supervisor whose attempt was lost with the node's connection:
-      // seen before (or instead of) the registry's own down message.
+      // seen before (or instead of) the membership's down message. Nothing
+      // more is placed there from now on (the supervisor's next permit
+      // request comes right after this); the membership drops the node and
+      // tells it, should its connection still hold.
       auto& st = self->state;
       auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
       if (st.by_supervisor.count(sender) == 0)
         return;
-      if (auto i = st.nodes.find(name);
-          i != st.nodes.end() && i->second.agent.node() == nid)
-        node_lost(self, name, "its connection failed");
+      auto i = st.nodes.find(name);
+      if (i == st.nodes.end() || i->second.agent.node() != nid)
+        return;
+      node_left(self, name, lost_with_connection);
+      self->send(st.membership, node_lost_atom::value, std::move(name),
+                 std::move(nid));
+    },
+    [=](node_joined_atom, node_offer& offer, node_agent_actor& agent) {
+      if (from_membership(self))
+        node_joined(self, offer, agent);
+    },
+    [=](node_left_atom, const std::string& name, const std::string& why) {
+      if (from_membership(self))
+        node_left(self, name, why);
+    },
+    [=](worker_wait_atom) {
+      auto& slots = self->state.slots;
+      if (!slots.awaiting_nodes())
+        return;
+      std::fprintf(stderr, "tasksup: no worker node joined again in time; "
+                           "running attempts here\n");
+      deliver(self, slots.stop_awaiting_nodes());
     },
     [=](nodes_atom) {
       auto& st = self->state;

@@ -88,6 +88,29 @@ void restore(registry_ptr self) {
         std::strtoull(std::string{line.substr(tab + 1)}.c_str(), nullptr, 10));
     }
   }
+  if (auto i = snapshot.node_state.find("workers");
+      i != snapshot.node_state.end() && !i->second.empty() &&
+      st.opts.worker_wait_s > 0) {
+    // Worker nodes ran this coordinator's attempts: they are retried there
+    // once the workers join again, not here at once.
+    std::string names;
+    for (std::size_t at = 0, eol; at < i->second.size(); at = eol + 1) {
+      eol = i->second.find('\n', at);
+      if (eol == std::string::npos)
+        eol = i->second.size();
+      if (eol > at)
+        names += (names.empty() ? "" : ", ") + i->second.substr(at, eol - at);
+    }
+    std::fprintf(stderr,
+                 "tasksup: waiting up to %gs for the worker nodes (%s) to "
+                 "join again before running attempts here\n",
+                 st.opts.worker_wait_s, names.c_str());
+    st.slots.await_nodes();
+    self->delayed_send(self,
+                       std::chrono::duration_cast<caf::timespan>(
+                         std::chrono::duration<double>(st.opts.worker_wait_s)),
+                       worker_wait_atom::value);
+  }
   // The finished tasks' journaled event counts, for the hub.
   std::map<std::string, std::int64_t> last_events;
   for (auto& e : snapshot.tasks) {

@@ -4,7 +4,9 @@
 // files share (registry_actor.cpp: the behavior, results and control;
 // registry_submit.cpp: accepting tasks; registry_restore.cpp: rebuilding
 // them after a restart; registry_nodes.cpp: worker nodes;
-// registry_logs.cpp: attempt logs). See docs/ARCHITECTURE.md, "Actors".
+// registry_logs.cpp: attempt logs). Its children: the event hub
+// (event_hub.hpp) and the node membership (node_membership.hpp). See
+// docs/ARCHITECTURE.md, "The registry".
 
 #include "tasksup/actors/backoff_actor.hpp"
 #include "tasksup/actors/classifier_actor.hpp"
@@ -14,6 +16,7 @@
 
 #include "actor_now.hpp"
 #include "event_hub.hpp"
+#include "node_membership.hpp"
 
 #include "tasksup/supervisor/account_quotas.hpp"
 #include "tasksup/supervisor/circuit_breaker.hpp"
@@ -51,8 +54,8 @@ struct active_task {
   bool local_only = false;
 };
 
-/// A worker node that joined this coordinator (its offer and load are the
-/// slot scheduler's).
+/// A worker node attempts can be placed on, as the membership reported it
+/// (its offer and load are the slot scheduler's).
 struct worker_node {
   node_agent_actor agent;
   double joined_at = 0;
@@ -84,8 +87,10 @@ struct registry_state {
   std::map<std::string,
            std::pair<permit_request, caf::typed_response_promise<permit_reply>>>
     waiting;
-  /// The worker nodes that joined, by name.
+  /// The worker nodes that joined, by name (the membership's report).
   std::map<std::string, worker_node> nodes;
+  /// Which worker nodes joined: checks joins, watches their agents.
+  detail::node_membership_actor membership;
   /// Round-robin position per environment.
   std::map<std::string, std::size_t> rotation;
   /// The events: each task's history, subscribers, the journal's copy.
@@ -112,7 +117,16 @@ struct registry_state {
   static inline const char* name = "tasksup.registry";
 };
 
-using registry_ptr = registry_actor::stateful_pointer<registry_state>;
+/// `(worker_wait)`, the registry to itself: the wait for the worker nodes
+/// after a restart is over (registry_options::worker_wait_s).
+using worker_wait_atom = caf::atom_constant<caf::atom("workerwait")>;
+
+/// The registry as its children see it: the public interface, what the
+/// membership reports, and its own timer.
+using registry_impl = registry_actor::extend_with<
+  membership_listener_actor>::extend<caf::reacts_to<worker_wait_atom>>;
+
+using registry_ptr = registry_impl::stateful_pointer<registry_state>;
 
 /// Seconds since the Unix epoch, for the journal's records.
 inline double wall_now() {
@@ -166,13 +180,13 @@ void resumed(registry_ptr self, const std::string& task_id);
 
 // -- registry_nodes.cpp -------------------------------------------------------
 
-/// Forgets worker node `name` (its connection is gone).
-void node_lost(registry_ptr self, const std::string& name,
-               const std::string& why);
+/// Worker node `offer.name` joined (the membership checked its offer): its
+/// slots serve the queue.
+void node_joined(registry_ptr self, node_offer& offer, node_agent_actor& agent);
 
-/// A worker node joins -> this coordinator's name.
-caf::result<std::string> join(registry_ptr self, node_offer& offer,
-                              node_agent_actor& agent);
+/// Worker node `name` is gone, for `why`: nothing is placed there any more.
+void node_left(registry_ptr self, const std::string& name,
+               const std::string& why);
 
 // -- registry_logs.cpp --------------------------------------------------------
 

@@ -13,7 +13,7 @@
 #include "peer_directory.hpp"
 #include "progress_view.hpp"
 #include "service_notify.hpp"
-#include "signal_watch.hpp"
+#include "signal_relay.hpp"
 
 #include "tasksup/actors/events.hpp"
 #include "tasksup/actors/journal_actor.hpp"
@@ -39,7 +39,6 @@
 #include <csignal>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <set>
 
 namespace tasksup::app {
@@ -130,9 +129,14 @@ bool start_door(node_parts& n) {
   door_opts.log = [](const std::string& x) { spdlog::warn("{}", x); };
   // Audit lines reach the log as the warning events they also are (see
   // log_event), once.
-  door_opts.peer_name = [peers = n.peers](const caf::node_id& node) {
-    return peers->subject(node);
+  door_opts.peer = [peers = n.peers](const caf::node_id& node) {
+    std::optional<door_peer> out;
+    if (auto cert = peers->find(node))
+      out = door_peer{cert->subject, cert->node_certificate};
+    return out;
   };
+  // With TLS only a node certificate joins as a worker node.
+  door_opts.joins_need_node_certificate = n.plan.tls != nullptr;
   n.door = spawn_node_door(n.sys, n.registry, n.stats, std::move(door_opts));
   return true;
 }
@@ -162,8 +166,8 @@ bool start_front_door(node_parts& n) {
   guard_opts.port = n.plan.addr.port;
   guard_opts.tls = n.plan.tls;
   guard_opts.on_client = [peers = n.peers](const std::string& handshake,
-                                           const std::string& subject) {
-    peers->record(handshake, subject);
+                                           const peer_certificate& cert) {
+    peers->record(handshake, cert);
   };
   std::string guard_error;
   n.front = connection_guard::start(guard_opts, adopt, guard_error);
@@ -429,13 +433,7 @@ int run_node(const node_options& opts) {
   if (auto rc = check_options(opts, plan))
     return *rc;
   // Before the actor system: its threads inherit the blocked signals.
-  std::mutex target_mutex;
-  caf::actor target;
-  signal_watch signals{{SIGINT, SIGTERM}, [&](int, int count) {
-                         std::lock_guard<std::mutex> guard{target_mutex};
-                         if (target)
-                           caf::anon_send(target, signal_atom::value, count);
-                       }};
+  signal_relay signals;
   setup_logging(true);
   if (auto rc = open_state(opts, plan))
     return *rc;
@@ -456,16 +454,12 @@ int run_node(const node_options& opts) {
     stop_children(n, started);
     return exit_status::unavailable;
   }
-  int early_signals = 0;
-  {
-    std::lock_guard<std::mutex> guard{target_mutex};
-    target = caf::actor_cast<caf::actor>(self);
-    early_signals = signals.count();
-  }
   // A SIGTERM/SIGINT that came while the node was starting (the journal
   // read, its tasks restored: seconds for many) found no actor to tell; it
   // still stops the node.
-  if (early_signals > 0)
+  if (auto early_signals =
+        signals.aim(caf::actor_cast<signal_target_actor>(self));
+      early_signals > 0)
     self->send(self, signal_atom::value, early_signals);
   self
     ->request(n.registry, std::chrono::seconds{10}, subscribe_atom::value,
@@ -500,10 +494,7 @@ int run_node(const node_options& opts) {
   view_opts.prefix_task = true;
   progress_view view{view_opts};
   run_until_stopped(n, view);
-  {
-    std::lock_guard<std::mutex> guard{target_mutex};
-    target = nullptr;
-  }
+  signals.drop();
   drain_events(n, view);
   stop_children(n, started);
   // Commands without --node then say that no node is listening here,

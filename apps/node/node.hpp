@@ -47,6 +47,9 @@ struct node_options {
   /// A coordinator drops a worker node (and retries its attempts
   /// elsewhere) after this long without a heartbeat from it.
   double peer_timeout_s = 10;
+  /// After a restart of a coordinator whose journal names worker nodes, how
+  /// long attempts wait for a worker to join before running here.
+  double worker_wait_s = default_worker_wait_s;
   /// Bounds on the awaits and event subscriptions clients leave pending
   /// (see door_options); defaults there.
   std::size_t max_pending_per_client = door_options{}.max_pending_per_client;

@@ -5,7 +5,7 @@
 #include "node_address.hpp"
 #include "node_client.hpp"
 #include "node_setup.hpp"
-#include "signal_watch.hpp"
+#include "signal_relay.hpp"
 #include "tls_credentials.hpp"
 
 #include "tasksup/actors/cluster.hpp"
@@ -27,7 +27,6 @@
 #include <csignal>
 #include <filesystem>
 #include <iostream>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
@@ -66,6 +65,8 @@ int run_worker_node(const worker_node_options& opts) {
   node_offer offer;
   offer.name = opts.name.empty() ? host_name() : opts.name;
   offer.max_concurrent = cfg->config.node.max_concurrent;
+  // Checked against the coordinator's peer timeout when it joins.
+  offer.lease_s = std::chrono::duration<double>(opts.lease).count();
   for (auto& text : opts.labels) {
     auto label = parse_label(text);
     if (!label)
@@ -76,16 +77,7 @@ int run_worker_node(const worker_node_options& opts) {
   // they inherit the blocked signals, so SIGTERM reaches the watch instead
   // of ending the process by default on some other thread (exit 143).
   // One that comes before there is an actor to tell is remembered.
-  std::mutex target_mutex;
-  caf::actor target;
-  bool early_signal = false;
-  signal_watch signals{{SIGINT, SIGTERM}, [&](int, int count) {
-                         std::lock_guard<std::mutex> guard{target_mutex};
-                         if (target)
-                           caf::anon_send(target, signal_atom::value, count);
-                         else
-                           early_signal = true;
-                       }};
+  signal_relay signals;
   setup_logging(true);
   // Attempts die with this node's connection to its coordinator: nothing
   // here is adopted later (the coordinator retries lost attempts).
@@ -148,12 +140,7 @@ int run_worker_node(const worker_node_options& opts) {
                  "anyone on the way can read and forge its attempts");
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
-  bool stopping = false;
-  {
-    std::lock_guard<std::mutex> guard{target_mutex};
-    target = caf::actor_cast<caf::actor>(self);
-    stopping = early_signal;
-  }
+  bool stopping = signals.aim(caf::actor_cast<signal_target_actor>(self)) > 0;
   auto agent = spawn_node_agent(sys, agent_opts);
   spdlog::info("worker node {} (at most {} attempts, runtimes {}{}{}), "
                "attempts in {}",
@@ -219,12 +206,18 @@ int run_worker_node(const worker_node_options& opts) {
                        "running here were stopped; reconnecting",
                        addr->to_string(), sys.render(dm.reason));
         },
+        [&](node_left_atom, std::string& why) {
+          // Dropped while the connection holds (an attempt it did not
+          // start in time): its agent ended the attempts here; join again.
+          self->demonitor(door->address());
+          connected = false;
+          spdlog::warn("the coordinator at {} dropped this node ({}): the "
+                       "attempts running here were stopped; joining again",
+                       addr->to_string(), why);
+        },
         [&](signal_atom, int) { stopping = true; });
   }
-  {
-    std::lock_guard<std::mutex> guard{target_mutex};
-    target = nullptr;
-  }
+  signals.drop();
   // The attempts here end, reported to the coordinator (while it is still
   // connected) as lost with this node: it retries them elsewhere at once.
   self->request(agent, std::chrono::seconds{30}, stop_atom::value)

@@ -36,18 +36,23 @@ std::string handshake(const caf::node_id& id) {
 TEST_CASE("peer directory: a node id names its certificate's subject",
           "[peer_directory]") {
   peer_directory dir{2};
-  dir.record(handshake(node(1)), "CN=alice,O=acme");
+  dir.record(handshake(node(1)), {"CN=alice,O=acme"});
   CHECK(dir.subject(node(1)) == "CN=alice,O=acme");
   CHECK(dir.subject(node(2)).empty());
-  // A second connection claiming the same node id is not believed.
-  dir.record(handshake(node(1)), "CN=mallory,O=acme");
+  CHECK_FALSE(dir.find(node(2)));
+  REQUIRE(dir.find(node(1)));
+  CHECK_FALSE(dir.find(node(1))->node_certificate);
+  // A second connection claiming the same node id is not believed, not
+  // even with a node certificate.
+  dir.record(handshake(node(1)), {"CN=mallory,O=acme", true});
   CHECK(dir.subject(node(1)) == "CN=alice,O=acme");
+  CHECK_FALSE(dir.find(node(1))->node_certificate);
   // Not a node id: ignored.
-  dir.record("garbage", "CN=bob");
-  dir.record("", "CN=bob");
+  dir.record("garbage", {"CN=bob"});
+  dir.record("", {"CN=bob"});
   // The oldest goes when the directory is full.
-  dir.record(handshake(node(2)), "CN=bob");
-  dir.record(handshake(node(3)), "CN=carol");
+  dir.record(handshake(node(2)), {"CN=bob"});
+  dir.record(handshake(node(3)), {"CN=carol"});
   CHECK(dir.subject(node(1)).empty());
   CHECK(dir.subject(node(2)) == "CN=bob");
   CHECK(dir.subject(node(3)) == "CN=carol");

@@ -90,11 +90,7 @@ public:
   /// returns once the coordinator says it joined.
   tasksup_child& add_worker(const std::string& name, int slots,
                             std::vector<std::string> flags = {}) {
-    auto config = write_config(name, slots);
-    std::vector<std::string> args{
-      "serve",    "--join",  address(),     "--name",    name,
-      "--config", config,    "--state-dir", dir_ / name, "--heartbeat-ms",
-      "200",      "--lease", "1.5"};
+    auto args = worker_args(name, slots);
     args.insert(args.end(), flags.begin(), flags.end());
     auto& w = workers_[name];
     w = std::make_unique<tasksup_child>(dir_, name, args);
@@ -102,9 +98,29 @@ public:
     return *w;
   }
 
+  /// The arguments that start worker node `name` with `slots` attempts at
+  /// once.
+  std::vector<std::string> worker_args(const std::string& name, int slots,
+                                       const std::string& state = {}) {
+    auto config = write_config(name, slots);
+    return {"serve",
+            "--join",
+            address(),
+            "--name",
+            name,
+            "--config",
+            config,
+            "--state-dir",
+            dir_ / (state.empty() ? name : state),
+            "--heartbeat-ms",
+            "200",
+            "--lease",
+            "1.5"};
+  }
+
   /// Waits until the coordinator's current log says `name` joined `n`
-  /// times.
-  void wait_joined(const std::string& name, int n) {
+  /// times (a worker the test started itself).
+  void wait_joined_log(const std::string& name, int n) {
     auto needle = "worker node " + name + " joined";
     auto joined = eventually(
       [&] {
@@ -117,8 +133,14 @@ public:
       },
       20s);
     INFO(coordinator_->err());
-    INFO(workers_.at(name)->err());
     REQUIRE(joined);
+  }
+
+  /// Waits until the coordinator's current log says `name` joined `n`
+  /// times.
+  void wait_joined(const std::string& name, int n) {
+    INFO(workers_.at(name)->err());
+    wait_joined_log(name, n);
   }
 
   tasksup_child& worker(const std::string& name) { return *workers_.at(name); }
@@ -404,6 +426,15 @@ TEST_CASE("cluster: the coordinator killed and restarted: its workers join "
     // One attempt ends cleanly per task: none ran to its end twice.
     CHECK(c.clean_ends(id) == 1);
   }
+  // The retries waited for the workers: none ran on the restarted
+  // coordinator before they joined again.
+  for (auto& s : c.starts()) {
+    INFO(s.task << " attempt " << s.attempt);
+    CHECK_FALSE(s.node.empty());
+  }
+  CHECK(c.coordinator().err().find("waiting up to 60s for the worker nodes "
+                                   "(w1, w2) to join again") !=
+        std::string::npos);
 }
 
 TEST_CASE("cluster: stop and kill reach an attempt on a worker node",
@@ -471,4 +502,107 @@ TEST_CASE("cluster: a worker joins a coordinator that is stopped for 2 s as "
   CHECK(c.wait_done("job").at("result").at("outcome") == "succeeded");
   REQUIRE(starts_of(c, "job").size() == 1);
   CHECK(starts_of(c, "job").front().node == "w1");
+}
+
+TEST_CASE("cluster: a client certificate of the coordinator's CA cannot join "
+          "as a worker node, a node certificate can",
+          "[cluster]") {
+  cluster c;
+  // A certificate directory whose "node" certificate is the client's.
+  namespace fs = std::filesystem;
+  auto certs = c.dir() / "state/certs";
+  auto borrowed = c.dir() / "client-as-node";
+  fs::create_directories(borrowed);
+  fs::permissions(borrowed, fs::perms::owner_all);
+  fs::copy_file(certs + "/ca.crt", borrowed + "/ca.crt");
+  fs::copy_file(certs + "/client.crt", borrowed + "/node.crt");
+  fs::copy_file(certs + "/client.key", borrowed + "/node.key");
+  auto args = c.worker_args("impostor", 1);
+  args.insert(args.end(), {"--certs", borrowed});
+  tasksup_child impostor{c.dir(), "impostor", args};
+  // Refused for good: the worker exits with bad input, and says why.
+  CHECK(impostor.wait(30s) == 2);
+  INFO(impostor.err());
+  CHECK(impostor.err().find("refused this node") != std::string::npos);
+  CHECK(impostor.err().find("client certificate") != std::string::npos);
+  auto log = c.coordinator().err();
+  INFO(log);
+  CHECK(log.find("worker node impostor joined") == std::string::npos);
+  CHECK(log.find("refused a worker node's join") != std::string::npos);
+  auto r = run_to_end(c.dir(), {"nodes", "--node", c.address()});
+  CHECK(r.out.find("impostor") == std::string::npos);
+  // The node certificate joins.
+  c.add_worker("w1", 1);
+}
+
+TEST_CASE("cluster: a worker restarted under its name while its old "
+          "connection still looks open joins, instead of being refused",
+          "[cluster]") {
+  // The coordinator would notice the old connection only after a minute.
+  cluster c{{"--peer-timeout", "60"}};
+  auto& old = c.add_worker("w1", 1);
+  // Its process stops answering, its connection stays open (as when its
+  // machine rebooted without a word on the wire).
+  old.signal(SIGSTOP);
+  tasksup_child restarted{c.dir(), "w1-restarted",
+                          c.worker_args("w1", 2, "w1-restarted")};
+  auto joined_twice = [&] {
+    auto log = c.coordinator().err();
+    auto first = log.find("worker node w1 joined");
+    return first != std::string::npos &&
+           log.find("worker node w1 joined", first + 1) != std::string::npos;
+  };
+  // The old node has join_probe_timeout (2 s) to answer; then it is gone.
+  auto joined = eventually(joined_twice, 20s);
+  INFO(c.coordinator().err());
+  INFO(restarted.err());
+  REQUIRE(joined);
+  CHECK(c.coordinator().err().find("worker node w1 lost (a node of its name "
+                                   "joined, and it did not answer") !=
+        std::string::npos);
+  CHECK_FALSE(restarted.exited());
+  // Its slots are the node's now: work goes there.
+  c.submit("after", "0.1");
+  auto st = c.wait_done("after");
+  CHECK(st.at("result").at("outcome") == "succeeded");
+  old.signal(SIGCONT);
+}
+
+TEST_CASE("cluster: a worker that does not start an attempt in time is "
+          "dropped, told so while its connection holds, and joins again, "
+          "its late attempt is stopped",
+          "[cluster]") {
+  cluster c{{"--peer-timeout", "60"}};
+  // A lease long enough that its connection outlives the freeze below.
+  auto args = c.worker_args("w1", 1);
+  for (std::size_t i = 0; i + 1 < args.size(); ++i)
+    if (args[i] == "--lease")
+      args[i + 1] = "40";
+  tasksup_child w1{c.dir(), "w1", args};
+  c.wait_joined_log("w1", 1);
+  // Frozen: the start request reaches it, its answer cannot come within
+  // the 10 s the coordinator allows.
+  w1.signal(SIGSTOP);
+  c.submit("job", "3 0.2");
+  auto log_has = [&](const std::string& text) {
+    return c.coordinator().err().find(text) != std::string::npos;
+  };
+  auto dropped = eventually(
+    [&] { return log_has("worker node w1 lost (an attempt there was lost"); },
+    30s);
+  INFO(c.coordinator().err());
+  REQUIRE(dropped);
+  w1.signal(SIGCONT);
+  // Told it was dropped, it stops the late attempt and joins again.
+  REQUIRE(eventually(
+    [&] { return w1.err().find("dropped this node") != std::string::npos; },
+    20s));
+  c.wait_joined_log("w1", 2);
+  auto st = c.wait_done("job", 60s);
+  CHECK(st.at("result").at("outcome") == "succeeded");
+  // Only one copy ran to its end (the late one was stopped within its 3 s).
+  CHECK(c.clean_ends("job") == 1);
+  // Its slots are used again.
+  c.submit("after", "0.1");
+  CHECK(c.wait_done("after").at("result").at("outcome") == "succeeded");
 }

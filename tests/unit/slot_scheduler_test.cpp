@@ -133,6 +133,49 @@ TEST_CASE("slot scheduler: a newcomer never overtakes the queue, even when a "
   CHECK(apply(s, "free c") == "b@");
 }
 
+TEST_CASE("slot scheduler: a task that asks for labels never runs on the "
+          "coordinator, it waits for a worker node that carries them") {
+  slot_scheduler s{2};
+  CHECK(apply(s, "ask gpu gpu=yes") == "queued");
+  CHECK(s.waiting_reason("gpu") ==
+        std::string{"no worker node has joined, and the coordinator carries "
+                    "no labels (the task asks for gpu=yes)"});
+  // Tasks behind it that fit here are not held up.
+  CHECK(apply(s, "ask plain") == "plain@");
+  CHECK(apply(s, "free plain") == "-");
+  CHECK(apply(s, "join w1 1") == "-");
+  CHECK(apply(s, "join w2 1 gpu=yes") == "gpu@w2");
+  // Its node gone, a labelled task waits again; a plain one runs here.
+  CHECK(apply(s, "lose w1") == "-");
+  CHECK(apply(s, "lose w2") == "-");
+  CHECK(apply(s, "ask gpu2 gpu=yes") == "queued");
+  CHECK(apply(s, "ask local gpu=yes local") == "local@");
+  CHECK(apply(s, "ask plain2") == "plain2@");
+}
+
+TEST_CASE("slot scheduler: after a restart, tasks wait for the worker nodes "
+          "until one joins or the wait ends") {
+  slot_scheduler s{2};
+  s.await_nodes();
+  CHECK(apply(s, "ask a") == "queued");
+  CHECK(apply(s, "ask repo local") == "repo@");
+  CHECK(apply(s, "ask b") == "queued");
+  CHECK(s.waiting_reason("a") ==
+        std::string{"waiting for the worker nodes to join again after the "
+                    "coordinator's restart"});
+  // A worker joins: the wait is over.
+  CHECK(apply(s, "join w1 1") == "a@w1");
+  CHECK_FALSE(s.awaiting_nodes());
+  CHECK(apply(s, "lose w1") == "b@");
+  // Or the wait ends without one: the coordinator runs them itself.
+  slot_scheduler t{1};
+  t.await_nodes();
+  CHECK(apply(t, "ask c") == "queued");
+  CHECK(apply(t, "ask d") == "queued");
+  CHECK(render(t.stop_awaiting_nodes()) == "c@");
+  CHECK(apply(t, "free c") == "d@");
+}
+
 TEST_CASE("slot scheduler: asking twice keeps the one place") {
   slot_scheduler s{1};
   CHECK(apply(s, "ask a") == "a@");
@@ -151,9 +194,13 @@ TEST_CASE("slot scheduler: workers take the attempts, the fitting one with "
            {"ask t1", "t1@w2"},
            {"ask t2", "t2@w1"}, // tie: the first by name
            {"ask t3", "t3@w2"},
-           {"ask t4", "queued"},       // the workers are full
-           {"ask r1 local", "queued"}, // behind t4, though here is free
-           {"free t1", "t4@w2,r1@"},   // in order, each where it fits
+           {"ask t4", "queued"}, // the workers are full
+           // t4 fits nowhere now: r1 takes the free slot here, overtaking
+           // no one who could use it (a newcomer waiting behind a task
+           // that cannot run would wait for some slot to be given back,
+           // forever on an idle node).
+           {"ask r1 local", "r1@"},
+           {"free t1", "t4@w2"},
            {"join w3 1", "-"},
            {"ask g1 runtime=docker", "queued"}, // no worker has docker
          });

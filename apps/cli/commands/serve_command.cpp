@@ -111,6 +111,13 @@ void setup_serve(CLI::App& app, int& status) {
     ->check(CLI::Range(0.2, 3600.0))
     ->capture_default_str();
   cmd
+    ->add_option("--worker-wait", opts->worker_wait_s,
+                 "Seconds a coordinator restarted while it had worker nodes "
+                 "waits for one to join again before running attempts "
+                 "itself (0: no wait)")
+    ->check(CLI::Range(0.0, 86400.0))
+    ->capture_default_str();
+  cmd
     ->add_option("--max-pending-per-client", opts->max_pending_per_client,
                  "Awaits and event subscriptions (events --follow) one "
                  "client (one connection) may have pending at once; one more "

@@ -167,14 +167,15 @@ void submit(const local_api_context& ctx, const std::string& body,
   });
 }
 
-void control(const local_api_context& ctx, caf::message msg, http_reply reply) {
+void control(const local_api_context& ctx, control_request req,
+             http_reply reply) {
   // The server admits only peers running as this user (SO_PEERCRED), so
   // that uid is the peer's; the door's audit line names it.
   auto who =
     "local control socket client (uid " + std::to_string(::geteuid()) + ")";
-  ctx.sys->spawn([door = ctx.door, who = std::move(who), msg = std::move(msg),
+  ctx.sys->spawn([door = ctx.door, who = std::move(who), req = std::move(req),
                   reply](caf::event_based_actor* self) {
-    self->request(door, node_request_timeout, as_client_atom::value, who, msg)
+    self->request(door, node_request_timeout, as_client_atom::value, who, req)
       .then(
         [=](bool took_effect) {
           reply.send(json_answer(
@@ -186,22 +187,10 @@ void control(const local_api_context& ctx, caf::message msg, http_reply reply) {
 
 } // namespace
 
-std::optional<caf::message> control_message(std::string_view action,
-                                            const std::string& task_id) {
-  if (action == "stop" || action == "kill")
-    return caf::make_message(stop_atom::value, task_id,
-                             action == "kill" ? stop_mode::kill
-                                              : stop_mode::cancel);
-  if (action == "retry-now")
-    return caf::make_message(retry_now_atom::value, task_id);
-  if (action == "fallback-now")
-    return caf::make_message(force_fallback_atom::value, task_id);
-  if (action == "forget")
-    return caf::make_message(forget_atom::value, task_id);
-  if (action == "pause")
-    return caf::make_message(pause_atom::value, task_id);
-  if (action == "resume")
-    return caf::make_message(resume_atom::value, task_id);
+std::optional<control_request> control_request_for(std::string_view action,
+                                                   std::string task_id) {
+  if (auto a = task_control_named(action))
+    return control_request{*a, std::move(task_id)};
   return std::nullopt;
 }
 
@@ -227,15 +216,16 @@ void handle_local_request(const local_api_context& ctx, const http_request& req,
     // /v1/tasks/ID/ACTION (the id may hold a '/': the action is last)
     auto rest = path.substr(tasks_path.size());
     auto slash = rest.rfind('/');
-    auto msg = slash == std::string::npos || slash == 0
-                 ? std::nullopt
-                 : control_message(std::string_view{rest}.substr(slash + 1),
-                                   rest.substr(0, slash));
-    if (!msg)
+    auto control_req =
+      slash == std::string::npos || slash == 0
+        ? std::nullopt
+        : control_request_for(std::string_view{rest}.substr(slash + 1),
+                              rest.substr(0, slash));
+    if (!control_req)
       return reply.send(text_response(404, "not found: " + path));
     if (req.method != "POST")
       return reply.send(text_response(405, "use POST"));
-    return control(ctx, std::move(*msg), std::move(reply));
+    return control(ctx, std::move(*control_req), std::move(reply));
   }
   if (path == "/v1/submit") {
     if (req.method != "POST")

@@ -37,10 +37,10 @@ struct local_api_context {
 http_server_options local_api_server_options(const std::string& path);
 
 /// The request a control action (control_actions.hpp: stop, kill,
-/// retry-now, fallback-now) makes of the node's door or registry, answered
-/// with whether it took effect; nullopt for any other name.
-std::optional<caf::message> control_message(std::string_view action,
-                                            const std::string& task_id);
+/// retry-now, fallback-now, forget, pause, resume) makes of the node's
+/// door; nullopt for any other name.
+std::optional<control_request> control_request_for(std::string_view action,
+                                                   std::string task_id);
 
 /// Answers one request through `reply` (later, once the door answered; the
 /// server's thread never waits).

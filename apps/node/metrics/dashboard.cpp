@@ -133,20 +133,13 @@ void control(const dashboard_context& ctx, const http_request& req,
     return reply.send(text_response(403, "control requests need the "
                                          "X-Tasksup-CSRF header (the "
                                          "dashboard sends it)"));
-  // The caller checked the action's name.
-  auto msg = *control_message(action, task_id);
-  // Through the door, audited as the dashboard's: whoever shows the token.
-  // A control message made from the request: sent as a message, to the
-  // registry or, wrapped, to the door.
-  auto dest = caf::actor_cast<caf::actor>(ctx.registry);
-  if (ctx.door) {
-    dest = caf::actor_cast<caf::actor>(ctx.door);
-    msg = caf::make_message(as_client_atom::value,
-                            std::string{"dashboard user (HTTP token)"},
-                            std::move(msg));
-  }
+  // The caller checked the action's name. Through the door, audited as the
+  // dashboard's: whoever shows the token.
+  auto control_req = *control_request_for(action, task_id);
   ctx.sys->spawn([=](caf::event_based_actor* self) {
-    self->request(dest, actor_timeout, msg)
+    self
+      ->request(ctx.door, actor_timeout, as_client_atom::value,
+                std::string{"dashboard user (HTTP token)"}, control_req)
       .then(
         [=](bool took_effect) {
           auto message = action +

@@ -41,8 +41,7 @@ struct dashboard_context {
   registry_actor registry;
   stats_actor stats;
   /// The node's door (node_door_actor.hpp): control requests go through
-  /// it, so they are audited like a client's; null: to the registry,
-  /// unaudited.
+  /// it, so they are audited like a client's.
   node_door_actor door;
   /// Accept any Host header (the server listens beyond loopback); else only
   /// loopback names, against DNS rebinding.

@@ -5,6 +5,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <spdlog/spdlog.h>
 
@@ -76,28 +77,31 @@ struct link {
   std::string up;   // peer -> node (plaintext), not yet written
   std::string down; // node -> peer (plaintext), not yet written
   frame_reader frames;
-  /// The subject of the peer's certificate (RFC 2253), once the TLS
-  /// handshake is done; and whether `on_client` was told of it.
-  std::string subject;
+  /// The peer's certificate, once the TLS handshake is done; and whether
+  /// `on_client` was told of it.
+  peer_certificate cert;
   bool client_reported = false;
   clock_type::time_point accepted_at;
   clock_type::time_point last_peer_byte;
 };
 
-/// The subject of the certificate the peer showed, one line (RFC 2253,
-/// non-ASCII escaped); empty when none.
-std::string peer_subject(SSL* ssl) {
-  std::string out;
+/// The certificate the peer showed: its subject, one line (RFC 2253,
+/// non-ASCII escaped; empty when none), and whether it is a node
+/// certificate (extended key usage serverAuth, or no usage stated).
+peer_certificate peer_certificate_of(SSL* ssl) {
+  peer_certificate out;
   X509* cert = SSL_get_peer_certificate(ssl);
   if (cert == nullptr)
     return out;
+  out.node_certificate =
+    (X509_get_extended_key_usage(cert) & XKU_SSL_SERVER) != 0;
   if (BIO* bio = BIO_new(BIO_s_mem())) {
     if (X509_NAME_print_ex(bio, X509_get_subject_name(cert), 0,
                            XN_FLAG_RFC2253) >= 0) {
       char* data = nullptr;
       auto n = BIO_get_mem_data(bio, &data);
       if (n > 0 && data != nullptr)
-        out.assign(data, static_cast<std::size_t>(n));
+        out.subject.assign(data, static_cast<std::size_t>(n));
     }
     BIO_free(bio);
   }
@@ -340,8 +344,8 @@ struct connection_guard::impl {
     if (l.client_reported || !l.frames.handshake_complete)
       return;
     l.client_reported = true;
-    if (opts.on_client && !l.subject.empty())
-      opts.on_client(l.frames.handshake, l.subject);
+    if (opts.on_client && !l.cert.subject.empty())
+      opts.on_client(l.frames.handshake, l.cert);
     l.frames.handshake = std::string{};
   }
 
@@ -397,7 +401,7 @@ struct connection_guard::impl {
       l.handshaking = false;
       l.tls_wants_in = false;
       l.tls_wants_out = false;
-      l.subject = peer_subject(ssl);
+      l.cert = peer_certificate_of(ssl);
       if (!attach_node(id, l))
         return false;
     }

@@ -1,5 +1,7 @@
 #pragma once
 
+#include "peer_directory.hpp"
+
 // The node's network front: a small acceptor that owns the public listening
 // socket and relays each connection to CAF's middleman through a socket pair,
 // reading the BASP frame headers of what the peer sends on the way. CAF 0.17
@@ -52,10 +54,11 @@ struct connection_guard_options {
   std::chrono::seconds refusal_log_interval{10};
   /// With TLS: told, on the guard's thread, of each client that completes
   /// its BASP client handshake: that frame's payload (which begins with the
-  /// client's CAF node id) and the subject of the certificate the client
-  /// showed (RFC 2253), before the handshake reaches CAF. How the node
-  /// names the client of a request (see peer_directory.hpp).
-  std::function<void(const std::string& handshake, const std::string& subject)>
+  /// client's CAF node id) and the certificate the client showed, before
+  /// the handshake reaches CAF. How the node names the client of a request
+  /// and knows whether it may join as a worker (see peer_directory.hpp).
+  std::function<void(const std::string& handshake,
+                     const peer_certificate& cert)>
     on_client;
 };
 

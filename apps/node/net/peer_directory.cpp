@@ -6,13 +6,13 @@
 namespace tasksup::app {
 
 void peer_directory::record(const std::string& handshake,
-                            const std::string& subject) {
+                            const peer_certificate& cert) {
   caf::node_id node;
   caf::binary_deserializer source{nullptr, handshake.data(), handshake.size()};
   if (auto err = source(node); err || !node)
     return;
   std::lock_guard<std::mutex> guard{mtx_};
-  if (!subjects_.emplace(node, subject).second)
+  if (!subjects_.emplace(node, cert).second)
     return;
   order_.push_back(node);
   while (order_.size() > capacity_) {
@@ -21,10 +21,18 @@ void peer_directory::record(const std::string& handshake,
   }
 }
 
-std::string peer_directory::subject(const caf::node_id& node) const {
+std::optional<peer_certificate>
+peer_directory::find(const caf::node_id& node) const {
   std::lock_guard<std::mutex> guard{mtx_};
   auto i = subjects_.find(node);
-  return i == subjects_.end() ? std::string{} : i->second;
+  if (i == subjects_.end())
+    return std::nullopt;
+  return i->second;
+}
+
+std::string peer_directory::subject(const caf::node_id& node) const {
+  auto cert = find(node);
+  return cert ? cert->subject : std::string{};
 }
 
 } // namespace tasksup::app

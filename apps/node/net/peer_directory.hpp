@@ -12,12 +12,23 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 namespace tasksup::app {
 
-/// Thread-safe map from a client's node id to its certificate's subject,
-/// holding the `capacity` clients seen last.
+/// What a client's certificate says.
+struct peer_certificate {
+  /// Its subject (RFC 2253).
+  std::string subject;
+  /// A node certificate (extended key usage serverAuth, or none stated):
+  /// it may join as a worker node. `tasksup certs init`'s client.crt says
+  /// clientAuth only.
+  bool node_certificate = false;
+};
+
+/// Thread-safe map from a client's node id to its certificate, holding the
+/// `capacity` clients seen last.
 class peer_directory {
 public:
   explicit peer_directory(std::size_t capacity = 4096) : capacity_(capacity) {}
@@ -27,7 +38,10 @@ public:
   /// does not start with a node id is ignored; a node id already known
   /// keeps its first subject (a second connection claiming it is not
   /// believed).
-  void record(const std::string& handshake, const std::string& subject);
+  void record(const std::string& handshake, const peer_certificate& cert);
+
+  /// The certificate recorded for `node`, or nullopt.
+  std::optional<peer_certificate> find(const caf::node_id& node) const;
 
   /// The subject recorded for `node`, or empty.
   std::string subject(const caf::node_id& node) const;
@@ -35,7 +49,7 @@ public:
 private:
   mutable std::mutex mtx_;
   std::size_t capacity_;
-  std::map<caf::node_id, std::string> subjects_;
+  std::map<caf::node_id, peer_certificate> subjects_;
   /// Node ids in the order recorded, oldest first (evicted first).
   std::deque<caf::node_id> order_;
 };

@@ -56,7 +56,11 @@ std::optional<std::size_t> choose_node(const std::vector<node_load>& nodes,
 std::string unplaced_reason(const std::vector<node_load>& nodes,
                             const placement_request& req) {
   if (nodes.empty())
-    return "no worker node has joined";
+    return req.labels.empty()
+             ? std::string{"no worker node has joined"}
+             : "no worker node has joined, and the coordinator carries no "
+               "labels (the task asks for " +
+                 to_string(req.labels) + ")";
   auto with_runtime = std::count_if(nodes.begin(), nodes.end(), [&](auto& n) {
     return has_runtime(n.offer, req.runtime);
   });
@@ -144,6 +148,8 @@ expected<bool> check_offer(const node_offer& offer) {
   for (auto& [key, value] : offer.labels)
     if (auto ok = check_label(key, value, "node label"); !ok)
       return fail(ok.error().what);
+  if (!(offer.lease_s >= 0 && offer.lease_s <= 3600))
+    return fail("the lease must be 0-3600 seconds");
   return true;
 }
 

@@ -19,6 +19,10 @@ std::size_t slot_scheduler::local_in_use() const {
 std::optional<std::string>
 slot_scheduler::place(const slot_request& req) const {
   if (req.local_only || nodes_.empty()) {
+    // This node carries no labels, and after a restart its workers' tasks
+    // wait for them.
+    if (!req.local_only && (awaiting_nodes_ || !req.placement.labels.empty()))
+      return std::nullopt;
     if (local_in_use() < local_limit_)
       return std::string{};
     return std::nullopt;
@@ -74,7 +78,10 @@ std::optional<std::string> slot_scheduler::request(slot_request req) {
                              [&](auto& x) { return x.task_id == req.task_id; });
   if (waiting)
     return std::nullopt;
-  if (queue_.empty() && !held_)
+  // Every queued task fits nowhere now (each change that could let one in
+  // serves the queue), so a newcomer that fits overtakes no one who could
+  // use its slot.
+  if (!held_)
     if (auto node = place(req)) {
       take(req.task_id, *node);
       return node;
@@ -116,7 +123,13 @@ std::vector<slot_grant> slot_scheduler::resume(
   return serve();
 }
 
+std::vector<slot_grant> slot_scheduler::stop_awaiting_nodes() {
+  awaiting_nodes_ = false;
+  return serve();
+}
+
 std::vector<slot_grant> slot_scheduler::add_node(node_offer offer) {
+  awaiting_nodes_ = false;
   auto name = offer.name;
   nodes_.insert_or_assign(std::move(name), node_load{std::move(offer), 0});
   return serve();
@@ -155,7 +168,10 @@ slot_scheduler::waiting_reason(const std::string& task_id) const {
     return std::nullopt;
   if (held_)
     return std::string{"the node is resuming its tasks after a restart"};
-  if (q->local_only || nodes_.empty())
+  if (!q->local_only && nodes_.empty() && awaiting_nodes_)
+    return std::string{"waiting for the worker nodes to join again after the "
+                       "coordinator's restart"};
+  if (q->local_only || (nodes_.empty() && q->placement.labels.empty()))
     return "all " + std::to_string(local_limit_) +
            " attempt slots of this node are busy";
   return unplaced_reason(loads(), q->placement);

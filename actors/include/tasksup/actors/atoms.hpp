@@ -156,6 +156,18 @@ using node_lost_atom = caf::atom_constant<caf::atom("nodelost")>;
 /// `status`.
 using nodes_atom = caf::atom_constant<caf::atom("nodes")>;
 
+/// Node membership -> registry: `(node_joined, offer, agent)`: a worker
+/// node joined; its slots take attempts from now on.
+using node_joined_atom = caf::atom_constant<caf::atom("nodejoined")>;
+
+/// Node membership -> registry: `(node_left, name, why)`: a worker node is
+/// gone (its connection failed, or it joined again); nothing is placed
+/// there. Node membership -> a dropped node's agent, and that agent -> its
+/// node process: `(node_left, why)`: the coordinator dropped the node
+/// although its connection holds (an attempt it did not start in time);
+/// its attempts end and it joins again.
+using node_left_atom = caf::atom_constant<caf::atom("nodeleft")>;
+
 // -- container workers
 
 /// Supervisor -> its kept worker: `(next_attempt, attempt_options)`.
@@ -175,11 +187,11 @@ using ack_atom = caf::atom_constant<caf::atom("ack")>;
 /// "dropped: did not keep up".
 using dropped_atom = caf::atom_constant<caf::atom("dropped")>;
 
-/// Node-local front end -> node door: `(as_client, who, control)`: the
-/// control request `control` (stop, retry_now or force_fb, as a client
-/// sends it) made on behalf of `who`, which the audit line names (e.g. the
-/// local control socket's peer uid). Answered as `control` is; refused
-/// from another node.
+/// Node-local front end -> node door: `(as_client, who, control_request)`:
+/// a control request (stop, kill, retry-now, ...: protocol.hpp) made on
+/// behalf of `who`, which the audit line names (e.g. the local control
+/// socket's peer uid); answered with whether it took effect. Refused from
+/// another node.
 using as_client_atom = caf::atom_constant<caf::atom("asclient")>;
 
 } // namespace tasksup

@@ -100,6 +100,7 @@ typename Inspector::result_type inspect(Inspector& f, node_offer& x) {
   return f(caf::meta::type_name("node_offer"), x.name, x.max_concurrent,
            detail::bounded(x.runtimes, "node_offer.runtimes"),
            detail::bounded(x.labels, "node_offer.labels"),
+           detail::finite(x.lease_s, "node_offer.lease_s"),
            caf::meta::load_callback([&]() -> caf::error {
              return detail::check_sizes(
                {{x.name, wire::max_id_bytes, "node_offer.name"}});

@@ -75,12 +75,19 @@ using task_supervisor_actor =
                               caf::replies_to<force_fallback_atom>::with<bool>,
                               caf::replies_to<status_atom>::with<task_status>>;
 
+/// A worker node's process, as its agent sees it: told when the
+/// coordinator dropped the node (`node_left`, why), so that it joins again.
+using node_process_actor =
+  caf::typed_actor<caf::reacts_to<node_left_atom, std::string>>;
+
 /// A worker node's agent (cluster.hpp): the node process tells it which
 /// coordinator it joined; that coordinator's supervisors have it start
-/// their attempts here; the node process stops it (-> true once its
-/// attempts ended) and asks how many run.
+/// their attempts here; that coordinator tells it when it dropped the node
+/// (`node_left`, why) although its connection holds; the node process
+/// stops it (-> true once its attempts ended) and asks how many run.
 using node_agent_actor = caf::typed_actor<
   caf::reacts_to<join_atom, caf::node_id>,
+  caf::reacts_to<node_left_atom, std::string>,
   caf::replies_to<run_attempt_atom, remote_attempt,
                   attempt_owner_actor>::with<container_worker_actor>,
   caf::replies_to<stop_atom>::with<bool>,

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace tasksup {
@@ -49,7 +50,7 @@ inline constexpr std::size_t door_event_overhead_bytes = 128;
 /// actor's views; and the node's events streamed to subscribers, who
 /// acknowledge them with `(ack, received)`.
 using node_door_actor = node_client_actor::extend<
-  caf::replies_to<as_client_atom, std::string, caf::message>::with<bool>,
+  caf::replies_to<as_client_atom, std::string, control_request>::with<bool>,
   caf::replies_to<view_atom>::with<std::string>,
   caf::replies_to<agents_atom, double>::with<std::string>,
   caf::replies_to<ack_atom, std::uint64_t>::with<bool>,
@@ -84,9 +85,21 @@ using door_log_fn = std::function<void(const std::string&)>;
 node_door_actor spawn_node_door(caf::actor_system& sys, registry_actor registry,
                                 stats_actor stats, door_log_fn log);
 
-/// Who a remote client is, by the node its requests come from: the subject
-/// of the certificate it showed in the TLS handshake; empty when unknown.
-using door_peer_name_fn = std::function<std::string(const caf::node_id&)>;
+/// Who a remote client is: what the certificate it showed in the TLS
+/// handshake says.
+struct door_peer {
+  /// The certificate's subject (RFC 2253).
+  std::string subject;
+  /// It is a node certificate (extended key usage serverAuth, as
+  /// `tasksup certs init` makes node.crt), which a worker node needs to
+  /// join; a client certificate is not one.
+  bool node_certificate = false;
+};
+
+/// Who a remote client is, by the node its requests come from; nullopt
+/// when unknown.
+using door_peer_fn =
+  std::function<std::optional<door_peer>(const caf::node_id&)>;
 
 /// How much a client may leave pending at the door, and for how long, with
 /// the door's logs. A client is a peer node for remote requests (one
@@ -108,8 +121,13 @@ struct door_options {
   /// the audit line naming the client, the action and the task; may be
   /// empty.
   door_log_fn audit;
-  /// Names a remote client in audit lines; may be empty.
-  door_peer_name_fn peer_name;
+  /// Names a remote client in audit lines, and says whether it showed a
+  /// node certificate; may be empty.
+  door_peer_fn peer;
+  /// A worker node must show a node certificate to join (`peer` says which
+  /// it showed): the node serves TLS. False: anyone who reaches the door
+  /// may join (plain TCP, `--insecure`).
+  bool joins_need_node_certificate = false;
 };
 
 /// As above, with the limits and logs of `opts`. Each control request is

@@ -96,6 +96,31 @@ struct permit_reply {
 // -- errors
 // --------------------------------------------------------------------
 
+/// A control request a node's own front end (the local control socket, the
+/// dashboard) makes of the door on a client's behalf (`as_client_atom`).
+enum class task_control : std::uint8_t {
+  stop,
+  kill,
+  retry_now,
+  fallback_now,
+  forget,
+  pause,
+  resume,
+};
+
+/// The action's name in the control API and the audit log: "stop", "kill",
+/// "retry-now", "fallback-now", "forget", "pause", "resume".
+std::string_view to_string(task_control x) noexcept;
+
+/// The action called `name` (see `to_string`), or nullopt.
+std::optional<task_control> task_control_named(std::string_view name);
+
+/// One control request: what to do, to which task.
+struct control_request {
+  task_control action = task_control::stop;
+  std::string task_id;
+};
+
 /// Error codes of the `tasksup` error category, carried in caf::error with a
 /// text context that says what was wrong.
 enum class protocol_error : std::uint8_t {
@@ -156,6 +181,9 @@ struct enum_size<end_reason> : std::integral_constant<std::size_t, 13> {};
 
 template<>
 struct enum_size<breaker_state> : std::integral_constant<std::size_t, 3> {};
+
+template<>
+struct enum_size<task_control> : std::integral_constant<std::size_t, 7> {};
 
 } // namespace detail
 
@@ -301,6 +329,17 @@ typename Inspector::result_type inspect(Inspector& f, delay_decision& x) {
            detail::checked(x.source, "delay_decision.source"),
            detail::finite(x.scheduled_s, "delay_decision.scheduled_s"), x.step,
            x.capped);
+}
+
+/// Serializes a control request.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, control_request& x) {
+  return f(caf::meta::type_name("control_request"),
+           detail::checked(x.action, "control_request.action"), x.task_id,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.task_id, wire::max_id_bytes, "control_request.task_id"}});
+           }));
 }
 
 /// Serializes a permit request.

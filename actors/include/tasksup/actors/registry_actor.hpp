@@ -20,6 +20,10 @@
 
 namespace tasksup {
 
+/// How long a restarted coordinator waits for its worker nodes by default
+/// (registry_options::worker_wait_s).
+inline constexpr double default_worker_wait_s = 60;
+
 /// What a node's registry is built from.
 struct registry_options {
   /// The node's validated configuration: node limits, environments,
@@ -36,6 +40,14 @@ struct registry_options {
   std::size_t history_limit = 10000;
   /// This node's name, answered to worker nodes that join.
   std::string node_name = "coordinator";
+  /// Seconds without a heartbeat after which a worker node's connection is
+  /// dropped (`--peer-timeout`); a worker whose lease is not below it is
+  /// refused. 0: not checked.
+  double peer_timeout_s = 0;
+  /// After a restart of a coordinator that had worker nodes (the journal
+  /// names them), how long attempts wait for a worker to join before the
+  /// coordinator runs them itself.
+  double worker_wait_s = default_worker_wait_s;
   /// The node's journal (null: tasks live in memory only). With one, a task
   /// is recorded before `submit` answers, and its events and end follow.
   journal_actor journal;

@@ -39,6 +39,11 @@ struct node_offer {
   /// The runtimes it has, by name (`process`, `docker`).
   std::vector<std::string> runtimes;
   label_map labels;
+  /// Seconds without a word from the coordinator after which the node
+  /// kills its attempts (`--lease`); 0: not stated. It must be below the
+  /// coordinator's peer timeout, or the coordinator would move attempts
+  /// elsewhere while they still run there.
+  double lease_s = 0;
 };
 
 /// A node as placement sees it: its offer and its attempts now.

@@ -37,18 +37,20 @@ struct slot_grant {
 };
 
 /// Decides who holds the attempt slots. A coordinator without worker nodes
-/// runs attempts itself, up to `local_limit` at once; once workers joined,
-/// only local-only tasks run here and the rest go to the fitting worker with
-/// the most free slots (`choose_node`). Waiting tasks are served in order,
-/// but a task that fits nowhere now does not hold up the ones behind it
-/// that fit elsewhere.
+/// runs attempts itself, up to `local_limit` at once, except those of tasks
+/// that ask for labels (it has none: they wait for a worker that carries
+/// them); once workers joined, only local-only tasks run here and the rest
+/// go to the fitting worker with the most free slots (`choose_node`). Waiting
+/// tasks are served in order, but a task that fits nowhere now does not hold up
+/// the ones behind it that fit elsewhere.
 class slot_scheduler {
 public:
   /// `local_limit` is clamped to at least 1.
   explicit slot_scheduler(int local_limit = 1);
 
-  /// Asks for a slot. Granted at once when no one waits, the queue is not
-  /// held and a slot fits: the answer names the node ("" for this one).
+  /// Asks for a slot. Granted at once when the queue is not held and a slot
+  /// fits (whoever waits fits nowhere now, or would have been served): the
+  /// answer names the node ("" for this one).
   /// Otherwise `req` joins the queue and nullopt is returned; its grant
   /// comes from a later call. A task that already holds or waits for a slot
   /// keeps what it has (the answer is its node, or nullopt while queued).
@@ -74,6 +76,17 @@ public:
 
   /// Whether `hold` is in effect.
   bool held() const noexcept { return held_; }
+
+  /// Places only local-only tasks on this node until a worker node joins or
+  /// `stop_awaiting_nodes`: a coordinator restarted while worker nodes ran
+  /// its attempts waits for them to join again.
+  void await_nodes() { awaiting_nodes_ = true; }
+
+  /// Ends `await_nodes` (the wait is over): answers the grants this allows.
+  std::vector<slot_grant> stop_awaiting_nodes();
+
+  /// Whether `await_nodes` is in effect.
+  bool awaiting_nodes() const noexcept { return awaiting_nodes_; }
 
   /// A worker node joins with its capacity (its name is new: the caller
   /// checks the offer and replaces a node that joins again with
@@ -131,6 +144,7 @@ private:
 
   std::size_t local_limit_;
   bool held_ = false;
+  bool awaiting_nodes_ = false;
   struct holder {
     /// Where the slot is ("" for this node).
     std::string node;
