@@ -165,6 +165,7 @@ bool start_front_door(node_parts& n) {
   guard_opts.host = n.plan.addr.host;
   guard_opts.port = n.plan.addr.port;
   guard_opts.tls = n.plan.tls;
+  guard_opts.max_connections = n.opts.max_connections;
   guard_opts.on_client = [peers = n.peers](const std::string& handshake,
                                            const peer_certificate& cert) {
     peers->record(handshake, cert);

@@ -7,6 +7,7 @@
 // before it, and they stop in reverse order (at shutdown, or when one fails
 // to start).
 
+#include "connection_guard.hpp"
 #include "worker_node.hpp"
 
 #include "tasksup/actors/node_door_actor.hpp"
@@ -47,6 +48,9 @@ struct node_options {
   /// A coordinator drops a worker node (and retries its attempts
   /// elsewhere) after this long without a heartbeat from it.
   double peer_timeout_s = 10;
+  /// Connections the front door keeps open at most (see
+  /// connection_guard_options::max_connections).
+  std::size_t max_connections = default_max_connections;
   /// After a restart of a coordinator whose journal names worker nodes, how
   /// long attempts wait for a worker to join before running here.
   double worker_wait_s = default_worker_wait_s;

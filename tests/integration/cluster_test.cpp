@@ -4,6 +4,7 @@
 // and restarted with its workers joining again and no task lost.
 
 #include "tasksup_child.hpp"
+#include "tls_peer.hpp"
 
 #include <boost/json/parse.hpp>
 
@@ -605,4 +606,31 @@ TEST_CASE("cluster: a worker that does not start an attempt in time is "
   // Its slots are used again.
   c.submit("after", "0.1");
   CHECK(c.wait_done("after").at("result").at("outcome") == "succeeded");
+}
+
+TEST_CASE("cluster: connections past the cap push out anonymous ones, never "
+          "a joined worker",
+          "[cluster]") {
+  cluster c{{"--max-connections", "4"}};
+  c.add_worker("w1", 1);
+  // Twelve connections that never finish a handshake, held open: each one
+  // past the cap closes another.
+  std::vector<int> held;
+  for (int i = 0; i < 12; ++i) {
+    auto port = std::stoi(c.address().substr(c.address().rfind(':') + 1));
+    auto fd = loopback_connect(port);
+    REQUIRE(fd >= 0);
+    held.push_back(fd);
+  }
+  // The worker is still joined, and takes the next attempt.
+  c.submit("after", "0.1");
+  auto st = c.wait_done("after");
+  CHECK(st.at("result").at("outcome") == "succeeded");
+  auto runs = starts_of(c, "after");
+  REQUIRE(runs.size() == 1);
+  CHECK(runs[0].node == "w1");
+  INFO(c.coordinator().err());
+  CHECK(c.coordinator().err().find("worker node w1 lost") == std::string::npos);
+  for (auto fd : held)
+    ::close(fd);
 }

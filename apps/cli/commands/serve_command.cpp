@@ -111,6 +111,13 @@ void setup_serve(CLI::App& app, int& status) {
     ->check(CLI::Range(0.2, 3600.0))
     ->capture_default_str();
   cmd
+    ->add_option("--max-connections", opts->max_connections,
+                 "Connections the node keeps open at most (also bounded by "
+                 "the descriptor limit); one more closes one that has not "
+                 "finished its handshakes first, a worker node's last")
+    ->check(CLI::Range(std::size_t{2}, std::size_t{100000}))
+    ->capture_default_str();
+  cmd
     ->add_option("--worker-wait", opts->worker_wait_s,
                  "Seconds a coordinator restarted while it had worker nodes "
                  "waits for one to join again before running attempts "

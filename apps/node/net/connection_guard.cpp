@@ -543,10 +543,25 @@ struct connection_guard::impl {
     watch(id, l);
   }
 
-  /// Closes the connection whose peer has been silent longest.
+  /// Which connection goes first when the cap is reached: one that has not
+  /// finished its handshakes, then a client's, last a worker node's (it
+  /// showed a node certificate), so anonymous connections cannot push a
+  /// joined worker out.
+  static int eviction_rank(const link& l) {
+    if (!l.frames.handshake_complete)
+      return 0;
+    return l.cert.node_certificate ? 2 : 1;
+  }
+
+  /// Closes a connection of the lowest rank, the one whose peer has been
+  /// silent longest among them.
   void evict_most_idle() {
     auto victim =
       std::min_element(links.begin(), links.end(), [](auto& a, auto& b) {
+        auto ra = eviction_rank(a.second);
+        auto rb = eviction_rank(b.second);
+        if (ra != rb)
+          return ra < rb;
         return a.second.last_peer_byte < b.second.last_peer_byte;
       });
     if (victim == links.end())

@@ -27,15 +27,20 @@
 
 namespace tasksup::app {
 
+/// Connections a node's front door keeps open at most, by default.
+inline constexpr std::size_t default_max_connections = 512;
+
 /// Limits of the connection guard, with their defaults.
 struct connection_guard_options {
   /// Address to listen on.
   std::string host = "127.0.0.1";
   /// Port to listen on; 0 picks a free one.
   std::uint16_t port = 0;
-  /// Open connections at most; one more closes the connection whose peer
-  /// has been silent longest. Also capped by the descriptor limit.
-  std::size_t max_connections = 512;
+  /// Open connections at most; one more closes one: a connection that has
+  /// not finished its handshakes first, then a client's, a worker node's
+  /// (node certificate) last; among those, the one whose peer has been
+  /// silent longest. Also capped by the descriptor limit.
+  std::size_t max_connections = default_max_connections;
   /// Largest BASP payload a peer may announce.
   std::uint32_t max_payload_bytes = wire::max_message_bytes;
   /// A frame begun and not completed, with no byte from the peer for this
