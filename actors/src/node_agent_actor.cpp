@@ -2,6 +2,8 @@
 
 #include "tasksup/actors/protocol.hpp"
 
+#include "attempt_log.hpp"
+
 #include <caf/actor_cast.hpp>
 #include <caf/node_id.hpp>
 #include <caf/stateful_actor.hpp>
@@ -80,6 +82,26 @@ node_agent_actor::behavior_type node_agent(agent_pointer self,
       if (st.process)
         self->send(st.process, node_left_atom::value,
                    why.substr(0, wire::max_id_bytes * 4));
+    },
+    [=](logs_atom, const std::string& task_id, int attempt,
+        std::uint64_t offset,
+        bool finished) -> caf::result<int, std::uint64_t, std::string, bool> {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      if (!sender || sender->node() != st.coordinator)
+        return caf::make_error(caf::sec::unexpected_message,
+                               "logs: for this node's coordinator only");
+      if (!plain_name(task_id))
+        return make_error(protocol_error::invalid_task,
+                          "logs: the task id is not a plain name");
+      auto here = detail::read_attempt_log(st.opts.attempt_root + "/" + task_id,
+                                           attempt, offset, finished);
+      if (!here)
+        return make_error(protocol_error::unknown_task,
+                          "worker node " + st.opts.name + " has no attempt " +
+                            std::to_string(attempt) + " of task '" + task_id +
+                            "'");
+      return {here->attempt, here->next, std::move(here->data), here->complete};
     },
     [=](run_attempt_atom, remote_attempt& ra, attempt_owner_actor& supervisor)
       -> caf::result<container_worker_actor> {

@@ -65,6 +65,7 @@ permit_reply placed_permit(registry_ptr self, const permit_request& req) {
     if (auto n = st.nodes.find(*node); n != st.nodes.end()) {
       r.node = *node;
       r.agent = n->second.agent;
+      st.placed_on.insert_or_assign(req.task_id, *node);
     }
   return r;
 }
@@ -142,6 +143,7 @@ void record_result(registry_ptr self, task_result r) {
     untrack(self, id);
     st.finished.erase(id);
     st.journal_seq.erase(id);
+    st.placed_on.erase(id);
     st.finished_order.pop_front();
   }
 }

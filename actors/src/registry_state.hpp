@@ -87,6 +87,9 @@ struct registry_state {
   std::map<std::string,
            std::pair<permit_request, caf::typed_response_promise<permit_reply>>>
     waiting;
+  /// The worker node each task's latest attempt was placed on (tasks whose
+  /// attempts ran here have none), for `logs`.
+  std::map<std::string, std::string> placed_on;
   /// The worker nodes that joined, by name (the membership's report).
   std::map<std::string, worker_node> nodes;
   /// Which worker nodes joined: checks joins, watches their agents.

@@ -290,6 +290,7 @@ caf::result<bool> forget_finished(registry_ptr self,
   // A task id is one path component (validated at submission).
   std::error_code ec;
   fs::remove_all(fs::path{st.opts.attempt_root} / task_id, ec);
+  st.placed_on.erase(task_id);
   forget(self, task_id);
   return true;
 }

@@ -22,6 +22,10 @@ namespace {
 node_agent_actor::behavior_type idle_agent(node_agent_actor::pointer) {
   return {
     [](join_atom, const caf::node_id&) {},
+    [](logs_atom, const std::string&, int, std::uint64_t,
+       bool) -> caf::result<int, std::uint64_t, std::string, bool> {
+      return caf::make_error(caf::sec::unexpected_message, "no logs here");
+    },
     [](node_left_atom, const std::string&) {},
     [](run_attempt_atom, const remote_attempt&,
        const attempt_owner_actor&) -> caf::result<container_worker_actor> {
@@ -41,6 +45,10 @@ silent_agent(node_agent_actor::pointer self,
   auto owed = std::make_shared<std::vector<caf::typed_response_promise<int>>>();
   return {
     [](join_atom, const caf::node_id&) {},
+    [](logs_atom, const std::string&, int, std::uint64_t,
+       bool) -> caf::result<int, std::uint64_t, std::string, bool> {
+      return caf::make_error(caf::sec::unexpected_message, "no logs here");
+    },
     [told](node_left_atom, const std::string& why) { told->push_back(why); },
     [](run_attempt_atom, const remote_attempt&,
        const attempt_owner_actor&) -> caf::result<container_worker_actor> {
@@ -60,6 +68,10 @@ node_agent_actor::behavior_type hung_agent(node_agent_actor::pointer self) {
     std::vector<caf::typed_response_promise<container_worker_actor>>>();
   return {
     [](join_atom, const caf::node_id&) {},
+    [](logs_atom, const std::string&, int, std::uint64_t,
+       bool) -> caf::result<int, std::uint64_t, std::string, bool> {
+      return caf::make_error(caf::sec::unexpected_message, "no logs here");
+    },
     [](node_left_atom, const std::string&) {},
     [self,
      owed](run_attempt_atom, const remote_attempt&,

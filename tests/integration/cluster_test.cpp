@@ -55,6 +55,7 @@ public:
       "$(date +%s.%N) $$\" >> '" +
         ran_ +
         "'\n"
+        "echo \"working on $TASKSUP_TASK_ID attempt $TASKSUP_ATTEMPT\"\n"
         "set -- $*\n"
         "if [ \"$1\" = hold ]; then\n"
         "  n=0; while [ ! -e '" +
@@ -633,4 +634,30 @@ TEST_CASE("cluster: connections past the cap push out anonymous ones, never "
   CHECK(c.coordinator().err().find("worker node w1 lost") == std::string::npos);
   for (auto fd : held)
     ::close(fd);
+}
+
+TEST_CASE("cluster: logs of an attempt that ran on a worker node come from "
+          "that node, or say where they are once it is gone",
+          "[cluster]") {
+  cluster c;
+  auto& w = c.add_worker("w1", 1);
+  c.submit("job", "0.1");
+  CHECK(c.wait_done("job").at("result").at("outcome") == "succeeded");
+  auto r = run_to_end(c.dir(), {"logs", "--node", c.address(), "job"});
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out.find("working on job attempt 1") != std::string::npos);
+  // The node gone, the coordinator says where the output stays.
+  w.signal(SIGTERM);
+  REQUIRE(w.wait(30s) == 0);
+  REQUIRE(eventually(
+    [&] {
+      return c.coordinator().err().find("worker node w1 lost") !=
+             std::string::npos;
+    },
+    10s));
+  r = run_to_end(c.dir(), {"logs", "--node", c.address(), "job"});
+  CHECK(r.status != 0);
+  CHECK(r.err.find("ran on worker node w1, which has not joined now") !=
+        std::string::npos);
 }

@@ -83,11 +83,15 @@ using node_process_actor =
 /// A worker node's agent (cluster.hpp): the node process tells it which
 /// coordinator it joined; that coordinator's supervisors have it start
 /// their attempts here; that coordinator tells it when it dropped the node
-/// (`node_left`, why) although its connection holds; the node process
-/// stops it (-> true once its attempts ended) and asks how many run.
+/// (`node_left`, why) although its connection holds, and reads it the log
+/// of an attempt that ran here (`logs`: task, attempt, offset, whether the
+/// task finished; as the registry answers `logs`); the node process stops
+/// it (-> true once its attempts ended) and asks how many run.
 using node_agent_actor = caf::typed_actor<
   caf::reacts_to<join_atom, caf::node_id>,
   caf::reacts_to<node_left_atom, std::string>,
+  caf::replies_to<logs_atom, std::string, int, std::uint64_t,
+                  bool>::with<int, std::uint64_t, std::string, bool>,
   caf::replies_to<run_attempt_atom, remote_attempt,
                   attempt_owner_actor>::with<container_worker_actor>,
   caf::replies_to<stop_atom>::with<bool>,
