@@ -315,6 +315,22 @@ TEST_CASE_METHOD(fixture,
   }
 }
 
+TEST_CASE_METHOD(fixture,
+                 "an attempt lost with a node of the longest name loads back "
+                 "with its node",
+                 "[inspect]") {
+  // Node names are label keys: up to 63 bytes. A result journaled with such
+  // a loss must load again, or a restart would refuse the journal.
+  classification x;
+  x.cls = error_class::infrastructure;
+  x.rule = std::string{node_lost_rule_prefix} + std::string(63, 'n');
+  classification out;
+  REQUIRE_FALSE(load(save(x), out));
+  CHECK(out.lost_node == std::string(63, 'n'));
+  x.rule += std::string(2, 'n');
+  CHECK(load(save(x), out));
+}
+
 TEST_CASE("to_string of an out-of-range enum is safe", "[inspect]") {
   CHECK(to_string(nth<error_class>(20)) == "unknown");
   CHECK(to_string(nth<error_class>(all_error_classes.size())) == "unknown");

@@ -592,6 +592,11 @@ typename Inspector::result_type inspect(Inspector& f, classifier_rule& x) {
            }));
 }
 
+/// The longest rule a classification carries: a rule's id, or
+/// `node_lost:<node>` with a node name of up to 63 bytes.
+inline constexpr std::size_t max_rule_bytes =
+  wire::max_id_bytes + node_lost_rule_prefix.size();
+
 /// Serializes a classification result. The lost node travels as its rule,
 /// `node_lost:<node>` (the bytes of older builds and journals), and is
 /// read back from it.
@@ -602,7 +607,7 @@ typename Inspector::result_type inspect(Inspector& f, classification& x) {
            detail::finite(x.retry_after_s, "classification.retry_after_s"),
            caf::meta::load_callback([&]() -> caf::error {
              if (auto err = detail::check_sizes(
-                   {{x.rule, wire::max_id_bytes, "classification.rule"},
+                   {{x.rule, max_rule_bytes, "classification.rule"},
                     {x.line, wire::max_text_bytes, "classification.line"}}))
                return err;
              x.lost_node.clear();
