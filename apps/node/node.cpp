@@ -130,10 +130,7 @@ bool start_door(node_parts& n) {
   // Audit lines reach the log as the warning events they also are (see
   // log_event), once.
   door_opts.peer = [peers = n.peers](const caf::node_id& node) {
-    std::optional<door_peer> out;
-    if (auto cert = peers->find(node))
-      out = door_peer{cert->subject, cert->node_certificate};
-    return out;
+    return peers->find(node);
   };
   // With TLS only a node certificate joins as a worker node.
   door_opts.joins_need_node_certificate = n.plan.tls != nullptr;

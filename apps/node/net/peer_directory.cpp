@@ -30,9 +30,4 @@ peer_directory::find(const caf::node_id& node) const {
   return i->second;
 }
 
-std::string peer_directory::subject(const caf::node_id& node) const {
-  auto cert = find(node);
-  return cert ? cert->subject : std::string{};
-}
-
 } // namespace tasksup::app

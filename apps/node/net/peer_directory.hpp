@@ -6,6 +6,8 @@
 // the door sees only the node id of a request's sender. The directory
 // joins the two, so audit lines can name who asked.
 
+#include "tasksup/actors/node_door_actor.hpp"
+
 #include <caf/node_id.hpp>
 
 #include <cstddef>
@@ -16,16 +18,6 @@
 #include <string>
 
 namespace tasksup::app {
-
-/// What a client's certificate says.
-struct peer_certificate {
-  /// Its subject (RFC 2253).
-  std::string subject;
-  /// A node certificate (extended key usage serverAuth, or none stated):
-  /// it may join as a worker node. `tasksup certs init`'s client.crt says
-  /// clientAuth only.
-  bool node_certificate = false;
-};
 
 /// Thread-safe map from a client's node id to its certificate, holding the
 /// `capacity` clients seen last.
@@ -42,9 +34,6 @@ public:
 
   /// The certificate recorded for `node`, or nullopt.
   std::optional<peer_certificate> find(const caf::node_id& node) const;
-
-  /// The subject recorded for `node`, or empty.
-  std::string subject(const caf::node_id& node) const;
 
 private:
   mutable std::mutex mtx_;

@@ -85,21 +85,20 @@ using door_log_fn = std::function<void(const std::string&)>;
 node_door_actor spawn_node_door(caf::actor_system& sys, registry_actor registry,
                                 stats_actor stats, door_log_fn log);
 
-/// Who a remote client is: what the certificate it showed in the TLS
-/// handshake says.
-struct door_peer {
-  /// The certificate's subject (RFC 2253).
+/// What the certificate a remote client showed in the TLS handshake says.
+struct peer_certificate {
+  /// Its subject (RFC 2253).
   std::string subject;
-  /// It is a node certificate (extended key usage serverAuth, as
-  /// `tasksup certs init` makes node.crt), which a worker node needs to
-  /// join; a client certificate is not one.
+  /// A node certificate (extended key usage serverAuth, or none stated, as
+  /// `tasksup certs init` makes node.crt): it may join as a worker node.
+  /// The client.crt it makes says clientAuth only.
   bool node_certificate = false;
 };
 
 /// Who a remote client is, by the node its requests come from; nullopt
 /// when unknown.
 using door_peer_fn =
-  std::function<std::optional<door_peer>(const caf::node_id&)>;
+  std::function<std::optional<peer_certificate>(const caf::node_id&)>;
 
 /// How much a client may leave pending at the door, and for how long, with
 /// the door's logs. A client is a peer node for remote requests (one
