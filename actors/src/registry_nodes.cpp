@@ -8,12 +8,12 @@ namespace tasksup::detail {
 
 namespace {
 
-/// Journals the names of the joined worker nodes: a coordinator restarted
-/// while it had some waits for them (see `restore`).
+/// Journals the names of the joined worker nodes ("w1, w2"): a coordinator
+/// restarted while it had some waits for them (see `restore`).
 void save_workers(registry_ptr self) {
   std::string names;
   for (auto& kv : self->state.nodes)
-    names += kv.first + "\n";
+    names += (names.empty() ? "" : ", ") + kv.first;
   save_state(self, "workers", std::move(names));
 }
 

@@ -93,18 +93,10 @@ void restore(registry_ptr self) {
       st.opts.worker_wait_s > 0) {
     // Worker nodes ran this coordinator's attempts: they are retried there
     // once the workers join again, not here at once.
-    std::string names;
-    for (std::size_t at = 0, eol; at < i->second.size(); at = eol + 1) {
-      eol = i->second.find('\n', at);
-      if (eol == std::string::npos)
-        eol = i->second.size();
-      if (eol > at)
-        names += (names.empty() ? "" : ", ") + i->second.substr(at, eol - at);
-    }
     std::fprintf(stderr,
                  "tasksup: waiting up to %gs for the worker nodes (%s) to "
                  "join again before running attempts here\n",
-                 st.opts.worker_wait_s, names.c_str());
+                 st.opts.worker_wait_s, i->second.c_str());
     st.slots.await_nodes();
     self->delayed_send(self,
                        std::chrono::duration_cast<caf::timespan>(

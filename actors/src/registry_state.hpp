@@ -87,8 +87,8 @@ struct registry_state {
   std::map<std::string,
            std::pair<permit_request, caf::typed_response_promise<permit_reply>>>
     waiting;
-  /// The worker node each task's latest attempt was placed on (tasks whose
-  /// attempts ran here have none), for `logs`.
+  /// The worker node each task's attempts were last placed on (tasks whose
+  /// attempts all ran here have none), for `logs`.
   std::map<std::string, std::string> placed_on;
   /// The worker nodes that joined, by name (the membership's report).
   std::map<std::string, worker_node> nodes;

@@ -183,6 +183,7 @@ void forget(registry_ptr self, const std::string& task_id) {
     }
   untrack(self, task_id);
   st.journal_seq.erase(task_id);
+  st.placed_on.erase(task_id);
   st.finished_order.erase(
     std::find(st.finished_order.begin(), st.finished_order.end(), task_id));
 }
@@ -290,7 +291,6 @@ caf::result<bool> forget_finished(registry_ptr self,
   // A task id is one path component (validated at submission).
   std::error_code ec;
   fs::remove_all(fs::path{st.opts.attempt_root} / task_id, ec);
-  st.placed_on.erase(task_id);
   forget(self, task_id);
   return true;
 }
