@@ -134,6 +134,7 @@ using wal_syncer_actor =
 struct journal_state {
   std::shared_ptr<journal::journal_store> store;
   journal_retention retention;
+  journal_deposed_hook on_deposed;
   std::vector<write_op> batch;
   /// Syncs the log on a thread of its own (sync mode full), so commits go
   /// on meanwhile; absent with normal.
@@ -313,6 +314,23 @@ void sync_now(journal_actor_t* self) {
   answer_synced(self, st.to_sync);
 }
 
+/// Another coordinator leads the shared journal: nothing more commits, so
+/// whoever waits is told, the owner hears why, and the journal stops.
+void deposed(journal_actor_t* self, const std::string& why) {
+  auto& st = self->state;
+  std::fprintf(stderr, "tasksup: journal: %s\n", why.c_str());
+  auto err = make_error(protocol_error::journal_failed, why);
+  for (auto* ops : {&st.batch, &st.syncing, &st.to_sync})
+    for (auto& op : *ops)
+      if (auto* t = std::get_if<task_op>(&op))
+        t->rp.deliver(err);
+      else if (auto* in = std::get_if<input_op>(&op); in && in->rp.pending())
+        in->rp.deliver(err);
+  if (st.on_deposed)
+    st.on_deposed(why);
+  self->quit(err);
+}
+
 void flush(journal_actor_t* self) {
   auto& st = self->state;
   st.flush_pending = false;
@@ -364,6 +382,10 @@ void flush(journal_actor_t* self) {
     return;
   }
   st.store->rollback();
+  if (st.store->deposed()) {
+    deposed(self, failure->to_string());
+    return;
+  }
   note_failure(self, *failure);
   // A submission is refused at once (its client is told why); everything
   // of the accepted tasks is kept and retried, so nothing they did is lost.
@@ -434,11 +456,12 @@ void prune(journal_actor_t* self) {
 journal_actor::behavior_type
 journal_impl(journal_actor_t* self,
              std::shared_ptr<journal::journal_store> store,
-             journal_retention retention) {
+             journal_retention retention, journal_deposed_hook on_deposed) {
   auto& st = self->state;
   st.store = std::move(store);
   st.retention = retention;
-  if (st.store->mode() == journal::sync_mode::full)
+  st.on_deposed = std::move(on_deposed);
+  if (auto log = st.store->background_syncer())
     st.syncer = self->spawn<caf::detached + caf::linked>(
       [](wal_syncer_actor::pointer, std::shared_ptr<journal::wal_syncer> log)
         -> wal_syncer_actor::behavior_type {
@@ -452,7 +475,7 @@ journal_impl(journal_actor_t* self,
           },
         };
       },
-      std::make_shared<journal::wal_syncer>(st.store->path()));
+      std::shared_ptr<journal::wal_syncer>{std::move(log)});
   // Whatever arrived before the node shuts the journal down is committed
   // and synced.
   self->set_exit_handler([self](const caf::exit_msg& msg) {
@@ -539,10 +562,11 @@ journal_impl(journal_actor_t* self,
 
 journal_actor spawn_journal(caf::actor_system& sys,
                             std::unique_ptr<journal::journal_store> store,
-                            journal_retention retention) {
+                            journal_retention retention,
+                            journal_deposed_hook on_deposed) {
   return sys.spawn<caf::detached>(
     journal_impl, std::shared_ptr<journal::journal_store>{std::move(store)},
-    retention);
+    retention, std::move(on_deposed));
 }
 
 } // namespace tasksup

@@ -18,6 +18,7 @@ constexpr std::string_view protocol_error_names[] = {
   "none",           "invalid_task",    "duplicate_task",
   "unknown_task",   "unknown_runtime", "invalid_rules",
   "journal_failed", "limit_reached",   "await_timeout",
+  "not_leader",
 };
 
 /// A message element of enum type `E` whose load rejects values outside

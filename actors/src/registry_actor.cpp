@@ -524,7 +524,7 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
     },
     [=](worker_wait_atom) {
       auto& slots = self->state.slots;
-      if (!slots.awaiting_nodes())
+      if (!slots.awaiting_nodes() || self->state.opts.workers_only)
         return;
       std::fprintf(stderr, "tasksup: no worker node joined again in time; "
                            "running attempts here\n");

@@ -88,9 +88,11 @@ void restore(registry_ptr self) {
         std::strtoull(std::string{line.substr(tab + 1)}.c_str(), nullptr, 10));
     }
   }
-  if (auto i = snapshot.node_state.find("workers");
-      i != snapshot.node_state.end() && !i->second.empty() &&
-      st.opts.worker_wait_s > 0) {
+  if (st.opts.workers_only) {
+    st.slots.await_nodes();
+  } else if (auto i = snapshot.node_state.find("workers");
+             i != snapshot.node_state.end() && !i->second.empty() &&
+             st.opts.worker_wait_s > 0) {
     // Worker nodes ran this coordinator's attempts: they are retried there
     // once the workers join again, not here at once.
     std::fprintf(stderr,

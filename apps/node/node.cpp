@@ -23,6 +23,7 @@
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
+#include <caf/event_based_actor.hpp>
 #include <caf/io/basp_broker.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/io/network/multiplexer.hpp>
@@ -90,6 +91,17 @@ void stop_actor(node_parts& n, Handle& h) {
   h = Handle{};
 }
 
+/// A deposed leader stops at once: another coordinator may lead already,
+/// so this one stops nothing (its tasks are the new leader's) and writes
+/// nothing (its journal is fenced anyway).
+[[noreturn]] void exit_deposed(const std::string& why) {
+  spdlog::critical("{}; exiting at once (status {}), stopping nothing: the "
+                   "leader carries on with the tasks",
+                   why, exit_status::deposed);
+  spdlog::default_logger()->flush();
+  std::_Exit(exit_status::deposed);
+}
+
 bool start_journal(node_parts& n) {
   if (!n.plan.store) {
     spdlog::warn("no journal (--no-journal): tasks are lost if this node "
@@ -99,11 +111,18 @@ bool start_journal(node_parts& n) {
   journal_retention retention;
   retention.max_age_s = n.opts.retain_days * 86400;
   retention.max_count = n.opts.retain_tasks;
-  n.journal = spawn_journal(n.sys, std::move(n.plan.store), retention);
+  journal_deposed_hook on_deposed;
+  if (n.plan.leader)
+    on_deposed = [](const std::string& why) { exit_deposed(why); };
+  n.journal = spawn_journal(n.sys, std::move(n.plan.store), retention,
+                            std::move(on_deposed));
   n.plan.registry.journal = n.journal;
   spdlog::info("journal in {} ({} unfinished task(s) resume, {} finished "
                "kept)",
-               n.plan.state_dir, n.plan.resumed, n.plan.kept);
+               n.opts.journal_url.empty()
+                 ? n.plan.state_dir
+                 : journal::redact_url(n.opts.journal_url),
+               n.plan.resumed, n.plan.kept);
   return true;
 }
 
@@ -365,6 +384,69 @@ unfinished(caf::scoped_actor& self, const registry_actor& registry) {
   return out;
 }
 
+/// A standby's door: every request a client makes is answered with a
+/// not_leader error that says who leads and where.
+node_door_actor spawn_standby_door(caf::actor_system& sys,
+                                   const leadership& leader) {
+  auto* l = &leader;
+  auto door = sys.spawn([l](caf::event_based_actor* self) -> caf::behavior {
+    self->set_default_handler(
+      [l](caf::scheduled_actor*,
+          caf::message_view&) -> caf::result<caf::message> {
+        return make_error(protocol_error::not_leader, l->standby_text());
+      });
+    // Nothing is handled but by the default handler.
+    return {[](const std::string&) {}};
+  });
+  return caf::actor_cast<node_door_actor>(door);
+}
+
+/// Stands by until this coordinator takes the leader lease (nullopt: it
+/// leads now) or a signal stops it (the exit status). Meanwhile the front
+/// door answers clients who leads.
+std::optional<int> stand_by(node_parts& n, signal_relay& signals) {
+  auto& leader = *n.plan.leader;
+  if (leader.try_take())
+    return std::nullopt;
+  spdlog::info("{}", leader.standby_text());
+  n.door = spawn_standby_door(n.sys, leader);
+  if (!start_front_door(n)) {
+    stop_actor(n, n.door);
+    return exit_status::unavailable;
+  }
+  notify_service_manager("READY=1\nSTATUS=standing by: " +
+                         leader.standby_text());
+  int signals_seen = signals.aim(caf::actor_cast<signal_target_actor>(n.self));
+  auto poll = std::chrono::duration_cast<std::chrono::milliseconds>(
+    std::chrono::duration<double>(leader.poll_s()));
+  auto said = leader.standby_text();
+  bool leads = false;
+  while (signals_seen == 0 && !leads) {
+    n.self->receive([&](signal_atom, int count) { signals_seen = count; },
+                    caf::after(poll) >> [] {});
+    if (signals_seen > 0)
+      break;
+    leads = leader.try_take();
+    // Who leads changed (a new epoch, another holder): said once.
+    if (!leads &&
+        leader.standby_text().find("leads (epoch") != std::string::npos) {
+      auto now = leader.standby_text();
+      auto head = now.substr(0, now.find(", its lease"));
+      if (said.substr(0, said.find(", its lease")) != head)
+        spdlog::info("{}", now);
+      said = std::move(now);
+    }
+  }
+  signals.drop();
+  n.front.reset();
+  stop_actor(n, n.door);
+  if (!leads) {
+    spdlog::info("stopped (standing by)");
+    return exit_status::ok;
+  }
+  return std::nullopt;
+}
+
 /// Runs the started node until a signal, then stops its tasks: gracefully,
 /// killed after the grace period or a second signal, given up after twice
 /// the grace period. Logs the node's events meanwhile.
@@ -447,6 +529,19 @@ int run_node(const node_options& opts) {
   caf::actor_system sys{sys_cfg};
   caf::scoped_actor self{sys};
   node_parts n{opts, plan, sys, self};
+  if (plan.leader) {
+    if (auto rc = stand_by(n, signals))
+      return *rc;
+    // Leading: the journal is read now, fenced with this leadership's
+    // epoch, and the lease renewed from here on.
+    if (auto rc = restore_journal(plan))
+      return *rc;
+    spdlog::info("leading (epoch {}; lease {} s, renewed every {} s): {} "
+                 "unfinished task(s) resume",
+                 plan.leader->epoch(), opts.lease_s, opts.lease_s / 4,
+                 plan.resumed);
+    plan.leader->keep([](const std::string& why) { exit_deposed(why); });
+  }
   auto started = start_children(n);
   if (started < child_count) {
     stop_children(n, started);
@@ -498,6 +593,9 @@ int run_node(const node_options& opts) {
   // Commands without --node then say that no node is listening here,
   // rather than name a node that is gone (another node's record stays).
   clear_current_node(me);
+  // Everything is journaled: a standby may lead at once.
+  if (plan.leader)
+    plan.leader->release();
   spdlog::info("stopped");
   return exit_status::ok;
 }

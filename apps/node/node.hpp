@@ -8,6 +8,7 @@
 // to start).
 
 #include "connection_guard.hpp"
+#include "leadership.hpp"
 #include "worker_node.hpp"
 
 #include "tasksup/actors/node_door_actor.hpp"
@@ -32,6 +33,13 @@ struct node_options {
   bool allow_remote = false;
   std::string state_dir;
   bool no_journal = false;
+  /// Empty: the SQLite journal in the state directory. A postgresql:// URL:
+  /// the journal in that database, shared with standby coordinators (see
+  /// leadership.hpp); attempts then run on worker nodes only.
+  std::string journal_url;
+  /// With a shared journal: how long a take or renewal of the leader lease
+  /// holds (a standby takes over within about this long of a crash).
+  double lease_s = default_lease_s;
   std::string journal_sync = "full";
   double retain_days = 7;
   std::int64_t retain_tasks = 10000;
@@ -69,7 +77,8 @@ struct node_options {
 /// (gracefully, then killed after a grace period or a second signal) and
 /// its parts. Returns the program's exit status: bad_input for options that
 /// do not make sense (said on stderr), unavailable when the node's state or
-/// a listening socket cannot be had, else ok.
+/// a listening socket cannot be had, deposed when another coordinator took
+/// the shared journal over, else ok.
 int run_node(const node_options& opts);
 
 } // namespace tasksup::app

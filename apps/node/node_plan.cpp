@@ -1,5 +1,6 @@
 #include "node_plan.hpp"
 
+#include "current_node.hpp"
 #include "exit_status.hpp"
 #include "state_dir.hpp"
 
@@ -55,28 +56,27 @@ std::optional<int> check_notify(const node_options& opts, node_plan& plan) {
   return std::nullopt;
 }
 
-/// The journal, read back into the registry's options; nothing with
-/// --no-journal. A node that cannot read its journal does not start (an
-/// empty start would lose every task in it).
+/// The journal, opened; nothing with --no-journal. A shared journal comes
+/// with its leader lease, held by this coordinator's address.
 std::optional<int> open_journal(const node_options& opts, node_plan& plan) {
   if (opts.no_journal)
     return std::nullopt;
   journal::store_options jopts;
   jopts.dir = plan.state_dir;
+  jopts.url = opts.journal_url;
   jopts.sync = *journal::parse_sync_mode(opts.journal_sync);
   auto opened = journal::journal_store::open(jopts);
   if (!opened)
     return unavailable(opened.error().to_string());
   plan.store = std::move(*opened);
-  auto snapshot = load_journal(*plan.store);
-  if (!snapshot)
-    return unavailable(snapshot.error().to_string() +
-                       "; the node does not start rather than lose tasks");
-  for (auto& w : snapshot->warnings)
-    spdlog::warn("journal: {}", w);
-  plan.registry.restored = std::move(*snapshot);
-  for (auto& t : plan.registry.restored.tasks)
-    ++(t.finished ? plan.kept : plan.resumed);
+  if (opts.journal_url.empty())
+    return std::nullopt;
+  auto me = client_address_for(plan.addr.host, plan.addr.port);
+  auto lease =
+    journal::leader_lease::open(opts.journal_url, me, me, opts.lease_s);
+  if (!lease)
+    return unavailable(lease.error().to_string());
+  plan.leader = std::make_unique<leadership>(std::move(*lease));
   return std::nullopt;
 }
 
@@ -116,6 +116,18 @@ std::optional<int> check_options(const node_options& opts, node_plan& plan) {
                "--allow-remote to listen there anyway (and protect the port "
                "with a firewall).");
   plan.addr = *addr;
+  if (!opts.journal_url.empty()) {
+    if (opts.no_journal)
+      return bad("--journal and --no-journal contradict each other");
+    if (!journal::is_postgresql_url(opts.journal_url))
+      return bad("--journal: expected a postgresql:// URL (the SQLite "
+                 "journal is the default, in the state directory); got '" +
+                 journal::redact_url(opts.journal_url) + "'");
+    if (addr->port == 0)
+      return bad("--journal " + journal::redact_url(opts.journal_url) +
+                 ": give --listen a fixed port: standbys tell clients, and "
+                 "workers find, the leader by its address");
+  }
   if (!opts.http.empty()) {
     auto h = parse_node_address(opts.http, true);
     if (!h)
@@ -147,6 +159,9 @@ std::optional<int> open_state(const node_options& opts, node_plan& plan) {
     return unavailable(secured.error().to_string());
   if (auto rc = open_journal(opts, plan))
     return rc;
+  if (!plan.leader)
+    if (auto rc = restore_journal(plan))
+      return rc;
   auto tls = front_door_tls(opts.certs, plan.state_dir, opts.insecure);
   if (!tls)
     return bad(tls.error().to_string());
@@ -159,6 +174,7 @@ std::optional<int> open_state(const node_options& opts, node_plan& plan) {
   reg.node_name = plan.addr.to_string();
   reg.peer_timeout_s = opts.peer_timeout_s;
   reg.worker_wait_s = opts.worker_wait_s;
+  reg.workers_only = plan.leader != nullptr;
   // With a journal the attempts live beside it, so a restarted node finds
   // the directories of the attempts it resumes.
   reg.attempt_root = !opts.work_dir.empty() ? absolute_dir(opts.work_dir)
@@ -172,6 +188,23 @@ std::optional<int> open_state(const node_options& opts, node_plan& plan) {
     // One an older node made may be 0755.
     ::chmod(plan.attempt_root.c_str(), runtime::private_dir_mode);
   }
+  return std::nullopt;
+}
+
+std::optional<int> restore_journal(node_plan& plan) {
+  if (!plan.store)
+    return std::nullopt;
+  if (plan.leader)
+    plan.store->fence(plan.leader->epoch());
+  auto snapshot = load_journal(*plan.store);
+  if (!snapshot)
+    return unavailable(snapshot.error().to_string() +
+                       "; the node does not start rather than lose tasks");
+  for (auto& w : snapshot->warnings)
+    spdlog::warn("journal: {}", w);
+  plan.registry.restored = std::move(*snapshot);
+  for (auto& t : plan.registry.restored.tasks)
+    ++(t.finished ? plan.kept : plan.resumed);
   return std::nullopt;
 }
 

@@ -31,6 +31,9 @@ struct node_plan {
   /// The opened journal, until the journal child takes it; null with
   /// --no-journal.
   std::unique_ptr<journal::journal_store> store;
+  /// With a shared (PostgreSQL) journal: the leader lease. The journal is
+  /// read only once this coordinator leads (`restore_journal`).
+  std::unique_ptr<leadership> leader;
   tls_server_context tls;
   /// The registry's options, complete but for the journal's handle.
   registry_options registry;
@@ -46,9 +49,15 @@ struct node_plan {
 std::optional<int> check_options(const node_options& opts, node_plan& plan);
 
 /// Opens the node's state: the state directory (made private), the journal
-/// read back, the front door's credentials, the runtimes, the attempt root.
+/// (read back unless it is shared: see `restore_journal`), the front door's
+/// credentials, the runtimes, the attempt root.
 /// Slow for a large journal: a signal meanwhile is counted by the caller.
 /// On failure, says why on stderr and returns the exit status.
 std::optional<int> open_state(const node_options& opts, node_plan& plan);
+
+/// Reads the journal back into the registry's options (a shared journal:
+/// once this coordinator leads, fenced with its epoch). On failure, says why
+/// on stderr and returns the exit status.
+std::optional<int> restore_journal(node_plan& plan);
 
 } // namespace tasksup::app

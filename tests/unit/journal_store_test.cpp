@@ -1,15 +1,16 @@
+// The journal's behaviour on both backends: what the node relies on of any
+// journal (journal_store.hpp). Each case runs on SQLite and on PostgreSQL
+// (the tests' server, a fresh database each time).
+
 #include "tasksup/journal/journal_store.hpp"
+
+#include "../postgres_server.hpp"
+#include "../temp_dir.hpp"
 
 #include <catch2/catch.hpp>
 
-#include <sqlite3.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
+#include <memory>
+#include <optional>
 #include <string>
 
 using namespace tasksup;
@@ -17,148 +18,118 @@ using namespace tasksup::journal;
 
 namespace {
 
-namespace fs = std::filesystem;
+/// One backend's journal, reopened as a restarted node would.
+struct backend {
+  std::string kind;
+  test::temp_dir tmp{"journal"};
+  std::unique_ptr<test::postgres_database> db;
 
-/// A fresh directory under the system's temporary directory, removed after.
-struct temp_dir {
-  fs::path path;
-  temp_dir() {
-    auto tmpl = (fs::temp_directory_path() / "tasksup-journal-XXXXXX").string();
-    path = ::mkdtemp(tmpl.data());
+  explicit backend(std::string k) : kind(std::move(k)) {
+    if (kind == "postgresql")
+      db = std::make_unique<test::postgres_database>();
   }
-  ~temp_dir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
+
+  store_options options() const {
+    store_options opts;
+    opts.dir = tmp.path + "/state";
+    if (db)
+      opts.url = db->url;
+    return opts;
   }
-  std::string state() const { return (path / "state").string(); }
+
+  std::unique_ptr<journal_store> open() const {
+    auto s = journal_store::open(options());
+    if (!s)
+      FAIL(s.error().to_string());
+    return std::move(*s);
+  }
 };
-
-std::unique_ptr<journal_store> open_or_fail(const store_options& opts) {
-  auto s = journal_store::open(opts);
-  if (!s)
-    FAIL(s.error().to_string());
-  return std::move(*s);
-}
-
-/// Makes `dir` unwritable, also for root (whom permission bits do not stop):
-/// the immutable attribute. Returns a command that undoes it.
-std::string make_unwritable(const std::string& dir) {
-  if (::geteuid() != 0) {
-    fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
-    return "chmod 700 '" + dir + "'";
-  }
-  REQUIRE(std::system(("chattr +i '" + dir + "'").c_str()) == 0);
-  return "chattr -i '" + dir + "'";
-}
 
 } // namespace
 
-TEST_CASE("a journal keeps tasks, records and events across a reopen") {
-  temp_dir tmp;
-  store_options opts{tmp.state()};
+TEST_CASE("a journal keeps tasks, records and events across a reopen, and "
+          "drops what was not committed",
+          "[postgres]") {
+  backend b{GENERATE(as<std::string>{}, "sqlite", "postgresql")};
+  CAPTURE(b.kind);
   std::int64_t seq = 0;
+  // Bytes of any kind: a NUL, bytes that are not UTF-8.
+  const std::string binary("\0\1\2\xff\xfe", 5);
+  const std::string odd_json = "{\"event\":\"x\xc3\x28\"}";
   {
-    auto j = open_or_fail(opts);
+    auto j = b.open();
     auto added = j->add_task("t1", "spec-bytes", 100.5);
     REQUIRE(added);
     seq = *added;
-    REQUIRE(j->add_record(seq, 1, std::string("\0\1\2", 3)));
+    REQUIRE(j->add_record(seq, 1, binary));
     REQUIRE(j->add_record(seq, 2, "second"));
     REQUIRE(j->add_event(seq, 1, 3, R"({"event":"x"})"));
+    REQUIRE(j->add_event(seq, 2, 4, odd_json));
+    REQUIRE(j->put_state("breakers", "a"));
     REQUIRE(j->put_state("breakers", "b"));
     REQUIRE(j->commit());
     // Written but not committed: gone after a crash.
     REQUIRE(j->add_record(seq, 3, "lost"));
+    REQUIRE(j->add_task("t2", "lost too", 101));
   }
-  auto j = open_or_fail(opts);
+  auto j = b.open();
   auto tasks = j->tasks();
   REQUIRE(tasks);
   REQUIRE(tasks->size() == 1);
   CHECK(tasks->at(0).id == "t1");
+  CHECK(tasks->at(0).seq == seq);
   CHECK(tasks->at(0).spec == "spec-bytes");
   CHECK(tasks->at(0).submitted_at == 100.5);
   CHECK_FALSE(tasks->at(0).finished_at);
   auto records = j->records(seq);
   REQUIRE(records);
   REQUIRE(records->size() == 2);
-  CHECK(records->at(0).body == std::string("\0\1\2", 3));
+  CHECK(records->at(0).body == binary);
   CHECK(records->at(1).n == 2);
   auto events = j->events(seq);
   REQUIRE(events);
-  REQUIRE(events->size() == 1);
+  REQUIRE(events->size() == 2);
   CHECK(events->at(0).kind == 3);
+  CHECK(events->at(1).json == odd_json);
+  auto last = j->last_event(seq);
+  REQUIRE(last);
+  CHECK(*last == 2);
   auto state = j->state("breakers");
   REQUIRE(state);
   CHECK(*state == std::optional<std::string>{"b"});
-  CHECK((fs::status(tmp.state()).permissions() & fs::perms::all) ==
-        fs::perms::owner_all);
+  auto none = j->state("nothing");
+  REQUIRE(none);
+  CHECK_FALSE(*none);
+  // A task's end and result.
+  REQUIRE(j->end_task(seq, 200.25, "result-bytes"));
+  REQUIRE(j->commit());
+  auto t1 = j->task("t1");
+  REQUIRE(t1);
+  REQUIRE(*t1);
+  CHECK((*t1)->finished_at == std::optional<double>{200.25});
+  CHECK((*t1)->result == "result-bytes");
 }
 
-TEST_CASE("a commit survives a crash of its process before any sync, sync "
-          "puts commits on disk once, and only in sync mode full") {
-  temp_dir tmp;
-  store_options opts{tmp.state()};
-  // A child commits without syncing and dies without closing the journal
-  // (no checkpoint, no cleanup): what it committed is in the log.
-  auto pid = ::fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    auto j = journal_store::open(opts);
-    if (!j || !(*j)->add_task("t1", "spec", 1.0) || !(*j)->commit())
-      ::_exit(2);
-    ::_exit(0);
-  }
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
-  auto j = open_or_fail(opts);
-  auto t = j->task("t1");
-  REQUIRE(t);
-  CHECK(t->has_value());
-
-  auto syncs = [&] {
-    auto s = j->stats();
-    REQUIRE(s);
-    return s->syncs;
-  };
-  CHECK(syncs() == 0);
-  REQUIRE(j->add_task("t2", "spec", 2.0));
-  REQUIRE(j->commit());
-  REQUIRE(j->add_task("t3", "spec", 3.0));
-  REQUIRE(j->commit());
-  // One sync for both commits; none when nothing was committed since.
-  auto synced = j->sync();
-  REQUIRE(synced);
-  CHECK(*synced);
-  CHECK(syncs() == 1);
-  synced = j->sync();
-  REQUIRE(synced);
-  CHECK_FALSE(*synced);
-  CHECK(syncs() == 1);
-  j.reset();
-
-  opts.sync = sync_mode::normal;
-  j = open_or_fail(opts);
-  REQUIRE(j->add_task("t4", "spec", 4.0));
-  REQUIRE(j->commit());
-  synced = j->sync();
-  REQUIRE(synced);
-  CHECK_FALSE(*synced);
-  CHECK(syncs() == 0);
-}
-
-TEST_CASE("a journal refuses a second task with the same id until dropped") {
-  temp_dir tmp;
-  auto j = open_or_fail({tmp.state()});
+TEST_CASE("a journal refuses a second task with the same id until dropped, "
+          "and the refusal spoils nothing else",
+          "[postgres]") {
+  backend b{GENERATE(as<std::string>{}, "sqlite", "postgresql")};
+  CAPTURE(b.kind);
+  auto j = b.open();
   auto first = j->add_task("t", "a", 1);
   REQUIRE(first);
   REQUIRE(j->add_record(*first, 1, "r"));
   REQUIRE(j->commit());
+  REQUIRE(j->add_record(*first, 2, "kept"));
   auto again = j->add_task("t", "b", 2);
   REQUIRE_FALSE(again);
+  CHECK_FALSE(j->last_failure_transient());
   CHECK_THAT(again.error().to_string(), Catch::Contains("adding task 't'"));
-  j->rollback();
+  // The other writes of the transaction stand.
+  REQUIRE(j->commit());
+  auto kept = j->records(*first);
+  REQUIRE(kept);
+  CHECK(kept->size() == 2);
   REQUIRE(j->drop_task("t"));
   auto replaced = j->add_task("t", "b", 2);
   REQUIRE(replaced);
@@ -167,176 +138,46 @@ TEST_CASE("a journal refuses a second task with the same id until dropped") {
   auto records = j->records(*first);
   REQUIRE(records);
   CHECK(records->empty());
+  auto t = j->task("t");
+  REQUIRE(t);
+  REQUIRE(*t);
+  CHECK((*t)->spec == "b");
 }
 
-TEST_CASE("one node per state directory") {
-  temp_dir tmp;
-  auto first = open_or_fail({tmp.state()});
-  auto second = journal_store::open({tmp.state()});
-  REQUIRE_FALSE(second);
-  CHECK_THAT(second.error().to_string(),
-             Catch::Contains("in use by another tasksup node (pid " +
-                             std::to_string(::getpid()) + ")"));
-  first.reset();
-  CHECK(journal_store::open({tmp.state()}));
-}
-
-TEST_CASE("a damaged journal stops the open with a clear error") {
-  temp_dir tmp;
-  fs::create_directories(tmp.state());
-  SECTION("a file that is not a database") {
-    std::ofstream{tmp.state() + "/journal.db"} << std::string(8192, 'x');
-  }
-  SECTION("a database with a page overwritten") {
-    {
-      auto j = open_or_fail({tmp.state()});
-      for (int i = 0; i < 200; ++i)
-        REQUIRE(j->add_task("t" + std::to_string(i), std::string(500, 's'), i));
-      REQUIRE(j->commit());
-    }
-    std::fstream f{tmp.state() + "/journal.db",
-                   std::ios::in | std::ios::out | std::ios::binary};
-    f.seekp(4096 * 2);
-    std::string junk(4096, '\xff');
-    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
-  }
-  auto j = journal_store::open({tmp.state()});
-  REQUIRE_FALSE(j);
-  CHECK_THAT(j.error().to_string(), Catch::Contains("journal.db"));
-}
-
-TEST_CASE("an unwritable state directory stops the open") {
-  temp_dir tmp;
-  fs::create_directories(tmp.state());
-  auto undo = make_unwritable(tmp.state());
-  auto j = journal_store::open({tmp.state()});
-  std::system(undo.c_str());
-  REQUIRE_FALSE(j);
-  CHECK_THAT(j.error().to_string(), Catch::Contains("lock"));
-}
-
-TEST_CASE("a full journal fails the write and keeps what was committed") {
-  temp_dir tmp;
-  store_options opts{tmp.state()};
-  opts.max_pages = 40;
-  int committed = 0;
-  {
-    auto j = open_or_fail(opts);
-    std::string failure;
-    for (int i = 0; i < 1000 && failure.empty(); ++i) {
-      auto t = j->add_task("t" + std::to_string(i), std::string(2000, 's'), i);
-      if (!t) {
-        failure = t.error().to_string();
-        j->rollback();
-        break;
-      }
-      if (auto ok = j->commit(); !ok) {
-        failure = ok.error().to_string();
-        break;
-      }
-      ++committed;
-    }
-    CHECK_THAT(failure, Catch::Contains("full"));
-    REQUIRE(committed > 0);
-  }
-  opts.max_pages = 0;
-  auto j = open_or_fail(opts);
+TEST_CASE("a rolled back transaction leaves nothing", "[postgres]") {
+  backend b{GENERATE(as<std::string>{}, "sqlite", "postgresql")};
+  CAPTURE(b.kind);
+  auto j = b.open();
+  auto seq = j->add_task("t", "a", 1);
+  REQUIRE(seq);
+  REQUIRE(j->commit());
+  REQUIRE(j->add_record(*seq, 1, "r"));
+  REQUIRE(j->put_state("k", "v"));
+  REQUIRE(j->add_task("u", "b", 2));
+  j->rollback();
+  auto records = j->records(*seq);
+  REQUIRE(records);
+  CHECK(records->empty());
+  auto state = j->state("k");
+  REQUIRE(state);
+  CHECK_FALSE(*state);
   auto tasks = j->tasks();
   REQUIRE(tasks);
-  CHECK(tasks->size() == static_cast<std::size_t>(committed));
+  CHECK(tasks->size() == 1);
+  // And the journal goes on.
+  REQUIRE(j->add_record(*seq, 1, "r"));
+  REQUIRE(j->commit());
 }
 
-TEST_CASE("an older journal is migrated, a newer one refused") {
-  temp_dir tmp;
-  fs::create_directories(tmp.state());
-  auto file = tmp.state() + "/journal.db";
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
-  // The layout version 1 wrote.
-  const char* version_1 = "CREATE TABLE tasks (seq INTEGER PRIMARY KEY "
-                          "AUTOINCREMENT, id TEXT NOT NULL UNIQUE, spec BLOB "
-                          "NOT NULL, submitted_at REAL NOT NULL, finished_at "
-                          "REAL, result BLOB);"
-                          "CREATE INDEX tasks_finished ON tasks(finished_at);"
-                          "CREATE TABLE records (task INTEGER NOT NULL, n "
-                          "INTEGER NOT NULL, body BLOB NOT NULL, PRIMARY KEY "
-                          "(task, n)) WITHOUT ROWID;"
-                          "CREATE TABLE events (task INTEGER NOT NULL, n "
-                          "INTEGER NOT NULL, kind INTEGER NOT NULL, json TEXT "
-                          "NOT NULL, PRIMARY KEY (task, n)) WITHOUT ROWID;"
-                          "PRAGMA user_version = 1;";
-  SECTION("an empty journal of schema version 1 is migrated") {
-    REQUIRE(sqlite3_exec(db, version_1, nullptr, nullptr, nullptr) ==
-            SQLITE_OK);
-    sqlite3_close(db);
-    auto j = open_or_fail({tmp.state()});
-    // The table version 2 added is there.
-    REQUIRE(j->put_state("k", "v"));
-    REQUIRE(j->commit());
-    auto s = j->state("k");
-    REQUIRE(s);
-    CHECK(*s == std::optional<std::string>{"v"});
-  }
-  SECTION("one of schema version 3 with tasks is refused: its task records "
-          "predate the supervisor overrides") {
-    REQUIRE(sqlite3_exec(db, version_1, nullptr, nullptr, nullptr) ==
-            SQLITE_OK);
-    REQUIRE(sqlite3_exec(db,
-                         "CREATE TABLE node_state (key TEXT PRIMARY KEY, "
-                         "body BLOB NOT NULL) WITHOUT ROWID;"
-                         "INSERT INTO tasks (id, spec, submitted_at) VALUES "
-                         "('old', 'old-spec', 7);"
-                         "PRAGMA user_version = 3;",
-                         nullptr, nullptr, nullptr) == SQLITE_OK);
-    sqlite3_close(db);
-    auto j = journal_store::open({tmp.state()});
-    REQUIRE_FALSE(j);
-    CHECK_THAT(j.error().to_string(),
-               Catch::Contains("schema version 3, 1 task(s)") &&
-                 Catch::Contains("move the journal away"));
-  }
-  SECTION("one with tasks in an encoding this build cannot read is refused, "
-          "and left as it was") {
-    REQUIRE(sqlite3_exec(db, version_1, nullptr, nullptr, nullptr) ==
-            SQLITE_OK);
-    REQUIRE(sqlite3_exec(db,
-                         "INSERT INTO tasks (id, spec, submitted_at) VALUES "
-                         "('old', 'old-spec', 7);",
-                         nullptr, nullptr, nullptr) == SQLITE_OK);
-    sqlite3_close(db);
-    auto j = journal_store::open({tmp.state()});
-    REQUIRE_FALSE(j);
-    CHECK_THAT(j.error().to_string(),
-               Catch::Contains("schema version 1, 1 task(s)") &&
-                 Catch::Contains("older tasksup") &&
-                 Catch::Contains("move the journal away"));
-    REQUIRE(sqlite3_open(file.c_str(), &db) == SQLITE_OK);
-    sqlite3_stmt* st = nullptr;
-    REQUIRE(sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, nullptr) ==
-            SQLITE_OK);
-    REQUIRE(sqlite3_step(st) == SQLITE_ROW);
-    CHECK(sqlite3_column_int(st, 0) == 1);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-  }
-  SECTION("a newer schema") {
-    REQUIRE(sqlite3_exec(db, "PRAGMA user_version = 99;", nullptr, nullptr,
-                         nullptr) == SQLITE_OK);
-    sqlite3_close(db);
-    auto j = journal_store::open({tmp.state()});
-    REQUIRE_FALSE(j);
-    CHECK_THAT(j.error().to_string(),
-               Catch::Contains("schema version 99 is newer"));
-  }
-}
-
-TEST_CASE("pruning removes finished tasks by age and by count") {
-  temp_dir tmp;
-  auto j = open_or_fail({tmp.state()});
+TEST_CASE("pruning removes finished tasks by age and by count", "[postgres]") {
+  backend b{GENERATE(as<std::string>{}, "sqlite", "postgresql")};
+  CAPTURE(b.kind);
+  auto j = b.open();
   for (int i = 0; i < 6; ++i) {
     auto seq = j->add_task("t" + std::to_string(i), "s", i);
     REQUIRE(seq);
     REQUIRE(j->add_record(*seq, 1, "r"));
+    REQUIRE(j->add_event(*seq, 1, 1, "{}"));
     if (i < 5) // t5 is still running
       REQUIRE(j->end_task(*seq, 10.0 * i, "result"));
   }
@@ -354,6 +195,16 @@ TEST_CASE("pruning removes finished tasks by age and by count") {
     REQUIRE(t3);
     CHECK(*t3);
   }
+  SECTION("no limits: nothing goes") {
+    auto n = j->prune(45, 0, 0);
+    REQUIRE(n);
+    CHECK(*n == 0);
+    REQUIRE(j->commit());
+    auto tasks = j->tasks();
+    REQUIRE(tasks);
+    CHECK(tasks->size() == 6);
+    return;
+  }
   REQUIRE(j->commit());
   auto tasks = j->tasks();
   REQUIRE(tasks);
@@ -366,34 +217,18 @@ TEST_CASE("pruning removes finished tasks by age and by count") {
   CHECK(stats->tasks == 3);
   CHECK(stats->unfinished == 1);
   CHECK(stats->records == 3);
+  CHECK(stats->events == 3);
+  CHECK(stats->bytes > 0);
 }
 
-TEST_CASE("the journal and its -wal and -shm files are 0600 in a directory "
-          "others can read, whatever the umask") {
-  temp_dir tmp;
-  auto dir = tmp.state();
-  REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
-  REQUIRE(::chmod(dir.c_str(), 0755) == 0);
-  // A journal an older node left readable: tightened on open.
-  {
-    auto j = open_or_fail({dir});
-    REQUIRE(j->commit());
-  }
-  REQUIRE(::chmod((dir + "/journal.db").c_str(), 0644) == 0);
-  // No umask to lean on: the modes are asked for, not left to it.
-  struct umask_guard {
-    mode_t old = ::umask(0);
-    ~umask_guard() { ::umask(old); }
-  } no_umask;
-  auto j = open_or_fail({dir});
-  REQUIRE(j->add_task("t1", "env SECRET=hunter2", 1.0));
-  REQUIRE(j->commit());
-  // Written and not yet checkpointed: the spec is in the write-ahead log.
-  for (auto* name :
-       {"journal.db", "journal.db-wal", "journal.db-shm", "lock"}) {
-    struct stat st {};
-    INFO(name);
-    REQUIRE(::stat((dir + "/" + name).c_str(), &st) == 0);
-    CHECK((st.st_mode & 07777) == 0600);
-  }
+TEST_CASE("one node per state directory, whichever the journal", "[postgres]") {
+  backend b{GENERATE(as<std::string>{}, "sqlite", "postgresql")};
+  CAPTURE(b.kind);
+  auto first = b.open();
+  auto second = journal_store::open(b.options());
+  REQUIRE_FALSE(second);
+  CHECK_THAT(second.error().to_string(),
+             Catch::Contains("in use by another tasksup node"));
+  first.reset();
+  CHECK(journal_store::open(b.options()));
 }

@@ -14,6 +14,9 @@ inline constexpr int unavailable = 3;
 inline constexpr int stopped = 130;
 /// A wait gave up (as timeout(1) does).
 inline constexpr int timed_out = 124;
+/// A coordinator deposed: another one took its shared journal over (as
+/// sysexits.h's EX_TEMPFAIL: started again, it stands by).
+inline constexpr int deposed = 75;
 } // namespace exit_status
 
 } // namespace tasksup::app

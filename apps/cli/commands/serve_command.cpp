@@ -40,6 +40,21 @@ void setup_serve(CLI::App& app, int& status) {
                   "/var/lib/tasksup for root, else ~/.local/state/tasksup");
   cmd->add_flag("--no-journal", opts->no_journal,
                 "Keep tasks in memory only: nothing survives the node");
+  cmd->add_option(
+    "--journal", opts->journal_url,
+    "A PostgreSQL journal shared by coordinators, as a libpq URL "
+    "(postgresql://USER@HOST:PORT/DB; keep the password in ~/.pgpass or "
+    "PGPASSWORD): one leads, the others stand by and take over when it "
+    "dies; attempts run on worker nodes only. Default: the SQLite journal "
+    "in the state directory");
+  cmd
+    ->add_option("--leader-lease", opts->lease_s,
+                 "With --journal: seconds a coordinator's leadership holds "
+                 "without a renewal (it renews every quarter of it); a "
+                 "standby takes over within about this long of the "
+                 "leader's death")
+    ->check(CLI::Range(0.5, 600.0))
+    ->capture_default_str();
   cmd
     ->add_option("--journal-sync", opts->journal_sync,
                  "full: what a client is told of (a submission, a control "
@@ -225,6 +240,18 @@ coordinator's ca.crt, node.crt and node.key there; never ca.key). A worker
 lost (killed, or silent for --peer-timeout) has its attempts retried on
 another at once; a worker that hears nothing for --lease kills its attempts.
 `tasksup nodes` lists the workers.
+
+Coordinators that outlive their machine: start several with the same
+--journal postgresql://... (each with its own --listen HOST:PORT and state
+directory). One takes the leader lease (holder, epoch, expiry on the
+database's clock) and runs the node; the others stand by, and `tasksup
+status` or `nodes` against a standby says who leads and at which address. A
+leader renews its lease every quarter of --leader-lease; every commit to the
+journal checks the epoch in its transaction, so a leader that was deposed
+(its lease ran out, another took it) cannot write, and it exits at once with
+status 75 (a service manager restarts it as a standby). A standby takes the
+lease once it expires: within --leader-lease (plus a little) of a kill -9 of the
+leader; a leader that stops on a signal lets its lease go at once.
 
 On this machine, the node also serves its own user (only: SO_PEERCRED)
 on the Unix socket <state dir>/control-PORT.sock, which `tasksup status`,

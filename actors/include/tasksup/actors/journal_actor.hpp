@@ -24,6 +24,8 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
+#include <functional>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -97,9 +99,16 @@ using journal_actor = caf::typed_actor<
   caf::reacts_to<jflush_atom>, caf::reacts_to<jlater_atom>,
   caf::reacts_to<jsync_atom>, caf::reacts_to<jprune_atom>>;
 
+/// Called (on the journal's thread) when a commit failed because another
+/// coordinator leads the shared journal now (journal_store::deposed), with
+/// why. The journal then stops with an error: nothing more of this node can
+/// be journaled, so the node must stop too.
+using journal_deposed_hook = std::function<void(const std::string&)>;
+
 /// Spawns the journal on its own thread.
 journal_actor spawn_journal(caf::actor_system& sys,
                             std::unique_ptr<journal::journal_store> store,
-                            journal_retention retention = {});
+                            journal_retention retention = {},
+                            journal_deposed_hook on_deposed = {});
 
 } // namespace tasksup

@@ -143,6 +143,9 @@ enum class protocol_error : std::uint8_t {
   /// An `await` was not answered within the node's await timeout: the
   /// task is still running; await it again to keep waiting.
   await_timeout,
+  /// This coordinator stands by: another one leads the shared journal (the
+  /// context names it and where to reach it).
+  not_leader,
 };
 
 /// The name of a protocol error code.

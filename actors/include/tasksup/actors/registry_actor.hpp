@@ -48,6 +48,10 @@ struct registry_options {
   /// names them), how long attempts wait for a worker to join before the
   /// coordinator runs them itself.
   double worker_wait_s = default_worker_wait_s;
+  /// Attempts run on worker nodes only, never on the coordinator itself
+  /// (they wait until a worker joins): a coordinator whose journal is shared
+  /// with standbys, as an attempt here would not outlive a failover.
+  bool workers_only = false;
   /// The node's journal (null: tasks live in memory only). With one, a task
   /// is recorded before `submit` answers, and its events and end follow.
   journal_actor journal;
