@@ -24,7 +24,9 @@ leadership::~leadership() {
 }
 
 double leadership::poll_s() const noexcept {
-  return std::max(0.05, lease_->lease_s() / 8);
+  // Often enough that a released lease is taken at once, rarely enough to
+  // leave the database alone.
+  return std::clamp(lease_->lease_s() / 8, 0.05, 1.0);
 }
 
 bool leadership::try_take() {

@@ -31,6 +31,7 @@
 #include <set>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace tasksup::app {
 
@@ -53,9 +54,15 @@ int run_worker_node(const worker_node_options& opts) {
     std::cerr << "tasksup serve: " << text << '\n';
     return exit_status::bad_input;
   };
-  auto addr = parse_node_address(opts.join);
-  if (!addr)
-    return bad("--join: " + addr.error().to_string());
+  std::vector<node_address> coordinators;
+  for (std::size_t at = 0; at <= opts.join.size();) {
+    auto comma = std::min(opts.join.find(',', at), opts.join.size());
+    auto one = parse_node_address(opts.join.substr(at, comma - at));
+    if (!one)
+      return bad("--join: " + one.error().to_string());
+    coordinators.push_back(*one);
+    at = comma + 1;
+  }
   if (opts.lease < 2 * opts.heartbeat)
     return bad("--lease must be at least twice --heartbeat-ms (a lease "
                "shorter than two heartbeats drops healthy connections)");
@@ -156,24 +163,43 @@ int run_worker_node(const worker_node_options& opts) {
                   caf::after(d) >> [] {});
   };
   bool reported_unreachable = false;
+  // The coordinator tried next; after a round of them all without a join,
+  // the worker waits (doubling, up to max_reconnect_wait).
+  std::size_t next = 0;
+  std::size_t tried = 0;
+  auto try_next = [&] {
+    next = (next + 1) % coordinators.size();
+    if (++tried < coordinators.size())
+      return;
+    tried = 0;
+    pause(wait);
+    wait = std::min(wait * 2, std::chrono::milliseconds{max_reconnect_wait});
+  };
   while (!stopping) {
+    auto* addr = &coordinators[next];
     auto door = connect_to_node(sys, *addr, creds);
     if (!door) {
       if (!reported_unreachable)
         spdlog::warn("cannot reach the coordinator at {}: {}; trying again",
                      addr->to_string(), sys.render(door.error()));
-      reported_unreachable = true;
-      pause(wait);
-      wait = std::min(wait * 2, std::chrono::milliseconds{max_reconnect_wait});
+      reported_unreachable = coordinators.size() == 1;
+      try_next();
       continue;
     }
     std::optional<std::string> joined;
     bool refused = false;
+    bool standby = false;
     self
       ->request(*door, std::chrono::seconds{10}, join_atom::value, offer, agent)
       .receive([&](std::string& coordinator) { joined = coordinator; },
                [&](caf::error& err) {
-                 if (err.category() == protocol_error_category) {
+                 if (err.category() == protocol_error_category &&
+                     err.code() ==
+                       static_cast<std::uint8_t>(protocol_error::not_leader)) {
+                   // A standby: the leader is another one of the list.
+                   spdlog::info("{}: {}", addr->to_string(), error_text(err));
+                   standby = true;
+                 } else if (err.category() == protocol_error_category) {
                    spdlog::error("the coordinator at {} refused this node: {}",
                                  addr->to_string(), error_text(err));
                    refused = true;
@@ -187,11 +213,15 @@ int run_worker_node(const worker_node_options& opts) {
       break;
     }
     if (!joined) {
-      pause(wait);
+      if (standby || coordinators.size() > 1)
+        try_next();
+      else
+        pause(wait);
       continue;
     }
     reported_unreachable = false;
     wait = std::chrono::milliseconds{250};
+    tried = 0;
     self->send(agent, join_atom::value, door->node());
     self->monitor(*door);
     spdlog::info("joined the coordinator {} at {}", *joined, addr->to_string());

@@ -13,7 +13,9 @@ namespace tasksup::app {
 
 /// Everything a worker node is started with.
 struct worker_node_options {
-  /// The coordinator, HOST:PORT.
+  /// The coordinator, HOST:PORT; or coordinators sharing a journal,
+  /// HOST:PORT,HOST:PORT,...: the worker joins the one that leads, and
+  /// follows the leadership when it moves.
   std::string join;
   /// The node's name in the cluster; empty: the host name.
   std::string name;

@@ -103,7 +103,9 @@ void setup_serve(CLI::App& app, int& status) {
                   "Run as a worker node of the coordinator at HOST:PORT: "
                   "offer this node's attempt slots, runtimes and labels, and "
                   "run the attempts it places here (no journal, no tasks of "
-                  "its own)");
+                  "its own). Coordinators sharing a --journal: "
+                  "HOST:PORT,HOST:PORT,...; the worker joins the leader and "
+                  "follows it when another takes over");
   cmd->add_option("--name", opts->worker.name,
                   "With --join: this node's name in the cluster (default: "
                   "the host name)");

@@ -1,0 +1,230 @@
+// Coordinators that share a PostgreSQL journal: one leads, the others stand
+// by and say who leads; a standby takes over when the leader is killed, the
+// workers follow it, and every task ends once; a deposed leader cannot
+// write and exits. The real tasksup binary, the tests' PostgreSQL server.
+
+#include "tasksup_child.hpp"
+
+#include "../postgres_server.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <array>
+#include <chrono>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+using namespace tasksup::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Two coordinators (a, b) on one shared journal, and worker nodes that
+/// join them both.
+class shared_journal_cluster {
+public:
+  explicit shared_journal_cluster(double lease_s) : lease_(lease_s) {
+    agent_ = dir_.write_script("agent.sh", "#!/bin/sh\n"
+                                           "echo \"start $TASKSUP_TASK_ID "
+                                           "$TASKSUP_ATTEMPT\" >> '" +
+                                             (dir_ / "ran.txt") +
+                                             "'\n"
+                                             "sleep \"$1\"\n"
+                                             "echo done\n");
+    ports_ = {unused_port(), unused_port()};
+    // One CA for the coordinators, the workers and the commands (these
+    // find it through TASKSUP_STATE_DIR).
+    auto certs = run_to_end(dir_, {"certs", "init", dir_ / "state/certs"});
+    INFO(certs.err);
+    REQUIRE(certs.status == 0);
+  }
+
+  std::string address(int i) const {
+    return "127.0.0.1:" + std::to_string(ports_.at(i));
+  }
+
+  /// Starts coordinator `i` (0: a, 1: b) as its `n`th start.
+  tasksup_child& start(int i) {
+    std::string name = i == 0 ? "a" : "b";
+    std::vector<std::string> args{"serve",
+                                  "--listen",
+                                  address(i),
+                                  "--config",
+                                  config("coordinator", 4),
+                                  "--state-dir",
+                                  dir_ / ("state-" + name),
+                                  "--journal",
+                                  db_.url,
+                                  "--leader-lease",
+                                  std::to_string(lease_),
+                                  "--heartbeat-ms",
+                                  "200",
+                                  "--certs",
+                                  dir_ / "state/certs"};
+    coordinators_[i] = std::make_unique<tasksup_child>(
+      dir_, name + "-" + std::to_string(++starts_), args);
+    return *coordinators_[i];
+  }
+
+  tasksup_child& coordinator(int i) { return *coordinators_.at(i); }
+
+  /// Waits until coordinator `i`'s log holds `text`.
+  void wait_log(int i, const std::string& text,
+                std::chrono::milliseconds limit = 20s) {
+    auto& c = coordinator(i);
+    auto seen = eventually(
+      [&] { return c.err().find(text) != std::string::npos; }, limit);
+    INFO(c.err());
+    REQUIRE(seen);
+  }
+
+  /// Starts worker `name`, joining both coordinators.
+  tasksup_child& add_worker(const std::string& name, int slots) {
+    workers_.push_back(std::make_unique<tasksup_child>(
+      dir_, name,
+      std::vector<std::string>{"serve", "--join", address(0) + "," + address(1),
+                               "--name", name, "--config", config(name, slots),
+                               "--state-dir", dir_ / name, "--heartbeat-ms",
+                               "200", "--lease", "1.5"}));
+    return *workers_.back();
+  }
+
+  /// Submits a task to coordinator `i` whose agent works `seconds`.
+  void submit(int i, const std::string& id, double seconds) {
+    auto file = dir_.write(
+      id + ".json", R"({"id": ")" + id + R"(", "prompt": ")" +
+                      std::to_string(seconds) +
+                      R"(", "supervisor": {"backoff_base_seconds": 0.2}})");
+    auto r = run_to_end(dir_, {"submit", "--node", address(i), file});
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+  }
+
+  /// Task `id`'s outcome at coordinator `i` once done (within `limit`).
+  std::string outcome(int i, const std::string& id,
+                      std::chrono::seconds limit = 60s) {
+    std::string out;
+    auto done = eventually(
+      [&] {
+        auto r =
+          run_to_end(dir_, {"status", "--json", "--node", address(i), id});
+        auto lines = json_lines(r.out);
+        if (r.status != 0 || lines.empty() || lines[0]["state"] != "done")
+          return false;
+        out = std::string{lines[0].at("result").at("outcome").as_string()};
+        return true;
+      },
+      limit);
+    INFO(coordinator(i).err());
+    REQUIRE(done);
+    return out;
+  }
+
+  finished command(const std::vector<std::string>& args) {
+    return run_to_end(dir_, args);
+  }
+
+  const postgres_database& db() const { return db_; }
+
+private:
+  std::string config(const std::string& name, int slots) {
+    auto dir = dir_ / ("config-" + name);
+    std::filesystem::create_directories(dir);
+    std::ofstream{dir + "/node.json"}
+      << R"({"max_concurrent": )" << slots
+      << R"(, "default_agent": {"agent_id": "sh", "agent_cli": ")" << agent_
+      << R"(", "cli_flags": "", "prompt_as_argument": true},
+            "default_runtime": "process"})";
+    return dir;
+  }
+
+  postgres_database db_;
+  scratch dir_;
+  double lease_;
+  std::string agent_;
+  std::vector<int> ports_;
+  int starts_ = 0;
+  std::array<std::unique_ptr<tasksup_child>, 2> coordinators_;
+  std::vector<std::unique_ptr<tasksup_child>> workers_;
+};
+
+} // namespace
+
+TEST_CASE("a standby says who leads, takes over when the leader is killed, "
+          "and the workers follow it: every task ends once",
+          "[postgres]") {
+  shared_journal_cluster c{2};
+  c.start(0);
+  c.wait_log(0, "leading (epoch 1;");
+  c.start(1);
+  c.wait_log(1, "stands by: " + c.address(0) + " leads (epoch 1");
+  // A standby's status and nodes say who leads and where to ask.
+  for (auto* cmd : {"status", "nodes"}) {
+    auto r = c.command({cmd, "--node", c.address(1)});
+    INFO(cmd << ": " << r.err);
+    CHECK(r.status == 3);
+    CHECK_THAT(r.err, Catch::Contains(c.address(0) + " leads (epoch 1") &&
+                        Catch::Contains("--node " + c.address(0)));
+  }
+  // Attempts run on workers only: a task waits for one.
+  c.submit(0, "early", 0.1);
+  c.add_worker("w1", 4);
+  c.wait_log(0, "worker node w1 joined");
+  CHECK(c.outcome(0, "early") == "succeeded");
+  // Tasks running on the worker when the leader dies.
+  for (int i = 0; i < 3; ++i)
+    c.submit(0, "t" + std::to_string(i), 2);
+  c.coordinator(0).signal(SIGKILL);
+  c.wait_log(1, "leading (epoch 2;", 30s);
+  c.wait_log(1, "worker node w1 joined");
+  for (int i = 0; i < 3; ++i)
+    CHECK(c.outcome(1, "t" + std::to_string(i)) == "succeeded");
+  CHECK(c.outcome(1, "early") == "succeeded");
+  // The old leader, started again, stands by.
+  c.start(0);
+  c.wait_log(0, "stands by: " + c.address(1) + " leads (epoch 2");
+  auto r = c.command({"status", "--node", c.address(0)});
+  CHECK(r.status == 3);
+  CHECK_THAT(r.err, Catch::Contains(c.address(1) + " leads"));
+}
+
+TEST_CASE("a deposed leader cannot write and exits at once", "[postgres]") {
+  shared_journal_cluster c{1};
+  c.start(0);
+  c.wait_log(0, "leading (epoch 1;");
+  c.start(1);
+  c.wait_log(1, "stands by");
+  // The leader freezes past its lease: the standby takes over.
+  c.coordinator(0).signal(SIGSTOP);
+  c.wait_log(1, "leading (epoch 2;", 30s);
+  c.coordinator(0).signal(SIGCONT);
+  auto status = c.coordinator(0).wait(20s);
+  INFO(c.coordinator(0).err());
+  CHECK(status == 75);
+  CHECK_THAT(c.coordinator(0).err(),
+             Catch::Contains("exiting at once (status 75)"));
+  // The new leader works.
+  c.add_worker("w1", 2);
+  c.wait_log(1, "worker node w1 joined");
+  c.submit(1, "after", 0.1);
+  CHECK(c.outcome(1, "after") == "succeeded");
+}
+
+TEST_CASE("a leader stopped by a signal hands over at once, not when its "
+          "lease would expire",
+          "[postgres]") {
+  // A lease far longer than the wait below: only a release lets b lead.
+  shared_journal_cluster c{60};
+  c.start(0);
+  c.wait_log(0, "leading (epoch 1;");
+  c.start(1);
+  c.wait_log(1, "stands by");
+  c.coordinator(0).signal(SIGTERM);
+  CHECK(c.coordinator(0).wait(30s) == 0);
+  c.wait_log(1, "leading (epoch 2;", 15s);
+}
