@@ -104,6 +104,6 @@ starts=$(grep -c '^start ' "$d/ran.txt")
 echo "tasks: $TASKS; done $done_n, succeeded $succeeded, other outcomes $((done_n - succeeded)), lost $((TASKS - done_n)); agent starts $starts; tasks whose agent finished more than once $twice"
 left=0
 for p in /proc/[0-9]*; do
-  tr '\0' ' ' < "$p/cmdline" 2>/dev/null | grep -q "^/bin/sh $d/agent.sh" && left=$((left + 1))
+  tr '\0' ' ' 2>/dev/null < "$p/cmdline" | grep -q "^/bin/sh $d/agent.sh" && left=$((left + 1))
 done
 echo "agents left running: $left"

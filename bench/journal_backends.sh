@@ -46,7 +46,7 @@ run() {
   ticks=$(awk '{print $14 + $15}' /proc/$node/stat)
   cpu=$(echo "scale=2; $ticks / $(getconf CLK_TCK)" | bc)
   local ok
-  ok=$("$T" status --json --node 127.0.0.1:$port | grep -c '"outcome":"succeeded"')
+  ok=$("$T" status --json --node 127.0.0.1:$port | grep -o '"outcome":"succeeded"' | wc -l)
   kill $worker $node; wait $worker $node 2>/dev/null
   echo "$mode: $N tasks ($ok succeeded) in $(echo "$t1 - $t0" | bc) s = $(echo "$N / ($t1 - $t0)" | bc) tasks/s, coordinator cpu $cpu s"
   [ -n "$db" ] && psql -q "$server" -c "DROP DATABASE $db WITH (FORCE)"

@@ -383,6 +383,9 @@ void flush(journal_actor_t* self) {
   }
   st.store->rollback();
   if (st.store->deposed()) {
+    // Nothing of this batch will ever commit: its requests are answered
+    // with why, with everything else that waits.
+    std::move(batch.begin(), batch.end(), std::back_inserter(st.batch));
     deposed(self, failure->to_string());
     return;
   }

@@ -3,13 +3,17 @@
 // durable input once also synced to disk); its figures for /metrics
 // count the committed writes by kind, the commits and their durations; a
 // full disk shows as failing and refuses submissions, and a submission that
-// fits again is accepted.
+// fits again is accepted. On a shared PostgreSQL journal, a deposed one
+// answers what waits with an error, tells its owner and stops.
 
 #include "tasksup/actors/journal_actor.hpp"
 
 #include "tasksup/actors/journal_figures.hpp"
 #include "tasksup/actors/protocol.hpp"
 
+#include "tasksup/journal/leader_lease.hpp"
+
+#include "../postgres_server.hpp"
 #include "../temp_dir.hpp"
 
 #include <catch2/catch.hpp>
@@ -22,7 +26,10 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <future>
+#include <memory>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,17 +51,35 @@ struct journal_fixture {
   explicit journal_fixture(std::int64_t max_pages,
                            std::int64_t keep_finished = 10000,
                            journal::sync_mode sync = journal::sync_mode::full) {
-    register_protocol(cfg);
-    sys = std::make_unique<caf::actor_system>(cfg);
     journal::store_options opts{dir.path + "/state"};
     opts.max_pages = max_pages;
     opts.sync = sync;
+    start(opts, keep_finished, {}, {});
+  }
+
+  /// On the PostgreSQL journal at `url`, fenced at `epoch`.
+  journal_fixture(const std::string& url, std::int64_t epoch,
+                  journal_deposed_hook on_deposed) {
+    journal::store_options opts{dir.path + "/state"};
+    opts.url = url;
+    start(opts, 10000, epoch, std::move(on_deposed));
+  }
+
+  void start(const journal::store_options& opts, std::int64_t keep_finished,
+             std::optional<std::int64_t> epoch,
+             journal_deposed_hook on_deposed) {
+    register_protocol(cfg);
+    sys = std::make_unique<caf::actor_system>(cfg);
     auto store = journal::journal_store::open(opts);
-    REQUIRE(store);
+    if (!store)
+      FAIL(store.error().to_string());
+    if (epoch)
+      (*store)->fence(*epoch);
     journal_retention keep;
     keep.interval_s = 0; // no pruning timer: pruned when asked
     keep.max_count = keep_finished;
-    journal = spawn_journal(*sys, std::move(*store), keep);
+    journal =
+      spawn_journal(*sys, std::move(*store), keep, std::move(on_deposed));
   }
 
   ~journal_fixture() {
@@ -210,4 +235,60 @@ TEST_CASE("journal actor: a full disk shows in its figures, refuses "
   CHECK_FALSE(h.failing);
   CHECK_FALSE(h.disk_full);
   CHECK(h.written[3] == seqs.size()); // end
+}
+
+TEST_CASE("journal actor: on a shared PostgreSQL journal it commits and reads "
+          "back, and once deposed it refuses what waits, tells its owner "
+          "why and stops",
+          "[postgres]") {
+  test::postgres_database db;
+  auto lease = [&](const std::string& who) {
+    auto l = journal::leader_lease::open(db.url, who, who + ":1", 30);
+    if (!l)
+      FAIL(l.error().to_string());
+    return std::move(*l);
+  };
+  auto a = lease("a");
+  auto b = lease("b");
+  auto epoch = a->acquire();
+  REQUIRE(epoch);
+  REQUIRE(*epoch);
+  auto told = std::make_shared<std::promise<std::string>>();
+  journal_fixture j{db.url, **epoch,
+                    [told](const std::string& why) { told->set_value(why); }};
+  REQUIRE(j.add_task("a", 100).empty());
+  auto seq = j.last_seq;
+  REQUIRE(j.add_input(seq, 1));
+  REQUIRE(j.add_input(seq, 2, true));
+  j.end_task(seq);
+  auto f = j.figures();
+  CHECK(f.written[0] == 1);
+  CHECK(f.written[1] == 2);
+  CHECK(f.tasks == 1);
+  CHECK(f.unfinished == 0);
+  CHECK(f.syncs == 0); // nothing to sync: the server's commit is durable
+  // Another coordinator takes over.
+  REQUIRE(a->release(**epoch));
+  auto taken = b->acquire();
+  REQUIRE(taken);
+  REQUIRE(*taken);
+  caf::scoped_actor self{*j.sys};
+  self->monitor(j.journal);
+  auto refusal = j.add_task("b", 100);
+  CHECK_THAT(refusal, Catch::Contains("b leads now"));
+  auto why = told->get_future();
+  REQUIRE(why.wait_for(10s) == std::future_status::ready);
+  CHECK_THAT(why.get(), Catch::Contains("b leads now"));
+  bool down = false;
+  self->receive([&](caf::down_msg&) { down = true; }, caf::after(10s) >> [] {});
+  CHECK(down);
+  // Nothing of the deposed journal's last write is there.
+  journal::store_options opts{j.dir.path + "/reader"};
+  opts.url = db.url;
+  auto reader = journal::journal_store::open(opts);
+  REQUIRE(reader);
+  auto tasks = (*reader)->tasks();
+  REQUIRE(tasks);
+  REQUIRE(tasks->size() == 1);
+  CHECK(tasks->at(0).id == "a");
 }

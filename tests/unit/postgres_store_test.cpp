@@ -174,6 +174,20 @@ TEST_CASE("a lost connection fails the commit as transient, and the journal "
   auto records = j->records(*seq);
   REQUIRE(records);
   CHECK(records->size() == 1);
+  // A statement that fails inside a transaction (here a submission, which
+  // waits for its answer) fails the commit too: the server dropped the
+  // whole transaction, so a commit must not say it kept the rest.
+  REQUIRE(j->add_record(*seq, 2, "r2"));
+  test::postgres_admin("SELECT pg_terminate_backend(pid) FROM "
+                       "pg_stat_activity WHERE datname = '" +
+                       db.name + "' AND application_name = 'tasksup'");
+  REQUIRE_FALSE(j->add_task("u", "spec", 2));
+  CHECK(j->last_failure_transient());
+  REQUIRE_FALSE(j->commit());
+  j->rollback();
+  records = j->records(*seq);
+  REQUIRE(records);
+  CHECK(records->size() == 1);
 }
 
 TEST_CASE("coordinators that start together create the tables once",

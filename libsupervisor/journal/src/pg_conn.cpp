@@ -158,6 +158,13 @@ std::int64_t pg_rows::affected() const noexcept {
   return text && *text ? std::strtoll(text, nullptr, 10) : 0;
 }
 
+std::string pg_rows::command() const {
+  if (!r_)
+    return {};
+  auto* tag = PQcmdStatus(res(r_));
+  return tag ? tag : "";
+}
+
 // -- pg_connection ------------------------------------------------------------
 
 pg_connection::pg_connection(std::string url, std::string shown,

@@ -52,6 +52,8 @@ public:
   std::string bytes(int row, int col) const;
   /// Rows a command touched (DELETE, UPDATE, INSERT).
   std::int64_t affected() const noexcept;
+  /// The command's tag ("COMMIT", "ROLLBACK", "INSERT 0 1", ...).
+  std::string command() const;
 
 private:
   void* r_ = nullptr;

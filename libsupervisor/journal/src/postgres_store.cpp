@@ -266,6 +266,13 @@ public:
   expected<bool> commit() override {
     if (!in_tx_)
       return true;
+    // A statement of this transaction failed: the server rolled all of it
+    // back (a COMMIT now would say ROLLBACK), so nothing of it commits.
+    if (tx_failed_) {
+      auto why = *tx_failed_;
+      rollback();
+      return why;
+    }
     db_->send_text("COMMIT");
     auto ok = db_->sync("committing to the journal");
     in_tx_ = false;
@@ -275,6 +282,12 @@ public:
       end_transaction();
       return err;
     }
+    if (ok->empty() || ok->back().command() != "COMMIT") {
+      transient_ = true;
+      return tasksup::error{path(), "",
+                            "committing to the journal: the server rolled "
+                            "the transaction back"};
+    }
     ++commits_;
     return true;
   }
@@ -282,6 +295,7 @@ public:
   expected<bool> sync() override { return false; }
 
   void rollback() override {
+    tx_failed_.reset();
     if (!in_tx_)
       return;
     in_tx_ = false;
@@ -428,6 +442,8 @@ private:
     transient_ = why.transient;
     if (why.deposed)
       deposed_ = true;
+    if (in_tx_ && !tx_failed_)
+      tx_failed_ = err;
     return err;
   }
 
@@ -440,6 +456,8 @@ private:
   std::unique_ptr<detail::state_dir_lock> lock_;
   std::optional<std::int64_t> epoch_;
   bool in_tx_ = false;
+  /// Why a statement of the open transaction failed (it is rolled back).
+  std::optional<tasksup::error> tx_failed_;
   bool transient_ = false;
   bool deposed_ = false;
   std::int64_t commits_ = 0;

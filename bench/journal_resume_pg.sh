@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Resume of a PostgreSQL journal (issue 32): a coordinator on the tests'
+# throwaway server runs FIN tasks to their end on one worker node, then the
+# worker stops and UNF more tasks queue (attempts run on workers only). The
+# coordinator is killed with SIGKILL; a second one on the same journal, which
+# stood by, takes over. For ROUNDS kills this prints: the takeover (the
+# kill to its "leading" line: the lease running out), the journal read and
+# the tasks rebuilt (the "leading" line to "listening"), and the kill to a
+# `status` that lists every task. The killed one starts again as a standby.
+# Usage: FIN=5000 UNF=5000 ROUNDS=3 LEASE=4 bench/journal_resume_pg.sh [tasksup]
+set -u
+root=$(cd "$(dirname "$0")/.." && pwd)
+T=$(realpath "${1:-$root/build/apps/tasksup}")
+FIN=${FIN:-5000}; UNF=${UNF:-5000}; ROUNDS=${ROUNDS:-3}; LEASE=${LEASE:-4}
+d=$(mktemp -d /tmp/tasksup-resume-pg-XXXXXX)
+[ -d "$d" ] || exit 1
+"$root/scripts/postgres-test.sh" start "$d/pg" > /dev/null || exit 1
+server=$(cat "$d/pg/url")
+psql -q "$server" -c "CREATE DATABASE resume" || exit 1
+url=${server%/*}/resume
+pids=()
+cleanup() {
+  [ ${#pids[@]} -gt 0 ] && kill -KILL "${pids[@]}" 2>/dev/null
+  wait 2>/dev/null
+  "$root/scripts/postgres-test.sh" stop "$d/pg"
+  rm -rf "$d"
+}
+trap cleanup EXIT
+export TASKSUP_STATE_DIR=$d/state
+"$T" certs init "$d/state/certs" > /dev/null || exit 1
+mkdir -p "$d/config"
+echo '{"max_concurrent": 16, "default_agent": {"agent_id": "t", "agent_cli": "/bin/true", "cli_flags": ""}, "default_runtime": "process", "circuit_breaker": {"max_failures": 100000}}' > "$d/config/node.json"
+ports=($((20000 + RANDOM % 10000)) $((30000 + RANDOM % 10000)))
+addr() { echo "127.0.0.1:${ports[$1]}"; }
+cpid=("" "")
+start() {
+  "$T" serve --listen "$(addr "$1")" --config "$d/config" --state-dir "$d/c$1" \
+    --certs "$d/state/certs" --journal "$url" --leader-lease "$LEASE" \
+    --retain-tasks 0 2>> "$d/c$1.err" &
+  cpid[$1]=$!
+  pids+=($!)
+}
+wait_for() {
+  for _ in $(seq 12000); do
+    [ "$(grep -c "$3" "$1" 2>/dev/null)" -gt "$2" ] && return 0
+    sleep 0.01
+  done
+  echo "timed out waiting for '$3' in $1" >&2
+  tail -20 "$1" >&2
+  exit 1
+}
+stamp() { date -d "$(echo "$1" | cut -c1-23)" +%s.%N; }
+count() { "$T" status --json --node "$(addr "$1")" 2>/dev/null | grep -o "\"state\":\"$2\"" | wc -l; }
+start 0; wait_for "$d/c0.err" 0 "leading (epoch"
+start 1; wait_for "$d/c1.err" 0 "stands by"
+"$T" serve --join "$(addr 0)" --name w1 --config "$d/config" --state-dir "$d/w1" 2> "$d/w1.err" &
+worker=$!
+pids+=($worker)
+wait_for "$d/c0.err" 0 "worker node w1 joined"
+for i in $(seq "$FIN"); do echo "{\"id\": \"f$i\", \"prompt\": \"p\"}"; done |
+  "$T" submit --node "$(addr 0)" - > /dev/null || exit 1
+while [ "$(count 0 done)" -lt "$FIN" ]; do sleep 0.5; done
+kill "$worker"; wait "$worker" 2>/dev/null
+for i in $(seq "$UNF"); do echo "{\"id\": \"u$i\", \"prompt\": \"p\"}"; done |
+  "$T" submit --node "$(addr 0)" - > /dev/null || exit 1
+echo "journal: $(psql -Atq "$url" -c "select pg_size_pretty(pg_database_size('resume'))"), $FIN finished, $UNF queued"
+leader=0
+for r in $(seq "$ROUNDS"); do
+  other=$((1 - leader))
+  led=$(grep -c "leading (epoch" "$d/c$other.err")
+  heard=$(grep -c "listening on" "$d/c$other.err")
+  t0=$(date +%s.%N)
+  kill -KILL "${cpid[$leader]}"; wait "${cpid[$leader]}" 2>/dev/null
+  wait_for "$d/c$other.err" "$led" "leading (epoch"
+  wait_for "$d/c$other.err" "$heard" "listening on"
+  while [ "$(count "$other" '[a-z]*')" -lt $((FIN + UNF)) ]; do sleep 0.05; done
+  t3=$(date +%s.%N)
+  t1=$(stamp "$(grep 'leading (epoch' "$d/c$other.err" | tail -1)")
+  t2=$(stamp "$(grep 'listening on' "$d/c$other.err" | tail -1)")
+  echo "round $r: takeover $(echo "$t1 - $t0" | bc) s; journal read and tasks rebuilt $(echo "$t2 - $t1" | bc) s; status with $((FIN + UNF)) tasks $(echo "$t3 - $t0" | bc) s after the kill"
+  stood=$(grep -c 'stands by' "$d/c$leader.err")
+  start "$leader"
+  wait_for "$d/c$leader.err" "$stood" "stands by"
+  leader=$other
+done
