@@ -4,8 +4,8 @@
 # worker stops and UNF more tasks queue (attempts run on workers only). The
 # coordinator is killed with SIGKILL; a second one on the same journal, which
 # stood by, takes over. For ROUNDS kills this prints: the takeover (the
-# kill to its "leading" line: the lease running out), the journal read and
-# the tasks rebuilt (the "leading" line to "listening"), and the kill to a
+# kill to its "took the leader lease" line: the lease running out), the
+# journal read and the tasks rebuilt (that line to "listening"), and the kill to a
 # `status` that lists every task. The killed one starts again as a standby.
 # Usage: FIN=5000 UNF=5000 ROUNDS=3 LEASE=4 bench/journal_resume_pg.sh [tasksup]
 set -u
@@ -75,9 +75,9 @@ for r in $(seq "$ROUNDS"); do
   wait_for "$d/c$other.err" "$heard" "listening on"
   while [ "$(count "$other" '[a-z]*')" -lt $((FIN + UNF)) ]; do sleep 0.05; done
   t3=$(date +%s.%N)
-  t1=$(stamp "$(grep 'leading (epoch' "$d/c$other.err" | tail -1)")
+  t1=$(stamp "$(grep 'took the leader lease' "$d/c$other.err" | tail -1)")
   t2=$(stamp "$(grep 'listening on' "$d/c$other.err" | tail -1)")
-  echo "round $r: takeover $(echo "$t1 - $t0" | bc) s; journal read and tasks rebuilt $(echo "$t2 - $t1" | bc) s; status with $((FIN + UNF)) tasks $(echo "$t3 - $t0" | bc) s after the kill"
+  echo "round $r: lease taken $(echo "$t1 - $t0" | bc) s after the kill; journal read and tasks rebuilt $(echo "$t2 - $t1" | bc) s; status with $((FIN + UNF)) tasks $(echo "$t3 - $t0" | bc) s after the kill"
   stood=$(grep -c 'stands by' "$d/c$leader.err")
   start "$leader"
   wait_for "$d/c$leader.err" "$stood" "stands by"

@@ -534,6 +534,8 @@ int run_node(const node_options& opts) {
       return *rc;
     // Leading: the journal is read now, fenced with this leadership's
     // epoch, and the lease renewed from here on.
+    spdlog::info("took the leader lease (epoch {}); reading the journal",
+                 plan.leader->epoch());
     if (auto rc = restore_journal(plan))
       return *rc;
     spdlog::info("leading (epoch {}; lease {} s, renewed every {} s): {} "
