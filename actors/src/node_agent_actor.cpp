@@ -31,6 +31,9 @@ struct node_agent_state {
   /// The node process that joined it (told when the coordinator drops the
   /// node).
   node_process_actor process;
+  /// The newest leadership epoch a placement came from: an older one is a
+  /// deposed leader's, refused.
+  std::int64_t epoch = 0;
   /// The container workers of the attempts running here.
   std::map<caf::actor_addr, container_worker_actor> workers;
   /// Answered once the last worker is gone, after `(stop)`.
@@ -113,6 +116,13 @@ node_agent_actor::behavior_type node_agent(agent_pointer self,
       auto sender = self->current_sender();
       if (!sender || sender->node() != st.coordinator || !supervisor)
         return fail("attempts are placed here by its coordinator only");
+      if (ra.epoch < st.epoch)
+        return make_error(
+          protocol_error::not_leader,
+          "node " + st.opts.name + ": a placement from leadership epoch " +
+            std::to_string(ra.epoch) + ", older than epoch " +
+            std::to_string(st.epoch) + " this node follows: refused");
+      st.epoch = ra.epoch;
       auto rt = st.opts.runtimes.find(ra.runtime);
       if (rt == st.opts.runtimes.end() || !rt->second)
         return fail("no " + ra.runtime.substr(0, 32) + " runtime here");

@@ -70,6 +70,7 @@ void take_worker(supervisor_actor self, container_worker_actor w,
 void start_remote(supervisor_actor self, worker_options w) {
   auto& s = self->state;
   auto ra = to_remote(std::move(w), s.placed_runtime);
+  ra.epoch = s.node->leader_epoch;
   auto attempt = ra.attempt.spec.attempt;
   auto node = s.placed_node;
   s.remote_starting = attempt;

@@ -61,7 +61,8 @@ struct agents_hash {
 struct shared_settings_hash {
   std::size_t operator()(const shared_settings& x) const {
     std::hash<const void*> ptr;
-    std::size_t h = std::hash<std::string>{}(x.attempt_root);
+    std::size_t h = std::hash<std::string>{}(x.attempt_root) ^
+                    std::hash<std::int64_t>{}(x.leader_epoch);
     auto mix = [&h](std::size_t v) { hash_combine(h, v); };
     mix(ptr(&x.machine.config()));
     mix(ptr(x.agents.get()));
@@ -86,7 +87,7 @@ struct shared_settings_equal {
     return &a.machine.config() == &b.machine.config() && a.agents == b.agents &&
            a.runtime == b.runtime && a.classifier == b.classifier &&
            a.backoff == b.backoff && a.services == b.services &&
-           a.attempt_root == b.attempt_root;
+           a.attempt_root == b.attempt_root && a.leader_epoch == b.leader_epoch;
   }
 };
 
@@ -209,6 +210,7 @@ supervisor_setup make_setup(caf::actor_system& sys, supervisor_options opts) {
     opts.attempt_root.empty()
       ? (std::filesystem::temp_directory_path() / "tasksup").string()
       : std::move(opts.attempt_root);
+  node.leader_epoch = opts.leader_epoch;
   auto settings = std::make_unique<task_settings>();
   settings->trace_id =
     opts.trace_id.empty() ? start.ids.trace_id() : std::move(opts.trace_id);

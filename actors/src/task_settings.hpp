@@ -55,6 +55,7 @@ struct shared_settings {
   backoff_actor backoff;
   node_services_actor services;
   std::string attempt_root;
+  std::int64_t leader_epoch = 0;
 };
 
 /// `cfg`, shared with every live task that has exactly the same settings.

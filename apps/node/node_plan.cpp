@@ -194,8 +194,10 @@ std::optional<int> open_state(const node_options& opts, node_plan& plan) {
 std::optional<int> restore_journal(node_plan& plan) {
   if (!plan.store)
     return std::nullopt;
-  if (plan.leader)
+  if (plan.leader) {
     plan.store->fence(plan.leader->epoch());
+    plan.registry.leader_epoch = plan.leader->epoch();
+  }
   auto snapshot = load_journal(*plan.store);
   if (!snapshot)
     return unavailable(snapshot.error().to_string() +

@@ -42,6 +42,10 @@ struct remote_attempt {
   attempt_options attempt;
   /// `process` or `docker`.
   std::string runtime;
+  /// The epoch of the leadership that placed it (coordinators sharing a
+  /// journal; 0 otherwise). A worker node refuses a placement from an epoch
+  /// older than one it has seen: a deposed leader cannot start attempts.
+  std::int64_t epoch = 0;
 };
 
 /// One worker node as the coordinator sees it.
@@ -180,7 +184,10 @@ typename Inspector::result_type inspect(Inspector& f, attempt_options& x) {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, remote_attempt& x) {
   return f(caf::meta::type_name("remote_attempt"), x.attempt, x.runtime,
-           caf::meta::load_callback([&]() -> caf::error {
+           x.epoch, caf::meta::load_callback([&]() -> caf::error {
+             if (x.epoch < 0)
+               return detail::wire_error("remote_attempt.epoch",
+                                         std::to_string(x.epoch));
              return detail::check_sizes(
                {{x.runtime, wire::max_id_bytes, "remote_attempt.runtime"}});
            }));

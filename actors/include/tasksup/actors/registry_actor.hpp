@@ -52,6 +52,9 @@ struct registry_options {
   /// (they wait until a worker joins): a coordinator whose journal is shared
   /// with standbys, as an attempt here would not outlive a failover.
   bool workers_only = false;
+  /// The leadership's epoch (a coordinator on a shared journal; 0
+  /// otherwise): every placement on a worker node carries it.
+  std::int64_t leader_epoch = 0;
   /// The node's journal (null: tasks live in memory only). With one, a task
   /// is recorded before `submit` answers, and its events and end follow.
   journal_actor journal;

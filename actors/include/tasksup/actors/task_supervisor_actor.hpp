@@ -47,6 +47,9 @@ struct supervisor_options {
   /// Each attempt gets `<attempt_root>/<task id>/attempt-<n>` as its
   /// directory; empty means the system's temporary directory + "/tasksup".
   std::string attempt_root;
+  /// The leadership's epoch of a coordinator on a shared journal (0
+  /// otherwise): every attempt placed on a worker node carries it.
+  std::int64_t leader_epoch = 0;
   /// Whether the supervisor emits `task_submitted` when it starts.
   bool emit_submitted = true;
   /// Whether `parent` also takes events as `(event, std::vector<event>)`, in
