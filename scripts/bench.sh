@@ -111,6 +111,12 @@ fi
 # 11. Mutual TLS: `tasksup status` against a TLS node and an --insecure one.
 run tls-round-trip "$root/bench/tls_round_trip.sh" "$build/apps/tasksup" 50
 
+# 16. Coordinators on a shared PostgreSQL journal: against SQLite, failover
+# under load, resume (the tests' throwaway server, scripts/postgres-test.sh).
+run journal-backends env N=500 ROUNDS=1 "$root/bench/journal_backends.sh" "$build/apps/tasksup"
+run failover env KILLS=5 TASKS=200 WORK=1 "$root/bench/failover.sh" "$build/apps/tasksup"
+run journal-resume-pg env FIN=2000 UNF=2000 ROUNDS=1 "$root/bench/journal_resume_pg.sh" "$build/apps/tasksup"
+
 # 1. Supervision throughput and latency (in-memory runtime, zero backoff).
 run supervision-1 "$bin/bench_supervision" --tasks=1 --failures=20000
 run supervision-1k "$bin/bench_supervision" --tasks=1000 --failures=20

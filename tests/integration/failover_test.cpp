@@ -14,9 +14,11 @@
 
 #include <array>
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <vector>
 
 using namespace tasksup::test;
@@ -131,6 +133,23 @@ public:
 
   const postgres_database& db() const { return db_; }
 
+  const scratch& dir() const { return dir_; }
+
+  /// How many processes run this cluster's agent now.
+  int agents_running() const {
+    int n = 0;
+    auto agent = dir_ / "agent.sh";
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it{"/proc", ec}, end;
+         !ec && it != end; it.increment(ec)) {
+      // A process that ended meanwhile has no command line: "".
+      auto cmdline = slurp(it->path().string() + "/cmdline");
+      if (cmdline.find(agent) != std::string::npos)
+        ++n;
+    }
+    return n;
+  }
+
 private:
   std::string config(const std::string& name, int slots) {
     auto dir = dir_ / ("config-" + name);
@@ -227,4 +246,43 @@ TEST_CASE("a leader stopped by a signal hands over at once, not when its "
   c.coordinator(0).signal(SIGTERM);
   CHECK(c.coordinator(0).wait(30s) == 0);
   c.wait_log(1, "leading (epoch 2;", 15s);
+}
+
+TEST_CASE("repeated failovers while tasks run on two workers: every task "
+          "succeeds, nothing is left running",
+          "[postgres]") {
+  shared_journal_cluster c{1};
+  c.start(0);
+  c.wait_log(0, "leading (epoch 1;");
+  c.start(1);
+  c.wait_log(1, "stands by");
+  c.add_worker("w1", 3);
+  c.add_worker("w2", 3);
+  c.wait_log(0, "worker node w1 joined");
+  c.wait_log(0, "worker node w2 joined");
+  constexpr int tasks = 24;
+  for (int i = 0; i < tasks; ++i)
+    c.submit(0, "t" + std::to_string(i), 0.5);
+  // Four kills of the leader, each once the other leads and the killed one
+  // stands by again.
+  int leader = 0;
+  for (int k = 0; k < 4; ++k) {
+    int other = 1 - leader;
+    c.coordinator(leader).signal(SIGKILL);
+    REQUIRE(c.coordinator(leader).wait(10s) == 128 + SIGKILL);
+    c.wait_log(other, "leading (epoch " + std::to_string(k + 2) + ";", 30s);
+    c.start(leader);
+    c.wait_log(leader, "stands by: " + c.address(other) + " leads (epoch " +
+                         std::to_string(k + 2));
+    leader = other;
+  }
+  for (int i = 0; i < tasks; ++i)
+    CHECK(c.outcome(leader, "t" + std::to_string(i), 120s) == "succeeded");
+  // Every task's agent started at least once; every attempt has ended: no
+  // agent runs on.
+  auto ran = slurp(c.dir() / "ran.txt");
+  INFO(ran);
+  for (int i = 0; i < tasks; ++i)
+    CHECK(ran.find("start t" + std::to_string(i) + " ") != std::string::npos);
+  CHECK(eventually([&] { return c.agents_running() == 0; }, 10s));
 }
