@@ -31,6 +31,9 @@ expected<journal_snapshot> load_journal(journal::journal_store& store) {
   auto tasks = store.tasks();
   if (!tasks)
     return tasks.error();
+  auto pending = store.unfinished();
+  if (!pending)
+    return pending.error();
   out.tasks.reserve(tasks->size());
   for (auto& t : *tasks) {
     auto what = "task '" + t.id + "'";
@@ -46,16 +49,11 @@ expected<journal_snapshot> load_journal(journal::journal_store& store) {
       if (!status)
         return status.error();
       e.finished = std::move(*status);
-    } else {
-      auto records = store.records(t.seq);
-      if (!records)
-        return records.error();
-      auto last = store.last_event(t.seq);
-      if (!last)
-        return last.error();
-      e.last_event = *last;
-      e.inputs.reserve(records->size());
-      for (auto& r : *records) {
+    } else if (auto p = pending->find(t.seq); p != pending->end()) {
+      auto& records = p->second.records;
+      e.last_event = p->second.last_event;
+      e.inputs.reserve(records.size());
+      for (auto& r : records) {
         auto in = decode_input(r.body, what + ", record " + std::to_string(r.n),
                                &out.warnings);
         if (!in)

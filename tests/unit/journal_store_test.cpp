@@ -232,3 +232,44 @@ TEST_CASE("one node per state directory, whichever the journal", "[postgres]") {
   first.reset();
   CHECK(journal_store::open(b.options()));
 }
+
+TEST_CASE("the unfinished tasks' records and last events come in one read, "
+          "the finished tasks' not",
+          "[postgres]") {
+  backend b{GENERATE(as<std::string>{}, "sqlite", "postgresql")};
+  CAPTURE(b.kind);
+  auto j = b.open();
+  auto t1 = j->add_task("t1", "s", 1);
+  auto t2 = j->add_task("t2", "s", 2);
+  auto t3 = j->add_task("t3", "s", 3);
+  auto t4 = j->add_task("t4", "s", 4);
+  REQUIRE(t1);
+  REQUIRE(t2);
+  REQUIRE(t3);
+  REQUIRE(t4);
+  // t1: records and events; t2: finished; t3: nothing yet; t4: events only.
+  REQUIRE(j->add_record(*t1, 2, "b"));
+  REQUIRE(j->add_record(*t1, 1, "a"));
+  for (int n = 1; n <= 3; ++n)
+    REQUIRE(j->add_event(*t1, n, 1, "{}"));
+  REQUIRE(j->add_record(*t2, 1, "x"));
+  REQUIRE(j->add_event(*t2, 1, 1, "{}"));
+  REQUIRE(j->end_task(*t2, 5, "r"));
+  REQUIRE(j->add_event(*t4, 7, 1, "{}"));
+  REQUIRE(j->commit());
+  auto u = j->unfinished();
+  REQUIRE(u);
+  CHECK(u->size() == 2);
+  REQUIRE(u->count(*t1) == 1);
+  auto& first = u->at(*t1);
+  REQUIRE(first.records.size() == 2);
+  CHECK(first.records[0].n == 1);
+  CHECK(first.records[0].body == "a");
+  CHECK(first.records[1].body == "b");
+  CHECK(first.last_event == 3);
+  CHECK(u->count(*t2) == 0);
+  CHECK(u->count(*t3) == 0);
+  REQUIRE(u->count(*t4) == 1);
+  CHECK(u->at(*t4).records.empty());
+  CHECK(u->at(*t4).last_event == 7);
+}

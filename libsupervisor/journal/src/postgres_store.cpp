@@ -151,6 +151,16 @@ std::vector<detail::pg_statement> statements() {
      "SELECT n, kind, json FROM tasksup_events WHERE task = $1 ORDER BY n",
      {oid_int8}},
     {"state", "SELECT body FROM tasksup_state WHERE key = $1", {oid_text}},
+    {"unfinished_records",
+     "SELECT task, n, body FROM tasksup_records WHERE task IN "
+     "(SELECT seq FROM tasksup_tasks WHERE finished_at IS NULL) "
+     "ORDER BY task, n",
+     {}},
+    {"unfinished_events",
+     "SELECT task, max(n) FROM tasksup_events WHERE task IN "
+     "(SELECT seq FROM tasksup_tasks WHERE finished_at IS NULL) "
+     "GROUP BY task",
+     {}},
     {"version",
      "SELECT value FROM tasksup_meta WHERE key = 'schema_version'",
      {}},
@@ -350,6 +360,28 @@ public:
     out.reserve(static_cast<std::size_t>(r->size()));
     for (int i = 0; i < r->size(); ++i)
       out.push_back({r->int8(i, 0), r->int4(i, 1), r->bytes(i, 2)});
+    return out;
+  }
+
+  expected<std::map<std::int64_t, unfinished_task>> unfinished() override {
+    std::map<std::int64_t, unfinished_task> out;
+    // Both reads in one round trip.
+    db_->send("unfinished_records", {});
+    db_->send("unfinished_events", {});
+    auto r = db_->sync("reading the unfinished tasks");
+    if (!r)
+      return failed(r.error());
+    if (r->size() != 2)
+      return tasksup::error{path(), "",
+                            "reading the unfinished tasks: no "
+                            "answer"};
+    auto& records = (*r)[0];
+    for (int i = 0; i < records.size(); ++i)
+      out[records.int8(i, 0)].records.push_back(
+        {records.int8(i, 1), records.bytes(i, 2)});
+    auto& events = (*r)[1];
+    for (int i = 0; i < events.size(); ++i)
+      out[events.int8(i, 0)].last_event = events.int8(i, 1);
     return out;
   }
 

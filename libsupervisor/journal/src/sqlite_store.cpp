@@ -412,6 +412,7 @@ public:
   expected<std::optional<stored_task>> task(const std::string& id) override;
   expected<std::vector<stored_record>> records(std::int64_t seq) override;
   expected<std::int64_t> last_event(std::int64_t seq) override;
+  expected<std::map<std::int64_t, unfinished_task>> unfinished() override;
   expected<std::vector<stored_event>> events(std::int64_t seq) override;
   expected<std::optional<std::string>> state(const std::string& key) override;
   expected<store_stats> stats() override;
@@ -633,6 +634,37 @@ expected<std::vector<stored_record>> sqlite_store::records(std::int64_t seq) {
     out.push_back({sqlite3_column_int64(*s, 0), column_bytes(*s, 1)});
   if (rc != SQLITE_DONE)
     return p.sql_fail("reading a task's records");
+  return out;
+}
+
+expected<std::map<std::int64_t, unfinished_task>> sqlite_store::unfinished() {
+  auto& p = *impl_;
+  std::map<std::int64_t, unfinished_task> out;
+  auto s = p.prepare("SELECT task, n, body FROM records WHERE task IN "
+                     "(SELECT seq FROM tasks WHERE finished_at IS NULL) "
+                     "ORDER BY task, n");
+  if (!s)
+    return s.error();
+  {
+    reset_guard guard{*s};
+    int rc;
+    while ((rc = sqlite3_step(*s)) == SQLITE_ROW)
+      out[sqlite3_column_int64(*s, 0)].records.push_back(
+        {sqlite3_column_int64(*s, 1), column_bytes(*s, 2)});
+    if (rc != SQLITE_DONE)
+      return p.sql_fail("reading the unfinished tasks' records");
+  }
+  auto e = p.prepare("SELECT task, max(n) FROM events WHERE task IN "
+                     "(SELECT seq FROM tasks WHERE finished_at IS NULL) "
+                     "GROUP BY task");
+  if (!e)
+    return e.error();
+  reset_guard guard{*e};
+  int rc;
+  while ((rc = sqlite3_step(*e)) == SQLITE_ROW)
+    out[sqlite3_column_int64(*e, 0)].last_event = sqlite3_column_int64(*e, 1);
+  if (rc != SQLITE_DONE)
+    return p.sql_fail("reading the unfinished tasks' events");
   return out;
 }
 
