@@ -14,50 +14,14 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 T=$(realpath "${1:-$root/build/apps/tasksup}")
 LEASE=${LEASE:-2}; KILLS=${KILLS:-20}; TASKS=${TASKS:-1000}
 WORKERS=${WORKERS:-2}; WORK=${WORK:-0.5}
-d=$(mktemp -d /tmp/tasksup-failover-XXXXXX)
-[ -d "$d" ] || exit 1
-"$root/scripts/postgres-test.sh" start "$d/pg" > /dev/null || exit 1
-server=$(cat "$d/pg/url")
-psql -q "$server" -c "CREATE DATABASE failover" || exit 1
-url=${server%/*}/failover
-pids=()
-cleanup() {
-  [ ${#pids[@]} -gt 0 ] && kill -KILL "${pids[@]}" 2>/dev/null
-  wait 2>/dev/null
-  "$root/scripts/postgres-test.sh" stop "$d/pg"
-  rm -rf "$d"
-}
-trap cleanup EXIT
-export TASKSUP_STATE_DIR=$d/state
-"$T" certs init "$d/state/certs" > /dev/null || exit 1
+NAME=failover
+COORDINATOR_FLAGS=(--heartbeat-ms 200)
+. "$root/bench/shared_journal.sh"
 printf '#!/bin/sh\necho "start $TASKSUP_TASK_ID $TASKSUP_ATTEMPT" >> "%s/ran.txt"\nsleep %s\necho "end $TASKSUP_TASK_ID $TASKSUP_ATTEMPT" >> "%s/ran.txt"\n' \
   "$d" "$WORK" "$d" > "$d/agent.sh"
 chmod +x "$d/agent.sh"
-mkdir -p "$d/config"
 echo '{"max_concurrent": 8, "default_agent": {"agent_id": "sh", "agent_cli": "'"$d/agent.sh"'", "cli_flags": "", "prompt_as_argument": true}, "default_runtime": "process", "circuit_breaker": {"max_failures": 100000}}' > "$d/config/node.json"
-ports=($((20000 + RANDOM % 10000)) $((30000 + RANDOM % 10000)))
-addr() { echo "127.0.0.1:${ports[$1]}"; }
-cpid=("" "")
-start() {
-  "$T" serve --listen "$(addr "$1")" --config "$d/config" --state-dir "$d/c$1" \
-    --certs "$d/state/certs" --journal "$url" --leader-lease "$LEASE" \
-    --heartbeat-ms 200 2>> "$d/c$1.err" &
-  cpid[$1]=$!
-  pids+=($!)
-}
-# Waits (10 ms steps, at most 60 s) until file $1 has more than $2 lines
-# matching $3.
-wait_for() {
-  for _ in $(seq 6000); do
-    [ "$(grep -c "$3" "$1" 2>/dev/null)" -gt "$2" ] && return 0
-    sleep 0.01
-  done
-  echo "timed out waiting for '$3' in $1" >&2
-  tail -20 "$1" >&2
-  exit 1
-}
-start 0; wait_for "$d/c0.err" 0 "leading (epoch"
-start 1; wait_for "$d/c1.err" 0 "stands by"
+start_leader_and_standby
 for w in $(seq "$WORKERS"); do
   "$T" serve --join "$(addr 0),$(addr 1)" --name "w$w" --config "$d/config" \
     --state-dir "$d/w$w" --heartbeat-ms 200 --lease 1.5 2> "$d/w$w.err" &
@@ -78,7 +42,7 @@ for k in $(seq "$KILLS"); do
   wait_for "$d/c$other.err" "$before" "leading (epoch"
   # The log's own timestamp of the takeover (local time, ms).
   line=$(grep "leading (epoch" "$d/c$other.err" | tail -1)
-  t1=$(date -d "$(echo "$line" | cut -c1-23)" +%s.%N)
+  t1=$(stamp "$line")
   ms=$(echo "($t1 - $t0) * 1000 / 1" | bc)
   times+=("$ms")
   echo "failover $k: ${ms} ms ($(echo "$line" | grep -o 'epoch [0-9]*'))"

@@ -12,47 +12,12 @@ set -u
 root=$(cd "$(dirname "$0")/.." && pwd)
 T=$(realpath "${1:-$root/build/apps/tasksup}")
 FIN=${FIN:-5000}; UNF=${UNF:-5000}; ROUNDS=${ROUNDS:-3}; LEASE=${LEASE:-4}
-d=$(mktemp -d /tmp/tasksup-resume-pg-XXXXXX)
-[ -d "$d" ] || exit 1
-"$root/scripts/postgres-test.sh" start "$d/pg" > /dev/null || exit 1
-server=$(cat "$d/pg/url")
-psql -q "$server" -c "CREATE DATABASE resume" || exit 1
-url=${server%/*}/resume
-pids=()
-cleanup() {
-  [ ${#pids[@]} -gt 0 ] && kill -KILL "${pids[@]}" 2>/dev/null
-  wait 2>/dev/null
-  "$root/scripts/postgres-test.sh" stop "$d/pg"
-  rm -rf "$d"
-}
-trap cleanup EXIT
-export TASKSUP_STATE_DIR=$d/state
-"$T" certs init "$d/state/certs" > /dev/null || exit 1
-mkdir -p "$d/config"
+NAME=resume-pg
+COORDINATOR_FLAGS=(--retain-tasks 0)
+. "$root/bench/shared_journal.sh"
 echo '{"max_concurrent": 16, "default_agent": {"agent_id": "t", "agent_cli": "/bin/true", "cli_flags": ""}, "default_runtime": "process", "circuit_breaker": {"max_failures": 100000}}' > "$d/config/node.json"
-ports=($((20000 + RANDOM % 10000)) $((30000 + RANDOM % 10000)))
-addr() { echo "127.0.0.1:${ports[$1]}"; }
-cpid=("" "")
-start() {
-  "$T" serve --listen "$(addr "$1")" --config "$d/config" --state-dir "$d/c$1" \
-    --certs "$d/state/certs" --journal "$url" --leader-lease "$LEASE" \
-    --retain-tasks 0 2>> "$d/c$1.err" &
-  cpid[$1]=$!
-  pids+=($!)
-}
-wait_for() {
-  for _ in $(seq 12000); do
-    [ "$(grep -c "$3" "$1" 2>/dev/null)" -gt "$2" ] && return 0
-    sleep 0.01
-  done
-  echo "timed out waiting for '$3' in $1" >&2
-  tail -20 "$1" >&2
-  exit 1
-}
-stamp() { date -d "$(echo "$1" | cut -c1-23)" +%s.%N; }
 count() { "$T" status --json --node "$(addr "$1")" 2>/dev/null | grep -o "\"state\":\"$2\"" | wc -l; }
-start 0; wait_for "$d/c0.err" 0 "leading (epoch"
-start 1; wait_for "$d/c1.err" 0 "stands by"
+start_leader_and_standby
 "$T" serve --join "$(addr 0)" --name w1 --config "$d/config" --state-dir "$d/w1" 2> "$d/w1.err" &
 worker=$!
 pids+=($worker)
@@ -63,7 +28,7 @@ while [ "$(count 0 done)" -lt "$FIN" ]; do sleep 0.5; done
 kill "$worker"; wait "$worker" 2>/dev/null
 for i in $(seq "$UNF"); do echo "{\"id\": \"u$i\", \"prompt\": \"p\"}"; done |
   "$T" submit --node "$(addr 0)" - > /dev/null || exit 1
-echo "journal: $(psql -Atq "$url" -c "select pg_size_pretty(pg_database_size('resume'))"), $FIN finished, $UNF queued"
+echo "journal: $(psql -Atq "$url" -c "select pg_size_pretty(pg_database_size(current_database()))"), $FIN finished, $UNF queued"
 leader=0
 for r in $(seq "$ROUNDS"); do
   other=$((1 - leader))

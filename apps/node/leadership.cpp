@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <utility>
 
 namespace tasksup::app {
 
@@ -14,6 +15,10 @@ leadership::leadership(std::unique_ptr<journal::leader_lease> lease)
 }
 
 leadership::~leadership() {
+  stop_keeping();
+}
+
+void leadership::stop_keeping() {
   {
     std::lock_guard<std::mutex> guard{mtx_};
     stopping_ = true;
@@ -43,6 +48,9 @@ bool leadership::try_take() {
     text = "this coordinator stands by and cannot read who leads: " +
            who.error().to_string();
   } else {
+    auto seen = who->holder + "@" + std::to_string(who->epoch);
+    leader_news_ = leader_news_ || seen != seen_leader_;
+    seen_leader_ = std::move(seen);
     char runs[32];
     std::snprintf(runs, sizeof runs, "%.1f", std::max(0.0, who->expires_in_s));
     text = "this coordinator (" + lease_->holder() + ") stands by: " +
@@ -53,6 +61,10 @@ bool leadership::try_take() {
   std::lock_guard<std::mutex> guard{mtx_};
   standby_text_ = std::move(text);
   return false;
+}
+
+bool leadership::leader_changed() {
+  return std::exchange(leader_news_, false);
 }
 
 std::string leadership::standby_text() const {
@@ -106,13 +118,7 @@ void leadership::renew_loop() {
 }
 
 void leadership::release() {
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (keeper_.joinable())
-    keeper_.join();
+  stop_keeping();
   if (epoch_ > 0)
     if (auto ok = lease_->release(epoch_); !ok)
       spdlog::warn("releasing the leader lease: {}", ok.error().to_string());

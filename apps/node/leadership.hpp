@@ -42,6 +42,10 @@ public:
   /// epoch, how long their lease runs.
   std::string standby_text() const;
 
+  /// Whether who leads (holder or epoch) changed since the last call, as
+  /// the failed `try_take`s saw it: what a standby logs once.
+  bool leader_changed();
+
   /// How often a standby tries to take the lease.
   double poll_s() const noexcept;
 
@@ -58,6 +62,8 @@ public:
 
 private:
   void renew_loop();
+  /// Stops the renewing thread, if it runs.
+  void stop_keeping();
 
   std::unique_ptr<journal::leader_lease> lease_;
   std::int64_t epoch_ = 0;
@@ -65,6 +71,10 @@ private:
   std::condition_variable wake_;
   bool stopping_ = false;
   std::string standby_text_;
+  /// Who leads as last seen ("holder@epoch"), and whether that changed
+  /// since `leader_changed` was last asked.
+  std::string seen_leader_;
+  bool leader_news_ = false;
   std::function<void(const std::string&)> deposed_;
   std::thread keeper_;
 };

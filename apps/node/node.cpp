@@ -408,6 +408,7 @@ std::optional<int> stand_by(node_parts& n, signal_relay& signals) {
   auto& leader = *n.plan.leader;
   if (leader.try_take())
     return std::nullopt;
+  leader.leader_changed();
   spdlog::info("{}", leader.standby_text());
   n.door = spawn_standby_door(n.sys, leader);
   if (!start_front_door(n)) {
@@ -419,7 +420,6 @@ std::optional<int> stand_by(node_parts& n, signal_relay& signals) {
   int signals_seen = signals.aim(caf::actor_cast<signal_target_actor>(n.self));
   auto poll = std::chrono::duration_cast<std::chrono::milliseconds>(
     std::chrono::duration<double>(leader.poll_s()));
-  auto said = leader.standby_text();
   bool leads = false;
   while (signals_seen == 0 && !leads) {
     n.self->receive([&](signal_atom, int count) { signals_seen = count; },
@@ -428,14 +428,8 @@ std::optional<int> stand_by(node_parts& n, signal_relay& signals) {
       break;
     leads = leader.try_take();
     // Who leads changed (a new epoch, another holder): said once.
-    if (!leads &&
-        leader.standby_text().find("leads (epoch") != std::string::npos) {
-      auto now = leader.standby_text();
-      auto head = now.substr(0, now.find(", its lease"));
-      if (said.substr(0, said.find(", its lease")) != head)
-        spdlog::info("{}", now);
-      said = std::move(now);
-    }
+    if (!leads && leader.leader_changed())
+      spdlog::info("{}", leader.standby_text());
   }
   signals.drop();
   n.front.reset();

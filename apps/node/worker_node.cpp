@@ -193,9 +193,7 @@ int run_worker_node(const worker_node_options& opts) {
       ->request(*door, std::chrono::seconds{10}, join_atom::value, offer, agent)
       .receive([&](std::string& coordinator) { joined = coordinator; },
                [&](caf::error& err) {
-                 if (err.category() == protocol_error_category &&
-                     err.code() ==
-                       static_cast<std::uint8_t>(protocol_error::not_leader)) {
+                 if (is_error(err, protocol_error::not_leader)) {
                    // A standby: the leader is another one of the list.
                    spdlog::info("{}: {}", addr->to_string(), error_text(err));
                    standby = true;

@@ -75,6 +75,15 @@ public:
 
   tasksup_child& coordinator(int i) { return *coordinators_.at(i); }
 
+  /// Starts a, waits until it leads at epoch 1, then b, until it stands by
+  /// naming a as the leader.
+  void start_leader_and_standby() {
+    start(0);
+    wait_log(0, "leading (epoch 1;");
+    start(1);
+    wait_log(1, "stands by: " + address(0) + " leads (epoch 1");
+  }
+
   /// Waits until coordinator `i`'s log holds `text`.
   void wait_log(int i, const std::string& text,
                 std::chrono::milliseconds limit = 20s) {
@@ -178,10 +187,7 @@ TEST_CASE("a standby says who leads, takes over when the leader is killed, "
           "and the workers follow it: every task ends once",
           "[postgres]") {
   shared_journal_cluster c{2};
-  c.start(0);
-  c.wait_log(0, "leading (epoch 1;");
-  c.start(1);
-  c.wait_log(1, "stands by: " + c.address(0) + " leads (epoch 1");
+  c.start_leader_and_standby();
   // A standby's status and nodes say who leads and where to ask.
   for (auto* cmd : {"status", "nodes"}) {
     auto r = c.command({cmd, "--node", c.address(1)});
@@ -214,10 +220,7 @@ TEST_CASE("a standby says who leads, takes over when the leader is killed, "
 
 TEST_CASE("a deposed leader cannot write and exits at once", "[postgres]") {
   shared_journal_cluster c{1};
-  c.start(0);
-  c.wait_log(0, "leading (epoch 1;");
-  c.start(1);
-  c.wait_log(1, "stands by");
+  c.start_leader_and_standby();
   // The leader freezes past its lease: the standby takes over.
   c.coordinator(0).signal(SIGSTOP);
   c.wait_log(1, "leading (epoch 2;", 30s);
@@ -239,10 +242,7 @@ TEST_CASE("a leader stopped by a signal hands over at once, not when its "
           "[postgres]") {
   // A lease far longer than the wait below: only a release lets b lead.
   shared_journal_cluster c{60};
-  c.start(0);
-  c.wait_log(0, "leading (epoch 1;");
-  c.start(1);
-  c.wait_log(1, "stands by");
+  c.start_leader_and_standby();
   c.coordinator(0).signal(SIGTERM);
   CHECK(c.coordinator(0).wait(30s) == 0);
   c.wait_log(1, "leading (epoch 2;", 15s);
@@ -252,10 +252,7 @@ TEST_CASE("repeated failovers while tasks run on two workers: every task "
           "succeeds, nothing is left running",
           "[postgres]") {
   shared_journal_cluster c{1};
-  c.start(0);
-  c.wait_log(0, "leading (epoch 1;");
-  c.start(1);
-  c.wait_log(1, "stands by");
+  c.start_leader_and_standby();
   c.add_worker("w1", 3);
   c.add_worker("w2", 3);
   c.wait_log(0, "worker node w1 joined");

@@ -85,9 +85,7 @@ std::string host_part(const std::string& host) {
 }
 
 http_response actor_error(const caf::error& err) {
-  bool unknown =
-    err.category() == protocol_error_category &&
-    err.code() == static_cast<std::uint8_t>(protocol_error::unknown_task);
+  bool unknown = is_error(err, protocol_error::unknown_task);
   return json_response(
     unknown ? 404 : 503,
     "{\"ok\":false,\"message\":" + json_string(error_text(err)) + "}");

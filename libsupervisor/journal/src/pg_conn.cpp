@@ -3,22 +3,13 @@
 #include <libpq-fe.h>
 
 #include <arpa/inet.h>
+#include <endian.h>
 
 #include <cstring>
 
 namespace tasksup::journal::detail {
 
 namespace {
-
-std::uint64_t to_network(std::uint64_t x) noexcept {
-  return (static_cast<std::uint64_t>(htonl(static_cast<std::uint32_t>(x)))
-          << 32) |
-         htonl(static_cast<std::uint32_t>(x >> 32));
-}
-
-std::uint64_t from_network(std::uint64_t x) noexcept {
-  return to_network(x);
-}
 
 PGconn* pg(void* c) {
   return static_cast<PGconn*>(c);
@@ -70,7 +61,7 @@ pg_failure failure_of(PGresult* r, PGconn* c) {
 } // namespace
 
 pg_param pg_int8(std::int64_t x) {
-  auto n = to_network(static_cast<std::uint64_t>(x));
+  auto n = htobe64(static_cast<std::uint64_t>(x));
   return {std::string(reinterpret_cast<const char*>(&n), sizeof n)};
 }
 
@@ -124,7 +115,7 @@ std::int64_t pg_rows::int8(int row, int col) const noexcept {
     return 0;
   std::uint64_t n;
   std::memcpy(&n, cell(r_, row, col), sizeof n);
-  return static_cast<std::int64_t>(from_network(n));
+  return static_cast<std::int64_t>(be64toh(n));
 }
 
 std::int32_t pg_rows::int4(int row, int col) const noexcept {

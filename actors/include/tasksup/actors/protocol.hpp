@@ -161,6 +161,12 @@ caf::error make_error(protocol_error code, std::string what);
 /// any other error).
 std::string error_text(const caf::error& err);
 
+/// Whether `err` is the protocol error `code` (made by `make_error`).
+inline bool is_error(const caf::error& err, protocol_error code) noexcept {
+  return err.category() == protocol_error_category &&
+         err.code() == static_cast<std::uint8_t>(code);
+}
+
 // -- inspect
 // -------------------------------------------------------------------
 
