@@ -8,6 +8,7 @@
 #include "tasksup/supervisor/output_parser.hpp"
 
 #include <caf/actor_cast.hpp>
+#include <caf/exit_reason.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/system_messages.hpp>
@@ -98,13 +99,29 @@ struct worker_state {
   bool idle = false;
   /// Its supervisor went down: end once the attempt has.
   bool orphaned = false;
+  /// With `opts.adopt_grace` (a worker node's attempt), the worker outlives
+  /// its supervisor's coordinator for one that takes over:
+  /// - `reported`: the report went to the supervisor, and a copy stays in
+  ///   `held_report` until the supervisor has recorded it (`release`);
+  /// - `awaiting_owner`: the supervisor became unreachable; nothing is sent
+  ///   meanwhile, and the report of an attempt that ends is held;
+  /// - `claimed`: its agent handed it to a new owner, whose `(resume)` ends
+  ///   the wait (and gets the held report).
+  /// Each state lasts one grace at most; `owner_gen` tells the current
+  /// grace check from an earlier one's.
+  bool reported = false;
+  bool awaiting_owner = false;
+  bool claimed = false;
+  std::uint64_t owner_gen = 0;
+  std::optional<attempt_report> held_report;
   /// Reads the agent's structured output; absent for plain text.
   std::optional<output_parser> parser;
   /// Idle detection (opts.idle_timeout_s > 0): when the last line came, the
   /// generation of the check in flight, and whether it stopped the attempt.
-  /// The checks go through a hidden timer actor holding only a weak handle,
-  /// so a pending check neither keeps this worker nor the system alive.
-  runtime::scripted_runtime::timer_fn idle_timer;
+  /// The checks (and the adoption grace's) go through a hidden timer actor
+  /// holding only a weak handle, so a pending check neither keeps this
+  /// worker nor the system alive.
+  runtime::scripted_runtime::timer_fn timer;
   caf::actor_clock::time_point last_output;
   std::uint64_t idle_gen = 0;
   bool idle_stopped = false;
@@ -140,7 +157,8 @@ using worker_impl = container_worker_actor::extend<
   caf::reacts_to<output_atom, int, bool, std::string>,
   caf::reacts_to<output_atom, int, std::string>,
   caf::reacts_to<exit_atom, int, attempt_outcome>,
-  caf::reacts_to<idle_check_atom, std::uint64_t>>;
+  caf::reacts_to<idle_check_atom, std::uint64_t>,
+  caf::reacts_to<adopt_end_atom, std::uint64_t>>;
 
 using worker_actor = worker_impl::stateful_pointer<worker_state>;
 
@@ -150,11 +168,17 @@ bool from_supervisor(worker_actor self) {
          caf::actor_cast<caf::strong_actor_ptr>(self->state.supervisor);
 }
 
+/// Whether the worker has nobody to tell: orphaned, or waiting for a new
+/// owner.
+bool unowned(const worker_state& st) {
+  return st.orphaned || st.awaiting_owner;
+}
+
 /// Sends one of the attempt's events where `worker_options::events` says;
-/// an orphaned worker has nobody to tell.
+/// an unowned worker has nobody to tell.
 void emit(worker_actor self, event ev) {
   auto& st = self->state;
-  if (st.orphaned)
+  if (unowned(st))
     return;
   if (st.opts.events)
     self->send(st.opts.events, event_atom::value, std::move(ev));
@@ -162,16 +186,67 @@ void emit(worker_actor self, event ev) {
     self->send(st.supervisor, event_atom::value, std::move(ev));
 }
 
+/// Sends the worker `(atom, gen)` after `delay`, through its timer.
+template<class Atom>
+void send_later(worker_actor self, caf::timespan delay, Atom atom,
+                std::uint64_t gen) {
+  auto& st = self->state;
+  if (!st.timer)
+    st.timer = make_actor_timer(self->system());
+  auto weak = caf::actor_cast<caf::weak_actor_ptr>(self);
+  st.timer(std::chrono::duration<double>(delay).count(), [weak, atom, gen] {
+    if (auto strong = weak.lock())
+      caf::anon_send(caf::actor_cast<worker_impl>(strong), atom, gen);
+  });
+}
+
 /// Schedules the next idle check `delay` from now; older checks go stale.
 void schedule_idle_check(worker_actor self, caf::timespan delay) {
+  auto gen = ++self->state.idle_gen;
+  send_later(self, delay, idle_check_atom::value, gen);
+}
+
+/// Starts a grace: when it runs out, the current state ends.
+void start_grace(worker_actor self) {
   auto& st = self->state;
-  auto gen = ++st.idle_gen;
-  auto weak = caf::actor_cast<caf::weak_actor_ptr>(self);
-  st.idle_timer(std::chrono::duration<double>(delay).count(), [weak, gen] {
-    if (auto strong = weak.lock())
-      caf::anon_send(caf::actor_cast<worker_impl>(strong),
-                     idle_check_atom::value, gen);
-  });
+  send_later(self, st.opts.adopt_grace, adopt_end_atom::value, ++st.owner_gen);
+}
+
+/// Its supervisor became unreachable: the attempt runs on (or its report
+/// waits), unowned, for `adopt_grace`.
+void await_owner(worker_actor self) {
+  auto& st = self->state;
+  st.reported = false;
+  st.awaiting_owner = true;
+  st.claimed = false;
+  start_grace(self);
+}
+
+/// Sends `report` to the supervisor; with an adoption grace, keeps a copy
+/// until the supervisor recorded it (`release`), else the worker is done
+/// with the attempt. Not when nobody can adopt it: orphaned, or its node
+/// stops.
+void send_report(worker_actor self, attempt_report report) {
+  auto& st = self->state;
+  if (st.opts.adopt_grace.count() > 0 && !st.orphaned &&
+      st.lost_with_node.empty()) {
+    st.held_report = report;
+    st.reported = true;
+    start_grace(self);
+  }
+  self->send(st.supervisor, attempt_exited_atom::value, std::move(report));
+}
+
+/// Nobody adopted the attempt (the grace ran out, or its node stops): it
+/// is killed, and the worker ends with it.
+void abandon(worker_actor self) {
+  auto& st = self->state;
+  st.awaiting_owner = false;
+  st.orphaned = true;
+  if (st.handle() && !st.held_report)
+    st.handle()->kill();
+  else
+    self->quit();
 }
 
 caf::timespan idle_limit(const worker_state& st) {
@@ -201,7 +276,7 @@ void announce_start(worker_actor self, const std::string& runtime_id) {
   st.runtime_id = runtime_id;
   emit(self, attempt_started_event(st.head(), st.agent_id, st.opts.agent_cli,
                                    runtime_id, st.state_dir));
-  if (st.opts.report_runtime_id && !runtime_id.empty())
+  if (st.opts.report_runtime_id && !runtime_id.empty() && !unowned(st))
     self->send(st.supervisor, start_atom::value, st.attempt, runtime_id);
 }
 
@@ -271,8 +346,6 @@ void start_attempt(worker_actor self) {
   if (st.handle() && st.opts.idle_timeout_s > 0) {
     if (!st.opts.idle_noise.empty())
       st.noise = idle_noise_filter{st.opts.idle_noise};
-    if (!st.idle_timer)
-      st.idle_timer = make_actor_timer(self->system());
     st.last_output = self->clock().now();
     schedule_idle_check(self, idle_limit(st));
   }
@@ -295,9 +368,16 @@ worker_impl::behavior_type container_worker(worker_actor self,
     auto& st = self->state;
     if (dm.source != st.supervisor.address())
       return;
+    if (st.opts.adopt_grace.count() > 0 && !st.idle &&
+        (st.handle() || st.reported) &&
+        dm.reason == caf::exit_reason::remote_link_unreachable) {
+      // Its coordinator is gone: one that takes over may adopt it.
+      await_owner(self);
+      return;
+    }
     // Nobody is left to report to: end the attempt, then quit.
     st.orphaned = true;
-    if (st.handle() && !st.idle)
+    if (st.handle() && !st.idle && !st.reported && !st.held_report)
       st.handle()->kill();
     else
       self->quit();
@@ -319,7 +399,7 @@ worker_impl::behavior_type container_worker(worker_actor self,
         return;
       if (st.credit->received(output_credit::cost(line.size())) && st.handle())
         st.handle()->resume_output();
-      if (st.idle_timer) {
+      if (st.opts.idle_timeout_s > 0) {
         if (st.noise.is_noise(line)) {
           st.noise_only = true;
           st.last_noise.assign(line, 0,
@@ -387,7 +467,14 @@ worker_impl::behavior_type container_worker(worker_actor self,
       report.container_id = st.handle() ? st.handle()->id() : std::string{};
       if (report.container_id.empty())
         report.container_id = st.runtime_id;
-      self->send(st.supervisor, attempt_exited_atom::value, std::move(report));
+      if (st.awaiting_owner) {
+        // For the new owner, if one comes in time.
+        st.held_report = std::move(report);
+        return;
+      }
+      send_report(self, std::move(report));
+      if (st.reported)
+        return;
       if (st.opts.keep && !st.orphaned) {
         // Kept for the task's next attempt (one actor per task, not one
         // per attempt).
@@ -400,9 +487,10 @@ worker_impl::behavior_type container_worker(worker_actor self,
       self->demonitor(st.supervisor.address());
       self->quit();
     },
+    // Between attempts (a kept worker), or once its report is recorded.
     [=](release_atom) {
       auto& st = self->state;
-      if (!st.idle || !from_supervisor(self))
+      if (!(st.idle || st.reported) || !from_supervisor(self))
         return;
       self->demonitor(st.supervisor.address());
       self->quit();
@@ -443,9 +531,49 @@ worker_impl::behavior_type container_worker(worker_actor self,
         return;
       if (st.idle)
         return;
+      if (st.awaiting_owner && !st.claimed) {
+        abandon(self);
+        return;
+      }
+      if (st.reported) {
+        self->quit(); // reported already: nothing left to end
+        return;
+      }
       st.lost_with_node = std::move(node);
       if (st.handle())
         st.handle()->kill();
+    },
+    // Its agent hands the attempt to the coordinator that took over.
+    [=](adopt_atom, attempt_owner_actor& owner) {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      if (!sender || sender->node() != self->node() || !owner ||
+          !st.awaiting_owner || st.claimed)
+        return;
+      st.supervisor = std::move(owner);
+      self->monitor(st.supervisor);
+      st.claimed = true;
+      start_grace(self);
+    },
+    // Its new owner has it: what it held back goes there now.
+    [=](resume_atom) {
+      auto& st = self->state;
+      if (!st.claimed || !from_supervisor(self))
+        return;
+      st.awaiting_owner = false;
+      st.claimed = false;
+      ++st.owner_gen; // owned again: no grace runs
+      if (auto report = std::exchange(st.held_report, std::nullopt))
+        send_report(self, std::move(*report));
+    },
+    [=](adopt_end_atom, std::uint64_t gen) {
+      auto& st = self->state;
+      if (gen != st.owner_gen)
+        return;
+      if (st.awaiting_owner)
+        abandon(self);
+      else if (st.reported)
+        self->quit(); // never released: its supervisor moved on
     },
     [=](stop_atom, stop_mode mode, std::int64_t grace_ms) {
       auto& st = self->state;

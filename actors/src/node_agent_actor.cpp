@@ -34,8 +34,19 @@ struct node_agent_state {
   /// The newest leadership epoch a placement came from: an older one is a
   /// deposed leader's, refused.
   std::int64_t epoch = 0;
-  /// The container workers of the attempts running here.
-  std::map<caf::actor_addr, container_worker_actor> workers;
+  /// One attempt running here: its container worker, which attempt it
+  /// is, and the coordinator connection (`joins`) that placed or adopted
+  /// it: one from an earlier connection was kept for adoption.
+  struct running {
+    container_worker_actor worker;
+    std::string task_id;
+    int attempt = 0;
+    std::uint64_t join = 0;
+  };
+  /// The attempts running here.
+  std::map<caf::actor_addr, running> workers;
+  /// How many times the node process joined a coordinator.
+  std::uint64_t joins = 0;
   /// Answered once the last worker is gone, after `(stop)`.
   std::vector<caf::typed_response_promise<bool>> stopping;
   static inline const char* name = "tasksup.node_agent";
@@ -64,11 +75,14 @@ node_agent_actor::behavior_type node_agent(agent_pointer self,
   });
   return {
     // The local node process, once it joined: whose placements to take.
+    // Told before the join is asked for, so that the coordinator's first
+    // messages (placements, adoptions) find it ready.
     [=](join_atom, const caf::node_id& coordinator) {
       auto sender = self->current_sender();
       if (sender && sender->node() == self->node()) {
         self->state.coordinator = coordinator;
         self->state.process = caf::actor_cast<node_process_actor>(sender);
+        ++self->state.joins;
       }
     },
     [=](node_left_atom, std::string& why) {
@@ -80,8 +94,8 @@ node_agent_actor::behavior_type node_agent(agent_pointer self,
       if (!sender || sender->node() != st.coordinator || !st.coordinator)
         return;
       st.coordinator = caf::node_id{};
-      for (auto& [addr, w] : st.workers)
-        self->send(w, node_lost_atom::value, st.opts.name);
+      for (auto& [addr, r] : st.workers)
+        self->send(r.worker, node_lost_atom::value, st.opts.name);
       if (st.process)
         self->send(st.process, node_left_atom::value,
                    why.substr(0, wire::max_id_bytes * 4));
@@ -130,7 +144,12 @@ node_agent_actor::behavior_type node_agent(agent_pointer self,
         st.opts.attempt_root, ra.attempt.spec.task_id, ra.attempt.spec.attempt);
       if (dir.empty())
         return fail("the task id is not a plain name");
+      node_agent_state::running r;
+      r.task_id = ra.attempt.spec.task_id;
+      r.attempt = ra.attempt.spec.attempt;
+      r.join = st.joins;
       auto w = from_remote(std::move(ra), rt->second);
+      w.adopt_grace = st.opts.adopt_grace;
       w.spec.attempt_dir = std::move(dir);
       // The task's state directory on this node, beside its attempts.
       w.spec.state_dir =
@@ -138,8 +157,55 @@ node_agent_actor::behavior_type node_agent(agent_pointer self,
       auto worker =
         spawn_container_worker(self->system(), supervisor, std::move(w));
       self->monitor(worker);
-      st.workers.emplace(worker.address(), worker);
+      r.worker = worker;
+      st.workers.emplace(worker.address(), std::move(r));
       return worker;
+    },
+    // The coordinator this node joined took over from the one that placed
+    // the attempt (or is that one, restarted): the attempt kept for it is
+    // its own now.
+    [=](adopt_atom, const std::string& task_id, int attempt, std::int64_t epoch,
+        attempt_owner_actor& owner) -> caf::result<container_worker_actor> {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      if (!sender || sender->node() != st.coordinator || !owner)
+        return make_error(protocol_error::invalid_task,
+                          "node " + st.opts.name +
+                            ": attempts are adopted by its coordinator only");
+      if (epoch < st.epoch)
+        return make_error(
+          protocol_error::not_leader,
+          "node " + st.opts.name + ": an adoption from leadership epoch " +
+            std::to_string(epoch) + ", older than epoch " +
+            std::to_string(st.epoch) + " this node follows: refused");
+      st.epoch = epoch;
+      auto kept =
+        std::find_if(st.workers.begin(), st.workers.end(), [&](auto& kv) {
+          auto& r = kv.second;
+          return r.join < st.joins && r.attempt == attempt &&
+                 r.task_id == task_id;
+        });
+      if (kept == st.workers.end())
+        return make_error(protocol_error::unknown_task,
+                          "worker node " + st.opts.name + " kept no attempt " +
+                            std::to_string(attempt) + " of task '" +
+                            task_id.substr(0, wire::max_id_bytes) +
+                            "' (it was killed when its grace ran out, or "
+                            "never ran here)");
+      kept->second.join = st.joins;
+      self->send(kept->second.worker, adopt_atom::value, std::move(owner));
+      return kept->second.worker;
+    },
+    // The coordinator adopted all it will: what was kept for an earlier
+    // one and not adopted ends now rather than when its grace runs out.
+    [=](adopt_end_atom) {
+      auto& st = self->state;
+      auto sender = self->current_sender();
+      if (!sender || sender->node() != st.coordinator)
+        return;
+      for (auto& [addr, r] : st.workers)
+        if (r.join < st.joins)
+          self->send(r.worker, node_lost_atom::value, st.opts.name);
     },
     // The local node is stopping: every attempt here ends, reported to its
     // supervisor as lost with this node (retried elsewhere at once).
@@ -151,8 +217,8 @@ node_agent_actor::behavior_type node_agent(agent_pointer self,
         return false;
       if (st.workers.empty())
         return true;
-      for (auto& [addr, w] : st.workers)
-        self->send(w, node_lost_atom::value, st.opts.name);
+      for (auto& [addr, r] : st.workers)
+        self->send(r.worker, node_lost_atom::value, st.opts.name);
       auto rp = self->make_response_promise<bool>();
       st.stopping.push_back(rp);
       return rp;

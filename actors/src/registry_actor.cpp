@@ -492,6 +492,21 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
         self->state.adopted.insert(std::move(runtime_id));
       resumed(self, task_id);
     },
+    [=](adopt_atom, std::string& task_id, std::string& node, int attempt,
+        attempt_owner_actor& owner)
+      -> caf::result<container_worker_actor, std::string> {
+      auto sender = caf::actor_cast<caf::actor_addr>(self->current_sender());
+      if (from_other_supervisor(self, task_id) ||
+          self->state.by_supervisor.count(sender) == 0)
+        return make_error(protocol_error::unknown_task,
+                          "task '" + task_id + "' is not yours");
+      return adopt(self, std::move(task_id), std::move(node), attempt,
+                   std::move(owner));
+    },
+    [=](adopt_end_atom, const std::string& task_id) {
+      if (self->current_sender() == self->ctrl())
+        adoption_timed_out(self, task_id);
+    },
     // -- worker nodes -----------------------------------------------------
     [=](join_atom, node_offer& offer, node_agent_actor& agent) {
       return self->delegate(self->state.membership, join_atom::value,

@@ -52,6 +52,7 @@ void resumed(registry_ptr self, const std::string& task_id) {
   if (st.resuming.erase(task_id) == 0 || !st.resuming.empty())
     return;
   reap_orphans(self);
+  adoptions_claimed(self);
   deliver(self, st.slots.resume([self](const std::string& id) {
     return order_of(self, id);
   }));

@@ -61,6 +61,16 @@ struct worker_node {
   double joined_at = 0;
 };
 
+/// A rebuilt task's adoption of the attempt it left running on worker node
+/// `node` (any node when its journal does not say which), waiting for the
+/// node to join again and hand it over.
+struct pending_adoption {
+  std::string node;
+  int attempt = 0;
+  attempt_owner_actor owner;
+  caf::typed_response_promise<container_worker_actor, std::string> rp;
+};
+
 struct registry_state {
   registry_options opts;
   classifier_actor classifier;
@@ -115,6 +125,9 @@ struct registry_state {
   std::set<std::string> adopted;
   /// The attempts they adopted, as (task id, attempt number).
   std::set<std::pair<std::string, int>> adopted_attempts;
+  /// Rebuilt tasks waiting for a worker node to join again to adopt their
+  /// attempt there, by task id.
+  std::map<std::string, pending_adoption> adopting;
   /// Ids of tasks whose admission checks run (not queued yet).
   std::set<std::string> admitting;
   static inline const char* name = "tasksup.registry";
@@ -126,8 +139,10 @@ using worker_wait_atom = caf::atom_constant<caf::atom("workerwait")>;
 
 /// The registry as its children see it: the public interface, what the
 /// membership reports, and its own timer.
-using registry_impl = registry_actor::extend_with<
-  membership_listener_actor>::extend<caf::reacts_to<worker_wait_atom>>;
+using registry_impl =
+  registry_actor::extend_with<membership_listener_actor>::extend<
+    caf::reacts_to<worker_wait_atom>,
+    caf::reacts_to<adopt_end_atom, std::string>>;
 
 using registry_ptr = registry_impl::stateful_pointer<registry_state>;
 
@@ -190,6 +205,23 @@ void node_joined(registry_ptr self, node_offer& offer, node_agent_actor& agent);
 /// Worker node `name` is gone, for `why`: nothing is placed there any more.
 void node_left(registry_ptr self, const std::string& name,
                const std::string& why);
+
+/// Rebuilt task `task_id` adopts its attempt `attempt` that ran on worker
+/// node `node` (empty: on some worker node) when the coordinator went down:
+/// once the node joined (again), its agent hands `owner` the attempt's
+/// container worker. Answers that worker and its node, or an error when the
+/// node does not hand it over within `registry_options::worker_wait_s` (or says
+/// it no longer has it).
+caf::result<container_worker_actor, std::string>
+adopt(registry_ptr self, std::string task_id, std::string node, int attempt,
+      attempt_owner_actor owner);
+
+/// `task_id`'s wait for its worker node is over (`adopt_end`).
+void adoption_timed_out(registry_ptr self, const std::string& task_id);
+
+/// Every rebuilt task has asked for what it adopts: the worker nodes that
+/// joined are told (`adopt_end`), and stop what they kept and nobody claimed.
+void adoptions_claimed(registry_ptr self);
 
 // -- registry_logs.cpp --------------------------------------------------------
 

@@ -111,6 +111,46 @@ void start_remote(supervisor_actor self, worker_options w) {
       });
 }
 
+/// The attempt ran on worker node `node` (empty: on one, not recorded
+/// which) when this coordinator went down (the one it took over from, or
+/// itself before a restart): that node kept it, and hands it over once it
+/// joined (again) (`adopt`, through the registry). Until then the attempt
+/// counts as starting: a stop waits for the worker.
+void adopt_remote(supervisor_actor self, std::string node, int attempt) {
+  auto& s = self->state;
+  s.remote_starting = attempt;
+  self
+    ->request(s.node->services, caf::infinite, adopt_atom::value, s.task_id(),
+              node, attempt, caf::actor_cast<attempt_owner_actor>(self))
+    .then(
+      [self, attempt](container_worker_actor& worker, std::string& node) {
+        auto& st = self->state;
+        if (st.remote_starting != attempt)
+          return;
+        // Its held messages come once it is this supervisor's.
+        self->send(worker, resume_atom::value);
+        take_worker(self, std::move(worker), node);
+        emit(self,
+             warning_event(st.head(), "attempt " + std::to_string(attempt) +
+                                        " adopted from worker node " + node +
+                                        ", where it kept running while the "
+                                        "coordinator changed"));
+      },
+      [self, attempt, node](caf::error& err) {
+        auto& st = self->state;
+        if (st.remote_starting != attempt)
+          return;
+        st.remote_starting = 0;
+        st.pending_stop.reset();
+        attempt_ended(self, attempt,
+                      lost_outcome(node.empty() ? "(not recorded)" : node,
+                                   "the coordinator changed while the "
+                                   "attempt ran there, and it was not "
+                                   "adopted: " +
+                                     error_text(err)));
+      });
+}
+
 /// The options of a worker for `spec` by agent `agent_index`: the agent's
 /// settings, the runtime, the attempt's trace and span.
 worker_options worker_for(const supervisor_state& s, std::size_t agent_index,
@@ -172,12 +212,19 @@ void spawn_worker(supervisor_actor self, runtime::attempt_spec spec,
 std::optional<input::attempt_ended>
 adopt_worker(supervisor_actor self, std::size_t agent_index, int attempt) {
   auto& s = self->state;
-  if (auto node = remote_node_of(s.adopt_id); !node.empty()) {
-    // It ran on a worker node, which stopped it when it lost this node.
-    auto out = lost_outcome(node, "the coordinator restarted while the "
-                                  "attempt ran there");
-    return ended_input(self, attempt, std::move(out));
+  auto node = remote_node_of(s.adopt_id);
+  // A coordinator sharing a journal runs attempts on worker nodes only: one
+  // whose start it had not recorded yet (no runtime id) may run on any.
+  bool remote =
+    !node.empty() || (s.adopt_id.empty() && s.node->leader_epoch > 0);
+  if (remote && s.node->services) {
+    adopt_remote(self, std::move(node), attempt);
+    return std::nullopt;
   }
+  if (remote)
+    return ended_input(self, attempt,
+                       lost_outcome(node, "the coordinator restarted while "
+                                          "the attempt ran there"));
   auto w = worker_for(
     s, agent_index,
     make_attempt_spec(*s.opts, *s.node, s.agent(agent_index), attempt));
@@ -213,16 +260,22 @@ void worker_reported(supervisor_actor self, attempt_report& r) {
   auto& st = self->state;
   if (!from_worker(self) || r.attempt != st.m.attempt)
     return;
-  if (st.worker_node.empty())
+  if (st.worker_node.empty()) {
     st.kept_worker = st.worker; // it waits for the next attempt
-  else
-    self->demonitor(st.worker.address());
+    attempt_ended(self, r.attempt, std::move(r.outcome));
+    return;
+  }
+  auto worker = st.worker;
+  self->demonitor(worker.address());
   // Its node is stopping: nothing more goes there.
-  if (!r.outcome.lost_node.empty() && !st.worker_node.empty() &&
-      st.node->services)
+  if (!r.outcome.lost_node.empty() && st.node->services)
     self->send(st.node->services, node_lost_atom::value, st.worker_node,
-               st.worker.node());
-  attempt_ended(self, r.attempt, std::move(r.outcome));
+               worker.node());
+  // The worker node keeps the report until it is recorded: should this
+  // coordinator go down first, the one that takes over adopts the attempt
+  // with its report instead of running it again.
+  drive(self, ended_input(self, r.attempt, std::move(r.outcome)),
+        [self, worker](bool) { self->send(worker, release_atom::value); });
 }
 
 std::string journaled_runtime_id(const supervisor_state& s,

@@ -86,11 +86,13 @@ int run_worker_node(const worker_node_options& opts) {
   // One that comes before there is an actor to tell is remembered.
   signal_relay signals;
   setup_logging(true);
-  // Attempts die with this node's connection to its coordinator: nothing
-  // here is adopted later (the coordinator retries lost attempts).
+  // Attempts outlive this node's connection to its coordinator only for the
+  // adoption grace, inside this process: a worker process that dies takes
+  // them with it (its coordinator retries them).
   runtime_owner owner{"worker", runtime::orphan_policy::kill};
   node_agent_options agent_opts;
   agent_opts.name = offer.name;
+  agent_opts.adopt_grace = opts.failover_grace;
   auto process = make_named_runtime("process", cfg->config.node, owner);
   if (!process)
     return bad(process.error().to_string());
@@ -189,6 +191,9 @@ int run_worker_node(const worker_node_options& opts) {
     std::optional<std::string> joined;
     bool refused = false;
     bool standby = false;
+    // The agent takes this coordinator's messages from now on: its first
+    // placements and adoptions may overtake the join's answer.
+    self->send(agent, join_atom::value, door->node());
     self
       ->request(*door, std::chrono::seconds{10}, join_atom::value, offer, agent)
       .receive([&](std::string& coordinator) { joined = coordinator; },
@@ -220,7 +225,6 @@ int run_worker_node(const worker_node_options& opts) {
     reported_unreachable = false;
     wait = std::chrono::milliseconds{250};
     tried = 0;
-    self->send(agent, join_atom::value, door->node());
     self->monitor(*door);
     spdlog::info("joined the coordinator {} at {}", *joined, addr->to_string());
     bool connected = true;
@@ -230,9 +234,17 @@ int run_worker_node(const worker_node_options& opts) {
           if (dm.source != door->address())
             return;
           connected = false;
-          spdlog::warn("lost the coordinator at {} ({}): the attempts "
-                       "running here were stopped; reconnecting",
-                       addr->to_string(), sys.render(dm.reason));
+          if (opts.failover_grace.count() > 0)
+            spdlog::warn(
+              "lost the coordinator at {} ({}): the attempts "
+              "running here wait up to {} s for a coordinator to "
+              "adopt them; reconnecting",
+              addr->to_string(), sys.render(dm.reason),
+              std::chrono::duration<double>(opts.failover_grace).count());
+          else
+            spdlog::warn("lost the coordinator at {} ({}): the attempts "
+                         "running here were stopped; reconnecting",
+                         addr->to_string(), sys.render(dm.reason));
         },
         [&](node_left_atom, std::string& why) {
           // Dropped while the connection holds (an attempt it did not

@@ -32,10 +32,15 @@ struct worker_node_options {
   /// How often CAF heartbeats flow both ways.
   std::chrono::milliseconds heartbeat{1000};
   /// Without a word from the coordinator for this long, the connection is
-  /// dropped and every attempt on this node is killed (a partitioned worker
-  /// never keeps running work its coordinator already moved elsewhere):
-  /// keep it below the coordinator's --peer-timeout.
+  /// dropped: keep it below the coordinator's --peer-timeout. The attempts
+  /// here then wait `failover_grace` for a coordinator to adopt them; a
+  /// coordinator that does not (it moved them elsewhere: a partition) has
+  /// them killed as soon as the node joins it again.
   std::chrono::milliseconds lease{5000};
+  /// How long the attempts running here outlive the connection to their
+  /// coordinator, for the coordinator that takes over (or the same one,
+  /// restarted) to adopt them; zero: they are killed with the connection.
+  std::chrono::milliseconds failover_grace{60000};
 };
 
 /// Runs a worker node until SIGINT/SIGTERM; returns the exit status.

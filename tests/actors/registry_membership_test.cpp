@@ -31,6 +31,11 @@ node_agent_actor::behavior_type idle_agent(node_agent_actor::pointer) {
        const attempt_owner_actor&) -> caf::result<container_worker_actor> {
       return caf::make_error(caf::sec::unexpected_message, "idle agent");
     },
+    [](adopt_atom, const std::string&, int, std::int64_t,
+       const attempt_owner_actor&) -> caf::result<container_worker_actor> {
+      return caf::make_error(caf::sec::unexpected_message, "nothing kept");
+    },
+    [](adopt_end_atom) {},
     [](stop_atom) { return true; },
     [](status_atom) { return 0; },
   };
@@ -54,6 +59,11 @@ silent_agent(node_agent_actor::pointer self,
        const attempt_owner_actor&) -> caf::result<container_worker_actor> {
       return caf::make_error(caf::sec::unexpected_message, "silent agent");
     },
+    [](adopt_atom, const std::string&, int, std::int64_t,
+       const attempt_owner_actor&) -> caf::result<container_worker_actor> {
+      return caf::make_error(caf::sec::unexpected_message, "nothing kept");
+    },
+    [](adopt_end_atom) {},
     [](stop_atom) { return true; },
     [self, owed](status_atom) -> caf::result<int> {
       owed->push_back(self->make_response_promise<int>());
@@ -79,6 +89,11 @@ node_agent_actor::behavior_type hung_agent(node_agent_actor::pointer self) {
       owed->push_back(self->make_response_promise<container_worker_actor>());
       return owed->back();
     },
+    [](adopt_atom, const std::string&, int, std::int64_t,
+       const attempt_owner_actor&) -> caf::result<container_worker_actor> {
+      return caf::make_error(caf::sec::unexpected_message, "nothing kept");
+    },
+    [](adopt_end_atom) {},
     [](stop_atom) { return true; },
     [](status_atom) { return 0; },
   };

@@ -383,9 +383,11 @@ TEST_CASE("cluster: a frozen worker is detected and its attempt moved, "
   auto st = c.wait_done("job");
   CHECK(st.at("result").at("outcome") == "succeeded");
   CHECK(st.at("total_attempts") == 2);
-  // The thawed node kills its copy (which needed 8 s) on finding its
-  // coordinator gone, long before that copy could have finished: only the
-  // second attempt ever ends cleanly.
+  // The thawed node finds its coordinator gone and keeps its copy (which
+  // needed 8 s) for adoption; the coordinator, which never went down,
+  // adopts nothing when the node joins again, so the node kills the copy
+  // then, long before it could have finished: only the second attempt ever
+  // ends cleanly.
   REQUIRE(eventually(
     [&] {
       return c.worker(first.node).err().find("lost the coordinator") !=
@@ -399,7 +401,8 @@ TEST_CASE("cluster: a frozen worker is detected and its attempt moved, "
 }
 
 TEST_CASE("cluster: the coordinator killed and restarted: its workers join "
-          "again and every task ends",
+          "again, it adopts the attempts they kept running, and every task "
+          "ends with one attempt",
           "[cluster]") {
   cluster c;
   c.add_worker("w1", 2);
@@ -409,7 +412,7 @@ TEST_CASE("cluster: the coordinator killed and restarted: its workers join "
   REQUIRE(eventually([&] { return c.starts().size() >= 4; }, 10s));
   c.coordinator().signal(SIGKILL);
   REQUIRE(c.coordinator().wait(10s) == 128 + SIGKILL);
-  // The workers see it go and stop the attempts it placed.
+  // The workers see it go and keep the attempts it placed running.
   for (auto w : {"w1", "w2"})
     REQUIRE(eventually(
       [&] {
@@ -417,6 +420,12 @@ TEST_CASE("cluster: the coordinator killed and restarted: its workers join "
                std::string::npos;
       },
       10s));
+  for (auto w : {"w1", "w2"})
+    CHECK_THAT(c.worker(w).err(),
+               Catch::Contains("wait up to 60 s for a coordinator to adopt"));
+  auto running = c.starts();
+  for (auto& s : running)
+    CHECK(::kill(s.pid, 0) == 0);
   c.start_coordinator();
   c.wait_joined("w1", 1);
   c.wait_joined("w2", 1);
@@ -425,8 +434,21 @@ TEST_CASE("cluster: the coordinator killed and restarted: its workers join "
     auto st = c.wait_done(id, 60s);
     INFO(id);
     CHECK(st.at("result").at("outcome") == "succeeded");
-    // One attempt ends cleanly per task: none ran to its end twice.
+    // Adopted, not run again: one attempt, started once, ended once.
+    CHECK(st.at("total_attempts") == 1);
+    CHECK(starts_of(c, id).size() == 1);
     CHECK(c.clean_ends(id) == 1);
+  }
+  // The tasks whose attempts ran through the restart say so.
+  for (auto& s : running) {
+    INFO(s.task);
+    int adopted = 0;
+    for (auto& e : c.events(s.task))
+      if (e.at("event") == "warning" &&
+          std::string{e.at("message").as_string()}.find(
+            "adopted from worker node " + s.node) != std::string::npos)
+        ++adopted;
+    CHECK(adopted == 1);
   }
   // The retries waited for the workers: none ran on the restarted
   // coordinator before they joined again.

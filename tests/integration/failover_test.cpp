@@ -37,6 +37,10 @@ public:
                                              (dir_ / "ran.txt") +
                                              "'\n"
                                              "sleep \"$1\"\n"
+                                             "echo \"end $TASKSUP_TASK_ID "
+                                             "$TASKSUP_ATTEMPT\" >> '" +
+                                             (dir_ / "ran.txt") +
+                                             "'\n"
                                              "echo done\n");
     ports_ = {unused_port(), unused_port()};
     // One CA for the coordinators, the workers and the commands (these
@@ -144,6 +148,18 @@ public:
 
   const scratch& dir() const { return dir_; }
 
+  /// How many times task `id`'s agent started (`what` "start") or ran to
+  /// its end ("end").
+  int count(const std::string& what, const std::string& id) const {
+    auto ran = slurp(dir_ / "ran.txt");
+    auto needle = what + " " + id + " ";
+    int n = 0;
+    for (auto at = ran.find(needle); at != std::string::npos;
+         at = ran.find(needle, at + 1))
+      n += at == 0 || ran[at - 1] == '\n';
+    return n;
+  }
+
   /// How many processes run this cluster's agent now.
   int agents_running() const {
     int n = 0;
@@ -201,14 +217,28 @@ TEST_CASE("a standby says who leads, takes over when the leader is killed, "
   c.add_worker("w1", 4);
   c.wait_log(0, "worker node w1 joined");
   CHECK(c.outcome(0, "early") == "succeeded");
-  // Tasks running on the worker when the leader dies.
+  // Tasks running on the worker when the leader dies: the worker keeps
+  // them, and the new leader adopts them (their reports held if they
+  // ended meanwhile): none runs again.
   for (int i = 0; i < 3; ++i)
     c.submit(0, "t" + std::to_string(i), 2);
+  REQUIRE(eventually(
+    [&] {
+      return c.count("start", "t0") + c.count("start", "t1") +
+               c.count("start", "t2") ==
+             3;
+    },
+    10s));
   c.coordinator(0).signal(SIGKILL);
   c.wait_log(1, "leading (epoch 2;", 30s);
   c.wait_log(1, "worker node w1 joined");
-  for (int i = 0; i < 3; ++i)
-    CHECK(c.outcome(1, "t" + std::to_string(i)) == "succeeded");
+  for (int i = 0; i < 3; ++i) {
+    auto id = "t" + std::to_string(i);
+    INFO(id);
+    CHECK(c.outcome(1, id) == "succeeded");
+    CHECK(c.count("start", id) == 1);
+    CHECK(c.count("end", id) == 1);
+  }
   CHECK(c.outcome(1, "early") == "succeeded");
   // The old leader, started again, stands by.
   c.start(0);
@@ -249,7 +279,7 @@ TEST_CASE("a leader stopped by a signal hands over at once, not when its "
 }
 
 TEST_CASE("repeated failovers while tasks run on two workers: every task "
-          "succeeds, nothing is left running",
+          "succeeds, none runs to its end twice, nothing is left running",
           "[postgres]") {
   shared_journal_cluster c{1};
   c.start_leader_and_standby();
@@ -275,11 +305,11 @@ TEST_CASE("repeated failovers while tasks run on two workers: every task "
   }
   for (int i = 0; i < tasks; ++i)
     CHECK(c.outcome(leader, "t" + std::to_string(i), 120s) == "succeeded");
-  // Every task's agent started at least once; every attempt has ended: no
-  // agent runs on.
-  auto ran = slurp(c.dir() / "ran.txt");
-  INFO(ran);
+  // Every task's agent ran to its end exactly once (adopted across the
+  // failovers, never run again); every attempt has ended: no agent runs
+  // on.
+  INFO(slurp(c.dir() / "ran.txt"));
   for (int i = 0; i < tasks; ++i)
-    CHECK(ran.find("start t" + std::to_string(i) + " ") != std::string::npos);
+    CHECK(c.count("end", "t" + std::to_string(i)) == 1);
   CHECK(eventually([&] { return c.agents_running() == 0; }, 10s));
 }

@@ -14,7 +14,7 @@ namespace {
 /// One step of a scheduling table: an operation and what it answers.
 ///
 /// Operations: `ask ID [local] [runtime=R] [K=V...]`, `free ID`,
-/// `reclaim ID`, `join NAME MAX [runtime,...] [K=V...]`, `lose NAME`,
+/// `reclaim ID [NODE]`, `join NAME MAX [runtime,...] [K=V...]`, `lose NAME`,
 /// `hold`, `resume ID...` (the submission order, first to last).
 /// Answers: `ID@` (a slot here), `ID@NODE`, `queued` (for `ask`), or the
 /// grants the operation made, comma-separated, `-` for none.
@@ -60,7 +60,7 @@ std::string apply(slot_scheduler& s, const std::string& op) {
   if (w[0] == "free")
     return render(s.release(w.at(1)));
   if (w[0] == "reclaim") {
-    s.reclaim(w.at(1));
+    s.reclaim(w.at(1), w.size() > 2 ? w[2] : std::string{});
     return "-";
   }
   if (w[0] == "join") {
@@ -256,4 +256,26 @@ TEST_CASE("slot scheduler: capacity and adopted attempts") {
   CHECK(apply(s, "join w 5") == "c@w");
   CHECK(s.capacity() == 5);
   CHECK(slot_scheduler{0}.capacity() == 1);
+}
+
+TEST_CASE("slot scheduler: an attempt adopted on a worker that has not joined "
+          "again counts there once it does") {
+  slot_scheduler s{1};
+  // Rebuilt after a restart: x's attempt ran on w, which is still away.
+  CHECK(apply(s, "reclaim x w") == "-");
+  CHECK(s.node_of("x") == std::string{"w"});
+  CHECK(s.running_on("w") == 0);
+  CHECK(apply(s, "ask a") == "a@"); // the local slot is free
+  CHECK(apply(s, "join w 2") == "-");
+  CHECK(s.running_on("w") == 1); // x's attempt runs there
+  CHECK(apply(s, "ask b") == "b@w");
+  CHECK(apply(s, "ask c") == "queued"); // w is full: x and b
+  CHECK(apply(s, "free x") == "c@w");
+  CHECK(s.running_on("w") == 2);
+  // Reclaimed on a joined node: counted at once; moved, counted once.
+  CHECK(apply(s, "free b") == "-");
+  CHECK(apply(s, "reclaim y w") == "-");
+  CHECK(s.running_on("w") == 2);
+  CHECK(apply(s, "reclaim y") == "-"); // adopted here after all
+  CHECK(s.running_on("w") == 1);
 }

@@ -170,9 +170,23 @@ void setup_serve(CLI::App& app, int& status) {
         return true;
       },
       "With --join: seconds without a word from the coordinator "
-      "after which this node kills its attempts (default 5; keep "
+      "after which this node drops the connection (default 5; keep "
       "it below the coordinator's --peer-timeout)")
     ->check(CLI::Range(0.1, 3600.0));
+  cmd
+    ->add_option(
+      "--failover-grace",
+      [opts](const std::vector<std::string>& v) {
+        opts->worker.failover_grace = std::chrono::milliseconds{
+          static_cast<std::int64_t>(std::stod(v.at(0)) * 1000)};
+        return true;
+      },
+      "With --join: seconds the attempts running here outlive the "
+      "connection to their coordinator, for the coordinator that takes "
+      "over (or the same one, restarted) to adopt them; one that does not "
+      "has them killed when this node joins it (default 60; 0: kill them "
+      "with the connection)")
+    ->check(CLI::Range(0.0, 86400.0));
   auto* certs =
     cmd->add_option("--certs", opts->certs,
                     "Directory with ca.crt, node.crt and node.key (`tasksup "
@@ -240,8 +254,12 @@ placement.labels must all match) and keeps tasks, journal and supervisors
 itself. A worker joins with the node certificate in --certs DIR (copy the
 coordinator's ca.crt, node.crt and node.key there; never ca.key). A worker
 lost (killed, or silent for --peer-timeout) has its attempts retried on
-another at once; a worker that hears nothing for --lease kills its attempts.
-`tasksup nodes` lists the workers.
+another at once. A worker that hears nothing for --lease drops the
+connection and keeps its attempts running for --failover-grace: a
+coordinator that takes over (a standby, or the same one restarted) adopts
+them when the worker joins it, and they report to it as if nothing had
+happened; attempts no coordinator adopts are killed. `tasksup nodes` lists
+the workers.
 
 Coordinators that outlive their machine: start several with the same
 --journal postgresql://... (each with its own --listen HOST:PORT and state

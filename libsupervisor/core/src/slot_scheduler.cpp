@@ -92,7 +92,7 @@ std::optional<std::string> slot_scheduler::request(slot_request req) {
 
 std::vector<slot_grant> slot_scheduler::release(const std::string& task_id) {
   if (auto i = holders_.find(task_id); i != holders_.end()) {
-    if (!i->second.orphaned)
+    if (i->second.counted())
       if (auto n = nodes_.find(i->second.node); n != nodes_.end())
         --n->second.running;
     holders_.erase(i);
@@ -106,8 +106,20 @@ std::vector<slot_grant> slot_scheduler::release(const std::string& task_id) {
   return serve();
 }
 
-void slot_scheduler::reclaim(const std::string& task_id) {
-  holders_.insert_or_assign(task_id, holder{});
+void slot_scheduler::reclaim(const std::string& task_id,
+                             const std::string& node) {
+  if (auto i = holders_.find(task_id);
+      i != holders_.end() && i->second.counted())
+    if (auto n = nodes_.find(i->second.node); n != nodes_.end())
+      --n->second.running;
+  holder h{node, false, false};
+  if (!node.empty()) {
+    if (auto n = nodes_.find(node); n != nodes_.end())
+      ++n->second.running;
+    else
+      h.unjoined = true;
+  }
+  holders_.insert_or_assign(task_id, std::move(h));
 }
 
 void slot_scheduler::hold() {
@@ -131,7 +143,14 @@ std::vector<slot_grant> slot_scheduler::stop_awaiting_nodes() {
 std::vector<slot_grant> slot_scheduler::add_node(node_offer offer) {
   awaiting_nodes_ = false;
   auto name = offer.name;
-  nodes_.insert_or_assign(std::move(name), node_load{std::move(offer), 0});
+  int reclaimed = 0;
+  for (auto& [id, h] : holders_)
+    if (h.node == name && h.unjoined) {
+      h.unjoined = false;
+      ++reclaimed;
+    }
+  nodes_.insert_or_assign(std::move(name),
+                          node_load{std::move(offer), reclaimed});
   return serve();
 }
 

@@ -168,6 +168,21 @@ using node_joined_atom = caf::atom_constant<caf::atom("nodejoined")>;
 /// its attempts end and it joins again.
 using node_left_atom = caf::atom_constant<caf::atom("nodeleft")>;
 
+/// Adoption of an attempt that outlived its coordinator (a failover or a
+/// restart). Supervisor -> registry: `(adopt, task, node, attempt, owner)`
+/// -> the attempt's container worker on `node`, once that node joined
+/// again; the registry hands it to the node's agent as `(adopt, task,
+/// attempt, epoch, owner)`, and the agent to the container worker as
+/// `(adopt, owner)`. The new owner then tells the worker to go on with
+/// `(resume)`.
+using adopt_atom = caf::atom_constant<caf::atom("adopt")>;
+
+/// Registry -> a worker node's agent: `(adopt_end)`: every attempt this
+/// coordinator adopts has been claimed; what the node kept for a lost
+/// coordinator and nobody claimed is stopped. The registry to itself:
+/// `(adopt_end, task)`: the wait for that task's worker node is over.
+using adopt_end_atom = caf::atom_constant<caf::atom("adoptend")>;
+
 // -- container workers
 
 /// Supervisor -> its kept worker: `(next_attempt, attempt_options)`.

@@ -65,12 +65,19 @@ struct node_agent_options {
   std::map<std::string, std::shared_ptr<runtime::container_runtime>> runtimes;
   /// Where the attempts placed here keep their directories.
   std::string attempt_root;
+  /// How long an attempt outlives its coordinator's connection for the
+  /// coordinator that takes over (or the same one, restarted) to adopt it.
+  /// Zero: the attempts die with the connection.
+  caf::timespan adopt_grace{0};
 };
 
 /// Spawns a worker node's agent: it starts the attempts its coordinator
 /// places here (`run_attempt`), each in a container worker that reports to
-/// the attempt's supervisor on the coordinator and kills its attempt when
-/// that supervisor becomes unreachable (the node lost its coordinator).
+/// the attempt's supervisor on the coordinator. When that supervisor
+/// becomes unreachable (the node lost its coordinator) the attempt is
+/// killed, or kept for `adopt_grace`: the coordinator the node joins next
+/// adopts it (`adopt`), and once it said it adopted all it will
+/// (`adopt_end`), the rest are killed.
 node_agent_actor spawn_node_agent(caf::actor_system& sys,
                                   node_agent_options opts);
 

@@ -11,6 +11,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/atom.hpp>
 #include <caf/local_actor.hpp>
+#include <caf/timespan.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -78,6 +79,10 @@ struct worker_options : attempt_options {
   /// own events there too (one process: the order is kept, as the worker's
   /// events precede its report). Empty: the supervisor.
   event_sink_actor events;
+  /// On a worker node: how long the attempt outlives an unreachable
+  /// supervisor (its coordinator failed over or restarted) for a new owner
+  /// to adopt it. Zero: it is killed at once.
+  caf::timespan adopt_grace{0};
 };
 
 /// Copies what the worker needs from the agent that runs the attempt: its
@@ -88,8 +93,12 @@ void apply_agent_options(attempt_options& opts, const agent_spec& agent);
 /// runtime, forwards `attempt_started` and per-line `log` events to
 /// `supervisor` as `(event, event)`, reports `(attempt_exited,
 /// attempt_report)` and quits. It obeys `(stop, stop_mode, grace_ms)`. If
-/// `supervisor` goes down first, it kills its attempt. If starting throws, the
-/// worker dies without a report (the supervisor sees a `down_msg`).
+/// `supervisor` goes down first, it kills its attempt, unless
+/// `adopt_grace` says to keep it: then the attempt runs on (its report, if
+/// it ends, is held) until its agent hands it to a new owner (`adopt`) who
+/// has it go on (`resume`); it is killed when the grace runs out or its
+/// node stops (`node_lost`). If starting throws, the worker dies without a
+/// report (the supervisor sees a `down_msg`).
 container_worker_actor spawn_container_worker(caf::actor_system& sys,
                                               attempt_owner_actor supervisor,
                                               worker_options opts);

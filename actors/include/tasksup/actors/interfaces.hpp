@@ -58,12 +58,15 @@ using attempt_owner_actor =
 /// A container worker: runs one attempt at a time for its supervisor.
 /// `(stop, mode, grace_ms)` ends the attempt; a kept worker between
 /// attempts runs the next (`next_attempt`) or ends (`release`); its node's
-/// agent ends the attempt as lost with the node (`node_lost`).
-using container_worker_actor =
-  caf::typed_actor<caf::reacts_to<stop_atom, stop_mode, std::int64_t>,
-                   caf::reacts_to<next_attempt_atom, attempt_options>,
-                   caf::reacts_to<release_atom>,
-                   caf::reacts_to<node_lost_atom, std::string>>;
+/// agent ends the attempt as lost with the node (`node_lost`). On a worker
+/// node, one whose supervisor became unreachable keeps its attempt for a
+/// grace: its agent hands it to a new owner (`adopt`, owner), who has it
+/// go on (`resume`).
+using container_worker_actor = caf::typed_actor<
+  caf::reacts_to<stop_atom, stop_mode, std::int64_t>,
+  caf::reacts_to<next_attempt_atom, attempt_options>,
+  caf::reacts_to<release_atom>, caf::reacts_to<node_lost_atom, std::string>,
+  caf::reacts_to<adopt_atom, attempt_owner_actor>, caf::reacts_to<resume_atom>>;
 
 /// A task supervisor: its worker's reports, and the control requests
 /// (answered with whether they took effect) and its status.
@@ -85,8 +88,11 @@ using node_process_actor =
 /// their attempts here; that coordinator tells it when it dropped the node
 /// (`node_left`, why) although its connection holds, and reads it the log
 /// of an attempt that ran here (`logs`: task, attempt, offset, whether the
-/// task finished; as the registry answers `logs`); the node process stops
-/// it (-> true once its attempts ended) and asks how many run.
+/// task finished; as the registry answers `logs`); a coordinator that took
+/// over hands itself the attempts this node kept for a lost one (`adopt`:
+/// task, attempt, epoch, new owner -> the container worker) and says when
+/// it has claimed them all (`adopt_end`); the node process stops it (->
+/// true once its attempts ended) and asks how many run.
 using node_agent_actor = caf::typed_actor<
   caf::reacts_to<join_atom, caf::node_id>,
   caf::reacts_to<node_left_atom, std::string>,
@@ -94,7 +100,9 @@ using node_agent_actor = caf::typed_actor<
                   bool>::with<int, std::uint64_t, std::string, bool>,
   caf::replies_to<run_attempt_atom, remote_attempt,
                   attempt_owner_actor>::with<container_worker_actor>,
-  caf::replies_to<stop_atom>::with<bool>,
+  caf::replies_to<adopt_atom, std::string, int, std::int64_t,
+                  attempt_owner_actor>::with<container_worker_actor>,
+  caf::reacts_to<adopt_end_atom>, caf::replies_to<stop_atom>::with<bool>,
   caf::replies_to<status_atom>::with<int>>;
 
 /// What a node answers its clients (the registry itself, and its door on the
@@ -128,12 +136,17 @@ using node_client_actor = caf::typed_actor<
 /// What a task supervisor asks of its node (a registry): an attempt's
 /// permit (slot, breaker, budget, quota), the slot back, what it learned
 /// of agents, accounts and worker nodes, and, rebuilt after a restart,
-/// what it took over.
+/// what it took over (`resumed`) and the attempt it left on a worker node
+/// (`adopt`: task, node or "" for any, attempt, owner -> the attempt's
+/// container worker and its node).
 using node_services_actor = caf::typed_actor<
   caf::replies_to<permit_atom, permit_request>::with<permit_reply>,
   caf::reacts_to<release_atom, std::string>,
   caf::reacts_to<reclaim_atom, std::string>,
   caf::reacts_to<resumed_atom, std::string, std::string, std::string, int>,
+  caf::replies_to<adopt_atom, std::string, std::string, int,
+                  attempt_owner_actor>::with<container_worker_actor,
+                                             std::string>,
   caf::reacts_to<node_lost_atom, std::string, caf::node_id>,
   caf::reacts_to<close_account_atom, std::string, double>,
   caf::reacts_to<agent_result_atom, std::string, bool>>;

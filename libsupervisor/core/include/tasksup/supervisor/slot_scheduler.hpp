@@ -60,9 +60,10 @@ public:
   /// change nothing. Answers the grants the freed slot allows.
   std::vector<slot_grant> release(const std::string& task_id);
 
-  /// `task_id` holds a slot on this node without asking: a task rebuilt
-  /// after a restart that adopted its running attempt.
-  void reclaim(const std::string& task_id);
+  /// `task_id` holds a slot without asking: a task rebuilt after a restart
+  /// that adopted its running attempt, here or on worker node `node`. A
+  /// node that has not joined (again) yet counts it once it does.
+  void reclaim(const std::string& task_id, const std::string& node = {});
 
   /// Grants nothing until `resume`: tasks rebuilt after a restart ask again
   /// in whatever order their supervisors start, and must not overtake each
@@ -90,7 +91,8 @@ public:
 
   /// A worker node joins with its capacity (its name is new: the caller
   /// checks the offer and replaces a node that joins again with
-  /// `remove_node` first). Answers the grants its capacity allows.
+  /// `remove_node` first). The slots tasks reclaimed there count as running
+  /// on it. Answers the grants its capacity allows.
   std::vector<slot_grant> add_node(node_offer offer);
 
   /// Forgets worker node `name`: nothing is placed there any more (its
@@ -151,6 +153,11 @@ private:
     /// Its node left: releasing it frees nothing there (a node that joins
     /// again under the name starts from its own count).
     bool orphaned = false;
+    /// Reclaimed on a node that has not joined (again) yet: counted there
+    /// once it does.
+    bool unjoined = false;
+
+    bool counted() const noexcept { return !orphaned && !unjoined; }
   };
   std::map<std::string, holder> holders_;
   std::map<std::string, node_load> nodes_;
