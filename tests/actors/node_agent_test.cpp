@@ -139,7 +139,7 @@ struct adoption_fixture {
 } // namespace
 
 TEST_CASE("node agent: an attempt outlives its lost coordinator for the "
-          "grace; the next one adopts it and gets its report") {
+          "grace, and the next one adopts it and gets its report") {
   adoption_fixture a{30};
   a.fx.runtime->script("a", {exits(0, {}, 20)});
   auto old_log = std::make_shared<owner_log>();
@@ -192,8 +192,8 @@ TEST_CASE("node agent: the report of an attempt that ended while nobody "
 }
 
 TEST_CASE("node agent: a report its coordinator had not recorded when it "
-          "went is given again to the one that adopts the attempt; a "
-          "recorded one is let go") {
+          "went is given again to the one that adopts the attempt, and "
+          "a recorded one is let go") {
   adoption_fixture a{30};
   a.fx.runtime->script("a", {exits(0, {}, 1)});
   auto old_log = std::make_shared<owner_log>();
