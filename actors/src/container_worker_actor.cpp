@@ -355,6 +355,7 @@ worker_impl::behavior_type container_worker(worker_actor self,
                                             attempt_owner_actor supervisor,
                                             worker_options opts) {
   self->state.opts = std::move(opts);
+  self->state.timer = std::move(self->state.opts.timer);
   self->state.supervisor = supervisor;
   self->monitor(supervisor);
   // However the worker ends (an exit message from an embedding application,

@@ -1,5 +1,6 @@
 #include "tasksup/actors/cluster.hpp"
 
+#include "tasksup/actors/actor_timer.hpp"
 #include "tasksup/actors/protocol.hpp"
 
 #include "attempt_log.hpp"
@@ -47,6 +48,8 @@ struct node_agent_state {
   std::map<caf::actor_addr, running> workers;
   /// How many times the node process joined a coordinator.
   std::uint64_t joins = 0;
+  /// The timer every container worker here uses (its adoption grace).
+  runtime::scripted_runtime::timer_fn timer;
   /// Answered once the last worker is gone, after `(stop)`.
   std::vector<caf::typed_response_promise<bool>> stopping;
   static inline const char* name = "tasksup.node_agent";
@@ -66,6 +69,7 @@ bool plain_name(const std::string& x) {
 node_agent_actor::behavior_type node_agent(agent_pointer self,
                                            node_agent_options opts) {
   self->state.opts = std::move(opts);
+  self->state.timer = make_actor_timer(self->system());
   self->set_down_handler([=](const caf::down_msg& dm) {
     auto& st = self->state;
     st.workers.erase(dm.source);
@@ -150,6 +154,7 @@ node_agent_actor::behavior_type node_agent(agent_pointer self,
       r.join = st.joins;
       auto w = from_remote(std::move(ra), rt->second);
       w.adopt_grace = st.opts.adopt_grace;
+      w.timer = st.timer;
       w.spec.attempt_dir = std::move(dir);
       // The task's state directory on this node, beside its attempts.
       w.spec.state_dir =

@@ -2,6 +2,7 @@
 
 #include "registry_state.hpp"
 
+#include "tasksup/actors/actor_timer.hpp"
 #include "tasksup/actors/cluster.hpp"
 #include "tasksup/actors/events.hpp"
 #include "tasksup/actors/task_supervisor_actor.hpp"
@@ -292,6 +293,7 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
     rules = classifier::make(default_classifier_rules());
   st.classifier = spawn_classifier(self->system(), std::move(*rules));
   st.backoff = spawn_backoff(self->system(), st.ids->child_seed());
+  st.worker_timer = make_actor_timer(self->system());
   // The registry is the parent of its task supervisors: when it goes, they
   // go too (their workers then end their attempts), so a shut-down node
   // leaves no attempt running and no actor the system would wait for.

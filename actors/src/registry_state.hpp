@@ -73,6 +73,8 @@ struct pending_adoption {
 
 struct registry_state {
   registry_options opts;
+  /// The timer its tasks' container workers share.
+  std::function<void(double, std::function<void()>)> worker_timer;
   classifier_actor classifier;
   backoff_actor backoff;
   std::optional<trace_id_generator> ids;

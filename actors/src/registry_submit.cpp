@@ -140,6 +140,7 @@ void launch(registry_ptr self, supervisor_options opts, std::string environment,
   opts.event_batches = true;
   opts.attempt_root = st.opts.attempt_root;
   opts.leader_epoch = st.opts.leader_epoch;
+  opts.worker_timer = st.worker_timer;
   opts.journal = st.opts.journal;
   auto id = opts.task.id;
   auto trace = opts.trace_id;

@@ -163,6 +163,7 @@ worker_options worker_for(const supervisor_state& s, std::size_t agent_index,
   w.trace_id = s.opts->trace_id;
   w.span_id = std::string_view{s.span};
   w.agent_cli = agent.agent_cli;
+  w.timer = s.node->worker_timer;
   return w;
 }
 

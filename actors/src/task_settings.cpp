@@ -211,6 +211,7 @@ supervisor_setup make_setup(caf::actor_system& sys, supervisor_options opts) {
       ? (std::filesystem::temp_directory_path() / "tasksup").string()
       : std::move(opts.attempt_root);
   node.leader_epoch = opts.leader_epoch;
+  node.worker_timer = std::move(opts.worker_timer);
   auto settings = std::make_unique<task_settings>();
   settings->trace_id =
     opts.trace_id.empty() ? start.ids.trace_id() : std::move(opts.trace_id);

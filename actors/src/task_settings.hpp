@@ -16,6 +16,7 @@
 
 #include <caf/actor.hpp>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -56,6 +57,9 @@ struct shared_settings {
   node_services_actor services;
   std::string attempt_root;
   std::int64_t leader_epoch = 0;
+  /// The container workers' timer (supervisor_options::worker_timer). Not
+  /// compared: it is the registry's, as `services` is.
+  std::function<void(double, std::function<void()>)> worker_timer;
 };
 
 /// `cfg`, shared with every live task that has exactly the same settings.

@@ -461,6 +461,26 @@ TEST_CASE("cluster: the coordinator killed and restarted: its workers join "
         std::string::npos);
 }
 
+TEST_CASE("cluster: a worker node that ran many attempts stops at once, "
+          "their adoption graces still pending",
+          "[cluster]") {
+  cluster c;
+  auto& w = c.add_worker("w1", 8);
+  // Each attempt leaves a grace pending on the worker's clock (for a
+  // report not yet recorded): a hundred of them must not hold its exit.
+  constexpr int tasks = 100;
+  for (int i = 0; i < tasks; ++i)
+    c.submit("q" + std::to_string(i), "0");
+  for (int i = 0; i < tasks; ++i) {
+    auto id = "q" + std::to_string(i);
+    INFO(id);
+    CHECK(c.wait_done(id).at("result").at("outcome") == "succeeded");
+  }
+  w.signal(SIGTERM);
+  INFO(w.err());
+  CHECK(w.wait(20s) == 0);
+}
+
 TEST_CASE("cluster: stop and kill reach an attempt on a worker node",
           "[cluster]") {
   cluster c;

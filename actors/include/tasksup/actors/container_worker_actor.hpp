@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,6 +84,12 @@ struct worker_options : attempt_options {
   /// supervisor (its coordinator failed over or restarted) for a new owner
   /// to adopt it. Zero: it is killed at once.
   caf::timespan adopt_grace{0};
+  /// The timer its idle checks and grace go through (`make_actor_timer`),
+  /// shared by the workers of a node; empty: the worker makes its own. One
+  /// per node, not per worker: each is an actor that pending checks keep
+  /// alive, and CAF's clock thread destroys what it drops at shutdown (a few
+  /// dozen at once deadlock it).
+  std::function<void(double, std::function<void()>)> timer;
 };
 
 /// Copies what the worker needs from the agent that runs the attempt: its

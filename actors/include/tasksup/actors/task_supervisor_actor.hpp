@@ -14,6 +14,7 @@
 #include <caf/actor_system.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,9 @@ struct supervisor_options {
   /// The leadership's epoch of a coordinator on a shared journal (0
   /// otherwise): every attempt placed on a worker node carries it.
   std::int64_t leader_epoch = 0;
+  /// The timer the attempts' container workers share (`make_actor_timer`;
+  /// empty: each makes its own). A registry gives its tasks one.
+  std::function<void(double, std::function<void()>)> worker_timer;
   /// Whether the supervisor emits `task_submitted` when it starts.
   bool emit_submitted = true;
   /// Whether `parent` also takes events as `(event, std::vector<event>)`, in
