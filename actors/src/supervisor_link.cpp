@@ -66,6 +66,18 @@ void take_worker(supervisor_actor self, container_worker_actor w,
     self->send(s.worker, stop_atom::value, stop->first, stop->second);
 }
 
+/// A remote start (or adoption) of `attempt` failed: whether it is still
+/// the one under way, which then no longer is (a stop waiting for it is
+/// dropped with it).
+bool start_failed(supervisor_actor self, int attempt) {
+  auto& st = self->state;
+  if (st.remote_starting != attempt)
+    return false;
+  st.remote_starting = 0;
+  st.pending_stop.reset();
+  return true;
+}
+
 /// Asks the worker node the registry placed the attempt on to start it.
 void start_remote(supervisor_actor self, worker_options w) {
   auto& s = self->state;
@@ -84,11 +96,9 @@ void start_remote(supervisor_actor self, worker_options w) {
           take_worker(self, std::move(worker), node);
       },
       [self, attempt, node](caf::error& err) {
-        auto& st = self->state;
-        if (st.remote_starting != attempt)
+        if (!start_failed(self, attempt))
           return;
-        st.remote_starting = 0;
-        st.pending_stop.reset();
+        auto& st = self->state;
         if (err == caf::sec::request_timeout) {
           // The node never answered: as good as lost.
           if (st.node->services)
@@ -137,11 +147,8 @@ void adopt_remote(supervisor_actor self, std::string node, int attempt) {
                                         "coordinator changed"));
       },
       [self, attempt, node](caf::error& err) {
-        auto& st = self->state;
-        if (st.remote_starting != attempt)
+        if (!start_failed(self, attempt))
           return;
-        st.remote_starting = 0;
-        st.pending_stop.reset();
         attempt_ended(self, attempt,
                       lost_outcome(node.empty() ? "(not recorded)" : node,
                                    "the coordinator changed while the "

@@ -128,6 +128,15 @@ struct adoption_fixture {
     fx.run();
   }
 
+  /// Places an attempt that runs until killed, and loses the coordinator
+  /// that placed it.
+  void place_and_lose() {
+    fx.runtime->script("a", {hangs()});
+    auto owner = spawn_owner(fx, std::make_shared<owner_log>());
+    place(owner);
+    lose(owner);
+  }
+
   std::size_t kills() const {
     std::size_t n = 0;
     for (auto& c : fx.runtime->calls())
@@ -228,10 +237,7 @@ TEST_CASE("node agent: a kept attempt nobody adopts is killed when the grace "
           "all it will") {
   SECTION("the grace runs out") {
     adoption_fixture a{30};
-    a.fx.runtime->script("a", {hangs()});
-    auto old_owner = spawn_owner(a.fx, std::make_shared<owner_log>());
-    a.place(old_owner);
-    a.lose(old_owner);
+    a.place_and_lose();
     a.fx.advance(29);
     CHECK(a.kills() == 0);
     a.fx.advance(2);
@@ -249,10 +255,7 @@ TEST_CASE("node agent: a kept attempt nobody adopts is killed when the grace "
   }
   SECTION("the coordinator it joins adopted all it will") {
     adoption_fixture a{30};
-    a.fx.runtime->script("a", {hangs()});
-    auto old_owner = spawn_owner(a.fx, std::make_shared<owner_log>());
-    a.place(old_owner);
-    a.lose(old_owner);
+    a.place_and_lose();
     a.fx.advance(1);
     a.join();
     auto agent = a.agent;
@@ -265,10 +268,7 @@ TEST_CASE("node agent: a kept attempt nobody adopts is killed when the grace "
   }
   SECTION("without a grace the attempt dies with the connection") {
     adoption_fixture a{0};
-    a.fx.runtime->script("a", {hangs()});
-    auto old_owner = spawn_owner(a.fx, std::make_shared<owner_log>());
-    a.place(old_owner);
-    a.lose(old_owner);
+    a.place_and_lose();
     CHECK(a.kills() == 1);
   }
 }

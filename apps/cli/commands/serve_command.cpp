@@ -9,12 +9,27 @@
 #include "worker_node.hpp"
 
 #include <chrono>
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace tasksup::app {
 
 namespace {
+
+/// An option's callback that stores its value, in seconds (fractions
+/// allowed), in `target` as milliseconds. `target` lives in the options the
+/// command's callback holds.
+std::function<bool(const std::vector<std::string>&)>
+seconds_into(std::chrono::milliseconds& target) {
+  return [&target](const std::vector<std::string>& v) {
+    target = std::chrono::milliseconds{
+      static_cast<std::int64_t>(std::stod(v.at(0)) * 1000)};
+    return true;
+  };
+}
 
 void setup_serve(CLI::App& app, int& status) {
   auto opts = std::make_shared<node_options>();
@@ -162,25 +177,14 @@ void setup_serve(CLI::App& app, int& status) {
     ->check(CLI::Range(0.1, 86400.0))
     ->capture_default_str();
   cmd
-    ->add_option(
-      "--lease",
-      [opts](const std::vector<std::string>& v) {
-        opts->worker.lease = std::chrono::milliseconds{
-          static_cast<std::int64_t>(std::stod(v.at(0)) * 1000)};
-        return true;
-      },
-      "With --join: seconds without a word from the coordinator "
-      "after which this node drops the connection (default 5; keep "
-      "it below the coordinator's --peer-timeout)")
+    ->add_option("--lease", seconds_into(opts->worker.lease),
+                 "With --join: seconds without a word from the coordinator "
+                 "after which this node drops the connection (default 5; keep "
+                 "it below the coordinator's --peer-timeout)")
     ->check(CLI::Range(0.1, 3600.0));
   cmd
     ->add_option(
-      "--failover-grace",
-      [opts](const std::vector<std::string>& v) {
-        opts->worker.failover_grace = std::chrono::milliseconds{
-          static_cast<std::int64_t>(std::stod(v.at(0)) * 1000)};
-        return true;
-      },
+      "--failover-grace", seconds_into(opts->worker.failover_grace),
       "With --join: seconds the attempts running here outlive the "
       "connection to their coordinator, for the coordinator that takes "
       "over (or the same one, restarted) to adopt them; one that does not "
