@@ -177,9 +177,23 @@ int run_worker_node(const worker_node_options& opts) {
     pause(wait);
     wait = std::min(wait * 2, std::chrono::milliseconds{max_reconnect_wait});
   };
+  // The coordinator connection that went down last. The middleman keeps a
+  // connected endpoint's actor until it sees that actor go down, and this
+  // worker may see it first (monitors are told newest first): until the
+  // middleman has caught up, connecting again returns the dead actor, whose
+  // requests only time out.
+  caf::strong_actor_ptr gone;
+  int stale_answers = 0;
   while (!stopping) {
     auto* addr = &coordinators[next];
     auto door = connect_to_node(sys, *addr, creds);
+    if (door && gone && caf::actor_cast<caf::strong_actor_ptr>(*door) == gone &&
+        stale_answers < 50) {
+      ++stale_answers;
+      pause(std::chrono::milliseconds{20});
+      continue;
+    }
+    stale_answers = 0;
     if (!door) {
       if (!reported_unreachable)
         spdlog::warn("cannot reach the coordinator at {}: {}; trying again",
@@ -234,6 +248,7 @@ int run_worker_node(const worker_node_options& opts) {
           if (dm.source != door->address())
             return;
           connected = false;
+          gone = caf::actor_cast<caf::strong_actor_ptr>(*door);
           if (opts.failover_grace.count() > 0)
             spdlog::warn(
               "lost the coordinator at {} ({}): the attempts "

@@ -394,7 +394,10 @@ TEST_CASE("cluster: a frozen worker is detected and its attempt moved, "
              std::string::npos;
     },
     10s));
-  CHECK(eventually([&] { return ::kill(first.pid, 0) != 0; }, 3s));
+  bool copy_gone = eventually([&] { return ::kill(first.pid, 0) != 0; }, 3s);
+  INFO("worker: " << c.worker(first.node).err());
+  INFO("coordinator: " << c.coordinator().err());
+  CHECK(copy_gone);
   CHECK(c.clean_ends("job") == 1);
   // It joins again and takes new work.
   c.wait_joined(first.node, 2);
