@@ -1,0 +1,290 @@
+#pragma once
+
+#include "tasksup/supervisor/restart_window.hpp"
+#include "tasksup/supervisor/supervisor_config.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tasksup {
+
+/// Which members a group restarts when one of them is to be restarted
+/// (OTP's restart strategies).
+enum class group_strategy : std::uint8_t {
+  /// Only that member.
+  one_for_one,
+  /// Every member: the others are stopped (in reverse order), then all are
+  /// started again (in order).
+  one_for_all,
+  /// That member and the members after it.
+  rest_for_one,
+};
+
+/// "one_for_one", "one_for_all" or "rest_for_one".
+std::string_view to_string(group_strategy x) noexcept;
+std::optional<group_strategy> parse_group_strategy(std::string_view) noexcept;
+
+/// When the end of significant members ends the group (OTP's
+/// `auto_shutdown`).
+enum class auto_shutdown : std::uint8_t {
+  /// Never: a group with this setting has no significant member.
+  never,
+  /// As soon as any significant member ends by itself for good.
+  any_significant,
+  /// Once every significant member has ended by itself for good.
+  all_significant,
+};
+
+/// "never", "any_significant" or "all_significant".
+std::string_view to_string(auto_shutdown x) noexcept;
+std::optional<auto_shutdown> parse_auto_shutdown(std::string_view) noexcept;
+
+/// How one run of a member ended, as the group sees it.
+enum class member_end : std::uint8_t {
+  /// Succeeded (a task) or ended without failure (a group): OTP's `normal`.
+  normal,
+  /// Failed (a task) or escalated (a group): an abnormal exit.
+  failed,
+  /// Stopped: by the group itself (for a restart or its own end), or by
+  /// the user (`stop` or `kill` of the member), which OTP's
+  /// `terminate_child` resembles: never restarted, and never a reason for
+  /// `auto_shutdown`.
+  stopped,
+};
+
+/// "normal", "failed" or "stopped".
+std::string_view to_string(member_end x) noexcept;
+
+/// Where a member stands.
+enum class member_phase : std::uint8_t {
+  /// Not running: not started yet, or ended and waiting to be started by a
+  /// restart the group has decided.
+  idle,
+  /// Its start was asked for and is not confirmed yet.
+  starting,
+  /// Running.
+  running,
+  /// Its stop was asked for and its end has not come yet.
+  stopping,
+  /// Ended, and not to be started again unless a restart of other members
+  /// takes it along (a `transient` member that ended normally, under
+  /// `one_for_all` or `rest_for_one`).
+  ended,
+  /// Gone for good: a `temporary` member that ended or was stopped.
+  removed,
+};
+
+/// "idle", "starting", "running", "stopping", "ended" or "removed".
+std::string_view to_string(member_phase x) noexcept;
+
+/// Why a group ended.
+enum class group_end : std::uint8_t {
+  /// Every member ended and none is to be restarted.
+  completed,
+  /// A significant member ended, as `auto_shutdown` says.
+  auto_shutdown,
+  /// More restarts than `intensity` allows: the group escalates to its
+  /// parent (as a failure).
+  intensity,
+  /// The user stopped it (or its parent did).
+  stopped,
+  /// A member could not be started when the group started.
+  start_failed,
+};
+
+/// "completed", "auto_shutdown", "intensity", "stopped" or "start_failed".
+std::string_view to_string(group_end x) noexcept;
+
+/// OTP's `intensity` and `period`: at most `max_restarts` restarts within
+/// `period_s` seconds.
+struct group_intensity {
+  int max_restarts = 3;
+  double period_s = 60;
+};
+
+/// What the machine needs to know of one member.
+struct group_member_shape {
+  std::string id;
+  restart_type restart = restart_type::permanent;
+  bool significant = false;
+};
+
+/// What the machine needs to know of a group.
+struct group_shape {
+  group_strategy strategy = group_strategy::one_for_one;
+  group_intensity intensity;
+  tasksup::auto_shutdown shutdown = tasksup::auto_shutdown::never;
+  std::vector<group_member_shape> members;
+};
+
+/// What the carrier does next for the group: start or stop one member.
+struct group_op {
+  enum kind_t : std::uint8_t { start, stop } kind = start;
+  std::size_t member = 0;
+
+  friend bool operator==(const group_op& x, const group_op& y) noexcept {
+    return x.kind == y.kind && x.member == y.member;
+  }
+
+  friend bool operator!=(const group_op& x, const group_op& y) noexcept {
+    return !(x == y);
+  }
+};
+
+/// One restart decision, as the journal and `describe` keep it.
+struct group_restart {
+  double at_s = 0;
+  /// The member whose end caused it, and how that run ended.
+  std::size_t member = 0;
+  member_end cause = member_end::failed;
+  /// The members it stops and starts again, in start order.
+  std::vector<std::size_t> restarted;
+};
+
+/// A group's decisions (OTP's supervisor behaviour) as a pure machine: fed
+/// the members' starts and ends with the time, it says which member to
+/// start or stop next, one at a time, and when the group ends and why. It
+/// reads no clock and does no I/O; its state is plain data
+/// (`snapshot`/`restore`) for the journal.
+///
+/// - `start` starts the members in order, each after the one before it is
+///   confirmed (`started`).
+/// - A member that ends by itself is restarted as its restart type says
+///   (`permanent` always, `transient` after a failure, `temporary` never),
+///   with the members `strategy` takes along; members being restarted are
+///   stopped in reverse order, then started in order. Each restart decision
+///   counts once against `intensity`; one beyond it ends the group
+///   (`intensity`), which stops every member in reverse order.
+/// - A significant member that ends by itself and is not restarted ends
+///   the group as `auto_shutdown` says.
+/// - A group whose members have all ended with none to restart ends
+///   `completed`.
+class group_machine {
+public:
+  explicit group_machine(group_shape shape);
+
+  // -- inputs -----------------------------------------------------------------
+
+  /// Starts the group: every member, in order.
+  void start(double now_s);
+
+  /// Member `i`'s start (the op handed out) is confirmed.
+  void started(std::size_t i, double now_s);
+
+  /// Member `i` could not be started. At the group's first start this ends
+  /// the group (`start_failed`, as OTP's `init` fails); later it counts as
+  /// a failed run of the member.
+  void start_failed(std::size_t i, double now_s);
+
+  /// A run of member `i` ended: by itself, or as the stop the group asked
+  /// for (then `how` is ignored: the group stopped it).
+  void ended(std::size_t i, member_end how, double now_s);
+
+  /// Stops the group: every member in reverse order, then the group ends
+  /// `stopped`. Nothing once the group is ending already.
+  void stop(double now_s);
+
+  // -- outputs ----------------------------------------------------------------
+
+  /// The start or stop to carry out now, or nullopt while one is under way
+  /// or nothing is to be done. Handing it out marks it under way.
+  std::optional<group_op> next();
+
+  /// Whether the group has ended, and why.
+  bool done() const noexcept { return end_.has_value(); }
+  std::optional<group_end> end_reason() const noexcept { return end_; }
+
+  /// How the group's end looks to its parent: `normal` when it completed
+  /// with every member's last run normal, or shut down as `auto_shutdown`
+  /// says; `failed` for `intensity`, `start_failed` or a member whose last
+  /// run failed and was not restarted; `stopped` when stopped.
+  member_end end_as_member() const noexcept;
+
+  /// The member whose end ended the group (`auto_shutdown`, `intensity`,
+  /// `start_failed`, or a failed member's last run), if any.
+  std::optional<std::size_t> end_member() const noexcept { return end_by_; }
+
+  std::size_t size() const noexcept { return members_.size(); }
+
+  member_phase phase(std::size_t i) const { return members_[i].phase; }
+
+  /// How member `i`'s last run ended (nullopt before its first end).
+  std::optional<member_end> last_end(std::size_t i) const {
+    return members_[i].last;
+  }
+
+  /// Restarts of member `i` so far (each run after its first).
+  int restarts_of(std::size_t i) const { return members_[i].restarts; }
+
+  const group_shape& shape() const noexcept { return shape_; }
+
+  /// Restart decisions so far, oldest first (the last
+  /// `max_restart_history` of them).
+  const std::vector<group_restart>& history() const noexcept {
+    return history_;
+  }
+
+  /// Restart decisions counted in the intensity window ending at `now_s`.
+  std::size_t restarts_in_window(double now_s) const {
+    return window_.count(now_s);
+  }
+
+  /// Restart decisions kept in `history`.
+  static constexpr std::size_t max_restart_history = 100;
+
+  // -- journal ----------------------------------------------------------------
+
+  /// The machine's state as plain data.
+  struct member_state {
+    member_phase phase = member_phase::idle;
+    bool to_stop = false;
+    bool to_start = false;
+    std::optional<member_end> last;
+    int restarts = 0;
+  };
+
+  struct state {
+    std::vector<member_state> members;
+    bool started = false;
+    bool first_start_done = false;
+    std::optional<group_end> shutting_down;
+    std::optional<group_end> end;
+    std::optional<std::size_t> end_by;
+    std::optional<group_op> in_flight;
+    std::vector<double> window;
+    std::vector<group_restart> history;
+  };
+
+  state snapshot() const;
+
+  /// Restores `snapshot()`'s state (its member count must match the
+  /// shape's). An op under way at the snapshot is under way again: the
+  /// carrier reports its result as it learns it.
+  void restore(state st);
+
+private:
+  void decide(std::size_t i, member_end how, double now_s);
+  void begin_end(group_end why, std::optional<std::size_t> by);
+  void check_settled();
+  bool significant_end_ends_group(std::size_t i) const;
+
+  group_shape shape_;
+  std::vector<member_state> members_;
+  bool started_ = false;
+  /// Whether every member has been started once (a failed start after this
+  /// is a failed run, not a failed group start).
+  bool first_start_done_ = false;
+  /// Set when the group is ending: every member is stopped, then `end_`.
+  std::optional<group_end> shutting_down_;
+  std::optional<group_end> end_;
+  std::optional<std::size_t> end_by_;
+  std::optional<group_op> in_flight_;
+  restart_window window_;
+  std::vector<group_restart> history_;
+};
+
+} // namespace tasksup

@@ -1,0 +1,81 @@
+#pragma once
+
+#include "tasksup/supervisor/config.hpp"
+#include "tasksup/supervisor/group_machine.hpp"
+#include "tasksup/supervisor/task_spec.hpp"
+
+#include <boost/json/value.hpp>
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tasksup {
+
+struct group_spec;
+
+/// One member of a group: a task or a group, with what the group needs to
+/// know of it.
+struct group_member_spec {
+  /// The task's or the group's id.
+  std::string id;
+  /// A task member's `supervisor.restart` (default `transient`); a group
+  /// member's `restart` (default `permanent`, as an OTP supervisor child).
+  restart_type restart = restart_type::permanent;
+  /// `"significant": true`: its end may end the group (`auto_shutdown`).
+  bool significant = false;
+  /// Set for a task member: the task, resolved against the node's config.
+  std::optional<task_spec> task;
+  /// Set for a group member.
+  std::shared_ptr<const group_spec> group;
+};
+
+/// A group (`{"group": {...}}`): members supervised together with one of
+/// OTP's strategies.
+struct group_spec {
+  std::string id;
+  group_strategy strategy = group_strategy::one_for_one;
+  group_intensity intensity;
+  tasksup::auto_shutdown shutdown = tasksup::auto_shutdown::never;
+  std::vector<group_member_spec> members;
+
+  /// What the group machine needs of it.
+  group_shape shape() const;
+};
+
+/// The most members of one group.
+inline constexpr std::size_t max_group_members = 10000;
+
+/// The most members of a whole tree (groups and tasks at every level).
+inline constexpr std::size_t max_tree_members = 100000;
+
+/// The deepest nesting of groups (the top group is level 1).
+inline constexpr std::size_t max_group_depth = 16;
+
+/// Whether `doc` is a group document: an object whose only key is
+/// `"group"`.
+bool is_group_document(const boost::json::value& doc);
+
+/// Parses a group document (`{"group": {...}}`) and resolves each task
+/// member against `cfg` (as `parse_task` does). Errors name `where` and the
+/// JSON pointer: a group that contains itself (a nested group with the id
+/// of a group above it), an id used twice anywhere in the tree, a
+/// significant member where OTP refuses one (`auto_shutdown` `never`, or a
+/// `permanent` member), intensity out of range, and every error of the
+/// member tasks (their pointers within the group document).
+expected<group_spec> parse_group(const boost::json::value& doc,
+                                 std::string_view where, const config_set& cfg);
+
+/// Reads and parses a group file; relative agent paths of its tasks' own
+/// `agent_selection` are resolved against the file's directory.
+expected<group_spec> load_group_file(const std::string& path,
+                                     const config_set& cfg);
+
+/// Every id in the tree, groups and tasks, in start order (each group
+/// before its members).
+std::vector<std::string> tree_ids(const group_spec& g);
+
+} // namespace tasksup

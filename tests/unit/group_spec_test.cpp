@@ -1,0 +1,218 @@
+// Group documents: what parses, and the errors (file and JSON pointer) for
+// what a group must not be.
+
+#include "tasksup/supervisor/group_spec.hpp"
+
+#include <boost/json/parse.hpp>
+#include <catch2/catch.hpp>
+
+#include <string>
+
+using namespace tasksup;
+
+namespace {
+
+std::string task(const std::string& id, const std::string& extra = "") {
+  return R"({"id": ")" + id +
+         R"(", "prompt": "p", "agent_selection": {"agents": [{"agent_id": "a", "agent_cli": "/bin/true", "cli_flags": ""}]})" +
+         extra + "}";
+}
+
+expected<group_spec> parse(const std::string& text) {
+  // As a file is read: JSON nested up to 64 levels.
+  auto doc = parse_json_text(text, "team.json");
+  REQUIRE(doc);
+  return parse_group(*doc, "team.json", builtin_config());
+}
+
+/// The error's JSON pointer and text, for a document that must not parse.
+error failure(const std::string& text) {
+  auto g = parse(text);
+  REQUIRE_FALSE(g);
+  return g.error();
+}
+
+} // namespace
+
+TEST_CASE("group file: a tree with every key parses, ids in start order") {
+  auto g = parse(
+    R"({"group": {"id": "team", "strategy": "rest_for_one",
+    "intensity": {"max_restarts": 5, "period_s": 30},
+    "auto_shutdown": "any_significant",
+    "members": [)" +
+    task("planner",
+         R"(, "supervisor": {"restart": "transient"}, "significant": true)") +
+    R"(, {"group": {"id": "workers", "strategy": "one_for_all",
+                      "restart": "transient",
+                      "members": [)" +
+    task("w1") + "," + task("w2") + R"(]}},)" +
+    task("reviewer", R"(, "supervisor": {"restart": "temporary"})") + "]}}");
+  REQUIRE(g);
+  CHECK(g->id == "team");
+  CHECK(g->strategy == group_strategy::rest_for_one);
+  CHECK(g->intensity.max_restarts == 5);
+  CHECK(g->intensity.period_s == 30);
+  CHECK(g->shutdown == auto_shutdown::any_significant);
+  REQUIRE(g->members.size() == 3);
+  CHECK(g->members[0].id == "planner");
+  CHECK(g->members[0].significant);
+  CHECK(g->members[0].restart == restart_type::transient);
+  REQUIRE(g->members[0].task);
+  CHECK(g->members[0].task->prompt == "p");
+  REQUIRE(g->members[1].group);
+  CHECK(g->members[1].restart == restart_type::transient);
+  CHECK(g->members[1].group->strategy == group_strategy::one_for_all);
+  CHECK(g->members[2].restart == restart_type::temporary);
+  CHECK(tree_ids(*g) == std::vector<std::string>{"team", "planner", "workers",
+                                                 "w1", "w2", "reviewer"});
+  auto s = g->shape();
+  CHECK(s.members.size() == 3);
+  CHECK(s.members[1].id == "workers");
+  CHECK(is_group_document(boost::json::parse(R"({"group": {}})")));
+  CHECK_FALSE(is_group_document(boost::json::parse(task("x"))));
+}
+
+TEST_CASE("group file: defaults are one_for_one, 3 restarts in 60 s, "
+          "auto_shutdown never; a task member is transient, a group member "
+          "permanent") {
+  auto g =
+    parse(R"({"group": {"id": "g", "members": [)" + task("t") +
+          R"(, {"group": {"id": "sub", "members": [)" + task("u") + "]}}]}}");
+  REQUIRE(g);
+  CHECK(g->strategy == group_strategy::one_for_one);
+  CHECK(g->intensity.max_restarts == 3);
+  CHECK(g->intensity.period_s == 60);
+  CHECK(g->shutdown == auto_shutdown::never);
+  CHECK(g->members[0].restart == restart_type::transient);
+  CHECK(g->members[1].restart == restart_type::permanent);
+}
+
+TEST_CASE("group file: a group that contains itself is refused at the inner "
+          "group's id") {
+  auto err = failure(R"({"group": {"id": "team", "members": [
+    {"group": {"id": "sub", "members": [
+      {"group": {"id": "team", "members": [)" +
+                     task("t") + "]}}]}}]}}");
+  CHECK(err.where == "team.json");
+  CHECK(err.path == "/group/members/0/group/members/0/group/id");
+  CHECK(err.what.find("group \"team\" contains itself") != std::string::npos);
+  CHECK(err.what.find("/group") != std::string::npos);
+}
+
+TEST_CASE("group file: an id used twice anywhere in the tree is refused at "
+          "the second, naming the first") {
+  SECTION("two members") {
+    auto err = failure(R"({"group": {"id": "g", "members": [)" + task("a") +
+                       "," + task("a") + "]}}");
+    CHECK(err.path == "/group/members/1/id");
+    CHECK(err.what.find("duplicate id \"a\": /group/members/0/id has it too") !=
+          std::string::npos);
+  }
+  SECTION("a task in a subgroup and one above it") {
+    auto err =
+      failure(R"({"group": {"id": "g", "members": [)" + task("a") +
+              R"(, {"group": {"id": "s", "members": [)" + task("a") + "]}}]}}");
+    CHECK(err.path == "/group/members/1/group/members/0/id");
+  }
+  SECTION("a task named like a group") {
+    auto err =
+      failure(R"({"group": {"id": "g", "members": [)" + task("g") + "]}}");
+    CHECK(err.path == "/group/members/0/id");
+  }
+}
+
+TEST_CASE("group file: a significant member is refused where OTP refuses "
+          "one") {
+  SECTION("auto_shutdown never (the default)") {
+    auto err = failure(R"({"group": {"id": "g", "members": [)" +
+                       task("a", R"(, "significant": true)") + "]}}");
+    CHECK(err.path == "/group/members/0/significant");
+    CHECK(err.what.find("\"auto_shutdown\"") != std::string::npos);
+  }
+  SECTION("a permanent member") {
+    auto err = failure(
+      R"({"group": {"id": "g", "auto_shutdown": "all_significant", "members": [)" +
+      task("a",
+           R"(, "significant": true, "supervisor": {"restart": "permanent"})") +
+      "]}}");
+    CHECK(err.path == "/group/members/0/significant");
+    CHECK(err.what.find("a permanent member cannot be significant") !=
+          std::string::npos);
+  }
+  SECTION("a group member is permanent unless it says otherwise") {
+    auto err = failure(
+      R"({"group": {"id": "g", "auto_shutdown": "any_significant", "members": [
+        {"group": {"id": "s", "significant": true, "members": [)" +
+      task("a") + "]}}]}}");
+    CHECK(err.path == "/group/members/0/group/significant");
+  }
+  SECTION("significant is true or false") {
+    auto err = failure(R"({"group": {"id": "g", "members": [)" +
+                       task("a", R"(, "significant": "yes")") + "]}}");
+    CHECK(err.path == "/group/members/0/significant");
+  }
+}
+
+TEST_CASE("group file: intensity values out of range are refused") {
+  auto with = [](const std::string& intensity) {
+    return failure(R"({"group": {"id": "g", "intensity": )" + intensity +
+                   R"(, "members": [)" + task("a") + "]}}");
+  };
+  CHECK(with(R"({"max_restarts": -1})").path ==
+        "/group/intensity/max_restarts");
+  CHECK(with(R"({"max_restarts": 1.5})").path ==
+        "/group/intensity/max_restarts");
+  CHECK(with(R"({"max_restarts": 1000001})").path ==
+        "/group/intensity/max_restarts");
+  CHECK(with(R"({"period_s": 0})").path == "/group/intensity/period_s");
+  CHECK(with(R"({"period_s": -5})").path == "/group/intensity/period_s");
+  CHECK(with(R"({"period_s": 1e30})").path == "/group/intensity/period_s");
+  CHECK(with(R"({"reset_after_s": 5})").path ==
+        "/group/intensity/reset_after_s");
+}
+
+TEST_CASE("group file: other mistakes name their pointer") {
+  CHECK(failure(R"({"group": {"id": "g", "members": []}})").path ==
+        "/group/members");
+  CHECK(failure(R"({"group": {"id": "g"}})").what.find("\"members\"") !=
+        std::string::npos);
+  CHECK(failure(R"({"group": {"id": "g", "strategy": "simple_one_for_one",
+                  "members": [)" +
+                task("a") + "]}}")
+          .path == "/group/strategy");
+  CHECK(failure(R"({"group": {"id": "g", "auto_shutdown": "some",
+                  "members": [)" +
+                task("a") + "]}}")
+          .path == "/group/auto_shutdown");
+  CHECK(failure(R"({"group": {"id": "g", "restart": "permanent",
+                  "members": [)" +
+                task("a") + "]}}")
+          .path == "/group/restart");
+  CHECK(failure(R"({"group": {"id": "../g", "members": [)" + task("a") + "]}}")
+          .path == "/group/id");
+  CHECK(
+    failure(R"({"group": {"id": "g", "members": [{"prompt": "p"}]}})").path ==
+    "/group/members/0");
+  // A member task's own error, at its pointer within the group file.
+  auto err =
+    failure(R"({"group": {"id": "g", "members": [)" +
+            task("a", R"(, "supervisor": {"restart": "sometimes"})") + "]}}");
+  CHECK(err.where == "team.json");
+  CHECK(err.path == "/group/members/0/supervisor/restart");
+  CHECK(failure(R"({"group": {"id": "g", "members": [)" + task("a") +
+                R"(], "extra": 1}, "more": 2})")
+          .path == "/more");
+  CHECK(failure(R"({"group": {"id": "g", "members": [{"group": {"id": "s",
+                  "members": [)" +
+                task("a") + R"(]}, "significant": true}]}})")
+          .path == "/group/members/0/significant");
+}
+
+TEST_CASE("group file: nesting deeper than 16 levels is refused") {
+  std::string doc = task("leaf");
+  for (int i = 17; i >= 1; --i)
+    doc = R"({"group": {"id": "g)" + std::to_string(i) + R"(", "members": [)" +
+          doc + "]}}";
+  auto err = failure(doc);
+  CHECK(err.what.find("16 levels") != std::string::npos);
+}
