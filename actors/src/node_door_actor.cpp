@@ -20,6 +20,7 @@
 #include <caf/typed_response_promise.hpp>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -28,6 +29,7 @@
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace tasksup {
@@ -39,6 +41,20 @@ using door_check_atom = caf::atom_constant<caf::atom("doorcheck")>;
 
 /// The door's own timer: end the awaits that have waited their time.
 using await_check_atom = caf::atom_constant<caf::atom("awaitcheck")>;
+
+/// The door to itself: answer the next share of a task's awaits.
+using answer_more_atom = caf::atom_constant<caf::atom("answermore")>;
+
+/// Answers to awaits (results, or await timeouts) go out at most
+/// `answers_per_turn` at a time, `answer_turn_gap` apart: 50,000 a second.
+/// CAF sends every remote message through one broker, first in first out,
+/// so a task awaited 100,000 times would otherwise put all its answers
+/// ahead of every other client's replies (a second of silence, measured in
+/// node_pending_test). Spread out, the broker keeps up with them and other
+/// replies pass in between; a task awaited up to 1,000 times is answered
+/// at once.
+constexpr std::size_t answers_per_turn = 1000;
+constexpr auto answer_turn_gap = std::chrono::milliseconds{20};
 
 /// Who a request counts against: the peer node of a remote sender (one
 /// connection), the sending actor of an in-process one (actor id 0 for a
@@ -58,6 +74,14 @@ struct waiter {
 struct task_waits {
   std::vector<std::uint64_t> ids;
   std::size_t live = 0;
+};
+
+/// A task's result (or the registry's error), and the awaits of it that
+/// have yet to be given it, `answers_per_turn` at a time.
+struct result_answers {
+  std::variant<task_result, caf::error> answer;
+  std::vector<std::uint64_t> ids;
+  std::size_t next = 0;
 };
 
 /// An event subscriber and what it has not acknowledged yet.
@@ -106,12 +130,16 @@ struct door_state {
   std::size_t pending = 0;
   /// Whether an `await_check` is on its way.
   bool await_check_pending = false;
+  /// Results being given to their awaits, oldest first; the first has an
+  /// `answer_more` on its way.
+  std::deque<result_answers> answering;
   static inline const char* name = "tasksup.node_door";
 };
 
 /// The door's interface and its own timers.
 using door_impl = node_door_actor::extend<caf::reacts_to<door_check_atom>,
-                                          caf::reacts_to<await_check_atom>>;
+                                          caf::reacts_to<await_check_atom>,
+                                          caf::reacts_to<answer_more_atom>>;
 
 using door_ptr = door_impl::stateful_pointer<door_state>;
 
@@ -321,7 +349,9 @@ void compact(door_ptr self, task_waits& w) {
     w.ids.end());
 }
 
-/// Ends every await whose deadline has passed with `await_timeout`.
+/// Ends the awaits whose deadline has passed with `await_timeout`, at most
+/// `answers_per_turn` of them; asks for another turn `answer_turn_gap`
+/// later when more are due.
 void time_out_awaits(door_ptr self) {
   auto& st = self->state;
   auto now = self->clock().now();
@@ -333,7 +363,13 @@ void time_out_awaits(door_ptr self) {
             .count();
   auto after = "' has not finished after " + secs.str() +
                " s (the node's await timeout); await it again to keep waiting";
+  std::size_t ended = 0;
   while (!st.waiters.empty() && st.waiters.begin()->second.deadline <= now) {
+    if (ended++ == answers_per_turn) {
+      st.await_check_pending = true;
+      self->delayed_send(self, answer_turn_gap, await_check_atom::value);
+      return;
+    }
     auto& w = st.waiters.begin()->second;
     w.rp.deliver(make_error(protocol_error::await_timeout,
                             "await: task '" + w.task_id + after));
@@ -347,22 +383,44 @@ void time_out_awaits(door_ptr self) {
   }
 }
 
-/// Answers every await of `task_id` with `answer` (a result or an error).
-template<class T>
-void answer_awaits(door_ptr self, const std::string& task_id, const T& answer) {
+/// Gives the oldest result being answered to its next awaits, at most
+/// `answers_per_turn` of them (an await that timed out meanwhile is gone
+/// from `waiters` and skipped), and asks for another turn
+/// `answer_turn_gap` later while any are left.
+void answer_some(door_ptr self) {
+  auto& st = self->state;
+  std::size_t given = 0;
+  while (!st.answering.empty() && given < answers_per_turn) {
+    auto& a = st.answering.front();
+    for (; a.next < a.ids.size() && given < answers_per_turn; ++a.next) {
+      auto i = st.waiters.find(a.ids[a.next]);
+      if (i == st.waiters.end())
+        continue;
+      std::visit([&](auto& x) { i->second.rp.deliver(x); }, a.answer);
+      discharge(self, i->second.client);
+      st.waiters.erase(i);
+      ++given;
+    }
+    if (a.next == a.ids.size())
+      st.answering.pop_front();
+  }
+  if (!st.answering.empty())
+    self->delayed_send(self, answer_turn_gap, answer_more_atom::value);
+}
+
+/// Answers every await of `task_id` with `answer` (a result or an error),
+/// a share at a time (`answers_per_turn`).
+void answer_awaits(door_ptr self, const std::string& task_id,
+                   std::variant<task_result, caf::error> answer) {
   auto& st = self->state;
   auto t = st.waits_by_task.find(task_id);
   if (t == st.waits_by_task.end())
     return;
-  for (auto id : t->second.ids) {
-    auto i = st.waiters.find(id);
-    if (i == st.waiters.end())
-      continue;
-    i->second.rp.deliver(answer);
-    discharge(self, i->second.client);
-    st.waiters.erase(i);
-  }
+  auto idle = st.answering.empty();
+  st.answering.push_back({std::move(answer), std::move(t->second.ids)});
   st.waits_by_task.erase(t);
+  if (idle)
+    answer_some(self);
 }
 
 /// Waits for `task_id`'s result on behalf of the current request: one
@@ -384,8 +442,9 @@ caf::result<task_result> await_task(door_ptr self, std::string task_id) {
   ++t->second.live;
   if (first)
     self->request(st.registry, caf::infinite, await_atom::value, task_id)
-      .then([=](task_result& r) { answer_awaits(self, task_id, r); },
-            [=](caf::error& err) { answer_awaits(self, task_id, err); });
+      .then(
+        [=](task_result& r) { answer_awaits(self, task_id, std::move(r)); },
+        [=](caf::error& err) { answer_awaits(self, task_id, std::move(err)); });
   schedule_await_check(self);
   return caf::delegated<task_result>{};
 }
@@ -670,6 +729,10 @@ door_impl::behavior_type door(door_ptr self, registry_actor registry,
       self->state.await_check_pending = false;
       time_out_awaits(self);
       schedule_await_check(self);
+    },
+    [=](answer_more_atom) {
+      if (self->current_sender().get() == self->ctrl())
+        answer_some(self);
     },
     [=](subscribe_atom, const subscriber_actor& sub) -> caf::result<bool> {
       if (!sub)

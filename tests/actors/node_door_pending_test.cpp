@@ -276,8 +276,42 @@ TEST_CASE_METHOD(fixture,
   CHECK(reg_held->awaited.size() == 1);
   caf::anon_send(reg, finish_atom::value, std::string{"big"});
   run();
+  // 1,000 at once, then 1,000 every 20 ms; other requests pass in between.
+  CHECK(a->results == 1000);
+  auto between =
+    ask_later<bool>(door, retry_now_atom::value, std::string{"other"});
+  run();
+  REQUIRE(between->has_value());
+  CHECK(a->results == 1000);
+  advance(0.019);
+  CHECK(a->results == 1000);
+  advance(0.001);
+  CHECK(a->results == 2000);
+  for (int i = 0; i < 18; ++i)
+    advance(0.02);
   CHECK(a->results == 20000);
   CHECK(a->limits == 0);
+}
+
+TEST_CASE_METHOD(fixture,
+                 "a burst of await timeouts goes out 1,000 at a time, 20 ms "
+                 "apart",
+                 "[door][pending]") {
+  auto reg = holding_registry(*this, std::make_shared<held>());
+  auto door =
+    keep_dynamic(spawn_node_door(sys(), caf::actor_cast<registry_actor>(reg),
+                                 stats_actor{}, limits(5000, 5000, 60)));
+  run();
+  auto a = std::make_shared<answers>();
+  awaiting_client(*this, door, "long", 2500, a);
+  run();
+  advance(60);
+  CHECK(a->timeouts == 1000);
+  advance(0.02);
+  CHECK(a->timeouts == 2000);
+  advance(0.02);
+  CHECK(a->timeouts == 2500);
+  CHECK(a->results == 0);
 }
 
 TEST_CASE_METHOD(fixture,
