@@ -355,6 +355,16 @@ void node_stats::add(const event& ev) {
     case event_kind::attempt_started: {
       auto& t = track(ev.task_id);
       settle(t, attempt_decision::restarted);
+      if (ev.attempt > 1) {
+        auto& r = t.restarts;
+        auto old = std::find_if(r.begin(), r.end(), [&](double ts) {
+          return ts >= ev.ts - restart_window_s;
+        });
+        r.erase(r.begin(), old);
+        if (r.size() == max_restart_times)
+          r.erase(r.begin());
+        r.push_back(ev.ts);
+      }
       t.agent_id = f.agent_id;
       t.times.attempt_started_ts = ev.ts;
       t.times.next_retry_ts = 0;
@@ -375,6 +385,13 @@ void node_stats::add(const event& ev) {
       durations_[agent_label(p.rec.agent_id)].observe(p.rec.duration_s);
       if (p.rec.exit_code != 0 && t.first_failure_ts == 0)
         t.first_failure_ts = ev.ts;
+      if (p.rec.exit_code != 0) {
+        if (t.failing_since_ts == 0)
+          t.failing_since_ts = ev.ts;
+      } else if (t.failing_since_ts > 0) {
+        t.last_recovery_s = ev.ts - t.failing_since_ts;
+        t.failing_since_ts = 0;
+      }
       t.pending = std::move(p);
       return;
     }
@@ -508,6 +525,38 @@ std::vector<agent_summary> node_stats::agents(double now, double window_s,
     a.p90_duration_s = quantile(d, 0.9);
     out.push_back(std::move(a));
   }
+  return out;
+}
+
+std::vector<restarting_task> node_stats::restarting(double now,
+                                                    std::size_t* count) const {
+  std::vector<restarting_task> out;
+  for (const auto& [id, t] : tasks_) {
+    auto n =
+      std::count_if(t.restarts.begin(), t.restarts.end(), [&](double ts) {
+        return ts >= now - restart_window_s && ts <= now;
+      });
+    if (n < restarting_often)
+      continue;
+    restarting_task r;
+    r.task_id = id;
+    r.agent_id = t.agent_id;
+    r.restarts = static_cast<int>(n);
+    r.last_restart_ts = t.restarts.back();
+    if (t.last_recovery_s >= 0)
+      r.last_recovery_s = t.last_recovery_s;
+    if (t.failing_since_ts > 0)
+      r.failing_since_ts = t.failing_since_ts;
+    out.push_back(std::move(r));
+  }
+  if (count != nullptr)
+    *count = out.size();
+  std::sort(out.begin(), out.end(), [](const auto& x, const auto& y) {
+    return x.restarts != y.restarts ? x.restarts > y.restarts
+                                    : x.task_id < y.task_id;
+  });
+  if (out.size() > max_restarting_listed)
+    out.resize(max_restarting_listed);
   return out;
 }
 

@@ -163,6 +163,35 @@ std::string node_stats::agents_json(double now, double window_s,
     w.end_object();
   }
   w.end_array();
+  std::size_t restarting_count = 0;
+  auto often = restarting(now, &restarting_count);
+  w.key("restarting_count");
+  w.integer(static_cast<std::int64_t>(restarting_count));
+  w.key("restarting");
+  w.begin_array();
+  for (auto& r : often) {
+    w.begin_object();
+    w.key("task_id");
+    w.string(r.task_id);
+    w.key("agent_id");
+    w.string(r.agent_id);
+    w.key("restarts_last_hour");
+    w.integer(r.restarts);
+    w.key("last_restart_ts");
+    w.number(r.last_restart_ts);
+    w.key("last_recovery_s");
+    if (r.last_recovery_s)
+      w.number(*r.last_recovery_s);
+    else
+      w.null();
+    w.key("failing_since_ts");
+    if (r.failing_since_ts)
+      w.number(*r.failing_since_ts);
+    else
+      w.null();
+    w.end_object();
+  }
+  w.end_array();
   w.end_object();
   return w.take();
 }

@@ -308,6 +308,19 @@ void node_stats::append_journal(std::string& out, const journal_figures& j) {
        static_cast<double>(j.pruned));
 }
 
+std::string node_stats::restarting_prometheus(double now) const {
+  // How many, not which: no task id is a label (`tasksup agents` and the
+  // dashboard name them).
+  std::string out;
+  std::size_t count = 0;
+  restarting(now, &count);
+  family(out, "tasksup_tasks_restarting_often", "gauge",
+         "Tasks that started at least 3 attempts after their first in the "
+         "last hour.");
+  line(out, "tasksup_tasks_restarting_often", {}, static_cast<double>(count));
+  return out;
+}
+
 std::string
 node_stats::cluster_prometheus(const std::vector<node_load>& nodes,
                                const std::vector<task_status>& tasks) {

@@ -140,11 +140,15 @@ void deliver_with_cluster(stats_actor_t self, caf::response_promise rp,
         std::vector<node_load> loads;
         for (auto& n : nodes)
           loads.push_back(node_load{n.offer, n.running});
-        deliver_metrics(self, rp, tasks, h,
-                        node_stats::cluster_prometheus(loads, tasks));
+        deliver_metrics(
+          self, rp, tasks, h,
+          node_stats::cluster_prometheus(loads, tasks) +
+            self->state.stats.restarting_prometheus(wall_clock_s()));
       },
       [=](caf::error&) mutable {
-        deliver_metrics(self, rp, tasks, h, std::string{});
+        deliver_metrics(
+          self, rp, tasks, h,
+          self->state.stats.restarting_prometheus(wall_clock_s()));
       });
 }
 

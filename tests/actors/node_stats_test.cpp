@@ -10,6 +10,7 @@
 #include <boost/json/parse.hpp>
 
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -641,4 +642,71 @@ TEST_CASE("the task list comes in pages, newest first") {
     boost::json::parse(stats.tasks_page_json(tasks, 2000, 10, "gone"));
   CHECK(unknown.at("tasks").as_array().size() == 5);
   CHECK(unknown.at("next").is_null());
+}
+
+TEST_CASE("tasks that start 3 or more attempts after their first in an hour "
+          "are listed as restarting often, with their recovery") {
+  node_stats stats;
+  // A crash loop: 4 failed attempts a minute apart, then it recovers.
+  task_script loop{stats, "loop", 10000};
+  for (int i = 0; i < 4; ++i) {
+    loop.attempt("a", 10, 1);
+    loop.retry("a", 50);
+  }
+  auto first_failure = 10000.0 + 10;
+  // Three starts after the first within the hour; still failing.
+  auto listed = stats.restarting(loop.now());
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].task_id == "loop");
+  CHECK(listed[0].agent_id == "a");
+  CHECK(listed[0].restarts == 3);
+  CHECK(listed[0].failing_since_ts == first_failure);
+  CHECK_FALSE(listed[0].last_recovery_s);
+  loop.attempt("a", 10, 0);
+  listed = stats.restarting(loop.now());
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0].restarts == 4);
+  CHECK_FALSE(listed[0].failing_since_ts);
+  REQUIRE(listed[0].last_recovery_s);
+  CHECK(*listed[0].last_recovery_s == Approx(loop.now() - first_failure));
+  // Two restarts are not often.
+  task_script calm{stats, "calm", 10000};
+  calm.attempt("b", 1, 1);
+  calm.retry("b", 1);
+  calm.attempt("b", 1, 1);
+  calm.retry("b", 1);
+  calm.attempt("b", 1, 0);
+  CHECK(stats.restarting(loop.now()).size() == 1);
+  // An hour after the restarts, they no longer count.
+  CHECK(stats.restarting(loop.now() + 3600).empty());
+  auto json = boost::json::parse(stats.agents_json(loop.now(), 0, {}));
+  CHECK(json.at("restarting_count") == 1);
+  CHECK(json.at("restarting").at(0).at("task_id") == "loop");
+  CHECK(json.at("restarting").at(0).at("restarts_last_hour") == 4);
+  CHECK(json.at("restarting").at(0).at("failing_since_ts").is_null());
+  auto text = stats.restarting_prometheus(loop.now());
+  CHECK(has_line(text, "tasksup_tasks_restarting_often 1"));
+  CHECK(text.find("loop") == std::string::npos); // no task id is a label
+}
+
+TEST_CASE("the restarting list names the 10 that restart most and counts "
+          "them all") {
+  node_stats stats;
+  std::vector<std::unique_ptr<task_script>> tasks;
+  for (int i = 0; i < 12; ++i) {
+    tasks.push_back(
+      std::make_unique<task_script>(stats, "t" + std::to_string(i), 1000));
+    // t0 restarts 3 times, t1 4 times, ... t11 14 times.
+    for (int k = 0; k < 4 + i; ++k)
+      tasks.back()->attempt("a", 1, 1);
+  }
+  std::size_t count = 0;
+  auto listed = stats.restarting(2000, &count);
+  CHECK(count == 12);
+  REQUIRE(listed.size() == 10);
+  CHECK(listed.front().task_id == "t11");
+  CHECK(listed.front().restarts == 14);
+  CHECK(listed.back().task_id == "t2");
+  auto text = stats.restarting_prometheus(2000);
+  CHECK(has_line(text, "tasksup_tasks_restarting_often 12"));
 }

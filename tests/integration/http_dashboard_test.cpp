@@ -394,6 +394,9 @@ TEST_CASE("serve --http: /metrics parses with Prometheus' parser and counts "
   CHECK(sample(families, "tasksup_attempt_duration_seconds",
                "tasksup_attempt_duration_seconds_count",
                {{"agent", "backup"}}) == 3);
+  // Four attempts within the hour: three restarts, listed as often.
+  CHECK(sample(families, "tasksup_tasks_restarting_often",
+               "tasksup_tasks_restarting_often", {}) == 1);
 
   // The status view: times, the state filter, plain JSON numbers.
   auto js = n.cmd({"status", "demo-recovery", "--json"});
@@ -425,6 +428,17 @@ TEST_CASE("serve --http: /metrics parses with Prometheus' parser and counts "
   REQUIRE(table.status == 0);
   CHECK(table.out.find("AGENT") == 0);
   CHECK(table.out.find("Suggested fallback order:") != std::string::npos);
+  CHECK(doc.at("restarting_count") == 1);
+  auto& often = doc.at("restarting").at(0);
+  CHECK(often.at("task_id") == "demo-recovery");
+  CHECK(often.at("restarts_last_hour") == 3);
+  CHECK(often.at("failing_since_ts").is_null());
+  CHECK(often.at("last_recovery_s").as_double() > 0);
+  CHECK(std::regex_search(
+    table.out, std::regex{"Restarting often \\(3 or more new attempts in the "
+                          "last hour\\):\n +TASK +AGENT +RESTARTS +LAST "
+                          "RESTART +RECOVERY\n +demo-recovery +backup +3 +"
+                          "20[0-9-]+T[0-9:]+Z +recovered in [0-9.]+s\n"}));
 
   n.process().signal(SIGTERM);
   CHECK(n.process().wait(30s) == 0);
@@ -999,6 +1013,10 @@ TEST_CASE("serve --http: the dashboard in headless Chromium shows tasks, "
   auto agents = browse("agents", agents_page);
   CHECK(agents.find("data-agent=\"backup\"") != std::string::npos);
   CHECK(agents.find("id=\"fallback-order\"") != std::string::npos);
+  // demo-recovery started four attempts: listed as restarting often.
+  CHECK(std::regex_search(
+    agents, std::regex{"<table id=\"restarting\">.*data-task=\"demo-"
+                       "recovery\".*recovered in"}));
   CHECK(std::filesystem::exists(shot));
   CHECK(std::filesystem::exists(shot_task));
 

@@ -97,6 +97,38 @@ std::string iso8601(double ts) {
   return buf;
 }
 
+/// The tasks that restart often (a node before this list has none).
+void print_restarting(const boost::json::value& doc) {
+  auto* obj = doc.if_object();
+  auto* list = obj ? obj->if_contains("restarting") : nullptr;
+  if (list == nullptr || !list->is_array() || list->get_array().empty())
+    return;
+  auto now = num(doc, "now");
+  auto count = static_cast<long long>(num(doc, "restarting_count"));
+  std::cout << "\nRestarting often (3 or more new attempts in the last hour";
+  if (count > static_cast<long long>(list->get_array().size()))
+    std::cout << "; the " << list->get_array().size() << " most of " << count;
+  std::cout << "):\n";
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"  TASK", "AGENT", "RESTARTS", "LAST RESTART", "RECOVERY"});
+  for (auto& r : list->get_array()) {
+    std::string recovery = "-";
+    auto* ro = r.if_object();
+    if (auto* f = ro ? ro->if_contains("failing_since_ts") : nullptr;
+        f && f->is_number())
+      recovery =
+        "failing for " + secs(std::max(0.0, now - num(r, "failing_since_ts")));
+    else if (auto* l = ro ? ro->if_contains("last_recovery_s") : nullptr;
+             l && l->is_number())
+      recovery = "recovered in " + secs(num(r, "last_recovery_s"));
+    rows.push_back(
+      {"  " + cell(str(r, "task_id")), cell(str(r, "agent_id")),
+       std::to_string(static_cast<long long>(num(r, "restarts_last_hour"))),
+       iso8601(num(r, "last_restart_ts")), recovery});
+  }
+  print_columns(std::cout, rows);
+}
+
 void print_table(const boost::json::value& doc) {
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"AGENT", "SUCCESS", "ATTEMPTS", "MEDIAN", "P90",
@@ -167,11 +199,11 @@ int agents(const agents_options& opts) {
             rc = exit_status::unavailable;
             return;
           }
-          if (doc.at("agents").as_array().empty()) {
+          if (doc.at("agents").as_array().empty())
             std::cout << "no attempts in the window\n";
-            return;
-          }
-          print_table(doc);
+          else
+            print_table(doc);
+          print_restarting(doc);
         },
         [&](caf::error& err) {
           rc = report_request_error(s, err, exit_status::unavailable);
@@ -185,15 +217,17 @@ void setup_agents(CLI::App& app, int& status) {
   auto* cmd = app.add_subcommand(
     "agents", "Show how each agent has been doing on a node: success rate, "
               "attempts, median and p90 duration, failure classes, last "
-              "failure, and a suggested fallback order.");
+              "failure, a suggested fallback order, and the tasks that "
+              "restart often.");
   cmd
     ->add_option("--window", opts->window,
                  "Only attempts that ended within this long: 90s, 30m, 24h, "
                  "7d, or all")
     ->capture_default_str();
   cmd->add_flag("--json", opts->json,
-                "Print the node's JSON: agents[] with the figures, and "
-                "fallback_order[] with the reason for each place");
+                "Print the node's JSON: agents[] with the figures, "
+                "fallback_order[] with the reason for each place, and "
+                "restarting[] (restarting_count in all)");
   add_node_option(cmd, opts->node);
   cmd->footer(node_help() + R"(
 
@@ -202,7 +236,11 @@ its agent, duration, failure class and the decision that followed. Attempts
 the user stopped are counted but left out of the success rate. The fallback
 order puts agents with an open circuit breaker last, then ranks by the lower
 bound of the success rate (so 9 of 10 ranks above 1 of 1), then by median
-duration.
+duration. Tasks that started 3 or more attempts after their first in the
+last hour (whatever --window says) are listed as restarting often, most
+first (at most 10): each with its agent, its restarts, and how long its
+last recovery took (from a failed attempt's end to the end of the next
+attempt that exited 0), or how long it has been failing.
 
 Example:
   tasksup agents

@@ -370,7 +370,24 @@ async function showAgents() {
       : el('p', {class: 'muted'}, 'no attempts yet'),
     el('h2', {}, 'Suggested fallback order'),
     el('ol', {id: 'fallback-order'}, ...data.fallback_order.map(s =>
-      el('li', {}, el('b', {}, s.agent_id), ' — ', s.why))));
+      el('li', {}, el('b', {}, s.agent_id), ' — ', s.why))),
+    el('h2', {}, 'Restarting often (last hour)'),
+    (data.restarting || []).length ? el('table', {id: 'restarting'},
+      el('thead', {}, el('tr', {}, ...['Task', 'Agent', 'Restarts',
+        'Last restart', 'Recovery'].map(h => el('th', {}, h)))),
+      el('tbody', {}, ...data.restarting.map(r => el('tr',
+        {'data-task': r.task_id},
+        el('td', {}, el('a', {href: '#/task/' + encodeURIComponent(r.task_id)},
+          r.task_id)),
+        el('td', {}, r.agent_id), el('td', {}, r.restarts_last_hour),
+        el('td', {}, iso(r.last_restart_ts)),
+        el('td', {class: r.failing_since_ts !== null ? 'outcome-failed' : ''},
+          r.failing_since_ts !== null
+            ? 'failing for ' + dur(data.now - r.failing_since_ts)
+            : r.last_recovery_s !== null
+              ? 'recovered in ' + dur(r.last_recovery_s) : '-')))))
+      : el('p', {class: 'muted', id: 'restarting'}, 'no task restarted 3 ' +
+        'or more times in the last hour'));
 }
 
 let loading = false;

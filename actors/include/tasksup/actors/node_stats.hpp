@@ -94,6 +94,23 @@ struct agent_summary {
   std::optional<breaker_state> breaker;
 };
 
+/// A task that started new attempts often lately: a crash loop, or a
+/// loop member that keeps restarting.
+struct restarting_task {
+  std::string task_id;
+  /// The agent of its latest attempt.
+  std::string agent_id;
+  /// Attempts it started after its first one within the last hour.
+  int restarts = 0;
+  double last_restart_ts = 0;
+  /// How long its latest recovery took: from the end of a failed attempt
+  /// to the end of the next attempt that exited 0 (none yet: absent).
+  std::optional<double> last_recovery_s;
+  /// Set while it has not recovered: when the first failed attempt since
+  /// its last success ended.
+  std::optional<double> failing_since_ts;
+};
+
 /// The agents in the order a task's fallback chain should try them, each
 /// with the reason for its place.
 struct fallback_suggestion {
@@ -190,6 +207,26 @@ public:
   std::vector<agent_summary> agents(double now, double window_s,
                                     const node_health& health) const;
 
+  /// A task restarts often with this many new attempts after its first
+  /// within `restart_window_s`.
+  static constexpr int restarting_often = 3;
+  static constexpr double restart_window_s = 3600;
+  /// Tasks listed as restarting often, at most.
+  static constexpr std::size_t max_restarting_listed = 10;
+  /// Restart times kept per task (the oldest go first).
+  static constexpr std::size_t max_restart_times = 256;
+
+  /// The tasks that restarted often in the hour before `now`
+  /// (`restarting_often` or more), most restarts first (then by id), at
+  /// most `max_restarting_listed`; `count` (when given) gets how many there
+  /// are in all.
+  std::vector<restarting_task> restarting(double now,
+                                          std::size_t* count = nullptr) const;
+
+  /// `restarting(now)` for Prometheus: how many tasks restart often
+  /// (`tasksup_tasks_restarting_often`; no task id is a label).
+  std::string restarting_prometheus(double now) const;
+
   /// The suggested fallback order for `agents`: closed breakers first, then
   /// by the lower bound of the success rate, then the median duration.
   static std::vector<fallback_suggestion>
@@ -214,7 +251,8 @@ public:
   static std::string cluster_prometheus(const std::vector<node_load>& nodes,
                                         const std::vector<task_status>& tasks);
 
-  /// `agents(...)` and the fallback order as one JSON object.
+  /// `agents(...)`, the fallback order and `restarting(now)` as one JSON
+  /// object.
   std::string agents_json(double now, double window_s,
                           const node_health& health) const;
 
@@ -252,6 +290,13 @@ private:
     std::optional<pending_attempt> pending;
     /// The end of the first failed attempt since the last success.
     double first_failure_ts = 0;
+    /// The same, reset by an attempt that exits 0 (not only by the task's
+    /// success): what `restarting_task` reports.
+    double failing_since_ts = 0;
+    double last_recovery_s = -1;
+    /// When it started attempts after its first, within the last hour of
+    /// the latest one, oldest first.
+    std::vector<double> restarts;
   };
 
   /// A fixed-bucket histogram.
