@@ -5,13 +5,19 @@
 // crashes:
 // - a task that parses and resolves passes validate_task, and resolving it
 //   again changes nothing (the node resolves what `run` already resolved);
-// - every error names its source and stays short enough to read.
+// - every error names its source and stays short enough to read;
+// - a group that parses has unique ids, only significant members OTP
+//   allows, and its machine, driven through starts, failures and a stop,
+//   ends with every member stopped and hands out a bounded number of
+//   operations.
 
 #include "tasksup/supervisor/config.hpp"
+#include "tasksup/supervisor/group_spec.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <string_view>
 
@@ -80,6 +86,49 @@ bool same(const task_spec& a, const task_spec& b) {
          a.memory_limit_mb == b.memory_limit_mb;
 }
 
+/// Checks what a parsed group promises, and drives its machine.
+void check_group(const group_spec& g) {
+  auto ids = tree_ids(g);
+  require(std::set<std::string>(ids.begin(), ids.end()).size() == ids.size());
+  for (const auto& m : g.members) {
+    require(m.task.has_value() != (m.group != nullptr));
+    if (m.significant)
+      require(g.shutdown != auto_shutdown::never &&
+              m.restart != restart_type::permanent);
+    if (m.task)
+      require(validate_task(*m.task, "fuzz.json").has_value());
+    if (m.group)
+      check_group(*m.group);
+  }
+  group_machine machine{g.shape()};
+  double now = 0;
+  std::size_t ops = 0;
+  auto drain = [&] {
+    while (auto op = machine.next()) {
+      require(++ops < 100 * (machine.size() + 1));
+      if (op->kind == group_op::start)
+        machine.started(op->member, now);
+      else
+        machine.ended(op->member, member_end::stopped, now);
+    }
+  };
+  machine.start(now);
+  drain();
+  for (std::size_t i = 0; i < machine.size() && !machine.done(); ++i) {
+    now += 1;
+    machine.ended(i, i % 2 == 0 ? member_end::failed : member_end::normal, now);
+    drain();
+  }
+  machine.stop(now);
+  drain();
+  require(machine.done());
+  for (std::size_t i = 0; i < machine.size(); ++i) {
+    auto p = machine.phase(i);
+    require(p != member_phase::running && p != member_phase::starting &&
+            p != member_phase::stopping);
+  }
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
@@ -98,6 +147,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
     require(again.has_value());
     require(same(*task, *again));
   }
+  auto group = parse_group(*doc, "fuzz.json", cfg);
+  check_error(group);
+  if (group)
+    check_group(*group);
   check_error(parse_supervisor_config(*doc, "fuzz.json", cfg.supervisor));
   check_error(parse_classifier_rules(*doc, "fuzz.json"));
   check_error(parse_node_config(*doc, "fuzz.json"));
