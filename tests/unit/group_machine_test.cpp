@@ -332,7 +332,7 @@ TEST_CASE("group: a stop ends every member in reverse order, the group ends "
 }
 
 TEST_CASE("group: a stop while a start is under way waits for it, then stops "
-          "what started; members not started yet never start") {
+          "what started, and members not started yet never start") {
   group_machine m{shape(group_strategy::one_for_one,
                         {member("a"), member("b"), member("c")})};
   m.start(0);
@@ -472,6 +472,7 @@ TEST_CASE("group: a snapshot restored into a new machine goes on as the old "
   CHECK(e.m.history().size() == 2);
   CHECK(e.m.history()[1].member == 1);
   CHECK(e.m.history()[1].cause == member_end::failed);
+  CHECK(e.m.restart_count() == 2);
   CHECK(e.m.restarts_of(0) == 1);
   // The start under way at the snapshot is confirmed to the new machine.
   CHECK_FALSE(e.m.next());

@@ -73,7 +73,7 @@ TEST_CASE("group file: a tree with every key parses, ids in start order") {
 }
 
 TEST_CASE("group file: defaults are one_for_one, 3 restarts in 60 s, "
-          "auto_shutdown never; a task member is transient, a group member "
+          "auto_shutdown never, a task member is transient, a group member "
           "permanent") {
   auto g =
     parse(R"({"group": {"id": "g", "members": [)" + task("t") +

@@ -247,6 +247,7 @@ void group_machine::decide(std::size_t i, member_end how, double now_s) {
     }
     rec.restarted.push_back(j);
   }
+  ++restart_count_;
   history_.push_back(std::move(rec));
   if (history_.size() > max_restart_history)
     history_.erase(history_.begin());
@@ -355,6 +356,7 @@ group_machine::state group_machine::snapshot() const {
   st.in_flight = in_flight_;
   st.window = window_.recorded();
   st.history = history_;
+  st.restart_count = restart_count_;
   return st;
 }
 
@@ -370,6 +372,7 @@ void group_machine::restore(state st) {
   in_flight_ = st.in_flight;
   window_.restore(std::move(st.window));
   history_ = std::move(st.history);
+  restart_count_ = st.restart_count;
 }
 
 } // namespace tasksup

@@ -210,6 +210,10 @@ public:
 
   std::size_t size() const noexcept { return members_.size(); }
 
+  /// Whether every member has been started once (OTP's supervisor returns
+  /// from its start at this point).
+  bool first_start_done() const noexcept { return first_start_done_; }
+
   member_phase phase(std::size_t i) const { return members_[i].phase; }
 
   /// How member `i`'s last run ended (nullopt before its first end).
@@ -227,6 +231,9 @@ public:
   const std::vector<group_restart>& history() const noexcept {
     return history_;
   }
+
+  /// Restart decisions in all (`history` keeps the last of them).
+  std::uint64_t restart_count() const noexcept { return restart_count_; }
 
   /// Restart decisions counted in the intensity window ending at `now_s`.
   std::size_t restarts_in_window(double now_s) const {
@@ -257,6 +264,7 @@ public:
     std::optional<group_op> in_flight;
     std::vector<double> window;
     std::vector<group_restart> history;
+    std::uint64_t restart_count = 0;
   };
 
   state snapshot() const;
@@ -285,6 +293,7 @@ private:
   std::optional<group_op> in_flight_;
   restart_window window_;
   std::vector<group_restart> history_;
+  std::uint64_t restart_count_ = 0;
 };
 
 } // namespace tasksup

@@ -1,0 +1,97 @@
+#pragma once
+
+// A group's carrier: the group machine (group_machine.hpp) on the actor
+// clock. Its task members run on a host (the registry, an embedding
+// application, a test); its nested groups are group supervisors of their
+// own, whose ends it learns as a parent does.
+
+#include "tasksup/actors/atoms.hpp"
+#include "tasksup/actors/protocol.hpp"
+
+#include "tasksup/supervisor/group_spec.hpp"
+#include "tasksup/supervisor/task_spec.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/atom.hpp>
+#include <caf/meta/type_name.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace tasksup {
+
+/// Group -> host: run a task member (its first run, or a restart).
+using member_start_atom = caf::atom_constant<caf::atom("gmstart")>;
+/// Group -> host: stop a task member.
+using member_stop_atom = caf::atom_constant<caf::atom("gmstop")>;
+/// Host -> group: a task member's run ended.
+using member_ended_atom = caf::atom_constant<caf::atom("gmended")>;
+/// Group -> parent: every member has started once.
+using group_started_atom = caf::atom_constant<caf::atom("gstarted")>;
+/// Group -> parent: the group ended.
+using group_ended_atom = caf::atom_constant<caf::atom("gended")>;
+
+/// How a group ended, as its parent learns it.
+struct group_report {
+  std::string group_id;
+  /// How the end counts for the parent (`group_machine::end_as_member`).
+  member_end as_member = member_end::failed;
+  group_end reason = group_end::completed;
+  /// The member whose end ended the group, if one did.
+  std::string by_member;
+  /// Restart decisions the group made.
+  std::uint64_t restarts = 0;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, group_report& x) {
+  return f(caf::meta::type_name("group_report"), x.group_id, x.as_member,
+           x.reason, x.by_member, x.restarts);
+}
+
+/// Runs a group's task members.
+/// - `(member_start, group id, task)`: runs `task` (its first run, or a
+///   restart of a member that ended), answering true once it runs or false
+///   (or an error) when it cannot. Its end is sent to the requesting group
+///   as `(member_ended, task id, how)`.
+/// - `(member_stop, task id, grace_s)`: stops the member (cancel, then kill
+///   after `grace_s`); its end comes as `member_ended` like any other.
+using group_host_actor = caf::typed_actor<
+  caf::replies_to<member_start_atom, std::string, task_spec>::with<bool>,
+  caf::reacts_to<member_stop_atom, std::string, double>>;
+
+/// Learns that a group has started every member once (`group_started`,
+/// with its id; as OTP's supervisor returns from its start then) and, once,
+/// how it ended: the group above it, the registry, or an embedding
+/// application's actor. A group whose start fails reports only its end.
+using group_parent_actor =
+  caf::typed_actor<caf::reacts_to<group_started_atom, std::string>,
+                   caf::reacts_to<group_ended_atom, group_report>>;
+
+/// A running group: the ends of its task members (from its host), the
+/// starts and ends of its nested groups, and `stop` (every member in
+/// reverse order, then the group ends `stopped`). A nested group counts as
+/// started once it has started all of its own members.
+using group_supervisor_actor =
+  caf::typed_actor<caf::reacts_to<member_ended_atom, std::string, member_end>,
+                   caf::reacts_to<group_started_atom, std::string>,
+                   caf::reacts_to<group_ended_atom, group_report>,
+                   caf::reacts_to<stop_atom>>;
+
+/// What a group supervisor needs.
+struct group_options {
+  group_spec spec;
+  group_host_actor host;
+  /// Told once, when the group ends; may be null.
+  group_parent_actor parent;
+};
+
+/// Spawns the supervisor of `opts.spec` and starts its members in order.
+/// It reports its end to `opts.parent` and then exits. A member's task is
+/// started through `opts.host`; a nested group gets a supervisor of its own
+/// (linked to this one, so neither outlives the other unnoticed).
+group_supervisor_actor spawn_group(caf::actor_system& sys, group_options opts);
+
+} // namespace tasksup
