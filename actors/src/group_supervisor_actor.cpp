@@ -29,6 +29,9 @@ struct group_state {
   std::vector<group_supervisor_actor> children;
   /// Whether the parent was told that every member started.
   bool announced = false;
+  /// How the user (or the group above) asked the group to stop, if it did:
+  /// a kill stops every member at once.
+  std::optional<stop_mode> stop;
   bool reported = false;
   static inline const char* name = "tasksup.group";
 };
@@ -98,12 +101,14 @@ void start_member(group_ptr self, std::size_t i) {
 void stop_member(group_ptr self, std::size_t i) {
   auto& st = self->state;
   const auto& member = st.opts.spec.members[i];
+  auto kill = st.stop == stop_mode::kill;
   if (member.group) {
-    self->send(st.children[i], stop_atom::value);
+    self->send(st.children[i], stop_atom::value,
+               kill ? stop_mode::kill : stop_mode::cancel);
     return;
   }
   self->send(st.opts.host, member_stop_atom::value, member.id,
-             member.task->settings.stop_grace_s);
+             kill ? 0.0 : member.task->settings.stop_grace_s);
 }
 
 /// Carries out what the machine asks for, until it waits for an answer or
@@ -203,8 +208,11 @@ group_supervisor_actor::behavior_type group_behavior(group_ptr self,
         m.ended(*i, r.as_member, now_s(self));
       pump(self);
     },
-    [=](stop_atom) {
-      self->state.machine->stop(now_s(self));
+    [=](stop_atom, stop_mode mode) {
+      auto& st = self->state;
+      if (!st.stop || mode == stop_mode::kill)
+        st.stop = mode;
+      st.machine->stop(now_s(self));
       pump(self);
     },
   };

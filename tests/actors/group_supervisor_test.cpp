@@ -58,8 +58,8 @@ caf::actor fake_host(fixture& fx, std::shared_ptr<host_log> log) {
           caf::actor_cast<caf::actor>(self->current_sender());
         return true;
       },
-      [=](member_stop_atom, const std::string& id, double) {
-        log->ops.push_back("stop " + id);
+      [=](member_stop_atom, const std::string& id, double grace_s) {
+        log->ops.push_back((grace_s > 0 ? "stop " : "kill ") + id);
         self->send(log->group_of.at(id), member_ended_atom::value, id,
                    member_end::stopped);
       },
@@ -182,7 +182,7 @@ TEST_CASE_METHOD(group_fixture,
   start(R"({"group": {"id": "team", "members": [)" + task("a") + "," +
         task("b") + "," + task("c") + "]}}");
   log->take();
-  caf::anon_send(group, stop_atom::value);
+  caf::anon_send(group, stop_atom::value, stop_mode::cancel);
   run();
   CHECK(log->take() == "stop c, stop b, stop a");
   REQUIRE(reports->size() == 1);
@@ -257,7 +257,7 @@ TEST_CASE_METHOD(group_fixture,
         R"(, {"group": {"id": "inner", "members": [)" + task("x") + "," +
         task("y") + "]}}," + task("z") + "]}}");
   CHECK(log->take() == "start a, start x, start y, start z, started top");
-  caf::anon_send(group, stop_atom::value);
+  caf::anon_send(group, stop_atom::value, stop_mode::cancel);
   run();
   CHECK(log->take() == "stop z, stop y, stop x, stop a");
   REQUIRE(reports->size() == 1);
@@ -276,4 +276,19 @@ TEST_CASE_METHOD(group_fixture,
   REQUIRE(reports->size() == 1);
   CHECK(reports->front().reason == group_end::start_failed);
   CHECK(reports->front().by_member == "inner");
+}
+
+TEST_CASE_METHOD(group_fixture,
+                 "group actor: a kill stops every member of the tree at once, "
+                 "last member first",
+                 "[group]") {
+  start(R"({"group": {"id": "top", "members": [)" + task("a") +
+        R"(, {"group": {"id": "inner", "members": [)" + task("x") + "," +
+        task("y") + "]}}," + task("z") + "]}}");
+  log->take();
+  caf::anon_send(group, stop_atom::value, stop_mode::kill);
+  run();
+  CHECK(log->take() == "kill z, kill y, kill x, kill a");
+  REQUIRE(reports->size() == 1);
+  CHECK(reports->front().reason == group_end::stopped);
 }

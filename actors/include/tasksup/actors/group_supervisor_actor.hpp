@@ -71,14 +71,16 @@ using group_parent_actor =
                    caf::reacts_to<group_ended_atom, group_report>>;
 
 /// A running group: the ends of its task members (from its host), the
-/// starts and ends of its nested groups, and `stop` (every member in
-/// reverse order, then the group ends `stopped`). A nested group counts as
-/// started once it has started all of its own members.
+/// starts and ends of its nested groups, and `(stop, mode)`: every member
+/// in reverse order, each within its own stop grace (`cancel`) or at once
+/// (`kill`, nested groups included), then the group ends `stopped`. A
+/// nested group counts as started once it has started all of its own
+/// members.
 using group_supervisor_actor =
   caf::typed_actor<caf::reacts_to<member_ended_atom, std::string, member_end>,
                    caf::reacts_to<group_started_atom, std::string>,
                    caf::reacts_to<group_ended_atom, group_report>,
-                   caf::reacts_to<stop_atom>>;
+                   caf::reacts_to<stop_atom, stop_mode>>;
 
 /// What a group supervisor needs.
 struct group_options {
