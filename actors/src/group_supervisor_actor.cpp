@@ -32,7 +32,6 @@ struct group_state {
   /// How the user (or the group above) asked the group to stop, if it did:
   /// a kill stops every member at once.
   std::optional<stop_mode> stop;
-  bool reported = false;
   static inline const char* name = "tasksup.group";
 };
 
@@ -45,12 +44,9 @@ double now_s(group_ptr self) {
 
 void pump(group_ptr self);
 
-/// Tells the parent how the group ended, once, and exits.
+/// Tells the parent how the group ended, and exits.
 void report_end(group_ptr self) {
   auto& st = self->state;
-  if (st.reported)
-    return;
-  st.reported = true;
   auto& m = *st.machine;
   group_report r;
   r.group_id = st.opts.spec.id;
@@ -101,14 +97,14 @@ void start_member(group_ptr self, std::size_t i) {
 void stop_member(group_ptr self, std::size_t i) {
   auto& st = self->state;
   const auto& member = st.opts.spec.members[i];
-  auto kill = st.stop == stop_mode::kill;
+  auto mode = st.stop.value_or(stop_mode::cancel);
   if (member.group) {
-    self->send(st.children[i], stop_atom::value,
-               kill ? stop_mode::kill : stop_mode::cancel);
+    self->send(st.children[i], stop_atom::value, mode);
     return;
   }
   self->send(st.opts.host, member_stop_atom::value, member.id,
-             kill ? 0.0 : member.task->settings.stop_grace_s);
+             mode == stop_mode::kill ? 0.0
+                                     : member.task->settings.stop_grace_s);
 }
 
 /// Carries out what the machine asks for, until it waits for an answer or
@@ -139,6 +135,20 @@ bool from_child(group_ptr self, std::size_t i) {
                     caf::actor_cast<caf::strong_actor_ptr>(child);
 }
 
+/// Nested group member `i` ended `how` (its report, or its exit without
+/// one): before it said it started, its start failed.
+void child_ended(group_ptr self, std::size_t i, member_end how) {
+  auto& st = self->state;
+  self->unlink_from(st.children[i]);
+  st.children[i] = nullptr;
+  auto& m = *st.machine;
+  if (m.phase(i) == member_phase::starting)
+    m.start_failed(i, now_s(self));
+  else
+    m.ended(i, how, now_s(self));
+  pump(self);
+}
+
 /// The index of the member named `id`, if the group has one.
 std::optional<std::size_t> member_index(group_ptr self, const std::string& id) {
   auto i = self->state.index.find(id);
@@ -161,14 +171,10 @@ group_supervisor_actor::behavior_type group_behavior(group_ptr self,
     auto& st = self->state;
     for (std::size_t i = 0; i < st.children.size(); ++i)
       if (st.children[i] && st.children[i].address() == msg.source) {
-        st.children[i] = nullptr;
-        if (msg.reason) {
-          if (st.machine->phase(i) == member_phase::starting)
-            st.machine->start_failed(i, now_s(self));
-          else
-            st.machine->ended(i, member_end::failed, now_s(self));
-          pump(self);
-        }
+        if (msg.reason)
+          child_ended(self, i, member_end::failed);
+        else
+          st.children[i] = nullptr;
         return;
       }
     if (msg.reason)
@@ -198,15 +204,7 @@ group_supervisor_actor::behavior_type group_behavior(group_ptr self,
       auto i = member_index(self, r.group_id);
       if (!i || !from_child(self, *i))
         return;
-      auto& child = self->state.children[*i];
-      self->unlink_from(child);
-      child = nullptr;
-      auto& m = *self->state.machine;
-      if (m.phase(*i) == member_phase::starting)
-        m.start_failed(*i, now_s(self));
-      else
-        m.ended(*i, r.as_member, now_s(self));
-      pump(self);
+      child_ended(self, *i, r.as_member);
     },
     [=](stop_atom, stop_mode mode) {
       auto& st = self->state;

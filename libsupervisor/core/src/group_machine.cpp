@@ -102,34 +102,36 @@ bool live(member_phase x) noexcept {
 
 } // namespace
 
-group_machine::group_machine(group_shape shape)
-  : shape_(std::move(shape)), members_(shape_.members.size()),
-    window_(shape_.intensity.max_restarts, shape_.intensity.period_s) {}
+group_machine::group_machine(group_shape shape) : shape_(std::move(shape)) {
+  st_.members.resize(shape_.members.size());
+  st_.window =
+    restart_window{shape_.intensity.max_restarts, shape_.intensity.period_s};
+}
 
 void group_machine::start(double) {
-  if (started_ || end_)
+  if (st_.started || st_.end)
     return;
-  started_ = true;
-  for (auto& m : members_)
+  st_.started = true;
+  for (auto& m : st_.members)
     m.to_start = true;
   check_settled();
 }
 
 void group_machine::started(std::size_t i, double) {
-  if (i >= members_.size() || in_flight_ != group_op{group_op::start, i})
+  if (i >= st_.members.size() || st_.in_flight != group_op{group_op::start, i})
     return;
-  in_flight_.reset();
-  members_[i].phase = member_phase::running;
-  if (i + 1 == members_.size())
-    first_start_done_ = true;
+  st_.in_flight.reset();
+  st_.members[i].phase = member_phase::running;
+  if (i + 1 == st_.members.size())
+    st_.first_start_done = true;
 }
 
 void group_machine::start_failed(std::size_t i, double now_s) {
-  if (i >= members_.size() || in_flight_ != group_op{group_op::start, i})
+  if (i >= st_.members.size() || st_.in_flight != group_op{group_op::start, i})
     return;
-  in_flight_.reset();
-  auto& m = members_[i];
-  if (!first_start_done_ && !shutting_down_) {
+  st_.in_flight.reset();
+  auto& m = st_.members[i];
+  if (!st_.first_start_done && !st_.shutting_down) {
     m.phase = member_phase::idle;
     m.last = member_end::failed;
     begin_end(group_end::start_failed, i);
@@ -140,14 +142,14 @@ void group_machine::start_failed(std::size_t i, double now_s) {
 }
 
 void group_machine::ended(std::size_t i, member_end how, double now_s) {
-  if (i >= members_.size())
+  if (i >= st_.members.size())
     return;
-  auto& m = members_[i];
+  auto& m = st_.members[i];
   auto temporary = shape_.members[i].restart == restart_type::temporary;
   if (m.phase == member_phase::stopping) {
     // The stop the group asked for.
-    if (in_flight_ == group_op{group_op::stop, i})
-      in_flight_.reset();
+    if (st_.in_flight == group_op{group_op::stop, i})
+      st_.in_flight.reset();
     m.last = member_end::stopped;
     m.to_stop = false;
     m.phase = temporary    ? member_phase::removed
@@ -158,15 +160,15 @@ void group_machine::ended(std::size_t i, member_end how, double now_s) {
   }
   if (m.phase == member_phase::starting) {
     // Ended before its start was confirmed: it did start.
-    in_flight_.reset();
+    st_.in_flight.reset();
     m.phase = member_phase::running;
-    if (i + 1 == members_.size())
-      first_start_done_ = true;
+    if (i + 1 == st_.members.size())
+      st_.first_start_done = true;
   }
   if (m.phase != member_phase::running)
     return; // Not running: a stale report.
   m.last = how;
-  if (shutting_down_ || m.to_stop) {
+  if (st_.shutting_down || m.to_stop) {
     // The group was about to stop it anyway (its own end, or a restart
     // that takes this member along): no decision of its own.
     m.to_stop = false;
@@ -186,7 +188,7 @@ void group_machine::stop(double) {
 
 void group_machine::decide(std::size_t i, member_end how, double now_s) {
   auto& spec = shape_.members[i];
-  auto& m = members_[i];
+  auto& m = st_.members[i];
   auto restart =
     how != member_end::stopped &&
     (spec.restart == restart_type::permanent ||
@@ -199,13 +201,13 @@ void group_machine::decide(std::size_t i, member_end how, double now_s) {
       begin_end(group_end::auto_shutdown, i);
     return;
   }
-  if (!window_.try_restart(now_s)) {
+  if (!st_.window.try_restart(now_s)) {
     m.phase = member_phase::ended;
     begin_end(group_end::intensity, i);
     return;
   }
   std::size_t first = 0;
-  std::size_t last = members_.size();
+  std::size_t last = st_.members.size();
   if (shape_.strategy == group_strategy::one_for_one) {
     first = i;
     last = i + 1;
@@ -217,7 +219,7 @@ void group_machine::decide(std::size_t i, member_end how, double now_s) {
   rec.member = i;
   rec.cause = how;
   for (auto j = first; j < last; ++j) {
-    auto& o = members_[j];
+    auto& o = st_.members[j];
     if (j == i) {
       o.phase = member_phase::idle;
       o.to_start = true;
@@ -247,10 +249,10 @@ void group_machine::decide(std::size_t i, member_end how, double now_s) {
     }
     rec.restarted.push_back(j);
   }
-  ++restart_count_;
-  history_.push_back(std::move(rec));
-  if (history_.size() > max_restart_history)
-    history_.erase(history_.begin());
+  ++st_.restart_count;
+  st_.history.push_back(std::move(rec));
+  if (st_.history.size() > max_restart_history)
+    st_.history.erase(st_.history.begin());
 }
 
 bool group_machine::significant_end_ends_group(std::size_t i) const {
@@ -260,10 +262,10 @@ bool group_machine::significant_end_ends_group(std::size_t i) const {
     case auto_shutdown::any_significant:
       return true;
     case auto_shutdown::all_significant:
-      for (std::size_t j = 0; j < members_.size(); ++j) {
+      for (std::size_t j = 0; j < st_.members.size(); ++j) {
         if (j == i || !shape_.members[j].significant)
           continue;
-        auto& o = members_[j];
+        auto& o = st_.members[j];
         if (o.to_start || live(o.phase) || o.phase == member_phase::idle)
           return false;
       }
@@ -273,11 +275,11 @@ bool group_machine::significant_end_ends_group(std::size_t i) const {
 }
 
 void group_machine::begin_end(group_end why, std::optional<std::size_t> by) {
-  if (shutting_down_ || end_)
+  if (st_.shutting_down || st_.end)
     return;
-  shutting_down_ = why;
-  end_by_ = by;
-  for (auto& m : members_) {
+  st_.shutting_down = why;
+  st_.end_by = by;
+  for (auto& m : st_.members) {
     m.to_start = false;
     m.to_stop = false;
   }
@@ -285,43 +287,43 @@ void group_machine::begin_end(group_end why, std::optional<std::size_t> by) {
 }
 
 void group_machine::check_settled() {
-  if (end_ || !started_ || in_flight_)
+  if (st_.end || !st_.started || st_.in_flight)
     return;
-  for (auto& m : members_)
-    if (live(m.phase) || (!shutting_down_ && m.to_start))
+  for (auto& m : st_.members)
+    if (live(m.phase) || (!st_.shutting_down && m.to_start))
       return;
-  if (shutting_down_) {
-    end_ = shutting_down_;
+  if (st_.shutting_down) {
+    st_.end = st_.shutting_down;
     return;
   }
-  end_ = group_end::completed;
-  for (std::size_t j = 0; j < members_.size(); ++j)
-    if (members_[j].last == member_end::failed) {
-      end_by_ = j;
+  st_.end = group_end::completed;
+  for (std::size_t j = 0; j < st_.members.size(); ++j)
+    if (st_.members[j].last == member_end::failed) {
+      st_.end_by = j;
       break;
     }
 }
 
 std::optional<group_op> group_machine::next() {
-  if (in_flight_ || end_ || !started_)
+  if (st_.in_flight || st_.end || !st_.started)
     return std::nullopt;
   // Stops first, the last member first.
-  for (auto j = members_.size(); j-- > 0;) {
-    auto& m = members_[j];
-    if (m.phase == member_phase::running && (shutting_down_ || m.to_stop)) {
+  for (auto j = st_.members.size(); j-- > 0;) {
+    auto& m = st_.members[j];
+    if (m.phase == member_phase::running && (st_.shutting_down || m.to_stop)) {
       m.phase = member_phase::stopping;
-      in_flight_ = group_op{group_op::stop, j};
-      return in_flight_;
+      st_.in_flight = group_op{group_op::stop, j};
+      return st_.in_flight;
     }
   }
-  if (!shutting_down_)
-    for (std::size_t j = 0; j < members_.size(); ++j) {
-      auto& m = members_[j];
+  if (!st_.shutting_down)
+    for (std::size_t j = 0; j < st_.members.size(); ++j) {
+      auto& m = st_.members[j];
       if (m.to_start && m.phase == member_phase::idle) {
         m.to_start = false;
         m.phase = member_phase::starting;
-        in_flight_ = group_op{group_op::start, j};
-        return in_flight_;
+        st_.in_flight = group_op{group_op::start, j};
+        return st_.in_flight;
       }
     }
   check_settled();
@@ -329,11 +331,11 @@ std::optional<group_op> group_machine::next() {
 }
 
 member_end group_machine::end_as_member() const noexcept {
-  if (!end_)
+  if (!st_.end)
     return member_end::failed;
-  switch (*end_) {
+  switch (*st_.end) {
     case group_end::completed:
-      return end_by_ ? member_end::failed : member_end::normal;
+      return st_.end_by ? member_end::failed : member_end::normal;
     case group_end::auto_shutdown:
       return member_end::normal;
     case group_end::intensity:
@@ -345,34 +347,9 @@ member_end group_machine::end_as_member() const noexcept {
   return member_end::failed;
 }
 
-group_machine::state group_machine::snapshot() const {
-  state st;
-  st.members = members_;
-  st.started = started_;
-  st.first_start_done = first_start_done_;
-  st.shutting_down = shutting_down_;
-  st.end = end_;
-  st.end_by = end_by_;
-  st.in_flight = in_flight_;
-  st.window = window_.recorded();
-  st.history = history_;
-  st.restart_count = restart_count_;
-  return st;
-}
-
 void group_machine::restore(state st) {
-  if (st.members.size() != members_.size())
-    return;
-  members_ = std::move(st.members);
-  started_ = st.started;
-  first_start_done_ = st.first_start_done;
-  shutting_down_ = st.shutting_down;
-  end_ = st.end;
-  end_by_ = st.end_by;
-  in_flight_ = st.in_flight;
-  window_.restore(std::move(st.window));
-  history_ = std::move(st.history);
-  restart_count_ = st.restart_count;
+  if (st.members.size() == st_.members.size())
+    st_ = std::move(st);
 }
 
 } // namespace tasksup

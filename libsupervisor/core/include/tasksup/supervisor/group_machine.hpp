@@ -195,8 +195,8 @@ public:
   std::optional<group_op> next();
 
   /// Whether the group has ended, and why.
-  bool done() const noexcept { return end_.has_value(); }
-  std::optional<group_end> end_reason() const noexcept { return end_; }
+  bool done() const noexcept { return st_.end.has_value(); }
+  std::optional<group_end> end_reason() const noexcept { return st_.end; }
 
   /// How the group's end looks to its parent: `normal` when it completed
   /// with every member's last run normal, or shut down as `auto_shutdown`
@@ -206,38 +206,38 @@ public:
 
   /// The member whose end ended the group (`auto_shutdown`, `intensity`,
   /// `start_failed`, or a failed member's last run), if any.
-  std::optional<std::size_t> end_member() const noexcept { return end_by_; }
+  std::optional<std::size_t> end_member() const noexcept { return st_.end_by; }
 
-  std::size_t size() const noexcept { return members_.size(); }
+  std::size_t size() const noexcept { return st_.members.size(); }
 
   /// Whether every member has been started once (OTP's supervisor returns
   /// from its start at this point).
-  bool first_start_done() const noexcept { return first_start_done_; }
+  bool first_start_done() const noexcept { return st_.first_start_done; }
 
-  member_phase phase(std::size_t i) const { return members_[i].phase; }
+  member_phase phase(std::size_t i) const { return st_.members[i].phase; }
 
   /// How member `i`'s last run ended (nullopt before its first end).
   std::optional<member_end> last_end(std::size_t i) const {
-    return members_[i].last;
+    return st_.members[i].last;
   }
 
   /// Restarts of member `i` so far (each run after its first).
-  int restarts_of(std::size_t i) const { return members_[i].restarts; }
+  int restarts_of(std::size_t i) const { return st_.members[i].restarts; }
 
   const group_shape& shape() const noexcept { return shape_; }
 
   /// Restart decisions so far, oldest first (the last
   /// `max_restart_history` of them).
   const std::vector<group_restart>& history() const noexcept {
-    return history_;
+    return st_.history;
   }
 
   /// Restart decisions in all (`history` keeps the last of them).
-  std::uint64_t restart_count() const noexcept { return restart_count_; }
+  std::uint64_t restart_count() const noexcept { return st_.restart_count; }
 
   /// Restart decisions counted in the intensity window ending at `now_s`.
   std::size_t restarts_in_window(double now_s) const {
-    return window_.count(now_s);
+    return st_.window.count(now_s);
   }
 
   /// Restart decisions kept in `history`.
@@ -245,29 +245,36 @@ public:
 
   // -- journal ----------------------------------------------------------------
 
-  /// The machine's state as plain data.
+  /// Where one member stands, as the machine keeps it.
   struct member_state {
     member_phase phase = member_phase::idle;
+    /// Part of a restart under way: to be stopped, to be started.
     bool to_stop = false;
     bool to_start = false;
     std::optional<member_end> last;
     int restarts = 0;
   };
 
+  /// The machine's whole state, plain data (what the journal keeps).
   struct state {
     std::vector<member_state> members;
     bool started = false;
+    /// Whether every member has been started once (a failed start after
+    /// this is a failed run, not a failed group start).
     bool first_start_done = false;
+    /// Set when the group is ending: every member is stopped, then `end`.
     std::optional<group_end> shutting_down;
     std::optional<group_end> end;
     std::optional<std::size_t> end_by;
     std::optional<group_op> in_flight;
-    std::vector<double> window;
+    /// The restart decisions within the intensity period
+    /// (`restart_window::recorded`).
+    restart_window window;
     std::vector<group_restart> history;
     std::uint64_t restart_count = 0;
   };
 
-  state snapshot() const;
+  const state& snapshot() const noexcept { return st_; }
 
   /// Restores `snapshot()`'s state (its member count must match the
   /// shape's). An op under way at the snapshot is under way again: the
@@ -281,19 +288,7 @@ private:
   bool significant_end_ends_group(std::size_t i) const;
 
   group_shape shape_;
-  std::vector<member_state> members_;
-  bool started_ = false;
-  /// Whether every member has been started once (a failed start after this
-  /// is a failed run, not a failed group start).
-  bool first_start_done_ = false;
-  /// Set when the group is ending: every member is stopped, then `end_`.
-  std::optional<group_end> shutting_down_;
-  std::optional<group_end> end_;
-  std::optional<std::size_t> end_by_;
-  std::optional<group_op> in_flight_;
-  restart_window window_;
-  std::vector<group_restart> history_;
-  std::uint64_t restart_count_ = 0;
+  state st_;
 };
 
 } // namespace tasksup
