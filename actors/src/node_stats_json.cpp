@@ -180,15 +180,9 @@ std::string node_stats::agents_json(double now, double window_s,
     w.key("last_restart_ts");
     w.number(r.last_restart_ts);
     w.key("last_recovery_s");
-    if (r.last_recovery_s)
-      w.number(*r.last_recovery_s);
-    else
-      w.null();
+    w.number(r.last_recovery_s);
     w.key("failing_since_ts");
-    if (r.failing_since_ts)
-      w.number(*r.failing_since_ts);
-    else
-      w.null();
+    w.number(r.failing_since_ts);
     w.end_object();
   }
   w.end_array();

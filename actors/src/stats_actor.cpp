@@ -111,11 +111,13 @@ void replay_history(stats_actor_t self) {
       [=](caf::error&) { release_early(); });
 }
 
-/// Answers `rp` with the metrics of `tasks` and `h`, and the journal's
-/// figures when the node has a journal that answers.
+/// Answers `rp` with the metrics of `tasks` and `h`, the journal's figures
+/// when the node has a journal that answers, `cluster` (the cluster's
+/// figures, if any) and the tasks restarting often.
 void deliver_metrics(stats_actor_t self, caf::response_promise rp,
                      std::vector<task_status> tasks, node_health h,
                      std::string cluster) {
+  cluster += self->state.stats.restarting_prometheus(wall_clock_s());
   if (!self->state.journal) {
     rp.deliver(self->state.stats.prometheus(tasks, h) + cluster);
     return;
@@ -140,15 +142,11 @@ void deliver_with_cluster(stats_actor_t self, caf::response_promise rp,
         std::vector<node_load> loads;
         for (auto& n : nodes)
           loads.push_back(node_load{n.offer, n.running});
-        deliver_metrics(
-          self, rp, tasks, h,
-          node_stats::cluster_prometheus(loads, tasks) +
-            self->state.stats.restarting_prometheus(wall_clock_s()));
+        deliver_metrics(self, rp, tasks, h,
+                        node_stats::cluster_prometheus(loads, tasks));
       },
       [=](caf::error&) mutable {
-        deliver_metrics(
-          self, rp, tasks, h,
-          self->state.stats.restarting_prometheus(wall_clock_s()));
+        deliver_metrics(self, rp, tasks, h, std::string{});
       });
 }
 

@@ -280,10 +280,7 @@ void kind_fields(json_writer& w, const event_data::classified& d) {
   w.key("line");
   w.string(d.c.line);
   w.key("retry_after_s");
-  if (d.c.retry_after_s)
-    w.number(*d.c.retry_after_s);
-  else
-    w.null();
+  w.number(d.c.retry_after_s);
 }
 
 void kind_fields(json_writer& w, const event_data::retry_scheduled& d) {

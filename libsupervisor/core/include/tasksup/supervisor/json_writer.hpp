@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -136,6 +137,14 @@ public:
     // buffer of most events once more for a timestamp's 18 bytes.
     char buf[max_json_number_chars];
     append({buf, format_json_number(x, buf)});
+  }
+
+  /// `x`, or null when absent.
+  void number(const std::optional<double>& x) {
+    if (x)
+      number(*x);
+    else
+      null();
   }
 
   void boolean(bool x) {
