@@ -154,8 +154,15 @@ event_hub(hub_pointer self, registry_actor registry, journal_actor journal) {
     },
     [=](track_atom, const std::string& task_id, std::int64_t seq,
         std::int64_t last_event, bool restored) {
-      self->state.tasks.insert_or_assign(
-        task_id, tracked_task{seq, last_event, restored, {}});
+      // A group member's rerun goes on with its history.
+      auto& tasks = self->state.tasks;
+      if (auto i = tasks.find(task_id); i != tasks.end() && !restored) {
+        i->second.seq = seq;
+        i->second.event_n = last_event;
+        return;
+      }
+      tasks.insert_or_assign(task_id,
+                             tracked_task{seq, last_event, restored, {}});
     },
     [=](untrack_atom, const std::string& task_id) {
       self->state.tasks.erase(task_id);

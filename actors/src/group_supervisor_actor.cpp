@@ -1,5 +1,9 @@
 #include "tasksup/actors/group_supervisor_actor.hpp"
 
+#include "tasksup/actors/events.hpp"
+
+#include "tasksup/supervisor/events.hpp"
+
 #include <caf/actor_cast.hpp>
 #include <caf/exit_reason.hpp>
 #include <caf/stateful_actor.hpp>
@@ -8,17 +12,15 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 namespace tasksup {
 
 namespace {
-
-/// The longest a host may take to say whether a member runs: admission
-/// checks of a task may run commands.
-constexpr auto member_start_timeout = std::chrono::minutes{10};
 
 struct group_state {
   group_options opts;
@@ -32,6 +34,12 @@ struct group_state {
   /// How the user (or the group above) asked the group to stop, if it did:
   /// a kill stops every member at once.
   std::optional<stop_mode> stop;
+  /// The span id of its events, and the seeds of its nested groups.
+  std::optional<trace_id_generator> ids;
+  std::string span;
+  /// The nested groups below each nested group member, by id -> that
+  /// member's index (for `(stop, id, mode)`).
+  std::map<std::string, std::size_t> below;
   static inline const char* name = "tasksup.group";
 };
 
@@ -44,31 +52,95 @@ double now_s(group_ptr self) {
 
 void pump(group_ptr self);
 
+/// Sends a `group` event about this group to the events sink.
+void emit(group_ptr self, std::string_view change, std::string_view member,
+          std::string_view how, const std::vector<std::string>& members = {},
+          std::string_view outcome = {}) {
+  auto& st = self->state;
+  if (!st.opts.events)
+    return;
+  event_head h{st.opts.spec->id, 0, st.opts.trace_id, st.span, wall_clock_s()};
+  self->send(st.opts.events, event_atom::value,
+             group_event(h, change, member, how, members,
+                         st.machine->restart_count(), outcome));
+}
+
+/// The word for how a group's end counts as a result.
+std::string_view outcome_word(member_end x) {
+  switch (x) {
+    case member_end::normal:
+      return "succeeded";
+    case member_end::failed:
+      return "failed";
+    case member_end::stopped:
+      return "stopped";
+  }
+  return "failed";
+}
+
 /// Tells the parent how the group ended, and exits.
 void report_end(group_ptr self) {
   auto& st = self->state;
   auto& m = *st.machine;
   group_report r;
-  r.group_id = st.opts.spec.id;
+  r.group_id = st.opts.spec->id;
   r.as_member = m.end_as_member();
   r.reason = m.end_reason().value_or(group_end::completed);
   if (auto by = m.end_member())
-    r.by_member = st.opts.spec.members[*by].id;
+    r.by_member = st.opts.spec->members[*by].id;
   r.restarts = m.restart_count();
+  emit(self, "ended", r.by_member, to_string(r.reason), {},
+       outcome_word(r.as_member));
   if (st.opts.parent)
     self->send(st.opts.parent, group_ended_atom::value, std::move(r));
   self->quit();
 }
 
+/// Member `i` runs (its start was confirmed).
+void member_up(group_ptr self, std::size_t i) {
+  auto& st = self->state;
+  st.machine->started(i, now_s(self));
+  emit(self, "member_started", st.opts.spec->members[i].id, {});
+  pump(self);
+}
+
+/// Feeds the machine an end of member `i` (`ended`, or a failed start when
+/// `how` is empty), with the events: the end, and the restart decision it
+/// led to, if it did.
+void member_down(group_ptr self, std::size_t i, std::optional<member_end> how) {
+  auto& st = self->state;
+  auto& m = *st.machine;
+  auto& members = st.opts.spec->members;
+  auto before = m.restart_count();
+  emit(self, how ? "member_ended" : "member_start_failed", members[i].id,
+       how ? to_string(*how) : "failed");
+  if (how)
+    m.ended(i, *how, now_s(self));
+  else
+    m.start_failed(i, now_s(self));
+  if (m.restart_count() > before && !m.history().empty()) {
+    auto& d = m.history().back();
+    std::vector<std::string> names;
+    names.reserve(d.restarted.size());
+    for (auto k : d.restarted)
+      names.push_back(members[k].id);
+    emit(self, "restart", members[d.member].id, to_string(d.cause), names);
+  }
+  pump(self);
+}
+
 /// Starts member `i`: a nested group at once, a task through the host.
 void start_member(group_ptr self, std::size_t i) {
   auto& st = self->state;
-  const auto& member = st.opts.spec.members[i];
+  const auto& member = st.opts.spec->members[i];
   if (member.group) {
     group_options child;
-    child.spec = *member.group;
+    child.spec = member.group;
     child.host = st.opts.host;
     child.parent = caf::actor_cast<group_parent_actor>(self);
+    child.events = st.opts.events;
+    child.trace_id = st.opts.trace_id;
+    child.seed = st.ids->child_seed();
     st.children[i] = caf::actor_cast<group_supervisor_actor>(
       spawn_group(self->system(), std::move(child)));
     self->link_to(st.children[i]);
@@ -76,27 +148,26 @@ void start_member(group_ptr self, std::size_t i) {
     return;
   }
   self
-    ->request(st.opts.host, member_start_timeout, member_start_atom::value,
-              st.opts.spec.id, *member.task)
+    // No timeout: the host answers every start (its admission checks may
+    // take long), and CAF 0.17 keeps a request's timeout on its clock until
+    // it expires, answered or not.
+    ->request(st.opts.host, caf::infinite, member_start_atom::value,
+              st.opts.spec->id, *member.task)
     .then(
       [=](bool ok) {
         if (ok)
-          self->state.machine->started(i, now_s(self));
+          member_up(self, i);
         else
-          self->state.machine->start_failed(i, now_s(self));
-        pump(self);
+          member_down(self, i, std::nullopt);
       },
-      [=](caf::error&) {
-        self->state.machine->start_failed(i, now_s(self));
-        pump(self);
-      });
+      [=](caf::error&) { member_down(self, i, std::nullopt); });
 }
 
 /// Stops member `i`; its end comes back as `member_ended` (a task) or
 /// `group_ended` (a nested group).
 void stop_member(group_ptr self, std::size_t i) {
   auto& st = self->state;
-  const auto& member = st.opts.spec.members[i];
+  const auto& member = st.opts.spec->members[i];
   auto mode = st.stop.value_or(stop_mode::cancel);
   if (member.group) {
     self->send(st.children[i], stop_atom::value, mode);
@@ -122,8 +193,9 @@ void pump(group_ptr self) {
     report_end(self);
   } else if (m.first_start_done() && !st.announced) {
     st.announced = true;
+    emit(self, "started", {}, {});
     if (st.opts.parent)
-      self->send(st.opts.parent, group_started_atom::value, st.opts.spec.id);
+      self->send(st.opts.parent, group_started_atom::value, st.opts.spec->id);
   }
 }
 
@@ -141,12 +213,87 @@ void child_ended(group_ptr self, std::size_t i, member_end how) {
   auto& st = self->state;
   self->unlink_from(st.children[i]);
   st.children[i] = nullptr;
-  auto& m = *st.machine;
-  if (m.phase(i) == member_phase::starting)
-    m.start_failed(i, now_s(self));
+  if (st.machine->phase(i) == member_phase::starting)
+    member_down(self, i, std::nullopt);
   else
-    m.ended(i, how, now_s(self));
-  pump(self);
+    member_down(self, i, how);
+}
+
+/// The ids of the groups nested in `g`, at every level.
+void nested_group_ids(const group_spec& g, std::vector<std::string>& out) {
+  for (auto& m : g.members)
+    if (m.group) {
+      out.push_back(m.group->id);
+      nested_group_ids(*m.group, out);
+    }
+}
+
+/// The rows of this group and its members; each running nested group's
+/// rows (from its own `status`) follow its member row, a level deeper.
+caf::result<std::vector<group_row>> tree_status(group_ptr self) {
+  auto& st = self->state;
+  auto& m = *st.machine;
+  auto& spec = *st.opts.spec;
+  auto rows = std::make_shared<std::vector<std::vector<group_row>>>();
+  rows->resize(spec.members.size() + 1);
+  group_row top;
+  top.id = spec.id;
+  top.group = true;
+  top.phase = member_phase::running;
+  top.restarts = static_cast<int>(m.restart_count());
+  top.strategy = spec.strategy;
+  rows->front().push_back(std::move(top));
+  std::size_t asked = 0;
+  for (std::size_t i = 0; i < spec.members.size(); ++i) {
+    auto& member = spec.members[i];
+    group_row r;
+    r.depth = 1;
+    r.id = member.id;
+    r.group = member.group != nullptr;
+    r.restart = member.restart;
+    r.significant = member.significant;
+    r.phase = m.phase(i);
+    r.last = m.last_end(i);
+    r.restarts = m.restarts_of(i);
+    if (member.group)
+      r.strategy = member.group->strategy;
+    (*rows)[i + 1].push_back(std::move(r));
+    if (st.children[i])
+      ++asked;
+  }
+  auto flatten = [rows] {
+    std::vector<group_row> out;
+    for (auto& part : *rows)
+      for (auto& r : part)
+        if (out.size() < wire::max_list_entries)
+          out.push_back(std::move(r));
+    return out;
+  };
+  if (asked == 0)
+    return flatten();
+  auto rp = self->make_response_promise<std::vector<group_row>>();
+  auto pending = std::make_shared<std::size_t>(asked);
+  for (std::size_t i = 0; i < spec.members.size(); ++i) {
+    if (!st.children[i])
+      continue;
+    auto done = [=]() mutable {
+      if (--*pending == 0)
+        rp.deliver(flatten());
+    };
+    self->request(st.children[i], caf::infinite, status_atom::value)
+      .then(
+        [=](std::vector<group_row>& below) mutable {
+          auto& part = (*rows)[i + 1];
+          // Its own row is its member row here; its members go below.
+          for (std::size_t k = 1; k < below.size(); ++k) {
+            below[k].depth += 1;
+            part.push_back(std::move(below[k]));
+          }
+          done();
+        },
+        [=](caf::error&) mutable { done(); });
+  }
+  return rp;
 }
 
 /// The index of the member named `id`, if the group has one.
@@ -157,14 +304,33 @@ std::optional<std::size_t> member_index(group_ptr self, const std::string& id) {
   return i->second;
 }
 
+/// Stops the group: every member in reverse order (at once for a kill).
+void stop_group(group_ptr self, stop_mode mode) {
+  auto& st = self->state;
+  if (!st.stop || mode == stop_mode::kill)
+    st.stop = mode;
+  st.machine->stop(now_s(self));
+  pump(self);
+}
+
 group_supervisor_actor::behavior_type group_behavior(group_ptr self,
                                                      group_options opts) {
   auto& st = self->state;
   st.opts = std::move(opts);
-  st.machine.emplace(st.opts.spec.shape());
-  st.children.resize(st.opts.spec.members.size());
-  for (std::size_t i = 0; i < st.opts.spec.members.size(); ++i)
-    st.index.emplace(st.opts.spec.members[i].id, i);
+  st.machine.emplace(st.opts.spec->shape());
+  st.ids.emplace(st.opts.seed);
+  st.span = st.ids->span_id();
+  st.children.resize(st.opts.spec->members.size());
+  for (std::size_t i = 0; i < st.opts.spec->members.size(); ++i) {
+    auto& member = st.opts.spec->members[i];
+    st.index.emplace(member.id, i);
+    if (member.group) {
+      std::vector<std::string> ids;
+      nested_group_ids(*member.group, ids);
+      for (auto& id : ids)
+        st.below.emplace(std::move(id), i);
+    }
+  }
   // A nested group that dies without reporting failed; anything else that
   // ends this group's link (its parent going) ends it too.
   self->set_exit_handler([=](caf::exit_msg& msg) {
@@ -188,17 +354,15 @@ group_supervisor_actor::behavior_type group_behavior(group_ptr self,
           caf::actor_cast<caf::strong_actor_ptr>(self->state.opts.host))
         return;
       auto i = member_index(self, id);
-      if (!i || self->state.opts.spec.members[*i].group)
+      if (!i || self->state.opts.spec->members[*i].group)
         return;
-      self->state.machine->ended(*i, how, now_s(self));
-      pump(self);
+      member_down(self, *i, how);
     },
     [=](group_started_atom, const std::string& id) {
       auto i = member_index(self, id);
       if (!i || !from_child(self, *i))
         return;
-      self->state.machine->started(*i, now_s(self));
-      pump(self);
+      member_up(self, *i);
     },
     [=](group_ended_atom, const group_report& r) {
       auto i = member_index(self, r.group_id);
@@ -206,13 +370,26 @@ group_supervisor_actor::behavior_type group_behavior(group_ptr self,
         return;
       child_ended(self, *i, r.as_member);
     },
-    [=](stop_atom, stop_mode mode) {
+    [=](stop_atom, stop_mode mode) { stop_group(self, mode); },
+    [=](stop_atom, const std::string& id, stop_mode mode) -> caf::result<bool> {
       auto& st = self->state;
-      if (!st.stop || mode == stop_mode::kill)
-        st.stop = mode;
-      st.machine->stop(now_s(self));
-      pump(self);
+      if (id == st.opts.spec->id) {
+        stop_group(self, mode);
+        return true;
+      }
+      auto i = st.below.find(id);
+      if (i == st.below.end()) {
+        // A nested group member of this group itself.
+        auto k = member_index(self, id);
+        if (!k || !st.opts.spec->members[*k].group || !st.children[*k])
+          return false;
+        return self->delegate(st.children[*k], stop_atom::value, id, mode);
+      }
+      if (!st.children[i->second])
+        return false;
+      return self->delegate(st.children[i->second], stop_atom::value, id, mode);
     },
+    [=](status_atom) { return tree_status(self); },
   };
 }
 

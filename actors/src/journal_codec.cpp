@@ -157,10 +157,29 @@ typename Inspector::result_type inspect(Inspector& f, quota_closed& x) {
 
 } // namespace input
 
+/// A task record as journals wrote it before a record said its first
+/// attempt number (it starts at 1).
+struct first_task_view {
+  journaled_task& x;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, first_task_view& v) {
+  auto& x = v.x;
+  return f(caf::meta::type_name("journaled_task"), x.spec, x.trace_id, x.seed,
+           detail::opt(x.start_agent_id));
+}
+
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, journaled_task& x) {
   return f(caf::meta::type_name("journaled_task"), x.spec, x.trace_id, x.seed,
-           detail::opt(x.start_agent_id));
+           detail::opt(x.start_agent_id), x.attempts_before,
+           caf::meta::load_callback([&]() -> caf::error {
+             if (x.attempts_before < 0)
+               return detail::wire_error("journaled_task.attempts_before",
+                                         "negative");
+             return caf::none;
+           }));
 }
 
 namespace {
@@ -260,10 +279,33 @@ typename Inspector::result_type inspect(Inspector& f, legacy_status_view& v) {
     caf::meta::load_callback([&] { return detail::check_status_sizes(x); }));
 }
 
+/// A finished task's status as the journal keeps it: everything `status`
+/// answers but a group's tree (groups keep records of their own).
+struct journal_status_view {
+  task_status& x;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, journal_status_view& v) {
+  auto& x = v.x;
+  return f(
+    caf::meta::type_name("task_status"), x.task_id, x.environment,
+    detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
+    x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
+    x.trace_id, detail::opt(x.result), x.node, x.waiting_for,
+    detail::finite(x.resume_at, "status.resume_at"),
+    caf::meta::load_callback([&] { return detail::check_status_sizes(x); }));
+}
+
 /// The first byte of a status record whose result carries its cause. A
 /// record without it starts with the task id's length (1 to 64, one byte),
 /// so the two never mix up.
 constexpr char status_with_cause = '\xff';
+
+/// The first byte of a task record that says its attempts before (a group
+/// member's rerun). A record without it starts with the task id's length,
+/// as a status record without its cause.
+constexpr char task_with_first_attempt = '\xfe';
 
 struct input_view {
   journaled_input& x;
@@ -463,7 +505,7 @@ expected<T> decode_as(std::string_view bytes, const std::string& what,
 
 std::string encode(const journaled_task& x) {
   auto copy = x;
-  return save(copy);
+  return task_with_first_attempt + save(copy);
 }
 
 std::string encode(const journaled_input& x) {
@@ -474,13 +516,16 @@ std::string encode(const journaled_input& x) {
 
 std::string encode(const task_status& x) {
   auto copy = x;
-  return status_with_cause + save(copy);
+  journal_status_view v{copy};
+  return status_with_cause + save(v);
 }
 
 expected<journaled_task> decode_task(std::string_view bytes,
                                      const std::string& what,
                                      std::vector<std::string>* warnings) {
-  return decode_as<journaled_task>(bytes, what, warnings);
+  if (!bytes.empty() && bytes.front() == task_with_first_attempt)
+    return decode_as<journaled_task>(bytes.substr(1), what, warnings);
+  return decode_as<journaled_task, first_task_view>(bytes, what, warnings);
 }
 
 expected<journaled_input> decode_input(std::string_view bytes,
@@ -493,7 +538,8 @@ expected<task_status> decode_status(std::string_view bytes,
                                     const std::string& what,
                                     std::vector<std::string>* warnings) {
   if (!bytes.empty() && bytes.front() == status_with_cause)
-    return decode_as<task_status>(bytes.substr(1), what, warnings);
+    return decode_as<task_status, journal_status_view>(bytes.substr(1), what,
+                                                       warnings);
   // Written before results carried their cause: a success says so, any
   // other end is not known.
   auto x = decode_as<task_status, legacy_status_view>(bytes, what, warnings);

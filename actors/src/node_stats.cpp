@@ -6,6 +6,7 @@
 // dashboard's JSON in node_stats_json.cpp.
 
 #include "tasksup/actors/events.hpp"
+#include "tasksup/supervisor/group_spec.hpp"
 #include "tasksup/supervisor/time_words.hpp"
 
 #include "tasksup/supervisor/wilson_interval.hpp"
@@ -221,9 +222,12 @@ struct event_facts {
   std::string mode;
   std::string outcome;
   std::optional<std::string> error;
-  /// A `step` event's step and message.
+  /// A `step` event's step and message (a `group` event's change is its
+  /// step, how the member ended its cause).
   std::string step;
   std::string message;
+  /// A `group` restart's members.
+  std::vector<std::string> members;
 };
 
 struct typed_facts {
@@ -274,6 +278,11 @@ struct typed_facts {
     f.step = d.step;
     f.message = d.message;
   }
+  void operator()(const event_data::group& d) const {
+    f.step = d.change;
+    f.cause = d.how;
+    f.members = d.members;
+  }
   template<class Other>
   void operator()(const Other&) const {
     // Nothing the figures read.
@@ -321,6 +330,15 @@ std::optional<event_facts> facts_of(const event& ev) {
     f.error = std::string{err->get_string()};
   f.step = text_at(obj, "step");
   f.message = text_at(obj, "message");
+  if (ev.kind == event_kind::group) {
+    f.step = text_at(obj, "change");
+    f.cause = text_at(obj, "how");
+    if (auto* ms = obj.if_contains("members"); ms && ms->is_array())
+      for (auto& m : ms->get_array())
+        if (m.is_string() && f.members.size() < max_group_members)
+          f.members.emplace_back(
+            cut(std::string{m.get_string()}, wire::max_id_bytes));
+  }
   return f;
 }
 
@@ -346,6 +364,18 @@ void node_stats::add(const event& ev) {
                                       : attempt_decision::quota_wait);
         t.times.last_decision = cut(f.message, max_line_bytes);
       }
+      return;
+    case event_kind::group:
+      // A group's restart decision: each member it restarts is restarted,
+      // with the cause (how the member that caused it ended).
+      if (f.step == "restart")
+        for (auto& m : f.members) {
+          auto i = tasks_.find(m);
+          auto agent = i == tasks_.end() || i->second.agent_id.empty()
+                         ? std::string{"-"}
+                         : i->second.agent_id;
+          ++restarts_[{agent_label(agent), "group_" + f.cause}];
+        }
       return;
     case event_kind::task_submitted: {
       ++submitted_;

@@ -120,8 +120,10 @@ std::string node_stats::prometheus(const std::vector<task_status>& tasks,
          {{"agent", k.first}, {"class", k.second}}, n);
 
   family(out, "tasksup_restarts_total", "counter",
-         "Restarts that were no retry of a failure (a permanent task's "
-         "exit 0: cause clean_exit), by agent and cause.");
+         "Restarts that were no retry of a failure, by agent and cause: a "
+         "permanent task's exit 0 (clean_exit), or a group's restart of its "
+         "member (group_failed, group_normal, group_stopped: how the member "
+         "that caused it ended).");
   for (auto& [k, n] : restarts_)
     line(out, "tasksup_restarts_total",
          {{"agent", k.first}, {"cause", k.second}}, n);

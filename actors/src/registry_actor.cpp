@@ -111,7 +111,7 @@ void record_result(registry_ptr self, task_result r) {
   s.trace_id = i->second.trace_id;
   s.state = task_state::done;
   s.agent_id = r.metadata.agent_id;
-  s.attempt = r.metadata.total_attempts;
+  s.attempt = i->second.attempts_before + r.metadata.total_attempts;
   s.retry_count = r.metadata.retry_count;
   s.total_attempts = r.metadata.total_attempts;
   s.fallback_count = r.metadata.fallback_count;
@@ -139,6 +139,7 @@ void record_result(registry_ptr self, task_result r) {
     for (auto& f : fs)
       f(&record);
   }
+  member_run_ended(self, *record.result);
   while (st.finished_order.size() > st.opts.history_limit) {
     auto& id = st.finished_order.front();
     untrack(self, id);
@@ -221,6 +222,11 @@ template<class... Ts>
 caf::result<bool> control(registry_ptr self, const std::string& task_id,
                           Ts... xs) {
   auto& st = self->state;
+  if (st.groups.count(task_id) > 0)
+    return make_error(protocol_error::invalid_task,
+                      "'" + task_id +
+                        "' is a group: stop, kill, status, wait and events "
+                        "apply to it, other controls to its tasks");
   if (st.active.count(task_id) > 0)
     return ask_supervisor<bool>(
       self, task_id, [](bool x) { return x; },
@@ -236,6 +242,7 @@ caf::result<std::vector<task_status>> all_status(registry_ptr self) {
   auto acc = std::make_shared<std::vector<task_status>>();
   for (auto& id : st.finished_order)
     acc->push_back(st.finished[id]);
+  add_group_status(self, *acc);
   if (st.active.empty())
     return *acc;
   auto rp = self->make_response_promise<std::vector<task_status>>();
@@ -300,8 +307,13 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
   auto supervisors =
     std::make_shared<std::map<std::string, task_supervisor_actor>>();
   st.supervisors = supervisors;
+  auto groups =
+    std::make_shared<std::map<std::string, group_supervisor_actor>>();
+  st.group_supervisors = groups;
   self->attach_functor([classifier = st.classifier, backoff = st.backoff,
-                        supervisors](const caf::error&) {
+                        supervisors, groups](const caf::error&) {
+    for (auto& kv : *groups)
+      caf::anon_send_exit(kv.second, caf::exit_reason::user_shutdown);
     for (auto& kv : *supervisors)
       caf::anon_send_exit(kv.second, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(classifier, caf::exit_reason::user_shutdown);
@@ -320,6 +332,8 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
       r.error = "task supervisor died: " + self->system().render(dm.reason);
       r.cause.reason = end_reason::supervisor_died;
       self->send(st.hub, escalate_atom::value, std::move(r), dm.source);
+    } else {
+      group_down(self, dm);
     }
   });
   st.hub = detail::spawn_event_hub(self, st.opts.journal);
@@ -338,7 +352,10 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
     [=](submit_json_atom, const std::string& text, bool replace) {
       return submit_json(self, text, replace);
     },
-    [=](stop_atom, const std::string& task_id, stop_mode mode) {
+    [=](stop_atom, const std::string& task_id,
+        stop_mode mode) -> caf::result<bool> {
+      if (self->state.groups.count(task_id) > 0)
+        return stop_group(self, task_id, mode);
       return control(self, task_id, stop_atom::value, mode);
     },
     [=](retry_now_atom, const std::string& task_id) {
@@ -354,6 +371,8 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
       return control(self, task_id, force_fallback_atom::value);
     },
     [=](forget_atom, const std::string& task_id) {
+      if (self->state.groups.count(task_id) > 0)
+        return forget_group(self, task_id);
       return forget_finished(self, task_id);
     },
     [=](status_atom) { return all_status(self); },
@@ -379,6 +398,8 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
     },
     [=](status_atom, const std::string& task_id) -> caf::result<task_status> {
       auto& st = self->state;
+      if (st.groups.count(task_id) > 0)
+        return group_status(self, task_id);
       if (st.active.count(task_id) > 0)
         return ask_supervisor<task_status>(
           self, task_id,
@@ -400,7 +421,10 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
       auto& st = self->state;
       if (auto i = st.finished.find(task_id); i != st.finished.end())
         return *i->second.result;
-      if (st.active.count(task_id) == 0)
+      if (auto g = st.groups.find(task_id); g != st.groups.end()) {
+        if (g->second.result)
+          return *g->second.result;
+      } else if (st.active.count(task_id) == 0)
         return make_error(protocol_error::unknown_task,
                           "no task with id '" + task_id + "'");
       auto rp = self->make_response_promise<task_result>();
@@ -417,8 +441,12 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
     [=](unsubscribe_atom a, const subscriber_actor& sub) {
       return self->delegate(self->state.hub, a, sub);
     },
-    // -- task supervisors -------------------------------------------------
-    [=](event_atom, const event& ev) { publish(self, ev); },
+    // -- task supervisors and groups --------------------------------------
+    [=](event_atom, const event& ev) {
+      if (ev.kind == event_kind::group)
+        group_event_seen(self, ev);
+      publish(self, ev);
+    },
     [=](event_atom a, std::vector<event>& evs) {
       // A supervisor's events of one failed attempt, in order (an
       // embedding application's supervisors send theirs here).
@@ -508,6 +536,19 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
     [=](adopt_end_atom, const std::string& task_id) {
       if (self->current_sender() == self->ctrl())
         adoption_timed_out(self, task_id);
+    },
+    // -- groups -------------------------------------------------------------
+    [=](member_start_atom, const std::string&, task_spec& task) {
+      return start_member(self, std::move(task));
+    },
+    [=](member_stop_atom, const std::string& task_id, double grace_s) {
+      stop_member(self, task_id, grace_s);
+    },
+    [=](group_started_atom, const std::string&) {
+      // Its `group` event says so.
+    },
+    [=](group_ended_atom, const group_report&) {
+      // Its `group` event ("ended", sent before this) recorded the end.
     },
     // -- worker nodes -----------------------------------------------------
     [=](join_atom, node_offer& offer, node_agent_actor& agent) {

@@ -122,6 +122,7 @@ void restore(registry_ptr self) {
     opts.trace_id = std::move(e.task.trace_id);
     opts.seed = e.task.seed;
     opts.start_agent_id = std::move(e.task.start_agent_id);
+    opts.attempts_before = e.task.attempts_before;
     opts.journal_seq = e.seq;
     opts.resume = true;
     opts.replay = std::move(e.inputs);

@@ -10,6 +10,7 @@
 
 #include "tasksup/actors/backoff_actor.hpp"
 #include "tasksup/actors/classifier_actor.hpp"
+#include "tasksup/actors/group_supervisor_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/registry_actor.hpp"
 #include "tasksup/actors/task_supervisor_actor.hpp"
@@ -52,6 +53,23 @@ struct active_task {
   placement_request placement;
   /// Its attempts run here whatever nodes joined (repository tasks).
   bool local_only = false;
+  /// Attempts of its earlier runs (a group member's rerun).
+  int attempts_before = 0;
+};
+
+/// A group the registry runs: the top of a tree submitted as a group
+/// document, or a group nested in one.
+struct group_record {
+  /// The id of its tree's top group (its own for a top group).
+  std::string top;
+  /// A top group's spec and supervisor (null once it ended).
+  std::shared_ptr<const group_spec> spec;
+  group_supervisor_actor supervisor;
+  std::string trace_id;
+  /// Set once the group ended, with its restart decisions in all and when.
+  std::optional<task_result> result;
+  std::uint64_t restarts = 0;
+  double ended_at = 0;
 };
 
 /// A worker node attempts can be placed on, as the membership reported it
@@ -113,6 +131,9 @@ struct registry_state {
   /// The supervisors of `active`, shared with the exit handler that stops
   /// them when the registry ends.
   std::shared_ptr<std::map<std::string, task_supervisor_actor>> supervisors;
+  /// The supervisors of the running top groups, likewise.
+  std::shared_ptr<std::map<std::string, group_supervisor_actor>>
+    group_supervisors;
   std::uint64_t next_number = 1;
   /// The journal's number of every task it records.
   std::map<std::string, std::int64_t> journal_seq;
@@ -132,6 +153,14 @@ struct registry_state {
   std::map<std::string, pending_adoption> adopting;
   /// Ids of tasks whose admission checks run (not queued yet).
   std::set<std::string> admitting;
+  /// The groups, top and nested, by id.
+  std::map<std::string, group_record> groups;
+  /// Every id of a running tree (its groups and tasks) -> its top group's
+  /// id: held from the tree's submission until its top group ends.
+  std::map<std::string, std::string> in_tree;
+  /// The task members whose runs a group started -> that group's
+  /// supervisor: each run's end goes there.
+  std::map<std::string, group_supervisor_actor> member_of;
   static inline const char* name = "tasksup.registry";
 };
 
@@ -142,9 +171,9 @@ using worker_wait_atom = caf::atom_constant<caf::atom("workerwait")>;
 /// The registry as its children see it: the public interface, what the
 /// membership reports, and its own timer.
 using registry_impl =
-  registry_actor::extend_with<membership_listener_actor>::extend<
-    caf::reacts_to<worker_wait_atom>,
-    caf::reacts_to<adopt_end_atom, std::string>>;
+  registry_actor::extend_with<membership_listener_actor>::extend_with<
+    group_parent_actor>::extend<caf::reacts_to<worker_wait_atom>,
+                                caf::reacts_to<adopt_end_atom, std::string>>;
 
 using registry_ptr = registry_impl::stateful_pointer<registry_state>;
 
@@ -181,6 +210,16 @@ void launch(registry_ptr self, supervisor_options opts, std::string environment,
 /// Accepts a task (checked, admitted, journaled) -> its id.
 caf::result<std::string> submit(registry_ptr self, task_spec task,
                                 bool replace = false);
+
+/// What a submission learns in the end: the task's id, or why it was
+/// refused.
+using submitted_fn = std::function<void(caf::expected<std::string>)>;
+
+/// Accepts `task` (checked, admitted, journaled) and calls `done`. A
+/// `member` is a run of a group's task member: its id is the tree's, and a
+/// rerun keeps its attempt directories, state directory and history.
+void submit_into(registry_ptr self, task_spec task, bool replace, bool admitted,
+                 bool member, submitted_fn done);
 
 /// Accepts a task file's text -> its id.
 caf::result<std::string> submit_json(registry_ptr self, const std::string& text,
@@ -226,6 +265,46 @@ void adoption_timed_out(registry_ptr self, const std::string& task_id);
 void adoptions_claimed(registry_ptr self);
 
 // -- registry_logs.cpp --------------------------------------------------------
+
+// -- registry_groups.cpp ------------------------------------------------------
+
+/// Accepts a group document's tree: every id is held for it, then its top
+/// group starts -> the top group's id.
+caf::result<std::string> submit_group(registry_ptr self, group_spec spec,
+                                      bool replace);
+
+/// `(member_start, group, task)` of a group supervisor: runs the member
+/// (its first run, or a rerun) -> whether it runs.
+caf::result<bool> start_member(registry_ptr self, task_spec task);
+
+/// `(member_stop, id, grace)`: stops a running member.
+void stop_member(registry_ptr self, const std::string& task_id, double grace_s);
+
+/// A task's run ended: when it is a group's member, the group learns how.
+void member_run_ended(registry_ptr self, const task_result& r);
+
+/// A top group's supervisor went down: a group that had not ended failed.
+void group_down(registry_ptr self, const caf::down_msg& dm);
+
+/// Attempts the earlier runs of `task_id` used (its rerun numbers on).
+int attempts_used(registry_ptr self, const std::string& task_id);
+
+/// A `group` event of one of the registry's groups: an end is recorded.
+void group_event_seen(registry_ptr self, const event& ev);
+
+/// `tasksup forget` of an ended top group: it, its nested groups and its
+/// tasks are forgotten -> whether they were (false while it runs).
+caf::result<bool> forget_group(registry_ptr self, const std::string& id);
+
+/// `status` of a group id -> the group with its tree.
+caf::result<task_status> group_status(registry_ptr self, const std::string& id);
+
+/// `stop`/`kill` of a group id -> whether it was running.
+caf::result<bool> stop_group(registry_ptr self, const std::string& id,
+                             stop_mode mode);
+
+/// The groups' rows for `status` of everything (no trees).
+void add_group_status(registry_ptr self, std::vector<task_status>& out);
 
 /// A chunk of an attempt's output log (see `logs_atom`).
 using log_chunk = caf::result<int, std::uint64_t, std::string, bool>;

@@ -60,7 +60,7 @@ struct prepared_task {
 /// Validates `task` against the node's config, names it, and builds its
 /// supervisor's options.
 caf::expected<prepared_task> prepare(registry_ptr self, task_spec task,
-                                     bool replace, bool admitted) {
+                                     bool replace, bool admitted, bool member) {
   auto& st = self->state;
   // However the task arrived (typed from another node or an embedding
   // application, or JSON), it is resolved against this node's config and
@@ -74,18 +74,26 @@ caf::expected<prepared_task> prepare(registry_ptr self, task_spec task,
   task = std::move(*resolved);
   auto known = [&](const std::string& id) {
     return st.active.count(id) > 0 || st.finished.count(id) > 0 ||
-           st.reserved.count(id) > 0 || st.admitting.count(id) > 0;
+           st.reserved.count(id) > 0 || st.admitting.count(id) > 0 ||
+           st.in_tree.count(id) > 0 || st.groups.count(id) > 0;
   };
   if (task.id.empty()) {
     do
       task.id = "task-" + std::to_string(st.next_number++);
     while (known(task.id));
+  } else if (!member && st.in_tree.count(task.id) > 0) {
+    return make_error(protocol_error::duplicate_task,
+                      "'" + task.id + "' belongs to the running group '" +
+                        st.in_tree[task.id] + "'");
   } else if (st.active.count(task.id) > 0 || st.reserved.count(task.id) > 0 ||
              (!admitted && st.admitting.count(task.id) > 0)) {
     return make_error(protocol_error::duplicate_task,
                       "a task with id '" + task.id +
                         "' exists already and has not finished");
-  } else if (st.finished.count(task.id) > 0 && !replace) {
+  } else if (!member && st.groups.count(task.id) > 0) {
+    return make_error(protocol_error::duplicate_task,
+                      "a group with id '" + task.id + "' exists already");
+  } else if (st.finished.count(task.id) > 0 && !replace && !member) {
     return make_error(protocol_error::duplicate_task,
                       "a task with id '" + task.id +
                         "' exists already (submit with --replace to run it "
@@ -121,6 +129,8 @@ caf::expected<prepared_task> prepare(registry_ptr self, task_spec task,
     save_rotation(self);
   }
   opts.runtime = rt->second;
+  if (member)
+    opts.attempts_before = attempts_used(self, task.id);
   opts.trace_id = st.ids->trace_id();
   opts.seed = st.ids->child_seed();
   p.environment = task.environment;
@@ -149,6 +159,7 @@ void launch(registry_ptr self, supervisor_options opts, std::string environment,
                         : opts.task.runtime;
   auto labels = opts.task.placement.labels;
   auto local_only = opts.task.repo.has_value();
+  auto attempts_before = opts.attempts_before;
   // The hub knows the task before its supervisor's first event; events and
   // the result go there, so the result never overtakes its events.
   self->send(st.hub, detail::track_atom::value, id, opts.journal_seq,
@@ -161,6 +172,7 @@ void launch(registry_ptr self, supervisor_options opts, std::string environment,
   t.placement.runtime = std::move(runtime_name);
   t.placement.labels = std::move(labels);
   t.local_only = local_only;
+  t.attempts_before = attempts_before;
   st.active.emplace(id, std::move(t));
 }
 
@@ -190,14 +202,28 @@ void forget(registry_ptr self, const std::string& task_id) {
     std::find(st.finished_order.begin(), st.finished_order.end(), task_id));
 }
 
-/// Accepts `task` (checked, admitted, journaled) and answers `rp` with its
-/// id, or the reason it was refused.
-void submit_into(registry_ptr self, task_spec task, bool replace, bool admitted,
-                 caf::response_promise rp) {
+/// A finished task's record is dropped for its next run: `--replace`
+/// forgets it (its attempt directories move aside), a group member's rerun
+/// keeps its directories and its history.
+void clear_for_run(registry_ptr self, const std::string& id, bool member) {
   auto& st = self->state;
-  auto p = prepare(self, std::move(task), replace, admitted);
+  if (!member) {
+    forget(self, id);
+    return;
+  }
+  if (st.finished.erase(id) == 0)
+    return;
+  auto i = std::find(st.finished_order.begin(), st.finished_order.end(), id);
+  if (i != st.finished_order.end())
+    st.finished_order.erase(i);
+}
+
+void submit_into(registry_ptr self, task_spec task, bool replace, bool admitted,
+                 bool member, submitted_fn done) {
+  auto& st = self->state;
+  auto p = prepare(self, std::move(task), replace, admitted, member);
   if (!p) {
-    rp.deliver(std::move(p.error()));
+    done(std::move(p.error()));
     return;
   }
   auto id = p->opts.task.id;
@@ -209,55 +235,62 @@ void submit_into(registry_ptr self, task_spec task, bool replace, bool admitted,
     auto task = std::make_shared<task_spec>(std::move(p->opts.task));
     self->request(job, caf::infinite, admit_atom::value, *task, p->runtime_name)
       .then(
-        [self, rp, id, task, replace](std::string& err) mutable {
+        [self, done, id, task, replace, member](std::string& err) mutable {
           self->state.admitting.erase(id);
           if (!err.empty())
-            rp.deliver(make_error(protocol_error::invalid_task,
-                                  "rejected at admission: " + err));
+            done(make_error(protocol_error::invalid_task,
+                            "rejected at admission: " + err));
           else
-            submit_into(self, std::move(*task), replace, true, rp);
+            submit_into(self, std::move(*task), replace, true, member,
+                        std::move(done));
         },
-        [self, rp, id](caf::error& err) mutable {
+        [self, done, id](caf::error& err) mutable {
           self->state.admitting.erase(id);
-          rp.deliver(std::move(err));
+          done(std::move(err));
         });
     return;
   }
   if (!st.opts.journal) {
-    forget(self, id);
+    clear_for_run(self, id, member);
     launch(self, std::move(p->opts), std::move(p->environment));
-    rp.deliver(id);
+    done(id);
     return;
   }
   // Durable before it is answered: the id is held while the journal
-  // records the task.
+  // records the task. A member's rerun replaces its record.
   journaled_task jt{p->opts.task, p->opts.trace_id, p->opts.seed,
-                    p->opts.start_agent_id};
+                    p->opts.start_agent_id, p->opts.attempts_before};
   st.reserved.insert(id);
   auto shared = std::make_shared<prepared_task>(std::move(*p));
   self
     ->request(st.opts.journal, caf::infinite, jtask_atom::value, id, encode(jt),
-              wall_now(), replace)
+              wall_now(), replace || member)
     .then(
-      [self, rp, id, shared](std::int64_t seq) mutable {
+      [self, done, id, shared, member](std::int64_t seq) mutable {
         auto& st = self->state;
         st.reserved.erase(id);
-        forget(self, id);
+        clear_for_run(self, id, member);
         st.journal_seq[id] = seq;
         shared->opts.journal_seq = seq;
         launch(self, std::move(shared->opts), std::move(shared->environment));
-        rp.deliver(id);
+        done(id);
       },
-      [self, rp, id](caf::error& err) mutable {
+      [self, done, id](caf::error& err) mutable {
         self->state.reserved.erase(id);
-        rp.deliver(std::move(err));
+        done(std::move(err));
       });
 }
 
 caf::result<std::string> submit(registry_ptr self, task_spec task,
                                 bool replace) {
   auto rp = self->make_response_promise<std::string>();
-  submit_into(self, std::move(task), replace, false, rp);
+  submit_into(self, std::move(task), replace, false, false,
+              [rp](caf::expected<std::string> id) mutable {
+                if (id)
+                  rp.deliver(std::move(*id));
+                else
+                  rp.deliver(std::move(id.error()));
+              });
   return rp;
 }
 
@@ -266,6 +299,13 @@ caf::result<std::string> submit_json(registry_ptr self, const std::string& text,
   auto doc = parse_json_text(text, "submitted task");
   if (!doc)
     return make_error(protocol_error::invalid_task, doc.error().to_string());
+  if (is_group_document(*doc)) {
+    auto group = parse_group(*doc, "submitted group", self->state.opts.config);
+    if (!group)
+      return make_error(protocol_error::invalid_task,
+                        group.error().to_string());
+    return submit_group(self, std::move(*group), replace);
+  }
   // Agents name this node's profiles (config/profiles/) or the built-in ones.
   auto task = parse_task_as_written(*doc, "submitted task",
                                     self->state.opts.config.profiles);
@@ -283,7 +323,7 @@ caf::result<bool> forget_finished(registry_ptr self,
   namespace fs = std::filesystem;
   auto& st = self->state;
   if (st.active.count(task_id) > 0 || st.reserved.count(task_id) > 0 ||
-      st.admitting.count(task_id) > 0)
+      st.admitting.count(task_id) > 0 || st.in_tree.count(task_id) > 0)
     return false;
   if (st.finished.count(task_id) == 0)
     return make_error(protocol_error::unknown_task,

@@ -130,6 +130,8 @@ struct start_info {
   std::vector<journaled_input> replay;
   journal_actor journal;
   std::int64_t journal_seq = 0;
+  /// Attempts of the task's earlier runs (a group member's rerun).
+  int attempts_before = 0;
 };
 
 /// A span id held inline: 16 hex digits (W3C trace context) are one more

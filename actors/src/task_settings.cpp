@@ -176,6 +176,7 @@ supervisor_setup make_setup(caf::actor_system& sys, supervisor_options opts) {
   start.replay = std::move(opts.replay);
   start.journal = std::move(opts.journal);
   start.journal_seq = opts.journal_seq;
+  start.attempts_before = opts.attempts_before;
   start_info::extras more;
   auto chain =
     build_agent_chain(task.selection, opts.default_agent, opts.start_agent_id);

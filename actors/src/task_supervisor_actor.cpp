@@ -548,6 +548,9 @@ task_supervisor(supervisor_actor self, task_parent_actor parent,
   st.journal_seq = start.journal_seq;
   st.task_span = st.ids->span_id();
   st.m = st.machine().initial();
+  // A group member's rerun numbers its attempts on from its earlier runs':
+  // their directories stay, as does its state directory.
+  st.m.attempt = start.attempts_before;
   if (st.opts->hooks) {
     st.run = std::make_unique<hook_run>();
     if (st.opts->hooks->repo)

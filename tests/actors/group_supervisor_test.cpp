@@ -113,7 +113,7 @@ struct group_fixture : fixture {
 
   void start(const std::string& text) {
     group_options opts;
-    opts.spec = parse(text);
+    opts.spec = std::make_shared<const group_spec>(parse(text));
     opts.host = caf::actor_cast<group_host_actor>(host);
     opts.parent = parent_of(*this, reports, log);
     group = spawn_group(sys(), std::move(opts));

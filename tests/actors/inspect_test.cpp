@@ -80,6 +80,28 @@ TEST_CASE_METHOD(fixture, "an out-of-range enum fails to load", "[inspect]") {
   // byte, so the patched value is 99 or 128 there too).
   for (char bad : {char{99}, static_cast<char>(0x80)}) {
     INFO("patched byte " << int(bad));
+    // A group's tree, as a node's `status` answers it.
+    CHECK(load_patched(
+      [](int i) {
+        group_row x;
+        x.phase = nth<member_phase>(i);
+        return x;
+      },
+      bad));
+    CHECK(load_patched(
+      [](int i) {
+        group_row x;
+        x.strategy = nth<group_strategy>(i);
+        return x;
+      },
+      bad));
+    CHECK(load_patched(
+      [](int i) {
+        group_row x;
+        x.last = nth<member_end>(i);
+        return x;
+      },
+      bad));
     CHECK(load_patched(
       [](int i) {
         agent_selection x;
@@ -341,9 +363,46 @@ TEST_CASE("to_string of an out-of-range enum is safe", "[inspect]") {
   CHECK(to_string(nth<task_state>(200)) == "unknown");
   CHECK(to_string(nth<task_state>(7)) == "unknown");
   CHECK(to_string(nth<task_outcome>(3)) == "unknown");
-  CHECK(to_string(nth<event_kind>(12)) == "unknown");
+  CHECK(to_string(nth<event_kind>(13)) == "unknown");
   CHECK(to_string(nth<end_reason>(13)) == "unknown");
   CHECK(to_string(end_reason::node_lost) == "node_lost");
   CHECK(to_string(event_kind::warning) == "warning");
   CHECK(to_string(error_class::infrastructure) == "infrastructure");
+}
+
+TEST_CASE_METHOD(fixture,
+                 "a group's status round-trips with its tree, and a row "
+                 "deeper than any tree fails to load",
+                 "[inspect]") {
+  task_status s;
+  s.task_id = "team";
+  group_row top;
+  top.id = "team";
+  top.group = true;
+  top.phase = member_phase::running;
+  top.restarts = 2;
+  top.strategy = group_strategy::rest_for_one;
+  group_row member;
+  member.depth = 1;
+  member.id = "plan";
+  member.restart = restart_type::transient;
+  member.significant = true;
+  member.phase = member_phase::stopping;
+  member.last = member_end::failed;
+  member.restarts = 1;
+  s.tree = {top, member};
+  task_status back;
+  REQUIRE_FALSE(load(save(s), back));
+  REQUIRE(back.tree.size() == 2);
+  CHECK(back.tree[0].strategy == group_strategy::rest_for_one);
+  CHECK(back.tree[0].restarts == 2);
+  CHECK(back.tree[1].depth == 1);
+  CHECK(back.tree[1].id == "plan");
+  CHECK(back.tree[1].significant);
+  CHECK(back.tree[1].phase == member_phase::stopping);
+  CHECK(back.tree[1].last == member_end::failed);
+  s.tree[1].depth = static_cast<int>(max_group_depth) + 1;
+  CHECK(load(save(s), back));
+  s.tree[1].depth = -1;
+  CHECK(load(save(s), back));
 }

@@ -2,11 +2,20 @@
 // a child, receives every event and the final escalation, and decides what to
 // do with the result. No registry: the application is the parent.
 //
+// Then it starts a group of two tasks through the installed API, with a
+// registry as the host of its tasks and its own actor as the group's
+// parent: it learns that the group started, and how it ended (the
+// escalation of a group to its parent).
+//
 // Usage: embed_example WORKDIR
 // Runs an agent (/bin/sh) that fails once with a transient error and then
-// succeeds; exits 0 when the result and the events say exactly that.
+// succeeds; exits 0 when the result and the events say exactly that, and
+// the group's member that fails once is restarted by its group, which then
+// completes.
 
+#include <tasksup/actors/group_supervisor_actor.hpp>
 #include <tasksup/actors/protocol.hpp>
+#include <tasksup/actors/registry_actor.hpp>
 #include <tasksup/actors/task_supervisor_actor.hpp>
 
 #include <tasksup/runtime/process_runtime.hpp>
@@ -18,8 +27,85 @@
 
 #include <chrono>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
+
+namespace {
+
+/// Runs a one_for_one group of two tasks with a registry as their host and
+/// `self` as the group's parent; true when the group started, restarted its
+/// member `once` after its first run failed, and completed.
+bool run_group(caf::actor_system& sys, caf::scoped_actor& self,
+               const std::string& workdir) {
+  tasksup::registry_options reg;
+  reg.config = tasksup::builtin_config();
+  reg.runtimes["*"] = tasksup::runtime::make_process_runtime();
+  reg.attempt_root = workdir + "/group";
+  auto registry = tasksup::spawn_registry(sys, std::move(reg));
+  auto member = [](const std::string& id, const std::string& script) {
+    tasksup::task_spec t;
+    t.id = id;
+    t.prompt = "p";
+    // One attempt per run: the group, not the task, restarts it.
+    t.supervisor.max_retries_per_agent = 0;
+    tasksup::agent_spec a;
+    a.agent_id = "sh";
+    a.agent_cli = "/bin/sh";
+    a.args = {"-c", script};
+    tasksup::agent_selection sel;
+    sel.agents.push_back(a);
+    t.selection = sel;
+    tasksup::group_member_spec m;
+    m.id = id;
+    m.restart = tasksup::restart_type::transient;
+    m.task = t;
+    return m;
+  };
+  tasksup::group_spec spec;
+  spec.id = "pair";
+  spec.strategy = tasksup::group_strategy::one_for_one;
+  // Its state directory remembers the first run.
+  spec.members.push_back(member(
+    "once", "f=\"$TASKSUP_MEMBER_STATE/ran\"; if [ -e \"$f\" ]; then exit 0; "
+            "fi; touch \"$f\"; exit 1"));
+  spec.members.push_back(member("fine", "exit 0"));
+  tasksup::group_options opts;
+  opts.spec = std::make_shared<const tasksup::group_spec>(spec);
+  opts.host = caf::actor_cast<tasksup::group_host_actor>(registry);
+  opts.parent = caf::actor_cast<tasksup::group_parent_actor>(self);
+  tasksup::spawn_group(sys, opts);
+  bool started = false;
+  bool done = false;
+  tasksup::group_report report;
+  while (!done) {
+    self->receive(
+      [&](tasksup::group_started_atom, const std::string& id) {
+        started = id == "pair";
+      },
+      [&](tasksup::group_ended_atom, const tasksup::group_report& r) {
+        report = r;
+        done = true;
+      },
+      caf::after(std::chrono::seconds(60)) >>
+        [&] {
+          std::cerr << "embed_example: the group did not end within 60 s\n";
+          done = true;
+        });
+  }
+  self->send_exit(registry, caf::exit_reason::user_shutdown);
+  bool ok = started && report.group_id == "pair" &&
+            report.reason == tasksup::group_end::completed &&
+            report.as_member == tasksup::member_end::normal &&
+            report.restarts == 1;
+  std::cerr << "embed_example: group " << report.group_id << " ended "
+            << tasksup::to_string(report.reason) << " after " << report.restarts
+            << " restart(s): " << (ok ? "as expected" : "NOT as expected")
+            << '\n';
+  return ok;
+}
+
+} // namespace
 
 int main(int argc, char** argv) {
   if (argc != 2) {
@@ -87,5 +173,6 @@ int main(int argc, char** argv) {
   std::cerr << "embed_example: outcome " << tasksup::to_string(result.outcome)
             << ", attempts " << result.metadata.total_attempts << ": "
             << (ok ? "as expected" : "NOT as expected") << '\n';
-  return ok ? 0 : 1;
+  auto group_ok = run_group(sys, self, argv[1]);
+  return ok && group_ok ? 0 : 1;
 }

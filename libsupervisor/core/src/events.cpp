@@ -342,6 +342,26 @@ void kind_fields(json_writer& w, const event_data::warning& d) {
   w.string(d.message);
 }
 
+void kind_fields(json_writer& w, const event_data::group& d) {
+  w.key("change");
+  w.string(d.change);
+  w.key("member");
+  w.string(d.member);
+  w.key("how");
+  w.string(d.how);
+  w.key("members");
+  w.begin_array();
+  for (auto& m : d.members)
+    w.string(m);
+  w.end_array();
+  w.key("restarts");
+  w.integer(static_cast<std::int64_t>(d.restarts));
+  if (!d.outcome.empty()) {
+    w.key("outcome");
+    w.string(d.outcome);
+  }
+}
+
 void kind_fields(json_writer& w, const event_data::step& d) {
   w.key("step");
   w.string(d.step);
@@ -532,6 +552,19 @@ event step_event(const event_head& h, std::string_view step,
   return make_event(event_kind::step, h,
                     event_data::step{checked_text(step), checked_text(name),
                                      passed, exit_code, checked_text(message)});
+}
+
+event group_event(const event_head& h, std::string_view change,
+                  std::string_view member, std::string_view how,
+                  const std::vector<std::string>& members,
+                  std::uint64_t restarts, std::string_view outcome) {
+  event_data::group d{
+    checked_text(change), checked_text(member), checked_text(how), {}, restarts,
+    checked_text(outcome)};
+  d.members.reserve(members.size());
+  for (auto& m : members)
+    d.members.push_back(checked_text(m));
+  return make_event(event_kind::group, h, std::move(d));
 }
 
 std::string result_to_json(const task_result& r) {

@@ -108,10 +108,16 @@ group_machine::group_machine(group_shape shape) : shape_(std::move(shape)) {
     restart_window{shape_.intensity.max_restarts, shape_.intensity.period_s};
 }
 
+void group_machine::rescan() noexcept {
+  stop_below_ = st_.members.size();
+  start_from_ = 0;
+}
+
 void group_machine::start(double) {
   if (st_.started || st_.end)
     return;
   st_.started = true;
+  rescan();
   for (auto& m : st_.members)
     m.to_start = true;
   check_settled();
@@ -121,15 +127,20 @@ void group_machine::started(std::size_t i, double) {
   if (i >= st_.members.size() || st_.in_flight != group_op{group_op::start, i})
     return;
   st_.in_flight.reset();
-  st_.members[i].phase = member_phase::running;
+  auto& m = st_.members[i];
+  m.phase = member_phase::running;
   if (i + 1 == st_.members.size())
     st_.first_start_done = true;
+  // Started while a restart or the group's end wants it stopped.
+  if (st_.shutting_down || m.to_stop)
+    stop_below_ = std::max(stop_below_, i + 1);
 }
 
 void group_machine::start_failed(std::size_t i, double now_s) {
   if (i >= st_.members.size() || st_.in_flight != group_op{group_op::start, i})
     return;
   st_.in_flight.reset();
+  rescan();
   auto& m = st_.members[i];
   if (!st_.first_start_done && !st_.shutting_down) {
     m.phase = member_phase::idle;
@@ -155,9 +166,12 @@ void group_machine::ended(std::size_t i, member_end how, double now_s) {
     m.phase = temporary    ? member_phase::removed
               : m.to_start ? member_phase::idle
                            : member_phase::ended;
+    start_from_ = std::min(start_from_, i);
     check_settled();
     return;
   }
+  // An end of its own: whatever it leads to may start or stop any member.
+  rescan();
   if (m.phase == member_phase::starting) {
     // Ended before its start was confirmed: it did start.
     st_.in_flight.reset();
@@ -277,6 +291,7 @@ bool group_machine::significant_end_ends_group(std::size_t i) const {
 void group_machine::begin_end(group_end why, std::optional<std::size_t> by) {
   if (st_.shutting_down || st_.end)
     return;
+  rescan();
   st_.shutting_down = why;
   st_.end_by = by;
   for (auto& m : st_.members) {
@@ -308,24 +323,29 @@ std::optional<group_op> group_machine::next() {
   if (st_.in_flight || st_.end || !st_.started)
     return std::nullopt;
   // Stops first, the last member first.
-  for (auto j = st_.members.size(); j-- > 0;) {
+  for (auto j = std::min(stop_below_, st_.members.size()); j-- > 0;) {
     auto& m = st_.members[j];
     if (m.phase == member_phase::running && (st_.shutting_down || m.to_stop)) {
       m.phase = member_phase::stopping;
+      stop_below_ = j;
       st_.in_flight = group_op{group_op::stop, j};
       return st_.in_flight;
     }
   }
-  if (!st_.shutting_down)
-    for (std::size_t j = 0; j < st_.members.size(); ++j) {
+  stop_below_ = 0;
+  if (!st_.shutting_down) {
+    for (auto j = start_from_; j < st_.members.size(); ++j) {
       auto& m = st_.members[j];
       if (m.to_start && m.phase == member_phase::idle) {
         m.to_start = false;
         m.phase = member_phase::starting;
+        start_from_ = j + 1;
         st_.in_flight = group_op{group_op::start, j};
         return st_.in_flight;
       }
     }
+    start_from_ = st_.members.size();
+  }
   check_settled();
   return std::nullopt;
 }
@@ -350,6 +370,7 @@ member_end group_machine::end_as_member() const noexcept {
 void group_machine::restore(state st) {
   if (st.members.size() == st_.members.size())
     st_ = std::move(st);
+  rescan();
 }
 
 } // namespace tasksup

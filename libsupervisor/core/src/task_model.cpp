@@ -81,6 +81,8 @@ std::string_view to_string(event_kind x) noexcept {
       return "warning";
     case event_kind::step:
       return "step";
+    case event_kind::group:
+      return "group";
   }
   return "unknown";
 }

@@ -6,6 +6,7 @@
 // own, whose ends it learns as a parent does.
 
 #include "tasksup/actors/atoms.hpp"
+#include "tasksup/actors/interfaces.hpp"
 #include "tasksup/actors/protocol.hpp"
 
 #include "tasksup/supervisor/group_spec.hpp"
@@ -18,6 +19,7 @@
 #include <caf/typed_actor.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace tasksup {
@@ -76,18 +78,35 @@ using group_parent_actor =
 /// (`kill`, nested groups included), then the group ends `stopped`. A
 /// nested group counts as started once it has started all of its own
 /// members.
-using group_supervisor_actor =
-  caf::typed_actor<caf::reacts_to<member_ended_atom, std::string, member_end>,
-                   caf::reacts_to<group_started_atom, std::string>,
-                   caf::reacts_to<group_ended_atom, group_report>,
-                   caf::reacts_to<stop_atom, stop_mode>>;
+/// - `(stop, group id, mode)`: stops this group or the nested group of that
+///   id below it (which then counts as stopped for its own group: it is
+///   not restarted) -> whether such a group was running.
+/// - `(status)`: the tree below it, this group first (`group_row`, depth
+///   0), each nested group's members below that group's row.
+using group_supervisor_actor = caf::typed_actor<
+  caf::reacts_to<member_ended_atom, std::string, member_end>,
+  caf::reacts_to<group_started_atom, std::string>,
+  caf::reacts_to<group_ended_atom, group_report>,
+  caf::reacts_to<stop_atom, stop_mode>,
+  caf::replies_to<stop_atom, std::string, stop_mode>::with<bool>,
+  caf::replies_to<status_atom>::with<std::vector<group_row>>>;
 
 /// What a group supervisor needs.
 struct group_options {
-  group_spec spec;
+  /// The group (shared with the nested groups' supervisors, which take
+  /// their part of it).
+  std::shared_ptr<const group_spec> spec;
   group_host_actor host;
   /// Told once, when the group ends; may be null.
   group_parent_actor parent;
+  /// Takes the group's events (`group_event`, under the group's id): its
+  /// start, each member's start and end, each restart decision with its
+  /// cause, and its end. Nested groups send theirs here too. May be null.
+  event_sink_actor events;
+  /// The trace id of the tree's events (every group of a tree shares it).
+  std::string trace_id;
+  /// Seeds the group's span id and its nested groups' seeds.
+  std::uint64_t seed = 0;
 };
 
 /// Spawns the supervisor of `opts.spec` and starts its members in order.

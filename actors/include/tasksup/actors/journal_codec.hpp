@@ -28,6 +28,9 @@ struct journaled_task {
   std::uint64_t seed = 0;
   /// The round-robin pick of the first agent.
   std::optional<std::string> start_agent_id;
+  /// Attempts of the task's earlier runs (a group member's rerun): its
+  /// attempts are numbered from this plus 1.
+  int attempts_before = 0;
 };
 
 /// One input of a task machine and the time it was fed (seconds on the

@@ -13,6 +13,7 @@
 #include "tasksup/supervisor/circuit_breaker.hpp"
 #include "tasksup/supervisor/classifier.hpp"
 #include "tasksup/supervisor/error_class.hpp"
+#include "tasksup/supervisor/group_spec.hpp"
 #include "tasksup/supervisor/outcome.hpp"
 #include "tasksup/supervisor/supervisor_config.hpp"
 #include "tasksup/supervisor/task_model.hpp"
@@ -183,7 +184,16 @@ struct enum_size<task_outcome>
   : std::integral_constant<std::size_t, all_task_outcomes.size()> {};
 
 template<>
-struct enum_size<event_kind> : std::integral_constant<std::size_t, 12> {};
+struct enum_size<event_kind> : std::integral_constant<std::size_t, 13> {};
+
+template<>
+struct enum_size<member_phase> : std::integral_constant<std::size_t, 6> {};
+
+template<>
+struct enum_size<member_end> : std::integral_constant<std::size_t, 3> {};
+
+template<>
+struct enum_size<group_strategy> : std::integral_constant<std::size_t, 3> {};
 
 template<>
 struct enum_size<end_reason> : std::integral_constant<std::size_t, 13> {};
@@ -257,7 +267,24 @@ typename Inspector::result_type inspect(Inspector& f, task_result& x) {
     caf::meta::load_callback([&] { return detail::check_result_sizes(x); }));
 }
 
-/// Serializes a status record.
+/// Serializes one row of a group's tree.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, group_row& x) {
+  return f(
+    caf::meta::type_name("group_row"), x.depth, x.id, x.group,
+    detail::checked(x.restart, "group_row.restart"), x.significant,
+    detail::checked(x.phase, "group_row.phase"),
+    detail::opt_checked(x.last, "group_row.last"), x.restarts,
+    detail::checked(x.strategy, "group_row.strategy"),
+    caf::meta::load_callback([&]() -> caf::error {
+      if (x.depth < 0 || x.depth > static_cast<int>(max_group_depth))
+        return detail::wire_error("group_row.depth", "out of range");
+      return detail::check_sizes({{x.id, wire::max_id_bytes, "group_row.id"}});
+    }));
+}
+
+/// Serializes a status record (as a node answers `status`; the journal
+/// keeps it without `tree`, see journal_codec.cpp).
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, task_status& x) {
   return f(
@@ -266,6 +293,7 @@ typename Inspector::result_type inspect(Inspector& f, task_status& x) {
     x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
     x.trace_id, detail::opt(x.result), x.node, x.waiting_for,
     detail::finite(x.resume_at, "status.resume_at"),
+    detail::bounded(x.tree, "status.tree"),
     caf::meta::load_callback([&] { return detail::check_status_sizes(x); }));
 }
 

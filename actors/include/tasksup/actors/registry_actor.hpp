@@ -1,6 +1,7 @@
 #pragma once
 
 #include "tasksup/actors/cluster.hpp"
+#include "tasksup/actors/group_supervisor_actor.hpp"
 #include "tasksup/actors/journal_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 
@@ -65,10 +66,13 @@ struct registry_options {
 
 /// A node's registry: the node services its task supervisors ask for
 /// (node_services_actor), the client protocol (node_client_actor), the
-/// node's health, and the events and results of the task supervisors an
-/// embedding application spawns with it as their parent.
-using registry_actor =
-  node_services_actor::extend_with<node_client_actor>::extend<
+/// node's health, the events and results of the task supervisors an
+/// embedding application spawns with it as their parent, and the host of
+/// groups' task members (group_host_actor: the groups of group documents
+/// it was given, and groups an embedding application spawns with it as
+/// their host).
+using registry_actor = node_services_actor::extend_with<node_client_actor>::
+  extend_with<group_host_actor>::extend<
     caf::replies_to<health_atom>::with<node_health>,
     caf::reacts_to<event_atom, event>,
     caf::reacts_to<event_atom, std::vector<event>>,

@@ -72,6 +72,10 @@ struct supervisor_options {
   /// replayed (nothing is carried out again), then the task resumes.
   bool resume = false;
   std::vector<journaled_input> replay;
+  /// Attempts of the task's earlier runs: a group member's rerun numbers
+  /// its attempts from this plus 1 (`<attempt_root>/<id>/attempt-<n>` of
+  /// the earlier runs stay, and so does its state directory).
+  int attempts_before = 0;
 };
 
 /// Spawns the supervisor of one task: it runs attempts through

@@ -159,6 +159,26 @@ struct step {
   std::string message;
 };
 
+struct group {
+  /// "started" (every member started once), "member_started",
+  /// "member_ended", "restart" (a restart decision) or "ended".
+  std::string change;
+  /// The member it is about (for "restart": whose end caused it; for
+  /// "ended": the member that ended the group, if one did).
+  std::string member;
+  /// "member_ended" and "restart": how the member's run ended ("normal",
+  /// "failed", "stopped"); "ended": why the group ended ("completed",
+  /// "auto_shutdown", "intensity", "stopped", "start_failed").
+  std::string how;
+  /// "restart": the members it stops and starts again, in start order.
+  std::vector<std::string> members;
+  /// The group's restart decisions so far.
+  std::uint64_t restarts = 0;
+  /// "ended": how the end counts for the group above it, or as a result
+  /// ("succeeded", "failed", "stopped"); empty otherwise.
+  std::string outcome;
+};
+
 } // namespace event_data
 
 /// An event's keys beyond its head (`event` holds those), as the builders
@@ -169,7 +189,7 @@ struct event_fields {
                event_data::classified, event_data::retry_scheduled,
                event_data::agent_switched, event_data::user_stop,
                event_data::task_done, event_data::escalated,
-               event_data::warning, event_data::step>
+               event_data::warning, event_data::step, event_data::group>
     data;
 };
 
@@ -240,6 +260,13 @@ event warning_event(const event_head& h, std::string_view message);
 event step_event(const event_head& h, std::string_view step,
                  std::string_view name, bool passed,
                  std::optional<int> exit_code, std::string_view message);
+
+/// `group`: a change in a group, under the group's id: `change`, `member`,
+/// `how`, `members`, `restarts` and `outcome` (see event_data::group).
+event group_event(const event_head& h, std::string_view change,
+                  std::string_view member, std::string_view how,
+                  const std::vector<std::string>& members,
+                  std::uint64_t restarts, std::string_view outcome = {});
 
 /// The result as the JSON object `task_done` carries (without `event` keys),
 /// serialized; for `tasksup run` and status output.

@@ -286,9 +286,39 @@ private:
   void begin_end(group_end why, std::optional<std::size_t> by);
   void check_settled();
   bool significant_end_ends_group(std::size_t i) const;
+  /// After a change that may add starts or stops anywhere: `next` looks at
+  /// every member again.
+  void rescan() noexcept;
 
   group_shape shape_;
   state st_;
+  /// Where `next` looks (derived from `st_`, not part of it): no stop is
+  /// due at or above `stop_below_`, no start below `start_from_`. A restart
+  /// of n members is then O(n), not O(n^2).
+  std::size_t stop_below_ = 0;
+  std::size_t start_from_ = 0;
+};
+
+/// One line of a group's tree as `status` shows it: the group itself
+/// (depth 0), then each member, a nested group's own members below it.
+struct group_row {
+  /// 0 for the group asked about, 1 for its members, and so on.
+  int depth = 0;
+  std::string id;
+  /// A group (else a task).
+  bool group = false;
+  restart_type restart = restart_type::permanent;
+  bool significant = false;
+  /// Where it stands in its group (the group asked about: `running`, or
+  /// `ended` once it has).
+  member_phase phase = member_phase::idle;
+  /// How its last run ended, before it ran again.
+  std::optional<member_end> last;
+  /// Its runs after the first (the group asked about: its restart
+  /// decisions).
+  int restarts = 0;
+  /// A group's strategy.
+  group_strategy strategy = group_strategy::one_for_one;
 };
 
 } // namespace tasksup

@@ -10,6 +10,7 @@
 #include "tasksup/supervisor/agent_output.hpp"
 #include "tasksup/supervisor/circuit_breaker.hpp"
 #include "tasksup/supervisor/error_class.hpp"
+#include "tasksup/supervisor/group_machine.hpp"
 #include "tasksup/supervisor/outcome.hpp"
 
 #include <array>
@@ -89,6 +90,9 @@ enum class event_kind : std::uint8_t {
   /// A step around an attempt: preflight, gate, delivery, worktree,
   /// attempt timeout, voluntary end, restart backoff.
   step,
+  /// A change in a group (its start, a member's start or end, a restart
+  /// decision, its end), under the group's id.
+  group,
 };
 
 /// The event's JSON name, e.g. "attempt_started".
@@ -207,6 +211,9 @@ struct task_status {
   /// For `quota_wait`: when the agent's quota resets (seconds since the
   /// Unix epoch); 0 otherwise.
   double resume_at = 0;
+  /// For a group: the group and its members, the tree in start order
+  /// (empty for a task).
+  std::vector<group_row> tree;
 };
 
 /// The typed keys of one event (defined in events.hpp).
