@@ -15,6 +15,15 @@ void resolve_agent_paths(boost::json::value& doc, const std::string& base_dir) {
   auto* task = doc.if_object();
   if (!task)
     return;
+  // A group document: the rule holds for each of its tasks, at every level.
+  if (auto* group = task->if_contains("group"); group && task->size() == 1) {
+    auto* g = group->if_object();
+    auto* members = g ? g->if_contains("members") : nullptr;
+    if (members && members->is_array())
+      for (auto& m : members->get_array())
+        resolve_agent_paths(m, base_dir);
+    return;
+  }
   auto* selection = task->if_contains("agent_selection");
   if (!selection || !selection->is_object())
     return;

@@ -27,7 +27,8 @@ struct task_input {
 expected<task_input> read_task_input(const std::string& path);
 
 /// Applies the agent path rule of `read_task_input` to `doc` in place, for a
-/// task file in directory `base_dir`. Values of unexpected types are left
+/// task file in directory `base_dir` (a group document's: to each of its
+/// tasks). Values of unexpected types are left
 /// alone for validation to report.
 void resolve_agent_paths(boost::json::value& doc, const std::string& base_dir);
 

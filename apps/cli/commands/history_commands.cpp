@@ -289,6 +289,34 @@ int describe(node_session& s, const describe_options& opts) {
         std::cout << '\n';
         break;
       }
+      case event_kind::group: {
+        auto change = text_of(o, "change");
+        auto member = text_of(o, "member");
+        std::cout << when << "  group: ";
+        if (change == "restart") {
+          std::string list;
+          if (auto* ms = o.if_contains("members"); ms && ms->is_array())
+            for (auto& m : ms->get_array())
+              if (m.is_string())
+                list +=
+                  (list.empty() ? "" : ", ") + std::string{m.get_string()};
+          std::cout << "restart " << text_of(o, "restarts") << " of " << list
+                    << " after '" << member << "' ended " << text_of(o, "how");
+        } else if (change == "ended") {
+          std::cout << "ended " << text_of(o, "how");
+          if (!member.empty())
+            std::cout << " ('" << member << "')";
+          std::cout << ": " << text_of(o, "outcome");
+        } else if (change == "started") {
+          std::cout << "every member started";
+        } else {
+          std::cout << change << " '" << member << "'";
+          if (auto how = text_of(o, "how"); !how.empty())
+            std::cout << ": " << how;
+        }
+        std::cout << '\n';
+        break;
+      }
       case event_kind::log:
       case event_kind::escalated:
         break;

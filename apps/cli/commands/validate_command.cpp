@@ -6,6 +6,7 @@
 
 #include "tasksup/supervisor/agent_profile.hpp"
 #include "tasksup/supervisor/config.hpp"
+#include "tasksup/supervisor/group_spec.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -144,7 +145,9 @@ private:
     if (err)
       report(*err);
     else
-      ok(path, kind_name(kind));
+      ok(path, kind == file_kind::task && is_group_document(*doc)
+                 ? "group"
+                 : kind_name(kind));
     return sup;
   }
 
@@ -190,12 +193,33 @@ private:
       cfg = task_config();
     if (cfg == nullptr)
       return error{path, "", "not checked: the config directory is invalid"};
+    if (is_group_document(doc)) {
+      // A group document: its tree and each of its tasks, as the node
+      // checks them.
+      auto group = parse_group(doc, path, *cfg);
+      if (!group)
+        return group.error();
+      warn_tasks(path, *group);
+      return std::nullopt;
+    }
     auto res = parse_task(doc, path, *cfg);
     if (!res)
       return res.error();
     for (auto& w : task_warnings(*res))
       std::cerr << "warning: " << path << ": " << w << '\n';
     return std::nullopt;
+  }
+
+  /// The warnings of every task of a group's tree, each naming its task.
+  static void warn_tasks(const std::string& path, const group_spec& g) {
+    for (auto& m : g.members) {
+      if (m.group)
+        warn_tasks(path, *m.group);
+      else if (m.task)
+        for (auto& w : task_warnings(*m.task))
+          std::cerr << "warning: " << path << ": task '" << m.id << "': " << w
+                    << '\n';
+    }
   }
 
   /// The config tasks are checked against, loaded once; null (after

@@ -375,6 +375,15 @@ progress_view::render(const boost::json::object& event) {
                   event.at("passed").is_bool() && event.at("passed").get_bool();
     out.push_back(pre + step_line(passed, str(event, "step", "step"),
                                   str(event, "name"), str(event, "message")));
+  } else if (kind == "group") {
+    std::vector<std::string> members;
+    if (auto* ms = event.if_contains("members"); ms && ms->is_array())
+      for (auto& m : ms->get_array())
+        if (m.is_string())
+          members.emplace_back(m.get_string());
+    group(out, pre, str(event, "change"), str(event, "member"),
+          str(event, "how"), members, num(event, "restarts").value_or(0),
+          str(event, "outcome"));
   } else if (kind == "task_done") {
     done_text d;
     d.outcome = str(event, "outcome", "?");
@@ -397,6 +406,40 @@ progress_view::render(const boost::json::object& event) {
     done(out, pre, d);
   }
   return out;
+}
+
+void progress_view::group(std::vector<std::string>& out, const std::string& pre,
+                          const std::string& change, const std::string& member,
+                          const std::string& how,
+                          const std::vector<std::string>& members,
+                          double restarts, const std::string& outcome) const {
+  auto name = "'" + printable(member) + "'";
+  if (change == "started") {
+    out.push_back(pre + "group started: every member runs");
+  } else if (change == "member_started") {
+    out.push_back(pre + "member " + name + " started");
+  } else if (change == "member_start_failed") {
+    out.push_back(pre + paint(red, "member " + name + " could not start"));
+  } else if (change == "member_ended") {
+    auto line = "member " + name + " ended: " + printable(how);
+    out.push_back(pre + (how == "failed" ? paint(red, line) : line));
+  } else if (change == "restart") {
+    std::string list;
+    for (auto& m : members)
+      list += (list.empty() ? "" : ", ") + printable(m);
+    out.push_back(pre + paint(yellow, "restarting " + list) + " (restart " +
+                  integer(restarts) + ", after " + name + " ended " +
+                  printable(how) + ")");
+  } else if (change == "ended") {
+    auto line = "group ended: " + printable(how);
+    if (!member.empty())
+      line += " (" + name + ")";
+    line += ", " + printable(outcome.empty() ? std::string{"?"} : outcome);
+    if (restarts > 0)
+      line +=
+        ", " + integer(restarts) + " restart" + (restarts == 1 ? "" : "s");
+    out.push_back(pre + paint(outcome == "succeeded" ? green : red, line));
+  }
 }
 
 std::vector<std::string> progress_view::render(const event& ev,
@@ -471,6 +514,9 @@ std::vector<std::string> progress_view::render(const event& ev,
     out.push_back(pre + paint(yellow, "warning: ") + printable(w->message));
   } else if (auto* st = std::get_if<event_data::step>(&data)) {
     out.push_back(pre + step_line(st->passed, st->step, st->name, st->message));
+  } else if (auto* g = std::get_if<event_data::group>(&data)) {
+    group(out, pre, g->change, g->member, g->how, g->members,
+          static_cast<double>(g->restarts), g->outcome);
   } else if (auto* t = std::get_if<event_data::task_done>(&data)) {
     auto& r = t->result();
     auto& m = r.metadata;

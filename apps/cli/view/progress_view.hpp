@@ -116,6 +116,11 @@ private:
                         const std::string& message) const;
   void done(std::vector<std::string>& out, const std::string& pre,
             const done_text& d);
+  /// A `group` event's line (nothing for a change it does not know).
+  void group(std::vector<std::string>& out, const std::string& pre,
+             const std::string& change, const std::string& member,
+             const std::string& how, const std::vector<std::string>& members,
+             double restarts, const std::string& outcome) const;
   static std::string summary(const std::string& agent_used,
                              const std::string& agent_id,
                              const std::string& attempts,

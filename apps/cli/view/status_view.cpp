@@ -128,6 +128,38 @@ void print_table(const std::vector<const status_row*>& all, double now) {
                 << " waits: " << cell(waits) << '\n';
 }
 
+/// A group's tree under its table: each member indented below its group,
+/// with where it stands, its restarts and how its last run ended.
+void print_tree(const boost::json::object& r) {
+  auto* tree = r.if_contains("tree");
+  if (tree == nullptr || !tree->is_array() || tree->get_array().empty())
+    return;
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"MEMBER", "KIND", "RESTART", "STATE", "RESTARTS", "LAST"});
+  for (auto& v : tree->get_array()) {
+    if (!v.is_object())
+      continue;
+    auto& x = v.get_object();
+    auto depth =
+      static_cast<std::size_t>(std::clamp(count_at(x, "depth"), 0LL, 16LL));
+    auto kind = text_at(x, "kind");
+    if (kind == "group")
+      kind += " " + text_at(x, "strategy");
+    auto restart = text_at(x, "restart");
+    if (auto* sig = x.if_contains("significant");
+        sig && sig->is_bool() && sig->get_bool())
+      restart += ", significant";
+    auto last = text_at(x, "last");
+    rows.push_back({std::string(2 * depth, ' ') + cell(text_at(x, "id")),
+                    cell(kind), cell(restart.empty() ? "-" : restart),
+                    cell(text_at(x, "phase")),
+                    std::to_string(count_at(x, "restarts")),
+                    cell(last.empty() ? "-" : last)});
+  }
+  std::cout << "tree:\n";
+  print_columns(std::cout, rows);
+}
+
 /// The times of one task, as lines under its table.
 void print_details(const status_row& row, double now) {
   auto& r = row.record;
@@ -155,6 +187,7 @@ void print_details(const status_row& row, double now) {
     std::cout << "finished:      " << iso8601(*finished) << '\n';
   if (!row.last_decision.empty())
     std::cout << "last decision: " << cell(row.last_decision) << '\n';
+  print_tree(r);
 }
 
 } // namespace

@@ -133,6 +133,31 @@ boost::json::object to_json(const task_status& s, const task_times* c) {
   } else {
     out["result"] = nullptr;
   }
+  if (!s.tree.empty()) {
+    // A group: its tree, the group first, each member below its group.
+    boost::json::array tree;
+    tree.reserve(s.tree.size());
+    for (auto& r : s.tree) {
+      boost::json::object row;
+      row["depth"] = r.depth;
+      row["id"] = r.id;
+      row["kind"] = r.group ? "group" : "task";
+      if (r.group)
+        row["strategy"] = std::string{to_string(r.strategy)};
+      if (r.depth > 0) {
+        row["restart"] = std::string{to_string(r.restart)};
+        row["significant"] = r.significant;
+      }
+      row["phase"] = std::string{to_string(r.phase)};
+      if (r.last)
+        row["last"] = std::string{to_string(*r.last)};
+      else
+        row["last"] = nullptr;
+      row["restarts"] = r.restarts;
+      tree.push_back(std::move(row));
+    }
+    out["tree"] = std::move(tree);
+  }
   return out;
 }
 

@@ -1,0 +1,266 @@
+// Groups end to end with real processes: `tasksup run` of a group file whose
+// one_for_all restart reruns both members (each keeping its state directory
+// and numbering its attempts on), `validate` of good and bad group files,
+// and a node that takes a tree by `submit` and answers `status`, `stop`,
+// `kill`, `wait`, `events` and `describe` on the group ids.
+#include "process_node.hpp"
+#include "tasksup_child.hpp"
+
+#include <catch2/catch.hpp>
+
+#include <boost/json/parse.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+using namespace tasksup::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+boost::json::object status_of(const scratch& dir, const std::string& address,
+                              const std::string& id) {
+  auto r = run_to_end(dir, {"status", id, "--json", "--node", address});
+  if (r.status != 0)
+    return {};
+  boost::system::error_code ec;
+  auto doc = boost::json::parse(r.out, ec);
+  if (ec || !doc.is_object())
+    return {};
+  return doc.get_object();
+}
+
+/// The phase of member `id` in a group's `status --json` tree ("" if none).
+std::string phase_in(const boost::json::object& status, const std::string& id) {
+  auto* tree = status.if_contains("tree");
+  if (tree == nullptr || !tree->is_array())
+    return {};
+  for (auto& row : tree->get_array())
+    if (row.is_object() && text_at(row.get_object(), "id") == id)
+      return text_at(row.get_object(), "phase");
+  return {};
+}
+
+/// The `group` events with `change`.
+std::vector<boost::json::object>
+group_changes(const std::vector<boost::json::object>& evs,
+              const std::string& change) {
+  std::vector<boost::json::object> out;
+  for (auto& e : of_kind(evs, "group"))
+    if (text_at(e, "change") == change)
+      out.push_back(e);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("run of a one_for_all group: a member's failure reruns both "
+          "members, each with its state directory and its attempts numbered "
+          "on, and the group completes") {
+  scratch dir;
+  // Each run records itself in its state directory. `flaky` fails its first
+  // run; `keeper` holds its first run until the group stops it for the
+  // restart, and exits 0 on its second.
+  auto flaky = dir.write_script(
+    "flaky.sh", "#!/bin/sh\n"
+                "s=\"$TASKSUP_MEMBER_STATE\"\n"
+                "n=$(cat \"$s/runs\" 2>/dev/null | wc -l)\n"
+                "echo \"attempt $TASKSUP_ATTEMPT\" >> \"$s/runs\"\n"
+                "sleep 0.3\n"
+                "if [ \"$n\" = 0 ]; then exit 1; fi\n");
+  auto keeper = dir.write_script(
+    "keeper.sh", "#!/bin/sh\n"
+                 "s=\"$TASKSUP_MEMBER_STATE\"\n"
+                 "n=$(cat \"$s/runs\" 2>/dev/null | wc -l)\n"
+                 "echo \"attempt $TASKSUP_ATTEMPT\" >> \"$s/runs\"\n"
+                 "if [ \"$n\" = 0 ]; then exec sleep 60; fi\n");
+  auto member = [](const std::string& id, const std::string& cli) {
+    return "{\"id\": \"" + id +
+           "\", \"prompt\": \"p\", \"agent_selection\": {\"agents\": "
+           "[{\"agent_id\": \"" +
+           id + "\", \"agent_cli\": \"" + cli +
+           "\"}]}, \"supervisor\": {\"max_retries_per_agent\": 0, "
+           "\"stop_grace_s\": 5}}";
+  };
+  auto file =
+    dir.write("team.json", "{\"group\": {\"id\": \"team\", \"strategy\": "
+                           "\"one_for_all\", \"members\": [" +
+                             member("keeper", keeper) + ", " +
+                             member("flaky", flaky) + "]}}");
+  auto checked = run_to_end(dir, {"validate", "--config", config_dir(), file});
+  INFO(checked.out << checked.err);
+  CHECK(checked.status == 0);
+  CHECK_THAT(checked.out, Catch::Contains("group"));
+  auto events = dir / "team.jsonl";
+  auto run = run_to_end(dir,
+                        {"run", "--config", config_dir(), "--events", events,
+                         "--work-dir", dir / "work", file},
+                        120s);
+  INFO(run.out << run.err);
+  REQUIRE(run.status == 0);
+  // Each line of the human view names its task or group.
+  CHECK_THAT(run.out, Catch::Contains("[team] restarting keeper, flaky"));
+  auto evs = json_lines(slurp(events));
+  // One restart decision, caused by flaky's failure, taking both along.
+  auto restarts = group_changes(evs, "restart");
+  REQUIRE(restarts.size() == 1);
+  CHECK(text_at(restarts[0], "member") == "flaky");
+  CHECK(text_at(restarts[0], "how") == "failed");
+  auto& names = restarts[0].at("members").as_array();
+  REQUIRE(names.size() == 2);
+  CHECK(names[0].as_string() == "keeper");
+  CHECK(names[1].as_string() == "flaky");
+  auto ended = group_changes(evs, "ended");
+  REQUIRE(ended.size() == 1);
+  CHECK(text_at(ended[0], "task_id") == "team");
+  CHECK(text_at(ended[0], "how") == "completed");
+  CHECK(text_at(ended[0], "outcome") == "succeeded");
+  // keeper's first run was stopped by the group, not failed.
+  std::vector<std::string> keeper_ends;
+  for (auto& e : of_kind(evs, "task_done"))
+    if (text_at(e, "task_id") == "keeper")
+      keeper_ends.push_back(text_at(e, "outcome"));
+  CHECK(keeper_ends == std::vector<std::string>{"stopped", "succeeded"});
+  // Each member's second run is its attempt 2, in the same state directory,
+  // which kept what the first run wrote.
+  for (std::string id : {"keeper", "flaky"}) {
+    std::vector<std::int64_t> attempts;
+    std::vector<std::string> states;
+    for (auto& e : of_kind(evs, "attempt_started"))
+      if (text_at(e, "task_id") == id) {
+        attempts.push_back(e.at("attempt").as_int64());
+        states.push_back(text_at(e, "member_state"));
+      }
+    CHECK(attempts == std::vector<std::int64_t>{1, 2});
+    REQUIRE(states.size() == 2);
+    CHECK(states[0] == dir / ("work/" + id + "/state"));
+    CHECK(states[1] == states[0]);
+    CHECK(slurp(states[0] + "/runs") == "attempt 1\nattempt 2\n");
+    CHECK(std::filesystem::is_directory(dir / ("work/" + id + "/attempt-1")));
+    CHECK(std::filesystem::is_directory(dir / ("work/" + id + "/attempt-2")));
+  }
+}
+
+TEST_CASE("validate of group files: a good tree passes, and each bad one "
+          "names the file and the JSON pointer") {
+  scratch dir;
+  auto task = [](const std::string& id) {
+    return "{\"id\": \"" + id + "\", \"prompt\": \"p\"}";
+  };
+  auto good = dir.write(
+    "good.json", "{\"group\": {\"id\": \"top\", \"members\": [" + task("a") +
+                   ", {\"group\": {\"id\": \"inner\", \"strategy\": "
+                   "\"rest_for_one\", \"members\": [" +
+                   task("b") + "]}}]}}");
+  auto ok = run_to_end(dir, {"validate", "--config", config_dir(), good});
+  INFO(ok.out << ok.err);
+  CHECK(ok.status == 0);
+  auto twice = dir.write("twice.json", "{\"group\": {\"id\": \"top\", "
+                                       "\"members\": [" +
+                                         task("a") + ", " + task("a") + "]}}");
+  auto bad = run_to_end(dir, {"validate", "--config", config_dir(), twice});
+  CHECK(bad.status == 2);
+  CHECK_THAT(bad.err, Catch::Contains(twice));
+  CHECK_THAT(bad.err, Catch::Contains("/group/members/1"));
+  auto sig = dir.write("sig.json",
+                       "{\"group\": {\"id\": \"top\", \"members\": [{\"id\": "
+                       "\"a\", \"prompt\": \"p\", \"significant\": true}]}}");
+  auto refused = run_to_end(dir, {"validate", "--config", config_dir(), sig});
+  CHECK(refused.status == 2);
+  CHECK_THAT(refused.err, Catch::Contains(sig));
+  CHECK_THAT(refused.err, Catch::Contains("/group/members/0/significant"));
+  // `run` refuses it the same way, before anything runs.
+  auto ran = run_to_end(dir, {"run", "--config", config_dir(), sig});
+  CHECK(ran.status == 2);
+  CHECK_THAT(ran.err, Catch::Contains("/group/members/0/significant"));
+}
+
+TEST_CASE("a node runs a submitted tree: status shows it, a nested group "
+          "stops alone, a kill ends the rest, and wait, events and describe "
+          "answer for the group ids") {
+  scratch dir;
+  // Every member holds until it is stopped.
+  auto serve = process_node(dir, "#!/bin/sh\n"
+                                 "echo run >> \"$TASKSUP_MEMBER_STATE/runs\"\n"
+                                 "exec sleep 60\n");
+  auto node = std::make_unique<tasksup_child>(dir, "node-0", serve);
+  auto port = listening_port(*node);
+  REQUIRE(port);
+  auto address = "127.0.0.1:" + std::to_string(*port);
+  auto file = dir.write(
+    "crew.json",
+    R"({"group": {"id": "crew", "members": [)"
+    R"({"id": "a", "prompt": "hold", "supervisor": {"stop_grace_s": 5}},)"
+    R"({"group": {"id": "inner", "members": [)"
+    R"({"id": "b", "prompt": "hold", "supervisor": {"stop_grace_s": 5}}]}}]}})");
+  auto sub = run_to_end(dir, {"submit", "--node", address, file});
+  INFO(sub.err);
+  REQUIRE(sub.status == 0);
+  CHECK(sub.out == "crew\n");
+  // Its ids are the tree's while it runs.
+  auto again =
+    run_to_end(dir, {"submit", "--node", address,
+                     dir.write("b.json", R"({"id": "b", "prompt": "other"})")});
+  CHECK(again.status == 2);
+  CHECK_THAT(again.err, Catch::Contains("belongs to the running group 'crew'"));
+  REQUIRE(eventually(
+    [&] {
+      auto s = status_of(dir, address, "crew");
+      return phase_in(s, "a") == "running" && phase_in(s, "b") == "running";
+    },
+    30s));
+  auto crew = status_of(dir, address, "crew");
+  CHECK(text_at(crew, "state") == "running");
+  auto& tree = crew.at("tree").as_array();
+  REQUIRE(tree.size() == 4);
+  std::vector<std::string> rows;
+  for (auto& r : tree)
+    rows.push_back(std::to_string(r.at("depth").as_int64()) + " " +
+                   text_at(r.as_object(), "id") + " " +
+                   text_at(r.as_object(), "kind"));
+  CHECK(rows == std::vector<std::string>{"0 crew group", "1 a task",
+                                         "1 inner group", "2 b task"});
+  // The table view shows the tree too.
+  auto table = run_to_end(dir, {"status", "crew", "--node", address});
+  CHECK(table.status == 0);
+  CHECK_THAT(table.out, Catch::Contains("tree:"));
+  CHECK_THAT(table.out, Catch::Contains("    b "));
+  // A nested group's status is its subtree.
+  auto inner = status_of(dir, address, "inner");
+  REQUIRE(inner.contains("tree"));
+  CHECK(inner.at("tree").as_array().size() == 2);
+  // Stopping the nested group stops b; the group above does not restart a
+  // member the user stopped, and goes on with a.
+  auto stopped = run_to_end(dir, {"stop", "inner", "--node", address});
+  INFO(stopped.out << stopped.err);
+  CHECK(stopped.status == 0);
+  auto inner_wait = run_to_end(dir, {"wait", "inner", "--node", address}, 30s);
+  CHECK(inner_wait.status == 130);
+  CHECK(text_at(status_of(dir, address, "b"), "state") == "done");
+  CHECK(phase_in(status_of(dir, address, "crew"), "a") == "running");
+  auto killed = run_to_end(dir, {"kill", "crew", "--node", address});
+  CHECK(killed.status == 0);
+  auto crew_wait = run_to_end(dir, {"wait", "crew", "--node", address}, 30s);
+  CHECK(crew_wait.status == 130);
+  auto done = status_of(dir, address, "crew");
+  CHECK(text_at(done, "state") == "done");
+  CHECK(phase_in(done, "a") == "ended");
+  // Its events are its own: the starts, the ends and its end.
+  auto evs = run_to_end(dir, {"events", "crew", "--json", "--node", address});
+  INFO(evs.err);
+  REQUIRE(evs.status == 0);
+  auto lines = json_lines(evs.out);
+  CHECK(group_changes(lines, "started").size() == 1);
+  CHECK(group_changes(lines, "member_started").size() == 2);
+  auto end = group_changes(lines, "ended");
+  REQUIRE(end.size() == 1);
+  CHECK(text_at(end[0], "how") == "stopped");
+  CHECK(text_at(end[0], "outcome") == "stopped");
+  auto described = run_to_end(dir, {"describe", "crew", "--node", address});
+  INFO(described.err);
+  CHECK(described.status == 0);
+  CHECK_THAT(described.out, Catch::Contains("group: ended stopped"));
+  // Each member ran once: nothing restarted what the user stopped.
+  CHECK(slurp(dir / "state/attempts/a/state/runs") == "run\n");
+}
