@@ -39,7 +39,7 @@ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
 # tasksup-shim: the process runtime runs every attempt under it.
 cmake --build "$build" -j "$(nproc)" --target tasksup tasksup-shim bench_classifier \
   bench_spawn_loop bench_supervision bench_caf_floor bench_memory bench_process \
-  bench_docker
+  bench_docker bench_groups
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -n 1)," \
   "$(. /etc/os-release && echo "$PRETTY_NAME"), kernel $(uname -r)"
@@ -134,6 +134,15 @@ if [[ -n "${TASKSUP_BENCH_FULL:-}" ]]; then
   run supervision-100k "$bin/bench_supervision" --tasks=100000 --failures=3
 fi
 
+# 17. Group supervisors (issue 33), on an in-process host whose members run
+# and stop at once: 50 one_for_all restarts of a 1,000-member group, and a
+# 10 x 10 x 100 tree started and stopped; on CAF's default scheduler and on
+# the hand-off scheduler the CLI runs. OTP's peers follow below.
+run groups-one-for-all "$bin/bench_groups" --case=one_for_all --members=1000 --restarts=50
+run groups-one-for-all-handoff "$bin/bench_groups" --case=one_for_all --members=1000 --restarts=50 --policy=handoff
+run groups-tree "$bin/bench_groups" --case=tree --members=10000
+run groups-tree-handoff "$bin/bench_groups" --case=tree --members=10000 --policy=handoff
+
 # Erlang/OTP peers, same machine, same run: a simple_one_for_one supervisor
 # with N dynamic children restarting (transient, at once), and an Erlang port
 # loop running /bin/false (the peer of section 3's process runtime).
@@ -146,6 +155,10 @@ if command -v escript >/dev/null; then
   run erlang-sup-1 escript "$root/bench/erlang_peers.escript" sup 1 20000
   run erlang-sup-1k escript "$root/bench/erlang_peers.escript" sup 1000 20
   run erlang-port escript "$root/bench/erlang_peers.escript" port 1000 /bin/false
+  # The peers of section 17: OTP's supervisor, one_for_all over 1,000 static
+  # workers, and a 10 x 10 x 100 tree of supervisors.
+  run erlang-groups-one-for-all escript "$root/bench/erlang_groups.escript" one_for_all 1000 50
+  run erlang-groups-tree escript "$root/bench/erlang_groups.escript" tree 10000
 fi
 
 # 2. Memory per task parked in a one-hour backoff.
