@@ -270,31 +270,18 @@ typename Inspector::result_type inspect(Inspector& f, legacy_status_view& v) {
   auto& x = v.x;
   auto legacy = [](task_result& r) { return legacy_result_view{r}; };
   detail::opt_ref<task_result, decltype(legacy)> result{x.result, legacy};
-  return f(
-    caf::meta::type_name("task_status"), x.task_id, x.environment,
-    detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
-    x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
-    x.trace_id, result, x.node, x.waiting_for,
-    detail::finite(x.resume_at, "status.resume_at"),
-    caf::meta::load_callback([&] { return detail::check_status_sizes(x); }));
+  return detail::inspect_status(f, x, result);
 }
 
 /// A finished task's status as the journal keeps it: everything `status`
-/// answers but a group's tree (groups keep records of their own).
+/// answers but a group's tree (answered live, never journaled).
 struct journal_status_view {
   task_status& x;
 };
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, journal_status_view& v) {
-  auto& x = v.x;
-  return f(
-    caf::meta::type_name("task_status"), x.task_id, x.environment,
-    detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
-    x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
-    x.trace_id, detail::opt(x.result), x.node, x.waiting_for,
-    detail::finite(x.resume_at, "status.resume_at"),
-    caf::meta::load_callback([&] { return detail::check_status_sizes(x); }));
+  return detail::inspect_status(f, v.x, detail::opt(v.x.result));
 }
 
 /// The first byte of a status record whose result carries its cause. A

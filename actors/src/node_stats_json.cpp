@@ -273,6 +273,31 @@ std::string node_stats::task_json(const task_status& status,
   w.key("task");
   w.begin_object();
   status_fields(w, status, times(status.task_id));
+  if (!status.tree.empty()) {
+    // A group: its tree, the group first, each member below its group.
+    w.key("tree");
+    w.begin_array();
+    for (auto& r : status.tree) {
+      w.begin_object();
+      w.key("depth");
+      w.integer(r.depth);
+      w.key("id");
+      w.string(r.id);
+      w.key("kind");
+      w.raw_string(r.group ? "group" : "task");
+      w.key("phase");
+      w.raw_string(to_string(r.phase));
+      w.key("last");
+      if (r.last)
+        w.raw_string(to_string(*r.last));
+      else
+        w.null();
+      w.key("restarts");
+      w.integer(r.restarts);
+      w.end_object();
+    }
+    w.end_array();
+  }
   w.end_object();
   w.key("events");
   w.begin_array();

@@ -4,7 +4,7 @@
 
 #include "tasksup/actors/registry_actor.hpp"
 
-#include "actor_fixture.hpp"
+#include "registry_fixture.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -20,59 +20,7 @@
 using namespace tasksup;
 using namespace tasksup::test;
 
-namespace {
-
-struct registry_fixture : fixture {
-  std::shared_ptr<collected> seen = std::make_shared<collected>();
-  caf::actor events = collector(seen);
-  registry_actor reg;
-
-  void start(config_set cfg) {
-    registry_options opts;
-    opts.config = std::move(cfg);
-    opts.config.node.default_agent = agent("default");
-    opts.runtimes["*"] = runtime;
-    opts.seed = 7;
-    opts.attempt_root = "/tmp/tasksup-actor-tests";
-    reg = keep(spawn_registry(sys(), std::move(opts)));
-    run();
-    auto ok = ask<bool>(reg, subscribe_atom::value,
-                        caf::actor_cast<subscriber_actor>(events));
-    REQUIRE(ok);
-  }
-
-  std::string submit(task_spec t) {
-    auto id = ask<std::string>(reg, submit_atom::value, std::move(t));
-    REQUIRE(id);
-    REQUIRE(*id);
-    return **id;
-  }
-
-  task_status status(const std::string& id) {
-    auto s = ask<task_status>(reg, status_atom::value, id);
-    REQUIRE(s);
-    REQUIRE(*s);
-    return **s;
-  }
-
-  task_result await(const std::string& id) {
-    auto r = ask<task_result>(reg, await_atom::value, id);
-    REQUIRE(r);
-    REQUIRE(*r);
-    return **r;
-  }
-
-  /// Agent ids of the started attempts of `task_id`, in order.
-  std::vector<std::string> agents_started(const std::string& task_id) {
-    std::vector<std::string> out;
-    for (auto& c : runtime->calls())
-      if (c.what == runtime::scripted_call::kind::start && c.task_id == task_id)
-        out.push_back(c.agent_id);
-    return out;
-  }
-};
-
-} // namespace
+namespace {} // namespace
 
 TEST_CASE_METHOD(registry_fixture,
                  "a breaker opened by one task's failures makes another "

@@ -6,7 +6,8 @@
 
 #include "tasksup/actors/registry_actor.hpp"
 
-#include "actor_fixture.hpp"
+#include "../temp_dir.hpp"
+#include "registry_fixture.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -18,45 +19,22 @@ using namespace tasksup::test;
 
 namespace {
 
-struct group_fixture : fixture {
-  std::shared_ptr<collected> seen = std::make_shared<collected>();
-  caf::actor events = collector(seen);
-  registry_actor reg;
+struct group_fixture : registry_fixture {
+  /// A rerun numbers its attempts on from the attempt directories too:
+  /// each test has its own.
+  temp_dir attempts{"groups"};
 
   void start() {
-    registry_options opts;
-    opts.config = builtin_config();
+    auto cfg = builtin_config();
     // Every failure here is the group's to judge: no agent's breaker opens.
-    opts.config.node.breaker.max_failures = 1000;
-    opts.config.node.default_agent = agent("default");
-    opts.runtimes["*"] = runtime;
-    opts.seed = 11;
-    opts.attempt_root = "/tmp/tasksup-actor-tests";
-    reg = keep(spawn_registry(sys(), std::move(opts)));
-    run();
-    auto ok = ask<bool>(reg, subscribe_atom::value,
-                        caf::actor_cast<subscriber_actor>(events));
-    REQUIRE(ok);
+    cfg.node.breaker.max_failures = 1000;
+    registry_fixture::start(std::move(cfg), 11, attempts.path);
   }
 
   caf::expected<std::string> submit_json(const std::string& text) {
     auto id = ask<std::string>(reg, submit_json_atom::value, text, false);
     REQUIRE(id);
     return std::move(*id);
-  }
-
-  task_status status(const std::string& id) {
-    auto s = ask<task_status>(reg, status_atom::value, id);
-    REQUIRE(s);
-    REQUIRE(*s);
-    return **s;
-  }
-
-  task_result await(const std::string& id) {
-    auto r = ask<task_result>(reg, await_atom::value, id);
-    REQUIRE(r);
-    REQUIRE(*r);
-    return **r;
   }
 
   /// "id phase restarts" per row of `id`'s tree, indented by depth.

@@ -19,18 +19,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-boost::json::object status_of(const scratch& dir, const std::string& address,
-                              const std::string& id) {
-  auto r = run_to_end(dir, {"status", id, "--json", "--node", address});
-  if (r.status != 0)
-    return {};
-  boost::system::error_code ec;
-  auto doc = boost::json::parse(r.out, ec);
-  if (ec || !doc.is_object())
-    return {};
-  return doc.get_object();
-}
-
 /// The phase of member `id` in a group's `status --json` tree ("" if none).
 std::string phase_in(const boost::json::object& status, const std::string& id) {
   auto* tree = status.if_contains("tree");

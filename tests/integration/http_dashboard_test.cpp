@@ -1020,6 +1020,38 @@ TEST_CASE("serve --http: the dashboard in headless Chromium shows tasks, "
   CHECK(std::filesystem::exists(shot));
   CHECK(std::filesystem::exists(shot_task));
 
+  // A group's page shows its tree, each member a link to its own page, and
+  // offers only stop and kill.
+  auto slow = example("agents/slow-agent");
+  auto member = [&](const std::string& id) {
+    return R"({"id": ")" + id +
+           R"(", "prompt": "p", "agent_selection": {"agents": [{"agent_id": )"
+           R"("slow", "agent_cli": ")" +
+           slow + R"(", "cli_flags": "--seconds 600"}]}})";
+  };
+  REQUIRE(
+    n.cmd({"submit",
+           dir.write("pair.json", R"({"group": {"id": "pair", "members": [)" +
+                                    member("pair-a") +
+                                    R"(, {"group": {"id": )"
+                                    R"("inner", "members": [)" +
+                                    member("pair-b") + "]}}]}}")})
+      .status == 0);
+  boost::json::object group_page{
+    {"url", login + "#/task/pair"},
+    {"steps", boost::json::array{
+                step(loaded + " && document.querySelector('#tree "
+                              "[data-member=\"pair-b\"] .phase-running')")}}};
+  auto group = browse("group", group_page);
+  CHECK(group.find("Group pair") != std::string::npos);
+  CHECK(std::regex_search(
+    group, std::regex{"data-member=\"pair-a\".*href=\"#/task/pair-a\""}));
+  CHECK(std::regex_search(
+    group, std::regex{"data-member=\"inner\".*data-member=\"pair-b\""}));
+  CHECK(std::regex_search(group, std::regex{"data-action=\"pause\" disabled"}));
+  CHECK(group.find("every member started") != std::string::npos);
+  n.cmd({"kill", "pair"});
+
   n.cmd({"kill", "demo-waiting"});
   n.process().signal(SIGTERM);
   CHECK(n.process().wait(30s) == 0);

@@ -19,18 +19,6 @@ using namespace tasksup::test;
 namespace {
 
 /// The `status --json` record of one task, or null when it cannot be read.
-boost::json::object status_of(const scratch& dir, const std::string& address,
-                              const std::string& id) {
-  auto r = run_to_end(dir, {"status", id, "--json", "--node", address});
-  if (r.status != 0)
-    return {};
-  boost::system::error_code ec;
-  auto doc = boost::json::parse(r.out, ec);
-  if (ec || !doc.is_object())
-    return {};
-  return doc.get_object();
-}
-
 std::string state_of(const boost::json::object& o) {
   auto* s = o.if_contains("state");
   return s && s->is_string() ? std::string{s->get_string()} : std::string{};

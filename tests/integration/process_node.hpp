@@ -5,6 +5,8 @@
 
 #include "tasksup_child.hpp"
 
+#include <boost/json/parse.hpp>
+
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -33,6 +35,21 @@ inline std::vector<std::string> process_node(const scratch& dir,
     << "}";
   return {"serve", "--listen",    "127.0.0.1:0", "--config",
           config,  "--state-dir", dir / "state"};
+}
+
+/// `tasksup status ID --json` of the node at `address`: the task's (or
+/// group's) record, empty when it cannot be read.
+inline boost::json::object status_of(const scratch& dir,
+                                     const std::string& address,
+                                     const std::string& id) {
+  auto r = run_to_end(dir, {"status", id, "--json", "--node", address});
+  if (r.status != 0)
+    return {};
+  boost::system::error_code ec;
+  auto doc = boost::json::parse(r.out, ec);
+  if (ec || !doc.is_object())
+    return {};
+  return doc.get_object();
 }
 
 } // namespace tasksup::test

@@ -253,6 +253,15 @@ function eventLine(e) {
       (e.error ? ': ' + e.error : '');
     case 'escalated': return 'escalated (' + e.outcome + ') to ' + e.parent;
     case 'warning': return 'warning: ' + e.message;
+    case 'group': return e.change === 'restart'
+      ? 'restart ' + e.restarts + ' of ' + (e.members || []).join(', ') +
+        ' after ' + e.member + ' ended ' + e.how
+      : e.change === 'ended'
+        ? 'group ended ' + e.how + (e.member ? ' (' + e.member + ')' : '') +
+          ': ' + e.outcome
+        : e.change === 'started' ? 'every member started'
+        : e.change.replace(/_/g, ' ') + ' ' + e.member +
+          (e.how ? ': ' + e.how : '');
     default: return e.event;
   }
 }
@@ -302,7 +311,20 @@ async function showTask(id) {
     btn('Stop', 'stop'), btn('Kill', 'kill'), btn('Retry now', 'retry-now'),
     btn('Fallback now', 'fallback-now'),
     t.state === 'paused' ? btn('Resume', 'resume') : btn('Pause', 'pause'));
-  for (const b of buttons.querySelectorAll('button')) b.disabled = !live;
+  // A group takes stop and kill; the other controls are its tasks'.
+  const group = Array.isArray(t.tree);
+  for (const b of buttons.querySelectorAll('button'))
+    b.disabled = !live || (group && b.dataset.action !== 'stop' &&
+                           b.dataset.action !== 'kill');
+  const members = group ? el('table', {id: 'tree'},
+    el('thead', {}, el('tr', {}, ...['Member', 'Kind', 'State', 'Restarts',
+      'Last run'].map(h => el('th', {}, h)))),
+    el('tbody', {}, ...t.tree.map(r => el('tr', {'data-member': r.id},
+      el('td', {style: 'padding-left:' + (0.5 + 1.5 * r.depth) + 'em'},
+        r.depth === 0 ? el('b', {}, r.id)
+          : el('a', {href: '#/task/' + encodeURIComponent(r.id)}, r.id)),
+      el('td', {}, r.kind), el('td', {class: 'phase-' + r.phase}, r.phase),
+      el('td', {}, r.restarts), el('td', {}, r.last || '-'))))) : null;
   const decisions = el('tbody');
   const output = {};
   for (const e of data.events) {
@@ -325,7 +347,7 @@ async function showTask(id) {
     ? dur((t.finished_ts || now()) - t.submitted_ts) : '-';
   since.appendChild(ageText);
   main.replaceChildren(
-    el('h2', {id: 'task-title'}, 'Task ' + t.task_id),
+    el('h2', {id: 'task-title'}, (group ? 'Group ' : 'Task ') + t.task_id),
     el('div', {class: 'card kv'},
       el('span', {}, 'state ', el('b', {id: 'task-state',
         class: 'state-' + t.state}, t.state)),
@@ -339,7 +361,9 @@ async function showTask(id) {
         'waiting for ' + t.waiting_for) : null,
       t.error ? el('div', {class: 'outcome-failed'}, t.error) : null),
     buttons, el('div', {id: 'message'}),
-    el('h2', {}, 'Attempts'), timeline(data.events, t),
+    // A group's members where a task's attempts go.
+    el('h2', {}, group ? 'Members' : 'Attempts'),
+    group ? members : timeline(data.events, t),
     el('h2', {}, 'Decisions'),
     el('table', {id: 'decisions'}, el('thead', {}, el('tr', {},
       ...['Time', 'Attempt', 'Event', 'What and why'].map(h => el('th', {}, h)))),

@@ -283,18 +283,30 @@ typename Inspector::result_type inspect(Inspector& f, group_row& x) {
     }));
 }
 
+namespace detail {
+
+/// A status record's fields, its result read through `result` (the
+/// journal reads older results through a view of its own), with `more`
+/// after them: the wire's and the journal's forms in one place.
+template<class Inspector, class Result, class... More>
+typename Inspector::result_type
+inspect_status(Inspector& f, task_status& x, Result&& result, More&&... more) {
+  return f(caf::meta::type_name("task_status"), x.task_id, x.environment,
+           checked(x.state, "status.state"), x.agent_id, x.attempt,
+           x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
+           x.trace_id, std::forward<Result>(result), x.node, x.waiting_for,
+           finite(x.resume_at, "status.resume_at"), std::forward<More>(more)...,
+           caf::meta::load_callback([&] { return check_status_sizes(x); }));
+}
+
+} // namespace detail
+
 /// Serializes a status record (as a node answers `status`; the journal
 /// keeps it without `tree`, see journal_codec.cpp).
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, task_status& x) {
-  return f(
-    caf::meta::type_name("task_status"), x.task_id, x.environment,
-    detail::checked(x.state, "status.state"), x.agent_id, x.attempt,
-    x.retry_count, x.max_retries, x.total_attempts, x.fallback_count,
-    x.trace_id, detail::opt(x.result), x.node, x.waiting_for,
-    detail::finite(x.resume_at, "status.resume_at"),
-    detail::bounded(x.tree, "status.tree"),
-    caf::meta::load_callback([&] { return detail::check_status_sizes(x); }));
+  return detail::inspect_status(f, x, detail::opt(x.result),
+                                detail::bounded(x.tree, "status.tree"));
 }
 
 /// Serializes an event: its JSON line travels, rendered by the sender; the
