@@ -231,13 +231,12 @@ caf::result<std::string> submit_group(registry_ptr self, group_spec spec,
                           "' exists already (submit with --replace to run "
                           "the group again)");
   }
-  // `--replace`: the tree's finished tasks and ended groups are forgotten,
-  // as a task's would be.
+  // `--replace`: the tree's finished tasks are forgotten as a replaced
+  // task's are (their directories move aside), and its ended groups go.
   for (auto& id : ids) {
     if (st.groups.erase(id) > 0)
       untrack(self, id);
-    if (st.finished.count(id) > 0)
-      forget_finished(self, id);
+    forget(self, id);
   }
   auto trace_id = st.ids->trace_id();
   hold_tree(self, spec, spec.id, trace_id);

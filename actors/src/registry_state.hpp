@@ -207,6 +207,10 @@ void record_result(registry_ptr self, task_result r);
 void launch(registry_ptr self, supervisor_options opts, std::string environment,
             std::int64_t last_event = 0, bool restored = false);
 
+/// Forgets a finished task that is submitted again (`--replace`): its
+/// attempt directories move aside (`<id>.replaced-<n>`).
+void forget(registry_ptr self, const std::string& task_id);
+
 /// Accepts a task (checked, admitted, journaled) -> its id.
 caf::result<std::string> submit(registry_ptr self, task_spec task,
                                 bool replace = false);

@@ -211,4 +211,8 @@ TEST_CASE_METHOD(group_fixture,
   REQUIRE(again);
   REQUIRE(*again);
   CHECK(**again == "top");
+  // A replaced tree starts afresh, its tasks' attempts from 1 (a rerun
+  // within a group numbers on instead).
+  run();
+  CHECK(attempts_of("a") == std::vector<int>{1, 1});
 }
