@@ -338,15 +338,25 @@ void group_event_seen(registry_ptr self, const event& ev) {
                  ev.ts);
 }
 
-caf::result<task_status> group_status(registry_ptr self,
-                                      const std::string& id) {
-  auto& st = self->state;
-  auto& g = st.groups.at(id);
+namespace {
+
+/// A group's status without its tree: running, or done with its result.
+task_status group_head(const std::string& id, const group_record& g) {
   task_status s;
   s.task_id = id;
   s.trace_id = g.trace_id;
   s.state = g.result ? task_state::done : task_state::running;
   s.result = g.result;
+  return s;
+}
+
+} // namespace
+
+caf::result<task_status> group_status(registry_ptr self,
+                                      const std::string& id) {
+  auto& st = self->state;
+  auto& g = st.groups.at(id);
+  auto s = group_head(id, g);
   auto& top = st.groups.at(g.top);
   if (top.supervisor && !g.result) {
     auto rp = self->make_response_promise<task_status>();
@@ -358,14 +368,11 @@ caf::result<task_status> group_status(registry_ptr self,
         },
         [self, rp, id](caf::error&) mutable {
           // Ended in the meantime: its record says how.
-          auto& st = self->state;
+          auto& groups = self->state.groups;
           task_status s;
           s.task_id = id;
-          if (auto i = st.groups.find(id); i != st.groups.end()) {
-            s.trace_id = i->second.trace_id;
-            s.result = i->second.result;
-            s.state = s.result ? task_state::done : task_state::running;
-          }
+          if (auto i = groups.find(id); i != groups.end())
+            s = group_head(id, i->second);
           rp.deliver(std::move(s));
         });
     return rp;
@@ -417,14 +424,8 @@ caf::result<bool> forget_group(registry_ptr self, const std::string& id) {
 }
 
 void add_group_status(registry_ptr self, std::vector<task_status>& out) {
-  for (auto& [id, g] : self->state.groups) {
-    task_status s;
-    s.task_id = id;
-    s.trace_id = g.trace_id;
-    s.state = g.result ? task_state::done : task_state::running;
-    s.result = g.result;
-    out.push_back(std::move(s));
-  }
+  for (auto& [id, g] : self->state.groups)
+    out.push_back(group_head(id, g));
 }
 
 } // namespace tasksup::detail
