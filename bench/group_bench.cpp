@@ -80,7 +80,8 @@ struct host_state {
 caf::behavior
 fake_host(caf::stateful_actor<host_state, caf::event_based_actor>* self) {
   return {
-    [=](member_start_atom, const std::string&, const task_spec& task) {
+    [=](member_start_atom, const std::string&, const task_spec& task,
+        std::int64_t) {
       auto& st = self->state;
       st.group_of[task.id] =
         caf::actor_cast<caf::actor>(self->current_sender());

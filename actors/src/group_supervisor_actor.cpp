@@ -1,8 +1,11 @@
 #include "tasksup/actors/group_supervisor_actor.hpp"
 
 #include "tasksup/actors/events.hpp"
+#include "tasksup/actors/journal_codec.hpp"
 
 #include "tasksup/supervisor/events.hpp"
+
+#include "actor_now.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/exit_reason.hpp>
@@ -40,14 +43,86 @@ struct group_state {
   /// The nested groups below each nested group member, by id -> that
   /// member's index (for `(stop, id, mode)`).
   std::map<std::string, std::size_t> below;
+  /// The group's slot in its tree (owned by `opts.tree`).
+  group_slot* slot = nullptr;
+  /// The run token of each member's last start.
+  std::vector<std::int64_t> run_of;
   static inline const char* name = "tasksup.group";
 };
 
 using group_ptr = group_supervisor_actor::stateful_pointer<group_state>;
 
+using input_kind = journaled_group_input::kind_t;
+
 double now_s(group_ptr self) {
-  return std::chrono::duration<double>(self->clock().now().time_since_epoch())
-    .count();
+  return detail::now_s(self);
+}
+
+/// Feeds `in` to the machine (`start` makes a fresh one: a run of the
+/// group). False for an input that does not fit the group (a damaged
+/// journal).
+bool apply_input(group_ptr self, const journaled_group_input& in) {
+  auto& st = self->state;
+  auto& m = st.machine;
+  if (in.kind == input_kind::start) {
+    m.emplace(st.opts.spec->shape());
+    m->start(in.at_s);
+    return true;
+  }
+  if (!m)
+    return false;
+  switch (in.kind) {
+    case input_kind::started:
+    case input_kind::start_failed:
+    case input_kind::ended:
+      if (in.member >= m->size())
+        return false;
+      if (in.kind == input_kind::started)
+        m->started(in.member, in.at_s);
+      else if (in.kind == input_kind::start_failed)
+        m->start_failed(in.member, in.at_s);
+      else
+        m->ended(in.member, in.how, in.at_s);
+      return true;
+    case input_kind::stop:
+    case input_kind::kill: {
+      auto mode =
+        in.kind == input_kind::kill ? stop_mode::kill : stop_mode::cancel;
+      if (!st.stop || mode == stop_mode::kill)
+        st.stop = mode;
+      m->stop(in.at_s);
+      return true;
+    }
+    case input_kind::start:
+      break;
+  }
+  return false;
+}
+
+/// The token of a start handed out now: the tree's salt and the group's
+/// input count.
+std::int64_t run_token(group_ptr self) {
+  auto& st = self->state;
+  return st.opts.tree->salt + (st.slot->inputs.load() & 0xffffffff);
+}
+
+/// Feeds the machine an input and journals it (its record number is the
+/// group's input count).
+void feed(group_ptr self, input_kind kind, std::size_t member = 0,
+          member_end how = member_end::normal) {
+  auto& st = self->state;
+  journaled_group_input in;
+  in.kind = kind;
+  in.at_s = now_s(self);
+  in.member = static_cast<std::uint32_t>(member);
+  in.how = how;
+  if (kind == input_kind::start)
+    in.run = st.opts.run;
+  apply_input(self, in);
+  auto n = ++st.slot->inputs;
+  if (st.opts.tree->journal && st.slot->seq != 0)
+    self->send(st.opts.tree->journal, jrecord_atom::value, st.slot->seq, n,
+               encode(in));
 }
 
 void pump(group_ptr self);
@@ -99,7 +174,7 @@ void report_end(group_ptr self) {
 /// Member `i` runs (its start was confirmed).
 void member_up(group_ptr self, std::size_t i) {
   auto& st = self->state;
-  st.machine->started(i, now_s(self));
+  feed(self, input_kind::started, i);
   emit(self, "member_started", st.opts.spec->members[i].id, {});
   pump(self);
 }
@@ -115,9 +190,9 @@ void member_down(group_ptr self, std::size_t i, std::optional<member_end> how) {
   emit(self, how ? "member_ended" : "member_start_failed", members[i].id,
        how ? to_string(*how) : "failed");
   if (how)
-    m.ended(i, *how, now_s(self));
+    feed(self, input_kind::ended, i, *how);
   else
-    m.start_failed(i, now_s(self));
+    feed(self, input_kind::start_failed, i);
   if (m.restart_count() > before && !m.history().empty()) {
     auto& d = m.history().back();
     std::vector<std::string> names;
@@ -141,6 +216,8 @@ void start_member(group_ptr self, std::size_t i) {
     child.events = st.opts.events;
     child.trace_id = st.opts.trace_id;
     child.seed = st.ids->child_seed();
+    child.tree = st.opts.tree;
+    child.run = st.run_of[i];
     st.children[i] = caf::actor_cast<group_supervisor_actor>(
       spawn_group(self->system(), std::move(child)));
     self->link_to(st.children[i]);
@@ -152,7 +229,7 @@ void start_member(group_ptr self, std::size_t i) {
     // take long), and CAF 0.17 keeps a request's timeout on its clock until
     // it expires, answered or not.
     ->request(st.opts.host, caf::infinite, member_start_atom::value,
-              st.opts.spec->id, *member.task)
+              st.opts.spec->id, *member.task, st.run_of[i])
     .then(
       [=](bool ok) {
         if (ok)
@@ -178,16 +255,28 @@ void stop_member(group_ptr self, std::size_t i) {
                                      : member.task->settings.stop_grace_s);
 }
 
-/// Carries out what the machine asks for, until it waits for an answer or
-/// an end; reports the group's end once it has one.
-void pump(group_ptr self) {
-  auto& m = *self->state.machine;
+/// Hands out what the machine asks for, carried out when `act` (else only
+/// noted: a replay); a start gets its run token.
+void take_ops(group_ptr self, bool act) {
+  auto& st = self->state;
+  auto& m = *st.machine;
   while (auto op = m.next()) {
+    if (op->kind == group_op::start)
+      st.run_of[op->member] = run_token(self);
+    if (!act)
+      continue;
     if (op->kind == group_op::start)
       start_member(self, op->member);
     else
       stop_member(self, op->member);
   }
+}
+
+/// Carries out what the machine asks for, until it waits for an answer or
+/// an end; reports the group's end once it has one.
+void pump(group_ptr self) {
+  take_ops(self, true);
+  auto& m = *self->state.machine;
   auto& st = self->state;
   if (m.done()) {
     report_end(self);
@@ -304,12 +393,93 @@ std::optional<std::size_t> member_index(group_ptr self, const std::string& id) {
   return i->second;
 }
 
+/// Finds running task member `i` again after a replay: the host answers a
+/// start of the run it knows as that run went (true, then its end if it
+/// ended); a member it cannot account for ended failed.
+void reattach_member(group_ptr self, std::size_t i) {
+  auto& st = self->state;
+  const auto& member = st.opts.spec->members[i];
+  auto lost = [=] {
+    if (self->state.machine->phase(i) == member_phase::running ||
+        self->state.machine->phase(i) == member_phase::stopping)
+      member_down(self, i, member_end::failed);
+  };
+  self
+    ->request(st.opts.host, caf::infinite, member_start_atom::value,
+              st.opts.spec->id, *member.task, st.run_of[i])
+    .then(
+      [=](bool ok) {
+        if (!ok)
+          lost();
+      },
+      [=](caf::error&) { lost(); });
+}
+
+/// Replays the inputs the journal kept for this group, or returns false
+/// when there are none of its current run (then it starts afresh).
+bool replay(group_ptr self) {
+  auto& st = self->state;
+  auto inputs = std::exchange(st.slot->replay, {});
+  if (inputs.empty())
+    return false;
+  // The current run's inputs begin at its last start.
+  auto first = inputs.end();
+  for (auto i = inputs.begin(); i != inputs.end(); ++i)
+    if (i->kind == input_kind::start)
+      first = i;
+  if (first == inputs.end() || first->run != st.opts.run) {
+    // Its run never journaled its start: the inputs are an earlier run's.
+    st.slot->inputs = static_cast<std::int64_t>(inputs.size());
+    return false;
+  }
+  std::int64_t n = first - inputs.begin();
+  for (auto i = first; i != inputs.end(); ++i) {
+    ++n;
+    st.slot->inputs = n;
+    // An input that does not fit the group (a damaged record) is skipped.
+    if (apply_input(self, *i))
+      take_ops(self, false);
+  }
+  st.slot->inputs = static_cast<std::int64_t>(inputs.size());
+  return true;
+}
+
+/// After a replay: every member the machine has live is found again (a
+/// task through the host, a nested group by resuming its own supervisor),
+/// an op under way is carried out again, and the parent learns what it
+/// may have missed (that the group started, or how it ended).
+void resume(group_ptr self) {
+  auto& st = self->state;
+  auto& m = *st.machine;
+  if (!m.done()) {
+    for (std::size_t i = 0; i < m.size(); ++i) {
+      auto phase = m.phase(i);
+      auto group = st.opts.spec->members[i].group != nullptr;
+      auto live =
+        phase == member_phase::running || phase == member_phase::stopping;
+      if (phase == member_phase::starting || (group && live)) {
+        // A nested group resumes in its own supervisor.
+        start_member(self, i);
+      } else if (live) {
+        reattach_member(self, i);
+      }
+      if (phase == member_phase::stopping)
+        stop_member(self, i);
+    }
+  }
+  if (m.first_start_done()) {
+    // The parent may not have learned it (before the group's end, if it
+    // ended): it ignores a second word.
+    st.announced = true;
+    if (st.opts.parent)
+      self->send(st.opts.parent, group_started_atom::value, st.opts.spec->id);
+  }
+  pump(self);
+}
+
 /// Stops the group: every member in reverse order (at once for a kill).
 void stop_group(group_ptr self, stop_mode mode) {
-  auto& st = self->state;
-  if (!st.stop || mode == stop_mode::kill)
-    st.stop = mode;
-  st.machine->stop(now_s(self));
+  feed(self, mode == stop_mode::kill ? input_kind::kill : input_kind::stop);
   pump(self);
 }
 
@@ -317,7 +487,10 @@ group_supervisor_actor::behavior_type group_behavior(group_ptr self,
                                                      group_options opts) {
   auto& st = self->state;
   st.opts = std::move(opts);
-  st.machine.emplace(st.opts.spec->shape());
+  if (!st.opts.tree)
+    st.opts.tree = make_group_tree(*st.opts.spec, st.opts.seed);
+  st.slot = st.opts.tree->groups.at(st.opts.spec->id).get();
+  st.run_of.resize(st.opts.spec->members.size());
   st.ids.emplace(st.opts.seed);
   st.span = st.ids->span_id();
   st.children.resize(st.opts.spec->members.size());
@@ -346,8 +519,12 @@ group_supervisor_actor::behavior_type group_behavior(group_ptr self,
     if (msg.reason)
       self->quit(std::move(msg.reason));
   });
-  st.machine->start(now_s(self));
-  pump(self);
+  if (replay(self)) {
+    resume(self);
+  } else {
+    feed(self, input_kind::start);
+    pump(self);
+  }
   return {
     [=](member_ended_atom, const std::string& id, member_end how) {
       if (self->current_sender() !=
@@ -360,7 +537,9 @@ group_supervisor_actor::behavior_type group_behavior(group_ptr self,
     },
     [=](group_started_atom, const std::string& id) {
       auto i = member_index(self, id);
-      if (!i || !from_child(self, *i))
+      // A resumed nested group says it again: only a start counts.
+      if (!i || !from_child(self, *i) ||
+          self->state.machine->phase(*i) != member_phase::starting)
         return;
       member_up(self, *i);
     },
@@ -394,6 +573,27 @@ group_supervisor_actor::behavior_type group_behavior(group_ptr self,
 }
 
 } // namespace
+
+std::shared_ptr<group_tree> make_group_tree(const group_spec& top,
+                                            std::uint64_t seed) {
+  auto tree = std::make_shared<group_tree>();
+  // 31 bits of the seed, above the 32 of a group's input count: tokens are
+  // positive and differ between trees.
+  tree->salt = static_cast<std::int64_t>((seed ^ (seed >> 31)) & 0x7fffffff)
+               << 32;
+  if (tree->salt == 0)
+    tree->salt = std::int64_t{1} << 32;
+  std::vector<const group_spec*> todo{&top};
+  while (!todo.empty()) {
+    auto* g = todo.back();
+    todo.pop_back();
+    tree->groups.emplace(g->id, std::make_unique<group_slot>());
+    for (auto& m : g->members)
+      if (m.group)
+        todo.push_back(m.group.get());
+  }
+  return tree;
+}
 
 group_supervisor_actor spawn_group(caf::actor_system& sys, group_options opts) {
   return sys.spawn(group_behavior, std::move(opts));

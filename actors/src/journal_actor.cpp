@@ -26,6 +26,43 @@
 
 namespace tasksup {
 
+namespace {
+
+/// A group's row as a restarted node reads it.
+expected<journal_group_entry>
+load_group(const journal::stored_task& t,
+           const std::map<std::int64_t, journal::unfinished_task>& pending,
+           std::vector<std::string>& warnings) {
+  auto what = "group '" + t.id + "'";
+  journal_group_entry e;
+  e.seq = t.seq;
+  e.id = t.id;
+  auto group = decode_group(t.spec, what, &warnings);
+  if (!group)
+    return group.error();
+  e.group = std::move(*group);
+  if (t.finished_at) {
+    auto end = decode_group_end(t.result, what + ", end", &warnings);
+    if (!end)
+      return end.error();
+    e.finished = std::move(*end);
+    e.finished_at = *t.finished_at;
+  } else if (auto p = pending.find(t.seq); p != pending.end()) {
+    e.last_event = p->second.last_event;
+    e.inputs.reserve(p->second.records.size());
+    for (auto& r : p->second.records) {
+      auto in = decode_group_input(
+        r.body, what + ", record " + std::to_string(r.n), &warnings);
+      if (!in)
+        return in.error();
+      e.inputs.push_back(*in);
+    }
+  }
+  return e;
+}
+
+} // namespace
+
 expected<journal_snapshot> load_journal(journal::journal_store& store) {
   journal_snapshot out;
   auto tasks = store.tasks();
@@ -36,6 +73,13 @@ expected<journal_snapshot> load_journal(journal::journal_store& store) {
     return pending.error();
   out.tasks.reserve(tasks->size());
   for (auto& t : *tasks) {
+    if (is_group_row(t.spec)) {
+      auto g = load_group(t, *pending, out.warnings);
+      if (!g)
+        return g.error();
+      out.groups.push_back(std::move(*g));
+      continue;
+    }
     auto what = "task '" + t.id + "'";
     journal_entry e;
     e.seq = t.seq;

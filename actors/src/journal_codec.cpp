@@ -26,6 +26,10 @@ struct enum_size<stop_request> : std::integral_constant<std::size_t, 3> {};
 template<>
 struct enum_size<request_kind> : std::integral_constant<std::size_t, 4> {};
 
+template<>
+struct enum_size<journaled_group_input::kind_t>
+  : std::integral_constant<std::size_t, 6> {};
+
 } // namespace detail
 
 namespace input {
@@ -170,16 +174,66 @@ typename Inspector::result_type inspect(Inspector& f, first_task_view& v) {
            detail::opt(x.start_agent_id));
 }
 
+/// The attempts before must be a count.
+caf::error check_attempts_before(const journaled_task& x) {
+  if (x.attempts_before < 0)
+    return detail::wire_error("journaled_task.attempts_before", "negative");
+  return caf::none;
+}
+
+/// A task record as journals wrote it before a record said a group
+/// member's run (`member_run` 0).
+struct attempts_task_view {
+  journaled_task& x;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, attempts_task_view& v) {
+  auto& x = v.x;
+  return f(caf::meta::type_name("journaled_task"), x.spec, x.trace_id, x.seed,
+           detail::opt(x.start_agent_id), x.attempts_before,
+           caf::meta::load_callback([&] { return check_attempts_before(x); }));
+}
+
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, journaled_task& x) {
   return f(caf::meta::type_name("journaled_task"), x.spec, x.trace_id, x.seed,
-           detail::opt(x.start_agent_id), x.attempts_before,
+           detail::opt(x.start_agent_id), x.attempts_before, x.member_run,
            caf::meta::load_callback([&]() -> caf::error {
-             if (x.attempts_before < 0)
-               return detail::wire_error("journaled_task.attempts_before",
+             if (auto err = check_attempts_before(x))
+               return err;
+             if (x.member_run < 0)
+               return detail::wire_error("journaled_task.member_run",
                                          "negative");
              return caf::none;
            }));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, journaled_group& x) {
+  return f(
+    caf::meta::type_name("journaled_group"), x.top, x.document, x.trace_id,
+    x.seed, caf::meta::load_callback([&]() -> caf::error {
+      return detail::check_sizes(
+        {{x.top, wire::max_id_bytes, "journaled_group.top"},
+         {x.document, wire::max_task_json_bytes, "journaled_group.document"},
+         {x.trace_id, wire::max_id_bytes, "journaled_group.trace_id"}});
+    }));
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f,
+                                        journaled_group_input& x) {
+  return f(caf::meta::type_name("journaled_group_input"),
+           detail::checked(x.kind, "journaled_group_input.kind"), x.at_s,
+           x.member, detail::checked(x.how, "journaled_group_input.how"),
+           x.run);
+}
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, journaled_group_end& x) {
+  return f(caf::meta::type_name("journaled_group_end"), detail::opt(x.result),
+           x.restarts);
 }
 
 namespace {
@@ -293,6 +347,13 @@ constexpr char status_with_cause = '\xff';
 /// member's rerun). A record without it starts with the task id's length,
 /// as a status record without its cause.
 constexpr char task_with_first_attempt = '\xfe';
+
+/// The first byte of a task record that also says its member run: what
+/// this build writes.
+constexpr char task_with_member_run = '\xfc';
+
+/// The first byte of a group's row (`journaled_group`).
+constexpr char group_row_tag = '\xfd';
 
 struct input_view {
   journaled_input& x;
@@ -492,7 +553,26 @@ expected<T> decode_as(std::string_view bytes, const std::string& what,
 
 std::string encode(const journaled_task& x) {
   auto copy = x;
-  return task_with_first_attempt + save(copy);
+  return task_with_member_run + save(copy);
+}
+
+std::string encode(const journaled_group& x) {
+  auto copy = x;
+  return group_row_tag + save(copy);
+}
+
+std::string encode(const journaled_group_input& x) {
+  auto copy = x;
+  return save(copy);
+}
+
+std::string encode(const journaled_group_end& x) {
+  auto copy = x;
+  return save(copy);
+}
+
+bool is_group_row(std::string_view bytes) noexcept {
+  return !bytes.empty() && bytes.front() == group_row_tag;
 }
 
 std::string encode(const journaled_input& x) {
@@ -510,9 +590,32 @@ std::string encode(const task_status& x) {
 expected<journaled_task> decode_task(std::string_view bytes,
                                      const std::string& what,
                                      std::vector<std::string>* warnings) {
-  if (!bytes.empty() && bytes.front() == task_with_first_attempt)
+  if (!bytes.empty() && bytes.front() == task_with_member_run)
     return decode_as<journaled_task>(bytes.substr(1), what, warnings);
+  if (!bytes.empty() && bytes.front() == task_with_first_attempt)
+    return decode_as<journaled_task, attempts_task_view>(bytes.substr(1), what,
+                                                         warnings);
   return decode_as<journaled_task, first_task_view>(bytes, what, warnings);
+}
+
+expected<journaled_group> decode_group(std::string_view bytes,
+                                       const std::string& what,
+                                       std::vector<std::string>* warnings) {
+  if (!is_group_row(bytes))
+    return tasksup::error{"journal", "", what + ": not a group's record"};
+  return decode_as<journaled_group>(bytes.substr(1), what, warnings);
+}
+
+expected<journaled_group_input>
+decode_group_input(std::string_view bytes, const std::string& what,
+                   std::vector<std::string>* warnings) {
+  return decode_as<journaled_group_input>(bytes, what, warnings);
+}
+
+expected<journaled_group_end>
+decode_group_end(std::string_view bytes, const std::string& what,
+                 std::vector<std::string>* warnings) {
+  return decode_as<journaled_group_end>(bytes, what, warnings);
 }
 
 expected<journaled_input> decode_input(std::string_view bytes,

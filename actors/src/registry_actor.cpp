@@ -538,9 +538,8 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
         adoption_timed_out(self, task_id);
     },
     // -- groups -------------------------------------------------------------
-    [=](member_start_atom, const std::string&, task_spec& task) {
-      return start_member(self, std::move(task));
-    },
+    [=](member_start_atom, const std::string&, task_spec& task,
+        std::int64_t run) { return start_member(self, std::move(task), run); },
     [=](member_stop_atom, const std::string& task_id, double grace_s) {
       stop_member(self, task_id, grace_s);
     },

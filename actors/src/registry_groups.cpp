@@ -14,6 +14,7 @@
 #include <caf/send.hpp>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -48,14 +49,63 @@ void hold_tree(registry_ptr self, const group_spec& g, const std::string& top,
   rec.trace_id = trace_id;
   st.groups.insert_or_assign(g.id, std::move(rec));
   st.in_tree.insert_or_assign(g.id, top);
-  // The hub keeps the group's events for `events` and `describe`.
-  self->send(st.hub, detail::track_atom::value, g.id, std::int64_t{0},
-             std::int64_t{0}, false);
   for (auto& m : g.members) {
     if (m.group)
       hold_tree(self, *m.group, top, trace_id);
     else
       st.in_tree.insert_or_assign(m.id, top);
+  }
+}
+
+/// The groups of `top`'s tree, `top` first, each before its nested ones.
+std::vector<const group_spec*> tree_groups(const group_spec& top) {
+  std::vector<const group_spec*> out{&top};
+  for (std::size_t i = 0; i < out.size(); ++i)
+    for (auto& m : out[i]->members)
+      if (m.group)
+        out.push_back(m.group.get());
+  return out;
+}
+
+/// The hub keeps group `id`'s events for `events` and `describe` (in the
+/// journal under its row `seq`, when it has one).
+void track_group(registry_ptr self, const std::string& id, std::int64_t seq,
+                 std::int64_t last_event, bool restored) {
+  self->send(self->state.hub, detail::track_atom::value, id, seq, last_event,
+             restored);
+}
+
+/// Starts the top group of a tree held for it (`hold_tree`).
+void start_tree(registry_ptr self, std::shared_ptr<const group_spec> spec,
+                std::shared_ptr<group_tree> tree, std::uint64_t seed) {
+  auto& st = self->state;
+  auto& top = st.groups.at(spec->id);
+  top.spec = spec;
+  group_options opts;
+  opts.spec = spec;
+  opts.host = caf::actor_cast<group_host_actor>(self);
+  opts.parent = caf::actor_cast<group_parent_actor>(self);
+  opts.events = caf::actor_cast<event_sink_actor>(self);
+  opts.trace_id = top.trace_id;
+  opts.seed = seed;
+  opts.tree = std::move(tree);
+  top.supervisor = spawn_group(self->system(), std::move(opts));
+  // It goes down with the registry (and its members with it); should it die
+  // without reporting, the group failed.
+  self->monitor(top.supervisor);
+  st.group_supervisors->insert_or_assign(spec->id, top.supervisor);
+}
+
+/// Lets go of a tree held for a submission that failed.
+void release_tree(registry_ptr self, const group_spec& spec) {
+  auto& st = self->state;
+  for (auto& id : tree_ids(spec)) {
+    st.in_tree.erase(id);
+    if (auto g = st.groups.find(id); g != st.groups.end()) {
+      if (st.opts.journal && g->second.seq != 0)
+        self->send(st.opts.journal, jforget_atom::value, id);
+      st.groups.erase(g);
+    }
   }
 }
 
@@ -115,9 +165,19 @@ void group_finished(registry_ptr self, const std::string& id,
   }
   if (g->second.top != id)
     return;
-  // The tree's ids are free again; its tasks keep their records.
+  // The tree's ids are free again; its tasks keep their records. Its groups'
+  // rows end in the journal, each with its result.
   g->second.supervisor = nullptr;
   st.group_supervisors->erase(id);
+  if (st.opts.journal && g->second.spec)
+    for (auto* spec : tree_groups(*g->second.spec)) {
+      auto i = st.groups.find(spec->id);
+      if (i == st.groups.end() || i->second.seq == 0)
+        continue;
+      journaled_group_end end{i->second.result, i->second.restarts};
+      self->send(st.opts.journal, jend_atom::value, i->second.seq, ts,
+                 encode(end));
+    }
   for (auto i = st.in_tree.begin(); i != st.in_tree.end();) {
     if (i->second == id) {
       st.member_of.erase(i->first);
@@ -215,7 +275,7 @@ int attempts_used(registry_ptr self, const std::string& task_id) {
 }
 
 caf::result<std::string> submit_group(registry_ptr self, group_spec spec,
-                                      bool replace) {
+                                      bool replace, std::string document) {
   auto& st = self->state;
   auto ids = tree_ids(spec);
   for (auto& id : ids) {
@@ -231,34 +291,86 @@ caf::result<std::string> submit_group(registry_ptr self, group_spec spec,
                           "' exists already (submit with --replace to run "
                           "the group again)");
   }
-  // `--replace`: the tree's finished tasks are forgotten as a replaced
-  // task's are (their directories move aside), and its ended groups go.
+  // `--replace`: an ended tree of the same top id goes whole (its groups'
+  // rows too); the new tree's finished tasks are forgotten as a replaced
+  // task's are (their directories move aside).
+  if (auto old = st.groups.find(spec.id);
+      replace && old != st.groups.end() && old->second.spec)
+    for (auto* g : tree_groups(*old->second.spec))
+      if (st.groups.erase(g->id) > 0) {
+        untrack(self, g->id);
+        if (st.opts.journal)
+          self->send(st.opts.journal, jforget_atom::value, g->id);
+      }
   for (auto& id : ids) {
-    if (st.groups.erase(id) > 0)
+    if (st.groups.erase(id) > 0) {
       untrack(self, id);
+      if (st.opts.journal)
+        self->send(st.opts.journal, jforget_atom::value, id);
+    }
     forget(self, id);
   }
   auto trace_id = st.ids->trace_id();
+  auto seed = st.ids->child_seed();
   hold_tree(self, spec, spec.id, trace_id);
   auto shared = std::make_shared<const group_spec>(std::move(spec));
-  auto& top = st.groups[shared->id];
-  top.spec = shared;
-  group_options opts;
-  opts.spec = shared;
-  opts.host = caf::actor_cast<group_host_actor>(self);
-  opts.parent = caf::actor_cast<group_parent_actor>(self);
-  opts.events = caf::actor_cast<event_sink_actor>(self);
-  opts.trace_id = trace_id;
-  opts.seed = st.ids->child_seed();
-  top.supervisor = spawn_group(self->system(), std::move(opts));
-  // It goes down with the registry (and its members with it); should it die
-  // without reporting, the group failed.
-  self->monitor(top.supervisor);
-  st.group_supervisors->insert_or_assign(shared->id, top.supervisor);
-  return shared->id;
+  auto tree = make_group_tree(*shared, seed);
+  auto groups = tree_groups(*shared);
+  if (!st.opts.journal) {
+    for (auto* g : groups)
+      track_group(self, g->id, 0, 0, false);
+    start_tree(self, shared, std::move(tree), seed);
+    return shared->id;
+  }
+  // Durable before it starts: each group's row (the top's with the
+  // document, which a restarted node parses again), then the tree runs.
+  tree->journal = st.opts.journal;
+  auto rp = self->make_response_promise<std::string>();
+  auto pending = std::make_shared<std::size_t>(groups.size());
+  auto failure = std::make_shared<caf::error>();
+  auto finish = [self, rp, shared, tree, seed, failure]() mutable {
+    if (*failure) {
+      release_tree(self, *shared);
+      rp.deliver(std::move(*failure));
+      return;
+    }
+    for (auto* g : tree_groups(*shared))
+      track_group(self, g->id, tree->groups.at(g->id)->seq, 0, false);
+    start_tree(self, shared, tree, seed);
+    rp.deliver(shared->id);
+  };
+  for (auto* g : groups) {
+    journaled_group jg;
+    jg.top = shared->id;
+    if (g == groups.front())
+      jg.document = document;
+    jg.trace_id = trace_id;
+    jg.seed = seed;
+    auto id = g->id;
+    self
+      ->request(st.opts.journal, caf::infinite, jtask_atom::value, id,
+                encode(jg), wall_now(), true)
+      .then(
+        [self, id, tree, pending, finish](std::int64_t seq) mutable {
+          tree->groups.at(id)->seq = seq;
+          if (auto i = self->state.groups.find(id);
+              i != self->state.groups.end())
+            i->second.seq = seq;
+          if (--*pending == 0)
+            finish();
+        },
+        [pending, failure, finish](caf::error& err) mutable {
+          if (!*failure)
+            *failure = std::move(err);
+          if (--*pending == 0)
+            finish();
+        });
+  }
+  return rp;
 }
 
-caf::result<bool> start_member(registry_ptr self, task_spec task) {
+caf::result<bool> start_member(registry_ptr self, task_spec task,
+                               std::int64_t run) {
   auto& st = self->state;
   auto group = caf::actor_cast<group_supervisor_actor>(self->current_sender());
   if (!group)
@@ -268,6 +380,26 @@ caf::result<bool> start_member(registry_ptr self, task_spec task) {
   if (id.empty())
     return make_error(protocol_error::invalid_task,
                       "a group's task member needs an id");
+  if (run <= 0)
+    return make_error(protocol_error::invalid_task,
+                      "member '" + id + "': a run token must be positive");
+  // A run seen before: a group resumed after a restart finds it again.
+  if (auto k = st.member_runs.find(id);
+      k != st.member_runs.end() && k->second == run) {
+    if (st.active.count(id) > 0) {
+      st.member_of.insert_or_assign(id, group);
+      return true;
+    }
+    if (auto f = st.finished.find(id);
+        f != st.finished.end() && f->second.result) {
+      // It ran and ended: the group learns so after the answer.
+      auto rp = self->make_response_promise<bool>();
+      rp.deliver(true);
+      self->send(group, member_ended_atom::value, id,
+                 member_end_of(*f->second.result));
+      return rp;
+    }
+  }
   if (st.active.count(id) > 0)
     return make_error(protocol_error::duplicate_task,
                       "member '" + id + "' runs already");
@@ -278,7 +410,7 @@ caf::result<bool> start_member(registry_ptr self, task_spec task) {
     return make_error(protocol_error::duplicate_task,
                       "a task with id '" + id + "' exists already");
   auto rp = self->make_response_promise<bool>();
-  submit_into(self, std::move(task), false, false, true,
+  submit_into(self, std::move(task), false, false, run,
               [self, rp, id, group](caf::expected<std::string> ok) mutable {
                 if (!ok) {
                   rp.deliver(std::move(ok.error()));
@@ -415,12 +547,90 @@ caf::result<bool> forget_group(registry_ptr self, const std::string& id) {
     return false;
   auto spec = g.spec;
   for (auto& x : tree_ids(*spec)) {
-    if (st.groups.erase(x) > 0)
+    if (st.groups.erase(x) > 0) {
       untrack(self, x);
-    else if (st.finished.count(x) > 0)
+      if (st.opts.journal)
+        self->send(st.opts.journal, jforget_atom::value, x);
+    } else if (st.finished.count(x) > 0) {
       forget_finished(self, x);
+    }
   }
   return true;
+}
+
+void restore_groups(registry_ptr self,
+                    std::vector<journal_group_entry> groups) {
+  auto& st = self->state;
+  std::map<std::string, journal_group_entry*> rows;
+  for (auto& g : groups)
+    rows.emplace(g.id, &g);
+  for (auto& top : groups) {
+    if (top.group.top != top.id)
+      continue; // with its top
+    auto what = "journaled group '" + top.id + "'";
+    auto doc = parse_json_text(top.group.document, what);
+    auto spec = doc ? parse_group(*doc, what, st.opts.config)
+                    : expected<group_spec>{doc.error()};
+    if (spec && spec->id != top.id)
+      spec = tasksup::error{what, "",
+                            "its document names the group '" + spec->id + "'"};
+    if (!spec) {
+      // Its tasks are rebuilt as tasks of their own; the tree is gone.
+      std::fprintf(stderr,
+                   "tasksup: the group '%s' cannot be rebuilt (%s); its "
+                   "tasks go on as tasks of their own\n",
+                   top.id.c_str(), spec.error().to_string().c_str());
+      continue;
+    }
+    auto shared = std::make_shared<const group_spec>(std::move(*spec));
+    auto tree_rows = tree_groups(*shared);
+    if (top.finished) {
+      for (auto* g : tree_rows) {
+        auto r = rows.find(g->id);
+        if (r == rows.end() || r->second->group.top != top.id)
+          continue;
+        auto& row = *r->second;
+        group_record rec;
+        rec.top = top.id;
+        rec.trace_id = top.group.trace_id;
+        rec.seq = row.seq;
+        if (row.finished) {
+          rec.result = row.finished->result;
+          rec.restarts = row.finished->restarts;
+        }
+        rec.ended_at = top.finished_at;
+        if (g == tree_rows.front()) {
+          rec.spec = shared;
+          // A top group's record always says how it ended.
+          if (!rec.result) {
+            task_result r;
+            r.task_id = top.id;
+            r.outcome = task_outcome::failed;
+            r.cause.reason = end_reason::unknown;
+            rec.result = r;
+          }
+        }
+        st.groups.insert_or_assign(g->id, std::move(rec));
+        track_group(self, g->id, row.seq, 0, true);
+      }
+      continue;
+    }
+    hold_tree(self, *shared, top.id, top.group.trace_id);
+    auto tree = make_group_tree(*shared, top.group.seed);
+    tree->journal = st.opts.journal;
+    for (auto* g : tree_rows) {
+      auto r = rows.find(g->id);
+      if (r == rows.end() || r->second->group.top != top.id)
+        continue; // not journaled: it runs unrecorded
+      auto& row = *r->second;
+      auto& slot = *tree->groups.at(g->id);
+      slot.seq = row.seq;
+      slot.replay = std::move(row.inputs);
+      st.groups.at(g->id).seq = row.seq;
+      track_group(self, g->id, row.seq, row.last_event, true);
+    }
+    start_tree(self, shared, std::move(tree), top.group.seed);
+  }
 }
 
 void add_group_status(registry_ptr self, std::vector<task_status>& out) {

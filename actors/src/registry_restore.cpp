@@ -111,6 +111,8 @@ void restore(registry_ptr self) {
   for (auto& e : snapshot.tasks) {
     auto id = e.task.spec.id;
     st.journal_seq[id] = e.seq;
+    if (e.task.member_run != 0)
+      st.member_runs[id] = e.task.member_run;
     if (e.finished) {
       st.finished.insert_or_assign(id, std::move(*e.finished));
       st.finished_order.push_back(id);
@@ -166,6 +168,7 @@ void restore(registry_ptr self) {
   for (auto& id : st.finished_order)
     self->send(st.hub, detail::track_atom::value, id, st.journal_seq[id],
                last_events[id], true);
+  restore_groups(self, std::move(snapshot.groups));
 }
 
 } // namespace tasksup::detail

@@ -66,6 +66,8 @@ struct group_record {
   std::shared_ptr<const group_spec> spec;
   group_supervisor_actor supervisor;
   std::string trace_id;
+  /// Its journal row (0: none).
+  std::int64_t seq = 0;
   /// Set once the group ended, with its restart decisions in all and when.
   std::optional<task_result> result;
   std::uint64_t restarts = 0;
@@ -161,6 +163,9 @@ struct registry_state {
   /// The task members whose runs a group started -> that group's
   /// supervisor: each run's end goes there.
   std::map<std::string, group_supervisor_actor> member_of;
+  /// The run token of each group member task's last run (journaled with
+  /// it): a start of a run seen before is answered as that run went.
+  std::map<std::string, std::int64_t> member_runs;
   static inline const char* name = "tasksup.registry";
 };
 
@@ -220,10 +225,11 @@ caf::result<std::string> submit(registry_ptr self, task_spec task,
 using submitted_fn = std::function<void(caf::expected<std::string>)>;
 
 /// Accepts `task` (checked, admitted, journaled) and calls `done`. A
-/// `member` is a run of a group's task member: its id is the tree's, and a
-/// rerun keeps its attempt directories, state directory and history.
+/// nonzero `member_run` makes it that run of a group's task member: its id
+/// is the tree's, and a rerun keeps its attempt directories, state
+/// directory and history.
 void submit_into(registry_ptr self, task_spec task, bool replace, bool admitted,
-                 bool member, submitted_fn done);
+                 std::int64_t member_run, submitted_fn done);
 
 /// Accepts a task file's text -> its id.
 caf::result<std::string> submit_json(registry_ptr self, const std::string& text,
@@ -275,11 +281,18 @@ void adoptions_claimed(registry_ptr self);
 /// Accepts a group document's tree: every id is held for it, then its top
 /// group starts -> the top group's id.
 caf::result<std::string> submit_group(registry_ptr self, group_spec spec,
-                                      bool replace);
+                                      bool replace, std::string document);
 
-/// `(member_start, group, task)` of a group supervisor: runs the member
-/// (its first run, or a rerun) -> whether it runs.
-caf::result<bool> start_member(registry_ptr self, task_spec task);
+/// Rebuilds the groups of the journal's trees: ended ones as they ended,
+/// running ones resume (each group replays its inputs and finds its members
+/// again). Called after the tasks are rebuilt.
+void restore_groups(registry_ptr self, std::vector<journal_group_entry> groups);
+
+/// `(member_start, group, task, run)` of a group supervisor: runs the
+/// member (its first run, or a rerun), or finds the run `run` again (a
+/// group resumed after a restart) -> whether it runs (or ran).
+caf::result<bool> start_member(registry_ptr self, task_spec task,
+                               std::int64_t run);
 
 /// `(member_stop, id, grace)`: stops a running member.
 void stop_member(registry_ptr self, const std::string& task_id, double grace_s);

@@ -198,6 +198,7 @@ void forget(registry_ptr self, const std::string& task_id) {
   untrack(self, task_id);
   st.journal_seq.erase(task_id);
   st.placed_on.erase(task_id);
+  st.member_runs.erase(task_id);
   st.finished_order.erase(
     std::find(st.finished_order.begin(), st.finished_order.end(), task_id));
 }
@@ -219,8 +220,9 @@ void clear_for_run(registry_ptr self, const std::string& id, bool member) {
 }
 
 void submit_into(registry_ptr self, task_spec task, bool replace, bool admitted,
-                 bool member, submitted_fn done) {
+                 std::int64_t member_run, submitted_fn done) {
   auto& st = self->state;
+  auto member = member_run != 0;
   auto p = prepare(self, std::move(task), replace, admitted, member);
   if (!p) {
     done(std::move(p.error()));
@@ -235,13 +237,13 @@ void submit_into(registry_ptr self, task_spec task, bool replace, bool admitted,
     auto task = std::make_shared<task_spec>(std::move(p->opts.task));
     self->request(job, caf::infinite, admit_atom::value, *task, p->runtime_name)
       .then(
-        [self, done, id, task, replace, member](std::string& err) mutable {
+        [self, done, id, task, replace, member_run](std::string& err) mutable {
           self->state.admitting.erase(id);
           if (!err.empty())
             done(make_error(protocol_error::invalid_task,
                             "rejected at admission: " + err));
           else
-            submit_into(self, std::move(*task), replace, true, member,
+            submit_into(self, std::move(*task), replace, true, member_run,
                         std::move(done));
         },
         [self, done, id](caf::error& err) mutable {
@@ -252,24 +254,29 @@ void submit_into(registry_ptr self, task_spec task, bool replace, bool admitted,
   }
   if (!st.opts.journal) {
     clear_for_run(self, id, member);
+    if (member)
+      st.member_runs.insert_or_assign(id, member_run);
     launch(self, std::move(p->opts), std::move(p->environment));
     done(id);
     return;
   }
   // Durable before it is answered: the id is held while the journal
   // records the task. A member's rerun replaces its record.
-  journaled_task jt{p->opts.task, p->opts.trace_id, p->opts.seed,
-                    p->opts.start_agent_id, p->opts.attempts_before};
+  journaled_task jt{
+    p->opts.task,           p->opts.trace_id,        p->opts.seed,
+    p->opts.start_agent_id, p->opts.attempts_before, member_run};
   st.reserved.insert(id);
   auto shared = std::make_shared<prepared_task>(std::move(*p));
   self
     ->request(st.opts.journal, caf::infinite, jtask_atom::value, id, encode(jt),
               wall_now(), replace || member)
     .then(
-      [self, done, id, shared, member](std::int64_t seq) mutable {
+      [self, done, id, shared, member, member_run](std::int64_t seq) mutable {
         auto& st = self->state;
         st.reserved.erase(id);
         clear_for_run(self, id, member);
+        if (member)
+          st.member_runs.insert_or_assign(id, member_run);
         st.journal_seq[id] = seq;
         shared->opts.journal_seq = seq;
         launch(self, std::move(shared->opts), std::move(shared->environment));
@@ -284,7 +291,7 @@ void submit_into(registry_ptr self, task_spec task, bool replace, bool admitted,
 caf::result<std::string> submit(registry_ptr self, task_spec task,
                                 bool replace) {
   auto rp = self->make_response_promise<std::string>();
-  submit_into(self, std::move(task), replace, false, false,
+  submit_into(self, std::move(task), replace, false, 0,
               [rp](caf::expected<std::string> id) mutable {
                 if (id)
                   rp.deliver(std::move(*id));
@@ -304,7 +311,7 @@ caf::result<std::string> submit_json(registry_ptr self, const std::string& text,
     if (!group)
       return make_error(protocol_error::invalid_task,
                         group.error().to_string());
-    return submit_group(self, std::move(*group), replace);
+    return submit_group(self, std::move(*group), replace, text);
   }
   // Agents name this node's profiles (config/profiles/) or the built-in ones.
   auto task = parse_task_as_written(*doc, "submitted task",

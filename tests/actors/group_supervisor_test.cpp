@@ -4,6 +4,7 @@
 // their own, and tells its parent how it ended.
 
 #include "tasksup/actors/group_supervisor_actor.hpp"
+#include "tasksup/actors/journal_codec.hpp"
 
 #include "actor_fixture.hpp"
 
@@ -12,6 +13,7 @@
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -35,6 +37,8 @@ struct host_log {
   std::set<std::string> refuse;
   /// The group that started each member.
   std::map<std::string, caf::actor> group_of;
+  /// The run tokens of each member's starts, in order.
+  std::map<std::string, std::vector<std::int64_t>> runs;
 
   std::string take() {
     std::string out;
@@ -50,8 +54,10 @@ struct host_log {
 caf::actor fake_host(fixture& fx, std::shared_ptr<host_log> log) {
   auto host = fx.sys().spawn([log](caf::event_based_actor* self) {
     return caf::behavior{
-      [=](member_start_atom, const std::string&, const task_spec& task) {
+      [=](member_start_atom, const std::string&, const task_spec& task,
+          std::int64_t run) {
         log->ops.push_back("start " + task.id);
+        log->runs[task.id].push_back(run);
         if (log->refuse.count(task.id) > 0)
           return false;
         log->group_of[task.id] =
@@ -291,4 +297,111 @@ TEST_CASE_METHOD(group_fixture,
   CHECK(log->take() == "kill z, kill y, kill x, kill a");
   REQUIRE(reports->size() == 1);
   CHECK(reports->front().reason == group_end::stopped);
+}
+
+namespace {
+
+/// The records a fake journal was sent, by row.
+using journaled = std::map<std::int64_t, std::vector<std::string>>;
+
+/// A journal that keeps the group records it is sent.
+journal_actor fake_journal(fixture& fx, std::shared_ptr<journaled> out) {
+  auto journal = fx.sys().spawn([out](caf::event_based_actor*) {
+    return caf::behavior{
+      [=](jrecord_atom, std::int64_t seq, std::int64_t n,
+          const std::string& body) {
+        auto& rows = (*out)[seq];
+        CHECK(n == static_cast<std::int64_t>(rows.size()) + 1);
+        rows.push_back(body);
+      },
+    };
+  });
+  fx.keep(journal);
+  return caf::actor_cast<journal_actor>(journal);
+}
+
+/// `ops` sorted: members of different groups start in no fixed order.
+std::vector<std::string> sorted(std::vector<std::string> ops) {
+  std::sort(ops.begin(), ops.end());
+  return ops;
+}
+
+} // namespace
+
+TEST_CASE_METHOD(group_fixture,
+                 "group actor: a tree resumed from its journaled inputs asks "
+                 "the host for its running members by their run tokens, "
+                 "starts nothing new, and keeps its restart window",
+                 "[group]") {
+  auto records = std::make_shared<journaled>();
+  auto journal = fake_journal(*this, records);
+  auto spec = std::make_shared<const group_spec>(
+    parse(R"({"group": {"id": "team", "intensity": {"max_restarts": 1,
+             "period_s": 60}, "members": [)" +
+          task("a") + R"(, {"group": {"id": "inner", "members": [)" +
+          task("c") + "]}}," + task("b") + "]}}"));
+  // Rows 1 and 2 of the journal are the two groups'.
+  auto tree_for = [&] {
+    auto tree = make_group_tree(*spec, 42);
+    tree->journal = journal;
+    tree->groups.at("team")->seq = 1;
+    tree->groups.at("inner")->seq = 2;
+    return tree;
+  };
+  auto start_tree = [&](std::shared_ptr<group_tree> tree) {
+    group_options opts;
+    opts.spec = spec;
+    opts.host = caf::actor_cast<group_host_actor>(host);
+    opts.parent = parent_of(*this, reports, log);
+    opts.seed = 42;
+    opts.tree = std::move(tree);
+    group = spawn_group(sys(), std::move(opts));
+    keep_dynamic(group);
+    run();
+  };
+  start_tree(tree_for());
+  CHECK(sorted(log->ops) ==
+        sorted({"start a", "start c", "start b", "started team"}));
+  log->take();
+  // One restart: the window of one is full for the next 60 s.
+  finish("a", member_end::failed);
+  CHECK(log->take() == "start a");
+  auto before = log->runs;
+  REQUIRE(before["a"].size() == 2);
+  CHECK(before["a"][0] != before["a"][1]);
+  // The node dies: the supervisors go without a word, the members run on.
+  caf::anon_send_exit(group, caf::exit_reason::kill);
+  run();
+  REQUIRE(reports->empty());
+  REQUIRE(records->count(1) == 1);
+  REQUIRE(records->count(2) == 1);
+  advance(10);
+  auto tree = tree_for();
+  for (auto& [seq, bodies] : *records) {
+    auto& slot = *tree->groups.at(seq == 1 ? "team" : "inner");
+    for (auto& b : bodies) {
+      auto in = decode_group_input(b, "record");
+      REQUIRE(in);
+      slot.replay.push_back(*in);
+    }
+  }
+  auto written = (*records)[1].size();
+  start_tree(std::move(tree));
+  // Each running member is asked for again with the run it had; the parent
+  // hears again that the group started (it ignores a second word).
+  CHECK(sorted(log->ops) ==
+        sorted({"start a", "start c", "start b", "started team"}));
+  log->take();
+  CHECK(log->runs["a"].back() == before["a"].back());
+  CHECK(log->runs["b"].back() == before["b"].back());
+  CHECK(log->runs["c"].back() == before["c"].back());
+  // Nothing was fed again: the journal has no new records.
+  CHECK((*records)[1].size() == written);
+  // The restart before the crash still counts: b's failure is one too many.
+  finish("b", member_end::failed);
+  REQUIRE(reports->size() == 1);
+  CHECK(reports->front().reason == group_end::intensity);
+  CHECK(reports->front().by_member == "b");
+  // The journal goes on numbering the group's records after the replayed.
+  CHECK((*records)[1].size() > written);
 }

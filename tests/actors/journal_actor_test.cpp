@@ -8,6 +8,7 @@
 
 #include "tasksup/actors/journal_actor.hpp"
 
+#include "tasksup/actors/journal_codec.hpp"
 #include "tasksup/actors/journal_figures.hpp"
 #include "tasksup/actors/protocol.hpp"
 
@@ -291,4 +292,66 @@ TEST_CASE("journal actor: on a shared PostgreSQL journal it commits and reads "
   REQUIRE(tasks);
   REQUIRE(tasks->size() == 1);
   CHECK(tasks->at(0).id == "a");
+}
+
+TEST_CASE("journal: a restarted node reads the groups' rows apart from the "
+          "tasks', each with its inputs in order, or its end") {
+  temp_dir dir;
+  journal::store_options opts{dir.path + "/state"};
+  {
+    auto store = journal::journal_store::open(opts);
+    REQUIRE(store);
+    auto& s = **store;
+    journaled_task task;
+    task.spec.id = "a";
+    task.member_run = 5;
+    REQUIRE(s.add_task("a", encode(task), 1.0));
+    auto crew = s.add_task(
+      "crew", encode(journaled_group{"crew", "{}", "trace", 11}), 1.0);
+    REQUIRE(crew);
+    auto inner = s.add_task(
+      "inner", encode(journaled_group{"crew", "", "trace", 11}), 1.0);
+    REQUIRE(inner);
+    journaled_group_input start;
+    start.at_s = 10;
+    journaled_group_input started;
+    started.kind = journaled_group_input::started;
+    started.at_s = 11;
+    REQUIRE(s.add_record(*crew, 1, encode(start)));
+    REQUIRE(s.add_record(*crew, 2, encode(started)));
+    auto old =
+      s.add_task("old", encode(journaled_group{"old", "{}", "trace", 3}), 1.0);
+    REQUIRE(old);
+    task_result r;
+    r.task_id = "old";
+    r.outcome = task_outcome::stopped;
+    REQUIRE(s.end_task(*old, 2.0, encode(journaled_group_end{r, 4})));
+    REQUIRE(s.commit());
+  }
+  auto store = journal::journal_store::open(opts);
+  REQUIRE(store);
+  auto snap = load_journal(**store);
+  REQUIRE(snap);
+  REQUIRE(snap->tasks.size() == 1);
+  CHECK(snap->tasks[0].task.spec.id == "a");
+  CHECK(snap->tasks[0].task.member_run == 5);
+  REQUIRE(snap->groups.size() == 3);
+  auto& crew = snap->groups[0];
+  CHECK(crew.id == "crew");
+  CHECK(crew.group.document == "{}");
+  CHECK(crew.group.seed == 11);
+  REQUIRE(crew.inputs.size() == 2);
+  CHECK(crew.inputs[0].kind == journaled_group_input::start);
+  CHECK(crew.inputs[1].kind == journaled_group_input::started);
+  CHECK(crew.inputs[1].at_s == 11);
+  CHECK_FALSE(crew.finished);
+  CHECK(snap->groups[1].id == "inner");
+  CHECK(snap->groups[1].group.top == "crew");
+  CHECK(snap->groups[1].inputs.empty());
+  auto& old = snap->groups[2];
+  REQUIRE(old.finished);
+  CHECK(old.finished_at == 2.0);
+  CHECK(old.finished->restarts == 4);
+  REQUIRE(old.finished->result);
+  CHECK(old.finished->result->outcome == task_outcome::stopped);
 }

@@ -517,3 +517,93 @@ TEST_CASE("journal: a task whose attempts report a cost of 1e308 and 9e18 "
     }
   }
 }
+
+TEST_CASE("journal: a group's row, its inputs and its end survive their "
+          "bytes, and damaged ones are refused naming the field") {
+  journaled_group g{"crew", R"({"group": {"id": "crew", "members": []}})",
+                    std::string(32, 'b'), 9};
+  auto row = encode(g);
+  CHECK(is_group_row(row));
+  CHECK_FALSE(is_group_row(encode(journaled_task{})));
+  auto back = decode_group(row, "group 'crew'");
+  REQUIRE(back);
+  CHECK(back->top == "crew");
+  CHECK(back->document == g.document);
+  CHECK(back->trace_id == g.trace_id);
+  CHECK(back->seed == 9);
+  auto not_group = decode_group(encode(journaled_task{}), "group 'x'");
+  REQUIRE_FALSE(not_group);
+  CHECK_THAT(not_group.error().to_string(), Catch::Contains("group 'x'"));
+  journaled_group_input in;
+  in.kind = journaled_group_input::ended;
+  in.at_s = 12.5;
+  in.member = 2;
+  in.how = member_end::failed;
+  in.run = 7;
+  auto bytes = encode(in);
+  auto input = decode_group_input(bytes, "group 'crew', record 3");
+  REQUIRE(input);
+  CHECK(input->kind == journaled_group_input::ended);
+  CHECK(input->at_s == 12.5);
+  CHECK(input->member == 2);
+  CHECK(input->how == member_end::failed);
+  CHECK(input->run == 7);
+  SECTION("an unknown input kind") {
+    auto bad = bytes;
+    bad[0] = static_cast<char>(6);
+    auto x = decode_group_input(bad, "group 'crew', record 3");
+    REQUIRE_FALSE(x);
+    CHECK_THAT(x.error().to_string(),
+               Catch::Contains("group 'crew', record 3"));
+    CHECK_THAT(x.error().to_string(),
+               Catch::Contains("journaled_group_input.kind"));
+  }
+  SECTION("an unknown end of a member") {
+    auto bad = bytes;
+    bad[1 + 8 + 4] = static_cast<char>(3); // after the kind, time, member
+    auto x = decode_group_input(bad, "record 3");
+    REQUIRE_FALSE(x);
+    CHECK_THAT(x.error().to_string(),
+               Catch::Contains("journaled_group_input.how"));
+  }
+  SECTION("truncated") {
+    auto x = decode_group_input(bytes.substr(0, 5), "record 3");
+    REQUIRE_FALSE(x);
+  }
+  task_result r;
+  r.task_id = "crew";
+  r.outcome = task_outcome::failed;
+  r.error = "group 'crew' gave up";
+  auto end = decode_group_end(encode(journaled_group_end{r, 3}), "end");
+  REQUIRE(end);
+  REQUIRE(end->result);
+  CHECK(end->result->error == r.error);
+  CHECK(end->restarts == 3);
+  auto no_result = decode_group_end(encode(journaled_group_end{}), "end");
+  REQUIRE(no_result);
+  CHECK_FALSE(no_result->result);
+}
+
+TEST_CASE("journal: a task record says which run of a group member it is, "
+          "and one written before that loads as run 0") {
+  journaled_task t;
+  t.spec.id = "m";
+  t.attempts_before = 2;
+  t.member_run = 77;
+  auto now = encode(t);
+  auto back = decode_task(now, "task 'm'");
+  REQUIRE(back);
+  CHECK(back->attempts_before == 2);
+  CHECK(back->member_run == 77);
+  // The form before: another first byte, and no run at the end.
+  auto before = "\xfe" + now.substr(1, now.size() - 1 - 8);
+  auto old = decode_task(before, "task 'm'");
+  REQUIRE(old);
+  CHECK(old->attempts_before == 2);
+  CHECK(old->member_run == 0);
+  t.member_run = -1;
+  auto negative = decode_task(encode(t), "task 'm'");
+  REQUIRE_FALSE(negative);
+  CHECK_THAT(negative.error().to_string(),
+             Catch::Contains("journaled_task.member_run"));
+}

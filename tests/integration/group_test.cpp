@@ -8,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <csignal>
+
 #include <boost/json/parse.hpp>
 
 #include <filesystem>
@@ -251,4 +253,114 @@ TEST_CASE("a node runs a submitted tree: status shows it, a nested group "
   CHECK_THAT(described.out, Catch::Contains("group: ended stopped"));
   // Each member ran once: nothing restarted what the user stopped.
   CHECK(slurp(dir / "state/attempts/a/state/runs") == "run\n");
+}
+
+TEST_CASE("a node killed with SIGKILL while a tree runs resumes the tree: "
+          "its running members are found again, not rerun, its restart "
+          "window is kept, and its history goes on") {
+  scratch dir;
+  auto trip = dir / "trip";
+  // Each run records itself in its member's state directory. `once` fails
+  // its first run and holds after; `trip` holds until the test creates
+  // DIR/trip (at most 120 s), then fails; anything else holds.
+  auto serve = process_node(
+    dir, "#!/bin/sh\n"
+         "s=\"$TASKSUP_MEMBER_STATE\"\n"
+         "n=$(cat \"$s/runs\" 2>/dev/null | wc -l)\n"
+         "echo \"attempt $TASKSUP_ATTEMPT\" >> \"$s/runs\"\n"
+         "case \"$1\" in\n"
+         "  once) if [ \"$n\" = 0 ]; then exit 1; fi; exec sleep 120 ;;\n"
+         "  trip) i=0\n"
+         "    while [ ! -e '" +
+           trip +
+           "' ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done\n"
+           "    exit 1 ;;\n"
+           "  *) exec sleep 120 ;;\n"
+           "esac\n");
+  auto member = [](const std::string& id, const std::string& prompt) {
+    return R"({"id": ")" + id + R"(", "prompt": ")" + prompt +
+           R"(", "supervisor": {"max_retries_per_agent": 0,
+               "stop_grace_s": 5}})";
+  };
+  // One restart in the hour is allowed: a's is the one.
+  auto file = dir.write(
+    "crew.json",
+    R"({"group": {"id": "crew", "intensity": {"max_restarts": 1,
+        "period_s": 3600}, "members": [)" +
+      member("a", "once") + R"(, {"group": {"id": "inner", "members": [)" +
+      member("b", "hold") + "]}}, " + member("c", "trip") + "]}}");
+  auto node = std::make_unique<tasksup_child>(dir, "node-0", serve);
+  auto port = listening_port(*node);
+  REQUIRE(port);
+  auto address = "127.0.0.1:" + std::to_string(*port);
+  auto sub = run_to_end(dir, {"submit", "--node", address, file});
+  INFO(sub.err);
+  REQUIRE(sub.status == 0);
+  auto runs_of = [&](const std::string& id) {
+    return slurp(dir / ("state/attempts/" + id + "/state/runs"));
+  };
+  auto all_running = [&] {
+    auto s = status_of(dir, address, "crew");
+    return phase_in(s, "a") == "running" && phase_in(s, "b") == "running" &&
+           phase_in(s, "c") == "running";
+  };
+  REQUIRE(eventually(
+    [&] { return runs_of("a") == "attempt 1\nattempt 2\n" && all_running(); },
+    60s));
+  node->signal(SIGKILL);
+  REQUIRE(node->wait(10s) == 128 + SIGKILL);
+  node = std::make_unique<tasksup_child>(dir, "node-1", serve);
+  port = listening_port(*node);
+  REQUIRE(port);
+  address = "127.0.0.1:" + std::to_string(*port);
+  // The tree is back, its members running as they were: no run again.
+  REQUIRE(eventually(all_running, 60s));
+  auto crew = status_of(dir, address, "crew");
+  CHECK(text_at(crew, "state") == "running");
+  auto& tree = crew.at("tree").as_array();
+  REQUIRE(tree.size() == 5);
+  CHECK(tree[0].at("restarts").as_int64() == 1);
+  CHECK(tree[1].at("restarts").as_int64() == 1);
+  CHECK(text_at(tree[1].as_object(), "last") == "failed");
+  CHECK(runs_of("a") == "attempt 1\nattempt 2\n");
+  CHECK(runs_of("b") == "attempt 1\n");
+  CHECK(runs_of("c") == "attempt 1\n");
+  // Its ids are still the tree's.
+  auto again =
+    run_to_end(dir, {"submit", "--node", address,
+                     dir.write("b.json", R"({"id": "b", "prompt": "x"})")});
+  CHECK(again.status == 2);
+  // c's failure is a second restart within the hour: the group gives up.
+  dir.write("trip", "");
+  auto waited = run_to_end(dir, {"wait", "crew", "--node", address}, 60s);
+  INFO(waited.out << waited.err);
+  CHECK(waited.status != 0);
+  auto done = status_of(dir, address, "crew");
+  CHECK(text_at(done, "state") == "done");
+  CHECK_THAT(text_at(done.at("result").as_object(), "error"),
+             Catch::Contains("more restarts than its intensity allows"));
+  CHECK(runs_of("c") == "attempt 1\n");
+  // Its history has both sides of the crash: a's restart before it, the
+  // end after.
+  auto evs = run_to_end(dir, {"events", "crew", "--json", "--node", address});
+  REQUIRE(evs.status == 0);
+  auto lines = json_lines(evs.out);
+  auto restarts = group_changes(lines, "restart");
+  REQUIRE(restarts.size() == 1);
+  CHECK(text_at(restarts[0], "member") == "a");
+  auto end = group_changes(lines, "ended");
+  REQUIRE(end.size() == 1);
+  CHECK(text_at(end[0], "how") == "intensity");
+  CHECK(text_at(end[0], "member") == "c");
+  // Ended, it stays ended across another restart.
+  node->signal(SIGKILL);
+  REQUIRE(node->wait(10s) == 128 + SIGKILL);
+  node = std::make_unique<tasksup_child>(dir, "node-2", serve);
+  port = listening_port(*node);
+  REQUIRE(port);
+  address = "127.0.0.1:" + std::to_string(*port);
+  auto after = status_of(dir, address, "crew");
+  CHECK(text_at(after, "state") == "done");
+  CHECK(phase_in(after, "a") == "ended");
+  CHECK(phase_in(after, "b") == "ended");
 }

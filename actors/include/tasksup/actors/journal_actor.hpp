@@ -50,9 +50,26 @@ struct journal_entry {
   double submitted_at = 0;
 };
 
+/// A group of a tree as the journal gave it back when the node started.
+struct journal_group_entry {
+  /// Its row's number in the journal.
+  std::int64_t seq = 0;
+  std::string id;
+  journaled_group group;
+  /// Its machine's inputs, in order (record 1 first), across its runs.
+  std::vector<journaled_group_input> inputs;
+  /// Present once its tree ended, with when (wall-clock seconds).
+  std::optional<journaled_group_end> finished;
+  double finished_at = 0;
+  /// The number of its last journaled event.
+  std::int64_t last_event = 0;
+};
+
 /// Everything a restarted node rebuilds from.
 struct journal_snapshot {
   std::vector<journal_entry> tasks;
+  /// The groups of the trees, in submission order.
+  std::vector<journal_group_entry> groups;
   /// Node state by key (breakers, retry budget, rotation).
   std::map<std::string, std::string> node_state;
   /// What the node should tell about records it could read only in part
