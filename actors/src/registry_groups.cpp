@@ -295,13 +295,16 @@ caf::result<std::string> submit_group(registry_ptr self, group_spec spec,
   // rows too); the new tree's finished tasks are forgotten as a replaced
   // task's are (their directories move aside).
   if (auto old = st.groups.find(spec.id);
-      replace && old != st.groups.end() && old->second.spec)
-    for (auto* g : tree_groups(*old->second.spec))
+      replace && old != st.groups.end() && old->second.spec) {
+    // Held here: erasing the top's record would free the spec it walks.
+    auto old_spec = old->second.spec;
+    for (auto* g : tree_groups(*old_spec))
       if (st.groups.erase(g->id) > 0) {
         untrack(self, g->id);
         if (st.opts.journal)
           self->send(st.opts.journal, jforget_atom::value, g->id);
       }
+  }
   for (auto& id : ids) {
     if (st.groups.erase(id) > 0) {
       untrack(self, id);
