@@ -5,7 +5,7 @@
 # and fails the run. New inputs go to a scratch directory, not
 # into the tree; a crash fails the run and leaves its input in build-fuzz/.
 # $TASKSUP_FUZZ_TARGETS picks targets (default: "classifier output task protocol
-# journal"), run one after the other under nice, e.g. for a longer run:
+# journal"), one per core at a time under nice, e.g. for a longer run:
 #   TASKSUP_FUZZ_TARGETS=task TASKSUP_FUZZ_SECONDS=600 scripts/fuzz.sh
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -28,11 +28,39 @@ cmake --build "$build" -j "$(nproc)" --target \
   $(for t in "${targets[@]}"; do echo "tasksup_${t}_fuzz"; done)
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
-for t in "${targets[@]}"; do
+# One target per core at a time (each still gets its full time); each one's
+# output is shown once it ends, and any failure fails the run.
+fuzz_one() {
+  local t=$1
   mkdir -p "$scratch/$t"
-  echo "fuzzing $t for ${seconds}s" >&2
   (cd "$build" && UBSAN_OPTIONS=suppressions=$root/tests/sanitizers/ubsan.supp \
     nice -n 10 "$build/tests/fuzz/tasksup_${t}_fuzz" -max_total_time="$seconds" \
     -max_len=65536 -rss_limit_mb=2048 -timeout=30 -print_final_stats=1 \
-    "$scratch/$t" "$root/tests/fuzz/corpus/$t")
+    "$scratch/$t" "$root/tests/fuzz/corpus/$t") >"$scratch/$t.log" 2>&1
+}
+jobs_max=$(nproc)
+declare -A running=()
+failed=()
+# Waits for one target to end, shows its output and notes a failure.
+reap_one() {
+  local pid t rc
+  if wait -n -p pid; then rc=0; else rc=$?; fi
+  for t in "${!running[@]}"; do
+    [[ ${running[$t]} == "$pid" ]] || continue
+    unset "running[$t]"
+    echo "== fuzz $t (exit $rc)" >&2
+    cat "$scratch/$t.log" >&2
+    ((rc == 0)) || failed+=("$t")
+  done
+}
+for t in "${targets[@]}"; do
+  while ((${#running[@]} >= jobs_max)); do reap_one; done
+  echo "fuzzing $t for ${seconds}s" >&2
+  fuzz_one "$t" &
+  running[$t]=$!
 done
+while ((${#running[@]} > 0)); do reap_one; done
+if ((${#failed[@]} > 0)); then
+  echo "fuzz.sh: failed: ${failed[*]} (inputs in $build)" >&2
+  exit 1
+fi
