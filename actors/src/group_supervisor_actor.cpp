@@ -193,6 +193,9 @@ void member_down(group_ptr self, std::size_t i, std::optional<member_end> how) {
     feed(self, input_kind::ended, i, *how);
   else
     feed(self, input_kind::start_failed, i);
+  // A workflow's steps that will not run now.
+  for (auto k : m.snapshot().skipped)
+    emit(self, "member_skipped", members[k].id, members[i].id);
   if (m.restart_count() > before && !m.history().empty()) {
     auto& d = m.history().back();
     std::vector<std::string> names;

@@ -67,11 +67,11 @@ static_assert(detail::enum_size<task_outcome>::value ==
 static_assert(detail::enum_size<event_kind>::value ==
               static_cast<std::size_t>(event_kind::group) + 1);
 static_assert(detail::enum_size<member_phase>::value ==
-              static_cast<std::size_t>(member_phase::removed) + 1);
+              static_cast<std::size_t>(member_phase::skipped) + 1);
 static_assert(detail::enum_size<member_end>::value ==
               static_cast<std::size_t>(member_end::stopped) + 1);
 static_assert(detail::enum_size<group_strategy>::value ==
-              static_cast<std::size_t>(group_strategy::rest_for_one) + 1);
+              static_cast<std::size_t>(group_strategy::steps) + 1);
 static_assert(detail::enum_size<end_reason>::value ==
               static_cast<std::size_t>(end_reason::runtime_missing) + 1);
 

@@ -233,6 +233,8 @@ void ended_rows(registry_ptr self, const group_spec& g, int depth,
     if (auto i = st.finished.find(m.id);
         i != st.finished.end() && i->second.result)
       r.last = member_end_of(*i->second.result);
+    else if (g.strategy == group_strategy::steps)
+      r.phase = member_phase::skipped; // a step that never ran
     out.push_back(std::move(r));
   }
 }

@@ -364,3 +364,78 @@ TEST_CASE("a node killed with SIGKILL while a tree runs resumes the tree: "
   CHECK(phase_in(after, "a") == "ended");
   CHECK(phase_in(after, "b") == "ended");
 }
+
+TEST_CASE("a workflow runs its steps as their dependencies succeed: a failed "
+          "step skips the steps after it, the others run, and run, validate "
+          "and a node's status, wait and events say so") {
+  scratch dir;
+  // Each step's agent records its task id; "fail" exits 1.
+  auto agent =
+    dir.write_script("step.sh", "#!/bin/sh\n"
+                                "echo \"$TASKSUP_TASK_ID\" >> '" +
+                                  dir / "ran.txt" +
+                                  "'\n"
+                                  "sleep 0.2\n"
+                                  "if [ \"$1\" = fail ]; then exit 1; fi\n");
+  auto step = [&](const std::string& id, const std::string& prompt,
+                  const std::string& deps) {
+    return R"({"id": ")" + id + R"(", "depends_on": [)" + deps +
+           R"(], "task": {"prompt": ")" + prompt +
+           R"(", "agent_selection": {"agents": [{"agent_id": "sh", "agent_cli": ")" +
+           agent +
+           R"(", "cli_flags": "", "prompt_as_argument": true}]},
+             "supervisor": {"max_retries_per_agent": 0}}})";
+  };
+  auto file = dir.write("wf.json", R"({"id": "fix", "steps": [)" +
+                                     step("plan", "ok", "") + ", " +
+                                     step("code", "fail", R"("plan")") + ", " +
+                                     step("review", "ok", R"("code")") + ", " +
+                                     step("docs", "ok", R"("plan")") + "]}");
+  auto checked = run_to_end(dir, {"validate", "--config", config_dir(), file});
+  INFO(checked.out << checked.err);
+  CHECK(checked.status == 0);
+  CHECK_THAT(checked.out, Catch::Contains("workflow"));
+  auto events = dir / "fix.jsonl";
+  auto ran = run_to_end(dir,
+                        {"run", "--config", config_dir(), "--events", events,
+                         "--work-dir", dir / "work", file},
+                        120s);
+  INFO(ran.out << ran.err);
+  CHECK(ran.status != 0);
+  CHECK_THAT(ran.out, Catch::Contains("step 'fix.review' skipped"));
+  // plan first; code and docs after it; review never.
+  auto order = slurp(dir / "ran.txt");
+  CHECK(order.rfind("fix.plan\n", 0) == 0);
+  CHECK(order.find("fix.code") != std::string::npos);
+  CHECK(order.find("fix.docs") != std::string::npos);
+  CHECK(order.find("fix.review") == std::string::npos);
+  auto evs = json_lines(slurp(events));
+  auto skipped = group_changes(evs, "member_skipped");
+  REQUIRE(skipped.size() == 1);
+  CHECK(text_at(skipped[0], "member") == "fix.review");
+  CHECK(text_at(skipped[0], "how") == "fix.code");
+  auto ended = group_changes(evs, "ended");
+  REQUIRE(ended.size() == 1);
+  CHECK(text_at(ended[0], "outcome") == "failed");
+  CHECK(text_at(ended[0], "member") == "fix.code");
+  // On a node: submitted, waited for, its tree shown.
+  std::filesystem::remove(dir / "ran.txt");
+  auto serve = process_node(dir, "#!/bin/sh\nexit 0\n");
+  tasksup_child node{dir, "node", serve};
+  auto port = listening_port(node);
+  REQUIRE(port);
+  auto address = "127.0.0.1:" + std::to_string(*port);
+  auto sub = run_to_end(dir, {"submit", "--node", address, file});
+  INFO(sub.err);
+  REQUIRE(sub.status == 0);
+  CHECK(sub.out == "fix\n");
+  auto waited = run_to_end(dir, {"wait", "fix", "--node", address}, 60s);
+  CHECK(waited.status != 0);
+  auto s = status_of(dir, address, "fix");
+  CHECK(text_at(s, "state") == "done");
+  CHECK(phase_in(s, "fix.plan") == "ended");
+  CHECK(phase_in(s, "fix.docs") == "ended");
+  CHECK(phase_in(s, "fix.review") == "skipped");
+  CHECK(text_at(status_of(dir, address, "fix.docs"), "state") == "done");
+  CHECK(status_of(dir, address, "fix.review").empty());
+}

@@ -495,3 +495,125 @@ TEST_CASE("group: names of strategies, auto_shutdown values and ends") {
   CHECK(to_string(group_end::intensity) == "intensity");
   CHECK(to_string(member_end::stopped) == "stopped");
 }
+
+namespace {
+
+/// A workflow step: temporary, with the steps it depends on.
+group_member_shape step(std::string id, std::vector<std::size_t> deps = {},
+                        bool continue_on_failure = false) {
+  group_member_shape m{std::move(id), restart_type::temporary, false};
+  m.depends_on = std::move(deps);
+  m.continue_on_failure = continue_on_failure;
+  return m;
+}
+
+} // namespace
+
+TEST_CASE("group steps: a step starts once the steps it depends on have "
+          "succeeded, steps without dependencies start at once") {
+  // review needs code and docs; code needs plan.
+  driver d{shape(
+    group_strategy::steps,
+    {step("plan"), step("code", {0}), step("docs"), step("review", {1, 2})},
+    {0, 60})};
+  d.start();
+  CHECK(d.ops() == "start plan, start docs");
+  d.end(2, member_end::normal, 1);
+  CHECK(d.ops().empty());
+  d.end(0, member_end::normal, 2);
+  CHECK(d.ops() == "start code");
+  CHECK(d.m.phase(3) == member_phase::idle);
+  d.end(1, member_end::normal, 3);
+  CHECK(d.ops() == "start review");
+  d.end(3, member_end::normal, 4);
+  REQUIRE(d.m.done());
+  CHECK(d.m.end_reason() == group_end::completed);
+  CHECK(d.m.end_as_member() == member_end::normal);
+  CHECK(d.m.restart_count() == 0);
+  // Not a strategy a group file may name.
+  CHECK(to_string(group_strategy::steps) == "steps");
+  CHECK_FALSE(parse_group_strategy("steps"));
+  CHECK(to_string(member_phase::skipped) == "skipped");
+}
+
+TEST_CASE("group steps: a failed step skips every step that depends on it, "
+          "directly or not, while the others run, and the workflow fails "
+          "naming it") {
+  driver d{
+    shape(group_strategy::steps,
+          {step("plan"), step("code", {0}), step("test", {1}), step("docs")},
+          {0, 60})};
+  d.start();
+  CHECK(d.ops() == "start plan, start docs");
+  d.end(0, member_end::failed, 1);
+  CHECK(d.ops().empty());
+  CHECK(d.m.phase(1) == member_phase::skipped);
+  CHECK(d.m.phase(2) == member_phase::skipped);
+  CHECK(d.m.snapshot().skipped == std::vector<std::size_t>{1, 2});
+  CHECK(d.m.snapshot().members[2].skipped_by == std::size_t{0});
+  CHECK_FALSE(d.m.done());
+  d.end(3, member_end::normal, 2);
+  REQUIRE(d.m.done());
+  CHECK(d.m.end_reason() == group_end::completed);
+  CHECK(d.m.end_as_member() == member_end::failed);
+  CHECK(d.m.end_member() == std::size_t{0});
+}
+
+TEST_CASE("group steps: continue_on_failure lets the dependents run and "
+          "does not fail the workflow") {
+  driver d{shape(group_strategy::steps,
+                 {step("lint", {}, true), step("build", {0})}, {0, 60})};
+  d.start();
+  CHECK(d.ops() == "start lint");
+  d.end(0, member_end::failed, 1);
+  CHECK(d.ops() == "start build");
+  d.end(1, member_end::normal, 2);
+  REQUIRE(d.m.done());
+  CHECK(d.m.end_as_member() == member_end::normal);
+}
+
+TEST_CASE("group steps: a step that cannot start skips its dependents, and "
+          "a stop ends the running steps in reverse order") {
+  group_machine m{shape(group_strategy::steps,
+                        {step("a"), step("b", {0}), step("c")}, {0, 60})};
+  m.start(0);
+  CHECK(m.next() == group_op{group_op::start, 0});
+  m.start_failed(0, 1);
+  CHECK(m.phase(1) == member_phase::skipped);
+  CHECK_FALSE(m.done()); // not the workflow's end: c still runs
+  CHECK(m.next() == group_op{group_op::start, 2});
+  m.started(2, 1);
+  m.ended(2, member_end::normal, 2);
+  REQUIRE(m.done());
+  CHECK(m.end_as_member() == member_end::failed);
+  driver d{
+    shape(group_strategy::steps, {step("x"), step("y"), step("z")}, {0, 60})};
+  d.start();
+  d.ops();
+  d.m.stop(3);
+  d.run();
+  CHECK(d.ops() == "stop z, stop y, stop x");
+  REQUIRE(d.m.done());
+  CHECK(d.m.end_reason() == group_end::stopped);
+}
+
+TEST_CASE("group steps: a chain of 10,000 steps runs one after another") {
+  group_shape s;
+  s.strategy = group_strategy::steps;
+  s.intensity = {0, 60};
+  for (std::size_t i = 0; i < 10000; ++i)
+    s.members.push_back(
+      step("s" + std::to_string(i), i == 0 ? std::vector<std::size_t>{}
+                                           : std::vector<std::size_t>{i - 1}));
+  group_machine m{std::move(s)};
+  m.start(0);
+  for (std::size_t i = 0; i < 10000; ++i) {
+    auto op = m.next();
+    REQUIRE(op == group_op{group_op::start, i});
+    REQUIRE_FALSE(m.next());
+    m.started(i, 0);
+    m.ended(i, member_end::normal, 0);
+  }
+  CHECK(m.done());
+  CHECK(m.end_as_member() == member_end::normal);
+}

@@ -216,3 +216,86 @@ TEST_CASE("group file: nesting deeper than 16 levels is refused") {
   auto err = failure(doc);
   CHECK(err.what.find("16 levels") != std::string::npos);
 }
+
+TEST_CASE("workflow file: steps become a group of strategy steps, each "
+          "step's task named by the workflow and the step") {
+  auto task_of = [](const std::string& extra = "") {
+    return R"({"prompt": "p", "agent_selection": {"agents": [{"agent_id": "a", "agent_cli": "/bin/true", "cli_flags": ""}]})" +
+           extra + "}";
+  };
+  auto g = parse(R"({"id": "fix-login", "steps": [
+    {"id": "plan", "task": )" +
+                 task_of() + R"(},
+    {"id": "code", "depends_on": ["plan"], "task": )" +
+                 task_of() + R"(},
+    {"id": "review", "depends_on": ["code", "plan"], "continue_on_failure": true,
+     "task": )" + task_of() +
+                 "}]}");
+  INFO((g ? std::string{} : g.error().to_string()));
+  REQUIRE(g);
+  CHECK(g->id == "fix-login");
+  CHECK(g->strategy == group_strategy::steps);
+  REQUIRE(g->members.size() == 3);
+  CHECK(g->members[1].id == "fix-login.code");
+  REQUIRE(g->members[1].task);
+  CHECK(g->members[1].task->id == "fix-login.code");
+  CHECK(g->members[1].restart == restart_type::temporary);
+  CHECK(g->members[2].depends_on == std::vector<std::size_t>{1, 0});
+  CHECK(g->members[2].continue_on_failure);
+  CHECK(tree_ids(*g) == std::vector<std::string>{"fix-login", "fix-login.plan",
+                                                 "fix-login.code",
+                                                 "fix-login.review"});
+  auto doc = parse_json_text(R"({"id": "w", "steps": []})", "w.json");
+  REQUIRE(doc);
+  CHECK(is_group_document(*doc));
+  CHECK(is_workflow_document(*doc));
+}
+
+TEST_CASE("workflow file: bad steps are refused naming the pointer") {
+  auto t = std::string{
+    R"("task": {"prompt": "p", "agent_selection": {"agents": [{"agent_id": "a", "agent_cli": "/bin/true", "cli_flags": ""}]}})"};
+  auto wf = [&](const std::string& steps) {
+    return R"({"id": "w", "steps": [)" + steps + "]}";
+  };
+  SECTION("an unknown step in depends_on") {
+    auto e = failure(wf(R"({"id": "a", "depends_on": ["nope"], )" + t + "}"));
+    CHECK(e.path == "/steps/0/depends_on/0");
+    CHECK_THAT(e.what, Catch::Contains("unknown step \"nope\""));
+  }
+  SECTION("a cycle") {
+    auto e = failure(wf(R"({"id": "a", "depends_on": ["c"], )" + t +
+                        R"(}, {"id": "b", "depends_on": ["a"], )" + t +
+                        R"(}, {"id": "c", "depends_on": ["b"], )" + t + "}"));
+    CHECK_THAT(e.path, Catch::StartsWith("/steps/"));
+    CHECK_THAT(e.what, Catch::Contains("a cycle of dependencies"));
+    CHECK_THAT(e.what, Catch::Contains("a -> c -> b -> a"));
+  }
+  SECTION("duplicate step ids") {
+    auto e =
+      failure(wf(R"({"id": "a", )" + t + R"(}, {"id": "a", )" + t + "}"));
+    CHECK(e.path == "/steps/1/id");
+    CHECK_THAT(e.what, Catch::Contains("/steps/0/id has it too"));
+  }
+  SECTION("a step that depends on itself") {
+    auto e = failure(wf(R"({"id": "a", "depends_on": ["a"], )" + t + "}"));
+    CHECK(e.path == "/steps/0/depends_on/0");
+  }
+  SECTION("a task id of its own") {
+    auto e = failure(wf(
+      R"({"id": "a", "task": {"id": "x", "prompt": "p", "agent_selection": {"agents": [{"agent_id": "a", "agent_cli": "/bin/true", "cli_flags": ""}]}}})"));
+    CHECK(e.path == "/steps/0/task/id");
+  }
+  SECTION("a permanent step") {
+    auto e = failure(wf(
+      R"({"id": "a", "task": {"prompt": "p", "supervisor": {"restart": "permanent"}, "agent_selection": {"agents": [{"agent_id": "a", "agent_cli": "/bin/true", "cli_flags": ""}]}}})"));
+    CHECK(e.path == "/steps/0/task/supervisor/restart");
+  }
+  SECTION("a task error names its pointer in the step") {
+    auto e = failure(wf(R"({"id": "a", "task": {"prompt": 3}})"));
+    CHECK(e.path == "/steps/0/task/prompt");
+  }
+  SECTION("no steps") {
+    auto e = failure(wf(""));
+    CHECK(e.path == "/steps");
+  }
+}

@@ -15,6 +15,14 @@ void resolve_agent_paths(boost::json::value& doc, const std::string& base_dir) {
   auto* task = doc.if_object();
   if (!task)
     return;
+  // A workflow: the rule holds for each of its steps' tasks.
+  if (auto* steps = task->if_contains("steps"); steps && steps->is_array()) {
+    for (auto& s : steps->get_array())
+      if (auto* step = s.if_object())
+        if (auto* t = step->if_contains("task"))
+          resolve_agent_paths(*t, base_dir);
+    return;
+  }
   // A group document: the rule holds for each of its tasks, at every level.
   if (auto* group = task->if_contains("group"); group && task->size() == 1) {
     auto* g = group->if_object();

@@ -145,7 +145,9 @@ private:
     if (err)
       report(*err);
     else
-      ok(path, kind == file_kind::task && is_group_document(*doc)
+      ok(path, kind == file_kind::task && is_workflow_document(*doc)
+                 ? "workflow"
+               : kind == file_kind::task && is_group_document(*doc)
                  ? "group"
                  : kind_name(kind));
     return sup;

@@ -420,6 +420,9 @@ void progress_view::group(std::vector<std::string>& out, const std::string& pre,
     out.push_back(pre + "member " + name + " started");
   } else if (change == "member_start_failed") {
     out.push_back(pre + paint(red, "member " + name + " could not start"));
+  } else if (change == "member_skipped") {
+    out.push_back(pre + paint(yellow, "step " + name + " skipped: '" +
+                                        printable(how) + "' did not succeed"));
   } else if (change == "member_ended") {
     auto line = "member " + name + " ended: " + printable(how);
     out.push_back(pre + (how == "failed" ? paint(red, line) : line));

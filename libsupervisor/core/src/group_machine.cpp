@@ -13,12 +13,15 @@ std::string_view to_string(group_strategy x) noexcept {
       return "one_for_all";
     case group_strategy::rest_for_one:
       return "rest_for_one";
+    case group_strategy::steps:
+      return "steps";
   }
   return "one_for_one";
 }
 
 std::optional<group_strategy>
 parse_group_strategy(std::string_view str) noexcept {
+  // "steps" is a workflow's, never written in a group file.
   for (auto x : {group_strategy::one_for_one, group_strategy::one_for_all,
                  group_strategy::rest_for_one})
     if (to_string(x) == str)
@@ -73,6 +76,8 @@ std::string_view to_string(member_phase x) noexcept {
       return "ended";
     case member_phase::removed:
       return "removed";
+    case member_phase::skipped:
+      return "skipped";
   }
   return "idle";
 }
@@ -106,6 +111,13 @@ group_machine::group_machine(group_shape shape) : shape_(std::move(shape)) {
   st_.members.resize(shape_.members.size());
   st_.window =
     restart_window{shape_.intensity.max_restarts, shape_.intensity.period_s};
+  if (shape_.strategy == group_strategy::steps) {
+    dependents_.resize(shape_.members.size());
+    for (std::size_t i = 0; i < shape_.members.size(); ++i)
+      for (auto d : shape_.members[i].depends_on)
+        if (d < dependents_.size() && d != i)
+          dependents_[d].push_back(i);
+  }
 }
 
 void group_machine::rescan() noexcept {
@@ -118,8 +130,11 @@ void group_machine::start(double) {
     return;
   st_.started = true;
   rescan();
-  for (auto& m : st_.members)
-    m.to_start = true;
+  for (std::size_t i = 0; i < st_.members.size(); ++i) {
+    st_.members[i].to_start = true;
+    if (shape_.strategy == group_strategy::steps)
+      st_.members[i].deps_left = shape_.members[i].depends_on.size();
+  }
   check_settled();
 }
 
@@ -142,7 +157,8 @@ void group_machine::start_failed(std::size_t i, double now_s) {
   st_.in_flight.reset();
   rescan();
   auto& m = st_.members[i];
-  if (!st_.first_start_done && !st_.shutting_down) {
+  if (!st_.first_start_done && !st_.shutting_down &&
+      shape_.strategy != group_strategy::steps) {
     m.phase = member_phase::idle;
     m.last = member_end::failed;
     begin_end(group_end::start_failed, i);
@@ -155,6 +171,7 @@ void group_machine::start_failed(std::size_t i, double now_s) {
 void group_machine::ended(std::size_t i, member_end how, double now_s) {
   if (i >= st_.members.size())
     return;
+  st_.skipped.clear();
   auto& m = st_.members[i];
   auto temporary = shape_.members[i].restart == restart_type::temporary;
   if (m.phase == member_phase::stopping) {
@@ -200,7 +217,45 @@ void group_machine::stop(double) {
   begin_end(group_end::stopped, std::nullopt);
 }
 
+void group_machine::step_ended(std::size_t i, member_end how) {
+  auto& m = st_.members[i];
+  m.phase = member_phase::ended;
+  auto passed =
+    how == member_end::normal ||
+    (how == member_end::failed && shape_.members[i].continue_on_failure);
+  if (!passed) {
+    skip_dependents(i);
+    return;
+  }
+  for (auto d : dependents_[i])
+    if (auto& o = st_.members[d]; o.deps_left > 0 && --o.deps_left == 0)
+      start_from_ = std::min(start_from_, d);
+}
+
+void group_machine::skip_dependents(std::size_t i) {
+  std::vector<std::size_t> todo{i};
+  while (!todo.empty()) {
+    auto k = todo.back();
+    todo.pop_back();
+    for (auto d : dependents_[k]) {
+      auto& o = st_.members[d];
+      if (o.phase != member_phase::idle || !o.to_start)
+        continue;
+      o.to_start = false;
+      o.phase = member_phase::skipped;
+      o.skipped_by = i;
+      st_.skipped.push_back(d);
+      todo.push_back(d);
+    }
+  }
+  std::sort(st_.skipped.begin(), st_.skipped.end());
+}
+
 void group_machine::decide(std::size_t i, member_end how, double now_s) {
+  if (shape_.strategy == group_strategy::steps) {
+    step_ended(i, how);
+    return;
+  }
   auto& spec = shape_.members[i];
   auto& m = st_.members[i];
   auto restart =
@@ -312,11 +367,16 @@ void group_machine::check_settled() {
     return;
   }
   st_.end = group_end::completed;
-  for (std::size_t j = 0; j < st_.members.size(); ++j)
-    if (st_.members[j].last == member_end::failed) {
+  auto steps = shape_.strategy == group_strategy::steps;
+  for (std::size_t j = 0; j < st_.members.size(); ++j) {
+    auto last = st_.members[j].last;
+    if (steps ? (last == member_end::failed || last == member_end::stopped) &&
+                  !shape_.members[j].continue_on_failure
+              : last == member_end::failed) {
       st_.end_by = j;
       break;
     }
+  }
 }
 
 std::optional<group_op> group_machine::next() {
@@ -336,7 +396,7 @@ std::optional<group_op> group_machine::next() {
   if (!st_.shutting_down) {
     for (auto j = start_from_; j < st_.members.size(); ++j) {
       auto& m = st_.members[j];
-      if (m.to_start && m.phase == member_phase::idle) {
+      if (m.to_start && m.phase == member_phase::idle && m.deps_left == 0) {
         m.to_start = false;
         m.phase = member_phase::starting;
         start_from_ = j + 1;

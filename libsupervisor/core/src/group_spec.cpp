@@ -2,6 +2,7 @@
 
 #include "config_reader.hpp"
 
+#include <algorithm>
 #include <map>
 #include <utility>
 
@@ -16,13 +17,19 @@ group_shape group_spec::shape() const {
   out.shutdown = shutdown;
   out.members.reserve(members.size());
   for (const auto& m : members)
-    out.members.push_back({m.id, m.restart, m.significant});
+    out.members.push_back(
+      {m.id, m.restart, m.significant, m.depends_on, m.continue_on_failure});
   return out;
 }
 
+bool is_workflow_document(const boost::json::value& doc) {
+  return doc.is_object() && doc.get_object().contains("steps");
+}
+
 bool is_group_document(const boost::json::value& doc) {
-  return doc.is_object() && doc.get_object().size() == 1 &&
-         doc.get_object().contains("group");
+  return (doc.is_object() && doc.get_object().size() == 1 &&
+          doc.get_object().contains("group")) ||
+         is_workflow_document(doc);
 }
 
 namespace {
@@ -170,8 +177,180 @@ private:
   std::size_t total_ = 0;
 };
 
+/// Reads a workflow document as a group of strategy `steps`.
+class workflow_reader {
+public:
+  workflow_reader(const reader& r, const config_set& cfg) : r_(r), cfg_(cfg) {}
+
+  group_spec read(const json::value& doc) {
+    const auto& obj = r_.object(doc, "");
+    r_.check_keys(obj, "", {"id", "steps"});
+    group_spec g;
+    g.id = r_.identifier(r_.required(obj, "", "id"), "/id", "a workflow id");
+    g.strategy = group_strategy::steps;
+    g.intensity.max_restarts = 0;
+    const auto& steps = r_.array(r_.required(obj, "", "steps"), "/steps");
+    if (steps.empty())
+      r_.fail("/steps", "a workflow needs at least one step");
+    if (steps.size() > max_workflow_steps)
+      r_.fail("/steps", "a workflow has at most " +
+                          std::to_string(max_workflow_steps) + " steps");
+    for (std::size_t i = 0; i < steps.size(); ++i)
+      g.members.push_back(step(g.id, steps[i], child("/steps", i), i));
+    for (std::size_t i = 0; i < steps.size(); ++i)
+      link(g, i);
+    refuse_cycles(g);
+    return g;
+  }
+
+private:
+  group_member_spec step(const std::string& workflow, const json::value& v,
+                         const std::string& path, std::size_t i) {
+    const auto& obj = r_.object(v, path);
+    r_.check_keys(obj, path,
+                  {"id", "task", "depends_on", "continue_on_failure"});
+    auto id_path = child(path, "id");
+    auto name =
+      r_.identifier(r_.required(obj, path, "id"), id_path, "a step id");
+    if (auto [at, added] = index_.emplace(name, i); !added)
+      r_.fail(id_path, "duplicate step id " + quote(name) + ": " +
+                         child(child("/steps", at->second), "id") +
+                         " has it too");
+    names_.push_back(name);
+    auto task_id = workflow + "." + name;
+    if (task_id.size() > max_id_length)
+      r_.fail(id_path, "the step's task id " + quote(task_id) +
+                         " (the workflow's id, a dot and the step's id) is "
+                         "longer than " +
+                         std::to_string(max_id_length) + " characters");
+    auto task_path = child(path, "task");
+    json::object task_doc =
+      r_.object(r_.required(obj, path, "task"), task_path);
+    if (const auto* x = task_doc.if_contains("id");
+        x && !(x->is_string() && x->get_string() == task_id))
+      r_.fail(child(task_path, "id"),
+              "a step's task is named by the workflow and the step (" +
+                quote(task_id) + "): leave \"id\" out");
+    task_doc["id"] = task_id;
+    auto task = parse_task(json::value(std::move(task_doc)), r_.where(), cfg_);
+    if (!task) {
+      auto err = task.error();
+      throw parse_failure{
+        error{err.where, shown_pointer(task_path + err.path), err.what}};
+    }
+    if (task->settings.restart == restart_type::permanent)
+      r_.fail(child(child(task_path, "supervisor"), "restart"),
+              "a step runs until it ends: its task cannot be permanent");
+    group_member_spec m;
+    m.id = task_id;
+    m.restart = restart_type::temporary;
+    m.task = std::move(*task);
+    if (const auto* x = obj.if_contains("continue_on_failure"))
+      m.continue_on_failure =
+        r_.boolean(*x, child(path, "continue_on_failure"));
+    std::vector<std::pair<std::string, std::string>> deps;
+    if (const auto* x = obj.if_contains("depends_on")) {
+      auto deps_path = child(path, "depends_on");
+      const auto& arr = r_.array(*x, deps_path);
+      for (std::size_t k = 0; k < arr.size(); ++k) {
+        auto at = child(deps_path, k);
+        deps.emplace_back(r_.identifier(arr[k], at, "a step id"), at);
+      }
+    }
+    deps_.push_back(std::move(deps));
+    return m;
+  }
+
+  /// Step i's `depends_on` as indexes: every name a step of the workflow,
+  /// other than itself, once.
+  void link(group_spec& g, std::size_t i) {
+    auto& m = g.members[i];
+    for (auto& [name, at] : deps_[i]) {
+      auto d = index_.find(name);
+      if (d == index_.end())
+        r_.fail(at, "unknown step " + quote(name) + " (the steps are " +
+                      step_list() + ")");
+      if (d->second == i)
+        r_.fail(at, "a step cannot depend on itself");
+      if (std::find(m.depends_on.begin(), m.depends_on.end(), d->second) !=
+          m.depends_on.end())
+        r_.fail(at, "step " + quote(name) + " is listed twice");
+      m.depends_on.push_back(d->second);
+    }
+  }
+
+  /// Refuses a cycle of dependencies, naming its steps in order.
+  void refuse_cycles(const group_spec& g) {
+    // 0: not visited, 1: on the current path, 2: done.
+    std::vector<int> mark(g.members.size(), 0);
+    std::vector<std::size_t> path;
+    std::vector<std::pair<std::size_t, std::size_t>> stack;
+    for (std::size_t root = 0; root < g.members.size(); ++root) {
+      if (mark[root] != 0)
+        continue;
+      stack.emplace_back(root, 0);
+      mark[root] = 1;
+      path.push_back(root);
+      while (!stack.empty()) {
+        auto& [i, k] = stack.back();
+        auto& deps = g.members[i].depends_on;
+        if (k == deps.size()) {
+          mark[i] = 2;
+          path.pop_back();
+          stack.pop_back();
+          continue;
+        }
+        auto d = deps[k++];
+        if (mark[d] == 1) {
+          // The cycle: from d along the path to i, then back to d.
+          auto from = std::find(path.begin(), path.end(), d);
+          std::string text;
+          for (auto j = from; j != path.end(); ++j)
+            text += names_[*j] + " -> ";
+          text += names_[d];
+          r_.fail(child(child("/steps", i), "depends_on"),
+                  "a cycle of dependencies: " + text);
+        }
+        if (mark[d] == 0) {
+          mark[d] = 1;
+          path.push_back(d);
+          stack.emplace_back(d, 0);
+        }
+      }
+    }
+  }
+
+  std::string step_list() const {
+    std::string out;
+    for (std::size_t i = 0; i < names_.size() && i < 20; ++i)
+      out += (out.empty() ? "" : ", ") + quote(names_[i]);
+    if (names_.size() > 20)
+      out += ", ...";
+    return out;
+  }
+
+  const reader& r_;
+  const config_set& cfg_;
+  /// Step ids -> their index, and in order.
+  std::map<std::string, std::size_t> index_;
+  std::vector<std::string> names_;
+  /// Each step's `depends_on` as written: name and pointer.
+  std::vector<std::vector<std::pair<std::string, std::string>>> deps_;
+};
+
 void resolve_tree_paths(group_spec& g, const json::value& doc,
                         const std::string& file) {
+  if (g.strategy == group_strategy::steps) {
+    // A workflow: its steps' tasks.
+    const auto& steps = doc.at("steps").get_array();
+    for (std::size_t i = 0; i < g.members.size(); ++i) {
+      auto& m = g.members[i];
+      const auto& task = steps[i].get_object().at("task").get_object();
+      if (m.task && m.task->selection && task.contains("agent_selection"))
+        resolve_agent_paths(m.task->selection->agents, file);
+    }
+    return;
+  }
   const auto& members = doc.at("members").get_array();
   for (std::size_t i = 0; i < g.members.size(); ++i) {
     auto& m = g.members[i];
@@ -204,6 +383,8 @@ expected<group_spec> parse_group(const boost::json::value& doc,
                                  const config_set& cfg) {
   return guarded([&] {
     reader r{where, cfg.profiles};
+    if (is_workflow_document(doc))
+      return workflow_reader{r, cfg}.read(doc);
     const auto& obj = r.object(doc, "");
     r.check_keys(obj, "", {"group"});
     tree_reader tree{r, cfg};
@@ -218,7 +399,8 @@ expected<group_spec> load_group_file(const std::string& path,
     return doc.error();
   auto g = parse_group(*doc, path, cfg);
   if (g)
-    resolve_tree_paths(*g, doc->at("group"), path);
+    resolve_tree_paths(
+      *g, g->strategy == group_strategy::steps ? *doc : doc->at("group"), path);
   return g;
 }
 

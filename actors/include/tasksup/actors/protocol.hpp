@@ -187,13 +187,13 @@ template<>
 struct enum_size<event_kind> : std::integral_constant<std::size_t, 13> {};
 
 template<>
-struct enum_size<member_phase> : std::integral_constant<std::size_t, 6> {};
+struct enum_size<member_phase> : std::integral_constant<std::size_t, 7> {};
 
 template<>
 struct enum_size<member_end> : std::integral_constant<std::size_t, 3> {};
 
 template<>
-struct enum_size<group_strategy> : std::integral_constant<std::size_t, 3> {};
+struct enum_size<group_strategy> : std::integral_constant<std::size_t, 4> {};
 
 template<>
 struct enum_size<end_reason> : std::integral_constant<std::size_t, 13> {};

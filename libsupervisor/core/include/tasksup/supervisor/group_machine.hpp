@@ -22,10 +22,17 @@ enum class group_strategy : std::uint8_t {
   one_for_all,
   /// That member and the members after it.
   rest_for_one,
+  /// A workflow's steps (not one of OTP's, and not written in a group
+  /// file): none is restarted; each starts once the members it depends on
+  /// have succeeded, and one that fails skips the members that depend on
+  /// it.
+  steps,
 };
 
-/// "one_for_one", "one_for_all" or "rest_for_one".
+/// "one_for_one", "one_for_all", "rest_for_one" or "steps".
 std::string_view to_string(group_strategy x) noexcept;
+
+/// One of OTP's three strategies by name ("steps" is not one).
 std::optional<group_strategy> parse_group_strategy(std::string_view) noexcept;
 
 /// When the end of significant members ends the group (OTP's
@@ -76,9 +83,12 @@ enum class member_phase : std::uint8_t {
   ended,
   /// Gone for good: a `temporary` member that ended or was stopped.
   removed,
+  /// A step never started: a step it depends on failed (`steps`).
+  skipped,
 };
 
-/// "idle", "starting", "running", "stopping", "ended" or "removed".
+/// "idle", "starting", "running", "stopping", "ended", "removed" or
+/// "skipped".
 std::string_view to_string(member_phase x) noexcept;
 
 /// Why a group ended.
@@ -111,6 +121,11 @@ struct group_member_shape {
   std::string id;
   restart_type restart = restart_type::permanent;
   bool significant = false;
+  /// `steps`: the members (indexes) that must succeed before it starts.
+  std::vector<std::size_t> depends_on = {};
+  /// `steps`: its failure neither skips its dependents nor fails the
+  /// workflow.
+  bool continue_on_failure = false;
 };
 
 /// What the machine needs to know of a group.
@@ -163,6 +178,12 @@ struct group_restart {
 ///   the group as `auto_shutdown` says.
 /// - A group whose members have all ended with none to restart ends
 ///   `completed`.
+/// - With strategy `steps` (a workflow), no member is restarted: members
+///   start in order once the members they depend on have succeeded (or
+///   failed with `continue_on_failure`); a member that fails, is stopped or
+///   cannot start skips every member that depends on it, directly or not.
+///   The group completes once none is left to run; it failed when a member
+///   did (or was stopped) without `continue_on_failure`.
 class group_machine {
 public:
   explicit group_machine(group_shape shape);
@@ -253,6 +274,10 @@ public:
     bool to_start = false;
     std::optional<member_end> last;
     int restarts = 0;
+    /// `steps`: the members it depends on that have not succeeded yet.
+    std::size_t deps_left = 0;
+    /// `skipped`: the member whose end skipped it.
+    std::optional<std::size_t> skipped_by;
   };
 
   /// The machine's whole state, plain data (what the journal keeps).
@@ -272,6 +297,8 @@ public:
     restart_window window;
     std::vector<group_restart> history;
     std::uint64_t restart_count = 0;
+    /// The members the last input skipped (`steps`), in order.
+    std::vector<std::size_t> skipped;
   };
 
   const state& snapshot() const noexcept { return st_; }
@@ -286,11 +313,17 @@ private:
   void begin_end(group_end why, std::optional<std::size_t> by);
   void check_settled();
   bool significant_end_ends_group(std::size_t i) const;
+  /// `steps`: member i's run ended `how` (not restarted).
+  void step_ended(std::size_t i, member_end how);
+  /// `steps`: skips every member that depends on `i`, directly or not.
+  void skip_dependents(std::size_t i);
   /// After a change that may add starts or stops anywhere: `next` looks at
   /// every member again.
   void rescan() noexcept;
 
   group_shape shape_;
+  /// `steps`: the members that depend on each member (from the shape).
+  std::vector<std::vector<std::size_t>> dependents_;
   state st_;
   /// Where `next` looks (derived from `st_`, not part of it): no stop is
   /// due at or above `stop_below_`, no start below `start_from_`. A restart

@@ -31,10 +31,15 @@ struct group_member_spec {
   std::optional<task_spec> task;
   /// Set for a group member.
   std::shared_ptr<const group_spec> group;
+  /// A workflow's step: the members (indexes) it depends on, and whether
+  /// its failure lets its dependents run (`continue_on_failure`).
+  std::vector<std::size_t> depends_on = {};
+  bool continue_on_failure = false;
 };
 
 /// A group (`{"group": {...}}`): members supervised together with one of
-/// OTP's strategies.
+/// OTP's strategies; or a workflow (`{"id": ..., "steps": [...]}`), read as
+/// a group of strategy `steps` whose members are its steps' tasks.
 struct group_spec {
   std::string id;
   group_strategy strategy = group_strategy::one_for_one;
@@ -56,8 +61,14 @@ inline constexpr std::size_t max_tree_members = 100000;
 inline constexpr std::size_t max_group_depth = 16;
 
 /// Whether `doc` is a group document: an object whose only key is
-/// `"group"`.
+/// `"group"`, or a workflow: an object with `"steps"`.
 bool is_group_document(const boost::json::value& doc);
+
+/// Whether `doc` is a workflow document (an object with `"steps"`).
+bool is_workflow_document(const boost::json::value& doc);
+
+/// The most steps of one workflow.
+inline constexpr std::size_t max_workflow_steps = max_group_members;
 
 /// Parses a group document (`{"group": {...}}`) and resolves each task
 /// member against `cfg` (as `parse_task` does). Errors name `where` and the
@@ -66,6 +77,14 @@ bool is_group_document(const boost::json::value& doc);
 /// significant member where OTP refuses one (`auto_shutdown` `never`, or a
 /// `permanent` member), intensity out of range, and every error of the
 /// member tasks (their pointers within the group document).
+///
+/// A workflow document (`{"id": ..., "steps": [{"id", "task",
+/// "depends_on", "continue_on_failure"}, ...]}`) gives a group of strategy
+/// `steps`: each step's task is a `temporary` member whose task id is
+/// "<workflow id>.<step id>". Errors name the pointer of a duplicate step
+/// id, an unknown step in `depends_on`, a step that depends on itself or
+/// on a step twice, a cycle (naming its steps), a task id too long, and
+/// every error of the steps' tasks.
 expected<group_spec> parse_group(const boost::json::value& doc,
                                  std::string_view where, const config_set& cfg);
 
