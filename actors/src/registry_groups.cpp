@@ -13,10 +13,15 @@
 #include <caf/actor_cast.hpp>
 #include <caf/send.hpp>
 
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/serialize.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -239,6 +244,101 @@ void ended_rows(registry_ptr self, const group_spec& g, int depth,
   }
 }
 
+/// The group of `top`'s tree with the task member `id`, and its index.
+const group_spec* group_with_member(const group_spec& g, const std::string& id,
+                                    std::size_t& index) {
+  for (std::size_t i = 0; i < g.members.size(); ++i) {
+    auto& m = g.members[i];
+    if (m.group) {
+      if (auto* found = group_with_member(*m.group, id, index))
+        return found;
+    } else if (m.id == id) {
+      index = i;
+      return &g;
+    }
+  }
+  return nullptr;
+}
+
+/// The branch a workflow step's task delivers, if it does.
+std::string delivered_branch(const group_member_spec& m) {
+  if (!m.task || !m.task->repo || m.task->deliver != delivery_mode::branch)
+    return {};
+  return "tasksup/" + m.id;
+}
+
+/// A workflow step about to run: each step it depends on, as it ended,
+/// goes into `<attempt root>/<task>/inputs.json`, named to its agent by
+/// TASKSUP_INPUTS, and its prompt's `{{steps.<id>.branch}}` become branch
+/// names. False (with why) when the file cannot be written.
+expected<bool> add_step_inputs(registry_ptr self, task_spec& task) {
+  namespace fs = std::filesystem;
+  auto& st = self->state;
+  auto t = st.in_tree.find(task.id);
+  if (t == st.in_tree.end())
+    return true;
+  auto top = st.groups.find(t->second);
+  if (top == st.groups.end() || !top->second.spec)
+    return true;
+  std::size_t index = 0;
+  auto* g = group_with_member(*top->second.spec, task.id, index);
+  if (g == nullptr || g->strategy != group_strategy::steps)
+    return true;
+  auto step_of = [g](const std::string& id) {
+    return id.substr(std::min(id.size(), g->id.size() + 1));
+  };
+  boost::json::object steps;
+  for (auto d : g->members[index].depends_on) {
+    auto& dep = g->members[d];
+    boost::json::object o;
+    o["task_id"] = dep.id;
+    if (auto f = st.finished.find(dep.id);
+        f != st.finished.end() && f->second.result) {
+      auto& r = *f->second.result;
+      o["outcome"] = std::string{to_string(r.outcome)};
+      o["exit_code"] = r.exit_code;
+      boost::json::array artifacts;
+      for (auto& a : r.artifacts)
+        artifacts.emplace_back(a);
+      o["artifacts"] = std::move(artifacts);
+      if (f->second.attempt > 0)
+        o["attempt_dir"] = (fs::path{st.opts.attempt_root} / dep.id /
+                            ("attempt-" + std::to_string(f->second.attempt)))
+                             .string();
+      if (auto branch = delivered_branch(dep);
+          !branch.empty() && r.outcome == task_outcome::succeeded)
+        o["branch"] = branch;
+    }
+    steps[step_of(dep.id)] = std::move(o);
+  }
+  boost::json::object doc;
+  doc["workflow"] = g->id;
+  doc["step"] = step_of(task.id);
+  doc["steps"] = std::move(steps);
+  auto dir = fs::path{st.opts.attempt_root} / task.id;
+  auto file = dir / "inputs.json";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  std::ofstream out{file, std::ios::trunc};
+  out << boost::json::serialize(doc) << '\n';
+  out.close();
+  if (ec || !out)
+    return tasksup::error{file.string(), "",
+                          "cannot write the step's inputs" +
+                            (ec ? ": " + ec.message() : std::string{})};
+  task.env["TASKSUP_INPUTS"] = file.string();
+  // Checked when the workflow was read: each names a step's branch.
+  for (auto& ref : find_step_templates(task.prompt)) {
+    if (!ref.valid || ref.field != "branch")
+      continue;
+    auto replacement = "tasksup/" + g->id + "." + ref.step;
+    for (auto at = task.prompt.find(ref.text); at != std::string::npos;
+         at = task.prompt.find(ref.text, at + replacement.size()))
+      task.prompt.replace(at, ref.text.size(), replacement);
+  }
+  return true;
+}
+
 /// The spec of group `id` within the tree of `top`.
 const group_spec* find_group(const group_spec& top, const std::string& id) {
   if (top.id == id)
@@ -414,6 +514,8 @@ caf::result<bool> start_member(registry_ptr self, task_spec task,
       (st.finished.count(id) > 0 || st.groups.count(id) > 0))
     return make_error(protocol_error::duplicate_task,
                       "a task with id '" + id + "' exists already");
+  if (auto ok = add_step_inputs(self, task); !ok)
+    return make_error(protocol_error::invalid_task, ok.error().to_string());
   auto rp = self->make_response_promise<bool>();
   submit_into(self, std::move(task), false, false, run,
               [self, rp, id, group](caf::expected<std::string> ok) mutable {

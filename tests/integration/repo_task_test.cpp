@@ -540,3 +540,48 @@ TEST_CASE("repo task: a node's allowed_paths confine repositories", "[repo]") {
   }
   CHECK_FALSE(std::filesystem::exists(dir / "work"));
 }
+
+TEST_CASE("repo task: a workflow step sees the steps it depends on: their "
+          "results in TASKSUP_INPUTS and the branch one delivered in its "
+          "prompt") {
+  scratch dir;
+  auto repo = make_repo(dir);
+  auto coder = make_agent(dir);
+  auto reviewer =
+    dir.write_script("reviewer.sh", "#!/bin/sh\n"
+                                    "printf '%s' \"$1\" > '" +
+                                      dir / "review-prompt.txt" +
+                                      "'\n"
+                                      "cp \"$TASKSUP_INPUTS\" '" +
+                                      dir / "review-inputs.json" + "'\n");
+  auto wf = std::string{R"({"id": "wf", "steps": [
+    {"id": "code", "task": {"prompt": "Make check.sh pass",
+      "agent_selection": {"agents": [{"agent_id": "coder", "agent_cli": ")"} +
+            coder + R"("}]},
+      "supervisor": {"backoff_base_seconds": 0.05},
+      "repo": {"path": ")" +
+            repo + R"("},
+      "gates": [{"name": "check", "command": "sh check.sh"}]}},
+    {"id": "review", "depends_on": ["code"], "task": {
+      "prompt": "Review {{steps.code.branch}} please",
+      "agent_selection": {"agents": [{"agent_id": "reviewer", "agent_cli": ")" +
+            reviewer +
+            R"(", "cli_flags": "", "prompt_as_argument": true}]}}}]})";
+  auto r = run_task(dir, "wf", wf);
+  INFO(r.run.out << r.run.err);
+  REQUIRE(r.run.status == 0);
+  CHECK(git(repo, {"show", "tasksup/wf.code:answer.txt"}) ==
+        std::vector<std::string>{"42"});
+  CHECK(slurp(dir / "review-prompt.txt") == "Review tasksup/wf.code please");
+  boost::system::error_code ec;
+  auto inputs = boost::json::parse(slurp(dir / "review-inputs.json"), ec);
+  REQUIRE_FALSE(ec);
+  auto& o = inputs.as_object();
+  CHECK(text(o, "workflow") == "wf");
+  CHECK(text(o, "step") == "review");
+  auto& code = o.at("steps").as_object().at("code").as_object();
+  CHECK(text(code, "task_id") == "wf.code");
+  CHECK(text(code, "outcome") == "succeeded");
+  CHECK(text(code, "branch") == "tasksup/wf.code");
+  CHECK(text(code, "attempt_dir") == attempt_dir(dir, "wf.code", 2));
+}

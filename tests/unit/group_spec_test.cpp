@@ -299,3 +299,50 @@ TEST_CASE("workflow file: bad steps are refused naming the pointer") {
     CHECK(e.path == "/steps");
   }
 }
+
+TEST_CASE("workflow file: a prompt names a branch only of a step it depends "
+          "on that delivers one") {
+  auto task = [](const std::string& prompt, bool repo) {
+    return R"("task": {"prompt": ")" + prompt +
+           R"(", "agent_selection": {"agents": [{"agent_id": "a", "agent_cli": "/bin/true", "cli_flags": ""}]})" +
+           (repo ? R"(, "repo": {"path": "/tmp"})" : "") + "}";
+  };
+  auto wf = [&](const std::string& prompt, bool repo = true,
+                const std::string& extra_step = "") {
+    return R"({"id": "w", "steps": [{"id": "code", )" + task("c", repo) +
+           R"(}, {"id": "mid", "depends_on": ["code"], )" + task("m", false) +
+           R"(}, {"id": "review", "depends_on": ["mid"], )" +
+           task(prompt, false) + "}" + extra_step + "]}";
+  };
+  SECTION("a step depended on, not directly, that delivers a branch") {
+    auto g = parse(wf("see {{steps.code.branch}}"));
+    INFO((g ? std::string{} : g.error().to_string()));
+    CHECK(g);
+  }
+  SECTION("an unknown step") {
+    auto e = failure(wf("see {{steps.nope.branch}}"));
+    CHECK(e.path == "/steps/2/task/prompt");
+    CHECK_THAT(e.what, Catch::Contains("unknown step \"nope\""));
+  }
+  SECTION("a step it does not depend on") {
+    auto e = failure(wf("see {{steps.other.branch}}", true,
+                        R"(, {"id": "other", )" + task("o", true) + "}"));
+    CHECK_THAT(e.what, Catch::Contains("does not depend on"));
+  }
+  SECTION("an answer, not available yet") {
+    auto e = failure(wf("see {{steps.code.answer.plan}}"));
+    CHECK_THAT(e.what, Catch::Contains("not available yet"));
+  }
+  SECTION("an unknown field") {
+    auto e = failure(wf("see {{steps.code.color}}"));
+    CHECK_THAT(e.what, Catch::Contains("\"branch\""));
+  }
+  SECTION("a step that delivers no branch") {
+    auto e = failure(wf("see {{steps.code.branch}}", false));
+    CHECK_THAT(e.what, Catch::Contains("delivers none"));
+  }
+  SECTION("not of the form") {
+    auto e = failure(wf("see {{steps.code}}"));
+    CHECK_THAT(e.what, Catch::Contains("is not of the form"));
+  }
+}

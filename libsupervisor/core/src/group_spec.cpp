@@ -22,6 +22,29 @@ group_shape group_spec::shape() const {
   return out;
 }
 
+std::vector<step_template> find_step_templates(std::string_view text) {
+  std::vector<step_template> out;
+  constexpr std::string_view open = "{{steps.";
+  for (auto at = text.find(open); at != std::string_view::npos;
+       at = text.find(open, at + 1)) {
+    step_template t;
+    auto close = text.find("}}", at);
+    auto end = close == std::string_view::npos ? text.size() : close + 2;
+    t.text = std::string{text.substr(at, end - at)};
+    if (close != std::string_view::npos) {
+      auto inner = text.substr(at + open.size(), close - at - open.size());
+      auto dot = inner.find('.');
+      if (dot != std::string_view::npos && dot > 0 && dot + 1 < inner.size()) {
+        t.step = std::string{inner.substr(0, dot)};
+        t.field = std::string{inner.substr(dot + 1)};
+        t.valid = valid_identifier(t.step);
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 bool is_workflow_document(const boost::json::value& doc) {
   return doc.is_object() && doc.get_object().contains("steps");
 }
@@ -200,6 +223,8 @@ public:
     for (std::size_t i = 0; i < steps.size(); ++i)
       link(g, i);
     refuse_cycles(g);
+    for (std::size_t i = 0; i < steps.size(); ++i)
+      check_templates(g, i);
     return g;
   }
 
@@ -318,6 +343,61 @@ private:
         }
       }
     }
+  }
+
+  /// Step i's prompt may name, as `{{steps.<id>.branch}}`, the branch a
+  /// step it depends on (directly or not) delivers: any other template
+  /// is refused.
+  void check_templates(const group_spec& g, std::size_t i) {
+    const auto& prompt = g.members[i].task->prompt;
+    auto path = child(child(child("/steps", i), "task"), "prompt");
+    for (auto& ref : find_step_templates(prompt)) {
+      if (!ref.valid)
+        r_.fail(path, "a template " + quote(ref.text) +
+                        " is not of the form {{steps.<step id>.branch}}");
+      auto d = index_.find(ref.step);
+      if (d == index_.end())
+        r_.fail(path, "the template " + quote(ref.text) +
+                        " names an unknown step " + quote(ref.step));
+      if (!depends_on(g, i, d->second))
+        r_.fail(path, "the template " + quote(ref.text) + " names step " +
+                        quote(ref.step) +
+                        ", which this step does not depend on: it may not "
+                        "have run");
+      if (ref.field != "branch")
+        r_.fail(path, "the template " + quote(ref.text) + " names the field " +
+                        quote(ref.field) +
+                        (ref.field.rfind("answer", 0) == 0
+                           ? ": a step's answer is not available yet"
+                           : ": the field a step offers is \"branch\""));
+      const auto& dep = *g.members[d->second].task;
+      if (!dep.repo || dep.deliver != delivery_mode::branch)
+        r_.fail(path, "the template " + quote(ref.text) +
+                        " names the branch "
+                        "of step " +
+                        quote(ref.step) +
+                        ", which delivers none (it needs a \"repo\" and "
+                        "\"deliver\": \"branch\")");
+    }
+  }
+
+  /// Whether step i depends on step d, directly or not.
+  static bool depends_on(const group_spec& g, std::size_t i, std::size_t d) {
+    std::vector<std::size_t> todo{i};
+    std::vector<bool> seen(g.members.size(), false);
+    while (!todo.empty()) {
+      auto k = todo.back();
+      todo.pop_back();
+      for (auto x : g.members[k].depends_on) {
+        if (x == d)
+          return true;
+        if (!seen[x]) {
+          seen[x] = true;
+          todo.push_back(x);
+        }
+      }
+    }
+    return false;
   }
 
   std::string step_list() const {

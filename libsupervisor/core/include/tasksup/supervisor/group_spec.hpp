@@ -67,6 +67,19 @@ bool is_group_document(const boost::json::value& doc);
 /// Whether `doc` is a workflow document (an object with `"steps"`).
 bool is_workflow_document(const boost::json::value& doc);
 
+/// One `{{steps.<step>.<field>}}` in a workflow step's prompt.
+struct step_template {
+  /// As written, braces included.
+  std::string text;
+  std::string step;
+  std::string field;
+  /// Whether it has that form (a step id, a dot, a field, closed).
+  bool valid = false;
+};
+
+/// The templates naming steps in `text`, in order.
+std::vector<step_template> find_step_templates(std::string_view text);
+
 /// The most steps of one workflow.
 inline constexpr std::size_t max_workflow_steps = max_group_members;
 
