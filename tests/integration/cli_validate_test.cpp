@@ -36,7 +36,8 @@ tasksup::test::cli_result validate(std::vector<std::string> args,
 TEST_CASE("validate: the shipped config directory and examples are valid") {
   auto res =
     validate({repo_config, repo_config + "/examples/demo-recovery.json",
-              repo_config + "/examples/reference-task.json"});
+              repo_config + "/examples/reference-task.json",
+              repo_config + "/examples/workflow-demo.json"});
   INFO(res.err);
   CHECK(res.status == 0);
   // The reference task mounts one host directory as its workdir: validate

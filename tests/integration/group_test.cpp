@@ -439,3 +439,33 @@ TEST_CASE("a workflow runs its steps as their dependencies succeed: a failed "
   CHECK(text_at(status_of(dir, address, "fix.docs"), "state") == "done");
   CHECK(status_of(dir, address, "fix.review").empty());
 }
+
+TEST_CASE("the shipped workflow example runs: plan first, code (after a "
+          "retry) and docs after it, review last, and succeeds") {
+  scratch dir;
+  auto events = dir / "wf.jsonl";
+  auto ran = run_to_end(dir,
+                        {"run", "--config", config_dir(), "--events", events,
+                         "--work-dir", dir / "work",
+                         example("workflow-demo.json")},
+                        120s);
+  INFO(ran.out << ran.err);
+  REQUIRE(ran.status == 0);
+  auto evs = json_lines(slurp(events));
+  std::vector<std::string> started;
+  for (auto& e : group_changes(evs, "member_started"))
+    started.push_back(text_at(e, "member"));
+  REQUIRE(started.size() == 4);
+  CHECK(started.front() == "demo-workflow.plan");
+  CHECK(started.back() == "demo-workflow.review");
+  auto ended = group_changes(evs, "ended");
+  REQUIRE(ended.size() == 1);
+  CHECK(text_at(ended[0], "outcome") == "succeeded");
+  // code failed its first attempt with a transient error and was retried
+  // inside its own task; the workflow saw one run of it.
+  std::vector<std::int64_t> attempts;
+  for (auto& e : of_kind(evs, "attempt_started"))
+    if (text_at(e, "task_id") == "demo-workflow.code")
+      attempts.push_back(e.at("attempt").as_int64());
+  CHECK(attempts == std::vector<std::int64_t>{1, 2});
+}
