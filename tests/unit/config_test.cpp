@@ -1,4 +1,5 @@
 #include "tasksup/supervisor/config.hpp"
+#include "tasksup/supervisor/group_spec.hpp"
 
 #include <boost/json/parse.hpp>
 #include <catch2/catch.hpp>
@@ -182,6 +183,16 @@ TEST_CASE("config/: every JSON file validates") {
         parent == "profiles") { // profiles: agent_profile_test.cpp
       CHECK(read_json_file(path).has_value());
       continue; // checked by load_config_dir above
+    }
+    // A group or workflow file is read as `run` reads it.
+    auto doc = read_json_file(path);
+    REQUIRE(doc);
+    if (is_group_document(*doc)) {
+      auto group = load_group_file(path, *cfg);
+      INFO((group ? "" : group.error().to_string()));
+      CHECK(group.has_value());
+      ++tasks;
+      continue;
     }
     auto res = load_task_file(path, *cfg);
     INFO((res ? "" : res.error().to_string()));
