@@ -207,6 +207,20 @@ void member_down(group_ptr self, std::size_t i, std::optional<member_end> how) {
   pump(self);
 }
 
+/// Asks the host to start task member `i`'s current run (`run_of`), and
+/// calls `done` with its answer (false for an error).
+template<class Done>
+void ask_host_to_start(group_ptr self, std::size_t i, Done done) {
+  auto& st = self->state;
+  self
+    // No timeout: the host answers every start (its admission checks may
+    // take long), and CAF 0.17 keeps a request's timeout on its clock until
+    // it expires, answered or not.
+    ->request(st.opts.host, caf::infinite, member_start_atom::value,
+              st.opts.spec->id, *st.opts.spec->members[i].task, st.run_of[i])
+    .then([=](bool ok) { done(ok); }, [=](caf::error&) { done(false); });
+}
+
 /// Starts member `i`: a nested group at once, a task through the host.
 void start_member(group_ptr self, std::size_t i) {
   auto& st = self->state;
@@ -227,20 +241,12 @@ void start_member(group_ptr self, std::size_t i) {
     // Started once it says so (`group_started`).
     return;
   }
-  self
-    // No timeout: the host answers every start (its admission checks may
-    // take long), and CAF 0.17 keeps a request's timeout on its clock until
-    // it expires, answered or not.
-    ->request(st.opts.host, caf::infinite, member_start_atom::value,
-              st.opts.spec->id, *member.task, st.run_of[i])
-    .then(
-      [=](bool ok) {
-        if (ok)
-          member_up(self, i);
-        else
-          member_down(self, i, std::nullopt);
-      },
-      [=](caf::error&) { member_down(self, i, std::nullopt); });
+  ask_host_to_start(self, i, [=](bool ok) {
+    if (ok)
+      member_up(self, i);
+    else
+      member_down(self, i, std::nullopt);
+  });
 }
 
 /// Stops member `i`; its end comes back as `member_ended` (a task) or
@@ -400,22 +406,12 @@ std::optional<std::size_t> member_index(group_ptr self, const std::string& id) {
 /// start of the run it knows as that run went (true, then its end if it
 /// ended); a member it cannot account for ended failed.
 void reattach_member(group_ptr self, std::size_t i) {
-  auto& st = self->state;
-  const auto& member = st.opts.spec->members[i];
-  auto lost = [=] {
-    if (self->state.machine->phase(i) == member_phase::running ||
-        self->state.machine->phase(i) == member_phase::stopping)
+  ask_host_to_start(self, i, [=](bool ok) {
+    auto phase = self->state.machine->phase(i);
+    if (!ok &&
+        (phase == member_phase::running || phase == member_phase::stopping))
       member_down(self, i, member_end::failed);
-  };
-  self
-    ->request(st.opts.host, caf::infinite, member_start_atom::value,
-              st.opts.spec->id, *member.task, st.run_of[i])
-    .then(
-      [=](bool ok) {
-        if (!ok)
-          lost();
-      },
-      [=](caf::error&) { lost(); });
+  });
 }
 
 /// Replays the inputs the journal kept for this group, or returns false
@@ -586,15 +582,8 @@ std::shared_ptr<group_tree> make_group_tree(const group_spec& top,
                << 32;
   if (tree->salt == 0)
     tree->salt = std::int64_t{1} << 32;
-  std::vector<const group_spec*> todo{&top};
-  while (!todo.empty()) {
-    auto* g = todo.back();
-    todo.pop_back();
+  for (auto* g : tree_groups(top))
     tree->groups.emplace(g->id, std::make_unique<group_slot>());
-    for (auto& m : g->members)
-      if (m.group)
-        todo.push_back(m.group.get());
-  }
   return tree;
 }
 

@@ -8,6 +8,7 @@
 
 #include "tasksup/actors/events.hpp"
 
+#include "tasksup/runtime/workspace.hpp"
 #include "tasksup/supervisor/events.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -62,16 +63,6 @@ void hold_tree(registry_ptr self, const group_spec& g, const std::string& top,
   }
 }
 
-/// The groups of `top`'s tree, `top` first, each before its nested ones.
-std::vector<const group_spec*> tree_groups(const group_spec& top) {
-  std::vector<const group_spec*> out{&top};
-  for (std::size_t i = 0; i < out.size(); ++i)
-    for (auto& m : out[i]->members)
-      if (m.group)
-        out.push_back(m.group.get());
-  return out;
-}
-
 /// The hub keeps group `id`'s events for `events` and `describe` (in the
 /// journal under its row `seq`, when it has one).
 void track_group(registry_ptr self, const std::string& id, std::int64_t seq,
@@ -99,6 +90,18 @@ void start_tree(registry_ptr self, std::shared_ptr<const group_spec> spec,
   // without reporting, the group failed.
   self->monitor(top.supervisor);
   st.group_supervisors->insert_or_assign(spec->id, top.supervisor);
+}
+
+/// Forgets group `id`'s record, its history and its journal row ->
+/// whether it had one.
+bool drop_group(registry_ptr self, const std::string& id) {
+  auto& st = self->state;
+  if (st.groups.erase(id) == 0)
+    return false;
+  untrack(self, id);
+  if (st.opts.journal)
+    self->send(st.opts.journal, jforget_atom::value, id);
+  return true;
 }
 
 /// Lets go of a tree held for a submission that failed.
@@ -264,7 +267,7 @@ const group_spec* group_with_member(const group_spec& g, const std::string& id,
 std::string delivered_branch(const group_member_spec& m) {
   if (!m.task || !m.task->repo || m.task->deliver != delivery_mode::branch)
     return {};
-  return "tasksup/" + m.id;
+  return runtime::delivery_branch(m.id);
 }
 
 /// A workflow step about to run: each step it depends on, as it ended,
@@ -331,7 +334,7 @@ expected<bool> add_step_inputs(registry_ptr self, task_spec& task) {
   for (auto& ref : find_step_templates(task.prompt)) {
     if (!ref.valid || ref.field != "branch")
       continue;
-    auto replacement = "tasksup/" + g->id + "." + ref.step;
+    auto replacement = runtime::delivery_branch(step_task_id(g->id, ref.step));
     for (auto at = task.prompt.find(ref.text); at != std::string::npos;
          at = task.prompt.find(ref.text, at + replacement.size()))
       task.prompt.replace(at, ref.text.size(), replacement);
@@ -401,18 +404,10 @@ caf::result<std::string> submit_group(registry_ptr self, group_spec spec,
     // Held here: erasing the top's record would free the spec it walks.
     auto old_spec = old->second.spec;
     for (auto* g : tree_groups(*old_spec))
-      if (st.groups.erase(g->id) > 0) {
-        untrack(self, g->id);
-        if (st.opts.journal)
-          self->send(st.opts.journal, jforget_atom::value, g->id);
-      }
+      drop_group(self, g->id);
   }
   for (auto& id : ids) {
-    if (st.groups.erase(id) > 0) {
-      untrack(self, id);
-      if (st.opts.journal)
-        self->send(st.opts.journal, jforget_atom::value, id);
-    }
+    drop_group(self, id);
     forget(self, id);
   }
   auto trace_id = st.ids->trace_id();
@@ -653,15 +648,9 @@ caf::result<bool> forget_group(registry_ptr self, const std::string& id) {
   if (!g.result || g.top != id || !g.spec)
     return false;
   auto spec = g.spec;
-  for (auto& x : tree_ids(*spec)) {
-    if (st.groups.erase(x) > 0) {
-      untrack(self, x);
-      if (st.opts.journal)
-        self->send(st.opts.journal, jforget_atom::value, x);
-    } else if (st.finished.count(x) > 0) {
+  for (auto& x : tree_ids(*spec))
+    if (!drop_group(self, x) && st.finished.count(x) > 0)
       forget_finished(self, x);
-    }
-  }
   return true;
 }
 

@@ -242,7 +242,7 @@ private:
                          child(child("/steps", at->second), "id") +
                          " has it too");
     names_.push_back(name);
-    auto task_id = workflow + "." + name;
+    auto task_id = step_task_id(workflow, name);
     if (task_id.size() > max_id_length)
       r_.fail(id_path, "the step's task id " + quote(task_id) +
                          " (the workflow's id, a dot and the step's id) is "
@@ -487,6 +487,22 @@ expected<group_spec> load_group_file(const std::string& path,
 std::vector<std::string> tree_ids(const group_spec& g) {
   std::vector<std::string> out;
   collect_ids(g, out);
+  return out;
+}
+
+std::vector<const group_spec*> tree_groups(const group_spec& top) {
+  std::vector<const group_spec*> out{&top};
+  for (std::size_t i = 0; i < out.size(); ++i)
+    for (auto& m : out[i]->members)
+      if (m.group)
+        out.push_back(m.group.get());
+  return out;
+}
+
+std::string step_task_id(std::string_view workflow, std::string_view step) {
+  std::string out{workflow};
+  out += '.';
+  out += step;
   return out;
 }
 

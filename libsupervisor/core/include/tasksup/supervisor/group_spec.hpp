@@ -110,4 +110,10 @@ expected<group_spec> load_group_file(const std::string& path,
 /// before its members).
 std::vector<std::string> tree_ids(const group_spec& g);
 
+/// The groups of `top`'s tree, `top` first, each before its nested ones.
+std::vector<const group_spec*> tree_groups(const group_spec& top);
+
+/// The task id of step `step` of workflow `workflow`: "<workflow>.<step>".
+std::string step_task_id(std::string_view workflow, std::string_view step);
+
 } // namespace tasksup

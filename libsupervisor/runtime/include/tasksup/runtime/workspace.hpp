@@ -71,6 +71,11 @@ struct change {
   std::vector<std::string> files;
 };
 
+/// The branch task `task_id` delivers to: `tasksup/<task id>`.
+inline std::string delivery_branch(const std::string& task_id) {
+  return "tasksup/" + task_id;
+}
+
 /// A repository task's worktree for one attempt.
 class repo_workspace {
 public:
@@ -105,8 +110,8 @@ public:
   /// without changing anything (a conflict).
   expected<bool> apply(const std::string& patch_path) const;
 
-  /// The branch a task delivers to: `tasksup/<task id>`.
-  std::string branch() const { return "tasksup/" + task_id_; }
+  /// The branch a task delivers to (`delivery_branch`).
+  std::string branch() const { return delivery_branch(task_id_); }
 
   const repo_spec& repo() const noexcept { return repo_; }
 
