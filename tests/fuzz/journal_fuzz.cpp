@@ -23,6 +23,18 @@ void require(bool condition) {
     std::abort();
 }
 
+/// A record that `decode` loads writes back (every number bounded, so
+/// writing ends) to bytes that load to the same thing.
+template<class Decode>
+void round_trip(std::string_view bytes, Decode decode) {
+  if (auto x = decode(bytes, "fuzz", nullptr)) {
+    auto again = encode(*x);
+    auto y = decode(again, "fuzz", nullptr);
+    require(static_cast<bool>(y));
+    require(encode(*y) == again);
+  }
+}
+
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
@@ -32,55 +44,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   std::string_view bytes{reinterpret_cast<const char*>(data + 1), size - 1};
   switch (data[0] % 6) {
     case 0:
-      if (auto x = decode_input(bytes, "fuzz")) {
-        auto again = encode(*x);
-        auto y = decode_input(again, "fuzz");
-        require(static_cast<bool>(y));
-        require(encode(*y) == again);
-      }
+      round_trip(bytes, decode_input);
       break;
     case 1:
-      // A task or a result that loads writes back (every number bounded, so
-      // writing ends) to bytes that load to the same thing.
-      if (auto x = decode_task(bytes, "fuzz")) {
-        auto again = encode(*x);
-        auto y = decode_task(again, "fuzz");
-        require(static_cast<bool>(y));
-        require(encode(*y) == again);
-      }
+      round_trip(bytes, decode_task);
       break;
     case 3:
-      // A group's row, its inputs and its end, likewise.
-      if (auto x = decode_group(bytes, "fuzz")) {
-        auto again = encode(*x);
-        auto y = decode_group(again, "fuzz");
-        require(static_cast<bool>(y));
-        require(encode(*y) == again);
-      }
+      round_trip(bytes, decode_group);
       break;
     case 4:
-      if (auto x = decode_group_input(bytes, "fuzz")) {
-        auto again = encode(*x);
-        auto y = decode_group_input(again, "fuzz");
-        require(static_cast<bool>(y));
-        require(encode(*y) == again);
-      }
+      round_trip(bytes, decode_group_input);
       break;
     case 5:
-      if (auto x = decode_group_end(bytes, "fuzz")) {
-        auto again = encode(*x);
-        auto y = decode_group_end(again, "fuzz");
-        require(static_cast<bool>(y));
-        require(encode(*y) == again);
-      }
+      round_trip(bytes, decode_group_end);
       break;
     default:
-      if (auto x = decode_status(bytes, "fuzz")) {
-        auto again = encode(*x);
-        auto y = decode_status(again, "fuzz");
-        require(static_cast<bool>(y));
-        require(encode(*y) == again);
-      }
+      round_trip(bytes, decode_status);
       break;
   }
   return 0;

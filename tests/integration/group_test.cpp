@@ -43,6 +43,26 @@ group_changes(const std::vector<boost::json::object>& evs,
   return out;
 }
 
+/// A `tasksup run` of a file, and the events it wrote.
+struct run_with_events {
+  finished run;
+  std::vector<boost::json::object> events;
+};
+
+/// `tasksup run FILE` with the repository's config, its work in DIR/work
+/// and its events in DIR/NAME.jsonl (at most 120 s).
+run_with_events run_file(const scratch& dir, const std::string& name,
+                         const std::string& file) {
+  auto events = dir / (name + ".jsonl");
+  run_with_events r;
+  r.run = run_to_end(dir,
+                     {"run", "--config", config_dir(), "--events", events,
+                      "--work-dir", dir / "work", file},
+                     120s);
+  r.events = json_lines(slurp(events));
+  return r;
+}
+
 } // namespace
 
 TEST_CASE("run of a one_for_all group: a member's failure reruns both "
@@ -82,16 +102,11 @@ TEST_CASE("run of a one_for_all group: a member's failure reruns both "
   INFO(checked.out << checked.err);
   CHECK(checked.status == 0);
   CHECK_THAT(checked.out, Catch::Contains("group"));
-  auto events = dir / "team.jsonl";
-  auto run = run_to_end(dir,
-                        {"run", "--config", config_dir(), "--events", events,
-                         "--work-dir", dir / "work", file},
-                        120s);
+  auto [run, evs] = run_file(dir, "team", file);
   INFO(run.out << run.err);
   REQUIRE(run.status == 0);
   // Each line of the human view names its task or group.
   CHECK_THAT(run.out, Catch::Contains("[team] restarting keeper, flaky"));
-  auto evs = json_lines(slurp(events));
   // One restart decision, caused by flaky's failure, taking both along.
   auto restarts = group_changes(evs, "restart");
   REQUIRE(restarts.size() == 1);
@@ -395,11 +410,7 @@ TEST_CASE("a workflow runs its steps as their dependencies succeed: a failed "
   INFO(checked.out << checked.err);
   CHECK(checked.status == 0);
   CHECK_THAT(checked.out, Catch::Contains("workflow"));
-  auto events = dir / "fix.jsonl";
-  auto ran = run_to_end(dir,
-                        {"run", "--config", config_dir(), "--events", events,
-                         "--work-dir", dir / "work", file},
-                        120s);
+  auto [ran, evs] = run_file(dir, "fix", file);
   INFO(ran.out << ran.err);
   CHECK(ran.status != 0);
   CHECK_THAT(ran.out, Catch::Contains("step 'fix.review' skipped"));
@@ -409,7 +420,6 @@ TEST_CASE("a workflow runs its steps as their dependencies succeed: a failed "
   CHECK(order.find("fix.code") != std::string::npos);
   CHECK(order.find("fix.docs") != std::string::npos);
   CHECK(order.find("fix.review") == std::string::npos);
-  auto evs = json_lines(slurp(events));
   auto skipped = group_changes(evs, "member_skipped");
   REQUIRE(skipped.size() == 1);
   CHECK(text_at(skipped[0], "member") == "fix.review");
@@ -443,15 +453,9 @@ TEST_CASE("a workflow runs its steps as their dependencies succeed: a failed "
 TEST_CASE("the shipped workflow example runs: plan first, code (after a "
           "retry) and docs after it, review last, and succeeds") {
   scratch dir;
-  auto events = dir / "wf.jsonl";
-  auto ran = run_to_end(dir,
-                        {"run", "--config", config_dir(), "--events", events,
-                         "--work-dir", dir / "work",
-                         example("workflow-demo.json")},
-                        120s);
+  auto [ran, evs] = run_file(dir, "wf", example("workflow-demo.json"));
   INFO(ran.out << ran.err);
   REQUIRE(ran.status == 0);
-  auto evs = json_lines(slurp(events));
   std::vector<std::string> started;
   for (auto& e : group_changes(evs, "member_started"))
     started.push_back(text_at(e, "member"));
