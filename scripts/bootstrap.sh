@@ -11,6 +11,8 @@ packages=(
   libcaf-dev libssl-dev
   libboost1.81-dev libboost-json1.81-dev libboost-system1.81-dev
   libspdlog-dev libfmt-dev catch2 libre2-dev libcli11-dev libsqlite3-dev
+  # The time zones quota resets and cron schedules name (/usr/share/zoneinfo).
+  tzdata
   # The PostgreSQL journal (libpq), and the server its tests start
   # (scripts/postgres-test.sh).
   libpq-dev postgresql-15
