@@ -14,6 +14,8 @@ packages=(
   # Answers are checked against JSON Schema with valijson; its tests run the
   # official JSON-Schema-Test-Suite.
   libvalijson-dev json-schema-test-suite
+  # The time zones quota resets and cron schedules name (/usr/share/zoneinfo).
+  tzdata
   # The PostgreSQL journal (libpq), and the server its tests start
   # (scripts/postgres-test.sh).
   libpq-dev postgresql-15

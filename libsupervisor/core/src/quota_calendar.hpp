@@ -1,8 +1,8 @@
 #pragma once
 
 // The calendar, the time zones and the scanning helpers the quota-reset
-// parser (quota_reset.cpp) reads times with; the zones are in
-// quota_zones.cpp. Private to the core.
+// parser (quota_reset.cpp) and the schedules (schedule.cpp) read times
+// with; the zones are in quota_zones.cpp. Private to the core.
 
 #include "text_scan.hpp"
 
@@ -92,6 +92,26 @@ std::optional<sys_seconds> to_utc(const zone& z, sys_seconds local);
 
 /// The offset east of UTC, in seconds, of `z` at `now`.
 std::optional<int64_t> offset_now(const zone& z, sys_seconds now);
+
+/// Where a local wall time falls on the UTC time line, clock changes
+/// included (`to_utc` gives one instant and is not exact in them).
+struct local_instants {
+  /// The first instant the clocks of the zone show the wall time; for a
+  /// wall time a clock change skips (spring forward), the instant of that
+  /// change: the first instant after the gap.
+  sys_seconds first = 0;
+  /// The last instant showing it: later than `first` in an hour a clock
+  /// change repeats (fall back), else `first`.
+  sys_seconds last = 0;
+  /// Whether a clock change skips the wall time.
+  bool skipped = false;
+};
+
+/// Where wall time `local` of `z` falls; nullopt for an unknown zone name.
+/// Reads the offsets a day before and a day after `local`: exact when the
+/// zone changes its clocks at most once within a day of it, as today's
+/// rules of every zone do.
+std::optional<local_instants> local_to_utc(const zone& z, sys_seconds local);
 
 /// A zone after a time, optionally in parentheses; UTC when none is
 /// written (the agent's own zone is unknown; containers run in UTC).

@@ -1,4 +1,5 @@
-// Time zones for the quota-reset parser: POSIX TZ rules, the system's tz
+// Time zones for the quota-reset parser and the schedules' cron times
+// (local_to_utc): POSIX TZ rules, the system's tz
 // database (/usr/share/zoneinfo, TZif files, read per call: no global state,
 // no TZ variable), and a zone as an agent writes it after a time ("UTC+2",
 // "(Europe/Berlin)", "+02:00"); with the scanning helpers both files use.
@@ -321,6 +322,49 @@ std::optional<int64_t> offset_now(const zone& z, sys_seconds now) {
   if (z.fixed_s)
     return z.fixed_s;
   return zone_offset_at(z.name, now);
+}
+
+std::optional<local_instants> local_to_utc(const zone& z, sys_seconds local) {
+  if (z.fixed_s) {
+    auto t = local - *z.fixed_s;
+    return local_instants{t, t, false};
+  }
+  // The offsets in force around `local`; each gives one candidate instant,
+  // which shows `local` when the zone has that offset at that instant.
+  auto before = zone_offset_at(z.name, local - day_s);
+  auto after = zone_offset_at(z.name, local + day_s);
+  if (!before || !after)
+    return std::nullopt;
+  std::optional<local_instants> out;
+  for (auto offset : {*before, *after}) {
+    auto t = local - offset;
+    auto at = zone_offset_at(z.name, t);
+    if (!at)
+      return std::nullopt;
+    if (*at != offset)
+      continue;
+    if (!out)
+      out = local_instants{t, t, false};
+    out->first = std::min(out->first, t);
+    out->last = std::max(out->last, t);
+  }
+  if (out)
+    return out;
+  // Skipped: the clocks jumped from `before` to `after` (> `before`) at an
+  // instant in (local - after, local - before]; found by bisection (at most
+  // ~17 reads for a jump of a day, 12 for the usual hour).
+  auto lo = local - *after;  // still on `before`
+  auto hi = local - *before; // already on `after`
+  if (lo >= hi)
+    return std::nullopt;
+  while (hi - lo > 1) {
+    auto mid = lo + (hi - lo) / 2;
+    auto at = zone_offset_at(z.name, mid);
+    if (!at)
+      return std::nullopt;
+    (*at == *after ? hi : lo) = mid;
+  }
+  return local_instants{hi, hi, true};
 }
 
 namespace {
