@@ -5,6 +5,7 @@
 #include "tasksup/actors/protocol.hpp"
 
 #include "tasksup/supervisor/agent_profile.hpp"
+#include "tasksup/supervisor/answer.hpp"
 #include "tasksup/supervisor/output_parser.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -116,6 +117,8 @@ struct worker_state {
   std::optional<attempt_report> held_report;
   /// Reads the agent's structured output; absent for plain text.
   std::optional<output_parser> parser;
+  /// Plain text: where its answer is (its last fenced JSON block).
+  answer_scanner answers;
   /// Idle detection (opts.idle_timeout_s > 0): when the last line came, the
   /// generation of the check in flight, and whether it stopped the attempt.
   /// The checks (and the adoption grace's) go through a hidden timer actor
@@ -261,6 +264,7 @@ void reset_attempt(worker_state& st) {
   st.slot->handle = nullptr;
   st.log_events = 0;
   st.parser.reset();
+  st.answers = answer_scanner{};
   ++st.idle_gen; // no check of the last attempt fires
   st.idle_stopped = false;
   st.noise_only = false;
@@ -413,6 +417,8 @@ worker_impl::behavior_type container_worker(worker_actor self,
       // A person sees the parser's rendering (nothing for machinery events);
       // the runtime's tail keeps the raw line for the text rules.
       auto shown = st.parser ? st.parser->feed(line) : std::string{};
+      if (!st.parser)
+        st.answers.feed(line);
       if ((!st.parser || !shown.empty()) &&
           st.log_events < static_cast<std::size_t>(st.opts.max_log_events)) {
         ++st.log_events;
@@ -462,6 +468,9 @@ worker_impl::behavior_type container_worker(worker_actor self,
       }
       attempt_report report;
       report.attempt = st.attempt;
+      // The answer, unchecked: the supervisor knows the schema.
+      report.answer = st.parser ? answer_in_message(st.parser->final_text())
+                                : st.answers.last();
       report.outcome = std::move(out);
       // The handle's id now (Docker's becomes the container's once the
       // engine created it), else the one announced.

@@ -126,6 +126,16 @@ typename Inspector::result_type inspect(Inspector& f, gates_done& x) {
 }
 
 template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, answer_checked& x) {
+  return f(caf::meta::type_name("answer_checked"), x.attempt, x.ok, x.answer,
+           x.errors, caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.answer, max_answer_bytes, "answer_checked.answer"},
+                {x.errors, wire::max_text_bytes, "answer_checked.errors"}});
+           }));
+}
+
+template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, delivered& x) {
   return f(caf::meta::type_name("delivered"), x.attempt, x.ok, x.detail,
            caf::meta::load_callback([&]() -> caf::error {
@@ -161,6 +171,17 @@ typename Inspector::result_type inspect(Inspector& f, quota_closed& x) {
 
 } // namespace input
 
+/// A task as journals wrote it before tasks had an answer schema and a
+/// role.
+struct plain_spec_view {
+  task_spec& x;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, plain_spec_view& v) {
+  return detail::inspect_spec(f, v.x);
+}
+
 /// A task record as journals wrote it before a record said its first
 /// attempt number (it starts at 1).
 struct first_task_view {
@@ -170,7 +191,8 @@ struct first_task_view {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, first_task_view& v) {
   auto& x = v.x;
-  return f(caf::meta::type_name("journaled_task"), x.spec, x.trace_id, x.seed,
+  plain_spec_view spec{x.spec};
+  return f(caf::meta::type_name("journaled_task"), spec, x.trace_id, x.seed,
            detail::opt(x.start_agent_id));
 }
 
@@ -190,23 +212,41 @@ struct attempts_task_view {
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attempts_task_view& v) {
   auto& x = v.x;
-  return f(caf::meta::type_name("journaled_task"), x.spec, x.trace_id, x.seed,
+  plain_spec_view spec{x.spec};
+  return f(caf::meta::type_name("journaled_task"), spec, x.trace_id, x.seed,
            detail::opt(x.start_agent_id), x.attempts_before,
            caf::meta::load_callback([&] { return check_attempts_before(x); }));
+}
+
+/// The member run must be a count.
+caf::error check_member_run(const journaled_task& x) {
+  if (auto err = check_attempts_before(x))
+    return err;
+  if (x.member_run < 0)
+    return detail::wire_error("journaled_task.member_run", "negative");
+  return caf::none;
+}
+
+/// A task record as journals wrote it before tasks had an answer schema
+/// and a role.
+struct run_task_view {
+  journaled_task& x;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, run_task_view& v) {
+  auto& x = v.x;
+  plain_spec_view spec{x.spec};
+  return f(caf::meta::type_name("journaled_task"), spec, x.trace_id, x.seed,
+           detail::opt(x.start_agent_id), x.attempts_before, x.member_run,
+           caf::meta::load_callback([&] { return check_member_run(x); }));
 }
 
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, journaled_task& x) {
   return f(caf::meta::type_name("journaled_task"), x.spec, x.trace_id, x.seed,
            detail::opt(x.start_agent_id), x.attempts_before, x.member_run,
-           caf::meta::load_callback([&]() -> caf::error {
-             if (auto err = check_attempts_before(x))
-               return err;
-             if (x.member_run < 0)
-               return detail::wire_error("journaled_task.member_run",
-                                         "negative");
-             return caf::none;
-           }));
+           caf::meta::load_callback([&] { return check_member_run(x); }));
 }
 
 template<class Inspector>
@@ -230,10 +270,49 @@ typename Inspector::result_type inspect(Inspector& f,
            x.run);
 }
 
+/// A result as journals wrote it before results carried their cause
+/// (`task_result::cause`): the same fields, without it or the answer.
+struct legacy_result_view {
+  task_result& x;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, legacy_result_view& v) {
+  return detail::inspect_result(f, v.x);
+}
+
+/// A result as journals wrote it before results carried an answer.
+struct cause_result_view {
+  task_result& x;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cause_result_view& v) {
+  return detail::inspect_result(f, v.x, v.x.cause);
+}
+
+/// An optional result read as `View`.
+template<class View>
+auto opt_result(std::optional<task_result>& x) {
+  auto wrap = [](task_result& r) { return View{r}; };
+  return detail::opt_ref<task_result, decltype(wrap)>{x, wrap};
+}
+
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, journaled_group_end& x) {
   return f(caf::meta::type_name("journaled_group_end"), detail::opt(x.result),
            x.restarts);
+}
+
+/// A group's end as journals wrote it before results carried an answer.
+struct cause_group_end_view {
+  journaled_group_end& x;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cause_group_end_view& v) {
+  auto result = opt_result<cause_result_view>(v.x.result);
+  return f(caf::meta::type_name("journaled_group_end"), result, v.x.restarts);
 }
 
 namespace {
@@ -295,23 +374,6 @@ typename Inspector::result_type inspect(Inspector& f, state_view& v) {
            s.paused);
 }
 
-/// A result as journals wrote it before results carried their cause
-/// (`task_result::cause`): the same fields, without it.
-struct legacy_result_view {
-  task_result& x;
-};
-
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, legacy_result_view& v) {
-  auto& x = v.x;
-  return f(
-    caf::meta::type_name("task_result"), x.task_id,
-    detail::checked(x.outcome, "result.outcome"), x.exit_code,
-    detail::opt(x.error), detail::bounded(x.artifacts, "result.artifacts"),
-    x.metadata,
-    caf::meta::load_callback([&] { return detail::check_result_sizes(x); }));
-}
-
 /// A finished task's status as journals wrote it before results carried
 /// their cause. Read only: such a result's cause is derived on load.
 struct legacy_status_view {
@@ -322,9 +384,20 @@ template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, legacy_status_view& v) {
   static_assert(Inspector::writes_state, "the legacy status is only read");
   auto& x = v.x;
-  auto legacy = [](task_result& r) { return legacy_result_view{r}; };
-  detail::opt_ref<task_result, decltype(legacy)> result{x.result, legacy};
+  auto result = opt_result<legacy_result_view>(x.result);
   return detail::inspect_status(f, x, result);
+}
+
+/// A finished task's status as journals wrote it before results carried an
+/// answer.
+struct cause_status_view {
+  task_status& x;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, cause_status_view& v) {
+  auto result = opt_result<cause_result_view>(v.x.result);
+  return detail::inspect_status(f, v.x, result);
 }
 
 /// A finished task's status as the journal keeps it: everything `status`
@@ -348,9 +421,21 @@ constexpr char status_with_cause = '\xff';
 /// as a status record without its cause.
 constexpr char task_with_first_attempt = '\xfe';
 
-/// The first byte of a task record that also says its member run: what
-/// this build writes.
+/// The first byte of a task record that also says its member run.
 constexpr char task_with_member_run = '\xfc';
+
+/// The first byte of a task record whose task may have an answer schema
+/// and a role: what this build writes.
+constexpr char task_with_answer_schema = '\xfb';
+
+/// The first byte of a status record whose result may carry an answer:
+/// what this build writes.
+constexpr char status_with_answer = '\xfa';
+
+/// The first byte of a group's end whose result may carry an answer: what
+/// this build writes. An older end starts with its result's presence (0
+/// or 1).
+constexpr char group_end_with_answer = '\xf9';
 
 /// The first byte of a group's row (`journaled_group`).
 constexpr char group_row_tag = '\xfd';
@@ -553,7 +638,7 @@ expected<T> decode_as(std::string_view bytes, const std::string& what,
 
 std::string encode(const journaled_task& x) {
   auto copy = x;
-  return task_with_member_run + save(copy);
+  return task_with_answer_schema + save(copy);
 }
 
 std::string encode(const journaled_group& x) {
@@ -568,7 +653,7 @@ std::string encode(const journaled_group_input& x) {
 
 std::string encode(const journaled_group_end& x) {
   auto copy = x;
-  return save(copy);
+  return group_end_with_answer + save(copy);
 }
 
 bool is_group_row(std::string_view bytes) noexcept {
@@ -584,14 +669,17 @@ std::string encode(const journaled_input& x) {
 std::string encode(const task_status& x) {
   auto copy = x;
   journal_status_view v{copy};
-  return status_with_cause + save(v);
+  return status_with_answer + save(v);
 }
 
 expected<journaled_task> decode_task(std::string_view bytes,
                                      const std::string& what,
                                      std::vector<std::string>* warnings) {
-  if (!bytes.empty() && bytes.front() == task_with_member_run)
+  if (!bytes.empty() && bytes.front() == task_with_answer_schema)
     return decode_as<journaled_task>(bytes.substr(1), what, warnings);
+  if (!bytes.empty() && bytes.front() == task_with_member_run)
+    return decode_as<journaled_task, run_task_view>(bytes.substr(1), what,
+                                                    warnings);
   if (!bytes.empty() && bytes.front() == task_with_first_attempt)
     return decode_as<journaled_task, attempts_task_view>(bytes.substr(1), what,
                                                          warnings);
@@ -615,7 +703,10 @@ decode_group_input(std::string_view bytes, const std::string& what,
 expected<journaled_group_end>
 decode_group_end(std::string_view bytes, const std::string& what,
                  std::vector<std::string>* warnings) {
-  return decode_as<journaled_group_end>(bytes, what, warnings);
+  if (!bytes.empty() && bytes.front() == group_end_with_answer)
+    return decode_as<journaled_group_end>(bytes.substr(1), what, warnings);
+  return decode_as<journaled_group_end, cause_group_end_view>(bytes, what,
+                                                              warnings);
 }
 
 expected<journaled_input> decode_input(std::string_view bytes,
@@ -627,9 +718,12 @@ expected<journaled_input> decode_input(std::string_view bytes,
 expected<task_status> decode_status(std::string_view bytes,
                                     const std::string& what,
                                     std::vector<std::string>* warnings) {
-  if (!bytes.empty() && bytes.front() == status_with_cause)
+  if (!bytes.empty() && bytes.front() == status_with_answer)
     return decode_as<task_status, journal_status_view>(bytes.substr(1), what,
                                                        warnings);
+  if (!bytes.empty() && bytes.front() == status_with_cause)
+    return decode_as<task_status, cause_status_view>(bytes.substr(1), what,
+                                                     warnings);
   // Written before results carried their cause: a success says so, any
   // other end is not known.
   auto x = decode_as<task_status, legacy_status_view>(bytes, what, warnings);

@@ -9,13 +9,17 @@
 #include "tasksup/actors/events.hpp"
 
 #include "tasksup/runtime/workspace.hpp"
+#include "tasksup/supervisor/answer.hpp"
+#include "tasksup/supervisor/config.hpp"
 #include "tasksup/supervisor/events.hpp"
+#include "tasksup/supervisor/role.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/send.hpp>
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <algorithm>
@@ -311,6 +315,10 @@ expected<bool> add_step_inputs(registry_ptr self, task_spec& task) {
       if (auto branch = delivered_branch(dep);
           !branch.empty() && r.outcome == task_outcome::succeeded)
         o["branch"] = branch;
+      // Checked against the step's schema when it succeeded.
+      if (boost::system::error_code ec; !r.answer.empty())
+        if (auto answer = boost::json::parse(r.answer, ec); !ec)
+          o["answer"] = std::move(answer);
     }
     steps[step_of(dep.id)] = std::move(o);
   }
@@ -330,15 +338,42 @@ expected<bool> add_step_inputs(registry_ptr self, task_spec& task) {
                           "cannot write the step's inputs" +
                             (ec ? ": " + ec.message() : std::string{})};
   task.env["TASKSUP_INPUTS"] = file.string();
-  // Checked when the workflow was read: each names a step's branch.
+  // Checked when the workflow was read: each names a step's branch, or a
+  // field its answer schema lists (empty when the answer lacks it).
+  // Replaced in one pass: an answer's text is not scanned again.
+  constexpr std::string_view answer_prefix = "answer.";
+  std::vector<std::pair<std::string, std::string>> values;
   for (auto& ref : find_step_templates(task.prompt)) {
-    if (!ref.valid || ref.field != "branch")
+    if (!ref.valid)
       continue;
-    auto replacement = runtime::delivery_branch(step_task_id(g->id, ref.step));
-    for (auto at = task.prompt.find(ref.text); at != std::string::npos;
-         at = task.prompt.find(ref.text, at + replacement.size()))
-      task.prompt.replace(at, ref.text.size(), replacement);
+    auto dep_id = step_task_id(g->id, ref.step);
+    std::string value;
+    if (ref.field == "branch") {
+      value = runtime::delivery_branch(dep_id);
+    } else if (ref.field.rfind(answer_prefix, 0) == 0) {
+      if (auto f = st.finished.find(dep_id);
+          f != st.finished.end() && f->second.result)
+        value =
+          answer_field(f->second.result->answer,
+                       std::string_view{ref.field}.substr(answer_prefix.size()))
+            .value_or("");
+    } else {
+      continue;
+    }
+    // The name between the braces.
+    values.emplace_back(ref.text.substr(2, ref.text.size() - 4),
+                        std::move(value));
   }
+  std::vector<std::pair<std::string_view, std::string_view>> names;
+  for (auto& [name, value] : values)
+    names.emplace_back(name, value);
+  task.prompt = render_template(task.prompt, names);
+  if (task.prompt.size() > max_prompt_bytes)
+    return tasksup::error{task.id, "/prompt",
+                          "the prompt with its step templates replaced is " +
+                            std::to_string(task.prompt.size()) +
+                            " bytes, more than an attempt takes (" +
+                            std::to_string(max_prompt_bytes) + ")"};
   return true;
 }
 

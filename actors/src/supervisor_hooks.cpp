@@ -391,8 +391,11 @@ void remember_failure(supervisor_actor self, const classification& c) {
   run.reason = std::string{to_string(c.cls)} + " (rule " + c.rule + ")";
   if (!c.line.empty())
     run.reason += ": " + c.line;
-  auto own =
-    c.cls == error_class::gate_failed || c.cls == error_class::preflight_failed;
+  // A gate's, a preflight's or the answer check's own lines say more than
+  // the attempt's.
+  auto own = c.cls == error_class::gate_failed ||
+             c.cls == error_class::preflight_failed ||
+             c.cls == error_class::invalid_output;
   run.lines = own ? run.step_tail : run.attempt_tail;
 }
 

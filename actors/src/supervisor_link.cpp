@@ -264,10 +264,48 @@ void release_kept_worker(supervisor_actor self) {
   self->send(std::exchange(s.kept_worker, nullptr), release_atom::value);
 }
 
+namespace {
+
+/// Checks the answer of an attempt that succeeded (or ended voluntarily)
+/// against the task's schema, and tells the machine before the attempt's
+/// end, which it judges. The errors are the next attempt's feedback.
+void check_answer(supervisor_actor self, attempt_report& r) {
+  auto& s = self->state;
+  const auto& cfg = s.machine().config();
+  const auto& o = r.outcome;
+  auto done_code = cfg.done_exit_code;
+  if (!cfg.steps.answer || !o.infrastructure_error.empty() ||
+      !(o.exit_code == 0 || (done_code && o.exit_code == *done_code)))
+    return;
+  answer_verdict v;
+  if (s.opts->answer)
+    v = s.opts->answer->check(r.answer);
+  else
+    v.errors.push_back(s.opts->answer_error);
+  input::answer_checked in;
+  in.attempt = r.attempt;
+  in.ok = v.ok;
+  in.answer = std::move(v.answer);
+  for (auto& e : v.errors) {
+    if (!in.errors.empty())
+      in.errors += '\n';
+    in.errors += e;
+  }
+  emit(self, step_event(s.head(), "answer", "schema", v.ok, std::nullopt,
+                        v.ok ? std::string{"passed"}
+                             : "failed: " + v.errors.front()));
+  if (s.run)
+    s.run->step_tail = std::move(v.errors);
+  drive(self, std::move(in));
+}
+
+} // namespace
+
 void worker_reported(supervisor_actor self, attempt_report& r) {
   auto& st = self->state;
   if (!from_worker(self) || r.attempt != st.m.attempt)
     return;
+  check_answer(self, r);
   if (st.worker_node.empty()) {
     st.kept_worker = st.worker; // it waits for the next attempt
     attempt_ended(self, r.attempt, std::move(r.outcome));

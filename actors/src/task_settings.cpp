@@ -200,8 +200,11 @@ supervisor_setup make_setup(caf::actor_system& sys, supervisor_options opts) {
   std::vector<std::string> providers;
   for (auto& a : chain.agents)
     providers.push_back(a.provider);
-  shared_settings node{shared_config(effective_settings(task)),
-                       std::move(providers)};
+  // The answer is checked whenever there is a schema, whatever a typed
+  // task's settings say.
+  auto cfg = effective_settings(task);
+  cfg.steps.answer = !task.answer_schema.empty();
+  shared_settings node{shared_config(std::move(cfg)), std::move(providers)};
   node.agents = shared_agents(std::move(chain.agents));
   node.runtime = std::move(opts.runtime);
   node.classifier = std::move(opts.classifier);
@@ -221,8 +224,15 @@ supervisor_setup make_setup(caf::actor_system& sys, supervisor_options opts) {
   settings->trace_id.shrink_to_fit();
   settings->task = std::move(static_cast<task_attempt_fields&>(task));
   auto& hooks = static_cast<task_hook_fields&>(task);
+  if (!hooks.answer_schema.empty()) {
+    if (auto schema = answer_schema::compile_text(hooks.answer_schema))
+      settings->answer = std::move(*schema);
+    else
+      settings->answer_error =
+        "the task's answer schema is not valid: " + schema.error().to_string();
+  }
   if (hooks.repo || !hooks.gates.empty() || hooks.preflight ||
-      hooks.feedback.enabled)
+      hooks.feedback.enabled || !hooks.answer_schema.empty())
     settings->hooks = std::make_unique<task_hook_fields>(std::move(hooks));
   supervisor_setup setup;
   setup.settings = std::move(settings);

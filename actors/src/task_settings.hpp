@@ -10,6 +10,7 @@
 
 #include "tasksup/runtime/runtime.hpp"
 #include "tasksup/supervisor/agent.hpp"
+#include "tasksup/supervisor/answer.hpp"
 #include "tasksup/supervisor/supervisor_config.hpp"
 #include "tasksup/supervisor/task_machine.hpp"
 #include "tasksup/supervisor/task_spec.hpp"
@@ -32,9 +33,14 @@ struct task_settings {
   /// The task's id, prompt, container and limits.
   task_attempt_fields task;
   std::string trace_id;
-  /// Null when the task has no repository, gates, preflight or feedback
-  /// (most tasks have none).
+  /// Null when the task has no repository, gates, preflight, feedback or
+  /// answer schema (most tasks have none).
   std::unique_ptr<const task_hook_fields> hooks;
+  /// The answer schema of `hooks`, compiled; null for none.
+  std::shared_ptr<const answer_schema> answer;
+  /// Why the task's answer schema did not compile (then every answer
+  /// fails with it); empty otherwise.
+  std::string answer_error;
 };
 
 /// The file an agent creates to say "done, do not restart me", as the host

@@ -361,6 +361,10 @@ struct carrier {
       r.exit_code = *s.m.last_exit_code;
       r.artifacts = std::move(s.m.last_artifacts);
     }
+    // The answer of the attempt that succeeded, as checked.
+    if (auto& a = s.m.answer; e.outcome == end_kind::succeeded && a && a->ok &&
+                              a->attempt == s.m.attempt)
+      r.answer = std::move(a->answer);
     r.error = describe(e, s.machine().config());
     r.cause = cause_of(e);
     if (s.run)

@@ -584,6 +584,26 @@ TEST_CASE("journal: a group's row, its inputs and its end survive their "
   CHECK_FALSE(no_result->result);
 }
 
+namespace {
+
+/// The bytes of `t`'s spec as the journal writes it today.
+std::string spec_bytes(task_spec spec) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  REQUIRE_FALSE(sink(spec));
+  return std::string(buf.begin(), buf.end());
+}
+
+/// A task record written before tasks had an answer schema and a role: the
+/// spec without its last two (empty) strings, and `tag` first.
+std::string before_answers(const journaled_task& t, char tag) {
+  auto now = encode(t);
+  auto spec = spec_bytes(t.spec).size();
+  return std::string(1, tag) + now.substr(1, spec - 2) + now.substr(1 + spec);
+}
+
+} // namespace
+
 TEST_CASE("journal: a task record says which run of a group member it is, "
           "and one written before that loads as run 0") {
   journaled_task t;
@@ -595,8 +615,14 @@ TEST_CASE("journal: a task record says which run of a group member it is, "
   REQUIRE(back);
   CHECK(back->attempts_before == 2);
   CHECK(back->member_run == 77);
-  // The form before: another first byte, and no run at the end.
-  auto before = "\xfe" + now.substr(1, now.size() - 1 - 8);
+  // The forms before: another first byte, no answer schema or role, and
+  // (the oldest) no run at the end.
+  auto with_run = before_answers(t, '\xfc');
+  auto run = decode_task(with_run, "task 'm'");
+  REQUIRE(run);
+  CHECK(run->attempts_before == 2);
+  CHECK(run->member_run == 77);
+  auto before = "\xfe" + with_run.substr(1, with_run.size() - 1 - 8);
   auto old = decode_task(before, "task 'm'");
   REQUIRE(old);
   CHECK(old->attempts_before == 2);
@@ -606,4 +632,59 @@ TEST_CASE("journal: a task record says which run of a group member it is, "
   REQUIRE_FALSE(negative);
   CHECK_THAT(negative.error().to_string(),
              Catch::Contains("journaled_task.member_run"));
+}
+
+TEST_CASE("journal: a task's answer schema and role, and a result's answer, "
+          "survive their bytes, and records from before them still load") {
+  journaled_task t;
+  t.spec.id = "plan";
+  t.spec.prompt = "p";
+  t.spec.role = "planner";
+  t.spec.answer_schema = R"({"type":"object"})";
+  auto back = decode_task(encode(t), "task 'plan'");
+  REQUIRE(back);
+  CHECK(back->spec.role == "planner");
+  CHECK(back->spec.answer_schema == t.spec.answer_schema);
+  t.spec.role.clear();
+  t.spec.answer_schema.clear();
+  auto old = decode_task(before_answers(t, '\xfc'), "task 'plan'");
+  REQUIRE(old);
+  CHECK(old->spec.prompt == "p");
+  CHECK(old->spec.answer_schema.empty());
+
+  task_status s;
+  s.task_id = "plan";
+  s.state = task_state::done;
+  s.result = task_result{};
+  s.result->task_id = "plan";
+  s.result->outcome = task_outcome::succeeded;
+  s.result->cause.reason = end_reason::succeeded;
+  s.result->answer = R"({"summary":"x"})";
+  auto st = decode_status(encode(s), "plan");
+  REQUIRE(st);
+  REQUIRE(st->result);
+  CHECK(st->result->answer == R"({"summary":"x"})");
+  // With its cause and without an answer: the result's last string, then
+  // the status's node, waiting_for (empty) and resume_at.
+  s.result->answer.clear();
+  auto now = encode(s);
+  auto with_cause =
+    "\xff" + now.substr(1, now.size() - 1 - 11) + now.substr(now.size() - 10);
+  auto cause = decode_status(with_cause, "plan");
+  REQUIRE(cause);
+  REQUIRE(cause->result);
+  CHECK(cause->result->cause.reason == end_reason::succeeded);
+  CHECK(cause->result->answer.empty());
+
+  task_result r;
+  r.task_id = "wf";
+  r.error = "step 'wf.code' failed";
+  auto end_now = encode(journaled_group_end{r, 3});
+  auto end_before = end_now.substr(1, end_now.size() - 1 - 9) +
+                    end_now.substr(end_now.size() - 8);
+  auto end = decode_group_end(end_before, "end");
+  REQUIRE(end);
+  REQUIRE(end->result);
+  CHECK(end->result->error == r.error);
+  CHECK(end->restarts == 3);
 }

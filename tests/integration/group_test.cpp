@@ -473,3 +473,72 @@ TEST_CASE("the shipped workflow example runs: plan first, code (after a "
       attempts.push_back(e.at("attempt").as_int64());
   CHECK(attempts == std::vector<std::int64_t>{1, 2});
 }
+
+TEST_CASE("a workflow step with a role must answer its schema: an invalid "
+          "answer is invalid_output and retried with the schema errors as "
+          "feedback, the checked answer is in the result and fills the next "
+          "step's prompt and inputs") {
+  scratch dir;
+  // The planner's first attempt answers with no steps; its second reads the
+  // feedback and answers as the planner role's schema says.
+  auto planner = dir.write_script(
+    "plan.sh",
+    "#!/bin/sh\n"
+    "echo 'thinking...'\n"
+    "echo '```json'\n"
+    "if [ \"$TASKSUP_ATTEMPT\" = 1 ]; then\n"
+    "  echo '{\"summary\": \"guess\"}'\n"
+    "else\n"
+    "  cp \"$TASKSUP_FEEDBACK\" '" +
+      dir / "feedback.txt" +
+      "'\n"
+      "  echo '{\"summary\": \"check the token\", \"steps\": [\"a\", \"b\"]}'\n"
+      "fi\n"
+      "echo '```'\n");
+  // The coder records the prompt it got and the inputs file.
+  auto coder = dir.write_script("code.sh", "#!/bin/sh\n"
+                                           "printf '%s' \"$1\" > '" +
+                                             dir / "prompt.txt" +
+                                             "'\n"
+                                             "cp \"$TASKSUP_INPUTS\" '" +
+                                             dir / "inputs.json" + "'\n");
+  auto agents = [](const std::string& cli) {
+    return R"("agent_selection": {"agents": [{"agent_id": "sh", "agent_cli": ")" +
+           cli + R"(", "cli_flags": "", "prompt_as_argument": true}]})";
+  };
+  auto file = dir.write("wf.json",
+                        R"({"id": "fix", "steps": [
+      {"id": "plan", "task": {"prompt": "fix the login", "role": "planner",
+        "supervisor": {"backoff_base_seconds": 0.1}, )" +
+                          agents(planner) + R"(}},
+      {"id": "code", "depends_on": ["plan"], "task": {
+        "prompt": "Do: {{steps.plan.answer.summary}}", )" +
+                          agents(coder) + R"(}}]})");
+  auto [ran, evs] = run_file(dir, "fix", file);
+  INFO(ran.out << ran.err);
+  REQUIRE(ran.status == 0);
+  // Attempt 1 was refused for its answer, by the schema's pointer.
+  std::vector<std::string> classes;
+  for (auto& e : of_kind(evs, "classified"))
+    if (text_at(e, "task_id") == "fix.plan")
+      classes.push_back(text_at(e, "class"));
+  CHECK(classes == std::vector<std::string>{"invalid_output"});
+  auto feedback = slurp(dir / "feedback.txt");
+  CHECK_THAT(feedback, Catch::Contains("invalid_output"));
+  CHECK_THAT(feedback, Catch::Contains("Missing required property 'steps'"));
+  // The answer is the plan's result.
+  bool answered = false;
+  for (auto& e : of_kind(evs, "task_done"))
+    if (text_at(e, "task_id") == "fix.plan") {
+      auto* answer = e.if_contains("answer");
+      REQUIRE(answer);
+      CHECK(text_at(answer->as_object(), "summary") == "check the token");
+      answered = true;
+    }
+  CHECK(answered);
+  // The next step got the field in its prompt and the answer in its inputs.
+  CHECK(slurp(dir / "prompt.txt") == "Do: check the token");
+  auto inputs = boost::json::parse(slurp(dir / "inputs.json")).as_object();
+  auto& plan = inputs.at("steps").at("plan").as_object();
+  CHECK(plan.at("answer").at("steps").as_array().size() == 2);
+}

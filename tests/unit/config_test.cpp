@@ -180,7 +180,8 @@ TEST_CASE("config/: every JSON file validates") {
     INFO(path);
     auto parent = entry.path().parent_path().filename();
     if (parent == "config" || parent == "environments" ||
-        parent == "profiles") { // profiles: agent_profile_test.cpp
+        parent == "profiles" || // profiles: agent_profile_test.cpp
+        parent == "roles") {    // roles: role_test.cpp
       CHECK(read_json_file(path).has_value());
       continue; // checked by load_config_dir above
     }
@@ -506,14 +507,16 @@ TEST_CASE("supervisor: bad enum values list the valid ones") {
               "\"container_crash\", \"rate_limit\", \"fatal\", "
               "\"agent_failure\", \"retryable\", \"infrastructure\", "
               "\"gate_failed\", \"timeout\", \"preflight_failed\", "
-              "\"quota_exhausted\", \"needs_input\", \"not_now\")");
+              "\"quota_exhausted\", \"needs_input\", \"not_now\", "
+              "\"invalid_output\")");
   check_error(sup(R"({"backoff": {"crash": {"kind": "table"}}})"), "sup.json",
               "/backoff/crash",
               "unknown error class \"crash\" (expected one of "
               "\"container_crash\", \"rate_limit\", \"fatal\", "
               "\"agent_failure\", \"retryable\", \"infrastructure\", "
               "\"gate_failed\", \"timeout\", \"preflight_failed\", "
-              "\"quota_exhausted\", \"needs_input\", \"not_now\")");
+              "\"quota_exhausted\", \"needs_input\", \"not_now\", "
+              "\"invalid_output\")");
   check_error(sup(R"({"backoff": {"fatal": {"kind": "linear"}}})"), "sup.json",
               "/backoff/fatal/kind",
               "expected one of \"table\", \"exponential\", got \"linear\"");
@@ -634,7 +637,8 @@ TEST_CASE("classifier rules: errors") {
               "\"fatal\", \"agent_failure\", \"retryable\", "
               "\"infrastructure\", \"gate_failed\", \"timeout\", "
               "\"preflight_failed\", \"quota_exhausted\", "
-              "\"needs_input\", \"not_now\", got \"boom\"");
+              "\"needs_input\", \"not_now\", \"invalid_output\", got "
+              "\"boom\"");
   check_error(rules(R"({"rules": [{"id": "a", "class": "fatal",
     "exit_codes": [1]}, {"id": "a", "class": "fatal", "exit_codes": [2]}]})"),
               "classifier.json", "/rules/1/id",
@@ -1104,7 +1108,8 @@ TEST_CASE("task: errors") {
               "agent_selection, supervisor, runtime, image, env, "
               "memory_limit_mb, classifier, mounts, workdir, repo, "
               "keep_failed, gates, gate_timeout_s, deliver, feedback, "
-              "preflight, admit, placement)");
+              "preflight, admit, placement, answer_schema, role, target_files, "
+              "extra_context, context_max_bytes)");
   check_error_contains(task(R"({"prompt": "p", "classifier": {"rules": [
                        {"id": "r", "class": "fatal", "patterns": ["(x"]}]}})"),
                        "/classifier/rules/0/patterns/0", "(x");

@@ -329,9 +329,9 @@ TEST_CASE("workflow file: a prompt names a branch only of a step it depends "
                         R"(, {"id": "other", )" + task("o", true) + "}"));
     CHECK_THAT(e.what, Catch::Contains("does not depend on"));
   }
-  SECTION("an answer, not available yet") {
+  SECTION("an answer of a step with no answer schema") {
     auto e = failure(wf("see {{steps.code.answer.plan}}"));
-    CHECK_THAT(e.what, Catch::Contains("not available yet"));
+    CHECK_THAT(e.what, Catch::Contains("has no answer schema"));
   }
   SECTION("an unknown field") {
     auto e = failure(wf("see {{steps.code.color}}"));

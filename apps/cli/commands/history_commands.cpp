@@ -4,12 +4,14 @@
 #include "actor_setup.hpp"
 #include "commands.hpp"
 #include "node_client.hpp"
+#include "safe_text.hpp"
 
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/supervisor/time_words.hpp"
 
 #include <boost/json/object.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <caf/actor_cast.hpp>
 
@@ -56,6 +58,9 @@ int wait_for(node_session& s, const wait_options& opts) {
       if (r.error)
         std::cerr << "task " << r.task_id << " " << to_string(r.outcome) << ": "
                   << *r.error << '\n';
+      // A checked answer is the task's output, for the next command.
+      if (!r.answer.empty())
+        std::cout << r.answer << '\n';
       return task_exit_status(r);
     }
     if (opts.timeout_s > 0 && clock::now() >= deadline) {
@@ -83,6 +88,9 @@ void setup_wait(CLI::App& app, int& status) {
     ->check(CLI::NonNegativeNumber);
   add_node_option(cmd, opts->node);
   cmd->footer(node_help() + R"(
+
+A task with an answer schema (its own, or its role's) prints its checked
+answer, one line of JSON, on standard output when it succeeded.
 
 Exit status: 0 when the task succeeded, the last attempt's exit code (1 when
 it had none) when it failed, 130 when it was stopped, 124 on --timeout, 3
@@ -254,6 +262,9 @@ int describe(node_session& s, const describe_options& opts) {
         if (auto err = text_of(o, "error"); !err.empty())
           std::cout << ": " << err;
         std::cout << '\n';
+        if (auto* answer = o.if_contains("answer"))
+          std::cout << when << "  answer: "
+                    << printable(boost::json::serialize(*answer)) << '\n';
         break;
       }
       case event_kind::step: {

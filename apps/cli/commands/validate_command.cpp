@@ -31,6 +31,7 @@ enum class file_kind {
   node,
   environment,
   profile,
+  role,
   task
 };
 
@@ -46,6 +47,8 @@ const char* kind_name(file_kind kind) {
       return "environment";
     case file_kind::profile:
       return "agent profile";
+    case file_kind::role:
+      return "role";
     default:
       return "task";
   }
@@ -67,6 +70,8 @@ file_kind detect_kind(const fs::path& path) {
     return file_kind::environment;
   if (!ec && parent == "profiles")
     return file_kind::profile;
+  if (!ec && parent == "roles")
+    return file_kind::role;
   return file_kind::task;
 }
 
@@ -135,6 +140,12 @@ private:
       case file_kind::profile:
         if (auto res =
               parse_user_profile(*doc, fs::path{path}.stem().string(), path);
+            !res)
+          err = res.error();
+        break;
+      case file_kind::role:
+        // On its own: its overlays are checked with its directory.
+        if (auto res = parse_role(*doc, path, fs::path{path}.stem().string());
             !res)
           err = res.error();
         break;
@@ -260,11 +271,12 @@ private:
         global = std::move(sup);
     }
     std::error_code pec;
-    if (auto profiles = fs::path{dir} / "profiles";
-        fs::is_directory(profiles, pec))
-      for (const auto& entry : fs::directory_iterator{profiles, pec})
-        if (entry.path().extension() == ".json")
-          check_file(entry.path().string(), file_kind::profile, nullptr);
+    for (auto [sub, kind] : {std::pair{"profiles", file_kind::profile},
+                             std::pair{"roles", file_kind::role}})
+      if (auto files = fs::path{dir} / sub; fs::is_directory(files, pec))
+        for (const auto& entry : fs::directory_iterator{files, pec})
+          if (entry.path().extension() == ".json")
+            check_file(entry.path().string(), kind, nullptr);
     auto env_dir = fs::path{dir} / "environments";
     std::error_code ec;
     if (fs::is_directory(env_dir, ec)) {
@@ -320,7 +332,7 @@ private:
   }
 
   /// The `.json` files below `dir` that are not config files (nor in
-  /// environments/ or profiles/), sorted.
+  /// environments/, profiles/ or roles/), sorted.
   std::vector<std::string> task_files(const std::string& dir) {
     std::vector<std::string> out;
     std::error_code ec;
@@ -329,8 +341,8 @@ private:
          it.increment(ec)) {
       auto rel = it->path().lexically_relative(root);
       if (it->is_directory(ec)) {
-        // environments/ and profiles/ are config, checked as such.
-        if (rel == "environments" || rel == "profiles")
+        // environments/, profiles/ and roles/ are config, checked as such.
+        if (rel == "environments" || rel == "profiles" || rel == "roles")
           it.disable_recursion_pending();
         continue;
       }
@@ -361,12 +373,14 @@ void setup(CLI::App& app, int& status) {
   cmd->footer(
     std::string{
       "A directory is checked as a config directory (supervisor.json, "
-      "classifier.json, node.json, environments/*.json); every other .json "
+      "classifier.json, node.json, environments/*.json, profiles/*.json, "
+      "roles/*.json); every other .json "
       "file below it is a task file, checked against that directory's config "
       "(or, in a directory without config files, against the config "
       "directory). A file's kind comes "
       "from its name: supervisor.json, classifier.json, node.json, any .json "
-      "file in an environments/ directory; anything else is a task file, "
+      "file in an environments/, profiles/ or roles/ directory; anything else "
+      "is a task, group or workflow file, "
       "checked against the config directory. Task files get exactly the "
       "checks `run` and `submit` make. "} +
     config_dir_rule +

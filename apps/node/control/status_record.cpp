@@ -74,6 +74,9 @@ boost::json::object result_object(const task_result& r) {
   for (auto& a : r.artifacts)
     artifacts.push_back(text_value(a));
   out["artifacts"] = std::move(artifacts);
+  if (boost::system::error_code ec; !r.answer.empty())
+    if (auto answer = boost::json::parse(r.answer, ec); !ec)
+      out["answer"] = std::move(answer);
   auto& m = r.metadata;
   boost::json::object meta;
   meta.reserve(9);

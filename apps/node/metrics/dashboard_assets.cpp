@@ -337,6 +337,12 @@ async function showTask(id) {
       el('td', {}, iso(e.ts)), el('td', {}, e.attempt),
       el('td', {}, e.event), el('td', {class: 'wrap'}, eventLine(e))));
   }
+  // The checked answer of the run that succeeded (its last task_done).
+  const done = data.events.filter(e => e.event === 'task_done' && e.answer);
+  const answer = done.length ? el('div', {},
+    el('h2', {}, 'Answer'),
+    el('pre', {id: 'task-answer', class: 'output'},
+       JSON.stringify(done[done.length - 1].answer, null, 2))) : null;
   const outs = Object.keys(output).map(a => el('div', {},
     el('h2', {}, 'Output of attempt ' + a),
     el('pre', {class: 'output', 'data-attempt': a}, output[a].join('\n'))));
@@ -368,7 +374,7 @@ async function showTask(id) {
     el('table', {id: 'decisions'}, el('thead', {}, el('tr', {},
       ...['Time', 'Attempt', 'Event', 'What and why'].map(h => el('th', {}, h)))),
       decisions),
-    ...outs);
+    ...(answer ? [answer] : []), ...outs);
 }
 
 async function showAgents() {

@@ -60,6 +60,10 @@ expected<task_spec> parse_task(const json::value& doc, std::string_view where,
   auto task = parse_task_as_written(doc, where, cfg.profiles);
   if (!task)
     return task;
+  if (doc.is_object())
+    if (auto applied = apply_role(*task, doc.get_object(), cfg.roles, where);
+        !applied)
+      return applied.error();
   return resolve_task(std::move(*task), cfg, where);
 }
 

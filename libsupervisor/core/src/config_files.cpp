@@ -233,6 +233,10 @@ expected<config_set> load_config_dir(const std::string& dir) {
     if (!profiles)
       return profiles.error();
     cfg.profiles = std::move(*profiles);
+    auto roles = load_roles_dir(join_path(dir, "roles"));
+    if (!roles)
+      return roles.error();
+    cfg.roles = std::move(*roles);
   }
   if (auto err = read_config_file(dir, "supervisor.json", cfg.supervisor,
                                   [](const auto& doc, const auto& path) {

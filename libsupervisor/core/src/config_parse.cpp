@@ -547,6 +547,8 @@ std::string absolute_path(const reader& r, const json::value& v,
 /// Most gates a task may have.
 constexpr std::size_t max_gates = 32;
 
+} // namespace
+
 /// A command: a string split like `cli_flags`, an argv array, or an object
 /// `{"name", "command", "timeout_s"}` whose `command` is either.
 command_spec read_command(const reader& r, const json::value& v,
@@ -594,6 +596,8 @@ command_spec read_command(const reader& r, const json::value& v,
   return cmd;
 }
 
+namespace {
+
 /// The repository keys of a task: `repo`, `keep_failed`, `gates`,
 /// `gate_timeout_s`, `deliver`, `feedback`, `preflight`, `admit`.
 void read_repo_keys(const reader& r, const json::object& obj, task_spec& task) {
@@ -634,8 +638,11 @@ void read_repo_keys(const reader& r, const json::object& obj, task_spec& task) {
   if (const auto* x = obj.if_contains("deliver"))
     task.deliver = enum_value<delivery_mode>(
       r, *x, "/deliver", parse_delivery_mode, {"branch", "apply", "patch"});
-  // Feedback is on by default for repository tasks.
-  task.feedback.enabled = task.repo.has_value();
+  // Feedback is on by default for repository tasks, and for tasks whose
+  // answer is checked (a role's schema turns it on in apply_role).
+  if (const auto* x = obj.if_contains("answer_schema"))
+    task.answer_schema = read_schema(r, *x, "/answer_schema");
+  task.feedback.enabled = task.repo.has_value() || !task.answer_schema.empty();
   if (const auto* x = obj.if_contains("feedback")) {
     task.feedback.enabled = true;
     if (x->is_bool()) {
@@ -692,7 +699,12 @@ task_spec read_task(const reader& r, const json::value& v) {
                 "feedback",
                 "preflight",
                 "admit",
-                "placement"});
+                "placement",
+                "answer_schema",
+                "role",
+                "target_files",
+                "extra_context",
+                "context_max_bytes"});
   task_spec task;
   if (const auto* x = obj.if_contains("id"))
     task.id = r.identifier(*x, "/id", "a task id");
@@ -774,6 +786,7 @@ task_spec read_task(const reader& r, const json::value& v) {
   task.settings.steps.preflight = task.preflight.has_value();
   task.settings.steps.gates = !task.gates.empty();
   task.settings.steps.deliver = task.repo.has_value();
+  task.settings.steps.answer = !task.answer_schema.empty();
   return task;
 }
 

@@ -49,6 +49,16 @@ node_config read_node(const reader& r, const json::value& v);
 /// names, no environment applied.
 task_spec read_task(const reader& r, const json::value& v);
 
+/// A command: a string split like `cli_flags`, an argv array, or an object
+/// `{"name", "command", "timeout_s"}` whose `command` is either.
+command_spec read_command(const reader& r, const json::value& v,
+                          const std::string& path, double default_timeout_s);
+
+/// A JSON Schema (an answer's), compiled to check it (errors at `path` and
+/// the pointer within), kept as compact JSON text.
+std::string read_schema(const reader& r, const json::value& v,
+                        const std::string& path);
+
 /// `validate_task`; `compile_rules` false skips compiling the classifier
 /// patterns again (rules an environment supplied were compiled at load).
 expected<bool> check_task(const task_spec& task, std::string_view where,

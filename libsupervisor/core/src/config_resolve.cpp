@@ -60,6 +60,7 @@ expected<task_spec> resolve_task(task_spec task, const config_set& cfg,
     task.settings.steps.preflight = task.preflight.has_value();
     task.settings.steps.gates = !task.gates.empty();
     task.settings.steps.deliver = task.repo.has_value();
+    task.settings.steps.answer = !task.answer_schema.empty();
     // The node's default runtime has no image of its own to offer.
     if (task.runtime.empty() && cfg.node.default_runtime == "docker" &&
         task.image.empty())

@@ -12,6 +12,7 @@ constexpr std::string_view class_names[] = {
   "container_crash",  "rate_limit",      "fatal",       "agent_failure",
   "retryable",        "infrastructure",  "gate_failed", "timeout",
   "preflight_failed", "quota_exhausted", "needs_input", "not_now",
+  "invalid_output",
 };
 
 constexpr std::string_view action_names[] = {"retry", "fallback", "fail"};

@@ -190,6 +190,11 @@ void write_result_fields(json_writer& w, const task_result& r) {
   for (auto& a : r.artifacts)
     w.string(a);
   w.end_array();
+  // Compact JSON, parsed and written by the node itself.
+  if (!r.answer.empty()) {
+    w.key("answer");
+    w.raw(r.answer);
+  }
   w.key("metadata");
   w.begin_object();
   w.key("agent_used");

@@ -2,6 +2,8 @@
 
 #include "config_reader.hpp"
 
+#include "tasksup/supervisor/answer.hpp"
+
 #include <algorithm>
 #include <map>
 #include <utility>
@@ -346,15 +348,17 @@ private:
   }
 
   /// Step i's prompt may name, as `{{steps.<id>.branch}}`, the branch a
-  /// step it depends on (directly or not) delivers: any other template
-  /// is refused.
+  /// step it depends on (directly or not) delivers, and as
+  /// `{{steps.<id>.answer.<field>}}` a field its answer schema names: any
+  /// other template is refused.
   void check_templates(const group_spec& g, std::size_t i) {
     const auto& prompt = g.members[i].task->prompt;
     auto path = child(child(child("/steps", i), "task"), "prompt");
     for (auto& ref : find_step_templates(prompt)) {
       if (!ref.valid)
         r_.fail(path, "a template " + quote(ref.text) +
-                        " is not of the form {{steps.<step id>.branch}}");
+                        " is not of the form {{steps.<step id>.branch}} or "
+                        "{{steps.<step id>.answer.<field>}}");
       auto d = index_.find(ref.step);
       if (d == index_.end())
         r_.fail(path, "the template " + quote(ref.text) +
@@ -364,13 +368,17 @@ private:
                         quote(ref.step) +
                         ", which this step does not depend on: it may not "
                         "have run");
+      const auto& dep = *g.members[d->second].task;
+      constexpr std::string_view answer_prefix = "answer.";
+      if (ref.field.rfind(answer_prefix, 0) == 0) {
+        check_answer_field(path, ref, dep);
+        continue;
+      }
       if (ref.field != "branch")
         r_.fail(path, "the template " + quote(ref.text) + " names the field " +
                         quote(ref.field) +
-                        (ref.field.rfind("answer", 0) == 0
-                           ? ": a step's answer is not available yet"
-                           : ": the field a step offers is \"branch\""));
-      const auto& dep = *g.members[d->second].task;
+                        ": a step offers \"branch\" and "
+                        "\"answer.<field>\"");
       if (!dep.repo || dep.deliver != delivery_mode::branch)
         r_.fail(path, "the template " + quote(ref.text) +
                         " names the branch "
@@ -379,6 +387,23 @@ private:
                         ", which delivers none (it needs a \"repo\" and "
                         "\"deliver\": \"branch\")");
     }
+  }
+
+  /// `{{steps.<id>.answer.<field>}}` names a field step `dep`'s answer
+  /// schema lists among its top-level `properties`.
+  void check_answer_field(const std::string& path, const step_template& ref,
+                          const task_spec& dep) {
+    auto field = ref.field.substr(std::string_view{"answer."}.size());
+    if (dep.answer_schema.empty())
+      r_.fail(path, "the template " + quote(ref.text) +
+                      " names the answer of step " + quote(ref.step) +
+                      ", which has no answer schema (\"answer_schema\", or "
+                      "a role with one)");
+    auto schema = answer_schema::compile_text(dep.answer_schema);
+    if (!schema || !(*schema)->declares(field))
+      r_.fail(path, "the template " + quote(ref.text) + " names the field " +
+                      quote(field) + ", which the answer schema of step " +
+                      quote(ref.step) + " does not list in its properties");
   }
 
   /// Whether step i depends on step d, directly or not.

@@ -1,5 +1,6 @@
 #include "tasksup/supervisor/output_parser.hpp"
 
+#include "tasksup/supervisor/answer.hpp"
 #include "tasksup/supervisor/bounded_number.hpp"
 
 #include <boost/json/parse.hpp>
@@ -195,6 +196,14 @@ parse_output_format(std::string_view str) noexcept {
 
 output_parser::output_parser(output_format format) noexcept : format_(format) {}
 
+void output_parser::keep_final(std::string_view text) {
+  result_.final_message = bounded(text, max_structured_text_bytes);
+  if (text.size() <= max_answer_bytes)
+    final_text_.assign(text);
+  else
+    final_text_.clear();
+}
+
 std::string output_parser::feed(std::string_view line) {
   switch (format_) {
     case output_format::text:
@@ -273,7 +282,7 @@ std::string output_parser::feed_json_line(std::string_view line) {
         result_.error = std::move(e);
         return "failed: " + bounded(text, max_display_bytes);
       }
-      result_.final_message = bounded(text, max_structured_text_bytes);
+      keep_final(text);
       return "done" + (result_.cost_usd
                          ? " (cost $" + std::to_string(*result_.cost_usd) + ")"
                          : std::string{});
@@ -286,7 +295,7 @@ std::string output_parser::feed_json_line(std::string_view line) {
     auto kind = item ? str(member(*item, "type")).value_or("") : "";
     auto text = item ? str(member(*item, "text")).value_or("") : "";
     if (kind == "agent_message") {
-      result_.final_message = bounded(text, max_structured_text_bytes);
+      keep_final(text);
       return "assistant: " + bounded(text, max_display_bytes);
     }
     if (kind == "command_execution")
@@ -355,7 +364,7 @@ std::string output_parser::feed_gemini(std::string_view line) {
     return {};
   std::string shown;
   if (auto text = str(member(*doc, "response"))) {
-    result_.final_message = bounded(*text, max_structured_text_bytes);
+    keep_final(*text);
     shown = "assistant: " + bounded(*text, max_display_bytes);
   }
   if (const auto* models = path(*doc, {"stats", "models"});

@@ -49,9 +49,10 @@ bool same(const backoff_spec& a, const backoff_spec& b) noexcept {
 }
 
 bool same(const attempt_steps& a, const attempt_steps& b) noexcept {
-  const auto& [a_pre, a_gates, a_deliver] = a;
-  const auto& [b_pre, b_gates, b_deliver] = b;
-  return a_pre == b_pre && a_gates == b_gates && a_deliver == b_deliver;
+  const auto& [a_pre, a_gates, a_deliver, a_answer] = a;
+  const auto& [b_pre, b_gates, b_deliver, b_answer] = b;
+  return a_pre == b_pre && a_gates == b_gates && a_deliver == b_deliver &&
+         a_answer == b_answer;
 }
 
 template<class T>

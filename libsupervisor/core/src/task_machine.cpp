@@ -243,6 +243,8 @@ bool task_machine::on(task_machine_state& st, const input::attempt_ended& in,
     out.emplace_back(effect::report_agent{st.counters.agent_index, true});
     st.voluntary = true;
     st.ended = exit_facts(o);
+    if (!answer_passed(st, now_s, out))
+      return true;
     if (config().steps.gates) {
       st.phase = task_phase::gating;
       out.emplace_back(effect::run_gates{st.attempt, true});
@@ -254,6 +256,8 @@ bool task_machine::on(task_machine_state& st, const input::attempt_ended& in,
   if (o.succeeded()) {
     out.emplace_back(effect::report_agent{st.counters.agent_index, true});
     st.ended = exit_facts(o);
+    if (!answer_passed(st, now_s, out))
+      return true;
     if (config().steps.gates) {
       st.phase = task_phase::gating;
       out.emplace_back(effect::run_gates{st.attempt, false});
@@ -630,6 +634,47 @@ bool task_machine::on(task_machine_state& st, const input::gates_done& in,
   c.line = in.timed_out ? "gate " + in.gate + " timed out" : in.detail;
   judge_as(st, std::move(c), false, now_s, out);
   return true;
+}
+
+bool task_machine::on(task_machine_state& st, const input::answer_checked& in,
+                      double, machine_effects&) const {
+  // Only the running attempt's answer, before its end is judged.
+  if (st.phase != task_phase::running || in.attempt != st.attempt)
+    return false;
+  answer_check c;
+  c.attempt = in.attempt;
+  c.ok = in.ok;
+  if (in.ok)
+    c.answer = in.answer;
+  else
+    c.errors = in.errors;
+  st.answer = std::move(c);
+  return true;
+}
+
+bool task_machine::answer_passed(task_machine_state& st, double now_s,
+                                 machine_effects& out) const {
+  auto checked = st.answer && st.answer->attempt == st.attempt;
+  if (!config().steps.answer || (checked && st.answer->ok))
+    return true;
+  // The agent's work is not usable as it stands: a failure of the attempt,
+  // judged like one (as a failed exit), the schema errors passed on as
+  // feedback.
+  st.voluntary = false;
+  if (st.ended && st.ended->exit_code == 0)
+    st.ended->exit_code = 1;
+  classification c;
+  c.cls = error_class::invalid_output;
+  if (!checked) {
+    c.rule = "answer";
+    c.line = "the answer was not checked";
+  } else {
+    c.rule = "answer_schema";
+    const auto& errors = st.answer->errors;
+    c.line = errors.substr(0, errors.find('\n'));
+  }
+  judge_as(st, std::move(c), false, now_s, out);
+  return false;
 }
 
 bool task_machine::on(task_machine_state& st, const input::delivered& in,

@@ -665,28 +665,41 @@ typename Inspector::result_type inspect(Inspector& f, feedback_spec& x) {
            }));
 }
 
-/// Serializes a validated task.
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, task_spec& x) {
+namespace detail {
+
+/// A task's fields up to its placement, then `more` (the journal reads
+/// older tasks, which had fewer, with the same list).
+template<class Inspector, class... More>
+typename Inspector::result_type inspect_spec(Inspector& f, task_spec& x,
+                                             More&&... more) {
   return f(caf::meta::type_name("task_spec"), x.id, x.prompt, x.environment,
-           detail::opt(x.selection), x.supervisor, x.settings,
-           detail::opt_list(x.classifier_rules, "classifier_rules"), x.runtime,
-           x.image, detail::bounded(x.env, "env"),
-           detail::bounded(x.mounts, "mounts"), x.workdir,
-           detail::opt(x.memory_limit_mb), detail::opt(x.repo), x.keep_failed,
-           detail::bounded(x.gates, "gates"),
-           detail::checked(x.deliver, "task.deliver"), x.feedback,
-           detail::opt(x.preflight), detail::opt(x.admit),
-           detail::bounded(x.placement.labels, "placement.labels"),
+           opt(x.selection), x.supervisor, x.settings,
+           opt_list(x.classifier_rules, "classifier_rules"), x.runtime, x.image,
+           bounded(x.env, "env"), bounded(x.mounts, "mounts"), x.workdir,
+           opt(x.memory_limit_mb), opt(x.repo), x.keep_failed,
+           bounded(x.gates, "gates"), checked(x.deliver, "task.deliver"),
+           x.feedback, opt(x.preflight), opt(x.admit),
+           bounded(x.placement.labels, "placement.labels"),
+           std::forward<More>(more)...,
            caf::meta::load_callback([&]() -> caf::error {
-             return detail::check_sizes(
+             return check_sizes(
                {{x.id, wire::max_id_bytes, "task.id"},
                 {x.prompt, wire::max_prompt_bytes, "task.prompt"},
                 {x.environment, wire::max_id_bytes, "task.environment"},
                 {x.runtime, wire::max_id_bytes, "task.runtime"},
                 {x.image, wire::max_text_bytes, "task.image"},
-                {x.workdir, wire::max_text_bytes, "task.workdir"}});
+                {x.workdir, wire::max_text_bytes, "task.workdir"},
+                {x.answer_schema, wire::max_text_bytes, "task.answer_schema"},
+                {x.role, wire::max_id_bytes, "task.role"}});
            }));
+}
+
+} // namespace detail
+
+/// Serializes a validated task.
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, task_spec& x) {
+  return detail::inspect_spec(f, x, x.answer_schema, x.role);
 }
 
 /// Serializes an attempt's outcome.

@@ -10,6 +10,7 @@
 #include "tasksup/actors/inspect.hpp"
 #include "tasksup/actors/interfaces.hpp"
 
+#include "tasksup/supervisor/answer.hpp"
 #include "tasksup/supervisor/circuit_breaker.hpp"
 #include "tasksup/supervisor/classifier.hpp"
 #include "tasksup/supervisor/error_class.hpp"
@@ -240,7 +241,8 @@ namespace detail {
 inline caf::error check_result_sizes(const task_result& x) {
   return check_sizes(
     {{x.task_id, wire::max_id_bytes, "result.task_id"},
-     {x.error ? *x.error : x.task_id, wire::max_text_bytes, "result.error"}});
+     {x.error ? *x.error : x.task_id, wire::max_text_bytes, "result.error"},
+     {x.answer, max_answer_bytes, "result.answer"}});
 }
 
 /// The size bounds of a status record's text, checked once it is read.
@@ -256,15 +258,26 @@ inline caf::error check_status_sizes(const task_status& x) {
 
 } // namespace detail
 
+namespace detail {
+
+/// A result's fields up to its metadata, then `more` (the journal reads
+/// older results, which had fewer, with the same list).
+template<class Inspector, class... More>
+typename Inspector::result_type inspect_result(Inspector& f, task_result& x,
+                                               More&&... more) {
+  return f(caf::meta::type_name("task_result"), x.task_id,
+           checked(x.outcome, "result.outcome"), x.exit_code, opt(x.error),
+           bounded(x.artifacts, "result.artifacts"), x.metadata,
+           std::forward<More>(more)...,
+           caf::meta::load_callback([&] { return check_result_sizes(x); }));
+}
+
+} // namespace detail
+
 /// Serializes a task result.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, task_result& x) {
-  return f(
-    caf::meta::type_name("task_result"), x.task_id,
-    detail::checked(x.outcome, "result.outcome"), x.exit_code,
-    detail::opt(x.error), detail::bounded(x.artifacts, "result.artifacts"),
-    x.metadata, x.cause,
-    caf::meta::load_callback([&] { return detail::check_result_sizes(x); }));
+  return detail::inspect_result(f, x, x.cause, x.answer);
 }
 
 /// Serializes one row of a group's tree.
@@ -343,11 +356,15 @@ typename Inspector::result_type inspect(Inspector& f, event& x) {
 /// Serializes an attempt report.
 template<class Inspector>
 typename Inspector::result_type inspect(Inspector& f, attempt_report& x) {
-  return f(caf::meta::type_name("attempt_report"), x.attempt, x.outcome,
-           x.container_id, caf::meta::load_callback([&]() -> caf::error {
-             return detail::check_sizes({{x.container_id, wire::max_text_bytes,
-                                          "attempt_report.container_id"}});
-           }));
+  return f(
+    caf::meta::type_name("attempt_report"), x.attempt, x.outcome,
+    x.container_id, detail::opt(x.answer),
+    caf::meta::load_callback([&]() -> caf::error {
+      return detail::check_sizes(
+        {{x.container_id, wire::max_text_bytes, "attempt_report.container_id"},
+         {x.answer ? *x.answer : x.container_id, max_answer_bytes,
+          "attempt_report.answer"}});
+    }));
 }
 
 /// Serializes a classify request.

@@ -5,6 +5,7 @@
 #include "tasksup/supervisor/circuit_breaker.hpp"
 #include "tasksup/supervisor/classifier.hpp"
 #include "tasksup/supervisor/expected.hpp"
+#include "tasksup/supervisor/role.hpp"
 #include "tasksup/supervisor/supervisor_config.hpp"
 #include "tasksup/supervisor/task_spec.hpp"
 
@@ -71,6 +72,8 @@ struct config_set {
   /// after a built-in profile holds that profile with its overrides. Agents
   /// name these or the built-in ones (`find_agent_profile`).
   profile_map profiles;
+  /// Roles (`roles/<name>.json`), their overlays applied, keyed by name.
+  role_map roles;
 };
 
 /// The built-in defaults: what an empty config directory loads to (default

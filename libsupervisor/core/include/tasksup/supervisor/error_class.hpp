@@ -50,10 +50,15 @@ enum class error_class : uint8_t {
   /// Nothing is wrong with the task or its agent: it parks and tries again
   /// on the `not_now` schedule, spending no retry and no restart.
   not_now,
+  /// The attempt exited 0 but its answer was missing, not JSON, or did not
+  /// match the task's answer schema (its own `answer_schema`, or its
+  /// role's): retry with standard backoff (the next attempt is told the
+  /// schema errors), then fall back. Never produced by output rules.
+  invalid_output,
 };
 
 /// Every class, in the declaration order above.
-inline constexpr std::array<error_class, 12> all_error_classes{
+inline constexpr std::array<error_class, 13> all_error_classes{
   error_class::container_crash,
   error_class::rate_limit,
   error_class::fatal,
@@ -66,6 +71,7 @@ inline constexpr std::array<error_class, 12> all_error_classes{
   error_class::quota_exhausted,
   error_class::needs_input,
   error_class::not_now,
+  error_class::invalid_output,
 };
 
 /// The snake_case name used in config files and events.

@@ -35,14 +35,22 @@ public:
   /// What was learned so far.
   const structured_result& result() const noexcept { return result_; }
 
+  /// The final message whole, when it is at most `max_answer_bytes` (see
+  /// answer.hpp); `result().final_message` is bounded for display.
+  const std::string& final_text() const noexcept { return final_text_; }
+
   output_format format() const noexcept { return format_; }
 
 private:
   std::string feed_json_line(std::string_view line);
   std::string feed_gemini(std::string_view line);
+  /// The agent's final message (so far): bounded for display, whole for
+  /// its answer.
+  void keep_final(std::string_view text);
 
   output_format format_;
   structured_result result_;
+  std::string final_text_;
   /// gemini: the envelope being collected, from a line "{" to a line "}".
   std::string pending_;
   bool collecting_ = false;

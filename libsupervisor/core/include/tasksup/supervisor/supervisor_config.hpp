@@ -72,6 +72,9 @@ struct attempt_steps {
   bool gates = false;
   /// A repository task: its change is delivered before it succeeds.
   bool deliver = false;
+  /// The attempt's answer is checked (`answer_schema`, or the role's): an
+  /// attempt that exits 0 without a valid one is `invalid_output`.
+  bool answer = false;
 };
 
 /// The delay schedule of a `permanent` task restarted after a clean exit:

@@ -148,6 +148,16 @@ private:
   std::unique_ptr<T> p_;
 };
 
+/// The check of one attempt's answer (`input::answer_checked`).
+struct answer_check {
+  int attempt = 0;
+  bool ok = false;
+  /// The answer, compact JSON, when it passed.
+  std::string answer;
+  /// Why it did not pass, one error per line.
+  std::string errors;
+};
+
 /// The state of one task: a plain value, copyable, journaled.
 struct task_machine_state {
   task_phase phase = task_phase::created;
@@ -209,6 +219,9 @@ struct task_machine_state {
   /// The user paused the task: no attempt starts until it is resumed (a
   /// running one is left to finish).
   bool paused = false;
+  /// The last check of an attempt's answer; absent while none came (a
+  /// task without an answer schema never has one).
+  boxed<answer_check> answer;
 };
 
 namespace input {
@@ -333,6 +346,17 @@ struct reply_failed {
   std::string error;
 };
 
+/// The attempt's answer was checked against the task's schema; comes
+/// before the attempt's end (`attempt_ended`), which it judges.
+struct answer_checked {
+  int attempt = 0;
+  bool ok = false;
+  /// The answer, compact JSON, when it parsed.
+  std::string answer;
+  /// The schema errors, one per line, when it did not pass.
+  std::string errors;
+};
+
 /// The node restarted and rebuilt the task from its journal: whatever the
 /// task waited for (a reply, a timer, its place in the queue) is gone and is
 /// asked for again; a running attempt is to be adopted. Journaled like any
@@ -342,13 +366,12 @@ struct resumed {};
 } // namespace input
 
 /// Everything a task reacts to.
-using machine_input =
-  std::variant<input::start, input::permission, input::attempt_started,
-               input::attempt_ended, input::classified, input::delay_decided,
-               input::timer, input::stop, input::retry_now,
-               input::force_fallback, input::reply_failed, input::resumed,
-               input::preflight_done, input::gates_done, input::delivered,
-               input::pause, input::resume, input::quota_closed>;
+using machine_input = std::variant<
+  input::start, input::permission, input::attempt_started, input::attempt_ended,
+  input::classified, input::delay_decided, input::timer, input::stop,
+  input::retry_now, input::force_fallback, input::reply_failed, input::resumed,
+  input::preflight_done, input::gates_done, input::delivered, input::pause,
+  input::resume, input::quota_closed, input::answer_checked>;
 
 namespace effect {
 
@@ -625,6 +648,14 @@ private:
           machine_effects& out) const;
   bool on(task_machine_state& st, const input::quota_closed& in, double now_s,
           machine_effects& out) const;
+  bool on(task_machine_state& st, const input::answer_checked& in, double,
+          machine_effects& out) const;
+
+  /// Whether an attempt that exited 0 (or ended voluntarily) may go on to
+  /// its gates: its answer passed, or none is asked for. Otherwise it is
+  /// judged `invalid_output`.
+  bool answer_passed(task_machine_state& st, double now_s,
+                     machine_effects& out) const;
 
   /// Parks the task until `d.resume_at_s`, when the agent's quota resets.
   void park_for_quota(task_machine_state& st, decision d, double now_s,

@@ -183,6 +183,9 @@ struct task_result {
   task_cause cause;
   std::vector<std::string> artifacts;
   result_metadata metadata;
+  /// The checked answer of the attempt that succeeded, compact JSON; empty
+  /// when the task asks for none.
+  std::string answer;
 };
 
 /// A task as `status` reports it.
@@ -270,6 +273,9 @@ struct attempt_report {
   attempt_outcome outcome;
   /// Container id or pid, as the runtime named it.
   std::string container_id;
+  /// The answer found in the attempt's output (at most
+  /// `max_answer_bytes`), unchecked; the supervisor checks it.
+  std::optional<std::string> answer;
 };
 
 /// An account closed for a used-up quota, as `(health)` reports it.

@@ -144,6 +144,10 @@ struct task_hook_fields {
   /// Run before each attempt; a non-zero exit skips that attempt
   /// (`preflight_failed`).
   std::optional<command_spec> preflight;
+  /// The JSON Schema (draft 7, as compact JSON text) the attempt's answer
+  /// must match (the task's `answer_schema`, else its role's); empty for
+  /// none.
+  std::string answer_schema;
 };
 
 /// One task as submitted (docs/BEHAVIOUR.md, Task file). `resolve_task` checks
@@ -151,6 +155,9 @@ struct task_hook_fields {
 /// attempt and hook fields are in the two bases, which a task supervisor
 /// keeps apart from the rest (`id`, `prompt`, ... read as members).
 struct task_spec : task_attempt_fields, task_hook_fields {
+  /// The role the task was made from (`config/roles/<role>.json`); empty
+  /// for none. Its template, schema and gates are already applied.
+  std::string role;
   /// Inline agent selection; overrides the environment's when present.
   std::optional<agent_selection> selection;
   /// The supervisor settings the task itself names (its `supervisor`
