@@ -133,6 +133,27 @@ TEST_CASE("docker create body: the task's state directory is mounted "
   }
 }
 
+TEST_CASE("docker create body: a workflow step's inputs file is mounted "
+          "read-only where TASKSUP_INPUTS names it") {
+  auto spec = sample_spec();
+  spec.env["TASKSUP_INPUTS"] = "/var/lib/tasksup/wf.code/inputs.json";
+  auto body = create_body(spec);
+  auto& env = body.at("Env").as_array();
+  CHECK(std::count(env.begin(), env.end(),
+                   "TASKSUP_INPUTS=/tasksup/inputs.json") == 1);
+  auto& mounts = body.at("HostConfig").at("Mounts").as_array();
+  auto inputs = std::find_if(mounts.begin(), mounts.end(), [](auto& m) {
+    return m.at("Target") == "/tasksup/inputs.json";
+  });
+  REQUIRE(inputs != mounts.end());
+  CHECK(inputs->at("Source") == "/var/lib/tasksup/wf.code/inputs.json");
+  CHECK(inputs->at("ReadOnly") == true);
+  spec.env["TASKSUP_INPUTS"] = "relative/inputs.json";
+  auto refused = docker_create_body(spec, {});
+  REQUIRE_FALSE(refused.has_value());
+  CHECK(refused.error().path == "env/TASKSUP_INPUTS");
+}
+
 TEST_CASE("docker create body honours network mode, init and workdir") {
   auto spec = sample_spec();
   spec.workdir = "/src";

@@ -13,6 +13,10 @@ namespace json = boost::json;
 
 namespace {
 
+/// Where a container sees a workflow step's inputs file (the host path the
+/// registry names in TASKSUP_INPUTS, mounted read-only).
+constexpr std::string_view docker_inputs_file = "/tasksup/inputs.json";
+
 constexpr std::size_t max_message_bytes = 1024;
 
 error spec_error(std::string path, std::string what) {
@@ -94,6 +98,16 @@ expected<std::string> docker_create_body(const attempt_spec& spec,
     env["TASKSUP_FEEDBACK"] = std::string{docker_feedback_file};
   if (!spec.state_dir.empty())
     env["TASKSUP_MEMBER_STATE"] = std::string{docker_member_state_dir};
+  // A workflow step's inputs, written on the host.
+  std::string inputs;
+  if (auto i = env.find("TASKSUP_INPUTS"); i != env.end()) {
+    if (!absolute(i->second))
+      return spec_error("env/TASKSUP_INPUTS",
+                        "must be an absolute host path, got '" + i->second +
+                          "'");
+    inputs = i->second;
+    i->second = std::string{docker_inputs_file};
+  }
   json::array env_list;
   for (auto& [key, value] : env)
     env_list.emplace_back(key + "=" + value);
@@ -135,6 +149,8 @@ expected<std::string> docker_create_body(const attempt_spec& spec,
               docker_feedback_file, true);
   if (!spec.state_dir.empty())
     add_mount(spec.state_dir, docker_member_state_dir, false);
+  if (!inputs.empty())
+    add_mount(inputs, docker_inputs_file, true);
   if (!spec.config_dir.empty()) {
     if (!absolute(spec.config_dir))
       return spec_error("config_dir", "must be an absolute host path, got '" +
