@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -584,4 +585,67 @@ TEST_CASE("repo task: a workflow step sees the steps it depends on: their "
   CHECK(text(code, "outcome") == "succeeded");
   CHECK(text(code, "branch") == "tasksup/wf.code");
   CHECK(text(code, "attempt_dir") == attempt_dir(dir, "wf.code", 2));
+}
+
+TEST_CASE("the shipped repository workflow runs: the planner's answer fills "
+          "the implementer's prompt, the change is delivered on a branch, "
+          "and the reviewer's first answer is refused and its second "
+          "approves") {
+  scratch dir;
+  // The example works on a repository its script makes; here, in the
+  // scratch directory, with the example's agents by absolute path.
+  auto repo = dir / "example-repo";
+  rt::command_options make;
+  make.argv = {example("make-example-repo.sh"), repo};
+  make.timeout_s = 60;
+  auto made = rt::run_command(make);
+  INFO(made.last_line());
+  REQUIRE(made.passed());
+  auto text = slurp(example("workflow-repo.json"));
+  auto replace = [&](const std::string& from, const std::string& to) {
+    for (auto at = text.find(from); at != std::string::npos;
+         at = text.find(from, at + to.size()))
+      text.replace(at, from.size(), to);
+  };
+  replace("/tmp/tasksup-example-repo", repo);
+  replace("./agents/", example("agents/"));
+  auto file = dir.write("workflow-repo.json", text);
+  auto events = dir / "events.jsonl";
+  auto ran = run_to_end(dir,
+                        {"run", "--config", config_dir(), "--events", events,
+                         "--work-dir", dir / "work", file},
+                        120s);
+  INFO(ran.out << ran.err);
+  REQUIRE(ran.status == 0);
+  auto evs = json_lines(slurp(events));
+  // Each step's answer is its result.
+  std::map<std::string, boost::json::object> answers;
+  for (auto& e : of_kind(evs, "task_done"))
+    if (auto* a = e.if_contains("answer"))
+      answers[text_at(e, "task_id")] = a->as_object();
+  REQUIRE(answers.count("greet.plan") == 1);
+  CHECK(text_at(answers["greet.plan"], "summary") == "greet the world by name");
+  REQUIRE(answers.count("greet.code") == 1);
+  REQUIRE(answers.count("greet.review") == 1);
+  CHECK(text_at(answers["greet.review"], "verdict") == "approve");
+  // The reviewer's first answer lacked its comments.
+  std::vector<std::string> classes;
+  for (auto& e : of_kind(evs, "classified"))
+    classes.push_back(text_at(e, "task_id") + " " + text_at(e, "class"));
+  CHECK(classes == std::vector<std::string>{"greet.review invalid_output"});
+  // The implementer's change is on its branch, made from the plan.
+  auto shown = git(repo, {"show", "tasksup/greet.code:greeting.txt"});
+  CHECK(shown == std::vector<std::string>{"hello", "hello, world"});
+  // The implementer's prompt (kept as its artifact) had the plan's summary
+  // and steps in it.
+  std::string prompt;
+  for (auto& e : of_kind(evs, "task_done"))
+    if (text_at(e, "task_id") == "greet.code")
+      for (auto& a : e.at("artifacts").as_array())
+        if (std::string{a.as_string()}.find("prompt.txt") != std::string::npos)
+          prompt = slurp(std::string{a.as_string()});
+  CHECK_THAT(prompt, Catch::Contains("Do this: greet the world by name. "
+                                     "Steps: [\"edit greeting.txt\",\"say "
+                                     "hello to the world\"]"));
+  CHECK_THAT(prompt, Catch::Contains("You are the implementer"));
 }
