@@ -12,6 +12,8 @@
 
 #include "tasksup/supervisor/answer.hpp"
 
+#include "config_reader.hpp"
+
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 #include <re2/re2.h>
@@ -88,20 +90,6 @@ public:
   }
 };
 
-/// JSON pointer escaping of one reference token.
-std::string pointer_token(std::string_view x) {
-  std::string out;
-  for (auto c : x) {
-    if (c == '~')
-      out += "~0";
-    else if (c == '/')
-      out += "~1";
-    else
-      out += c;
-  }
-  return out;
-}
-
 /// Keywords whose value is data, never a schema.
 bool data_keyword(std::string_view k) {
   return k == "enum" || k == "const" || k == "default" || k == "examples";
@@ -120,14 +108,14 @@ boost::json::value rewritten(const boost::json::value& schema,
     boost::json::array out;
     std::size_t i = 0;
     for (auto& x : schema.get_array())
-      out.push_back(rewritten(x, at + "/" + std::to_string(i++)));
+      out.push_back(rewritten(x, detail::child(at, i++)));
     return out;
   }
   if (!schema.is_object())
     return schema;
   boost::json::object out;
   for (auto& [key, x] : schema.get_object()) {
-    auto path = at + "/" + pointer_token(key);
+    auto path = detail::child(at, key);
     if (key == "patternProperties")
       throw error{"", path,
                   "patternProperties is not supported in an answer schema "
@@ -145,7 +133,7 @@ boost::json::value rewritten(const boost::json::value& schema,
     } else if (map_keyword(key) && x.is_object()) {
       boost::json::object m;
       for (auto& [name, sub] : x.get_object())
-        m[name] = rewritten(sub, path + "/" + pointer_token(name));
+        m[name] = rewritten(sub, detail::child(path, name));
       out[key] = std::move(m);
     } else {
       out[key] = rewritten(x, path);
@@ -163,7 +151,7 @@ std::string pointer_of(const std::vector<std::string>& context) {
     auto name = std::string_view{part};
     if (name.size() >= 2 && name.front() == '[' && name.back() == ']')
       name = name.substr(1, name.size() - 2);
-    out += "/" + pointer_token(name);
+    detail::append_pointer_token(out, name);
   }
   return out.empty() ? "/" : out;
 }
