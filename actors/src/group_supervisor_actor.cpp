@@ -355,6 +355,8 @@ caf::result<std::vector<group_row>> tree_status(group_ptr self) {
     r.restarts = m.restarts_of(i);
     if (member.group)
       r.strategy = member.group->strategy;
+    for (auto d : member.depends_on)
+      r.depends_on.push_back(spec.members[d].id);
     (*rows)[i + 1].push_back(std::move(r));
     if (st.children[i])
       ++asked;

@@ -285,6 +285,18 @@ std::string node_stats::task_json(const task_status& status,
       w.string(r.id);
       w.key("kind");
       w.raw_string(r.group ? "group" : "task");
+      if (r.group) {
+        w.key("strategy");
+        w.raw_string(to_string(r.strategy));
+      }
+      if (!r.depends_on.empty()) {
+        // A workflow's step: the steps it waits for (the graph's arrows).
+        w.key("depends_on");
+        w.begin_array();
+        for (auto& d : r.depends_on)
+          w.string(d);
+        w.end_array();
+      }
       w.key("phase");
       w.raw_string(to_string(r.phase));
       w.key("last");

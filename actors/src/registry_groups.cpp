@@ -233,6 +233,8 @@ void ended_rows(registry_ptr self, const group_spec& g, int depth,
     r.restart = m.restart;
     r.significant = m.significant;
     r.phase = member_phase::ended;
+    for (auto d : m.depends_on)
+      r.depends_on.push_back(g.members[d].id);
     if (m.group) {
       r.strategy = m.group->strategy;
       if (auto i = st.groups.find(m.id);

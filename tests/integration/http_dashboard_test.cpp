@@ -1052,6 +1052,63 @@ TEST_CASE("serve --http: the dashboard in headless Chromium shows tasks, "
   CHECK(group.find("every member started") != std::string::npos);
   n.cmd({"kill", "pair"});
 
+  // A workflow's page draws its steps as a graph: an arrow for each
+  // dependency, each step coloured by how it went; a step's page shows its
+  // checked answer.
+  auto answering = dir.write_script(
+    "answer.sh", "#!/bin/sh\n"
+                 "printf '```json\\n{\"summary\": \"plan it\"}\\n```\\n'\n");
+  auto failing = dir.write_script("fail.sh", "#!/bin/sh\nexit 1\n");
+  auto wf_step = [&](const std::string& id, const std::string& deps,
+                     const std::string& cli, const std::string& extra) {
+    return R"({"id": ")" + id + R"(", "depends_on": [)" + deps +
+           R"(], "task": {"prompt": "p", )" + extra +
+           R"("supervisor": {"max_retries_per_agent": 0},
+             "agent_selection": {"agents": [{"agent_id": "sh", "agent_cli": ")" +
+           cli + R"("}]}}})";
+  };
+  auto schema =
+    std::string{R"("answer_schema": {"type": "object", "required": )"
+                R"(["summary"]}, )"};
+  REQUIRE(
+    n.cmd({"submit",
+           dir.write("wf.json",
+                     R"({"id": "wf", "steps": [)" +
+                       wf_step("plan", "", answering, schema) + ", " +
+                       wf_step("code", R"("plan")", failing, "") + ", " +
+                       wf_step("docs", R"("plan")", answering, "") + ", " +
+                       wf_step("review", R"("code", "docs")", answering, "") +
+                       "]}")})
+      .status == 0);
+  REQUIRE(n.wait_done("wf"));
+  boost::json::object graph_page{
+    {"url", login + "#/task/wf"},
+    {"steps", boost::json::array{
+                step(loaded + " && document.querySelectorAll('#graph .step')"
+                              ".length === 4")}}};
+  auto graph = browse("graph", graph_page);
+  CHECK(std::regex_search(graph,
+                          std::regex{"class=\"step phase-ended last-normal\" "
+                                     "data-step=\"wf.plan\""}));
+  CHECK(std::regex_search(graph,
+                          std::regex{"class=\"step phase-ended last-failed\" "
+                                     "data-step=\"wf.code\""}));
+  CHECK(std::regex_search(
+    graph, std::regex{"class=\"step phase-skipped\" data-step=\"wf.review\""}));
+  // plan -> code, plan -> docs, code -> review, docs -> review.
+  for (auto [from, to] :
+       {std::pair{"plan", "code"}, std::pair{"plan", "docs"},
+        std::pair{"code", "review"}, std::pair{"docs", "review"}})
+    CHECK(graph.find(std::string{"class=\"edge\" data-from=\"wf."} + from +
+                     "\" data-to=\"wf." + to + "\"") != std::string::npos);
+  boost::json::object answer_page{
+    {"url", login + "#/task/wf.plan"},
+    {"steps", boost::json::array{
+                step(loaded + " && document.getElementById('task-answer')")}}};
+  auto answered = browse("answer", answer_page);
+  // Text in a <pre> keeps its quotes.
+  CHECK_THAT(answered, Catch::Contains("\"summary\": \"plan it\""));
+
   n.cmd({"kill", "demo-waiting"});
   n.process().signal(SIGTERM);
   CHECK(n.process().wait(30s) == 0);

@@ -157,6 +157,12 @@ boost::json::object to_json(const task_status& s, const task_times* c) {
       else
         row["last"] = nullptr;
       row["restarts"] = r.restarts;
+      if (!r.depends_on.empty()) {
+        boost::json::array deps;
+        for (auto& d : r.depends_on)
+          deps.emplace_back(d);
+        row["depends_on"] = std::move(deps);
+      }
       tree.push_back(std::move(row));
     }
     out["tree"] = std::move(tree);

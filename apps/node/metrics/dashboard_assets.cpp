@@ -75,6 +75,17 @@ pre.output { background:#0f172a; color:#e2e8f0; padding:10px; max-height:360px;
   margin-bottom:10px; }
 .kv span { margin-right:18px; }
 #message { margin:8px 0; min-height:18px; }
+td.phase-skipped { color:var(--muted); font-style:italic; }
+#graph { background:var(--card); border:1px solid var(--line); }
+#graph .step rect { fill:#fff; stroke:#94a3b8; }
+#graph .step { cursor:pointer; font-size:12px; }
+#graph .step.last-normal rect { fill:#dcfce7; stroke:var(--ok); }
+#graph .step.last-failed rect { fill:#fee2e2; stroke:var(--bad); }
+#graph .step.last-stopped rect { fill:#fef3c7; stroke:var(--warn); }
+#graph .step.phase-running rect { stroke:var(--run); stroke-width:2; }
+#graph .step.phase-skipped rect { fill:#f1f5f9; stroke-dasharray:4 3; }
+#graph .step.phase-skipped text { fill:var(--muted); }
+#graph .edge { stroke:#94a3b8; stroke-width:1.2; marker-end:url(#arrow); }
 )css";
 
 const std::string_view dashboard_js = R"js('use strict';
@@ -316,6 +327,8 @@ async function showTask(id) {
   for (const b of buttons.querySelectorAll('button'))
     b.disabled = !live || (group && b.dataset.action !== 'stop' &&
                            b.dataset.action !== 'kill');
+  const steps = group && t.tree[0].strategy === 'steps'
+    ? stepGraph(t.task_id, t.tree) : null;
   const members = group ? el('table', {id: 'tree'},
     el('thead', {}, el('tr', {}, ...['Member', 'Kind', 'State', 'Restarts',
       'Last run'].map(h => el('th', {}, h)))),
@@ -369,12 +382,90 @@ async function showTask(id) {
     buttons, el('div', {id: 'message'}),
     // A group's members where a task's attempts go.
     el('h2', {}, group ? 'Members' : 'Attempts'),
+    ...(steps ? [steps] : []),
     group ? members : timeline(data.events, t),
     el('h2', {}, 'Decisions'),
     el('table', {id: 'decisions'}, el('thead', {}, el('tr', {},
       ...['Time', 'Attempt', 'Event', 'What and why'].map(h => el('th', {}, h)))),
       decisions),
     ...(answer ? [answer] : []), ...outs);
+}
+
+// An SVG element.
+function svg(tag, attrs, ...kids) {
+  const e = document.createElementNS('http://www.w3.org/2000/svg', tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  for (const k of kids)
+    e.appendChild(typeof k === 'string' ? document.createTextNode(k) : k);
+  return e;
+}
+
+// Most steps the graph draws; the table below lists them all.
+const graphSteps = 200;
+
+// A workflow's steps as a graph: a column per step's longest chain of
+// dependencies, an arrow from each step it depends on, each box coloured by
+// how its run went (see the CSS) and a link to its page.
+function stepGraph(workflow, tree) {
+  const rows = tree.filter(r => r.depth === 1);
+  if (rows.length > graphSteps)
+    return el('p', {id: 'graph-note', class: 'muted'}, 'The graph is drawn '
+      + 'for at most ' + graphSteps + ' steps; this workflow has '
+      + rows.length + '.');
+  const byId = new Map(rows.map(r => [r.id, r]));
+  // Kahn's order: no recursion, whatever the chain's length.
+  const col = new Map(), waiting = new Map(), next = new Map();
+  for (const r of rows) {
+    const deps = (r.depends_on || []).filter(d => byId.has(d));
+    waiting.set(r.id, deps.length);
+    for (const d of deps) (next.get(d) || next.set(d, []).get(d)).push(r.id);
+  }
+  const ready = rows.filter(r => waiting.get(r.id) === 0).map(r => r.id);
+  for (const id of ready) col.set(id, 0);
+  while (ready.length) {
+    const id = ready.shift();
+    for (const n of next.get(id) || []) {
+      col.set(n, Math.max(col.get(n) || 0, col.get(id) + 1));
+      waiting.set(n, waiting.get(n) - 1);
+      if (waiting.get(n) === 0) ready.push(n);
+    }
+  }
+  const w = 150, h = 30, gapX = 50, gapY = 16, pad = 12;
+  const place = new Map(), perCol = [];
+  for (const r of rows) {
+    const c = col.get(r.id) || 0;
+    perCol[c] = (perCol[c] || 0) + 1;
+    place.set(r.id, {x: pad + c * (w + gapX), y: pad + (perCol[c] - 1) * (h + gapY)});
+  }
+  const width = pad * 2 + perCol.length * (w + gapX) - gapX;
+  const height = pad * 2 + Math.max(1, ...perCol) * (h + gapY) - gapY;
+  const g = svg('svg', {id: 'graph', width: width, height: height,
+                        viewBox: '0 0 ' + width + ' ' + height},
+    svg('defs', {}, svg('marker', {id: 'arrow', viewBox: '0 0 10 10', refX: 10,
+      refY: 5, markerWidth: 7, markerHeight: 7, orient: 'auto-start-reverse'},
+      svg('path', {d: 'M 0 0 L 10 5 L 0 10 z', fill: '#94a3b8'}))));
+  for (const r of rows)
+    for (const d of r.depends_on || []) {
+      const a = place.get(d), b = place.get(r.id);
+      if (!a) continue;
+      g.appendChild(svg('line', {class: 'edge', 'data-from': d, 'data-to': r.id,
+        x1: a.x + w, y1: a.y + h / 2, x2: b.x, y2: b.y + h / 2}));
+    }
+  const prefix = workflow + '.';
+  for (const r of rows) {
+    const p = place.get(r.id);
+    const name = r.id.startsWith(prefix) ? r.id.slice(prefix.length) : r.id;
+    const box = svg('g', {class: 'step phase-' + r.phase
+      + (r.last ? ' last-' + r.last : ''), 'data-step': r.id},
+      svg('title', {}, r.id + ': ' + r.phase + (r.last ? ', ' + r.last : '')),
+      svg('rect', {x: p.x, y: p.y, width: w, height: h, rx: 4}),
+      svg('text', {x: p.x + 8, y: p.y + h / 2 + 4},
+          name.length > 20 ? name.slice(0, 19) + '…' : name));
+    box.addEventListener('click',
+      () => { location.hash = '#/task/' + encodeURIComponent(r.id); });
+    g.appendChild(box);
+  }
+  return el('div', {}, el('h2', {}, 'Steps'), g);
 }
 
 async function showAgents() {

@@ -289,9 +289,14 @@ typename Inspector::result_type inspect(Inspector& f, group_row& x) {
     detail::checked(x.phase, "group_row.phase"),
     detail::opt_checked(x.last, "group_row.last"), x.restarts,
     detail::checked(x.strategy, "group_row.strategy"),
+    detail::bounded(x.depends_on, "group_row.depends_on"),
     caf::meta::load_callback([&]() -> caf::error {
       if (x.depth < 0 || x.depth > static_cast<int>(max_group_depth))
         return detail::wire_error("group_row.depth", "out of range");
+      for (auto& d : x.depends_on)
+        if (auto err = detail::check_sizes(
+              {{d, wire::max_id_bytes, "group_row.depends_on"}}))
+          return err;
       return detail::check_sizes({{x.id, wire::max_id_bytes, "group_row.id"}});
     }));
 }

@@ -352,6 +352,8 @@ struct group_row {
   int restarts = 0;
   /// A group's strategy.
   group_strategy strategy = group_strategy::one_for_one;
+  /// A workflow's step: the ids of the steps it depends on.
+  std::vector<std::string> depends_on;
 };
 
 } // namespace tasksup
