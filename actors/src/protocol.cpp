@@ -71,7 +71,7 @@ static_assert(detail::enum_size<member_phase>::value ==
 static_assert(detail::enum_size<member_end>::value ==
               static_cast<std::size_t>(member_end::stopped) + 1);
 static_assert(detail::enum_size<group_strategy>::value ==
-              static_cast<std::size_t>(group_strategy::steps) + 1);
+              static_cast<std::size_t>(group_strategy::race) + 1);
 static_assert(detail::enum_size<end_reason>::value ==
               static_cast<std::size_t>(end_reason::runtime_missing) + 1);
 

@@ -617,3 +617,87 @@ TEST_CASE("group steps: a chain of 10,000 steps runs one after another") {
   CHECK(m.done());
   CHECK(m.end_as_member() == member_end::normal);
 }
+
+namespace {
+
+/// A best-of-N step's race of `n` racers "r1".."rN".
+group_shape race_of(std::size_t n) {
+  group_shape out;
+  out.strategy = group_strategy::race;
+  out.intensity = {0, 60};
+  for (std::size_t k = 1; k <= n; ++k)
+    out.members.push_back(step("r" + std::to_string(k)));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("group race: every racer starts, the first to succeed wins and "
+          "the others are stopped, last first") {
+  driver d{race_of(4)};
+  d.start();
+  CHECK(d.ops() == "start r1, start r2, start r3, start r4");
+  // A failure only drops that racer out.
+  d.end(0, member_end::failed, 1);
+  CHECK(d.ops().empty());
+  CHECK_FALSE(d.m.done());
+  d.end(2, member_end::normal, 2);
+  CHECK(d.ops() == "stop r4, stop r2");
+  REQUIRE(d.m.done());
+  CHECK(d.m.end_reason() == group_end::won);
+  CHECK(d.m.end_member() == std::size_t{2});
+  CHECK(d.m.end_as_member() == member_end::normal);
+  CHECK(d.m.last_end(1) == member_end::stopped);
+  CHECK(d.m.restart_count() == 0);
+  CHECK(to_string(group_strategy::race) == "race");
+  CHECK(to_string(group_end::won) == "won");
+  // Not a strategy a group file may name.
+  CHECK_FALSE(parse_group_strategy("race"));
+}
+
+TEST_CASE("group race: a second success while the losers stop changes "
+          "nothing: the first one won") {
+  group_machine m{race_of(3)};
+  m.start(0);
+  for (std::size_t k = 0; k < 3; ++k) {
+    REQUIRE(m.next() == group_op{group_op::start, k});
+    m.started(k, 0);
+  }
+  m.ended(1, member_end::normal, 1);
+  REQUIRE(m.next() == group_op{group_op::stop, 2});
+  // r3 had passed its gates too: its success is its own end, not a win.
+  m.ended(2, member_end::normal, 1);
+  REQUIRE(m.next() == group_op{group_op::stop, 0});
+  m.ended(0, member_end::stopped, 2);
+  CHECK_FALSE(m.next());
+  REQUIRE(m.done());
+  CHECK(m.end_reason() == group_end::won);
+  CHECK(m.end_member() == std::size_t{1});
+}
+
+TEST_CASE("group race: when every racer fails, stops or cannot start, the "
+          "race fails, naming its first racer") {
+  driver d{race_of(3)};
+  d.start();
+  d.ops();
+  d.end(2, member_end::failed, 1);
+  d.end(0, member_end::stopped, 2);
+  CHECK_FALSE(d.m.done());
+  d.end(1, member_end::failed, 3);
+  REQUIRE(d.m.done());
+  CHECK(d.m.end_reason() == group_end::completed);
+  CHECK(d.m.end_as_member() == member_end::failed);
+  CHECK(d.m.end_member() == std::size_t{0});
+  // A racer that cannot start drops out; the others still race.
+  group_machine m{race_of(2)};
+  m.start(0);
+  REQUIRE(m.next() == group_op{group_op::start, 0});
+  m.start_failed(0, 0);
+  CHECK_FALSE(m.done());
+  REQUIRE(m.next() == group_op{group_op::start, 1});
+  m.started(1, 0);
+  m.ended(1, member_end::normal, 1);
+  REQUIRE(m.done());
+  CHECK(m.end_reason() == group_end::won);
+  CHECK(m.end_member() == std::size_t{1});
+}

@@ -346,3 +346,72 @@ TEST_CASE("workflow file: a prompt names a branch only of a step it depends "
     CHECK_THAT(e.what, Catch::Contains("is not of the form"));
   }
 }
+
+TEST_CASE("workflow file: a best_of step is a race of copies of its task, "
+          "each starting from the next agent of its chain") {
+  auto agents = std::string{
+    R"("agent_selection": {"agents": [{"agent_id": "a", "agent_cli": "/bin/true", "cli_flags": ""}, {"agent_id": "b", "agent_cli": "/bin/false", "cli_flags": ""}], "selection_mode": "round-robin"})"};
+  auto g = parse(R"({"id": "w", "steps": [
+    {"id": "code", "best_of": 3, "task": {"prompt": "p", "repo": {"path": "/tmp"}, )" +
+                 agents + R"(}},
+    {"id": "review", "depends_on": ["code"], "task": {"prompt": "see {{steps.code.branch}}", )" +
+                 agents + "}}]}");
+  INFO((g ? std::string{} : g.error().to_string()));
+  REQUIRE(g);
+  auto& code = g->members[0];
+  CHECK(code.id == "w.code");
+  CHECK_FALSE(code.task);
+  REQUIRE(code.group);
+  CHECK(code.group->id == "w.code");
+  CHECK(code.group->strategy == group_strategy::race);
+  CHECK(code.restart == restart_type::temporary);
+  REQUIRE(code.group->members.size() == 3);
+  std::vector<std::string> first_agents;
+  for (auto& racer : code.group->members) {
+    REQUIRE(racer.task);
+    CHECK(racer.task->id == racer.id);
+    CHECK(racer.restart == restart_type::temporary);
+    REQUIRE(racer.task->selection);
+    CHECK(racer.task->selection->agents.size() == 2);
+    CHECK(racer.task->selection->mode == selection_mode::fallback);
+    first_agents.push_back(racer.task->selection->agents.front().agent_id);
+  }
+  CHECK(first_agents == std::vector<std::string>{"a", "b", "a"});
+  CHECK(code.group->members[2].id == "w.code.3");
+  CHECK(step_task(code) == &*code.group->members[0].task);
+  CHECK(tree_ids(*g) == std::vector<std::string>{"w", "w.code", "w.code.1",
+                                                 "w.code.2", "w.code.3",
+                                                 "w.review"});
+  // best_of 1 is a plain step.
+  auto one = parse(
+    R"({"id": "w", "steps": [{"id": "a", "best_of": 1, "task": {"prompt": "p"}}]})");
+  REQUIRE(one);
+  CHECK(one->members[0].task);
+  CHECK_FALSE(one->members[0].group);
+}
+
+TEST_CASE("workflow file: best_of out of range, or a step id its racers "
+          "take, is refused naming the pointer") {
+  auto wf = [](const std::string& steps) {
+    return R"({"id": "w", "steps": [)" + steps + "]}";
+  };
+  auto step = [](const std::string& id, const std::string& extra = "") {
+    return R"({"id": ")" + id + R"(", )" + extra +
+           R"("task": {"prompt": "p"}})";
+  };
+  for (auto n : {"0", "9", "-1", "2.5", "\"3\""}) {
+    INFO(n);
+    auto e = failure(wf(step("a", std::string{R"("best_of": )"} + n + ", ")));
+    CHECK(e.path == "/steps/0/best_of");
+  }
+  auto e = failure(wf(step("a", R"("best_of": 9, )")));
+  CHECK_THAT(e.what, Catch::Contains("8"));
+  auto taken =
+    failure(wf(step("code", R"("best_of": 2, )") + ", " + step("code.2")));
+  CHECK(taken.path == "/steps/1/id");
+  CHECK_THAT(taken.what, Catch::Contains("\"w.code.1\" to \"w.code.2\""));
+  CHECK(parse(wf(step("code", R"("best_of": 2, )") + ", " + step("code.3"))));
+  auto long_id = std::string(61, 'x');
+  auto too_long = failure(wf(step(long_id, R"("best_of": 2, )")));
+  CHECK(too_long.path == "/steps/0/id");
+}

@@ -15,6 +15,8 @@ std::string_view to_string(group_strategy x) noexcept {
       return "rest_for_one";
     case group_strategy::steps:
       return "steps";
+    case group_strategy::race:
+      return "race";
   }
   return "one_for_one";
 }
@@ -94,6 +96,8 @@ std::string_view to_string(group_end x) noexcept {
       return "stopped";
     case group_end::start_failed:
       return "start_failed";
+    case group_end::won:
+      return "won";
   }
   return "completed";
 }
@@ -157,8 +161,10 @@ void group_machine::start_failed(std::size_t i, double now_s) {
   st_.in_flight.reset();
   rescan();
   auto& m = st_.members[i];
+  // A step or a racer that cannot start only fails itself.
   if (!st_.first_start_done && !st_.shutting_down &&
-      shape_.strategy != group_strategy::steps) {
+      shape_.strategy != group_strategy::steps &&
+      shape_.strategy != group_strategy::race) {
     m.phase = member_phase::idle;
     m.last = member_end::failed;
     begin_end(group_end::start_failed, i);
@@ -254,6 +260,12 @@ void group_machine::skip_dependents(std::size_t i) {
 void group_machine::decide(std::size_t i, member_end how, double now_s) {
   if (shape_.strategy == group_strategy::steps) {
     step_ended(i, how);
+    return;
+  }
+  if (shape_.strategy == group_strategy::race) {
+    st_.members[i].phase = member_phase::ended;
+    if (how == member_end::normal)
+      begin_end(group_end::won, i);
     return;
   }
   auto& spec = shape_.members[i];
@@ -367,12 +379,16 @@ void group_machine::check_settled() {
     return;
   }
   st_.end = group_end::completed;
+  // A race that completes had no winner: it failed, named by its first
+  // member that did not succeed.
+  auto race = shape_.strategy == group_strategy::race;
   auto steps = shape_.strategy == group_strategy::steps;
   for (std::size_t j = 0; j < st_.members.size(); ++j) {
     auto last = st_.members[j].last;
-    if (steps ? (last == member_end::failed || last == member_end::stopped) &&
-                  !shape_.members[j].continue_on_failure
-              : last == member_end::failed) {
+    auto dropped = last == member_end::failed || last == member_end::stopped;
+    if (race    ? last != member_end::normal
+        : steps ? dropped && !shape_.members[j].continue_on_failure
+                : last == member_end::failed) {
       st_.end_by = j;
       break;
     }
@@ -417,6 +433,7 @@ member_end group_machine::end_as_member() const noexcept {
     case group_end::completed:
       return st_.end_by ? member_end::failed : member_end::normal;
     case group_end::auto_shutdown:
+    case group_end::won:
       return member_end::normal;
     case group_end::intensity:
     case group_end::start_failed:

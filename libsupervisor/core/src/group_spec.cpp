@@ -224,6 +224,7 @@ public:
       g.members.push_back(step(g.id, steps[i], child("/steps", i), i));
     for (std::size_t i = 0; i < steps.size(); ++i)
       link(g, i);
+    refuse_taken_racer_ids(g);
     refuse_cycles(g);
     for (std::size_t i = 0; i < steps.size(); ++i)
       check_templates(g, i);
@@ -234,8 +235,9 @@ private:
   group_member_spec step(const std::string& workflow, const json::value& v,
                          const std::string& path, std::size_t i) {
     const auto& obj = r_.object(v, path);
-    r_.check_keys(obj, path,
-                  {"id", "task", "depends_on", "continue_on_failure"});
+    r_.check_keys(
+      obj, path,
+      {"id", "task", "depends_on", "continue_on_failure", "best_of"});
     auto id_path = child(path, "id");
     auto name =
       r_.identifier(r_.required(obj, path, "id"), id_path, "a step id");
@@ -271,7 +273,20 @@ private:
     group_member_spec m;
     m.id = task_id;
     m.restart = restart_type::temporary;
-    m.task = std::move(*task);
+    int best_of = 1;
+    if (const auto* x = obj.if_contains("best_of"))
+      best_of = r_.int_value(*x, child(path, "best_of"), 1, max_best_of);
+    if (best_of > 1) {
+      if (auto last = racer_task_id(task_id, best_of);
+          last.size() > max_id_length)
+        r_.fail(id_path, "the step's last attempt's task id " + quote(last) +
+                           " (the step's task id, a dot and the number) is "
+                           "longer than " +
+                           std::to_string(max_id_length) + " characters");
+      m.group = race(task_id, std::move(*task), best_of);
+    } else {
+      m.task = std::move(*task);
+    }
     if (const auto* x = obj.if_contains("continue_on_failure"))
       m.continue_on_failure =
         r_.boolean(*x, child(path, "continue_on_failure"));
@@ -286,6 +301,56 @@ private:
     }
     deps_.push_back(std::move(deps));
     return m;
+  }
+
+  /// A best-of-N step: a group of strategy `race` named `id`, of `n` copies
+  /// of `task`, the k-th (from 0) with its agent chain rotated by k.
+  static std::shared_ptr<const group_spec> race(const std::string& id,
+                                                task_spec task, int n) {
+    auto g = std::make_shared<group_spec>();
+    g->id = id;
+    g->strategy = group_strategy::race;
+    g->intensity.max_restarts = 0;
+    for (int k = 0; k < n; ++k) {
+      group_member_spec racer;
+      racer.id = racer_task_id(id, k + 1);
+      racer.restart = restart_type::temporary;
+      auto copy = task;
+      copy.id = racer.id;
+      if (auto& sel = copy.selection; sel && !sel->agents.empty()) {
+        auto first = static_cast<std::size_t>(k) % sel->agents.size();
+        std::rotate(sel->agents.begin(),
+                    sel->agents.begin() + static_cast<std::ptrdiff_t>(first),
+                    sel->agents.end());
+        // The rotation is the racers' round-robin: the registry's across
+        // tasks would undo it.
+        sel->mode = selection_mode::fallback;
+      }
+      racer.task = std::move(copy);
+      g->members.push_back(std::move(racer));
+    }
+    return g;
+  }
+
+  /// A best-of-N step's racers are "<step>.1" to ".N" within the workflow:
+  /// no other step may have one of those ids.
+  void refuse_taken_racer_ids(const group_spec& g) {
+    for (std::size_t i = 0; i < g.members.size(); ++i) {
+      if (!g.members[i].group)
+        continue;
+      auto n = static_cast<int>(g.members[i].group->members.size());
+      for (int k = 1; k <= n; ++k) {
+        auto other = index_.find(names_[i] + "." + std::to_string(k));
+        if (other == index_.end())
+          continue;
+        r_.fail(child(child("/steps", other->second), "id"),
+                "the step id " + quote(other->first) + " is taken: step " +
+                  quote(names_[i]) + " has \"best_of\": " + std::to_string(n) +
+                  ", and its attempts' tasks are " +
+                  quote(racer_task_id(g.members[i].id, 1)) + " to " +
+                  quote(racer_task_id(g.members[i].id, n)));
+      }
+    }
   }
 
   /// Step i's `depends_on` as indexes: every name a step of the workflow,
@@ -352,7 +417,7 @@ private:
   /// `{{steps.<id>.answer.<field>}}` a field its answer schema names: any
   /// other template is refused.
   void check_templates(const group_spec& g, std::size_t i) {
-    const auto& prompt = g.members[i].task->prompt;
+    const auto& prompt = step_task(g.members[i])->prompt;
     auto path = child(child(child("/steps", i), "task"), "prompt");
     for (auto& ref : find_step_templates(prompt)) {
       if (!ref.valid)
@@ -368,7 +433,7 @@ private:
                         quote(ref.step) +
                         ", which this step does not depend on: it may not "
                         "have run");
-      const auto& dep = *g.members[d->second].task;
+      const auto& dep = *step_task(g.members[d->second]);
       constexpr std::string_view answer_prefix = "answer.";
       if (ref.field.rfind(answer_prefix, 0) == 0) {
         check_answer_field(path, ref, dep);
@@ -451,8 +516,18 @@ void resolve_tree_paths(group_spec& g, const json::value& doc,
     for (std::size_t i = 0; i < g.members.size(); ++i) {
       auto& m = g.members[i];
       const auto& task = steps[i].get_object().at("task").get_object();
-      if (m.task && m.task->selection && task.contains("agent_selection"))
+      if (!task.contains("agent_selection"))
+        continue;
+      if (m.task && m.task->selection)
         resolve_agent_paths(m.task->selection->agents, file);
+      if (m.group) {
+        // A best-of-N step's racers.
+        auto copy = std::make_shared<group_spec>(*m.group);
+        for (auto& racer : copy->members)
+          if (racer.task && racer.task->selection)
+            resolve_agent_paths(racer.task->selection->agents, file);
+        m.group = std::move(copy);
+      }
     }
     return;
   }
@@ -521,6 +596,22 @@ std::vector<const group_spec*> tree_groups(const group_spec& top) {
     for (auto& m : out[i]->members)
       if (m.group)
         out.push_back(m.group.get());
+  return out;
+}
+
+const task_spec* step_task(const group_member_spec& m) {
+  if (m.task)
+    return &*m.task;
+  if (m.group && m.group->strategy == group_strategy::race &&
+      !m.group->members.empty() && m.group->members.front().task)
+    return &*m.group->members.front().task;
+  return nullptr;
+}
+
+std::string racer_task_id(std::string_view step, int k) {
+  std::string out{step};
+  out += '.';
+  out += std::to_string(k);
   return out;
 }
 

@@ -194,7 +194,7 @@ template<>
 struct enum_size<member_end> : std::integral_constant<std::size_t, 3> {};
 
 template<>
-struct enum_size<group_strategy> : std::integral_constant<std::size_t, 4> {};
+struct enum_size<group_strategy> : std::integral_constant<std::size_t, 5> {};
 
 template<>
 struct enum_size<end_reason> : std::integral_constant<std::size_t, 13> {};

@@ -27,12 +27,16 @@ enum class group_strategy : std::uint8_t {
   /// have succeeded, and one that fails skips the members that depend on
   /// it.
   steps,
+  /// A best-of-N workflow step (not one of OTP's, and not written in a
+  /// group file): every member starts at once and none is restarted; the
+  /// first to succeed wins, and the others are stopped.
+  race,
 };
 
-/// "one_for_one", "one_for_all", "rest_for_one" or "steps".
+/// "one_for_one", "one_for_all", "rest_for_one", "steps" or "race".
 std::string_view to_string(group_strategy x) noexcept;
 
-/// One of OTP's three strategies by name ("steps" is not one).
+/// One of OTP's three strategies by name ("steps" and "race" are not).
 std::optional<group_strategy> parse_group_strategy(std::string_view) noexcept;
 
 /// When the end of significant members ends the group (OTP's
@@ -104,9 +108,13 @@ enum class group_end : std::uint8_t {
   stopped,
   /// A member could not be started when the group started.
   start_failed,
+  /// `race`: a member succeeded first (`end_member`); the others were
+  /// stopped.
+  won,
 };
 
-/// "completed", "auto_shutdown", "intensity", "stopped" or "start_failed".
+/// "completed", "auto_shutdown", "intensity", "stopped", "start_failed" or
+/// "won".
 std::string_view to_string(group_end x) noexcept;
 
 /// OTP's `intensity` and `period`: at most `max_restarts` restarts within
@@ -184,6 +192,11 @@ struct group_restart {
 ///   cannot start skips every member that depends on it, directly or not.
 ///   The group completes once none is left to run; it failed when a member
 ///   did (or was stopped) without `continue_on_failure`.
+/// - With strategy `race` (a best-of-N step), every member starts and none
+///   is restarted. The first member to end normally wins: the group ends
+///   `won` (`end_member` is the winner, `normal` to its parent) and stops
+///   the others. A member that fails, is stopped or cannot start only drops
+///   out; once every member has dropped out the group completed failed.
 class group_machine {
 public:
   explicit group_machine(group_shape shape);
@@ -220,13 +233,14 @@ public:
   std::optional<group_end> end_reason() const noexcept { return st_.end; }
 
   /// How the group's end looks to its parent: `normal` when it completed
-  /// with every member's last run normal, or shut down as `auto_shutdown`
-  /// says; `failed` for `intensity`, `start_failed` or a member whose last
-  /// run failed and was not restarted; `stopped` when stopped.
+  /// with every member's last run normal, shut down as `auto_shutdown`
+  /// says, or `won`; `failed` for `intensity`, `start_failed` or a member whose
+  /// last run failed and was not restarted; `stopped` when stopped.
   member_end end_as_member() const noexcept;
 
   /// The member whose end ended the group (`auto_shutdown`, `intensity`,
-  /// `start_failed`, or a failed member's last run), if any.
+  /// `start_failed`, the winner of `won`, or a failed member's last run),
+  /// if any.
   std::optional<std::size_t> end_member() const noexcept { return st_.end_by; }
 
   std::size_t size() const noexcept { return st_.members.size(); }

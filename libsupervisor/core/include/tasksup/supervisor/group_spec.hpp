@@ -83,6 +83,19 @@ std::vector<step_template> find_step_templates(std::string_view text);
 /// The most steps of one workflow.
 inline constexpr std::size_t max_workflow_steps = max_group_members;
 
+/// The most attempts a best-of-N step (`"best_of": N`) runs at once.
+inline constexpr int max_best_of = 8;
+
+/// The task a workflow step runs: its own, or for a best-of-N step (a
+/// nested group of strategy `race`) its first racer's, of which the others
+/// are copies with the agent chain rotated. Null for a group member of an
+/// OTP group.
+const task_spec* step_task(const group_member_spec& m);
+
+/// The task id of racer `k` (1-based) of the best-of-N step whose task id is
+/// `step`: "<step>.<k>".
+std::string racer_task_id(std::string_view step, int k);
+
 /// Parses a group document (`{"group": {...}}`) and resolves each task
 /// member against `cfg` (as `parse_task` does). Errors name `where` and the
 /// JSON pointer: a group that contains itself (a nested group with the id
@@ -92,12 +105,17 @@ inline constexpr std::size_t max_workflow_steps = max_group_members;
 /// member tasks (their pointers within the group document).
 ///
 /// A workflow document (`{"id": ..., "steps": [{"id", "task",
-/// "depends_on", "continue_on_failure"}, ...]}`) gives a group of strategy
-/// `steps`: each step's task is a `temporary` member whose task id is
-/// "<workflow id>.<step id>". Errors name the pointer of a duplicate step
-/// id, an unknown step in `depends_on`, a step that depends on itself or
-/// on a step twice, a cycle (naming its steps), a task id too long, and
-/// every error of the steps' tasks.
+/// "depends_on", "continue_on_failure", "best_of"}, ...]}`) gives a group of
+/// strategy `steps`: each step's task is a `temporary` member whose task id
+/// is "<workflow id>.<step id>". A step with `"best_of": N` (2 to
+/// `max_best_of`) is instead a nested group of strategy `race` with that id,
+/// whose N `temporary` members are copies of the task with ids
+/// "<step task id>.1" to ".N", the k-th with its agent chain rotated by k-1
+/// (round-robin). Errors name the pointer of a duplicate step id, an
+/// unknown step in `depends_on`, a step that depends on itself or on a step
+/// twice, a cycle (naming its steps), a task id too long, `best_of` out of
+/// range, a step id taken by another step's racers, and every error of the
+/// steps' tasks.
 expected<group_spec> parse_group(const boost::json::value& doc,
                                  std::string_view where, const config_set& cfg);
 
