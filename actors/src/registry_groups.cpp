@@ -15,6 +15,7 @@
 #include "tasksup/supervisor/role.hpp"
 
 #include <caf/actor_cast.hpp>
+#include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
 
 #include <boost/json/array.hpp>
@@ -28,6 +29,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -122,8 +124,14 @@ void release_tree(registry_ptr self, const group_spec& spec) {
 }
 
 /// The words of a group's result: why it ended, and by which member.
+/// `spec`: the group's, when known.
 std::string end_words(const std::string& id, std::string_view how,
-                      std::string_view member) {
+                      std::string_view member, const group_spec* spec) {
+  if (spec != nullptr && spec->strategy == group_strategy::race &&
+      how == "completed")
+    return "step '" + id + "' failed: none of its " +
+           std::to_string(spec->members.size()) +
+           " attempts (best_of) succeeded";
   std::string text = "group '" + id + "' ";
   if (how == "completed")
     text += "completed: every member ended";
@@ -145,6 +153,48 @@ std::string end_words(const std::string& id, std::string_view how,
   return text;
 }
 
+/// The spec of group `id` within the tree of `top`.
+const group_spec* find_group(const group_spec& top, const std::string& id) {
+  if (top.id == id)
+    return &top;
+  for (auto& m : top.members)
+    if (m.group)
+      if (auto* g = find_group(*m.group, id))
+        return g;
+  return nullptr;
+}
+
+/// The spec of group `id`, held by its tree's top record (null when the
+/// record has none).
+const group_spec* group_spec_of(registry_ptr self, const group_record& g,
+                                const std::string& id) {
+  auto& st = self->state;
+  auto top = st.groups.find(g.top);
+  if (top == st.groups.end() || !top->second.spec)
+    return nullptr;
+  return find_group(*top->second.spec, id);
+}
+
+/// Deletes the branches a best-of-N step's losers delivered (two racers can
+/// pass their gates moments apart), on a thread of its own. Every racer
+/// has ended: none delivers after this.
+void remove_losers_branches(registry_ptr self, const group_spec& race,
+                            const std::string& winner) {
+  std::vector<runtime::repo_workspace> losers;
+  for (auto& m : race.members)
+    if (m.id != winner && m.task && m.task->repo &&
+        m.task->deliver == delivery_mode::branch)
+      losers.emplace_back(*m.task->repo, m.id);
+  if (losers.empty())
+    return;
+  self->spawn<caf::detached>(
+    [losers = std::move(losers)](caf::event_based_actor*) {
+      for (auto& w : losers)
+        if (auto ok = w.remove_branch(); !ok)
+          std::fprintf(stderr, "tasksup: %s\n", ok.error().to_string().c_str());
+    });
+}
+
 /// Records group `id`'s end and answers everyone waiting for it.
 void group_finished(registry_ptr self, const std::string& id,
                     std::string_view outcome, std::string_view how,
@@ -154,6 +204,7 @@ void group_finished(registry_ptr self, const std::string& id,
   auto g = st.groups.find(id);
   if (g == st.groups.end() || g->second.result)
     return;
+  const auto* spec = group_spec_of(self, g->second, id);
   task_result r;
   r.task_id = id;
   r.outcome = outcome == "succeeded" ? task_outcome::succeeded
@@ -166,7 +217,21 @@ void group_finished(registry_ptr self, const std::string& id,
                      ? end_reason::succeeded
                      : end_reason::policy_failed;
   if (r.outcome != task_outcome::succeeded)
-    r.error = end_words(id, how, member);
+    r.error = end_words(id, how, member, spec);
+  if (how == "won") {
+    // A best-of-N step: the winner's result is the step's.
+    g->second.winner = std::string{member};
+    if (auto f = st.finished.find(g->second.winner);
+        f != st.finished.end() && f->second.result) {
+      auto& won = *f->second.result;
+      r.exit_code = won.exit_code;
+      r.artifacts = won.artifacts;
+      r.metadata = won.metadata;
+      r.answer = won.answer;
+    }
+    if (spec != nullptr)
+      remove_losers_branches(self, *spec, g->second.winner);
+  }
   g->second.restarts = restarts;
   g->second.ended_at = ts;
   g->second.result = r;
@@ -269,11 +334,60 @@ const group_spec* group_with_member(const group_spec& g, const std::string& id,
   return nullptr;
 }
 
-/// The branch a workflow step's task delivers, if it does.
-std::string delivered_branch(const group_member_spec& m) {
-  if (!m.task || !m.task->repo || m.task->deliver != delivery_mode::branch)
-    return {};
-  return runtime::delivery_branch(m.id);
+/// Whether a workflow step's task delivers a branch.
+bool delivers_branch(const group_member_spec& m) {
+  const auto* task = step_task(m);
+  return task != nullptr && task->repo &&
+         task->deliver == delivery_mode::branch;
+}
+
+/// What a step that ran left: its result, and the task whose attempt and
+/// branch it is (a best-of-N step's winner).
+struct step_end {
+  const task_result* result = nullptr;
+  std::string task_id;
+  int attempt = 0;
+};
+
+step_end end_of_step(registry_ptr self, const group_member_spec& dep) {
+  auto& st = self->state;
+  step_end out;
+  auto id = dep.id;
+  if (dep.group) {
+    auto g = st.groups.find(dep.id);
+    if (g == st.groups.end())
+      return out;
+    if (g->second.result)
+      out.result = &*g->second.result;
+    if (g->second.winner.empty())
+      return out; // no winner (yet): its own result, if it ended
+    id = g->second.winner;
+  }
+  if (auto f = st.finished.find(id);
+      f != st.finished.end() && f->second.result) {
+    out.result = &*f->second.result;
+    out.task_id = id;
+    out.attempt = f->second.attempt;
+  }
+  return out;
+}
+
+/// The workflow and the step index task `id` runs for in `top`'s tree: a
+/// step's task, or a best-of-N step's racer. Null for other tasks.
+const group_spec* step_of_task(const group_spec& top, const std::string& id,
+                               std::size_t& index) {
+  auto* g = group_with_member(top, id, index);
+  if (g != nullptr && g->strategy == group_strategy::race) {
+    // The step is the race itself, a member of the workflow.
+    for (auto* w : tree_groups(top))
+      for (std::size_t i = 0; i < w->members.size(); ++i)
+        if (w->members[i].group.get() == g) {
+          index = i;
+          return w->strategy == group_strategy::steps ? w : nullptr;
+        }
+    return nullptr;
+  }
+  return g != nullptr && g->strategy == group_strategy::steps ? g : nullptr;
 }
 
 /// A workflow step about to run: each step it depends on, as it ended,
@@ -290,33 +404,42 @@ expected<bool> add_step_inputs(registry_ptr self, task_spec& task) {
   if (top == st.groups.end() || !top->second.spec)
     return true;
   std::size_t index = 0;
-  auto* g = group_with_member(*top->second.spec, task.id, index);
-  if (g == nullptr || g->strategy != group_strategy::steps)
+  auto* g = step_of_task(*top->second.spec, task.id, index);
+  if (g == nullptr)
     return true;
   auto step_of = [g](const std::string& id) {
     return id.substr(std::min(id.size(), g->id.size() + 1));
   };
+  // Each step's end, looked up once.
+  std::vector<std::optional<step_end>> ends(g->members.size());
+  auto end_at = [&](std::size_t d) -> const step_end& {
+    if (!ends[d])
+      ends[d] = end_of_step(self, g->members[d]);
+    return *ends[d];
+  };
   boost::json::object steps;
   for (auto d : g->members[index].depends_on) {
     auto& dep = g->members[d];
+    auto& e = end_at(d);
     boost::json::object o;
     o["task_id"] = dep.id;
-    if (auto f = st.finished.find(dep.id);
-        f != st.finished.end() && f->second.result) {
-      auto& r = *f->second.result;
+    if (dep.group && !e.task_id.empty())
+      o["winner"] = e.task_id;
+    if (e.result != nullptr) {
+      auto& r = *e.result;
       o["outcome"] = std::string{to_string(r.outcome)};
       o["exit_code"] = r.exit_code;
       boost::json::array artifacts;
       for (auto& a : r.artifacts)
         artifacts.emplace_back(a);
       o["artifacts"] = std::move(artifacts);
-      if (f->second.attempt > 0)
-        o["attempt_dir"] = (fs::path{st.opts.attempt_root} / dep.id /
-                            ("attempt-" + std::to_string(f->second.attempt)))
+      if (e.attempt > 0)
+        o["attempt_dir"] = (fs::path{st.opts.attempt_root} / e.task_id /
+                            ("attempt-" + std::to_string(e.attempt)))
                              .string();
-      if (auto branch = delivered_branch(dep);
-          !branch.empty() && r.outcome == task_outcome::succeeded)
-        o["branch"] = branch;
+      if (delivers_branch(dep) && !e.task_id.empty() &&
+          r.outcome == task_outcome::succeeded)
+        o["branch"] = runtime::delivery_branch(e.task_id);
       // Checked against the step's schema when it succeeded.
       if (boost::system::error_code ec; !r.answer.empty())
         if (auto answer = boost::json::parse(r.answer, ec); !ec)
@@ -326,7 +449,7 @@ expected<bool> add_step_inputs(registry_ptr self, task_spec& task) {
   }
   boost::json::object doc;
   doc["workflow"] = g->id;
-  doc["step"] = step_of(task.id);
+  doc["step"] = step_of(g->members[index].id);
   doc["steps"] = std::move(steps);
   auto dir = fs::path{st.opts.attempt_root} / task.id;
   auto file = dir / "inputs.json";
@@ -349,14 +472,20 @@ expected<bool> add_step_inputs(registry_ptr self, task_spec& task) {
     if (!ref.valid)
       continue;
     auto dep_id = step_task_id(g->id, ref.step);
+    auto d =
+      std::find_if(g->members.begin(), g->members.end(),
+                   [&](const group_member_spec& m) { return m.id == dep_id; });
+    if (d == g->members.end())
+      continue;
+    // A step it depends on, directly or not: ended already.
+    auto& e = end_at(static_cast<std::size_t>(d - g->members.begin()));
     std::string value;
     if (ref.field == "branch") {
-      value = runtime::delivery_branch(dep_id);
+      value = runtime::delivery_branch(e.task_id.empty() ? dep_id : e.task_id);
     } else if (ref.field.rfind(answer_prefix, 0) == 0) {
-      if (auto f = st.finished.find(dep_id);
-          f != st.finished.end() && f->second.result)
+      if (e.result != nullptr)
         value =
-          answer_field(f->second.result->answer,
+          answer_field(e.result->answer,
                        std::string_view{ref.field}.substr(answer_prefix.size()))
             .value_or("");
     } else {
@@ -379,15 +508,24 @@ expected<bool> add_step_inputs(registry_ptr self, task_spec& task) {
   return true;
 }
 
-/// The spec of group `id` within the tree of `top`.
-const group_spec* find_group(const group_spec& top, const std::string& id) {
-  if (top.id == id)
-    return &top;
-  for (auto& m : top.members)
-    if (m.group)
-      if (auto* g = find_group(*m.group, id))
-        return g;
-  return nullptr;
+/// The winner a best-of-N step's race decided, as its journaled inputs
+/// say: in its run since its last start, the first racer that ended
+/// normally, unless the race was stopped before. Empty when none.
+std::string journaled_winner(const group_spec& race,
+                             const std::vector<journaled_group_input>& inputs) {
+  using kind = journaled_group_input::kind_t;
+  auto first = inputs.begin();
+  for (auto i = inputs.begin(); i != inputs.end(); ++i)
+    if (i->kind == kind::start)
+      first = i;
+  for (auto i = first; i != inputs.end(); ++i) {
+    if (i->kind == kind::stop || i->kind == kind::kill)
+      return {};
+    if (i->kind == kind::ended && i->how == member_end::normal &&
+        i->member < race.members.size())
+      return race.members[i->member].id;
+  }
+  return {};
 }
 
 } // namespace
@@ -756,6 +894,8 @@ void restore_groups(registry_ptr self,
       if (r == rows.end() || r->second->group.top != top.id)
         continue; // not journaled: it runs unrecorded
       auto& row = *r->second;
+      if (g->strategy == group_strategy::race)
+        st.groups.at(g->id).winner = journaled_winner(*g, row.inputs);
       auto& slot = *tree->groups.at(g->id);
       slot.seq = row.seq;
       slot.replay = std::move(row.inputs);

@@ -72,6 +72,10 @@ struct group_record {
   std::optional<task_result> result;
   std::uint64_t restarts = 0;
   double ended_at = 0;
+  /// A best-of-N step's winner, the racer that succeeded first: set when
+  /// the race ends, or when a restarted node reads in the race's journal
+  /// that it was decided.
+  std::string winner;
 };
 
 /// A worker node attempts can be placed on, as the membership reported it

@@ -434,8 +434,10 @@ void progress_view::group(std::vector<std::string>& out, const std::string& pre,
                   integer(restarts) + ", after " + name + " ended " +
                   printable(how) + ")");
   } else if (change == "ended") {
-    auto line = "group ended: " + printable(how);
-    if (!member.empty())
+    // A best-of-N step's race names its winner.
+    auto line =
+      "group ended: " + (how == "won" ? "won by " + name : printable(how));
+    if (!member.empty() && how != "won")
       line += " (" + name + ")";
     line += ", " + printable(outcome.empty() ? std::string{"?"} : outcome);
     if (restarts > 0)

@@ -444,6 +444,18 @@ repo_workspace::commit_to_branch(const std::string& dir,
   return sha;
 }
 
+expected<bool> repo_workspace::remove_branch() const {
+  auto ref = "refs/heads/" + branch();
+  std::lock_guard<std::mutex> lock{repo_mutex(repo_.path)};
+  if (!git({"rev-parse", "--verify", "--quiet", ref}).passed())
+    return false;
+  auto removed = git({"branch", "-D", "--", branch()});
+  if (!removed.passed())
+    return fail("deliver", "cannot delete branch " + branch() + " in " +
+                             repo_.path + ": " + removed.last_line());
+  return true;
+}
+
 expected<bool> repo_workspace::apply(const std::string& patch_path) const {
   std::lock_guard<std::mutex> lock{repo_mutex(repo_.path)};
   auto check = git({"apply", "--check", "--binary", patch_path});

@@ -110,6 +110,11 @@ public:
   /// without changing anything (a conflict).
   expected<bool> apply(const std::string& patch_path) const;
 
+  /// Deletes the branch the task delivered to (`branch()`), whatever it
+  /// holds: a best-of-N step's losers. True when there was one, false when
+  /// there was none.
+  expected<bool> remove_branch() const;
+
   /// The branch a task delivers to (`delivery_branch`).
   std::string branch() const { return delivery_branch(task_id_); }
 
