@@ -12,6 +12,7 @@
 
 #include <boost/json/parse.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -541,4 +542,114 @@ TEST_CASE("a workflow step with a role must answer its schema: an invalid "
   auto inputs = boost::json::parse(slurp(dir / "inputs.json")).as_object();
   auto& plan = inputs.at("steps").at("plan").as_object();
   CHECK(plan.at("answer").at("steps").as_array().size() == 2);
+}
+
+TEST_CASE("a node killed with SIGKILL mid-workflow resumes it: finished "
+          "steps are not run again, running racers of a best-of-2 step are "
+          "adopted, the race and the steps after it go on, and no step runs "
+          "twice") {
+  scratch dir;
+  auto ran_file = dir / "ran.txt";
+  auto trip = dir / "trip";
+  // Every run records its task id; `plan` answers, `hold` waits for
+  // DIR/trip (at most 120 s) and succeeds, `forever` holds, anything else
+  // records the prompt it got.
+  auto serve = process_node(
+    dir, "#!/bin/sh\n"
+         "echo \"$TASKSUP_TASK_ID\" >> '" +
+           ran_file +
+           "'\n"
+           "case \"$1\" in\n"
+           "  plan) echo '```json'; echo '{\"summary\": \"check the "
+           "token\"}'; echo '```' ;;\n"
+           "  hold) i=0\n"
+           "    while [ ! -e '" +
+           trip +
+           "' ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i+1)); done ;;\n"
+           "  forever) exec sleep 120 ;;\n"
+           "  *) printf '%s' \"$1\" > '" +
+           dir / "prompt-" +
+           "'\"$TASKSUP_TASK_ID\" ;;\n"
+           "esac\n");
+  auto agent = dir / "agent.sh";
+  auto settings = std::string{
+    R"("supervisor": {"max_retries_per_agent": 0, "stop_grace_s": 5})"};
+  auto racer = [&](const std::string& id, const std::string& style) {
+    return R"({"agent_id": ")" + id + R"(", "agent_cli": ")" + agent +
+           R"(", "cli_flags": ")" + style + R"(", "prompt_as_argument": true})";
+  };
+  auto file =
+    dir.write("wf.json",
+              R"({"id": "wf", "steps": [
+      {"id": "plan", "task": {"prompt": "plan", )" +
+                settings + R"(, "answer_schema": {"type": "object",
+        "required": ["summary"],
+        "properties": {"summary": {"type": "string"}}}}},
+      {"id": "docs", "depends_on": ["plan"], "task": {"prompt": "docs", )" +
+                settings + R"(}},
+      {"id": "code", "depends_on": ["plan"], "best_of": 2, "task": {
+        "prompt": "code", )" +
+                settings + R"(, "agent_selection": {"agents": [)" +
+                racer("a", "hold") + ", " + racer("b", "forever") + R"(]}}},
+      {"id": "review", "depends_on": ["code"], "task": {
+        "prompt": "Review: {{steps.plan.answer.summary}}", )" +
+                settings + "}}]}");
+  auto node = std::make_unique<tasksup_child>(dir, "node-0", serve);
+  auto port = listening_port(*node);
+  REQUIRE(port);
+  auto address = "127.0.0.1:" + std::to_string(*port);
+  auto sub = run_to_end(dir, {"submit", "--node", address, file});
+  INFO(sub.err);
+  REQUIRE(sub.status == 0);
+  auto racing = [&] {
+    auto s = status_of(dir, address, "wf");
+    return phase_in(s, "wf.plan") == "ended" &&
+           phase_in(s, "wf.docs") == "ended" &&
+           phase_in(s, "wf.code.1") == "running" &&
+           phase_in(s, "wf.code.2") == "running";
+  };
+  // Each run once so far, in some order.
+  auto runs = [&] {
+    auto lines = slurp(ran_file);
+    std::vector<std::string> out;
+    for (std::size_t at = 0, nl;
+         (nl = lines.find('\n', at)) != std::string::npos; at = nl + 1)
+      out.push_back(lines.substr(at, nl - at));
+    std::sort(out.begin(), out.end());
+    return out;
+  };
+  auto so_far =
+    std::vector<std::string>{"wf.code.1", "wf.code.2", "wf.docs", "wf.plan"};
+  REQUIRE(eventually([&] { return racing() && runs() == so_far; }, 60s));
+  node->signal(SIGKILL);
+  REQUIRE(node->wait(10s) == 128 + SIGKILL);
+  node = std::make_unique<tasksup_child>(dir, "node-1", serve);
+  port = listening_port(*node);
+  REQUIRE(port);
+  address = "127.0.0.1:" + std::to_string(*port);
+  // Back as it was: the racers found again, nothing run again.
+  REQUIRE(eventually(racing, 60s));
+  CHECK(runs() == so_far);
+  CHECK(text_at(status_of(dir, address, "wf"), "state") == "running");
+  // Racer 1 (agent a) succeeds: it wins, racer 2 is stopped, and the
+  // review runs with the plan's answer, journaled before the crash.
+  dir.write("trip", "");
+  auto waited = run_to_end(dir, {"wait", "wf", "--node", address}, 60s);
+  INFO(waited.out << waited.err);
+  CHECK(waited.status == 0);
+  CHECK(runs() == std::vector<std::string>{"wf.code.1", "wf.code.2", "wf.docs",
+                                           "wf.plan", "wf.review"});
+  CHECK(slurp(dir / "prompt-wf.review") == "Review: check the token");
+  auto code = status_of(dir, address, "wf.code");
+  CHECK(text_at(code, "state") == "done");
+  CHECK(text_at(code.at("result").as_object(), "outcome") == "succeeded");
+  auto loser = status_of(dir, address, "wf.code.2");
+  CHECK(text_at(loser.at("result").as_object(), "outcome") == "stopped");
+  auto evs =
+    run_to_end(dir, {"events", "wf.code", "--json", "--node", address});
+  REQUIRE(evs.status == 0);
+  auto end = group_changes(json_lines(evs.out), "ended");
+  REQUIRE(end.size() == 1);
+  CHECK(text_at(end[0], "how") == "won");
+  CHECK(text_at(end[0], "member") == "wf.code.1");
 }

@@ -587,21 +587,26 @@ TEST_CASE("repo task: a workflow step sees the steps it depends on: their "
   CHECK(text(code, "attempt_dir") == attempt_dir(dir, "wf.code", 2));
 }
 
-TEST_CASE("the shipped repository workflow runs: the planner's answer fills "
-          "the implementer's prompt, the change is delivered on a branch, "
-          "and the reviewer's first answer is refused and its second "
-          "approves") {
-  scratch dir;
-  // The example works on a repository its script makes; here, in the
-  // scratch directory, with the example's agents by absolute path.
-  auto repo = dir / "example-repo";
+namespace {
+
+/// A shipped workflow example's `tasksup run`, and the events it wrote.
+struct example_run {
+  finished run;
+  std::vector<boost::json::object> events;
+};
+
+/// Runs the shipped workflow example `name` on a repository its script
+/// makes at `repo` (in the scratch directory, not /tmp), with the
+/// example's agents by absolute path.
+example_run run_example_workflow(const scratch& dir, const std::string& name,
+                                 const std::string& repo) {
   rt::command_options make;
   make.argv = {example("make-example-repo.sh"), repo};
   make.timeout_s = 60;
   auto made = rt::run_command(make);
   INFO(made.last_line());
   REQUIRE(made.passed());
-  auto text = slurp(example("workflow-repo.json"));
+  auto text = slurp(example(name));
   auto replace = [&](const std::string& from, const std::string& to) {
     for (auto at = text.find(from); at != std::string::npos;
          at = text.find(from, at + to.size()))
@@ -609,15 +614,28 @@ TEST_CASE("the shipped repository workflow runs: the planner's answer fills "
   };
   replace("/tmp/tasksup-example-repo", repo);
   replace("./agents/", example("agents/"));
-  auto file = dir.write("workflow-repo.json", text);
+  auto file = dir.write(name, text);
   auto events = dir / "events.jsonl";
-  auto ran = run_to_end(dir,
-                        {"run", "--config", config_dir(), "--events", events,
-                         "--work-dir", dir / "work", file},
-                        120s);
+  example_run out;
+  out.run = run_to_end(dir,
+                       {"run", "--config", config_dir(), "--events", events,
+                        "--work-dir", dir / "work", file},
+                       120s);
+  out.events = json_lines(slurp(events));
+  return out;
+}
+
+} // namespace
+
+TEST_CASE("the shipped repository workflow runs: the planner's answer fills "
+          "the implementer's prompt, the change is delivered on a branch, "
+          "and the reviewer's first answer is refused and its second "
+          "approves") {
+  scratch dir;
+  auto repo = dir / "example-repo";
+  auto [ran, evs] = run_example_workflow(dir, "workflow-repo.json", repo);
   INFO(ran.out << ran.err);
   REQUIRE(ran.status == 0);
-  auto evs = json_lines(slurp(events));
   // Each step's answer is its result.
   std::map<std::string, boost::json::object> answers;
   for (auto& e : of_kind(evs, "task_done"))
@@ -648,4 +666,76 @@ TEST_CASE("the shipped repository workflow runs: the planner's answer fills "
                                      "Steps: [\"edit greeting.txt\",\"say "
                                      "hello to the world\"]"));
   CHECK_THAT(prompt, Catch::Contains("You are the implementer"));
+}
+
+TEST_CASE("the shipped best-of-3 workflow races three implementers: the "
+          "first whose gates pass is delivered, the others are stopped and "
+          "leave no worktree or branch, each one's outcome is in the "
+          "history, and the review sees the winner's branch") {
+  scratch dir;
+  auto repo = dir / "example-repo";
+  auto [ran, evs] = run_example_workflow(dir, "workflow-best-of.json", repo);
+  INFO(ran.out << ran.err);
+  REQUIRE(ran.status == 0);
+  // The race is a group of the three racers; its end names the winner.
+  std::string winner;
+  for (auto& e : of_kind(evs, "group"))
+    if (text_at(e, "task_id") == "race.code" &&
+        text_at(e, "change") == "ended") {
+      CHECK(text_at(e, "how") == "won");
+      CHECK(text_at(e, "outcome") == "succeeded");
+      winner = text_at(e, "member");
+    }
+  REQUIRE_THAT(winner, Catch::StartsWith("race.code."));
+  CHECK_THAT(ran.out, Catch::Contains("won by '" + winner + "'"));
+  // Every racer's run ended in the history: the winner by the quick agent
+  // (the careful one takes 10 s, the sloppy one's change fails the gate),
+  // the others stopped or failed.
+  std::map<std::string, std::string> outcomes;
+  for (auto& e : of_kind(evs, "task_done")) {
+    auto id = text_at(e, "task_id");
+    outcomes[id] = text_at(e, "outcome");
+    if (id == winner)
+      CHECK(text_at(e.at("metadata").as_object(), "agent_id") == "quick");
+  }
+  for (auto k : {"1", "2", "3"}) {
+    auto id = std::string{"race.code."} + k;
+    INFO(id);
+    REQUIRE(outcomes.count(id) == 1);
+    CHECK(outcomes[id] == (id == winner ? "succeeded" : "stopped"));
+  }
+  // One branch, the winner's, holds the change; the losers' worktrees are
+  // gone with them.
+  CHECK(
+    git(repo, {"branch", "--list", "tasksup/*", "--format=%(refname:short)"}) ==
+    std::vector<std::string>{"tasksup/" + winner});
+  auto shown = git(repo, {"show", "tasksup/" + winner + ":greeting.txt"});
+  CHECK(shown ==
+        std::vector<std::string>{"hello", "hello, world (by the quick agent)"});
+  std::size_t worktrees = 0;
+  for (auto& line : git(repo, {"worktree", "list", "--porcelain"}))
+    worktrees += line.rfind("worktree ", 0) == 0;
+  CHECK(worktrees == 1);
+  // The review got the winner's branch and answer, in its prompt and its
+  // inputs, and approved.
+  std::string prompt;
+  for (auto& e : of_kind(evs, "task_done"))
+    if (text_at(e, "task_id") == "race.review") {
+      CHECK(text_at(e.at("answer").as_object(), "verdict") == "approve");
+      for (auto& a : e.at("artifacts").as_array())
+        if (std::string{a.as_string()}.find("prompt.txt") != std::string::npos)
+          prompt = slurp(std::string{a.as_string()});
+    }
+  CHECK_THAT(prompt, Catch::Contains("Review branch tasksup/" + winner +
+                                     ": greeting.txt greets the world "
+                                     "(quick)"));
+  auto inputs =
+    boost::json::parse(slurp(dir / "work/race.review/inputs.json")).as_object();
+  auto& code = inputs.at("steps").at("code").as_object();
+  CHECK(text_at(code, "task_id") == "race.code");
+  CHECK(text_at(code, "winner") == winner);
+  CHECK(text_at(code, "branch") == "tasksup/" + winner);
+  CHECK(text_at(code, "outcome") == "succeeded");
+  CHECK_THAT(text_at(code.at("answer").as_object(), "summary"),
+             Catch::Contains("(quick)"));
 }
