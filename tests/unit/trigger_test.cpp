@@ -359,6 +359,43 @@ TEST_CASE("trigger file: a generic trigger", "[trigger]") {
         "agent.json: /on/~1event: expected a string");
 }
 
+TEST_CASE("trigger files: loaded with the config directory, by name",
+          "[trigger]") {
+  config_dir cfg;
+  auto dir = fs::path{cfg.dir.path};
+  auto trig = dir / "triggers";
+  write(trig / "b-comments.json", mention_trigger);
+  write(trig / "a-labels.json", labeled_trigger);
+  write(trig / "notes.txt", "not a trigger");
+  auto loaded = load_config_dir(cfg.dir.path);
+  INFO((loaded ? "" : loaded.error().to_string()));
+  REQUIRE(loaded);
+  REQUIRE(loaded->triggers.size() == 2);
+  CHECK(loaded->triggers.begin()->first == "a-labels");
+  CHECK(loaded->triggers.at("a-labels").name == "a-labels");
+  // secret_file is relative to the config directory, not to triggers/.
+  CHECK(loaded->triggers.at("b-comments").secret == secret);
+
+  CHECK(load_config_dir(TASKSUP_SOURCE_DIR "/config")->triggers.empty());
+
+  write(trig / "c-bad.json", with("allow", ""));
+  auto bad = load_config_dir(cfg.dir.path);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().where == (trig / "c-bad.json").string());
+  CHECK(bad.error().path.empty());
+  fs::remove(trig / "c-bad.json");
+  write(trig / "c-bad.json", with("secret_file", "\"triggers/none\""));
+  bad = load_config_dir(cfg.dir.path);
+  REQUIRE_FALSE(bad);
+  CHECK(bad.error().where == (trig / "c-bad.json").string());
+  CHECK(bad.error().path == "/secret_file");
+
+  auto file =
+    load_trigger_file((trig / "a-labels.json").string(), cfg.dir.path);
+  REQUIRE(file);
+  CHECK(file->name == "a-labels");
+}
+
 // -- deciding: GitHub ---------------------------------------------------------
 
 TEST_CASE("trigger decide: an issue labeled by a member starts its task",
