@@ -32,6 +32,7 @@ enum class file_kind {
   environment,
   profile,
   role,
+  trigger,
   task
 };
 
@@ -49,6 +50,8 @@ const char* kind_name(file_kind kind) {
       return "agent profile";
     case file_kind::role:
       return "role";
+    case file_kind::trigger:
+      return "trigger";
     default:
       return "task";
   }
@@ -72,6 +75,8 @@ file_kind detect_kind(const fs::path& path) {
     return file_kind::profile;
   if (!ec && parent == "roles")
     return file_kind::role;
+  if (!ec && parent == "triggers")
+    return file_kind::trigger;
   return file_kind::task;
 }
 
@@ -149,6 +154,17 @@ private:
             !res)
           err = res.error();
         break;
+      case file_kind::trigger: {
+        // Its secret file is relative to the config directory above
+        // triggers/.
+        std::error_code ec;
+        auto config_dir = fs::absolute(path, ec).parent_path().parent_path();
+        if (auto res = parse_trigger(*doc, path, fs::path{path}.stem().string(),
+                                     config_dir.string());
+            !res)
+          err = res.error();
+        break;
+      }
       case file_kind::task:
         err = check_task(path, *doc, tasks_cfg);
         break;
@@ -272,7 +288,8 @@ private:
     }
     std::error_code pec;
     for (auto [sub, kind] : {std::pair{"profiles", file_kind::profile},
-                             std::pair{"roles", file_kind::role}})
+                             std::pair{"roles", file_kind::role},
+                             std::pair{"triggers", file_kind::trigger}})
       if (auto files = fs::path{dir} / sub; fs::is_directory(files, pec))
         for (const auto& entry : fs::directory_iterator{files, pec})
           if (entry.path().extension() == ".json")
@@ -332,7 +349,7 @@ private:
   }
 
   /// The `.json` files below `dir` that are not config files (nor in
-  /// environments/, profiles/ or roles/), sorted.
+  /// environments/, profiles/, roles/ or triggers/), sorted.
   std::vector<std::string> task_files(const std::string& dir) {
     std::vector<std::string> out;
     std::error_code ec;
@@ -341,8 +358,10 @@ private:
          it.increment(ec)) {
       auto rel = it->path().lexically_relative(root);
       if (it->is_directory(ec)) {
-        // environments/, profiles/ and roles/ are config, checked as such.
-        if (rel == "environments" || rel == "profiles" || rel == "roles")
+        // environments/, profiles/, roles/ and triggers/ are config,
+        // checked as such.
+        if (rel == "environments" || rel == "profiles" || rel == "roles" ||
+            rel == "triggers")
           it.disable_recursion_pending();
         continue;
       }
@@ -374,12 +393,14 @@ void setup(CLI::App& app, int& status) {
     std::string{
       "A directory is checked as a config directory (supervisor.json, "
       "classifier.json, node.json, environments/*.json, profiles/*.json, "
-      "roles/*.json); every other .json "
+      "roles/*.json, triggers/*.json); every other .json "
       "file below it is a task file, checked against that directory's config "
       "(or, in a directory without config files, against the config "
       "directory). A file's kind comes "
       "from its name: supervisor.json, classifier.json, node.json, any .json "
-      "file in an environments/, profiles/ or roles/ directory; anything else "
+      "file in an environments/, profiles/, roles/ or triggers/ directory (a "
+      "trigger's secret_file is relative to the directory above triggers/); "
+      "anything else "
       "is a task, group or workflow file, "
       "checked against the config directory. Task files get exactly the "
       "checks `run` and `submit` make. "} +

@@ -237,6 +237,10 @@ expected<config_set> load_config_dir(const std::string& dir) {
     if (!roles)
       return roles.error();
     cfg.roles = std::move(*roles);
+    auto triggers = load_triggers_dir(join_path(dir, "triggers"), dir);
+    if (!triggers)
+      return triggers.error();
+    cfg.triggers = std::move(*triggers);
   }
   if (auto err = read_config_file(dir, "supervisor.json", cfg.supervisor,
                                   [](const auto& doc, const auto& path) {

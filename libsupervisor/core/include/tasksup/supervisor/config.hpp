@@ -8,6 +8,7 @@
 #include "tasksup/supervisor/role.hpp"
 #include "tasksup/supervisor/supervisor_config.hpp"
 #include "tasksup/supervisor/task_spec.hpp"
+#include "tasksup/supervisor/trigger.hpp"
 
 #include <boost/json/value.hpp>
 
@@ -74,6 +75,9 @@ struct config_set {
   profile_map profiles;
   /// Roles (`roles/<name>.json`), their overlays applied, keyed by name.
   role_map roles;
+  /// Webhook triggers (`triggers/<name>.json`), their secrets read, keyed
+  /// by name.
+  trigger_map triggers;
 };
 
 /// The built-in defaults: what an empty config directory loads to (default
@@ -181,6 +185,7 @@ expected<boost::json::value> read_json_file(const std::string& path);
 
 /// Loads a config directory: supervisor.json, classifier.json,
 /// profiles/*.json (first: node.json and the environments may name them),
+/// roles/*.json, triggers/*.json (their secret files relative to `dir`),
 /// node.json and environments/*.json (each optional; built-in defaults where
 /// absent). Errors name the file. A profile's relative `agent_cli` with a
 /// `/` is relative to the profiles directory.
