@@ -33,6 +33,7 @@ enum class file_kind {
   profile,
   role,
   trigger,
+  schedule,
   task
 };
 
@@ -52,6 +53,8 @@ const char* kind_name(file_kind kind) {
       return "role";
     case file_kind::trigger:
       return "trigger";
+    case file_kind::schedule:
+      return "schedule";
     default:
       return "task";
   }
@@ -77,6 +80,8 @@ file_kind detect_kind(const fs::path& path) {
     return file_kind::role;
   if (!ec && parent == "triggers")
     return file_kind::trigger;
+  if (!ec && parent == "schedules")
+    return file_kind::schedule;
   return file_kind::task;
 }
 
@@ -162,6 +167,18 @@ private:
         if (auto res = parse_trigger(*doc, path, fs::path{path}.stem().string(),
                                      config_dir.string());
             !res)
+          err = res.error();
+        break;
+      }
+      case file_kind::schedule: {
+        // Its task is checked as a run of it would be, against the
+        // config tasks are checked against.
+        const auto* cfg = tasks_cfg != nullptr ? tasks_cfg : task_config();
+        if (cfg == nullptr)
+          err = error{path, "", "not checked: the config directory is invalid"};
+        else if (auto res = check_schedule(*doc, fs::path{path}.stem().string(),
+                                           path, *cfg);
+                 !res)
           err = res.error();
         break;
       }
@@ -321,6 +338,14 @@ private:
         config_ok = false;
       }
     }
+    // Schedules: their tasks are checked against this directory's config
+    // (loading it checked them too: an invalid one was reported above).
+    if (auto files = fs::path{dir} / "schedules";
+        dir_cfg && fs::is_directory(files, pec))
+      for (const auto& entry : fs::directory_iterator{files, pec})
+        if (entry.path().extension() == ".json")
+          check_file(entry.path().string(), file_kind::schedule, nullptr,
+                     &*dir_cfg);
     // Every other JSON file below the directory is a task file (e.g.
     // config/examples/*.json), checked against this directory's config when
     // it holds one, else against the one --config names.
@@ -361,7 +386,7 @@ private:
         // environments/, profiles/, roles/ and triggers/ are config,
         // checked as such.
         if (rel == "environments" || rel == "profiles" || rel == "roles" ||
-            rel == "triggers")
+            rel == "triggers" || rel == "schedules")
           it.disable_recursion_pending();
         continue;
       }
@@ -393,13 +418,14 @@ void setup(CLI::App& app, int& status) {
     std::string{
       "A directory is checked as a config directory (supervisor.json, "
       "classifier.json, node.json, environments/*.json, profiles/*.json, "
-      "roles/*.json, triggers/*.json); every other .json "
+      "roles/*.json, triggers/*.json, schedules/*.json); every other .json "
       "file below it is a task file, checked against that directory's config "
       "(or, in a directory without config files, against the config "
       "directory). A file's kind comes "
       "from its name: supervisor.json, classifier.json, node.json, any .json "
-      "file in an environments/, profiles/, roles/ or triggers/ directory (a "
-      "trigger's secret_file is relative to the directory above triggers/); "
+      "file in an environments/, profiles/, roles/, triggers/ or schedules/ "
+      "directory (a trigger's secret_file is relative to the directory above "
+      "triggers/; a schedule's task is checked as a task file is); "
       "anything else "
       "is a task, group or workflow file, "
       "checked against the config directory. Task files get exactly the "

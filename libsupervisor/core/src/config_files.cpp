@@ -223,6 +223,58 @@ expected<profile_map> load_profiles_dir(const std::string& dir) {
   return out;
 }
 
+expected<schedule_spec> check_schedule(const boost::json::value& doc,
+                                       const std::string& name,
+                                       const std::string& where,
+                                       const config_set& cfg) {
+  if (!valid_schedule_name(name))
+    return error{where, "",
+                 "invalid schedule name " + quote(name) + " (1 to " +
+                   std::to_string(max_schedule_name) +
+                   " characters from [A-Za-z0-9_.-]: a run's task id is the "
+                   "name and its due time)"};
+  auto spec = parse_schedule(doc, where);
+  if (!spec)
+    return spec;
+  auto probe = spec->task;
+  probe["id"] = schedule_run_id(name, 0);
+  if (auto task = parse_task(json::value(std::move(probe)), where, cfg);
+      !task) {
+    auto err = task.error();
+    err.path = "/task" + err.path;
+    return err;
+  }
+  return spec;
+}
+
+namespace {
+
+/// A schedule file's task names its agents relative to the file (`./bin/x`)
+/// as a task file does: made absolute here, since the task is parsed only
+/// when a run starts.
+void resolve_task_agents(json::object& task, const std::string& file) {
+  auto* selection = task.if_contains("agent_selection");
+  auto* agents = selection != nullptr && selection->is_object()
+                   ? selection->get_object().if_contains("agents")
+                   : nullptr;
+  if (agents == nullptr || !agents->is_array())
+    return;
+  auto base = fs::path{file}.parent_path();
+  for (auto& agent : agents->get_array()) {
+    auto* cli =
+      agent.is_object() ? agent.get_object().if_contains("agent_cli") : nullptr;
+    if (cli == nullptr || !cli->is_string())
+      continue;
+    std::string command{cli->get_string()};
+    if (command.empty() || command.front() == '/' ||
+        command.find('/') == std::string::npos)
+      continue;
+    *cli = (base / command).lexically_normal().string();
+  }
+}
+
+} // namespace
+
 expected<config_set> load_config_dir(const std::string& dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
@@ -280,6 +332,17 @@ expected<config_set> load_config_dir(const std::string& dir) {
           return parsed;
         }))
     return *err;
+  std::map<std::string, schedule_spec> schedules;
+  if (auto err = read_config_files(
+        join_path(dir, "schedules"), schedules,
+        [&](const auto& doc, const std::string& name, const std::string& path) {
+          auto spec = check_schedule(doc, name, path, cfg);
+          if (spec)
+            resolve_task_agents(spec->task, path);
+          return spec;
+        }))
+    return *err;
+  cfg.schedules = std::move(schedules);
   return cfg;
 }
 

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <ctime>
 #include <utility>
 
 namespace tasksup {
@@ -677,6 +678,27 @@ expected<schedule_spec> load_schedule_file(const std::string& path) {
   if (!doc)
     return doc.error();
   return parse_schedule(*doc, path);
+}
+
+bool valid_schedule_name(std::string_view name) noexcept {
+  auto ok = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+  };
+  return !name.empty() && name.size() <= max_schedule_name && name != "." &&
+         name != ".." && std::all_of(name.begin(), name.end(), ok);
+}
+
+std::string schedule_run_id(std::string_view name, double due_s) {
+  auto t = static_cast<std::time_t>(std::floor(due_s));
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  std::string out{name};
+  out += '-';
+  out += stamp;
+  return out;
 }
 
 } // namespace tasksup

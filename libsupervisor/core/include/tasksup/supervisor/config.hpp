@@ -6,6 +6,7 @@
 #include "tasksup/supervisor/classifier.hpp"
 #include "tasksup/supervisor/expected.hpp"
 #include "tasksup/supervisor/role.hpp"
+#include "tasksup/supervisor/schedule.hpp"
 #include "tasksup/supervisor/supervisor_config.hpp"
 #include "tasksup/supervisor/task_spec.hpp"
 #include "tasksup/supervisor/trigger.hpp"
@@ -78,6 +79,9 @@ struct config_set {
   /// Webhook triggers (`triggers/<name>.json`), their secrets read, keyed
   /// by name.
   trigger_map triggers;
+  /// Schedules (`schedules/<name>.json`), keyed by name; their tasks'
+  /// relative agent paths resolved against the file.
+  std::map<std::string, schedule_spec> schedules;
 };
 
 /// The built-in defaults: what an empty config directory loads to (default
@@ -183,9 +187,19 @@ expected<boost::json::value> parse_json_text(std::string_view text,
 /// Reads a file and parses it as JSON; errors name the file.
 expected<boost::json::value> read_json_file(const std::string& path);
 
+/// Parses schedule `name` (`schedules/<name>.json`, or one added by
+/// `tasksup schedule add`) and checks its task as a run of it would be
+/// submitted against `cfg`: errors name `where` and the JSON pointer (the
+/// task's under `/task`).
+expected<schedule_spec> check_schedule(const boost::json::value& doc,
+                                       const std::string& name,
+                                       const std::string& where,
+                                       const config_set& cfg);
+
 /// Loads a config directory: supervisor.json, classifier.json,
 /// profiles/*.json (first: node.json and the environments may name them),
 /// roles/*.json, triggers/*.json (their secret files relative to `dir`),
+/// schedules/*.json (last: their tasks are checked against the rest),
 /// node.json and environments/*.json (each optional; built-in defaults where
 /// absent). Errors name the file. A profile's relative `agent_cli` with a
 /// `/` is relative to the profiles directory.

@@ -226,4 +226,18 @@ expected<schedule_spec> parse_schedule(const boost::json::value& doc,
 /// file.
 expected<schedule_spec> load_schedule_file(const std::string& path);
 
+/// The longest schedule name: a run's task id is the name, a dash and the
+/// 16 characters of its due time in UTC (`nightly-20261129T030000Z`), at
+/// most 64 characters.
+inline constexpr std::size_t max_schedule_name = 47;
+
+/// Whether `name` can name a schedule: 1 to `max_schedule_name` of
+/// [A-Za-z0-9_.-], not "." or "..".
+bool valid_schedule_name(std::string_view name) noexcept;
+
+/// The task id of schedule `name`'s run due at `due_s` (seconds since the
+/// Unix epoch): "<name>-YYYYMMDDTHHMMSSZ". A fire repeated after a restart
+/// makes the same id, which the node refuses as a duplicate.
+std::string schedule_run_id(std::string_view name, double due_s);
+
 } // namespace tasksup
