@@ -107,7 +107,8 @@ expected<journal_snapshot> load_journal(journal::journal_store& store) {
     }
     out.tasks.push_back(std::move(e));
   }
-  for (auto* key : {"breakers", "budget", "rotation", "quotas", "workers"}) {
+  for (auto* key :
+       {"breakers", "budget", "rotation", "quotas", "workers", "schedules"}) {
     auto body = store.state(key);
     if (!body)
       return body.error();

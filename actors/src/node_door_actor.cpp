@@ -3,6 +3,7 @@
 #include "tasksup/actors/cluster.hpp"
 #include "tasksup/actors/events.hpp"
 #include "tasksup/actors/protocol.hpp"
+#include "tasksup/actors/schedule_actor.hpp"
 #include "tasksup/supervisor/wire_limits.hpp"
 
 #include "actor_now.hpp"
@@ -719,6 +720,16 @@ door_impl::behavior_type door(door_ptr self, registry_actor registry,
     },
     [=](nodes_atom) {
       return forward<std::vector<node_info>>(self, nodes_atom::value);
+    },
+    [=](schedule_atom, schedule_request& req) {
+      // A change goes to the audit log (a schedule has no events of its
+      // own to carry it).
+      if (req.op != schedule_op::list && self->state.opts.audit)
+        self->state.opts.audit(printable(
+          "audit: " + audit_name(self) + " asked to " +
+          std::string{to_string(req.op)} + " schedule '" + req.name + "'"));
+      return forward<std::vector<schedule_info>>(self, schedule_atom::value,
+                                                 std::move(req));
     },
     [=](await_atom, std::string& task_id) {
       return await_task(self, std::move(task_id));

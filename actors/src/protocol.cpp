@@ -1,6 +1,7 @@
 #include "tasksup/actors/protocol.hpp"
 
 #include "tasksup/actors/cluster.hpp"
+#include "tasksup/actors/schedule_actor.hpp"
 
 #include <caf/deserializer.hpp>
 #include <caf/detail/type_erased_value_impl.hpp>
@@ -72,6 +73,8 @@ static_assert(detail::enum_size<member_end>::value ==
               static_cast<std::size_t>(member_end::stopped) + 1);
 static_assert(detail::enum_size<group_strategy>::value ==
               static_cast<std::size_t>(group_strategy::race) + 1);
+static_assert(detail::enum_size<schedule_op>::value ==
+              static_cast<std::size_t>(schedule_op::remove) + 1);
 static_assert(detail::enum_size<end_reason>::value ==
               static_cast<std::size_t>(end_reason::runtime_missing) + 1);
 
@@ -143,6 +146,10 @@ void register_protocol(caf::actor_system_config& cfg) {
     .add_message_type<node_offer>("tasksup::node_offer")
     .add_message_type<node_info>("tasksup::node_info")
     .add_message_type<std::vector<node_info>>("std::vector<tasksup::node_info>")
+    .add_message_type<schedule_request>("tasksup::schedule_request")
+    .add_message_type<schedule_info>("tasksup::schedule_info")
+    .add_message_type<std::vector<schedule_info>>(
+      "std::vector<tasksup::schedule_info>")
     .add_message_type<attempt_options>("tasksup::attempt_options")
     .add_message_type<remote_attempt>("tasksup::remote_attempt")
     .add_message_type<control_request>("tasksup::control_request")

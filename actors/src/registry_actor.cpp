@@ -340,9 +340,24 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
   st.membership = detail::spawn_node_membership(
     self, caf::actor_cast<membership_listener_actor>(self), st.opts.node_name,
     st.opts.peer_timeout_s);
+  // The restore consumes the snapshot.
+  std::string saved_schedules;
+  if (auto i = st.opts.restored.node_state.find("schedules");
+      i != st.opts.restored.node_state.end())
+    saved_schedules = i->second;
   restore(self);
   if (!st.resuming.empty())
     st.slots.hold();
+  if (st.opts.schedules) {
+    // After the restore: a catch-up run is submitted like any task.
+    scheduler_options so;
+    so.host = caf::actor_cast<schedule_host_actor>(self);
+    so.journal = st.opts.journal;
+    so.config = st.opts.config;
+    so.saved = std::move(saved_schedules);
+    st.scheduler = spawn_scheduler(self->system(), std::move(so));
+    self->link_to(st.scheduler);
+  }
   return {
     // -- clients ----------------------------------------------------------
     [=](submit_atom, task_spec& task) { return submit(self, std::move(task)); },
@@ -586,6 +601,14 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
       std::fprintf(stderr, "tasksup: no worker node joined again in time; "
                            "running attempts here\n");
       deliver(self, slots.stop_awaiting_nodes());
+    },
+    [=](schedule_atom a,
+        schedule_request& req) -> caf::result<std::vector<schedule_info>> {
+      if (!self->state.scheduler)
+        return make_error(protocol_error::invalid_task,
+                          "this registry runs no schedules (only `tasksup "
+                          "serve` does)");
+      return self->delegate(self->state.scheduler, a, std::move(req));
     },
     [=](nodes_atom) {
       auto& st = self->state;

@@ -5,7 +5,8 @@
 // registry_submit.cpp: accepting tasks; registry_restore.cpp: rebuilding
 // them after a restart; registry_nodes.cpp: worker nodes;
 // registry_logs.cpp: attempt logs). Its children: the event hub
-// (event_hub.hpp) and the node membership (node_membership.hpp). See
+// (event_hub.hpp), the node membership (node_membership.hpp) and, on a
+// node, the scheduler (schedule_actor.hpp). See
 // docs/ARCHITECTURE.md, "The registry".
 
 #include "tasksup/actors/backoff_actor.hpp"
@@ -13,6 +14,7 @@
 #include "tasksup/actors/group_supervisor_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/registry_actor.hpp"
+#include "tasksup/actors/schedule_actor.hpp"
 #include "tasksup/actors/task_supervisor_actor.hpp"
 
 #include "actor_now.hpp"
@@ -134,6 +136,8 @@ struct registry_state {
   std::map<std::string, std::size_t> rotation;
   /// The events: each task's history, subscribers, the journal's copy.
   detail::event_hub_actor hub;
+  /// The schedules' scheduler (a node's; null for `tasksup run`).
+  scheduler_actor scheduler;
   /// The supervisors of `active`, shared with the exit handler that stops
   /// them when the registry ends.
   std::shared_ptr<std::map<std::string, task_supervisor_actor>> supervisors;

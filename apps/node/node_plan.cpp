@@ -175,6 +175,7 @@ std::optional<int> open_state(const node_options& opts, node_plan& plan) {
   reg.peer_timeout_s = opts.peer_timeout_s;
   reg.worker_wait_s = opts.worker_wait_s;
   reg.workers_only = plan.leader != nullptr;
+  reg.schedules = true;
   // With a journal the attempts live beside it, so a restarted node finds
   // the directories of the attempts it resumes.
   reg.attempt_root = !opts.work_dir.empty() ? absolute_dir(opts.work_dir)

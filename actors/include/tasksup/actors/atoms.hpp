@@ -209,4 +209,9 @@ using dropped_atom = caf::atom_constant<caf::atom("dropped")>;
 /// another node.
 using as_client_atom = caf::atom_constant<caf::atom("asclient")>;
 
+/// Client -> node: `(schedule, schedule_request)`: lists, adds, pauses,
+/// resumes or deletes schedules (schedule_actor.hpp), answered with the
+/// schedules concerned.
+using schedule_atom = caf::atom_constant<caf::atom("schedule")>;
+
 } // namespace tasksup

@@ -26,6 +26,8 @@ namespace tasksup {
 struct attempt_report;
 struct attempt_options;
 struct node_info;
+struct schedule_request;
+struct schedule_info;
 struct node_offer;
 struct task_spec;
 struct remote_attempt;
@@ -110,7 +112,8 @@ using node_agent_actor = caf::typed_actor<
 /// (-> whether they took effect), `forget` a finished task, status (all, or
 /// one), an attempt's log, `await` a task's result, subscriptions to the
 /// node's events (all, or one task's, answered with its history so far),
-/// and worker nodes that join (-> the node's name) or are listed.
+/// worker nodes that join (-> the node's name) or are listed, and the
+/// node's schedules (schedule_actor.hpp).
 using node_client_actor = caf::typed_actor<
   caf::replies_to<submit_atom, task_spec>::with<std::string>,
   caf::replies_to<submit_json_atom, std::string>::with<std::string>,
@@ -131,7 +134,9 @@ using node_client_actor = caf::typed_actor<
                   std::string>::with<std::vector<event>>,
   caf::replies_to<unsubscribe_atom, subscriber_actor>::with<bool>,
   caf::replies_to<join_atom, node_offer, node_agent_actor>::with<std::string>,
-  caf::replies_to<nodes_atom>::with<std::vector<node_info>>>;
+  caf::replies_to<nodes_atom>::with<std::vector<node_info>>,
+  caf::replies_to<schedule_atom,
+                  schedule_request>::with<std::vector<schedule_info>>>;
 
 /// What a task supervisor asks of its node (a registry): an attempt's
 /// permit (slot, breaker, budget, quota), the slot back, what it learned

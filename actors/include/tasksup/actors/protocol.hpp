@@ -483,4 +483,90 @@ typename Inspector::result_type inspect(Inspector& f, node_health& x) {
 /// on every node, before the actor system is created.
 void register_protocol(caf::actor_system_config& cfg);
 
+// -- schedules (schedule_actor.hpp) ------------------------------------------
+
+/// What a `schedule` request does.
+enum class schedule_op : std::uint8_t {
+  /// Every schedule (name and document ignored).
+  list,
+  /// Adds the schedule `name` from its document (a schedule file's JSON).
+  add,
+  /// Stops firing `name` until it is resumed.
+  pause,
+  /// Fires `name` again, from now on: what it missed while paused is not
+  /// caught up.
+  resume,
+  /// Deletes `name` (one added by `schedule add`; a file's stays until its
+  /// file is removed). A run still going is left to end.
+  remove,
+};
+
+/// "list", "add", "pause", "resume" or "delete".
+std::string_view to_string(schedule_op x) noexcept;
+
+namespace detail {
+
+template<>
+struct enum_size<schedule_op> : std::integral_constant<std::size_t, 5> {};
+
+} // namespace detail
+
+/// One `schedule` request.
+struct schedule_request {
+  schedule_op op = schedule_op::list;
+  /// The schedule (not for `list`).
+  std::string name;
+  /// For `add`: the schedule's JSON text (a schedule file's).
+  std::string document;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, schedule_request& x) {
+  return f(
+    caf::meta::type_name("schedule_request"),
+    detail::checked(x.op, "schedule_request.op"), x.name, x.document,
+    caf::meta::load_callback([&]() -> caf::error {
+      return detail::check_sizes(
+        {{x.name, wire::max_id_bytes, "schedule_request.name"},
+         {x.document, wire::max_task_json_bytes, "schedule_request.document"}});
+    }));
+}
+
+/// One schedule as `schedule list` and `status` show it.
+struct schedule_info {
+  std::string name;
+  /// "file" (config/schedules/) or "command" (`schedule add`).
+  std::string source;
+  /// "every 30s", or "cron 0 3 * * * Europe/Berlin".
+  std::string timing;
+  /// The overlap policy's name ("skip", ...).
+  std::string overlap;
+  bool paused = false;
+  /// When it fires next (seconds since the Unix epoch); 0 while paused.
+  double next_s = 0;
+  /// The time its last fire was due (0: never fired).
+  double last_s = 0;
+  /// The id of its run that has not ended yet, if any.
+  std::string running;
+  /// Runs it started, and fires its overlap policy skipped.
+  std::uint64_t runs = 0;
+  std::uint64_t skipped = 0;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, schedule_info& x) {
+  return f(caf::meta::type_name("schedule_info"), x.name, x.source, x.timing,
+           x.overlap, x.paused,
+           detail::finite(x.next_s, "schedule_info.next_s"),
+           detail::finite(x.last_s, "schedule_info.last_s"), x.running, x.runs,
+           x.skipped, caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes(
+               {{x.name, wire::max_id_bytes, "schedule_info.name"},
+                {x.source, wire::max_id_bytes, "schedule_info.source"},
+                {x.timing, wire::max_id_bytes * 4, "schedule_info.timing"},
+                {x.overlap, wire::max_id_bytes, "schedule_info.overlap"},
+                {x.running, wire::max_id_bytes, "schedule_info.running"}});
+           }));
+}
+
 } // namespace tasksup

@@ -62,6 +62,9 @@ struct registry_options {
   /// What the journal held when the node started: finished tasks come back
   /// as they ended, unfinished ones are rebuilt and resume.
   journal_snapshot restored;
+  /// Runs the schedules (`config.schedules`, and those `schedule add`
+  /// adds): a node's, not `tasksup run`'s.
+  bool schedules = false;
 };
 
 /// A node's registry: the node services its task supervisors ask for
