@@ -77,7 +77,20 @@ std::optional<status_answer> fetch_status(node_session& s,
                on_error);
   if (!all)
     return std::nullopt;
-  return make_status_answer(*all, fetch_times(s));
+  auto out = make_status_answer(*all, fetch_times(s));
+  if (opts.task_id.empty())
+    // The schedules' next runs go under the table (none from a node that
+    // runs none, or from one before schedules).
+    s.self
+      ->request(s.node, node_request_timeout, schedule_atom::value,
+                schedule_request{})
+      .receive(
+        [&](std::vector<schedule_info>& list) {
+          for (auto& x : list)
+            out.schedules.push_back(schedule_record(x));
+        },
+        [](caf::error&) {});
+  return out;
 }
 
 /// `status --watch`: the table again whenever the node's events say its

@@ -287,6 +287,39 @@ void print_status(const status_answer& answer, bool single, bool json,
   } else {
     print_table(shown, answer.now);
   }
+  if (!json && filter.empty() && !answer.schedules.empty()) {
+    std::cout << "\nschedules:\n";
+    print_schedules(answer.schedules, answer.now);
+  }
+}
+
+void print_schedules(const std::vector<boost::json::object>& schedules,
+                     double now) {
+  std::vector<std::vector<std::string>> rows;
+  rows.push_back({"NAME", "TIMING", "OVERLAP", "NEXT", "LAST", "RUNNING",
+                  "RUNS", "SKIPPED"});
+  auto when = [now](const boost::json::object& o, const char* key) {
+    auto t = json_number_at(o, key);
+    if (!t || !(*t > 0))
+      return std::string{"-"};
+    auto text = iso8601(*t);
+    text += *t >= now ? " (in " + short_duration(*t - now) + ")"
+                      : " (" + short_duration(now - *t) + " ago)";
+    return text;
+  };
+  for (auto& o : schedules) {
+    auto paused = o.if_contains("paused");
+    auto next = paused && paused->is_bool() && paused->get_bool()
+                  ? std::string{"paused"}
+                  : when(o, "next_ts");
+    auto running = text_at(o, "running");
+    rows.push_back({cell(text_at(o, "name")), cell(text_at(o, "timing")),
+                    cell(text_at(o, "overlap")), next, when(o, "last_ts"),
+                    running.empty() ? "-" : cell(running),
+                    std::to_string(count_at(o, "runs")),
+                    std::to_string(count_at(o, "skipped"))});
+  }
+  print_columns(std::cout, rows);
 }
 
 std::string status_answer_json(const status_answer& answer) {
@@ -303,6 +336,14 @@ std::string status_answer_json(const status_answer& answer) {
     out += ",\"last_decision\":";
     append_json_string(out, row.last_decision);
     out += '}';
+  }
+  out += "],\"schedules\":[";
+  first = true;
+  for (auto& x : answer.schedules) {
+    if (!first)
+      out += ',';
+    first = false;
+    append_json_text(out, x);
   }
   out += "]}";
   return out;
@@ -330,6 +371,11 @@ std::optional<status_answer> parse_status_answer(const std::string& text) {
     out.rows.push_back(status_row{std::move(record->get_object()),
                                   text_at(*item, "last_decision")});
   }
+  // A node from before schedules sends none.
+  if (auto* all = o.if_contains("schedules"); all && all->is_array())
+    for (auto& x : all->get_array())
+      if (auto* item = x.if_object())
+        out.schedules.push_back(std::move(*item));
   return out;
 }
 

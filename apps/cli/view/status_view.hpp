@@ -28,6 +28,9 @@ struct status_row {
 struct status_answer {
   double now = 0;
   std::vector<status_row> rows;
+  /// The node's schedules (`schedule_record`'s objects), shown under the
+  /// table of all tasks.
+  std::vector<boost::json::object> schedules;
 };
 
 /// Which tasks `status` lists: those in one of `states` and with one of
@@ -61,8 +64,14 @@ parse_outcome_filter(const std::vector<std::string>& values,
 void print_status(const status_answer& answer, bool single, bool json,
                   const status_filter& filter);
 
+/// The schedules as a table (NAME, TIMING, OVERLAP, NEXT, LAST, RUNNING,
+/// RUNS, SKIPPED), from `schedule_record`'s objects; times against `now`.
+void print_schedules(const std::vector<boost::json::object>& schedules,
+                     double now);
+
 /// `answer` as the local control socket sends it:
-/// {"now":N,"tasks":[{"record":{...},"last_decision":"..."}]}.
+/// {"now":N,"tasks":[{"record":{...},"last_decision":"..."}],
+/// "schedules":[...]}.
 std::string status_answer_json(const status_answer& answer);
 
 /// Reads what `status_answer_json` wrote; nullopt when `text` is not that.

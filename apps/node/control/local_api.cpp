@@ -57,15 +57,19 @@ http_response bad_request(std::string why) {
 /// (the TCP path reads them from the view's JSON, `status_command.cpp`).
 void answer_status(caf::event_based_actor* self, const stats_actor& stats,
                    std::vector<task_status> all, const std::string& task_id,
-                   const http_reply& reply) {
+                   const http_reply& reply,
+                   std::vector<boost::json::object> schedules = {}) {
   // Shared by both handlers below, not copied into each (a node may have
   // thousands of tasks).
   auto shared =
     std::make_shared<const std::vector<task_status>>(std::move(all));
-  auto answer = [shared, reply](const task_clocks& clocks) {
+  auto answer = [shared, reply,
+                 schedules = std::move(schedules)](const task_clocks& clocks) {
     http_response r;
     r.content_type = "application/json";
-    r.body = status_answer_json(make_status_answer(*shared, clocks));
+    auto out = make_status_answer(*shared, clocks);
+    out.schedules = schedules;
+    r.body = status_answer_json(out);
     reply.send(std::move(r));
   };
   if (!stats)
@@ -90,7 +94,23 @@ void status(const local_api_context& ctx, std::string task_id,
       self->request(door, node_request_timeout, status_atom::value)
         .then(
           [=](std::vector<task_status>& all) {
-            answer_status(self, stats, std::move(all), {}, reply);
+            // The schedules' next runs go under the table.
+            auto tasks =
+              std::make_shared<std::vector<task_status>>(std::move(all));
+            self
+              ->request(door, node_request_timeout, schedule_atom::value,
+                        schedule_request{})
+              .then(
+                [=](std::vector<schedule_info>& list) {
+                  std::vector<boost::json::object> schedules;
+                  for (auto& x : list)
+                    schedules.push_back(schedule_record(x));
+                  answer_status(self, stats, std::move(*tasks), {}, reply,
+                                std::move(schedules));
+                },
+                [=](caf::error&) {
+                  answer_status(self, stats, std::move(*tasks), {}, reply);
+                });
           },
           [=](caf::error& err) { reply.send(error_answer(err)); });
     else

@@ -190,4 +190,23 @@ status_answer make_status_answer(const std::vector<task_status>& all,
   return out;
 }
 
+boost::json::object schedule_record(const schedule_info& x) {
+  boost::json::object o;
+  o["name"] = x.name;
+  o["source"] = x.source;
+  o["timing"] = x.timing;
+  o["overlap"] = x.overlap;
+  o["paused"] = x.paused;
+  auto time = [](double t) {
+    return t > 0 ? boost::json::value(t) : boost::json::value(nullptr);
+  };
+  o["next_ts"] = time(x.next_s);
+  o["last_ts"] = time(x.last_s);
+  o["running"] = x.running.empty() ? boost::json::value(nullptr)
+                                   : boost::json::value(x.running);
+  o["runs"] = x.runs;
+  o["skipped"] = x.skipped;
+  return o;
+}
+
 } // namespace tasksup::app

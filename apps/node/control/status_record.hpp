@@ -25,4 +25,10 @@ status_answer make_status_answer(const std::vector<task_status>& all,
 status_answer make_status_answer(const std::vector<task_status>& all,
                                  const task_clocks& clocks);
 
+/// One schedule as `schedule list --json`, `status` and the dashboard show
+/// it: name, source, timing, overlap, paused, next_ts and last_ts (seconds
+/// since the epoch, null for none), running (a task id or null), runs and
+/// skipped.
+boost::json::object schedule_record(const schedule_info& x);
+
 } // namespace tasksup::app

@@ -3,9 +3,13 @@
 #include "dashboard_auth.hpp"
 #include "local_api.hpp"
 #include "node_address.hpp"
+#include "status_record.hpp"
 
 #include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
+
+#include <boost/json/array.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <caf/actor_cast.hpp>
 #include <caf/event_based_actor.hpp>
@@ -111,6 +115,23 @@ void ask_json(const dashboard_context& ctx, const stats_actor& dest,
       .then(
         [=](std::string& text) {
           reply.send(json_response(200, std::move(text)));
+        },
+        [=](caf::error& err) { reply.send(actor_error(err)); });
+  });
+}
+
+/// GET /api/schedules: the node's schedules (`schedule_record`'s objects).
+void schedules(const dashboard_context& ctx, http_reply reply) {
+  ctx.sys->spawn([=](caf::event_based_actor* self) {
+    self
+      ->request(ctx.registry, actor_timeout, schedule_atom::value,
+                schedule_request{})
+      .then(
+        [=](std::vector<schedule_info>& list) {
+          boost::json::array out;
+          for (auto& x : list)
+            out.emplace_back(schedule_record(x));
+          reply.send(json_response(200, boost::json::serialize(out)));
         },
         [=](caf::error& err) { reply.send(actor_error(err)); });
   });
@@ -368,7 +389,8 @@ void handle_node_request(const dashboard_context& ctx, const http_request& req,
   }
   if (path == "/" || path == "/index.html" || path == "/dashboard.js" ||
       path == "/dashboard.css" || path == "/metrics" || path == "/api/tasks" ||
-      path == "/api/agents" || path == "/api/stream") {
+      path == "/api/agents" || path == "/api/stream" ||
+      path == "/api/schedules") {
     if (!get)
       return reply.send(method_not_allowed("GET, HEAD"));
   } else {
@@ -398,6 +420,8 @@ void handle_node_request(const dashboard_context& ctx, const http_request& req,
     ctx.sys->spawn(sse_behavior, ctx.registry, reply);
     return;
   }
+  if (path == "/api/schedules")
+    return schedules(ctx, reply);
   if (path == "/api/tasks") {
     std::uint64_t limit = default_task_page;
     if (auto l = req.query_param("limit")) {

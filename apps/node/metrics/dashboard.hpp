@@ -65,6 +65,7 @@ std::string http_server_metrics(const http_server_stats& s);
 ///   GET  /api/tasks?limit=N&after=ID   one page of tasks, newest first
 ///   GET  /api/tasks/ID                 one task with its events
 ///   GET  /api/agents?window=SECONDS    per-agent statistics
+///   GET  /api/schedules                the node's schedules, next runs
 ///   GET  /api/stream                   server-sent events: which tasks
 ///                                      changed, at most 4 times a second
 ///   POST /api/tasks/ID/{stop,kill,retry-now,fallback-now,pause,resume}

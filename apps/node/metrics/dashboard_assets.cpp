@@ -210,8 +210,31 @@ function taskRow(t) {
   return tr;
 }
 
+// The node's schedules: when each fires next, its last run and the one
+// still going.
+function scheduleSection(list) {
+  if (!list || !list.length) return null;
+  const when = ts => ts === null ? '-' : iso(ts) + (ts >= now()
+    ? ' (in ' + dur(ts - now()) + ')' : ' (' + dur(now() - ts) + ' ago)');
+  return el('div', {},
+    el('h2', {}, 'Schedules'),
+    el('table', {id: 'schedules'},
+      el('thead', {}, el('tr', {}, ...['Schedule', 'Timing', 'Overlap',
+        'Next run', 'Last run', 'Running', 'Runs', 'Skipped']
+        .map(h => el('th', {}, h)))),
+      el('tbody', {}, ...list.map(x => el('tr', {'data-schedule': x.name},
+        el('td', {}, x.name), el('td', {}, x.timing), el('td', {}, x.overlap),
+        el('td', {class: 'next-run'}, x.paused ? 'paused' : when(x.next_ts)),
+        el('td', {}, when(x.last_ts)),
+        el('td', {}, x.running ? el('a', {href: '#/task/' +
+          encodeURIComponent(x.running)}, x.running) : '-'),
+        el('td', {}, x.runs), el('td', {}, x.skipped))))));
+}
+
 async function showTasks() {
   const data = await getJson('/api/tasks?limit=' + pageSize);
+  // A node from before schedules answers 404: no section.
+  const schedules = await getJson('/api/schedules').catch(() => []);
   skew = data.now - Date.now() / 1000;
   const counts = data.counts;
   const more = data.next === null ? null : el('p', {},
@@ -231,7 +254,8 @@ async function showTasks() {
        `${counts.running} running · ${counts.backoff} waiting to retry · ` +
        `${counts.queued} queued · ${counts.done} done`),
     data.tasks.length ? table : el('p', {class: 'muted'}, 'no tasks yet'),
-    ...(more ? [more] : []));
+    ...(more ? [more] : []),
+    ...(scheduleSection(schedules) ? [scheduleSection(schedules)] : []));
 }
 
 function eventLine(e) {
