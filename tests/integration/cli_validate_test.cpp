@@ -338,3 +338,34 @@ TEST_CASE("validate: a directory's task files are checked too") {
   CHECK_THAT(only.err, Catch::Contains(t + ": /environment: unknown "
                                            "environment \"x\""));
 }
+
+TEST_CASE("validate: schedule files are checked with their tasks, alone and "
+          "in a config directory, naming the file and the pointer") {
+  scratch_dir dir;
+  auto good = dir.write("c/schedules/nightly.json",
+                        R"({"cron": "0 3 * * *", "time_zone": "Europe/Berlin",
+                            "task": {"prompt": "fix the flaky tests"}})");
+  auto res = validate({good});
+  INFO(res.out << res.err);
+  CHECK(res.status == 0);
+  CHECK_THAT(res.out, Catch::Contains("ok: " + good + " (schedule)\n"));
+  auto bad_cron =
+    dir.write("d/schedules/bad.json",
+              R"({"cron": "0 0 30 2 *", "task": {"prompt": "p"}})");
+  auto bad_task = dir.write("d/schedules/typo.json",
+                            R"({"every": "1h", "task": {"promt": "p"}})");
+  auto bad = validate({bad_cron, bad_task});
+  CHECK(bad.status == 2);
+  CHECK_THAT(bad.err, Catch::Contains(bad_cron + ": /cron: "));
+  CHECK_THAT(bad.err, Catch::Contains(bad_task + ": /task/promt: unknown key"));
+  // In a config directory: checked against that directory's config.
+  dir.write("e/environments/team.json",
+            R"({"agents": [{"agent_id": "t", "agent_cli": "/bin/true"}]})");
+  auto with_env = dir.write(
+    "e/schedules/team.json",
+    R"({"every": "10m", "task": {"prompt": "p", "environment": "team"}})");
+  auto in_dir = validate({dir.path() + "/e"});
+  INFO(in_dir.out << in_dir.err);
+  CHECK(in_dir.status == 0);
+  CHECK_THAT(in_dir.out, Catch::Contains("ok: " + with_env + " (schedule)\n"));
+}

@@ -993,6 +993,24 @@ TEST_CASE("serve --http: the dashboard in headless Chromium shows tasks, "
                      "state-backoff\">backoff<.*data-deadline=\"[0-9.]+\">in "
                      "[0-9]+m"}));
 
+  // A schedule shows under the tasks, with when it fires next.
+  auto nightly = dir.write("nightly.json", R"({"cron": "0 3 * * *",
+    "time_zone": "Europe/Berlin", "task": {"prompt": "p"}})");
+  REQUIRE(n.cmd({"schedule", "add", nightly}).status == 0);
+  auto api = n.get("/api/schedules");
+  CHECK(status_of(api) == 200);
+  CHECK(body_of(api).find("\"name\":\"nightly\"") != std::string::npos);
+  boost::json::object schedules_page{
+    {"url", login + "#/"},
+    {"size", boost::json::array{1280, 640}},
+    {"steps", boost::json::array{
+                step(loaded + " && document.getElementById('schedules')")}}};
+  auto schedules = browse("schedules", schedules_page);
+  CHECK(std::regex_search(
+    schedules, std::regex{"data-schedule=\"nightly\".*cron 0 3 \\* \\* \\* "
+                          "Europe/Berlin.*class=\"next-run\">[0-9T:-]+Z \\(in "
+                          "[0-9]"}));
+
   boost::json::object task_page{
     {"url", login + "#/task/demo-recovery"},
     {"size", boost::json::array{1280, 900}},

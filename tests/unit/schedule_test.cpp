@@ -781,3 +781,70 @@ TEST_CASE("schedule file: read from disk, errors name the file", "[schedule]") {
   REQUIRE_FALSE(missing);
   CHECK(missing.error().where == dir.path + "/none.json");
 }
+
+namespace {
+
+void put_file(const std::string& dir, const std::string& rel,
+              const std::string& text) {
+  auto path = std::filesystem::path{dir} / rel;
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream{path} << text;
+}
+
+} // namespace
+
+TEST_CASE("schedule names and run ids: a run is named by its schedule and "
+          "its due time in UTC",
+          "[schedule]") {
+  CHECK(valid_schedule_name("nightly-flaky.v2"));
+  CHECK(valid_schedule_name(std::string(47, 'a')));
+  CHECK_FALSE(valid_schedule_name(std::string(48, 'a')));
+  for (auto bad : {"", ".", "..", "a/b", "a b", "ä"})
+    CHECK_FALSE(valid_schedule_name(bad));
+  // 2026-12-06 03:00:00 UTC; the fraction of a second is dropped.
+  CHECK(schedule_run_id("nightly", 1796526000.75) ==
+        "nightly-20261206T030000Z");
+  CHECK(schedule_run_id(std::string(47, 'a'), 0).size() == 64);
+}
+
+TEST_CASE("schedule files in a config directory: loaded by name, their "
+          "tasks checked against the config and their agents relative to "
+          "the file",
+          "[schedule]") {
+  tasksup::test::temp_dir dir{"schedules"};
+  put_file(dir.path, "environments/team.json",
+           R"({"agents": [{"agent_id": "t", "agent_cli": "/bin/true"}]})");
+  put_file(dir.path, "schedules/nightly.json",
+           R"({"cron": "0 3 * * *", "time_zone": "Europe/Berlin",
+               "task": {"prompt": "p", "environment": "team"}})");
+  put_file(dir.path, "schedules/tick.json",
+           R"({"every": "30s", "task": {"prompt": "p", "agent_selection":
+               {"agents": [{"agent_id": "a", "agent_cli": "./bin/agent"}]}}})");
+  auto cfg = load_config_dir(dir.path);
+  INFO((cfg ? "" : cfg.error().to_string()));
+  REQUIRE(cfg);
+  REQUIRE(cfg->schedules.size() == 2);
+  CHECK(std::get<cron_timing>(cfg->schedules.at("nightly").timing).time_zone ==
+        "Europe/Berlin");
+  auto& agents = cfg->schedules.at("tick")
+                   .task.at("agent_selection")
+                   .at("agents")
+                   .as_array();
+  CHECK(agents.at(0).at("agent_cli").as_string() ==
+        dir.path + "/schedules/bin/agent");
+  // A task that does not parse stops the load, naming the file and the
+  // pointer under /task.
+  put_file(
+    dir.path, "schedules/tick.json",
+    R"({"every": "30s", "task": {"prompt": "p", "environment": "nope"}})");
+  auto bad = load_config_dir(dir.path);
+  REQUIRE_FALSE(bad);
+  CHECK_THAT(bad.error().where, Catch::EndsWith("schedules/tick.json"));
+  CHECK(bad.error().path == "/task/environment");
+  std::filesystem::remove(dir.path + "/schedules/tick.json");
+  put_file(dir.path, "schedules/no good.json",
+           R"({"every": "30s", "task": {"prompt": "p"}})");
+  auto name = load_config_dir(dir.path);
+  REQUIRE_FALSE(name);
+  CHECK_THAT(name.error().what, Catch::Contains("invalid schedule name"));
+}
