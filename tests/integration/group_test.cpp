@@ -44,26 +44,6 @@ group_changes(const std::vector<boost::json::object>& evs,
   return out;
 }
 
-/// A `tasksup run` of a file, and the events it wrote.
-struct run_with_events {
-  finished run;
-  std::vector<boost::json::object> events;
-};
-
-/// `tasksup run FILE` with the repository's config, its work in DIR/work
-/// and its events in DIR/NAME.jsonl (at most 120 s).
-run_with_events run_file(const scratch& dir, const std::string& name,
-                         const std::string& file) {
-  auto events = dir / (name + ".jsonl");
-  run_with_events r;
-  r.run = run_to_end(dir,
-                     {"run", "--config", config_dir(), "--events", events,
-                      "--work-dir", dir / "work", file},
-                     120s);
-  r.events = json_lines(slurp(events));
-  return r;
-}
-
 } // namespace
 
 TEST_CASE("run of a one_for_all group: a member's failure reruns both "

@@ -589,17 +589,12 @@ TEST_CASE("repo task: a workflow step sees the steps it depends on: their "
 
 namespace {
 
-/// A shipped workflow example's `tasksup run`, and the events it wrote.
-struct example_run {
-  finished run;
-  std::vector<boost::json::object> events;
-};
-
 /// Runs the shipped workflow example `name` on a repository its script
 /// makes at `repo` (in the scratch directory, not /tmp), with the
 /// example's agents by absolute path.
-example_run run_example_workflow(const scratch& dir, const std::string& name,
-                                 const std::string& repo) {
+run_with_events run_example_workflow(const scratch& dir,
+                                     const std::string& name,
+                                     const std::string& repo) {
   rt::command_options make;
   make.argv = {example("make-example-repo.sh"), repo};
   make.timeout_s = 60;
@@ -614,15 +609,7 @@ example_run run_example_workflow(const scratch& dir, const std::string& name,
   };
   replace("/tmp/tasksup-example-repo", repo);
   replace("./agents/", example("agents/"));
-  auto file = dir.write(name, text);
-  auto events = dir / "events.jsonl";
-  example_run out;
-  out.run = run_to_end(dir,
-                       {"run", "--config", config_dir(), "--events", events,
-                        "--work-dir", dir / "work", file},
-                       120s);
-  out.events = json_lines(slurp(events));
-  return out;
+  return run_file(dir, "events", dir.write(name, text));
 }
 
 } // namespace

@@ -369,4 +369,24 @@ inline std::string example(const std::string& rel) {
   return std::string{TASKSUP_SOURCE_DIR} + "/config/examples/" + rel;
 }
 
+/// A `tasksup run` of a file, and the events it wrote.
+struct run_with_events {
+  finished run;
+  std::vector<boost::json::object> events;
+};
+
+/// `tasksup run FILE` with the repository's config, its work in DIR/work
+/// and its events in DIR/NAME.jsonl (at most 120 s).
+inline run_with_events run_file(const scratch& dir, const std::string& name,
+                                const std::string& file) {
+  auto events = dir / (name + ".jsonl");
+  run_with_events r;
+  r.run = run_to_end(dir,
+                     {"run", "--config", config_dir(), "--events", events,
+                      "--work-dir", dir / "work", file},
+                     std::chrono::seconds{120});
+  r.events = json_lines(slurp(events));
+  return r;
+}
+
 } // namespace tasksup::test

@@ -160,19 +160,6 @@ std::optional<error> read_config_file(const std::string& dir, const char* name,
 }
 
 /// The `.json` files directly in `dir`, in name order.
-expected<std::vector<fs::path>> json_files_in(const std::string& dir) {
-  std::vector<fs::path> files;
-  std::error_code ec;
-  for (fs::directory_iterator it{dir, ec}, end; !ec && it != end;
-       it.increment(ec))
-    if (it->path().extension() == ".json")
-      files.push_back(it->path());
-  if (ec)
-    return error{dir, "", "cannot list: " + ec.message()};
-  std::sort(files.begin(), files.end());
-  return files;
-}
-
 /// Reads every `.json` file directly in `dir` (none when `dir` is not a
 /// directory) and adds what `parse(document, name, path)` makes of each to
 /// `out` under its name, the file name without `.json`. The error names the

@@ -106,4 +106,21 @@ bool valid_identifier(std::string_view str) noexcept {
          str != ".." && std::all_of(str.begin(), str.end(), is_id_char);
 }
 
+expected<std::vector<std::filesystem::path>>
+json_files_in(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> files;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    return files;
+  for (fs::directory_iterator it{dir, ec}, end; !ec && it != end;
+       it.increment(ec))
+    if (it->path().extension() == ".json")
+      files.push_back(it->path());
+  if (ec)
+    return error{dir, "", "cannot list: " + ec.message()};
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
 } // namespace tasksup::detail

@@ -16,12 +16,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 namespace tasksup::detail {
 
@@ -112,6 +114,12 @@ std::string shown_message(std::string what);
 
 /// [A-Za-z0-9_.-]{1,64}, and neither "." nor "..".
 bool valid_identifier(std::string_view str) noexcept;
+
+/// The `.json` files directly in `dir`, sorted by name (none when `dir` is
+/// not a directory); an error names `dir` when it cannot be listed. How
+/// every `<kind>/<name>.json` directory of a config directory is read.
+expected<std::vector<std::filesystem::path>>
+json_files_in(const std::string& dir);
 
 // -- the reader ---------------------------------------------------------------
 

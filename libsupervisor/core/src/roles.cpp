@@ -266,20 +266,11 @@ expected<role_map> resolve_roles(role_map roles, const std::string& dir) {
 }
 
 expected<role_map> load_roles_dir(const std::string& dir) {
-  namespace fs = std::filesystem;
   role_map roles;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    return roles;
-  std::vector<fs::path> files;
-  for (fs::directory_iterator it{dir, ec}, end; !ec && it != end;
-       it.increment(ec))
-    if (it->path().extension() == ".json")
-      files.push_back(it->path());
-  if (ec)
-    return error{dir, "", "cannot list the roles: " + ec.message()};
-  std::sort(files.begin(), files.end());
-  for (auto& file : files) {
+  auto files = detail::json_files_in(dir);
+  if (!files)
+    return files.error();
+  for (auto& file : *files) {
     auto name = file.stem().string();
     if (!detail::valid_identifier(name))
       return error{file.string(), "",

@@ -760,18 +760,10 @@ expected<trigger_spec> load_trigger_file(const std::string& path,
 expected<trigger_map> load_triggers_dir(const std::string& dir,
                                         const std::string& config_dir) {
   trigger_map out;
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    return out;
-  std::vector<fs::path> files;
-  for (fs::directory_iterator it{dir, ec}, end; !ec && it != end;
-       it.increment(ec))
-    if (it->path().extension() == ".json")
-      files.push_back(it->path());
-  if (ec)
-    return error{dir, "", "cannot list the triggers: " + ec.message()};
-  std::sort(files.begin(), files.end());
-  for (const auto& file : files) {
+  auto files = detail::json_files_in(dir);
+  if (!files)
+    return files.error();
+  for (const auto& file : *files) {
     auto trigger = load_trigger_file(file.string(), config_dir);
     if (!trigger)
       return trigger.error();
