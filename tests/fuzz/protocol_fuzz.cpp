@@ -14,6 +14,7 @@
 #include <caf/binary_deserializer.hpp>
 #include <caf/message.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -120,7 +121,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
   auto kind = data[0];
   ++data;
   --size;
-  switch (kind % 11) {
+  switch (kind % 13) {
     case 0:
       load<task_spec>(data, size, require_task);
       break;
@@ -162,6 +163,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
         require(x.agent_id.size() <= wire::max_id_bytes);
       });
       break;
+    case 11:
+      load<schedule_request>(data, size, [](const schedule_request& x) {
+        require_enum(x.op);
+        require(x.name.size() <= wire::max_id_bytes);
+        require(x.document.size() <= wire::max_task_json_bytes);
+      });
+      break;
+    case 12:
+      load<schedule_info>(data, size, [](const schedule_info& x) {
+        require(x.name.size() <= wire::max_id_bytes);
+        require(x.running.size() <= wire::max_id_bytes);
+        require(std::isfinite(x.next_s) && std::isfinite(x.last_s));
+      });
+      break;
     case 7:
       load<classification>(
         data, size, [](const classification& x) { require_enum(x.cls); });
@@ -174,6 +189,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data,
           require_enum(msg.get_as<stop_mode>(2));
         if (msg.match_elements<caf::atom_value, task_spec>())
           require_task(msg.get_as<task_spec>(1));
+        if (msg.match_elements<caf::atom_value, schedule_request>())
+          require_enum(msg.get_as<schedule_request>(1).op);
       });
       break;
   }
