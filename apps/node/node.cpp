@@ -207,6 +207,11 @@ bool start_http(node_parts& n) {
   ctx.door = n.door;
   ctx.stats = n.stats;
   ctx.allow_remote = n.opts.allow_remote;
+  ctx.hooks.sys = &n.sys;
+  ctx.hooks.door = n.door;
+  ctx.hooks.triggers =
+    std::make_shared<const trigger_map>(n.plan.config.config.triggers);
+  ctx.hooks.log = [](const std::string& line) { spdlog::info("{}", line); };
   ctx.token_path = n.opts.http_token_file.empty()
                      ? n.plan.state_dir + "/http-token"
                      : n.opts.http_token_file;

@@ -6,6 +6,8 @@
 #include "../socket_read.hpp"
 #include "tasksup_child.hpp"
 
+#include "tasksup/webhook/signature.hpp"
+
 #include <catch2/catch.hpp>
 
 #include <boost/json/parse.hpp>
@@ -18,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdlib>
@@ -1310,4 +1313,145 @@ COMP_WORDS=(tasksup serve --ht); COMP_CWORD=2; _tasksup; echo "3: ${COMPREPLY[*]
   for (auto cmd : {"tasksup run", "tasksup serve", "tasksup agents",
                    "tasksup status", "notify-url", "NO_COLOR"})
     CHECK(text.find(cmd) != std::string::npos);
+}
+
+namespace {
+
+/// GitHub's `issues` event for issue `number` of octo-org/webapp, with
+/// `action` and the issue author's `association`.
+std::string issue_event(int number, const std::string& action,
+                        const std::string& association,
+                        const std::string& title) {
+  return R"({"action": ")" + action + R"(",
+    "issue": {"html_url": "https://github.com/octo-org/webapp/issues/)" +
+         std::to_string(number) + R"(", "number": )" + std::to_string(number) +
+         R"(, "title": ")" + title + R"(", "state": "open",
+      "user": {"login": "alice"}, "author_association": ")" +
+         association + R"(", "body": "The button is 3px off."},
+    "label": {"name": "agent"},
+    "repository": {"full_name": "octo-org/webapp"},
+    "sender": {"login": "alice"}})";
+}
+
+/// A POST of `body` to `path`, with `headers` ("Name: value\r\n" each).
+std::string post(int port, const std::string& path, const std::string& body,
+                 const std::string& headers) {
+  return http_exchange(port, "POST " + path +
+                               " HTTP/1.1\r\nHost: hooks.example.org\r\n" +
+                               headers +
+                               "Content-Type: application/json\r\n"
+                               "Content-Length: " +
+                               std::to_string(body.size()) + "\r\n\r\n" + body);
+}
+
+/// GitHub's headers for a delivery of `event` signed with `secret`.
+std::string github_headers(const std::string& event,
+                           const std::string& delivery,
+                           const std::string& signature) {
+  return "X-GitHub-Event: " + event + "\r\nX-GitHub-Delivery: " + delivery +
+         "\r\nX-Hub-Signature-256: " + signature + "\r\n";
+}
+
+} // namespace
+
+TEST_CASE("serve --http: GitHub webhooks signed with a trigger's secret start "
+          "and stop tasks, and a replay, a bad signature, a stranger and "
+          "another event start none") {
+  scratch dir;
+  // The agent records its prompt; a title with "hold" keeps it running.
+  auto agent = dir.write_script(
+    "agent.sh", "#!/bin/sh\nprintf '%s\\n' \"$1\" >> '" + dir / "ran.txt" +
+                  "'\ncase \"$1\" in *hold*) exec sleep 60 ;; esac\n");
+  std::filesystem::create_directories(dir / "config/triggers");
+  dir.write("config/node.json",
+            R"({"default_agent": {"agent_id": "sh", "agent_cli": ")" + agent +
+              R"(", "cli_flags": "", "prompt_as_argument": true},
+               "default_runtime": "process"})");
+  std::string secret = "It's a Secret to Everybody";
+  dir.write("config/github.secret", secret + "\n");
+  dir.write("config/triggers/issues.json", R"({
+    "source": "github", "secret_file": "github.secret",
+    "on": {"event": "issues", "action": "labeled", "label": "agent"},
+    "allow": {"author_association": ["OWNER", "MEMBER", "COLLABORATOR"]},
+    "task": {"prompt": "{{issue.title}}: {{issue.body}}",
+             "supervisor": {"stop_grace_s": 2}}})");
+  tasksup_child node{dir,
+                     "serve",
+                     {"serve", "--listen", "127.0.0.1:0", "--http",
+                      "127.0.0.1:0", "--config", dir / "config", "--work-dir",
+                      dir / "work", "--state-dir", dir / "state"}};
+  auto port = listening_port(node);
+  auto web = http_login(node);
+  REQUIRE(port);
+  REQUIRE(web);
+  auto address = "127.0.0.1:" + std::to_string(*port);
+  auto deliver = [&](const std::string& event, const std::string& delivery,
+                     const std::string& body) {
+    return post(web->port, "/hooks/github", body,
+                github_headers(event, delivery, tasksup::sign_body(secret, body)));
+  };
+  auto results = [](const std::string& response) {
+    auto doc = boost::json::parse(body_of(response));
+    return doc.at("results").as_array();
+  };
+  // A member labels issue 7: its task runs with the issue in its prompt.
+  auto labeled = issue_event(7, "labeled", "MEMBER", "Fix the login");
+  auto first = deliver("issues", "d-1", labeled);
+  INFO(first);
+  REQUIRE(status_of(first) == 200);
+  auto started = results(first);
+  REQUIRE(started.size() == 1);
+  CHECK(text_at(started[0].as_object(), "action") == "start");
+  auto task_id = text_at(started[0].as_object(), "task_id");
+  CHECK_THAT(task_id, Catch::Contains("7"));
+  REQUIRE(eventually(
+    [&] {
+      return slurp(dir / "ran.txt") ==
+             "Fix the login: The button is 3px off.\n";
+    },
+    30s));
+  // The same delivery again: no second task.
+  auto replay = deliver("issues", "d-1", labeled);
+  REQUIRE(status_of(replay) == 200);
+  CHECK(text_at(results(replay)[0].as_object(), "action") == "exists");
+  // Signed with another secret, or not at all: 401, nothing runs.
+  auto other = issue_event(8, "labeled", "MEMBER", "Other");
+  auto forged =
+    post(web->port, "/hooks/github", other,
+         github_headers("issues", "d-2", tasksup::sign_body("not the secret", other)));
+  CHECK(status_of(forged) == 401);
+  auto unsigned_ = post(web->port, "/hooks/github", other,
+                        "X-GitHub-Event: issues\r\nX-GitHub-Delivery: d-3\r\n");
+  CHECK(status_of(unsigned_) == 401);
+  // Another event: nothing to do, 204.
+  CHECK(status_of(deliver("push", "d-4", R"({"ref": "refs/heads/main"})")) ==
+        204);
+  CHECK(status_of(deliver("ping", "d-5", R"({"zen": "hi"})")) == 200);
+  // A stranger's issue: refused, no task.
+  auto stranger = deliver("issues", "d-6",
+                          issue_event(9, "labeled", "NONE", "Run this hold"));
+  REQUIRE(status_of(stranger) == 200);
+  CHECK(text_at(results(stranger)[0].as_object(), "action") == "refuse");
+  // Not JSON: 400.
+  CHECK(status_of(deliver("issues", "d-7", "{nope")) == 400);
+  // A member's issue that holds, then closed: its task is stopped.
+  auto held = deliver("issues", "d-8",
+                      issue_event(10, "labeled", "OWNER", "Please hold"));
+  REQUIRE(status_of(held) == 200);
+  auto held_id = text_at(results(held)[0].as_object(), "task_id");
+  REQUIRE(eventually(
+    [&] {
+      return slurp(dir / "ran.txt").find("Please hold") != std::string::npos;
+    },
+    30s));
+  auto closed =
+    deliver("issues", "d-9", issue_event(10, "closed", "OWNER", "Please hold"));
+  REQUIRE(status_of(closed) == 200);
+  CHECK(text_at(results(closed)[0].as_object(), "action") == "stop");
+  auto waited = run_to_end(
+    dir, std::vector<std::string>{"wait", held_id, "--node", address}, 30s);
+  CHECK(waited.status == 130);
+  // Two runs in all: issue 7 once, issue 10 once.
+  auto ran = slurp(dir / "ran.txt");
+  CHECK(std::count(ran.begin(), ran.end(), '\n') == 2);
 }

@@ -6,6 +6,7 @@
 
 #include "http_request.hpp"
 #include "http_server.hpp"
+#include "webhooks.hpp"
 
 #include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/actors/stats_actor.hpp"
@@ -53,6 +54,9 @@ struct dashboard_context {
   /// The HTTP server's own figures, added to /metrics (null: none); called
   /// on the server's thread.
   std::function<http_server_stats()> server_stats;
+  /// The webhook endpoints (`/hooks/...`), which deliveries' signatures
+  /// authenticate instead of the token.
+  webhook_context hooks;
 };
 
 /// The HTTP server's figures as Prometheus text (`tasksup_http_...`).
@@ -66,6 +70,8 @@ std::string http_server_metrics(const http_server_stats& s);
 ///   GET  /api/tasks/ID                 one task with its events
 ///   GET  /api/agents?window=SECONDS    per-agent statistics
 ///   GET  /api/schedules                the node's schedules, next runs
+///   POST /hooks/github, /hooks/NAME    webhook deliveries (webhooks.hpp),
+///                                      signed instead of the token
 ///   GET  /api/stream                   server-sent events: which tasks
 ///                                      changed, at most 4 times a second
 ///   POST /api/tasks/ID/{stop,kill,retry-now,fallback-now,pause,resume}

@@ -1,0 +1,212 @@
+#include "webhooks.hpp"
+
+#include "safe_text.hpp"
+#include "tasksup/actors/protocol.hpp"
+#include "tasksup/webhook/signature.hpp"
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
+
+#include <caf/event_based_actor.hpp>
+
+#include <chrono>
+#include <utility>
+#include <vector>
+
+namespace tasksup::app {
+
+namespace {
+
+/// Each answer from the node within this: GitHub gives a delivery 10 s.
+constexpr auto webhook_request_timeout = std::chrono::seconds{8};
+
+constexpr std::string_view hooks_prefix = "/hooks/";
+
+http_response json_answer(int status, const boost::json::value& v) {
+  http_response r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = boost::json::serialize(v);
+  return r;
+}
+
+/// The triggers a delivery to `path` is for: every github trigger for
+/// /hooks/github, the generic trigger NAME for /hooks/NAME.
+std::vector<const trigger_spec*> triggers_for(const trigger_map& all,
+                                              std::string_view name) {
+  std::vector<const trigger_spec*> out;
+  for (auto& [n, t] : all) {
+    if (name == "github" ? t.source() == trigger_source::github
+                         : t.source() == trigger_source::generic && n == name)
+      out.push_back(&t);
+  }
+  return out;
+}
+
+/// One trigger's part of the answer.
+struct webhook_result {
+  std::string trigger;
+  std::string action;
+  std::string task_id;
+  std::string reason;
+  /// The node could not be asked (not a refusal): the sender should retry.
+  bool failed = false;
+};
+
+/// The answers of one delivery, sent once the last is in.
+struct delivery_results {
+  delivery_results(std::size_t n, http_reply r)
+    : results(n), pending(n), reply(std::move(r)) {}
+
+  void done(std::size_t i, webhook_result r) {
+    results[i] = std::move(r);
+    if (--pending > 0)
+      return;
+    boost::json::array out;
+    bool failed = false;
+    for (auto& x : results) {
+      failed = failed || x.failed;
+      boost::json::object o{{"trigger", x.trigger}, {"action", x.action}};
+      if (!x.task_id.empty())
+        o["task_id"] = x.task_id;
+      if (!x.reason.empty())
+        o["reason"] = x.reason;
+      out.emplace_back(std::move(o));
+    }
+    reply.send(json_answer(failed ? 503 : 200,
+                           boost::json::object{{"results", std::move(out)}}));
+  }
+
+  std::vector<webhook_result> results;
+  std::size_t pending;
+  http_reply reply;
+};
+
+} // namespace
+
+bool is_webhook_path(const std::string& path) {
+  return path.compare(0, hooks_prefix.size(), hooks_prefix) == 0;
+}
+
+void handle_webhook(const webhook_context& ctx, const http_request& req,
+                    http_reply reply) {
+  auto name = std::string_view{req.path}.substr(hooks_prefix.size());
+  if (req.method != "POST") {
+    auto r = text_response(405, "use POST");
+    r.headers.emplace_back("Allow", "POST");
+    return reply.send(std::move(r));
+  }
+  auto github = name == "github";
+  auto candidates = ctx.triggers ? triggers_for(*ctx.triggers, name)
+                                 : std::vector<const trigger_spec*>{};
+  if (candidates.empty())
+    return reply.send(text_response(
+      404, github ? "no github trigger (config/triggers/*.json)"
+                  : "no generic trigger named '" +
+                      printable(std::string{name}.substr(0, 64)) + "'"));
+  // The signature first, over the bytes received: nothing unsigned is read.
+  auto* signature =
+    req.header(github ? "x-hub-signature-256" : generic_signature_header);
+  std::vector<const trigger_spec*> signed_by;
+  if (signature != nullptr)
+    for (auto* t : candidates)
+      if (verify_signature(t->secret, req.body, *signature))
+        signed_by.push_back(t);
+  if (signed_by.empty())
+    return reply.send(text_response(
+      401, signature == nullptr
+             ? "the delivery is not signed (" +
+                 std::string{github ? "X-Hub-Signature-256"
+                                    : "X-Tasksup-Signature-256"} +
+                 ")"
+             : "the delivery's signature matches no trigger's secret"));
+  std::string event = "generic";
+  if (github) {
+    auto* e = req.header("x-github-event");
+    if (e == nullptr || e->empty())
+      return reply.send(text_response(400, "no X-GitHub-Event header"));
+    event = *e;
+  }
+  auto* delivery =
+    req.header(github ? "x-github-delivery" : generic_delivery_header);
+  if (delivery == nullptr || !valid_delivery_id(*delivery))
+    return reply.send(text_response(
+      400, std::string{github ? "X-GitHub-Delivery" : "X-Tasksup-Delivery"} +
+             ": expected 1 to 128 of A-Z a-z 0-9 _ . -"));
+  if (event == "ping")
+    return reply.send(text_response(200, "pong"));
+  boost::system::error_code ec;
+  auto payload = boost::json::parse(req.body, ec);
+  if (ec || !payload.is_object())
+    return reply.send(text_response(400, "the body is not a JSON object"));
+  // Each signing trigger decides; what it starts or stops is asked of the
+  // node, the answer waiting for all of them.
+  std::vector<std::pair<const trigger_spec*, trigger_decision>> decisions;
+  bool any = false;
+  for (auto* t : signed_by) {
+    auto d = decide(*t, event, *delivery, payload);
+    if (ctx.log)
+      ctx.log("webhook: delivery " + *delivery + " (" + printable(event) +
+              ") for trigger '" + t->name +
+              "': " + std::string{to_string(d.action)} +
+              (d.task_id.empty() ? "" : " " + d.task_id) +
+              (d.reason.empty() ? "" : ": " + d.reason));
+    any = any || d.action == trigger_action::start ||
+          d.action == trigger_action::stop ||
+          d.action == trigger_action::refuse;
+    decisions.emplace_back(t, std::move(d));
+  }
+  if (!any)
+    return reply.send(text_response(204, ""));
+  ctx.sys->spawn([door = ctx.door, decisions = std::move(decisions),
+                  reply](caf::event_based_actor* self) mutable {
+    auto out = std::make_shared<delivery_results>(decisions.size(), reply);
+    for (std::size_t i = 0; i < decisions.size(); ++i) {
+      auto& [t, d] = decisions[i];
+      webhook_result r;
+      r.trigger = t->name;
+      r.action = std::string{to_string(d.action)};
+      r.task_id = d.task_id;
+      r.reason = d.reason;
+      if (d.action == trigger_action::start) {
+        self
+          ->request(door, webhook_request_timeout, submit_json_atom::value,
+                    boost::json::serialize(d.task))
+          .then([out, i, r](std::string&) mutable { out->done(i, r); },
+                [out, i, r](caf::error& err) mutable {
+                  // A replayed delivery finds its task: no second one.
+                  if (is_error(err, protocol_error::duplicate_task)) {
+                    r.action = "exists";
+                  } else {
+                    r.action = "rejected";
+                    r.reason = error_text(err);
+                    r.failed = err.category() != protocol_error_category;
+                  }
+                  out->done(i, r);
+                });
+      } else if (d.action == trigger_action::stop) {
+        self
+          ->request(door, webhook_request_timeout, stop_atom::value, d.task_id,
+                    stop_mode::cancel)
+          .then(
+            [out, i, r](bool took) mutable {
+              if (!took)
+                r.reason = "its task was not running";
+              out->done(i, r);
+            },
+            [out, i, r](caf::error& err) mutable {
+              // No such task: nothing to stop.
+              r.reason = error_text(err);
+              r.failed = err.category() != protocol_error_category;
+              out->done(i, r);
+            });
+      } else {
+        out->done(i, r);
+      }
+    }
+  });
+}
+
+} // namespace tasksup::app
