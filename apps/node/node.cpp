@@ -218,6 +218,9 @@ bool start_http(node_parts& n) {
   http_server_options web_opts;
   web_opts.host = http_addr.host;
   web_opts.port = http_addr.port;
+  // A webhook delivery (an issue with a long body and its repository) can
+  // pass the default 64 KiB; 1 MiB each, at most 64 connections.
+  web_opts.limits.max_body = 1u << 20;
   // Set once the server runs; read by its own handler only.
   auto web_ref = std::make_shared<std::atomic<const http_server*>>(nullptr);
   ctx.server_stats = [web_ref] {

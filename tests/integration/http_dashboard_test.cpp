@@ -544,7 +544,7 @@ TEST_CASE("serve --http: hostile and wrong requests get their status codes "
                                         std::string(40000, 'b'))) == 431);
   CHECK(
     status_of(http_exchange(port, "POST /api/tasks/x/stop HTTP/1.1\r\nHost: "
-                                  "127.0.0.1\r\nContent-Length: 999999\r\n"
+                                  "127.0.0.1\r\nContent-Length: 2000000\r\n"
                                   "\r\n")) == 413);
   CHECK(status_of(n.get("/nope")) == 404);
   auto post = n.exchange("POST /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n"
