@@ -1,6 +1,7 @@
 #include "tasksup/supervisor/config.hpp"
 
 #include "config_parse.hpp"
+#include "trigger_check.hpp"
 
 #include <boost/json/parser.hpp>
 #include <boost/json/stream_parser.hpp>
@@ -330,6 +331,18 @@ expected<config_set> load_config_dir(const std::string& dir) {
         }))
     return *err;
   cfg.schedules = std::move(schedules);
+  // A trigger's task is checked now, as a delivery would make it, not when
+  // the first delivery comes.
+  for (auto& [name, trigger] : cfg.triggers) {
+    auto file = join_path(join_path(dir, "triggers"), name + ".json");
+    if (auto task =
+          parse_task(json::value(sample_trigger_task(trigger)), file, cfg);
+        !task) {
+      auto err = task.error();
+      err.path = "/task" + err.path;
+      return err;
+    }
+  }
   return cfg;
 }
 

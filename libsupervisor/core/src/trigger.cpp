@@ -9,6 +9,7 @@
 #include "tasksup/supervisor/config.hpp"
 #include "tasksup/supervisor/role.hpp"
 #include "tasksup/supervisor/text.hpp"
+#include "trigger_check.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -747,6 +748,17 @@ expected<trigger_spec> parse_trigger(const boost::json::value& doc,
   return detail::guarded([&] {
     return read_trigger(reader{where}, doc, std::move(name), config_dir);
   });
+}
+
+boost::json::object detail::sample_trigger_task(const trigger_spec& trigger) {
+  std::vector<std::string_view> used;
+  used_placeholders(trigger.task, used);
+  value_list values;
+  for (auto name : used)
+    values.emplace_back(name, name == "issue.number" ? "1" : "sample");
+  auto full_name =
+    trigger.repos.empty() ? std::string{} : trigger.repos.begin()->first;
+  return make_task(trigger, values, "trigger-check", full_name);
 }
 
 expected<trigger_spec> load_trigger_file(const std::string& path,
