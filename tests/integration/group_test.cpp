@@ -303,12 +303,9 @@ TEST_CASE("a node killed with SIGKILL while a tree runs resumes the tree: "
   REQUIRE(eventually(
     [&] { return runs_of("a") == "attempt 1\nattempt 2\n" && all_running(); },
     60s));
-  node->signal(SIGKILL);
-  REQUIRE(node->wait(10s) == 128 + SIGKILL);
-  node = std::make_unique<tasksup_child>(dir, "node-1", serve);
-  port = listening_port(*node);
-  REQUIRE(port);
-  address = "127.0.0.1:" + std::to_string(*port);
+  auto restarted = kill_and_restart(dir, node, "node-1", serve);
+  REQUIRE(restarted);
+  address = *restarted;
   // The tree is back, its members running as they were: no run again.
   REQUIRE(eventually(all_running, 60s));
   auto crew = status_of(dir, address, "crew");
@@ -349,12 +346,9 @@ TEST_CASE("a node killed with SIGKILL while a tree runs resumes the tree: "
   CHECK(text_at(end[0], "how") == "intensity");
   CHECK(text_at(end[0], "member") == "c");
   // Ended, it stays ended across another restart.
-  node->signal(SIGKILL);
-  REQUIRE(node->wait(10s) == 128 + SIGKILL);
-  node = std::make_unique<tasksup_child>(dir, "node-2", serve);
-  port = listening_port(*node);
-  REQUIRE(port);
-  address = "127.0.0.1:" + std::to_string(*port);
+  restarted = kill_and_restart(dir, node, "node-2", serve);
+  REQUIRE(restarted);
+  address = *restarted;
   auto after = status_of(dir, address, "crew");
   CHECK(text_at(after, "state") == "done");
   CHECK(phase_in(after, "a") == "ended");
@@ -601,12 +595,9 @@ TEST_CASE("a node killed with SIGKILL mid-workflow resumes it: finished "
   auto so_far =
     std::vector<std::string>{"wf.code.1", "wf.code.2", "wf.docs", "wf.plan"};
   REQUIRE(eventually([&] { return racing() && runs() == so_far; }, 60s));
-  node->signal(SIGKILL);
-  REQUIRE(node->wait(10s) == 128 + SIGKILL);
-  node = std::make_unique<tasksup_child>(dir, "node-1", serve);
-  port = listening_port(*node);
-  REQUIRE(port);
-  address = "127.0.0.1:" + std::to_string(*port);
+  auto restarted = kill_and_restart(dir, node, "node-1", serve);
+  REQUIRE(restarted);
+  address = *restarted;
   // Back as it was: the racers found again, nothing run again.
   REQUIRE(eventually(racing, 60s));
   CHECK(runs() == so_far);

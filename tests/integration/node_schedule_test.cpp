@@ -122,13 +122,10 @@ TEST_CASE("a node runs its schedules: a config file's fires every second, "
   CHECK(schedules_of(dir, address)["nightly"].at("paused").as_bool());
   CHECK(schedules_of(dir, address)["nightly"].at("next_ts").is_null());
   // kill -9: the added schedule comes back paused; tick goes on.
-  node->signal(SIGKILL);
-  REQUIRE(node->wait(10s) == 128 + SIGKILL);
   auto before = count_prefix(runs_in(dir), "tick-");
-  node = std::make_unique<tasksup_child>(dir, "node-1", serve);
-  port = listening_port(*node);
-  REQUIRE(port);
-  address = "127.0.0.1:" + std::to_string(*port);
+  auto restarted = kill_and_restart(dir, node, "node-1", serve);
+  REQUIRE(restarted);
+  address = *restarted;
   auto back = schedules_of(dir, address);
   REQUIRE(back.count("nightly") == 1);
   CHECK(back["nightly"].at("paused").as_bool());

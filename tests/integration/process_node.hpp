@@ -9,8 +9,12 @@
 
 #include <sys/stat.h>
 
+#include <csignal>
+
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +39,24 @@ inline std::vector<std::string> process_node(const scratch& dir,
     << "}";
   return {"serve", "--listen",    "127.0.0.1:0", "--config",
           config,  "--state-dir", dir / "state"};
+}
+
+/// Kills `node` with SIGKILL and, once it died of it (at most 10 s),
+/// starts the node again as `name` with `serve`: the new node's address
+/// ("127.0.0.1:PORT"), or nullopt when the old one did not die of SIGKILL
+/// or the new one does not listen.
+inline std::optional<std::string>
+kill_and_restart(const scratch& dir, std::unique_ptr<tasksup_child>& node,
+                 const std::string& name,
+                 const std::vector<std::string>& serve) {
+  node->signal(SIGKILL);
+  if (node->wait(std::chrono::seconds{10}) != 128 + SIGKILL)
+    return std::nullopt;
+  node = std::make_unique<tasksup_child>(dir, name, serve);
+  auto port = listening_port(*node);
+  if (!port)
+    return std::nullopt;
+  return "127.0.0.1:" + std::to_string(*port);
 }
 
 /// `tasksup status ID --json` of the node at `address`: the task's (or
