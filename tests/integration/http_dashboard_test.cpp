@@ -1387,8 +1387,9 @@ TEST_CASE("serve --http: GitHub webhooks signed with a trigger's secret start "
   auto address = "127.0.0.1:" + std::to_string(*port);
   auto deliver = [&](const std::string& event, const std::string& delivery,
                      const std::string& body) {
-    return post(web->port, "/hooks/github", body,
-                github_headers(event, delivery, tasksup::sign_body(secret, body)));
+    return post(
+      web->port, "/hooks/github", body,
+      github_headers(event, delivery, tasksup::sign_body(secret, body)));
   };
   auto results = [](const std::string& response) {
     auto doc = boost::json::parse(body_of(response));
@@ -1418,7 +1419,8 @@ TEST_CASE("serve --http: GitHub webhooks signed with a trigger's secret start "
   auto other = issue_event(8, "labeled", "MEMBER", "Other");
   auto forged =
     post(web->port, "/hooks/github", other,
-         github_headers("issues", "d-2", tasksup::sign_body("not the secret", other)));
+         github_headers("issues", "d-2",
+                        tasksup::sign_body("not the secret", other)));
   CHECK(status_of(forged) == 401);
   auto unsigned_ = post(web->port, "/hooks/github", other,
                         "X-GitHub-Event: issues\r\nX-GitHub-Delivery: d-3\r\n");

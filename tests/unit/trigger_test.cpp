@@ -392,8 +392,7 @@ TEST_CASE("trigger files: loaded with the config directory, by name",
   fs::remove(trig / "c-bad.json");
   // Its task is checked when it loads, as a delivery would make it: a
   // typo is found now, not at the first delivery.
-  write(trig / "c-bad.json",
-        with("task", R"({"promt": "{{issue.title}}"})"));
+  write(trig / "c-bad.json", with("task", R"({"promt": "{{issue.title}}"})"));
   bad = load_config_dir(cfg.dir.path);
   REQUIRE_FALSE(bad);
   CHECK(bad.error().where == (trig / "c-bad.json").string());
