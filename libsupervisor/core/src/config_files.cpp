@@ -160,7 +160,6 @@ std::optional<error> read_config_file(const std::string& dir, const char* name,
   return std::nullopt;
 }
 
-/// The `.json` files directly in `dir`, in name order.
 /// Reads every `.json` file directly in `dir` (none when `dir` is not a
 /// directory) and adds what `parse(document, name, path)` makes of each to
 /// `out` under its name, the file name without `.json`. The error names the
@@ -168,9 +167,6 @@ std::optional<error> read_config_file(const std::string& dir, const char* name,
 template<class Map, class Parse>
 std::optional<error> read_config_files(const std::string& dir, Map& out,
                                        Parse parse) {
-  std::error_code ec;
-  if (!fs::is_directory(dir, ec))
-    return std::nullopt;
   auto files = json_files_in(dir);
   if (!files)
     return files.error();
