@@ -175,6 +175,13 @@ const group_spec* group_spec_of(registry_ptr self, const group_record& g,
   return find_group(*top->second.spec, id);
 }
 
+/// Whether a workflow step's (or a racer's) task delivers a branch.
+bool delivers_branch(const group_member_spec& m) {
+  const auto* task = step_task(m);
+  return task != nullptr && task->repo &&
+         task->deliver == delivery_mode::branch;
+}
+
 /// Deletes the branches a best-of-N step's losers delivered (two racers can
 /// pass their gates moments apart), on a thread of its own. Every racer
 /// has ended: none delivers after this.
@@ -182,8 +189,7 @@ void remove_losers_branches(registry_ptr self, const group_spec& race,
                             const std::string& winner) {
   std::vector<runtime::repo_workspace> losers;
   for (auto& m : race.members)
-    if (m.id != winner && m.task && m.task->repo &&
-        m.task->deliver == delivery_mode::branch)
+    if (m.id != winner && delivers_branch(m))
       losers.emplace_back(*m.task->repo, m.id);
   if (losers.empty())
     return;
@@ -332,13 +338,6 @@ const group_spec* group_with_member(const group_spec& g, const std::string& id,
     }
   }
   return nullptr;
-}
-
-/// Whether a workflow step's task delivers a branch.
-bool delivers_branch(const group_member_spec& m) {
-  const auto* task = step_task(m);
-  return task != nullptr && task->repo &&
-         task->deliver == delivery_mode::branch;
 }
 
 /// What a step that ran left: its result, and the task whose attempt and
