@@ -101,7 +101,7 @@ schedule_info info_of(const std::string& name, const schedule_entry& e) {
   x.timing = timing_text(e.spec.timing);
   x.overlap = std::string{to_string(e.spec.overlap)};
   x.paused = e.paused;
-  x.next_s = e.paused ? 0 : e.next_s;
+  x.next_s = e.next_s; // 0 while paused (`arm`)
   x.last_s = e.last_s;
   x.running = e.running;
   x.runs = e.runs;
@@ -135,7 +135,6 @@ void save(scheduler_ptr self) {
              json::serialize(doc));
 }
 
-void arm(scheduler_ptr self, const std::string& name);
 void submit(scheduler_ptr self, const std::string& name, double due_s);
 
 /// The task of schedule `name`'s run due at `due_s`, parsed as a submitted
@@ -232,6 +231,17 @@ void fire(scheduler_ptr self, const std::string& name, double due_s) {
   save(self);
 }
 
+/// Ticks schedule `name`'s timer `timer` in `delay_s` seconds (just past
+/// them, so the tick is never early on the actor clock).
+void wake_in(scheduler_ptr self, const std::string& name, std::uint64_t timer,
+             double delay_s) {
+  auto delay = std::chrono::duration<double>(std::max(0.0, delay_s));
+  self->delayed_send(self,
+                     std::chrono::duration_cast<caf::timespan>(delay) +
+                       std::chrono::microseconds{1},
+                     schedule_tick_atom::value, name, timer);
+}
+
 /// Arms schedule `name`'s timer for its next due time after now.
 void arm(scheduler_ptr self, const std::string& name) {
   auto& e = self->state.entries.at(name);
@@ -244,11 +254,7 @@ void arm(scheduler_ptr self, const std::string& name) {
   if (!next)
     return;
   e.next_s = *next;
-  auto delay = std::chrono::duration<double>(std::max(0.0, *next - now));
-  self->delayed_send(self,
-                     std::chrono::duration_cast<caf::timespan>(delay) +
-                       std::chrono::microseconds{1},
-                     schedule_tick_atom::value, name, e.timer);
+  wake_in(self, name, e.timer, *next - now);
 }
 
 void tick(scheduler_ptr self, const std::string& name, std::uint64_t timer) {
@@ -260,11 +266,7 @@ void tick(scheduler_ptr self, const std::string& name, std::uint64_t timer) {
   auto now = detail::now_s(self);
   if (now < e.next_s) {
     // Early (the timer's clock and the wall clock drifted): wait the rest.
-    auto rest = std::chrono::duration<double>(e.next_s - now);
-    self->delayed_send(self,
-                       std::chrono::duration_cast<caf::timespan>(rest) +
-                         std::chrono::microseconds{1},
-                       schedule_tick_atom::value, name, timer);
+    wake_in(self, name, timer, e.next_s - now);
     return;
   }
   fire(self, name, e.next_s);
