@@ -19,6 +19,9 @@ packages=(
   # The PostgreSQL journal (libpq), and the server its tests start
   # (scripts/postgres-test.sh).
   libpq-dev postgresql-15
+  # Task intake from NATS JetStream (serve --nats): its C client, and the
+  # server its tests start.
+  libnats-dev nats-server
   # The observability tests: Prometheus' own text parser checks /metrics,
   # a headless browser loads the dashboard.
   python3-prometheus-client chromium

@@ -74,6 +74,7 @@ struct node_parts {
   std::unique_ptr<http_server> web;
   std::unique_ptr<http_server> control;
   std::unique_ptr<notifier> notify;
+  std::unique_ptr<nats_bridge> nats;
 };
 
 /// One part of the node, as an OTP child spec: how it starts (false, after
@@ -311,6 +312,27 @@ bool start_notifier(node_parts& n) {
   return true;
 }
 
+/// The bridge to NATS JetStream, with --nats: it takes submissions once the
+/// node runs (`begin_intake`) and publishes every event.
+bool start_nats(node_parts& n) {
+  if (n.opts.nats.url.empty())
+    return true;
+  auto opts = n.opts.nats;
+  opts.source =
+    "tasksup://" + node_address{n.plan.addr.host, n.front->port()}.to_string();
+  nats_log log;
+  log.info = [](const std::string& x) { spdlog::info("{}", x); };
+  log.warn = [](const std::string& x) { spdlog::warn("{}", x); };
+  log.error = [](const std::string& x) { spdlog::error("{}", x); };
+  std::string error;
+  n.nats = nats_bridge::start(opts, n.sys, n.door, std::move(log), error);
+  if (!n.nats) {
+    spdlog::error("{}", error);
+    return false;
+  }
+  return true;
+}
+
 /// The node's children, in start order; they stop in reverse.
 constexpr child_spec node_children[] = {
   {"journal", start_journal, [](node_parts& n) { stop_actor(n, n.journal); }},
@@ -320,6 +342,9 @@ constexpr child_spec node_children[] = {
   {"door", start_door, [](node_parts& n) { stop_actor(n, n.door); }},
   {"front door", start_front_door, [](node_parts& n) { n.front.reset(); }},
   {"http", start_http, [](node_parts& n) { n.web.reset(); }},
+  // Before the control socket, whose line says the node listens: the
+  // stream exists by then.
+  {"nats", start_nats, [](node_parts& n) { n.nats.reset(); }},
   {"control socket", start_control_socket,
    [](node_parts& n) { n.control.reset(); }},
   {"notifier", start_notifier, [](node_parts& n) { n.notify.reset(); }},
@@ -370,6 +395,13 @@ void notify_end(notifier* notify, const event& ev) {
   if (!ec && doc.is_object())
     if (auto* o = doc.get_object().if_contains("outcome"); o && o->is_string())
       notify->offer(ev.task_id, std::string{o->get_string()}, ev.json());
+}
+
+/// What the node does with each of its events beside logging them.
+void pass_on(node_parts& n, const event& ev) {
+  notify_end(n.notify.get(), ev);
+  if (n.nats)
+    n.nats->observe(ev);
 }
 
 /// Ids of the tasks not yet done, or nullopt when the registry did not
@@ -461,7 +493,7 @@ void run_until_stopped(node_parts& n, progress_view& view) {
     self->receive(
       [&](event_atom, const event& ev) {
         log_event(view, ev);
-        notify_end(n.notify.get(), ev);
+        pass_on(n, ev);
       },
       [&](signal_atom, int count) { signals_seen = count; }, [&](bool) {},
       [&](caf::error&) {}, caf::after(std::chrono::milliseconds{250}) >> [] {});
@@ -475,6 +507,8 @@ void run_until_stopped(node_parts& n, progress_view& view) {
                              "the running tasks");
       n.front->close_listener();
       n.control.reset();
+      if (n.nats)
+        n.nats->end_intake();
       if (auto ids = unfinished(self, n.registry))
         for (auto& id : *ids)
           self->send(n.registry, stop_atom::value, id, stop_mode::cancel);
@@ -502,7 +536,7 @@ void drain_events(node_parts& n, progress_view& view) {
   n.self->receive_while([&] { return draining; })(
     [&](event_atom, const event& ev) {
       log_event(view, ev);
-      notify_end(n.notify.get(), ev);
+      pass_on(n, ev);
     },
     [&](signal_atom, int) {}, [&](bool) {}, [&](caf::error&) {},
     caf::after(std::chrono::milliseconds{100}) >> [&] { draining = false; });
@@ -565,6 +599,15 @@ int run_node(const node_options& opts) {
              [](caf::error& err) {
                spdlog::warn("events will not be logged: {}", error_text(err));
              });
+  // Subscribed: from here on the bridge sees every task start and end, so
+  // it counts the node's backlog from the tasks unfinished now.
+  if (n.nats) {
+    if (auto ids = unfinished(self, n.registry))
+      n.nats->begin_intake(std::move(*ids));
+    else
+      spdlog::error("nats: takes no submissions: the node's tasks are "
+                    "unknown");
+  }
   // This user's commands now find this node without --node or --state-dir
   // (current_node.hpp), as kubectl's current context.
   auto port = n.front->port();

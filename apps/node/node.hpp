@@ -9,6 +9,7 @@
 
 #include "connection_guard.hpp"
 #include "leadership.hpp"
+#include "nats_bridge.hpp"
 #include "worker_node.hpp"
 
 #include "tasksup/actors/node_door_actor.hpp"
@@ -68,6 +69,9 @@ struct node_options {
   std::size_t max_pending = door_options{}.max_pending;
   double await_timeout_s =
     std::chrono::duration<double>(door_options{}.await_timeout).count();
+  /// NATS JetStream (nats_bridge.hpp): task submissions from a stream and
+  /// events published; an empty `nats.url`: off.
+  nats_options nats;
   /// Certificate directory (see tls_server_context.hpp); --insecure: none.
   std::string certs;
   bool insecure = false;

@@ -2,6 +2,7 @@
 
 #include "current_node.hpp"
 #include "exit_status.hpp"
+#include "nats_messages.hpp"
 #include "state_dir.hpp"
 
 #include "tasksup/actors/journal_actor.hpp"
@@ -103,6 +104,57 @@ std::optional<int> make_runtimes(node_plan& plan) {
   return std::nullopt;
 }
 
+/// A NATS name (a stream's, a consumer's): no dots, wildcards or spaces.
+bool valid_nats_name(const std::string& name) {
+  return !name.empty() && name.size() <= 64 &&
+         name.find_first_of(".*> \t\r\n/\\") == std::string::npos;
+}
+
+/// A subject: dot-separated tokens, none empty, no spaces; wildcards only
+/// where `wildcards` (a last `>`, whole-token `*`).
+bool valid_subject(const std::string& subject, bool wildcards) {
+  if (subject.empty() || subject.size() > 255 ||
+      subject.find_first_of(" \t\r\n") != std::string::npos)
+    return false;
+  std::size_t pos = 0;
+  while (pos <= subject.size()) {
+    auto end = std::min(subject.find('.', pos), subject.size());
+    auto token = subject.substr(pos, end - pos);
+    if (token.empty())
+      return false;
+    bool wild = token.find_first_of("*>") != std::string::npos;
+    if (wild && (!wildcards || token.size() != 1 ||
+                 (token == ">" && end != subject.size())))
+      return false;
+    pos = end + 1;
+  }
+  return true;
+}
+
+std::optional<int> check_nats(const node_options& opts) {
+  auto& n = opts.nats;
+  if (n.url.empty())
+    return std::nullopt;
+  if (n.url.compare(0, 7, "nats://") != 0 && n.url.compare(0, 6, "tls://") != 0)
+    return bad("--nats: expected nats://HOST:PORT (or several, "
+               "comma-separated); got '" +
+               redact_nats_url(n.url) + "'");
+  if (!valid_subject(n.subject, true))
+    return bad("--nats-subject: '" + n.subject +
+               "' is not a NATS subject (dot-separated tokens, no spaces; "
+               "* and a last > as wildcards)");
+  if (!n.events_prefix.empty() && !valid_subject(n.events_prefix, false))
+    return bad("--nats-events: '" + n.events_prefix +
+               "' is not a NATS subject without wildcards");
+  if (!valid_nats_name(n.stream))
+    return bad("--nats-stream: '" + n.stream +
+               "' is not a stream name (no dots, wildcards or spaces)");
+  if (!valid_nats_name(n.durable))
+    return bad("--nats-durable: '" + n.durable +
+               "' is not a consumer name (no dots, wildcards or spaces)");
+  return std::nullopt;
+}
+
 } // namespace
 
 std::optional<int> check_options(const node_options& opts, node_plan& plan) {
@@ -139,6 +191,8 @@ std::optional<int> check_options(const node_options& opts, node_plan& plan) {
     plan.http_addr = *h;
   }
   if (auto rc = check_notify(opts, plan))
+    return rc;
+  if (auto rc = check_nats(opts))
     return rc;
   auto cfg = load_node_config(opts.config_dir);
   if (!cfg)

@@ -114,13 +114,52 @@ void setup_serve(CLI::App& app, int& status) {
   cmd->add_option("--notify-on", opts->notify_on,
                   "Outcomes that notify: succeeded, failed, stopped (repeat; "
                   "default all)");
-  cmd->add_option("--join", opts->worker.join,
-                  "Run as a worker node of the coordinator at HOST:PORT: "
-                  "offer this node's attempt slots, runtimes and labels, and "
-                  "run the attempts it places here (no journal, no tasks of "
-                  "its own). Coordinators sharing a --journal: "
-                  "HOST:PORT,HOST:PORT,...; the worker joins the leader and "
-                  "follows it when another takes over");
+  auto* nats =
+    cmd->add_option("--nats", opts->nats.url,
+                    "Take task submissions from NATS JetStream at "
+                    "nats://HOST:PORT (comma-separate a cluster's servers) and "
+                    "publish every event there (see NATS below)");
+  cmd
+    ->add_option("--nats-subject", opts->nats.subject,
+                 "With --nats: the subject submissions arrive on")
+    ->capture_default_str();
+  cmd
+    ->add_option("--nats-stream", opts->nats.stream,
+                 "With --nats: the stream that holds the submissions; "
+                 "created (work queue, on disk) when missing")
+    ->capture_default_str();
+  cmd
+    ->add_option("--nats-durable", opts->nats.durable,
+                 "With --nats: the durable consumer the node reads the "
+                 "stream with (coordinators sharing a --journal share it)")
+    ->capture_default_str();
+  cmd
+    ->add_option("--nats-events", opts->nats.events_prefix,
+                 "With --nats: events are published on PREFIX.<task id> "
+                 "(\"\": none)")
+    ->capture_default_str();
+  cmd
+    ->add_option("--nats-max-backlog", opts->nats.max_backlog,
+                 "With --nats: while the node has this many unfinished "
+                 "tasks it takes no more from the stream (they wait there)")
+    ->check(CLI::Range(std::size_t{1}, std::size_t{10000000}))
+    ->capture_default_str();
+  cmd
+    ->add_option("--nats-ack-wait", seconds_into(opts->nats.ack_wait),
+                 "With --nats: seconds a message the node fetched may stay "
+                 "unanswered (the node died) before NATS hands it out again "
+                 "(default 30)")
+    ->check(CLI::Range(0.5, 3600.0));
+  auto* join =
+    cmd->add_option("--join", opts->worker.join,
+                    "Run as a worker node of the coordinator at HOST:PORT: "
+                    "offer this node's attempt slots, runtimes and labels, and "
+                    "run the attempts it places here (no journal, no tasks of "
+                    "its own). Coordinators sharing a --journal: "
+                    "HOST:PORT,HOST:PORT,...; the worker joins the leader and "
+                    "follows it when another takes over");
+  // A worker node has no tasks of its own to take.
+  nats->excludes(join);
   cmd->add_option("--name", opts->worker.name,
                   "With --join: this node's name in the cluster (default: "
                   "the host name)");
@@ -250,6 +289,16 @@ certificate's subject, a local one by its uid), the action and the task, and
 recorded as a warning event of the task, so `tasksup describe` and `events`
 show it (a forgotten task's history goes with it: its audit line stays in
 the log).
+
+NATS: with --nats the node reads task submissions (a task or a workflow as
+JSON, as `submit` takes it) from --nats-subject through a durable pull
+consumer, creating the stream when it is missing. A message is acked once its
+task is journaled. Its task's id is its own "id", else the Nats-Msg-Id
+header, else nats-<stream sequence>: a message redelivered or published again
+makes no second task. A message that can never be a task (not JSON, invalid)
+is terminated, its reason logged; one the node cannot take now is redelivered
+later, as is all while --nats-max-backlog tasks are unfinished. Every event
+is published as a CloudEvents 1.0 JSON document on --nats-events.<task id>.
 
 A cluster: worker nodes start with --join HOST:PORT (and --name, --label
 KEY=VALUE) and offer their slots, runtimes and labels; the coordinator places
