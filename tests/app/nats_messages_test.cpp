@@ -131,3 +131,16 @@ TEST_CASE("RFC 3339 times round to milliseconds") {
   CHECK(rfc3339_utc(0) == "1970-01-01T00:00:00.000Z");
   CHECK(rfc3339_utc(59.9996) == "1970-01-01T00:01:00.000Z");
 }
+
+TEST_CASE("a JetStream message's stream sequence, from its ack subject") {
+  CHECK(stream_seq_of_reply(
+          "$JS.ACK.TASKSUP.tasksup.1.42.7.1700000000000000000.3") == 42);
+  CHECK(stream_seq_of_reply("$JS.ACK.hub.ACCHASH.TASKSUP.tasksup.2.43.8."
+                            "1700000000000000000.0.r4nd") == 43);
+  CHECK(stream_seq_of_reply(
+          "$JS.ACK.hub.ACCHASH.TASKSUP.tasksup.2.43.8.17.0") == 43);
+  CHECK(stream_seq_of_reply("_INBOX.abc") == 0);
+  CHECK(stream_seq_of_reply("$JS.ACK.S.c.1.x.7.17.0") == 0);
+  CHECK(stream_seq_of_reply("$JS.ACK.S.c.1.2") == 0);
+  CHECK(stream_seq_of_reply("") == 0);
+}

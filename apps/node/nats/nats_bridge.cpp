@@ -74,14 +74,11 @@ std::string msg_id_of(natsMsg* m) {
   return {};
 }
 
-/// The message's sequence number in its stream (0 when it has none).
+/// The message's sequence number in its stream (0 when it has none), read
+/// from its ack subject.
 std::uint64_t stream_seq_of(natsMsg* m) {
-  jsMsgMetaData* meta = nullptr;
-  if (natsMsg_GetMetaData(&meta, m) != NATS_OK || meta == nullptr)
-    return 0;
-  auto seq = meta->Sequence.Stream;
-  jsMsgMetaData_Destroy(meta);
-  return seq;
+  const char* reply = natsMsg_GetReply(m);
+  return reply == nullptr ? 0 : stream_seq_of_reply(reply);
 }
 
 /// Whether `ev` ends what counts in the backlog: a task's `task_done`, a
@@ -115,14 +112,16 @@ bool starts_backlog_entry(const event& ev) {
 }
 
 /// Sends every submission to the door at once (the journal commits them
-/// together) and waits for all the answers: none for a task journaled.
-std::vector<caf::error> submit_all(caf::actor_system& sys,
-                                   const node_door_actor& door,
-                                   std::vector<std::string> tasks) {
-  if (tasks.empty())
-    return {};
+/// together); the answers, once all are in: none for a task journaled.
+std::future<std::vector<caf::error>>
+submit_all(caf::actor_system& sys, const node_door_actor& door,
+           std::vector<std::string> tasks) {
   auto done = std::make_shared<std::promise<std::vector<caf::error>>>();
   auto answers = done->get_future();
+  if (tasks.empty()) {
+    done->set_value({});
+    return answers;
+  }
   sys.spawn([door, tasks = std::move(tasks),
              done](caf::event_based_actor* self) mutable {
     struct collected {
@@ -145,8 +144,22 @@ std::vector<caf::error> submit_all(caf::actor_system& sys,
                 finish();
               });
   });
-  return answers.get();
+  return answers;
 }
+
+/// Batches submitted and not yet answered at most: the journal commits the
+/// next while the node answers the last.
+constexpr std::size_t max_batches_in_flight = 4;
+
+/// A fetched batch on its way: its messages (owned by `list`), the ones
+/// submitted with their task ids, and the node's answers to come.
+struct batch_in_flight {
+  /// The fetched messages, destroyed once answered.
+  std::vector<natsMsg*> msgs;
+  std::vector<natsMsg*> sent;
+  std::vector<std::string> ids;
+  std::future<std::vector<caf::error>> answers;
+};
 
 } // namespace
 
@@ -156,9 +169,17 @@ struct nats_bridge::impl {
   node_door_actor door;
   nats_log log;
   natsOptions* nopts = nullptr;
+  /// The intake's connection (JetStream: the stream, fetches, acks).
   natsConnection* nc = nullptr;
+  /// The events' connection: a slow or busy publisher never delays an ack,
+  /// and the two threads share no connection.
+  natsConnection* events_nc = nullptr;
   jsCtx* js = nullptr;
+  /// The inbox the consumer's messages come to, and its subscription.
+  natsInbox* inbox = nullptr;
   natsSubscription* sub = nullptr;
+  /// Where a pull request goes: $JS.API.CONSUMER.MSG.NEXT.<stream>.<durable>.
+  std::string next_subject;
   std::thread intake;
 
   mutable std::mutex mx;
@@ -171,6 +192,8 @@ struct nats_bridge::impl {
   std::deque<std::string> ended_order;
   bool began = false;
   bool ending = false;
+  /// Messages submitted whose answers are not in yet (room they take).
+  std::size_t in_flight = 0;
   figures fig;
 
   /// Published events' ids: a random prefix per run and a counter.
@@ -188,13 +211,17 @@ struct nats_bridge::impl {
       intake.join();
     if (sub != nullptr)
       natsSubscription_Destroy(sub);
+    if (inbox != nullptr)
+      natsInbox_Destroy(inbox);
     if (js != nullptr)
       jsCtx_Destroy(js);
-    if (nc != nullptr) {
+    if (events_nc != nullptr) {
       // What was published reaches the server before the connection goes.
-      natsConnection_FlushTimeout(nc, 2000);
-      natsConnection_Destroy(nc);
+      natsConnection_FlushTimeout(events_nc, 2000);
+      natsConnection_Destroy(events_nc);
     }
+    if (nc != nullptr)
+      natsConnection_Destroy(nc);
     if (nopts != nullptr)
       natsOptions_Destroy(nopts);
   }
@@ -242,6 +269,8 @@ struct nats_bridge::impl {
         this);
     if (s == NATS_OK)
       s = natsConnection_Connect(&nc, nopts);
+    if (s == NATS_OK && !opts.events_prefix.empty())
+      s = natsConnection_Connect(&events_nc, nopts);
     if (s != NATS_OK) {
       error = "cannot connect to NATS at " + redact_nats_url(opts.url) + ": " +
               status_text(s);
@@ -308,47 +337,148 @@ struct nats_bridge::impl {
     return true;
   }
 
+  /// The durable pull consumer, created when missing, and the inbox its
+  /// messages come to. The intake pulls with JetStream's own requests
+  /// rather than libnats's natsSubscription_Fetch: Debian's libnats 3.4.1
+  /// writes past its batch array when messages of an earlier, expired
+  /// request are still queued (it shrinks the batch by the messages it
+  /// already has, then counts up to the smaller number), which corrupted
+  /// the node's heap now and then under load.
   bool bind_consumer(std::string& error) {
-    jsSubOptions so;
-    jsSubOptions_Init(&so);
-    so.Stream = opts.stream.c_str();
-    so.Config.AckPolicy = js_AckExplicit;
-    so.Config.AckWait = to_ns(opts.ack_wait);
-    so.Config.MaxAckPending =
+    jsConsumerConfig cc;
+    jsConsumerConfig_Init(&cc);
+    cc.Durable = opts.durable.c_str();
+    cc.Description = "tasksup's intake";
+    cc.AckPolicy = js_AckExplicit;
+    cc.AckWait = to_ns(opts.ack_wait);
+    cc.MaxAckPending =
       static_cast<std::int64_t>(std::max<std::size_t>(opts.batch * 4, 1024));
+    cc.FilterSubject = opts.subject.c_str();
+    jsConsumerInfo* ci = nullptr;
     jsErrCode jerr = jsErrCode{};
-    auto s = js_PullSubscribe(&sub, js, opts.subject.c_str(),
-                              opts.durable.c_str(), nullptr, &so, &jerr);
+    auto s = js_AddConsumer(&ci, js, opts.stream.c_str(), &cc, nullptr, &jerr);
     if (s != NATS_OK) {
-      error = "cannot read '" + opts.subject + "' with the durable consumer '" +
-              opts.durable + "' of the stream '" + opts.stream +
-              "': " + status_text(s, jerr);
+      // One made before with other settings is used as it is.
+      auto why = status_text(s, jerr);
+      jerr = jsErrCode{};
+      if (js_GetConsumerInfo(&ci, js, opts.stream.c_str(), opts.durable.c_str(),
+                             nullptr, &jerr) != NATS_OK) {
+        error = "cannot create the durable consumer '" + opts.durable +
+                "' of the NATS stream '" + opts.stream + "': " + why;
+        return false;
+      }
+      say(log.warn, "nats: using the consumer '" + opts.durable +
+                      "' as it is (" + why + ")");
+    }
+    jsConsumerInfo_Destroy(ci);
+    next_subject =
+      "$JS.API.CONSUMER.MSG.NEXT." + opts.stream + "." + opts.durable;
+    s = natsInbox_Create(&inbox);
+    if (s == NATS_OK)
+      s = natsConnection_SubscribeSync(&sub, nc, inbox);
+    if (s != NATS_OK) {
+      error = "cannot subscribe to an inbox for '" + opts.subject +
+              "': " + status_text(s);
       return false;
     }
     return true;
   }
 
-  /// Room for more tasks: how many may be fetched now (0 while the backlog
-  /// is full), after waiting for the intake to begin; nullopt once it ends.
-  std::optional<std::size_t> wait_for_room() {
+  /// Asks the consumer for up to `room` messages, waiting at most
+  /// `wait_ms` for them (0: only those there now): what arrived (messages
+  /// of an earlier request that came late too). An error is said in
+  /// `error`.
+  std::vector<natsMsg*> pull(std::size_t room, std::int64_t wait_ms,
+                             natsStatus& error) {
+    std::vector<natsMsg*> out;
+    auto body =
+      "{\"batch\":" + std::to_string(room) +
+      (wait_ms > 0 ? ",\"expires\":" + std::to_string(wait_ms * 1000000)
+                   : std::string{",\"no_wait\":true"}) +
+      "}";
+    error = natsConnection_PublishRequestString(nc, next_subject.c_str(), inbox,
+                                                body.c_str());
+    if (error != NATS_OK)
+      return out;
+    // The server ends the request by `wait_ms` (408); a little more here.
+    auto deadline = nats_Now() + wait_ms + 200;
+    while (out.size() < room) {
+      auto left = deadline - nats_Now();
+      if (left <= 0)
+        break;
+      natsMsg* m = nullptr;
+      auto s = natsSubscription_NextMsg(&m, sub, left);
+      if (s == NATS_TIMEOUT)
+        break;
+      if (s != NATS_OK) {
+        error = s;
+        break;
+      }
+      const char* status = nullptr;
+      if (natsMsg_GetDataLength(m) == 0 &&
+          natsMsgHeader_Get(m, "Status", &status) == NATS_OK) {
+        // 404 no messages, 408 expired, 409 the server ended it: this
+        // request is over (a status of an earlier one ends this wait too).
+        std::string code = status == nullptr ? "" : status;
+        natsMsg_Destroy(m);
+        if (code == "100")
+          continue;
+        break;
+      }
+      out.push_back(m);
+    }
+    return out;
+  }
+
+  /// Answers a message through its ack subject: "+ACK", "+TERM", or
+  /// "-NAK" with the delay before it comes again.
+  void reply_to(natsMsg* m, const std::string& what) {
+    if (const char* reply = natsMsg_GetReply(m); reply != nullptr)
+      natsConnection_PublishString(nc, reply, what.c_str());
+  }
+
+  void ack(natsMsg* m) { reply_to(m, "+ACK"); }
+
+  void term(natsMsg* m) { reply_to(m, "+TERM"); }
+
+  void nak_later(natsMsg* m) {
+    reply_to(m, "-NAK {\"delay\": " + std::to_string(to_ns(opts.retry_delay)) +
+                  "}");
+  }
+
+  /// Room for more tasks: how many may be fetched now. With `wait`, waits
+  /// for the intake to begin and for room; without, may say 0. Nullopt
+  /// once the intake ends.
+  std::optional<std::size_t> wait_for_room(bool wait) {
     std::unique_lock<std::mutex> lock{mx};
-    wake.wait(lock, [this] {
-      return ending || (began && unfinished.size() < opts.max_backlog);
-    });
+    auto has_room = [this] {
+      return began && unfinished.size() + in_flight < opts.max_backlog;
+    };
+    if (wait)
+      wake.wait(lock, [&] { return ending || has_room(); });
     if (ending)
       return std::nullopt;
-    return std::min(opts.batch, opts.max_backlog - unfinished.size());
+    if (!has_room())
+      return std::size_t{0};
+    return std::min(opts.batch,
+                    opts.max_backlog - unfinished.size() - in_flight);
   }
 
-  bool backlog_full() const {
+  /// Takes room for one more submission, or says there is none.
+  bool reserve() {
     std::lock_guard<std::mutex> guard{mx};
-    return unfinished.size() >= opts.max_backlog;
+    if (unfinished.size() + in_flight >= opts.max_backlog)
+      return false;
+    ++in_flight;
+    return true;
   }
 
-  /// Counts a task the node just took, unless it ended already.
-  void taken(const std::string& id) {
+  /// Gives back the room of an answered submission; counts its task
+  /// when `taken` (the node took it) and it did not end already.
+  void answered(const std::string& id, bool taken) {
     std::lock_guard<std::mutex> guard{mx};
-    if (recently_ended.count(id) == 0)
+    --in_flight;
+    if (taken && recently_ended.count(id) == 0)
       unfinished.insert(id);
   }
 
@@ -381,36 +511,50 @@ struct nats_bridge::impl {
 
   void run_intake() {
     auto last_failure = std::chrono::steady_clock::time_point{};
-    while (auto room = wait_for_room()) {
-      natsMsgList list{nullptr, 0};
-      jsErrCode jerr = jsErrCode{};
-      auto s = natsSubscription_Fetch(&list, sub, static_cast<int>(*room),
-                                      fetch_wait_ms, &jerr);
-      if (s == NATS_TIMEOUT)
+    std::deque<batch_in_flight> flying;
+    // Waits for room only with nothing in flight: answers free room too.
+    while (auto room = wait_for_room(flying.empty())) {
+      // The oldest batch is answered first when the pipeline is full or
+      // the backlog has no room, and every batch once the stream has
+      // nothing more.
+      if (flying.size() >= max_batches_in_flight || *room == 0) {
+        answer(flying.front());
+        flying.pop_front();
         continue;
+      }
+      batch_in_flight b;
+      natsStatus s = NATS_OK;
+      b.msgs = pull(*room, flying.empty() ? fetch_wait_ms : 0, s);
+      if (!b.msgs.empty()) {
+        submit(b);
+        flying.push_back(std::move(b));
+      } else if (s == NATS_OK) {
+        while (!flying.empty()) {
+          answer(flying.front());
+          flying.pop_front();
+        }
+      }
       if (s != NATS_OK) {
         auto now = std::chrono::steady_clock::now();
         if (now - last_failure > repeat_gap) {
           last_failure = now;
-          say(log.warn, "nats: fetching from '" + opts.subject + "' failed: " +
-                          status_text(s, jerr) + "; trying again");
+          say(log.warn, "nats: fetching from '" + opts.subject +
+                          "' failed: " + status_text(s) + "; trying again");
         }
         std::unique_lock<std::mutex> lock{mx};
         wake.wait_for(lock, std::chrono::seconds{1}, [this] { return ending; });
-        continue;
       }
-      take(list);
-      natsMsgList_Destroy(&list);
     }
+    // Ending: the batches in hand are still answered.
+    for (auto& b : flying)
+      answer(b);
   }
 
-  /// Submits a fetched batch and answers each message.
-  void take(natsMsgList& list) {
-    std::vector<natsMsg*> sent;
+  /// Reads a fetched batch and submits what can be a task; terminates the
+  /// rest and asks for the messages the node has no room for later.
+  void submit(batch_in_flight& b) {
     std::vector<std::string> tasks;
-    std::vector<std::string> ids;
-    for (int i = 0; i < list.Count; ++i) {
-      auto* m = list.Msgs[i];
+    for (auto* m : b.msgs) {
       auto seq = stream_seq_of(m);
       const char* data = natsMsg_GetData(m);
       auto task = read_submission(
@@ -418,47 +562,56 @@ struct nats_bridge::impl {
                          static_cast<std::size_t>(natsMsg_GetDataLength(m))},
         msg_id_of(m), seq);
       if (!task) {
-        natsMsg_Term(m, nullptr);
+        term(m);
         count(&figures::poison);
         say(log.error, "nats: message " + std::to_string(seq) + " on '" +
                          opts.subject +
                          "' terminated: " + task.error().to_string());
         continue;
       }
-      if (backlog_full()) {
-        natsMsg_NakWithDelay(m, opts.retry_delay.count(), nullptr);
+      if (!reserve()) {
+        nak_later(m);
         count(&figures::retried);
         continue;
       }
-      sent.push_back(m);
-      ids.push_back(task->id);
+      b.sent.push_back(m);
+      b.ids.push_back(task->id);
       tasks.push_back(std::move(task->json));
     }
-    auto answers = submit_all(*sys, door, std::move(tasks));
-    for (std::size_t i = 0; i < sent.size(); ++i) {
+    b.answers = submit_all(*sys, door, std::move(tasks));
+  }
+
+  /// Answers each message of a submitted batch as the node answered its
+  /// task, and lets the batch go.
+  void answer(batch_in_flight& b) {
+    auto answers = b.answers.get();
+    for (std::size_t i = 0; i < b.sent.size(); ++i) {
       auto& err = answers[i];
-      switch (verdict_for(err)) {
+      auto verdict = verdict_for(err);
+      answered(b.ids[i], verdict == intake_verdict::ack && !err);
+      switch (verdict) {
         case intake_verdict::ack:
-          natsMsg_Ack(sent[i], nullptr);
-          if (!err)
-            taken(ids[i]);
+          ack(b.sent[i]);
           count(err ? &figures::duplicates : &figures::accepted);
           break;
         case intake_verdict::poison:
-          natsMsg_Term(sent[i], nullptr);
+          term(b.sent[i]);
           count(&figures::poison);
           say(log.error,
-              "nats: task '" + ids[i] + "' terminated: " + error_text(err));
+              "nats: task '" + b.ids[i] + "' terminated: " + error_text(err));
           break;
         case intake_verdict::retry:
-          natsMsg_NakWithDelay(sent[i], opts.retry_delay.count(), nullptr);
+          nak_later(b.sent[i]);
           count(&figures::retried);
-          say(log.warn, "nats: task '" + ids[i] + "' not taken now (" +
+          say(log.warn, "nats: task '" + b.ids[i] + "' not taken now (" +
                           error_text(err) + "); redelivered in " +
                           std::to_string(opts.retry_delay.count()) + " ms");
           break;
       }
     }
+    for (auto* m : b.msgs)
+      natsMsg_Destroy(m);
+    b.msgs.clear();
   }
 
   void publish(const event& ev) {
@@ -468,14 +621,8 @@ struct nats_bridge::impl {
     auto body = cloud_event(ev, id, opts.source);
     auto subject = event_subject(opts.events_prefix,
                                  ev.task_id.empty() ? "_node" : ev.task_id);
-    natsMsg* m = nullptr;
-    auto s = natsMsg_Create(&m, subject.c_str(), nullptr, body.data(),
-                            static_cast<int>(body.size()));
-    if (s == NATS_OK)
-      s = natsMsgHeader_Set(m, "Nats-Msg-Id", id.c_str());
-    if (s == NATS_OK)
-      s = natsConnection_PublishMsg(nc, m);
-    natsMsg_Destroy(m);
+    auto s = natsConnection_Publish(events_nc, subject.c_str(), body.data(),
+                                    static_cast<int>(body.size()));
     if (s == NATS_OK) {
       count(&figures::published);
       return;

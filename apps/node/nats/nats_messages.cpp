@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <vector>
 
 namespace tasksup::app {
 
@@ -140,6 +141,28 @@ std::string_view next_token(std::string_view s, std::size_t& pos) {
 }
 
 } // namespace
+
+std::uint64_t stream_seq_of_reply(std::string_view reply) {
+  std::vector<std::string_view> tokens;
+  for (std::size_t pos = 0; pos <= reply.size();)
+    tokens.push_back(next_token(reply, pos));
+  if (tokens.size() < 9 || tokens[0] != "$JS" || tokens[1] != "ACK")
+    return 0;
+  // 9 tokens: the first form; 11 or more: a domain and an account hash
+  // come before the stream (and a random token may end it).
+  auto seq = tokens.size() == 9    ? tokens[5]
+             : tokens.size() >= 11 ? tokens[7]
+                                   : "";
+  if (seq.empty() || seq.size() > 19)
+    return 0;
+  std::uint64_t out = 0;
+  for (char c : seq) {
+    if (c < '0' || c > '9')
+      return 0;
+    out = out * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return out;
+}
 
 bool subject_matches(std::string_view pattern, std::string_view subject) {
   std::size_t p = 0;

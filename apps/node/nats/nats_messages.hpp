@@ -81,6 +81,12 @@ namespace tasksup::app {
 /// a last `>` one or more).
 bool subject_matches(std::string_view pattern, std::string_view subject);
 
+/// The stream sequence number a JetStream message's reply subject (its ack
+/// subject) carries: `$JS.ACK.<stream>.<consumer>.<delivered>.<stream
+/// seq>.<consumer seq>.<time>.<pending>`, or the longer form with a domain
+/// and an account hash before the stream. 0 when `reply` is neither.
+std::uint64_t stream_seq_of_reply(std::string_view reply);
+
 /// `url` (one or more, comma-separated) without passwords, for the log.
 std::string redact_nats_url(std::string_view url);
 

@@ -65,6 +65,7 @@ std::vector<slot_grant> slot_scheduler::serve() {
       continue;
     }
     take(i->task_id, *node);
+    queued_ids_.erase(i->task_id);
     out.push_back(slot_grant{std::move(i->task_id), std::move(*node)});
     i = queue_.erase(i);
   }
@@ -74,9 +75,7 @@ std::vector<slot_grant> slot_scheduler::serve() {
 std::optional<std::string> slot_scheduler::request(slot_request req) {
   if (auto i = holders_.find(req.task_id); i != holders_.end())
     return i->second.node;
-  auto waiting = std::any_of(queue_.begin(), queue_.end(),
-                             [&](auto& x) { return x.task_id == req.task_id; });
-  if (waiting)
+  if (queued_ids_.count(req.task_id) > 0)
     return std::nullopt;
   // Every queued task fits nowhere now (each change that could let one in
   // serves the queue), so a newcomer that fits overtakes no one who could
@@ -86,6 +85,7 @@ std::optional<std::string> slot_scheduler::request(slot_request req) {
       take(req.task_id, *node);
       return node;
     }
+  queued_ids_.insert(req.task_id);
   queue_.push_back(std::move(req));
   return std::nullopt;
 }
@@ -97,11 +97,10 @@ std::vector<slot_grant> slot_scheduler::release(const std::string& task_id) {
         --n->second.running;
     holders_.erase(i);
   } else {
-    auto q = std::find_if(queue_.begin(), queue_.end(),
-                          [&](auto& x) { return x.task_id == task_id; });
-    if (q == queue_.end())
+    if (queued_ids_.erase(task_id) == 0)
       return {};
-    queue_.erase(q);
+    queue_.erase(std::find_if(queue_.begin(), queue_.end(),
+                              [&](auto& x) { return x.task_id == task_id; }));
   }
   return serve();
 }
@@ -181,6 +180,8 @@ slot_scheduler::node_of(const std::string& task_id) const {
 
 std::optional<std::string>
 slot_scheduler::waiting_reason(const std::string& task_id) const {
+  if (queued_ids_.count(task_id) == 0)
+    return std::nullopt;
   auto q = std::find_if(queue_.begin(), queue_.end(),
                         [&](auto& x) { return x.task_id == task_id; });
   if (q == queue_.end())

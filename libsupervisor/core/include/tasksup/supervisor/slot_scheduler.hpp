@@ -162,6 +162,9 @@ private:
   std::map<std::string, holder> holders_;
   std::map<std::string, node_load> nodes_;
   std::deque<slot_request> queue_;
+  /// The task ids in `queue_`: whether a task waits is a lookup, not a walk
+  /// of a queue that may hold every task of the node.
+  std::set<std::string> queued_ids_;
 };
 
 } // namespace tasksup
