@@ -19,11 +19,15 @@ filter=${1:-}
 "$root/scripts/bootstrap.sh"
 # Measuring tools of the benchmarks only (not needed to build or test):
 # hyperfine for the client start, valgrind for instruction counts, Erlang/OTP
-# (erlang-base) for the peers of the supervision and process benchmarks.
+# (erlang-base) for the peers of the supervision and process benchmarks,
+# curl and openssl for the webhook benchmark.
 missing=()
 command -v hyperfine >/dev/null || missing+=(hyperfine)
 command -v valgrind >/dev/null || missing+=(valgrind)
 command -v escript >/dev/null || missing+=(erlang-base)
+# curl and openssl sign and send the webhook benchmark's deliveries.
+command -v curl >/dev/null || missing+=(curl)
+command -v openssl >/dev/null || missing+=(openssl)
 if ((${#missing[@]} > 0)); then
   if [[ $(id -u) -eq 0 ]]; then
     apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
@@ -39,7 +43,7 @@ cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release \
 # tasksup-shim: the process runtime runs every attempt under it.
 cmake --build "$build" -j "$(nproc)" --target tasksup tasksup-shim bench_classifier \
   bench_spawn_loop bench_supervision bench_caf_floor bench_memory bench_process \
-  bench_docker bench_groups
+  bench_docker bench_groups bench_nats_intake
 
 echo "machine: $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p' | head -n 1)," \
   "$(. /etc/os-release && echo "$PRETTY_NAME"), kernel $(uname -r)"
@@ -116,6 +120,12 @@ run tls-round-trip "$root/bench/tls_round_trip.sh" "$build/apps/tasksup" 50
 run journal-backends env N=500 ROUNDS=1 "$root/bench/journal_backends.sh" "$build/apps/tasksup"
 run failover env KILLS=5 TASKS=200 WORK=1 "$root/bench/failover.sh" "$build/apps/tasksup"
 run journal-resume-pg env FIN=2000 UNF=2000 ROUNDS=1 "$root/bench/journal_resume_pg.sh" "$build/apps/tasksup"
+# Message-driven automation (issue 35, BENCHMARKS.md §19): JetStream intake
+# on a real nats-server, webhook to attempt start, and a minute of schedule
+# drift (the hour-long figure: bench/schedule_drift.sh BINARY 3600).
+run nats-intake "$bin/bench_nats_intake" --tasksup="$build/apps/tasksup" --messages=40000
+run webhook-latency "$root/bench/webhook_latency.sh" "$build/apps/tasksup" 200
+run schedule-drift "$root/bench/schedule_drift.sh" "$build/apps/tasksup" 60
 
 # 1. Supervision throughput and latency (in-memory runtime, zero backoff).
 run supervision-1 "$bin/bench_supervision" --tasks=1 --failures=20000
