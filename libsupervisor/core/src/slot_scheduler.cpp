@@ -85,8 +85,8 @@ std::optional<std::string> slot_scheduler::request(slot_request req) {
       take(req.task_id, *node);
       return node;
     }
-  queued_ids_.insert(req.task_id);
   queue_.push_back(std::move(req));
+  queued_ids_.emplace(queue_.back().task_id, std::prev(queue_.end()));
   return std::nullopt;
 }
 
@@ -97,10 +97,11 @@ std::vector<slot_grant> slot_scheduler::release(const std::string& task_id) {
         --n->second.running;
     holders_.erase(i);
   } else {
-    if (queued_ids_.erase(task_id) == 0)
+    auto q = queued_ids_.find(task_id);
+    if (q == queued_ids_.end())
       return {};
-    queue_.erase(std::find_if(queue_.begin(), queue_.end(),
-                              [&](auto& x) { return x.task_id == task_id; }));
+    queue_.erase(q->second);
+    queued_ids_.erase(q);
   }
   return serve();
 }
@@ -128,9 +129,9 @@ void slot_scheduler::hold() {
 std::vector<slot_grant> slot_scheduler::resume(
   const std::function<std::int64_t(const std::string&)>& order) {
   held_ = false;
-  std::stable_sort(queue_.begin(), queue_.end(), [&](auto& x, auto& y) {
-    return order(x.task_id) < order(y.task_id);
-  });
+  // Stable, and the places in `queued_ids_` stay valid.
+  queue_.sort(
+    [&](auto& x, auto& y) { return order(x.task_id) < order(y.task_id); });
   return serve();
 }
 
@@ -180,12 +181,10 @@ slot_scheduler::node_of(const std::string& task_id) const {
 
 std::optional<std::string>
 slot_scheduler::waiting_reason(const std::string& task_id) const {
-  if (queued_ids_.count(task_id) == 0)
+  auto place = queued_ids_.find(task_id);
+  if (place == queued_ids_.end())
     return std::nullopt;
-  auto q = std::find_if(queue_.begin(), queue_.end(),
-                        [&](auto& x) { return x.task_id == task_id; });
-  if (q == queue_.end())
-    return std::nullopt;
+  auto q = place->second;
   if (held_)
     return std::string{"the node is resuming its tasks after a restart"};
   if (!q->local_only && nodes_.empty() && awaiting_nodes_)

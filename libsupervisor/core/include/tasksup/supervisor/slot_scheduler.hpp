@@ -9,8 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <functional>
+#include <list>
 #include <map>
 #include <optional>
 #include <set>
@@ -161,10 +161,13 @@ private:
   };
   std::map<std::string, holder> holders_;
   std::map<std::string, node_load> nodes_;
-  std::deque<slot_request> queue_;
-  /// The task ids in `queue_`: whether a task waits is a lookup, not a walk
-  /// of a queue that may hold every task of the node.
-  std::set<std::string> queued_ids_;
+  /// The waiting tasks in order: a list, so that a task leaves from the
+  /// middle and the queue is sorted without moving the others.
+  std::list<slot_request> queue_;
+  /// Each waiting task's place in `queue_`: whether a task waits, and why,
+  /// is a lookup, not a walk of a queue that may hold every task of the
+  /// node.
+  std::map<std::string, std::list<slot_request>::iterator> queued_ids_;
 };
 
 } // namespace tasksup
