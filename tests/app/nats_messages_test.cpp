@@ -101,6 +101,14 @@ TEST_CASE("NATS subject patterns") {
   CHECK(subject_matches(">", "a"));
 }
 
+TEST_CASE("a cluster's NATS URLs, split and trimmed") {
+  CHECK(split_nats_urls("nats://a:1") ==
+        std::vector<std::string>{"nats://a:1"});
+  CHECK(split_nats_urls(" nats://a:1 ,\tnats://b:2,, ") ==
+        std::vector<std::string>{"nats://a:1", "nats://b:2"});
+  CHECK(split_nats_urls("").empty());
+}
+
 TEST_CASE("NATS URLs lose their passwords in the log") {
   CHECK(redact_nats_url("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222");
   CHECK(redact_nats_url("nats://me:secret@h:1,nats://h2:2") ==

@@ -50,22 +50,6 @@ std::string status_text(natsStatus s, jsErrCode js_error = jsErrCode{}) {
   return out;
 }
 
-/// The comma-separated URLs of `url`, trimmed.
-std::vector<std::string> split_urls(const std::string& url) {
-  std::vector<std::string> out;
-  std::size_t pos = 0;
-  while (pos <= url.size()) {
-    auto end = std::min(url.find(',', pos), url.size());
-    auto one = url.substr(pos, end - pos);
-    auto first = one.find_first_not_of(" \t");
-    auto last = one.find_last_not_of(" \t");
-    if (first != std::string::npos)
-      out.push_back(one.substr(first, last - first + 1));
-    pos = end + 1;
-  }
-  return out;
-}
-
 /// The message's `Nats-Msg-Id`, or "".
 std::string msg_id_of(natsMsg* m) {
   const char* v = nullptr;
@@ -81,34 +65,22 @@ std::uint64_t stream_seq_of(natsMsg* m) {
   return reply == nullptr ? 0 : stream_seq_of_reply(reply);
 }
 
-/// Whether `ev` ends what counts in the backlog: a task's `task_done`, a
-/// group's `ended`.
-bool ends_backlog_entry(const event& ev) {
-  if (ev.kind == event_kind::task_done)
-    return true;
+/// A `group` event's `change` ("started", "ended", ...); "" for another
+/// kind. Read from its typed keys, or its JSON when it came back as JSON.
+std::string group_change(const event& ev) {
   if (ev.kind != event_kind::group)
-    return false;
-  if (auto* f = ev.fields())
-    if (auto* g = std::get_if<event_data::group>(&f->data))
-      return g->change == "ended";
+    return {};
+  if (auto* f = ev.fields()) {
+    auto* g = std::get_if<event_data::group>(&f->data);
+    return g != nullptr ? g->change : std::string{};
+  }
   boost::system::error_code ec;
   auto doc = boost::json::parse(ev.json(), ec);
   if (ec || !doc.is_object())
-    return false;
+    return {};
   auto* change = doc.get_object().if_contains("change");
-  return change && change->is_string() && change->get_string() == "ended";
-}
-
-/// Whether `ev` starts something the backlog counts.
-bool starts_backlog_entry(const event& ev) {
-  if (ev.kind == event_kind::task_submitted)
-    return true;
-  if (ev.kind != event_kind::group)
-    return false;
-  if (auto* f = ev.fields())
-    if (auto* g = std::get_if<event_data::group>(&f->data))
-      return g->change == "started";
-  return false;
+  return change && change->is_string() ? std::string{change->get_string()}
+                                       : std::string{};
 }
 
 /// Sends every submission to the door at once (the journal commits them
@@ -151,10 +123,10 @@ submit_all(caf::actor_system& sys, const node_door_actor& door,
 /// next while the node answers the last.
 constexpr std::size_t max_batches_in_flight = 4;
 
-/// A fetched batch on its way: its messages (owned by `list`), the ones
-/// submitted with their task ids, and the node's answers to come.
+/// A fetched batch on its way: its messages, the ones submitted with their
+/// task ids, and the node's answers to come.
 struct batch_in_flight {
-  /// The fetched messages, destroyed once answered.
+  /// The fetched messages (owned: destroyed once answered).
   std::vector<natsMsg*> msgs;
   std::vector<natsMsg*> sent;
   std::vector<std::string> ids;
@@ -194,7 +166,6 @@ struct nats_bridge::impl {
   bool ending = false;
   /// Messages submitted whose answers are not in yet (room they take).
   std::size_t in_flight = 0;
-  figures fig;
 
   /// Published events' ids: a random prefix per run and a counter.
   std::string id_prefix;
@@ -233,7 +204,7 @@ struct nats_bridge::impl {
   }
 
   bool connect(std::string& error) {
-    auto urls = split_urls(opts.url);
+    auto urls = split_nats_urls(opts.url);
     std::vector<const char*> servers;
     for (auto& u : urls)
       servers.push_back(u.c_str());
@@ -504,11 +475,6 @@ struct nats_bridge::impl {
       ended_order.erase(std::find(ended_order.begin(), ended_order.end(), id));
   }
 
-  void count(std::uint64_t figures::*which) {
-    std::lock_guard<std::mutex> guard{mx};
-    ++(fig.*which);
-  }
-
   void run_intake() {
     auto last_failure = std::chrono::steady_clock::time_point{};
     std::deque<batch_in_flight> flying;
@@ -563,7 +529,6 @@ struct nats_bridge::impl {
         msg_id_of(m), seq);
       if (!task) {
         term(m);
-        count(&figures::poison);
         say(log.error, "nats: message " + std::to_string(seq) + " on '" +
                          opts.subject +
                          "' terminated: " + task.error().to_string());
@@ -571,7 +536,6 @@ struct nats_bridge::impl {
       }
       if (!reserve()) {
         nak_later(m);
-        count(&figures::retried);
         continue;
       }
       b.sent.push_back(m);
@@ -592,17 +556,14 @@ struct nats_bridge::impl {
       switch (verdict) {
         case intake_verdict::ack:
           ack(b.sent[i]);
-          count(err ? &figures::duplicates : &figures::accepted);
           break;
         case intake_verdict::poison:
           term(b.sent[i]);
-          count(&figures::poison);
           say(log.error,
               "nats: task '" + b.ids[i] + "' terminated: " + error_text(err));
           break;
         case intake_verdict::retry:
           nak_later(b.sent[i]);
-          count(&figures::retried);
           say(log.warn, "nats: task '" + b.ids[i] + "' not taken now (" +
                           error_text(err) + "); redelivered in " +
                           std::to_string(opts.retry_delay.count()) + " ms");
@@ -623,11 +584,8 @@ struct nats_bridge::impl {
                                  ev.task_id.empty() ? "_node" : ev.task_id);
     auto s = natsConnection_Publish(events_nc, subject.c_str(), body.data(),
                                     static_cast<int>(body.size()));
-    if (s == NATS_OK) {
-      count(&figures::published);
+    if (s == NATS_OK)
       return;
-    }
-    count(&figures::publish_failed);
     auto now = std::chrono::steady_clock::now();
     if (now - last_publish_warning > repeat_gap) {
       last_publish_warning = now;
@@ -693,15 +651,14 @@ void nats_bridge::end_intake() {
 
 void nats_bridge::observe(const event& ev) {
   impl_->publish(ev);
-  if (starts_backlog_entry(ev))
+  // A submitted task or started group counts until its task_done or its
+  // group's end.
+  auto change = group_change(ev);
+  if (ev.kind == event_kind::task_submitted || change == "started")
     impl_->started(ev.task_id);
-  else if (ends_backlog_entry(ev) && impl_->ended(ev.task_id))
+  else if ((ev.kind == event_kind::task_done || change == "ended") &&
+           impl_->ended(ev.task_id))
     impl_->wake.notify_all();
-}
-
-nats_bridge::figures nats_bridge::stats() const {
-  std::lock_guard<std::mutex> guard{impl_->mx};
-  return impl_->fig;
 }
 
 } // namespace tasksup::app

@@ -88,18 +88,6 @@ public:
   /// thread (the node's event loop).
   void observe(const event& ev);
 
-  /// Figures, for the log and tests.
-  struct figures {
-    std::uint64_t accepted = 0;
-    std::uint64_t duplicates = 0;
-    std::uint64_t poison = 0;
-    std::uint64_t retried = 0;
-    std::uint64_t published = 0;
-    std::uint64_t publish_failed = 0;
-  };
-
-  figures stats() const;
-
 private:
   struct impl;
   explicit nats_bridge(std::unique_ptr<impl> p);

@@ -130,9 +130,10 @@ namespace tasksup::app {
 
 namespace {
 
-/// The next dot-separated token of `s` from `pos` (moved past it).
-std::string_view next_token(std::string_view s, std::size_t& pos) {
-  auto end = s.find('.', pos);
+/// The next `sep`-separated token of `s` from `pos` (moved past it).
+std::string_view next_token(std::string_view s, std::size_t& pos,
+                            char sep = '.') {
+  auto end = s.find(sep, pos);
   if (end == std::string_view::npos)
     end = s.size();
   auto token = s.substr(pos, end - pos);
@@ -180,32 +181,38 @@ bool subject_matches(std::string_view pattern, std::string_view subject) {
   return false;
 }
 
+std::vector<std::string> split_nats_urls(std::string_view url) {
+  std::vector<std::string> out;
+  for (std::size_t pos = 0; pos <= url.size();) {
+    auto one = next_token(url, pos, ',');
+    auto first = one.find_first_not_of(" \t");
+    if (first != std::string_view::npos)
+      out.emplace_back(
+        one.substr(first, one.find_last_not_of(" \t") - first + 1));
+  }
+  return out;
+}
+
 std::string redact_nats_url(std::string_view url) {
   std::string out;
-  std::size_t pos = 0;
-  while (pos <= url.size()) {
-    auto end = url.find(',', pos);
-    if (end == std::string_view::npos)
-      end = url.size();
-    auto one = url.substr(pos, end - pos);
+  for (std::size_t pos = 0; pos <= url.size();) {
+    auto one = next_token(url, pos, ',');
     auto scheme = one.find("://");
     auto at = one.rfind('@');
     if (scheme != std::string_view::npos && at != std::string_view::npos &&
         at > scheme) {
       auto user = one.substr(scheme + 3, at - scheme - 3);
       auto colon = user.find(':');
-      std::string redacted{one.substr(0, scheme + 3)};
-      redacted += user.substr(0, colon);
+      out += one.substr(0, scheme + 3);
+      out += user.substr(0, colon);
       if (colon != std::string_view::npos)
-        redacted += ":***";
-      redacted += one.substr(at);
-      out += redacted;
+        out += ":***";
+      out += one.substr(at);
     } else {
       out += one;
     }
-    if (end < url.size())
+    if (pos <= url.size())
       out += ',';
-    pos = end + 1;
   }
   return out;
 }

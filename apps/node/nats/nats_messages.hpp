@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace tasksup::app {
 
@@ -86,6 +87,10 @@ bool subject_matches(std::string_view pattern, std::string_view subject);
 /// seq>.<consumer seq>.<time>.<pending>`, or the longer form with a domain
 /// and an account hash before the stream. 0 when `reply` is neither.
 std::uint64_t stream_seq_of_reply(std::string_view reply);
+
+/// The URLs of `url` (comma-separated), each trimmed of blanks; empty
+/// ones dropped.
+std::vector<std::string> split_nats_urls(std::string_view url);
 
 /// `url` (one or more, comma-separated) without passwords, for the log.
 std::string redact_nats_url(std::string_view url);
