@@ -107,8 +107,8 @@ expected<journal_snapshot> load_journal(journal::journal_store& store) {
     }
     out.tasks.push_back(std::move(e));
   }
-  for (auto* key :
-       {"breakers", "budget", "rotation", "quotas", "workers", "schedules"}) {
+  for (auto* key : {"breakers", "budget", "rotation", "quotas", "workers",
+                    "schedules", "webhooks"}) {
     auto body = store.state(key);
     if (!body)
       return body.error();
@@ -157,6 +157,8 @@ struct end_op {
 struct state_op {
   std::string key;
   std::string bytes;
+  /// Pending when someone waits for the write to be synced.
+  caf::response_promise rp;
 };
 struct forget_op {
   std::string id;
@@ -290,15 +292,26 @@ struct apply_op {
 bool answered_when_synced(const write_op& op) {
   if (std::holds_alternative<task_op>(op))
     return true;
+  if (auto* s = std::get_if<state_op>(&op))
+    return s->rp.pending();
   auto* in = std::get_if<input_op>(&op);
   return in && in->durable;
+}
+
+/// The promise of a write someone waits for besides a submission's.
+caf::response_promise* waiting(write_op& op) {
+  if (auto* in = std::get_if<input_op>(&op); in && in->rp.pending())
+    return &in->rp;
+  if (auto* s = std::get_if<state_op>(&op); s && s->rp.pending())
+    return &s->rp;
+  return nullptr;
 }
 
 void answer(write_op& op) {
   if (auto* t = std::get_if<task_op>(&op))
     t->rp.deliver(t->seq);
-  else if (auto* in = std::get_if<input_op>(&op); in && in->rp.pending())
-    in->rp.deliver(true);
+  else if (auto* rp = waiting(op))
+    rp->deliver(true);
 }
 
 /// Answers `ops`, whose writes are on disk.
@@ -367,8 +380,8 @@ void deposed(journal_actor_t* self, const std::string& why) {
     for (auto& op : *ops)
       if (auto* t = std::get_if<task_op>(&op))
         t->rp.deliver(err);
-      else if (auto* in = std::get_if<input_op>(&op); in && in->rp.pending())
-        in->rp.deliver(err);
+      else if (auto* rp = waiting(op))
+        rp->deliver(err);
   if (st.on_deposed)
     st.on_deposed(why);
   self->quit(err);
@@ -571,8 +584,22 @@ journal_impl(journal_actor_t* self,
     },
     [=](jstate_atom, std::string& key, std::string& bytes) {
       self->state.batch.emplace_back(
-        state_op{std::move(key), std::move(bytes)});
+        state_op{std::move(key), std::move(bytes), caf::response_promise{}});
       flush_later(self);
+    },
+    [=](jstate_atom, std::string& key, std::string& bytes,
+        bool durable) -> caf::result<bool> {
+      if (!durable) {
+        self->state.batch.emplace_back(
+          state_op{std::move(key), std::move(bytes), caf::response_promise{}});
+        flush_later(self);
+        return true;
+      }
+      auto rp = self->make_response_promise<bool>();
+      self->state.batch.emplace_back(
+        state_op{std::move(key), std::move(bytes), rp});
+      schedule_flush(self);
+      return rp;
     },
     [=](jhistory_atom, std::int64_t seq,
         const std::string& task_id) -> std::vector<event> {

@@ -114,7 +114,8 @@ using jevent_atom = caf::atom_constant<caf::atom("jevent")>;
 using jend_atom = caf::atom_constant<caf::atom("jend")>;
 /// `(jforget, task_id)`: drop a forgotten task's record.
 using jforget_atom = caf::atom_constant<caf::atom("jforget")>;
-/// `(jstate, key, bytes)`.
+/// `(jstate, key, bytes)`; `(jstate, key, bytes, true)` -> true once the
+/// write is committed and synced (someone outside is told of it).
 using jstate_atom = caf::atom_constant<caf::atom("jstate")>;
 /// `(jhistory, number, task_id)` -> vector<event>.
 using jhistory_atom = caf::atom_constant<caf::atom("jhistory")>;

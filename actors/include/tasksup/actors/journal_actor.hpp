@@ -8,7 +8,8 @@
 // the machine; one sync, on a thread of its own, for everything committed
 // so far). Writes nobody waits for (events, a task's end, node state,
 // inputs sent with jrecord) are committed with the next write someone
-// waits for, or within 20 ms. A commit that fails
+// waits for, or within 20 ms (node state written with `durable` is
+// answered once synced, like a submission). A commit that fails
 // for lack of space is retried every second; the writes of accepted tasks are
 // kept meanwhile (their supervisors wait), new submissions are refused with the
 // reason.
@@ -110,6 +111,7 @@ using journal_actor = caf::typed_actor<
   caf::reacts_to<jend_atom, std::int64_t, double, std::string>,
   caf::reacts_to<jforget_atom, std::string>,
   caf::reacts_to<jstate_atom, std::string, std::string>,
+  caf::replies_to<jstate_atom, std::string, std::string, bool>::with<bool>,
   caf::replies_to<jhistory_atom, std::int64_t,
                   std::string>::with<std::vector<event>>,
   caf::replies_to<jstats_atom>::with<journal_figures>,
