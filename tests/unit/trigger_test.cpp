@@ -223,7 +223,7 @@ TEST_CASE("trigger file: refusals name the file and the JSON pointer",
   config_dir cfg;
   CHECK(cfg.refusal(with("colour", "\"red\"")) ==
         "agent.json: /colour: unknown key \"colour\" (allowed: source, "
-        "secret_file, on, allow, repos, task, stop_on_close)");
+        "secret_file, on, allow, repos, task, stop_on_close, report)");
   CHECK(cfg.refusal(with("source", "")) ==
         "agent.json: missing required key \"source\"");
   CHECK(cfg.refusal(with("source", "\"gitlab\"")) ==
@@ -760,4 +760,138 @@ TEST_CASE("trigger decide: a generic delivery", "[trigger]") {
   q = p;
   q.as_object()["action"] = "closed";
   CHECK(tasksup::decide(t, "issues", "d-6", q).action == trigger_action::start);
+}
+
+// -- reports ------------------------------------------------------------------
+
+TEST_CASE("trigger file: a report goes to a command and/or a URL, for the "
+          "outcomes named",
+          "[trigger]") {
+  config_dir cfg;
+  auto t = cfg.trigger(with("report", R"({
+    "command": ["gh", "issue", "comment", "{{issue.number}}", "--repo",
+                "{{repository.full_name}}", "--body-file", "-"],
+    "url": "http://127.0.0.1:9000/results", "on": ["failed"]})"));
+  REQUIRE(t.report);
+  CHECK(t.report->command.size() == 8);
+  CHECK(t.report->url == "http://127.0.0.1:9000/results");
+  CHECK(t.report->on == std::vector<std::string>{"failed"});
+  // Every outcome unless `on` names some.
+  auto all = cfg.trigger(with("report", R"({"url": "http://relay/x"})"));
+  REQUIRE(all.report);
+  CHECK(all.report->on ==
+        std::vector<std::string>{"succeeded", "failed", "stopped"});
+  CHECK_FALSE(cfg.trigger(labeled_trigger).report);
+}
+
+TEST_CASE("trigger file: report refusals name the file and the JSON pointer",
+          "[trigger]") {
+  config_dir cfg;
+  CHECK(cfg.refusal(with("report", R"({})")) ==
+        "agent.json: /report: expected \"command\" and/or \"url\": where "
+        "the result goes");
+  CHECK(cfg.refusal(with("report", R"({"url": "http://x/", "to": 1})")) ==
+        "agent.json: /report/to: unknown key \"to\" (allowed: command, url, "
+        "on)");
+  CHECK(cfg.refusal(with("report", R"({"command": []})")) ==
+        "agent.json: /report/command: expected the command and its "
+        "arguments: 1 to 64 strings");
+  CHECK(cfg.refusal(with("report", R"({"command": ["{{task.id}}.sh"]})")) ==
+        "agent.json: /report/command/0: the command itself takes no "
+        "placeholder");
+  // A title or body is payload text: never an argument.
+  auto body =
+    cfg.refusal(with("report", R"({"command": ["post", "{{issue.title}}"]})"));
+  CHECK_THAT(body, Catch::StartsWith("agent.json: /report/command/1: unknown "
+                                     "placeholder \"issue.title\" for a "
+                                     "report (known: \"issue.number\""));
+  CHECK(cfg.refusal(with("report", R"({"command": ["post", "{{delivery"]})")) ==
+        "agent.json: /report/command/1: a placeholder is not closed: "
+        "\"{{delivery\"");
+  CHECK_THAT(cfg.refusal(with("report", R"({"url": "https://example.com/"})")),
+             Catch::StartsWith("agent.json: /report/url: expected "
+                               "http://HOST[:PORT][/PATH]"));
+  CHECK_THAT(
+    cfg.refusal(with("report", R"({"url": "http://x/{{issue.number}}"})")),
+    Catch::StartsWith("agent.json: /report/url: expected"));
+  CHECK(cfg.refusal(with("report", R"({"url": "http://x/", "on": []})")) ==
+        "agent.json: /report/on: names no outcome: leave \"on\" out to "
+        "report every outcome");
+  CHECK(cfg.refusal(with("report", R"({"url": "http://x/", "on": ["won"]})")) ==
+        "agent.json: /report/on/0: expected one of \"succeeded\", "
+        "\"failed\", \"stopped\", got \"won\"");
+}
+
+TEST_CASE("trigger decide: a start carries its report, the command's "
+          "placeholders filled in, and what the report says of the delivery",
+          "[trigger]") {
+  config_dir cfg;
+  auto t = cfg.trigger(with("report", R"({
+    "command": ["report.sh", "--issue={{issue.number}}", "{{issue.url}}",
+                "{{repository.full_name}}", "{{sender.login}}",
+                "{{delivery}}", "{{task.id}}", "{{task.outcome}}"]})"));
+  auto d = decide(t, "issues", payload(labeled_payload));
+  INFO(d.reason);
+  REQUIRE(d.action == trigger_action::start);
+  REQUIRE(d.report);
+  CHECK(d.report->command ==
+        std::vector<std::string>{"report.sh", "--issue=42",
+                                 "https://github.com/octo-org/webapp/issues/42",
+                                 "octo-org/webapp", "alice", delivery,
+                                 d.task_id, "{{task.outcome}}"});
+  CHECK(d.context == json::parse(R"({"trigger": "agent",
+    "delivery": "72d3162e-cc78-11e3-81ab-4c9367dc0958", "event": "issues",
+    "repository": "octo-org/webapp",
+    "issue_url": "https://github.com/octo-org/webapp/issues/42",
+    "sender": "alice", "issue_number": 42})")
+                       .as_object());
+  // No report without `report`; the context all the same.
+  auto plain =
+    decide(cfg.trigger(labeled_trigger), "issues", payload(labeled_payload));
+  CHECK_FALSE(plain.report);
+  CHECK(plain.context.at("issue_number") == 42);
+}
+
+TEST_CASE("trigger decide: a report placeholder the payload cannot fill "
+          "safely ignores the delivery",
+          "[trigger]") {
+  config_dir cfg;
+  auto t = cfg.trigger(with("report", R"({
+    "command": ["report.sh", "{{issue.url}}", "{{sender.login}}"]})"));
+  // A URL that is not http(s), or that would be an option.
+  auto p = payload(labeled_payload);
+  at(p, {"issue"})["html_url"] = "--upload-file=/etc/passwd";
+  auto d = decide(t, "issues", p);
+  CHECK(d.action == trigger_action::ignore);
+  CHECK_THAT(d.reason, Catch::Contains("/issue/html_url"));
+  // Nothing a shell would read, should a script's text hold the value.
+  for (auto url : {"https://github.com/x y", "https://x/$(reboot)",
+                   "https://x/a;b", "https://x/a&b", "https://x/'a'",
+                   "https://x/*", "ftp://x/1", "https://"}) {
+    INFO(url);
+    at(p, {"issue"})["html_url"] = url;
+    CHECK(decide(t, "issues", p).action == trigger_action::ignore);
+  }
+  // A sender that is no login; an app's "[bot]" is one.
+  p = payload(labeled_payload);
+  at(p, {"sender"})["login"] = "a;b";
+  auto s = decide(t, "issues", p);
+  CHECK(s.action == trigger_action::ignore);
+  CHECK_THAT(s.reason, Catch::Contains("/sender/login"));
+  at(p, {"sender"})["login"] = "-rf";
+  auto option = decide(t, "issues", p);
+  CHECK(option.action == trigger_action::ignore);
+  CHECK(option.reason ==
+        "the report's {{sender.login}} would begin with \"-rf\"");
+  at(p, {"sender"})["login"] = "renovate[bot]";
+  // (allowed by the member's association)
+  auto bot = decide(t, "issues", p);
+  INFO(bot.reason);
+  REQUIRE(bot.action == trigger_action::start);
+  CHECK(bot.report->command[2] == "renovate[bot]");
+  // Missing: ignored, saying where.
+  p = payload(labeled_payload);
+  at(p, {"issue"}).erase("html_url");
+  CHECK(decide(t, "issues", p).reason ==
+        "the payload has no string at /issue/html_url");
 }

@@ -8,6 +8,7 @@
 #include "config_reader.hpp"
 #include "tasksup/supervisor/config.hpp"
 #include "tasksup/supervisor/role.hpp"
+#include "tasksup/supervisor/task_model.hpp"
 #include "tasksup/supervisor/text.hpp"
 #include "trigger_check.hpp"
 
@@ -255,6 +256,117 @@ std::map<std::string, std::string> read_repos(const reader& r,
   return out;
 }
 
+/// The names of the `{{...}}`s in `text`, in order; nullopt when one is not
+/// closed.
+std::optional<std::vector<std::string_view>>
+placeholders_in(std::string_view text) {
+  std::vector<std::string_view> out;
+  for (auto at = text.find("{{"); at != std::string_view::npos;
+       at = text.find("{{", at + 2)) {
+    auto close = text.find("}}", at);
+    if (close == std::string_view::npos)
+      return std::nullopt;
+    out.push_back(text.substr(at + 2, close - at - 2));
+    at = close;
+  }
+  return out;
+}
+
+/// Whether `c` may be in the URL a report is POSTed to: printable ASCII
+/// but space, quotes, backslash, braces (no placeholder) and angle
+/// brackets.
+bool config_url_char(char c) noexcept {
+  return c > 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '{' &&
+         c != '}' && c != '<' && c != '>' && c != '`';
+}
+
+/// Whether `c` may be in a payload's URL given to a report command: what
+/// an issue's URL holds, nothing a shell would read (no `$`, `&`, `;`,
+/// quotes, parentheses or wildcards), so the value is safe even in a
+/// script's text.
+bool payload_url_char(char c) noexcept {
+  return is_id_char(c) || c == ':' || c == '/' || c == '#' || c == '@' ||
+         c == '%' || c == '=' || c == '+' || c == ',' || c == '~';
+}
+
+/// `http://` (or, with `https_too`, `https://`) and a host, at most
+/// `max_report_url_bytes` of characters `ok` accepts.
+template<class Accept>
+bool valid_report_url(std::string_view url, bool https_too,
+                      Accept ok) noexcept {
+  std::string_view rest;
+  if (url.substr(0, 7) == "http://")
+    rest = url.substr(7);
+  else if (https_too && url.substr(0, 8) == "https://")
+    rest = url.substr(8);
+  else
+    return false;
+  return !rest.empty() && rest.front() != '/' &&
+         url.size() <= max_report_url_bytes &&
+         std::all_of(url.begin(), url.end(), ok);
+}
+
+trigger_report read_report(const reader& r, const json::value& v) {
+  const auto& obj = r.object(v, "/report");
+  r.check_keys(obj, "/report", {"command", "url", "on"});
+  trigger_report out;
+  if (const auto* x = obj.if_contains("command")) {
+    out.command = string_list(r, *x, "/report/command");
+    if (out.command.empty() || out.command.size() > max_report_arguments)
+      r.fail("/report/command",
+             "expected the command and its arguments: 1 to " +
+               std::to_string(max_report_arguments) + " strings");
+    for (std::size_t i = 0; i < out.command.size(); ++i) {
+      auto path = child("/report/command", i);
+      auto names = placeholders_in(out.command[i]);
+      if (!names)
+        r.fail(path, "a placeholder is not closed: " +
+                       quote(std::string_view{out.command[i]}.substr(
+                         out.command[i].rfind("{{"), 40)));
+      if (i == 0 && !names->empty())
+        r.fail(path, "the command itself takes no placeholder");
+      for (auto name : *names)
+        if (!contains(report_placeholders, name))
+          r.fail(path, "unknown placeholder " + quote(name) +
+                         " for a report (known: " +
+                         detail::join_quoted(report_placeholders) +
+                         "; a title or body never goes into a command: the "
+                         "report on its stdin has them)");
+    }
+  }
+  if (const auto* x = obj.if_contains("url")) {
+    out.url = r.nonempty_string(*x, "/report/url");
+    if (!valid_report_url(out.url, false, config_url_char))
+      r.fail("/report/url",
+             "expected http://HOST[:PORT][/PATH] of at most " +
+               std::to_string(max_report_url_bytes) +
+               " printable characters, no placeholders (https is not "
+               "supported: POST through a local relay), got " +
+               quote(std::string_view{out.url}.substr(0, 80)));
+  }
+  if (out.command.empty() && out.url.empty())
+    r.fail("/report", "expected \"command\" and/or \"url\": where the "
+                      "result goes");
+  if (const auto* x = obj.if_contains("on")) {
+    out.on = string_list(r, *x, "/report/on");
+    if (out.on.empty())
+      r.fail("/report/on", "names no outcome: leave \"on\" out to report "
+                           "every outcome");
+    std::vector<std::string_view> names;
+    for (auto o : all_task_outcomes)
+      names.push_back(to_string(o));
+    for (std::size_t i = 0; i < out.on.size(); ++i)
+      if (!contains(names, out.on[i]))
+        r.fail(child("/report/on", i), "expected one of " +
+                                         detail::join_quoted(names) + ", got " +
+                                         quote(out.on[i]));
+  } else {
+    for (auto o : all_task_outcomes)
+      out.on.emplace_back(to_string(o));
+  }
+  return out;
+}
+
 /// Each `{{...}}` of each string value below `v` must be a placeholder
 /// `allowed` accepts; `path` is `v`'s pointer.
 template<class Allowed>
@@ -269,13 +381,11 @@ void check_placeholders(const reader& r, const json::value& v,
       check_placeholders(r, arr[i], child(path, i), allowed);
   } else if (v.is_string()) {
     std::string_view text{v.get_string().data(), v.get_string().size()};
-    for (auto at = text.find("{{"); at != std::string_view::npos;
-         at = text.find("{{", at + 2)) {
-      auto close = text.find("}}", at);
-      if (close == std::string_view::npos)
-        r.fail(path,
-               "a placeholder is not closed: " + quote(text.substr(at, 40)));
-      auto name = text.substr(at + 2, close - at - 2);
+    auto names = placeholders_in(text);
+    if (!names)
+      r.fail(path, "a placeholder is not closed: " +
+                     quote(text.substr(text.rfind("{{"), 40)));
+    for (auto name : *names) {
       if (!contains(trigger_placeholders, name))
         r.fail(path, "unknown placeholder " + quote(name) + " (known: " +
                        detail::join_quoted(trigger_placeholders) + ")");
@@ -283,7 +393,6 @@ void check_placeholders(const reader& r, const json::value& v,
         r.fail(path, "{{" + std::string{name} +
                        "}} needs a comment: only an \"issue_comment\" "
                        "trigger has one");
-      at = close;
     }
   }
 }
@@ -291,9 +400,9 @@ void check_placeholders(const reader& r, const json::value& v,
 trigger_spec read_trigger(const reader& r, const json::value& doc,
                           std::string name, const std::string& config_dir) {
   const auto& obj = r.object(doc, "");
-  r.check_keys(
-    obj, "",
-    {"source", "secret_file", "on", "allow", "repos", "task", "stop_on_close"});
+  r.check_keys(obj, "",
+               {"source", "secret_file", "on", "allow", "repos", "task",
+                "stop_on_close", "report"});
   if (!detail::valid_identifier(name))
     r.fail("", "invalid trigger name " + quote(name) +
                  " (the file name must be 1 to 64 characters from "
@@ -354,6 +463,9 @@ trigger_spec read_trigger(const reader& r, const json::value& doc,
       m != nullptr && out.stop_on_close && m->action == "closed")
     r.fail("/stop_on_close", "a trigger on \"closed\" would stop the task it "
                              "starts: set \"stop_on_close\" to false");
+
+  if (const auto* v = obj.if_contains("report"))
+    out.report = read_report(r, *v);
 
   const auto& task = r.required(obj, "", "task");
   out.task = r.object(task, "/task");
@@ -561,6 +673,109 @@ json::object make_task(const trigger_spec& trigger, const value_list& values,
   return std::move(obj);
 }
 
+/// The value of report placeholder `name` (not `task.outcome`), read from
+/// the payload and checked to be safe as a command's argument; the issue or
+/// pull request is at `subject`.
+std::string report_value(std::string_view name, const json::value& payload,
+                         const std::string& subject,
+                         std::string_view delivery_id,
+                         const std::string& task_id) {
+  std::string value;
+  if (name == "issue.number") {
+    value = std::to_string(number(payload, subject + "/number"));
+  } else if (name == "issue.url") {
+    auto url = text(payload, subject + "/html_url", max_url_bytes);
+    if (!valid_report_url(url, true, payload_url_char))
+      ignore("the payload's " + subject + "/html_url " +
+             quote(url.substr(0, 80)) +
+             " is not an http(s) URL a report command can be given");
+    value = std::string{url};
+  } else if (name == "repository.full_name") {
+    value = std::string{full_name_of(payload)};
+  } else if (name == "sender.login") {
+    auto login = text(payload, "/sender/login", max_login_bytes);
+    // An app acts as "name[bot]".
+    auto bare = login.size() > 5 && login.substr(login.size() - 5) == "[bot]"
+                  ? login.substr(0, login.size() - 5)
+                  : login;
+    if (!valid_login(bare))
+      ignore("the payload's /sender/login " + quote(login) +
+             " is not a GitHub login a report command can be given");
+    value = std::string{login};
+  } else if (name == "delivery") {
+    value = std::string{delivery_id};
+  } else if (name == "task.id") {
+    value = task_id;
+  }
+  // Never an option, whatever the payload says.
+  if (!value.empty() && value.front() == '-')
+    ignore("the report's {{" + std::string{name} + "}} would begin with " +
+           quote(std::string_view{value}.substr(0, 40)));
+  return value;
+}
+
+/// The trigger's report for task `task_id`, its command's placeholders
+/// filled in (`{{task.outcome}}` stays for the reporter).
+trigger_report make_report(const trigger_spec& trigger,
+                           const json::value& payload,
+                           const std::string& subject,
+                           std::string_view delivery_id,
+                           const std::string& task_id) {
+  auto out = *trigger.report;
+  for (auto& arg : out.command) {
+    auto names = placeholders_in(arg);
+    if (!names || names->empty())
+      continue;
+    value_list values;
+    for (auto name : *names)
+      values.emplace_back(
+        name, name == "task.outcome"
+                ? std::string{"{{task.outcome}}"}
+                : report_value(name, payload, subject, delivery_id, task_id));
+    std::vector<std::pair<std::string_view, std::string_view>> views;
+    for (const auto& [name, value] : values)
+      views.emplace_back(name, value);
+    arg = render_template(arg, views);
+  }
+  return out;
+}
+
+/// What a report says of the delivery: what the payload has of it, each
+/// value as `report_value` checks it (a value missing or unsafe is left
+/// out).
+json::object report_context(const trigger_spec& trigger,
+                            std::string_view event_name,
+                            const json::value& payload,
+                            const std::string& subject,
+                            std::string_view delivery_id) {
+  json::object out{{"trigger", trigger.name},
+                   {"delivery", delivery_id},
+                   {"event", event_name}};
+  auto add = [&](std::string_view key, std::string_view placeholder) {
+    try {
+      out[key] = report_value(placeholder, payload, subject, delivery_id, {});
+    } catch (ignored&) {
+      // Not in this payload: the report says nothing of it.
+    }
+  };
+  add("repository", "repository.full_name");
+  add("issue_url", "issue.url");
+  add("sender", "sender.login");
+  try {
+    out["issue_number"] = number(payload, subject + "/number");
+  } catch (ignored&) {
+    // nop
+  }
+  return out;
+}
+
+/// A start of `task_id`: the trigger's task, its report and the context.
+trigger_decision
+start_decision(const trigger_spec& trigger, std::string_view event_name,
+               const json::value& payload, const std::string& subject,
+               std::string_view delivery_id, const std::string& task_id,
+               std::string_view full_name);
+
 trigger_decision decision(trigger_action action, std::string task_id = {},
                           std::string reason = {}) {
   trigger_decision out;
@@ -689,10 +904,8 @@ trigger_decision decide_github(const trigger_spec& trigger,
   auto full_name = full_name_of(payload);
   auto task_id =
     github_task_id(full_name, number(payload, subject + "/number"));
-  auto values = placeholder_values(trigger, payload, subject, delivery_id);
-  auto out = decision(trigger_action::start, task_id);
-  out.task = make_task(trigger, values, task_id, full_name);
-  return out;
+  return start_decision(trigger, event_name, payload, subject, delivery_id,
+                        task_id, full_name);
 }
 
 trigger_decision decide_generic(const trigger_spec& trigger,
@@ -711,9 +924,22 @@ trigger_decision decide_generic(const trigger_spec& trigger,
                         ", the trigger wants " + quote(expected));
   }
   auto task_id = trigger_task_id(trigger.name + "-" + std::string{delivery_id});
-  auto values = placeholder_values(trigger, payload, "/issue", delivery_id);
+  return start_decision(trigger, "generic", payload, "/issue", delivery_id,
+                        task_id, {});
+}
+
+trigger_decision
+start_decision(const trigger_spec& trigger, std::string_view event_name,
+               const json::value& payload, const std::string& subject,
+               std::string_view delivery_id, const std::string& task_id,
+               std::string_view full_name) {
+  auto values = placeholder_values(trigger, payload, subject, delivery_id);
   auto out = decision(trigger_action::start, task_id);
-  out.task = make_task(trigger, values, task_id, {});
+  out.task = make_task(trigger, values, task_id, full_name);
+  if (trigger.report)
+    out.report = make_report(trigger, payload, subject, delivery_id, task_id);
+  out.context =
+    report_context(trigger, event_name, payload, subject, delivery_id);
   return out;
 }
 

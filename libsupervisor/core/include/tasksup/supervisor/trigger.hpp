@@ -61,6 +61,19 @@ inline constexpr std::string_view trigger_placeholders[] = {
   "issue.title",          "issue.body",   "issue.number", "issue.url",
   "repository.full_name", "comment.body", "sender.login", "delivery"};
 
+/// The `{{name}}`s a trigger's `report.command` may use in its arguments:
+/// values no author of the payload's text chooses (no title, no body), each
+/// checked to be a number, a URL, a name or an id, so none can become an
+/// option or break out of its argument; plus the task's id and outcome
+/// (`task.outcome` is filled in when the report goes out).
+inline constexpr std::string_view report_placeholders[] = {
+  "issue.number", "issue.url", "repository.full_name", "sender.login",
+  "delivery",     "task.id",   "task.outcome"};
+
+/// The most of `report.command` (arguments) and of `report.url` (bytes).
+inline constexpr std::size_t max_report_arguments = 64;
+inline constexpr std::size_t max_report_url_bytes = 2048;
+
 /// Where deliveries come from: GitHub (its events, payloads and
 /// `author_association`), or any sender of JSON that signs it the same way.
 enum class trigger_source : std::uint8_t { github, generic };
@@ -105,6 +118,20 @@ struct trigger_allow {
   std::vector<std::string> users;
 };
 
+/// `report` of a trigger: where the result of each task it starts goes
+/// (docs/BEHAVIOUR.md, "Results back"), with the notifier's retries and
+/// bounds.
+struct trigger_report {
+  /// argv of a command given the report on stdin (empty: none); its
+  /// arguments after the first may use `report_placeholders`.
+  std::vector<std::string> command;
+  /// `http://HOST[:PORT][/PATH]` the report is POSTed to (empty: none).
+  std::string url;
+  /// The outcomes reported ("succeeded", "failed", "stopped"); all when the
+  /// file names none.
+  std::vector<std::string> on;
+};
+
 /// A trigger as its file writes it, its secret read.
 struct trigger_spec {
   /// The file's stem.
@@ -124,6 +151,8 @@ struct trigger_spec {
   boost::json::object task;
   /// Whether closing the issue or pull request stops its task (GitHub only).
   bool stop_on_close = true;
+  /// Where the results of its tasks go; none without `report`.
+  std::optional<trigger_report> report;
 
   /// Which `on` the trigger has.
   trigger_source source() const noexcept;
@@ -133,8 +162,8 @@ struct trigger_spec {
 using trigger_map = std::map<std::string, trigger_spec>;
 
 /// Parses a trigger named `name`: `{"source", "secret_file", "on", "allow",
-/// "repos", "task", "stop_on_close"}`, unknown keys refused; reads the
-/// secret file (relative to `config_dir`, or absolute). A GitHub trigger
+/// "repos", "task", "stop_on_close", "report"}`, unknown keys refused; reads
+/// the secret file (relative to `config_dir`, or absolute). A GitHub trigger
 /// must have `allow`; a generic one has no `allow`, `repos` or
 /// `stop_on_close`. Each `{{...}}` in the task's strings must be one of
 /// `trigger_placeholders` (`comment.body` only on `issue_comment`), and the
@@ -182,6 +211,13 @@ struct trigger_decision {
   /// For ignore and refuse: why, one sentence; payload text in it is
   /// quoted and shortened.
   std::string reason;
+  /// For start, when the trigger has a `report`: it, its command's
+  /// placeholders filled in but `{{task.outcome}}`.
+  std::optional<trigger_report> report;
+  /// For start: what a report says of the delivery: `trigger`, `delivery`,
+  /// `event`, and `repository`, `issue_number`, `issue_url` and `sender`
+  /// where the payload has them.
+  boost::json::object context;
 };
 
 /// Whether `id` may be a delivery id: 1 to `max_delivery_id_bytes`
@@ -208,7 +244,9 @@ std::string trigger_task_id(std::string_view text);
 /// author or sender `allow` does not admit is refused; else the task
 /// starts as `gh-<owner>-<repo>-<number>`. Generic: a pointer of `on`
 /// missing or not the string is ignored; else the task starts as
-/// `<trigger name>-<delivery id>`.
+/// `<trigger name>-<delivery id>`. A report placeholder whose value the
+/// payload lacks, or has in a form that is not safe as an argument, makes
+/// the delivery ignored too.
 trigger_decision decide(const trigger_spec& trigger,
                         std::string_view event_name,
                         std::string_view delivery_id,
