@@ -14,6 +14,7 @@
 #include "progress_view.hpp"
 #include "service_notify.hpp"
 #include "signal_relay.hpp"
+#include "webhook_ledger.hpp"
 
 #include "tasksup/actors/events.hpp"
 #include "tasksup/actors/journal_actor.hpp"
@@ -31,11 +32,13 @@
 #include <caf/send.hpp>
 
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include <spdlog/spdlog.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <filesystem>
@@ -75,6 +78,9 @@ struct node_parts {
   std::unique_ptr<http_server> control;
   std::unique_ptr<notifier> notify;
   std::unique_ptr<nats_bridge> nats;
+  /// The webhooks' deliveries and reports, and who sends the reports.
+  std::shared_ptr<webhook_ledger> ledger;
+  std::unique_ptr<notifier> reporter;
 };
 
 /// One part of the node, as an OTP child spec: how it starts (false, after
@@ -124,6 +130,97 @@ bool start_journal(node_parts& n) {
                  ? n.plan.state_dir
                  : journal::redact_url(n.opts.journal_url),
                n.plan.resumed, n.plan.kept);
+  return true;
+}
+
+double wall_seconds() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
+
+/// Hands the report of task `task_id`, which ended with `outcome` (its
+/// `task_done` event is `json`), to the reporter when its trigger waits
+/// for it: the event with the trigger's `context`, to the trigger's
+/// command (`{{task.outcome}}` filled in) and/or URL.
+void report_end(node_parts& n, const std::string& task_id,
+                std::string_view outcome, const std::string& json) {
+  if (!n.ledger || !n.reporter)
+    return;
+  auto r = n.ledger->take(task_id, outcome);
+  if (!r)
+    return;
+  boost::system::error_code ec;
+  auto doc = boost::json::parse(json, ec);
+  boost::json::object body;
+  if (!ec && doc.is_object())
+    body = std::move(doc.get_object());
+  body["trigger"] = r->context;
+  auto command = r->report.command;
+  for (auto& arg : command)
+    for (auto at = arg.find("{{task.outcome}}"); at != std::string::npos;
+         at = arg.find("{{task.outcome}}", at + outcome.size()))
+      arg.replace(at, 16, outcome);
+  std::optional<http_url> url;
+  if (!r->report.url.empty()) {
+    if (auto u = parse_http_url(r->report.url)) {
+      url = *u;
+    } else {
+      spdlog::error("[{}] report (url) not sent: {}: {}", task_id,
+                    r->report.url, u.error().what);
+      n.ledger->settled(task_id);
+    }
+  }
+  n.reporter->offer_to(task_id, boost::json::serialize(body),
+                       std::move(command), std::move(url));
+}
+
+/// What the webhooks remember, read before the registry takes the journal's
+/// snapshot, and the reporter that sends the results of the tasks triggers
+/// started, with the notifier's retries and bounds. The reports of tasks
+/// that ended while the node was down go at once.
+bool start_webhooks(node_parts& n) {
+  auto& restored = n.plan.registry.restored;
+  std::string saved;
+  if (auto i = restored.node_state.find(std::string{webhook_state_key});
+      i != restored.node_state.end())
+    saved = i->second;
+  n.ledger = std::make_shared<webhook_ledger>(
+    n.journal, saved, [](const std::string& x) { spdlog::warn("{}", x); });
+  auto opts = n.plan.notify;
+  opts.command.clear();
+  opts.url.clear();
+  n.reporter = std::make_unique<notifier>(
+    opts, [ledger = n.ledger](const notify_report& r, bool final) {
+      if (r.delivered)
+        spdlog::info("[{}] reported ({}, try {})", r.task_id, r.target,
+                     r.tries);
+      else if (final)
+        spdlog::error("[{}] report ({}) given up after {} tries: {}", r.task_id,
+                      r.target, r.tries, r.error);
+      else
+        spdlog::warn("[{}] report ({}) failed (try {}): {}; will retry",
+                     r.task_id, r.target, r.tries, r.error);
+      if (final)
+        ledger->settled(r.task_id);
+    });
+  for (auto& id : n.ledger->waiting()) {
+    auto t = std::find_if(
+      restored.tasks.begin(), restored.tasks.end(),
+      [&](const journal_entry& e) { return e.task.spec.id == id; });
+    if (t == restored.tasks.end()) {
+      spdlog::warn("[{}] the journal has no such task: its report is "
+                   "dropped",
+                   id);
+      n.ledger->withdraw(id);
+    } else if (t->finished && t->finished->result) {
+      auto& result = *t->finished->result;
+      // When it ended is in its result; the event is told now.
+      event_head head{
+        id, t->finished->attempt, t->finished->trace_id, {}, wall_seconds()};
+      report_end(n, id, to_string(result.outcome),
+                 task_done_event(head, result).json());
+    }
+  }
   return true;
 }
 
@@ -213,6 +310,7 @@ bool start_http(node_parts& n) {
   ctx.hooks.triggers =
     std::make_shared<const trigger_map>(n.plan.config.config.triggers);
   ctx.hooks.log = [](const std::string& line) { spdlog::info("{}", line); };
+  ctx.hooks.ledger = n.ledger;
   ctx.token_path = n.opts.http_token_file.empty()
                      ? n.plan.state_dir + "/http-token"
                      : n.opts.http_token_file;
@@ -336,6 +434,12 @@ bool start_nats(node_parts& n) {
 /// The node's children, in start order; they stop in reverse.
 constexpr child_spec node_children[] = {
   {"journal", start_journal, [](node_parts& n) { stop_actor(n, n.journal); }},
+  // Before the registry, which consumes the journal's snapshot.
+  {"webhooks", start_webhooks,
+   [](node_parts& n) {
+     n.reporter.reset();
+     n.ledger.reset();
+   }},
   {"registry", start_registry,
    [](node_parts& n) { stop_actor(n, n.registry); }},
   {"statistics", start_stats, [](node_parts& n) { stop_actor(n, n.stats); }},
@@ -379,27 +483,33 @@ void log_event(progress_view& view, const event& ev) {
   }
 }
 
-/// Offers a task's end to the notifier.
-void notify_end(notifier* notify, const event& ev) {
-  if (!notify || ev.kind != event_kind::task_done)
-    return;
+/// The outcome of a `task_done` event; nullopt for another event.
+std::optional<std::string> outcome_of(const event& ev) {
+  if (ev.kind != event_kind::task_done)
+    return std::nullopt;
   if (auto* f = ev.fields()) {
     if (auto* done = std::get_if<event_data::task_done>(&f->data))
-      notify->offer(ev.task_id, std::string{to_string(done->result().outcome)},
-                    ev.json());
-    return;
+      return std::string{to_string(done->result().outcome)};
+    return std::nullopt;
   }
   // An event read back from JSON (no typed keys).
   boost::system::error_code ec;
   auto doc = boost::json::parse(ev.json(), ec);
   if (!ec && doc.is_object())
     if (auto* o = doc.get_object().if_contains("outcome"); o && o->is_string())
-      notify->offer(ev.task_id, std::string{o->get_string()}, ev.json());
+      return std::string{o->get_string()};
+  return std::nullopt;
 }
 
-/// What the node does with each of its events beside logging them.
+/// What the node does with each of its events beside logging them: a
+/// task's end goes to the notifier and, for a trigger's task, its report.
 void pass_on(node_parts& n, const event& ev) {
-  notify_end(n.notify.get(), ev);
+  if (auto outcome = outcome_of(ev)) {
+    auto json = ev.json();
+    if (n.notify)
+      n.notify->offer(ev.task_id, *outcome, json);
+    report_end(n, ev.task_id, *outcome, json);
+  }
   if (n.nats)
     n.nats->observe(ev);
 }

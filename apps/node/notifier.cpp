@@ -276,9 +276,24 @@ void notifier::offer(const std::string& task_id, const std::string& outcome,
     return;
   std::vector<job> jobs;
   if (!opts_.command.empty())
-    jobs.push_back({task_id, json, "command", 0});
+    jobs.push_back({task_id, json, "command", 0, {}, {}});
   if (url_)
-    jobs.push_back({task_id, json, "url", 0});
+    jobs.push_back({task_id, json, "url", 0, {}, {}});
+  enqueue(std::move(jobs));
+}
+
+void notifier::offer_to(const std::string& task_id, const std::string& json,
+                        std::vector<std::string> command,
+                        std::optional<http_url> url) {
+  std::vector<job> jobs;
+  if (!command.empty())
+    jobs.push_back({task_id, json, "command", 0, std::move(command), {}});
+  if (url)
+    jobs.push_back({task_id, json, "url", 0, {}, std::move(url)});
+  enqueue(std::move(jobs));
+}
+
+void notifier::enqueue(std::vector<job> jobs) {
   {
     std::lock_guard<std::mutex> guard{mutex_};
     for (auto& j : jobs) {
@@ -302,8 +317,9 @@ void notifier::offer(const std::string& task_id, const std::string& outcome,
 
 std::string notifier::deliver(const job& j) {
   if (j.target == "command")
-    return run_hook_command(opts_.command, j.json + "\n", opts_.timeout);
-  return post_json(*url_, j.json, opts_.timeout);
+    return run_hook_command(j.command.empty() ? opts_.command : j.command,
+                            j.json + "\n", opts_.timeout);
+  return post_json(j.url ? *j.url : *url_, j.json, opts_.timeout);
 }
 
 void notifier::run() {

@@ -88,6 +88,12 @@ public:
   void offer(const std::string& task_id, const std::string& outcome,
              const std::string& json);
 
+  /// Offers `json` for `task_id` to a command and/or URL of its own (a
+  /// trigger's report) rather than the options', with the same retries and
+  /// bounds: one delivery for each of the two given. Never blocks.
+  void offer_to(const std::string& task_id, const std::string& json,
+                std::vector<std::string> command, std::optional<http_url> url);
+
 private:
   struct job {
     std::string task_id;
@@ -95,7 +101,13 @@ private:
     /// "command" or "url".
     std::string target;
     int tries = 0;
+    /// The job's own command or URL; empty: the options'.
+    std::vector<std::string> command;
+    std::optional<http_url> url;
   };
+
+  /// Queues `jobs`, dropping the most delayed ones beyond `max_queue`.
+  void enqueue(std::vector<job> jobs);
 
   void run();
   std::string deliver(const job& j);

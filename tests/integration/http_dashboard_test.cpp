@@ -1411,10 +1411,14 @@ TEST_CASE("serve --http: GitHub webhooks signed with a trigger's secret start "
              "Fix the login: The button is 3px off.\n";
     },
     30s));
-  // The same delivery again: no second task.
+  // The same delivery again: nothing done. Another delivery about the
+  // same issue: no second task.
   auto replay = deliver("issues", "d-1", labeled);
   REQUIRE(status_of(replay) == 200);
-  CHECK(text_at(results(replay)[0].as_object(), "action") == "exists");
+  CHECK(boost::json::parse(body_of(replay)).at("replayed") == true);
+  auto relabeled = deliver("issues", "d-1b", labeled);
+  REQUIRE(status_of(relabeled) == 200);
+  CHECK(text_at(results(relabeled)[0].as_object(), "action") == "exists");
   // Signed with another secret, or not at all: 401, nothing runs.
   auto other = issue_event(8, "labeled", "MEMBER", "Other");
   auto forged =
@@ -1456,4 +1460,120 @@ TEST_CASE("serve --http: GitHub webhooks signed with a trigger's secret start "
   // Two runs in all: issue 7 once, issue 10 once.
   auto ran = slurp(dir / "ran.txt");
   CHECK(std::count(ran.begin(), ran.end(), '\n') == 2);
+}
+
+TEST_CASE("serve --http: a trigger's report takes each task's result to its "
+          "command and URL once, across a kill -9 of the node, and a "
+          "replayed delivery does nothing") {
+  scratch dir;
+  hook_server hook;
+  // The agent records its prompt; a title with "hold" waits for `go`.
+  auto agent = dir.write_script(
+    "agent.sh", "#!/bin/sh\nprintf '%s\\n' \"$1\" >> '" + dir / "ran.txt" +
+                  "'\ncase \"$1\" in *hold*) while [ ! -f '" + dir / "go" +
+                  "' ]; do sleep 0.1; done ;; esac\n");
+  std::filesystem::create_directories(dir / "config/triggers");
+  dir.write("config/node.json",
+            R"({"default_agent": {"agent_id": "sh", "agent_cli": ")" + agent +
+              R"(", "cli_flags": "", "prompt_as_argument": true},
+               "default_runtime": "process"})");
+  std::string secret = "It's a Secret to Everybody";
+  dir.write("config/github.secret", secret + "\n");
+  dir.write(
+    "config/triggers/issues.json",
+    R"({"source": "github", "secret_file": "github.secret",
+        "on": {"event": "issues", "action": "labeled", "label": "agent"},
+        "allow": {"author_association": ["OWNER", "MEMBER"]},
+        "task": {"prompt": "{{issue.title}}"},
+        "report": {
+          "command": ["sh", "-c", "cat >> ')" +
+      dir / "reports.jsonl" +
+      R"('; echo {{task.outcome}} {{issue.number}} {{sender.login}} >> ')" +
+      dir / "args.txt" + R"('"],
+          "url": "http://127.0.0.1:)" +
+      std::to_string(hook.port()) + R"(/results"}})");
+  std::vector<std::string> args{"serve",        "--listen",    "127.0.0.1:0",
+                                "--http",       "127.0.0.1:0", "--config",
+                                dir / "config", "--work-dir",  dir / "work",
+                                "--state-dir",  dir / "state"};
+  auto node = std::make_unique<tasksup_child>(dir, "serve", args);
+  auto web = http_login(*node);
+  REQUIRE(web);
+  auto deliver = [&](const std::string& delivery, const std::string& body) {
+    return post(
+      web->port, "/hooks/github", body,
+      github_headers("issues", delivery, tasksup::sign_body(secret, body)));
+  };
+  auto reports = [&] { return json_lines(slurp(dir / "reports.jsonl")); };
+  auto logged = [&](const std::string& line) {
+    return eventually(
+      [&] { return node->err().find(line) != std::string::npos; }, 30s);
+  };
+
+  // Issue 7 runs and ends: its result goes to the command (the event and
+  // the delivery it came from) and, after one 503, to the URL.
+  auto first = deliver("d-7", issue_event(7, "labeled", "MEMBER", "Quick"));
+  INFO(first);
+  REQUIRE(status_of(first) == 200);
+  REQUIRE(eventually([&] { return !reports().empty(); }, 30s));
+  auto r7 = reports().at(0);
+  CHECK(r7.at("event").as_string() == "task_done");
+  CHECK(r7.at("task_id").as_string() == "gh-octo-org-webapp-7");
+  CHECK(r7.at("outcome").as_string() == "succeeded");
+  CHECK(r7.at("trigger") == boost::json::parse(R"({"trigger": "issues",
+    "delivery": "d-7", "event": "issues", "repository": "octo-org/webapp",
+    "issue_url": "https://github.com/octo-org/webapp/issues/7",
+    "sender": "alice", "issue_number": 7})"));
+  CHECK(slurp(dir / "args.txt") == "succeeded 7 alice\n");
+  REQUIRE(logged("[gh-octo-org-webapp-7] reported (url, try 2)"));
+  REQUIRE(hook.bodies().size() == 1);
+  CHECK(boost::json::parse(hook.bodies()[0]) == r7);
+
+  // The same delivery again: nothing is done, and the answer says so.
+  auto replay = deliver("d-7", issue_event(7, "labeled", "MEMBER", "Quick"));
+  REQUIRE(status_of(replay) == 200);
+  auto replayed = boost::json::parse(body_of(replay));
+  CHECK(replayed.at("replayed") == true);
+  CHECK(replayed.at("delivery") == "d-7");
+  // Another delivery about issue 7 finds its task.
+  auto again = deliver("d-7b", issue_event(7, "labeled", "MEMBER", "Quick"));
+  REQUIRE(status_of(again) == 200);
+  CHECK(boost::json::parse(body_of(again)).at("results").at(0).at("action") ==
+        "exists");
+
+  // Issue 8 holds; the node is killed while it runs.
+  auto held = deliver("d-8", issue_event(8, "labeled", "OWNER", "Please hold"));
+  REQUIRE(status_of(held) == 200);
+  REQUIRE(eventually(
+    [&] {
+      return slurp(dir / "ran.txt").find("Please hold") != std::string::npos;
+    },
+    30s));
+  node->signal(SIGKILL);
+  REQUIRE(node->wait(10s) == 128 + SIGKILL);
+
+  // The restarted node remembers the deliveries and the waiting report.
+  node = std::make_unique<tasksup_child>(dir, "serve-again", args);
+  web = http_login(*node);
+  REQUIRE(web);
+  auto replay8 =
+    deliver("d-8", issue_event(8, "labeled", "OWNER", "Please hold"));
+  REQUIRE(status_of(replay8) == 200);
+  CHECK(boost::json::parse(body_of(replay8)).at("replayed") == true);
+  dir.write("go", "");
+  REQUIRE(logged("[gh-octo-org-webapp-8] reported (url, try 1)"));
+  REQUIRE(logged("[gh-octo-org-webapp-8] reported (command, try 1)"));
+  // One report each: issue 7's, delivered before the kill, not again.
+  auto all = reports();
+  REQUIRE(all.size() == 2);
+  CHECK(all[1].at("task_id").as_string() == "gh-octo-org-webapp-8");
+  CHECK(all[1].at("outcome").as_string() == "succeeded");
+  CHECK(all[1].at("trigger").at("delivery") == "d-8");
+  CHECK(slurp(dir / "args.txt") == "succeeded 7 alice\nsucceeded 8 alice\n");
+  CHECK(hook.bodies().size() == 2);
+  // Each issue ran once.
+  auto ran = slurp(dir / "ran.txt");
+  CHECK(std::count(ran.begin(), ran.end(), '\n') == 2);
+  node->signal(SIGTERM);
+  CHECK(node->wait(30s) == 0);
 }

@@ -1,6 +1,7 @@
 #include "webhooks.hpp"
 
 #include "safe_text.hpp"
+#include "tasksup/actors/atoms.hpp"
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/webhook/signature.hpp"
 
@@ -12,6 +13,7 @@
 #include <caf/event_based_actor.hpp>
 
 #include <chrono>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -55,10 +57,14 @@ struct webhook_result {
   bool failed = false;
 };
 
-/// The answers of one delivery, sent once the last is in.
+/// The answers of one delivery; once the last is in, `finish` is given
+/// whether any failed and the answer's JSON.
 struct delivery_results {
-  delivery_results(std::size_t n, http_reply r)
-    : results(n), pending(n), reply(std::move(r)) {}
+  using finish_fn = std::function<void(bool failed, boost::json::object)>;
+
+  delivery_results(std::size_t n, std::string delivery, finish_fn f)
+    : results(n), pending(n), delivery(std::move(delivery)),
+      finish(std::move(f)) {}
 
   void done(std::size_t i, webhook_result r) {
     results[i] = std::move(r);
@@ -75,14 +81,20 @@ struct delivery_results {
         o["reason"] = x.reason;
       out.emplace_back(std::move(o));
     }
-    reply.send(json_answer(failed ? 503 : 200,
-                           boost::json::object{{"results", std::move(out)}}));
+    finish(failed, boost::json::object{{"delivery", delivery},
+                                       {"results", std::move(out)}});
   }
 
   std::vector<webhook_result> results;
   std::size_t pending;
-  http_reply reply;
+  std::string delivery;
+  finish_fn finish;
 };
+
+double wall_now() {
+  using namespace std::chrono;
+  return duration<double>(system_clock::now().time_since_epoch()).count();
+}
 
 } // namespace
 
@@ -137,6 +149,16 @@ void handle_webhook(const webhook_context& ctx, const http_request& req,
              ": expected 1 to 128 of A-Z a-z 0-9 _ . -"));
   if (event == "ping")
     return reply.send(text_response(200, "pong"));
+  if (ctx.ledger)
+    if (auto at = ctx.ledger->seen(*delivery)) {
+      if (ctx.log)
+        ctx.log("webhook: delivery " + *delivery +
+                " was handled before: nothing done again");
+      return reply.send(
+        json_answer(200, boost::json::object{{"delivery", *delivery},
+                                             {"replayed", true},
+                                             {"handled_at", *at}}));
+    }
   boost::system::error_code ec;
   auto payload = boost::json::parse(req.body, ec);
   if (ec || !payload.is_object())
@@ -160,9 +182,34 @@ void handle_webhook(const webhook_context& ctx, const http_request& req,
   }
   if (!any)
     return reply.send(text_response(204, ""));
-  ctx.sys->spawn([door = ctx.door, decisions = std::move(decisions),
+  ctx.sys->spawn([door = ctx.door, ledger = ctx.ledger, delivery = *delivery,
+                  decisions = std::move(decisions),
                   reply](caf::event_based_actor* self) mutable {
-    auto out = std::make_shared<delivery_results>(decisions.size(), reply);
+    // The delivery is journaled as handled once everything it asked for
+    // was done, before the answer: a replay then does nothing, and one
+    // after a failure (503) does again only what had not been done.
+    auto finish = [self, ledger, delivery, reply](bool failed,
+                                                  boost::json::object answer) {
+      if (failed || !ledger) {
+        reply.send(json_answer(failed ? 503 : 200, answer));
+        return;
+      }
+      auto write = [&](const journal_actor& journal, std::string bytes) {
+        self
+          ->request(journal, webhook_request_timeout, jstate_atom::value,
+                    std::string{webhook_state_key}, std::move(bytes), true)
+          .then([reply, answer](bool) { reply.send(json_answer(200, answer)); },
+                [reply, answer](caf::error& err) mutable {
+                  answer["error"] =
+                    "the delivery could not be journaled: " + error_text(err);
+                  reply.send(json_answer(503, answer));
+                });
+      };
+      if (!ledger->record(delivery, wall_now(), write))
+        reply.send(json_answer(200, answer));
+    };
+    auto out = std::make_shared<delivery_results>(decisions.size(), delivery,
+                                                  std::move(finish));
     for (std::size_t i = 0; i < decisions.size(); ++i) {
       auto& [t, d] = decisions[i];
       webhook_result r;
@@ -171,12 +218,25 @@ void handle_webhook(const webhook_context& ctx, const http_request& req,
       r.task_id = d.task_id;
       r.reason = d.reason;
       if (d.action == trigger_action::start) {
+        // The report waits before the task can end; it goes again if the
+        // start does not take (a task that existed has its own, or none).
+        bool reported = false;
+        if (ledger && d.report)
+          reported = ledger->add_report(
+            d.task_id, pending_report{*d.report, d.context, 0});
+        auto task_id = d.task_id;
+        auto undo = [ledger, reported, task_id] {
+          if (reported)
+            ledger->withdraw(task_id);
+        };
         self
           ->request(door, webhook_request_timeout, submit_json_atom::value,
                     boost::json::serialize(d.task))
           .then([out, i, r](std::string&) mutable { out->done(i, r); },
-                [out, i, r](caf::error& err) mutable {
-                  // A replayed delivery finds its task: no second one.
+                [out, i, r, undo](caf::error& err) mutable {
+                  undo();
+                  // A delivery about the same issue finds its task: no
+                  // second one.
                   if (is_error(err, protocol_error::duplicate_task)) {
                     r.action = "exists";
                   } else {

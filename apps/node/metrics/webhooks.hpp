@@ -11,6 +11,7 @@
 
 #include "http_request.hpp"
 #include "http_server.hpp"
+#include "webhook_ledger.hpp"
 
 #include "tasksup/actors/node_door_actor.hpp"
 #include "tasksup/supervisor/trigger.hpp"
@@ -32,6 +33,9 @@ struct webhook_context {
   std::shared_ptr<const trigger_map> triggers;
   /// Where a line about each delivery goes (the node's log).
   std::function<void(const std::string&)> log;
+  /// The deliveries handled and the reports waiting (null: none kept, so
+  /// only a task's id tells a replay).
+  std::shared_ptr<webhook_ledger> ledger;
 };
 
 /// The header a generic sender puts its signature in.
@@ -52,12 +56,17 @@ bool is_webhook_path(const std::string& path);
 /// - 400 for a missing event or delivery header, or a body that is not
 ///   JSON (the server refused an oversized one already, 413);
 /// - 200 for GitHub's `ping`;
-/// - 204 when every trigger ignored it (logged with why);
-/// - else 200 with `{"results": [{"trigger", "action", "task_id",
-///   "reason"}]}` once each start was journaled (a task that existed
-///   already, as a replayed delivery's does, is `"action": "exists"`) and
-///   each stop sent; a start the node refused is `"action": "rejected"`
-///   with the node's reason.
+/// - 200 with `{"delivery", "replayed": true, "handled_at"}` for a
+///   delivery the ledger remembers: nothing else happens;
+/// - 204 when every trigger ignored it (logged with why; not remembered);
+/// - else 200 with `{"delivery", "results": [{"trigger", "action",
+///   "task_id", "reason"}]}` once each start was journaled (with its
+///   report, when the trigger has one), each stop sent and the delivery
+///   journaled in the ledger (a task that existed already, as a delivery
+///   about the same issue finds it, is `"action": "exists"`); a start the
+///   node refused is `"action": "rejected"` with the node's reason;
+/// - 503 when the node could not be asked or the delivery not journaled:
+///   the sender delivers it again, and what was done is not done twice.
 void handle_webhook(const webhook_context& ctx, const http_request& req,
                     http_reply reply);
 
