@@ -47,7 +47,14 @@ TEST_CASE("a submission's task id: its own, else the message id, else the "
 TEST_CASE("a submission that can never be a task says why") {
   auto not_json = read_submission("{\"prompt\":", "", 1);
   REQUIRE_FALSE(not_json);
-  CHECK(not_json.error().what.find("not JSON") != std::string::npos);
+  CHECK(not_json.error().to_string().rfind(
+          "submission: invalid JSON at line 1, column 11: ", 0) == 0);
+  // A duplicate key, as in a task file: which would the node take?
+  auto twice = read_submission(R"({"prompt":"a","prompt":"b"})", "", 1);
+  REQUIRE_FALSE(twice);
+  CHECK(twice.error().to_string() ==
+        "submission: /prompt: duplicate key \"prompt\" (a key may appear "
+        "only once in an object)");
 
   auto array = read_submission("[1,2]", "", 1);
   REQUIRE_FALSE(array);

@@ -117,7 +117,7 @@ TEST_CASE("a node takes tasks from a NATS JetStream stream: one task per "
   // consumer has nothing pending or unacked) and its reason logged.
   auto log = node->err();
   CHECK(count_of(log, "message 4 on 'tasksup.submit' terminated: "
-                      "submission: the message is not JSON") == 1);
+                      "submission: invalid JSON at line 1") == 1);
   CHECK(count_of(log, "task 'bad-task' terminated:") == 1);
 
   // job-1's events, in order, each in its envelope on its own subject,

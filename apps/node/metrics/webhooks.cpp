@@ -12,6 +12,7 @@
 
 #include <caf/event_based_actor.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <utility>
@@ -21,8 +22,9 @@ namespace tasksup::app {
 
 namespace {
 
-/// Each answer from the node within this: GitHub gives a delivery 10 s.
-constexpr auto webhook_request_timeout = std::chrono::seconds{8};
+/// Every answer from the node, and the delivery's record in the journal,
+/// within this of the delivery's arrival: GitHub gives a delivery 10 s.
+constexpr auto webhook_deadline = std::chrono::seconds{9};
 
 constexpr std::string_view hooks_prefix = "/hooks/";
 
@@ -91,6 +93,14 @@ struct delivery_results {
   finish_fn finish;
 };
 
+/// What is left of `webhook_deadline` since `arrived` (at least 100 ms).
+caf::timespan left_of_deadline(std::chrono::steady_clock::time_point arrived) {
+  auto left = webhook_deadline - (std::chrono::steady_clock::now() - arrived);
+  return std::max<caf::timespan>(
+    std::chrono::duration_cast<caf::timespan>(left),
+    std::chrono::milliseconds{100});
+}
+
 double wall_now() {
   using namespace std::chrono;
   return duration<double>(system_clock::now().time_since_epoch()).count();
@@ -104,6 +114,7 @@ bool is_webhook_path(const std::string& path) {
 
 void handle_webhook(const webhook_context& ctx, const http_request& req,
                     http_reply reply) {
+  auto arrived = std::chrono::steady_clock::now();
   auto name = std::string_view{req.path}.substr(hooks_prefix.size());
   if (req.method != "POST") {
     auto r = text_response(405, "use POST");
@@ -182,21 +193,21 @@ void handle_webhook(const webhook_context& ctx, const http_request& req,
   }
   if (!any)
     return reply.send(text_response(204, ""));
-  ctx.sys->spawn([door = ctx.door, ledger = ctx.ledger, delivery = *delivery,
-                  decisions = std::move(decisions),
+  ctx.sys->spawn([arrived, door = ctx.door, ledger = ctx.ledger,
+                  delivery = *delivery, decisions = std::move(decisions),
                   reply](caf::event_based_actor* self) mutable {
     // The delivery is journaled as handled once everything it asked for
     // was done, before the answer: a replay then does nothing, and one
     // after a failure (503) does again only what had not been done.
-    auto finish = [self, ledger, delivery, reply](bool failed,
-                                                  boost::json::object answer) {
+    auto finish = [self, ledger, delivery, reply,
+                   arrived](bool failed, boost::json::object answer) {
       if (failed || !ledger) {
         reply.send(json_answer(failed ? 503 : 200, answer));
         return;
       }
       auto write = [&](const journal_actor& journal, std::string bytes) {
         self
-          ->request(journal, webhook_request_timeout, jstate_atom::value,
+          ->request(journal, left_of_deadline(arrived), jstate_atom::value,
                     std::string{webhook_state_key}, std::move(bytes), true)
           .then([reply, answer](bool) { reply.send(json_answer(200, answer)); },
                 [reply, answer](caf::error& err) mutable {
@@ -219,7 +230,8 @@ void handle_webhook(const webhook_context& ctx, const http_request& req,
       r.reason = d.reason;
       if (d.action == trigger_action::start) {
         // The report waits before the task can end; it goes again if the
-        // start does not take (a task that existed has its own, or none).
+        // node refuses the start (a task that existed has its own, or
+        // none).
         bool reported = false;
         if (ledger && d.report)
           reported = ledger->add_report(
@@ -230,11 +242,15 @@ void handle_webhook(const webhook_context& ctx, const http_request& req,
             ledger->withdraw(task_id);
         };
         self
-          ->request(door, webhook_request_timeout, submit_json_atom::value,
+          ->request(door, left_of_deadline(arrived), submit_json_atom::value,
                     boost::json::serialize(d.task))
           .then([out, i, r](std::string&) mutable { out->done(i, r); },
                 [out, i, r, undo](caf::error& err) mutable {
-                  undo();
+                  // Refused: no task. Not answered in time: the task may
+                  // be journaled yet, and its report with it (a node that
+                  // starts drops a report whose task it has not).
+                  if (err.category() == protocol_error_category)
+                    undo();
                   // A delivery about the same issue finds its task: no
                   // second one.
                   if (is_error(err, protocol_error::duplicate_task)) {
@@ -248,8 +264,8 @@ void handle_webhook(const webhook_context& ctx, const http_request& req,
                 });
       } else if (d.action == trigger_action::stop) {
         self
-          ->request(door, webhook_request_timeout, stop_atom::value, d.task_id,
-                    stop_mode::cancel)
+          ->request(door, left_of_deadline(arrived), stop_atom::value,
+                    d.task_id, stop_mode::cancel)
           .then(
             [out, i, r](bool took) mutable {
               if (!took)

@@ -1,9 +1,9 @@
 #include "nats_messages.hpp"
 
+#include "tasksup/supervisor/config.hpp"
 #include "tasksup/supervisor/json_writer.hpp"
 #include "tasksup/supervisor/trigger.hpp"
 
-#include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
 
 #include <cmath>
@@ -28,10 +28,12 @@ expected<intake_task> read_submission(std::string_view payload,
     return refused("the message has " + std::to_string(payload.size()) +
                    " bytes, more than the " +
                    std::to_string(max_submission_bytes) + " a task may have");
-  boost::system::error_code ec;
-  auto doc = boost::json::parse(payload, ec);
-  if (ec)
-    return refused("the message is not JSON: " + ec.message());
+  // As a task file is read: depth bounded, a duplicate key refused (the
+  // node would refuse the task's text anyway, after the intake).
+  auto parsed = parse_json_text(payload, "submission");
+  if (!parsed)
+    return parsed.error();
+  auto& doc = *parsed;
   if (!doc.is_object())
     return refused("the message is not a JSON object (a task or a workflow)");
   auto& task = doc.get_object();
