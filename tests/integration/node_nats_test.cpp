@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -206,6 +207,7 @@ TEST_CASE("kill -9 of a node taking a stream of 10,000 submissions: every "
     eventually([&] { return lines_of(dir / "ran.txt").size() >= 1000; }, 120s));
   publish(total / 2, total * 3 / 4);
   // Killed while tasks run, messages are in flight and more arrive.
+  auto node_0_log = node->err();
   REQUIRE(kill_and_restart(dir, node, "node-1", serve));
   publish(total * 3 / 4, total);
   auto all_ran = eventually(
@@ -216,9 +218,24 @@ TEST_CASE("kill -9 of a node taking a stream of 10,000 submissions: every "
   if (!all_ran) {
     auto err = node->err();
     auto p = client.consumer_pending("TASKSUP", "tasksup");
+    // What went wrong first: the warnings and errors of both nodes, before
+    // their consequences fill the tail.
+    std::string first;
+    for (auto* log : {&node_0_log, &err}) {
+      std::istringstream in{*log};
+      int shown = 0;
+      for (std::string line; std::getline(in, line) && shown < 40;)
+        if (line.find(" warning: ") != std::string::npos ||
+            line.find(" error: ") != std::string::npos ||
+            line.find("breaker") != std::string::npos) {
+          first += line + "\n";
+          ++shown;
+        }
+    }
     INFO("ran " << lines_of(dir / "ran.txt").size() << ", pending "
                 << (p ? p->first : 0) << "/" << (p ? p->second : 0) << "\n"
-                << err.substr(err.size() > 8000 ? err.size() - 8000 : 0));
+                << first << "...\n"
+                << err.substr(err.size() > 4000 ? err.size() - 4000 : 0));
     REQUIRE(all_ran);
   }
   auto ran = lines_of(dir / "ran.txt");
