@@ -129,9 +129,18 @@ event_hub(hub_pointer self, registry_actor registry, journal_actor journal) {
         const std::string& task_id) -> caf::result<std::vector<event>> {
       auto& st = self->state;
       auto i = st.tasks.find(task_id);
-      if (i == st.tasks.end())
-        return make_error(protocol_error::unknown_task,
-                          "no task with id '" + task_id + "'");
+      if (i == st.tasks.end()) {
+        // The registry says whether retention removed it, and when.
+        auto rp = self->make_response_promise<std::vector<event>>();
+        self->request(st.registry, caf::infinite, status_atom::value, task_id)
+          .then(
+            [rp, task_id](task_status&) mutable {
+              rp.deliver(make_error(protocol_error::unknown_task,
+                                    "no events of task '" + task_id + "'"));
+            },
+            [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+        return rp;
+      }
       subscribe(self, sub);
       auto& t = i->second;
       if (!t.restored || !st.journal)

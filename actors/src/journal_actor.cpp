@@ -93,6 +93,7 @@ expected<journal_snapshot> load_journal(journal::journal_store& store) {
       if (!status)
         return status.error();
       e.finished = std::move(*status);
+      e.finished_at = *t.finished_at;
     } else if (auto p = pending->find(t.seq); p != pending->end()) {
       auto& records = p->second.records;
       e.last_event = p->second.last_event;

@@ -15,7 +15,9 @@
 #include <caf/typed_response_promise.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <memory>
@@ -132,7 +134,8 @@ void record_result(registry_ptr self, task_result r) {
                  encode(s));
   auto& record =
     st.finished.insert_or_assign(r.task_id, std::move(s)).first->second;
-  st.finished_order.push_back(r.task_id);
+  auto now = wall_now();
+  st.finished_order.push_back({r.task_id, now});
   if (auto w = st.finishing.find(r.task_id); w != st.finishing.end()) {
     auto fs = std::move(w->second);
     st.finishing.erase(w);
@@ -140,14 +143,78 @@ void record_result(registry_ptr self, task_result r) {
       f(&record);
   }
   member_run_ended(self, *record.result);
-  while (st.finished_order.size() > st.opts.history_limit) {
-    auto& id = st.finished_order.front();
+  expire_finished(self, now);
+}
+
+namespace {
+
+/// `seconds` in words: "7 days", "36 hours", "90 seconds".
+std::string age_words(double seconds) {
+  auto whole = [](double x, const char* unit) {
+    auto n = static_cast<long long>(x);
+    return std::to_string(n) + " " + unit + (n == 1 ? "" : "s");
+  };
+  if (seconds >= 86400 && std::fmod(seconds, 86400) == 0)
+    return whole(seconds / 86400, "day");
+  if (seconds >= 3600 && std::fmod(seconds, 3600) == 0)
+    return whole(seconds / 3600, "hour");
+  return whole(seconds, "second");
+}
+
+/// `at` (wall-clock seconds) as UTC: "2026-11-30 01:02:03 UTC".
+std::string utc_words(double at) {
+  auto t = static_cast<std::time_t>(at);
+  std::tm tm{};
+  ::gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+} // namespace
+
+void expire_finished(registry_ptr self, double now) {
+  auto& st = self->state;
+  auto max_age = st.opts.history_max_age_s;
+  while (!st.finished_order.empty()) {
+    auto& oldest = st.finished_order.front();
+    std::string why;
+    if (st.finished_order.size() > st.opts.history_limit)
+      why = "the node keeps the " + std::to_string(st.opts.history_limit) +
+            " most recent finished tasks (--retain-tasks)";
+    else if (max_age > 0 && now - oldest.at > max_age)
+      why = "the node keeps finished tasks for " + age_words(max_age) +
+            " (--retain-days)";
+    else
+      break;
+    auto id = std::move(oldest.id);
+    st.finished_order.pop_front();
     untrack(self, id);
     st.finished.erase(id);
     st.journal_seq.erase(id);
     st.placed_on.erase(id);
-    st.finished_order.pop_front();
+    // The journal keeps what status shows: its record goes now, not at
+    // its next pruning.
+    if (st.opts.journal)
+      self->send(st.opts.journal, jforget_atom::value, id);
+    if (st.expired.count(id) == 0)
+      st.expired_order.push_back(id);
+    st.expired[id] = expired_task{now, std::move(why)};
+    while (st.expired_order.size() > max_expired_kept) {
+      st.expired.erase(st.expired_order.front());
+      st.expired_order.pop_front();
+    }
   }
+}
+
+caf::error unknown_task_error(const registry_state& st,
+                              const std::string& task_id) {
+  if (auto i = st.expired.find(task_id); i != st.expired.end())
+    return make_error(protocol_error::unknown_task,
+                      "task '" + task_id + "' expired at " +
+                        utc_words(i->second.at) + ": " + i->second.why);
+  return make_error(protocol_error::unknown_task,
+                    "no task with id '" + task_id + "'");
 }
 
 /// True when the current message names `task_id`, a task of this registry,
@@ -233,15 +300,15 @@ caf::result<bool> control(registry_ptr self, const std::string& task_id,
       [](const task_status&) { return false; }, xs...);
   if (st.finished.count(task_id) > 0)
     return false;
-  return make_error(protocol_error::unknown_task,
-                    "no task with id '" + task_id + "'");
+  return unknown_task_error(st, task_id);
 }
 
 caf::result<std::vector<task_status>> all_status(registry_ptr self) {
   auto& st = self->state;
+  expire_finished(self, wall_now());
   auto acc = std::make_shared<std::vector<task_status>>();
-  for (auto& id : st.finished_order)
-    acc->push_back(st.finished[id]);
+  for (auto& f : st.finished_order)
+    acc->push_back(st.finished[f.id]);
   add_group_status(self, *acc);
   if (st.active.empty())
     return *acc;
@@ -423,10 +490,10 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
             return s;
           },
           [](const task_status& s) { return s; }, status_atom::value);
+      expire_finished(self, wall_now());
       if (auto* done = finished_status(st, task_id))
         return *done;
-      return make_error(protocol_error::unknown_task,
-                        "no task with id '" + task_id + "'");
+      return unknown_task_error(st, task_id);
     },
     [=](logs_atom, const std::string& task_id, int attempt,
         std::uint64_t offset) {
@@ -440,8 +507,7 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
         if (g->second.result)
           return *g->second.result;
       } else if (st.active.count(task_id) == 0)
-        return make_error(protocol_error::unknown_task,
-                          "no task with id '" + task_id + "'");
+        return unknown_task_error(st, task_id);
       auto rp = self->make_response_promise<task_result>();
       st.awaiting[task_id].push_back(rp);
       return rp;

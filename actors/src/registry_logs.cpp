@@ -12,8 +12,7 @@ log_chunk read_log(registry_ptr self, const std::string& task_id, int attempt,
   auto finished = st.finished.count(task_id) > 0;
   // Only a known task's id becomes a path (ids are validated at submit).
   if (!finished && st.active.count(task_id) == 0)
-    return make_error(protocol_error::unknown_task,
-                      "no task with id '" + task_id + "'");
+    return unknown_task_error(st, task_id);
   auto dir = (std::filesystem::path{st.opts.attempt_root} / task_id).string();
   auto here = read_attempt_log(dir, attempt, offset, finished);
   if (!here || !here->found) {

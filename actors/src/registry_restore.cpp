@@ -115,7 +115,7 @@ void restore(registry_ptr self) {
       st.member_runs[id] = e.task.member_run;
     if (e.finished) {
       st.finished.insert_or_assign(id, std::move(*e.finished));
-      st.finished_order.push_back(id);
+      st.finished_order.push_back({id, e.finished_at});
       last_events[id] = e.last_event;
       continue;
     }
@@ -150,7 +150,7 @@ void restore(registry_ptr self) {
       self->send(st.opts.journal, jend_atom::value, e.seq, wall_now(),
                  encode(s));
       st.finished.insert_or_assign(id, std::move(s));
-      st.finished_order.push_back(id);
+      st.finished_order.push_back({id, wall_now()});
       last_events[id] = e.last_event;
       continue;
     }
@@ -159,15 +159,17 @@ void restore(registry_ptr self) {
     auto env = opts.task.environment;
     launch(self, std::move(opts), std::move(env), e.last_event, true);
   }
-  while (st.finished_order.size() > st.opts.history_limit) {
-    st.finished.erase(st.finished_order.front());
-    st.journal_seq.erase(st.finished_order.front());
-    st.finished_order.pop_front();
-  }
+  // Oldest first, as they finished (the journal gives them in submission
+  // order); then retention, as the journal was pruned before it was read.
+  std::stable_sort(st.finished_order.begin(), st.finished_order.end(),
+                   [](const finished_entry& x, const finished_entry& y) {
+                     return x.at < y.at;
+                   });
+  expire_finished(self, wall_now());
   // A kept finished task's history is read from the journal.
-  for (auto& id : st.finished_order)
-    self->send(st.hub, detail::track_atom::value, id, st.journal_seq[id],
-               last_events[id], true);
+  for (auto& f : st.finished_order)
+    self->send(st.hub, detail::track_atom::value, f.id, st.journal_seq[f.id],
+               last_events[f.id], true);
   restore_groups(self, std::move(snapshot.groups));
 }
 

@@ -97,6 +97,22 @@ struct pending_adoption {
   caf::typed_response_promise<container_worker_actor, std::string> rp;
 };
 
+/// A finished task in `finished_order`: its id and when it finished.
+struct finished_entry {
+  std::string id;
+  /// Wall-clock seconds.
+  double at = 0;
+};
+
+/// A finished task retention removed: when, and why in words.
+struct expired_task {
+  double at = 0;
+  std::string why;
+};
+
+/// Expired tasks remembered at most, for `status` to say when and why.
+inline constexpr std::size_t max_expired_kept = 10000;
+
 struct registry_state {
   registry_options opts;
   /// The timer its tasks' container workers share.
@@ -108,7 +124,11 @@ struct registry_state {
   std::map<caf::actor_addr, std::string> by_supervisor;
   /// Finished tasks, oldest first in `finished_order`.
   std::map<std::string, task_status> finished;
-  std::deque<std::string> finished_order;
+  std::deque<finished_entry> finished_order;
+  /// The tasks retention removed most recently, oldest first in
+  /// `expired_order`.
+  std::map<std::string, expired_task> expired;
+  std::deque<std::string> expired_order;
   std::map<std::string, std::vector<caf::typed_response_promise<task_result>>>
     awaiting;
   /// What waits for an active task's record (`when_finished`).
@@ -212,6 +232,16 @@ void deliver(registry_ptr self, std::vector<slot_grant> grants);
 
 /// Records a final result; answers everyone awaiting it.
 void record_result(registry_ptr self, task_result r);
+
+/// Drops the finished tasks retention no longer keeps as of `now`: beyond
+/// `history_limit` (the oldest first) or older than `history_max_age_s`.
+/// Each is dropped from the journal too and remembered in `expired`.
+void expire_finished(registry_ptr self, double now);
+
+/// The error for a task id the registry does not know: when and why
+/// retention removed it, if it did.
+caf::error unknown_task_error(const registry_state& st,
+                              const std::string& task_id);
 
 // -- registry_submit.cpp ------------------------------------------------------
 

@@ -8,6 +8,7 @@
 #include <caf/event_based_actor.hpp>
 #include <caf/spawn_options.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -176,6 +177,18 @@ void launch(registry_ptr self, supervisor_options opts, std::string environment,
   st.active.emplace(id, std::move(t));
 }
 
+namespace {
+
+/// Takes `id` out of `finished_order`.
+void drop_finished_entry(registry_state& st, const std::string& id) {
+  auto i = std::find_if(st.finished_order.begin(), st.finished_order.end(),
+                        [&](const finished_entry& f) { return f.id == id; });
+  if (i != st.finished_order.end())
+    st.finished_order.erase(i);
+}
+
+} // namespace
+
 /// Forgets a finished task that is submitted again (`--replace`). Its
 /// attempt directories move aside (`<id>.replaced-<n>`): an attempt
 /// directory is never reused.
@@ -199,8 +212,7 @@ void forget(registry_ptr self, const std::string& task_id) {
   st.journal_seq.erase(task_id);
   st.placed_on.erase(task_id);
   st.member_runs.erase(task_id);
-  st.finished_order.erase(
-    std::find(st.finished_order.begin(), st.finished_order.end(), task_id));
+  drop_finished_entry(st, task_id);
 }
 
 /// A finished task's record is dropped for its next run: `--replace`
@@ -214,9 +226,7 @@ void clear_for_run(registry_ptr self, const std::string& id, bool member) {
   }
   if (st.finished.erase(id) == 0)
     return;
-  auto i = std::find(st.finished_order.begin(), st.finished_order.end(), id);
-  if (i != st.finished_order.end())
-    st.finished_order.erase(i);
+  drop_finished_entry(st, id);
 }
 
 void submit_into(registry_ptr self, task_spec task, bool replace, bool admitted,
@@ -333,8 +343,7 @@ caf::result<bool> forget_finished(registry_ptr self,
       st.admitting.count(task_id) > 0 || st.in_tree.count(task_id) > 0)
     return false;
   if (st.finished.count(task_id) == 0)
-    return make_error(protocol_error::unknown_task,
-                      "no task with id '" + task_id + "'");
+    return unknown_task_error(st, task_id);
   if (st.opts.journal)
     self->send(st.opts.journal, jforget_atom::value, task_id);
   // A task id is one path component (validated at submission).

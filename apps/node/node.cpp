@@ -109,6 +109,14 @@ void stop_actor(node_parts& n, Handle& h) {
   std::_Exit(exit_status::deposed);
 }
 
+/// The node's retention in words: "7 days, 10000 finished tasks".
+std::string retention_words(double days, std::int64_t tasks) {
+  auto age = days > 0 ? fmt::format("{:g} day(s)", days) : "no age limit";
+  auto count =
+    tasks > 0 ? fmt::format("{} finished tasks", tasks) : "no count limit";
+  return age + ", " + count;
+}
+
 bool start_journal(node_parts& n) {
   if (!n.plan.store) {
     spdlog::warn("no journal (--no-journal): tasks are lost if this node "
@@ -125,11 +133,12 @@ bool start_journal(node_parts& n) {
                             std::move(on_deposed));
   n.plan.registry.journal = n.journal;
   spdlog::info("journal in {} ({} unfinished task(s) resume, {} finished "
-               "kept)",
+               "kept, {} expired now; retention: {})",
                n.opts.journal_url.empty()
                  ? n.plan.state_dir
                  : journal::redact_url(n.opts.journal_url),
-               n.plan.resumed, n.plan.kept);
+               n.plan.resumed, n.plan.kept, n.plan.expired,
+               retention_words(n.opts.retain_days, n.opts.retain_tasks));
   return true;
 }
 

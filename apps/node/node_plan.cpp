@@ -13,7 +13,9 @@
 
 #include <sys/stat.h>
 
+#include <chrono>
 #include <iostream>
+#include <limits>
 
 namespace tasksup::app {
 
@@ -205,6 +207,12 @@ std::optional<int> check_options(const node_options& opts, node_plan& plan) {
 }
 
 std::optional<int> open_state(const node_options& opts, node_plan& plan) {
+  // One retention for the registry and the journal: what `status` shows is
+  // what the journal keeps.
+  plan.registry.history_limit = opts.retain_tasks > 0
+                                  ? static_cast<std::size_t>(opts.retain_tasks)
+                                  : std::numeric_limits<std::size_t>::max();
+  plan.registry.history_max_age_s = opts.retain_days * 86400;
   plan.state_dir =
     absolute_dir(opts.state_dir.empty() ? default_state_dir() : opts.state_dir);
   // The journal, the attempts' output and the certificates' keys are kept
@@ -253,6 +261,22 @@ std::optional<int> restore_journal(node_plan& plan) {
     plan.store->fence(plan.leader->epoch());
     plan.registry.leader_epoch = plan.leader->epoch();
   }
+  // Retention first, so that what the node reads and says it keeps is what
+  // it keeps.
+  using namespace std::chrono;
+  auto now = duration<double>(system_clock::now().time_since_epoch()).count();
+  auto limit = plan.registry.history_limit;
+  auto pruned =
+    plan.store->prune(now, plan.registry.history_max_age_s,
+                      limit == std::numeric_limits<std::size_t>::max()
+                        ? 0
+                        : static_cast<std::int64_t>(limit));
+  if (pruned)
+    plan.expired = *pruned;
+  else
+    spdlog::warn("journal: finished tasks past retention were not removed: "
+                 "{}",
+                 pruned.error().to_string());
   auto snapshot = load_journal(*plan.store);
   if (!snapshot)
     return unavailable(snapshot.error().to_string() +

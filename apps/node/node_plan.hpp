@@ -38,9 +38,11 @@ struct node_plan {
   /// The registry's options, complete but for the journal's handle.
   registry_options registry;
   std::string attempt_root;
-  /// Restored tasks that resume, and finished ones kept.
+  /// Restored tasks that resume, finished ones kept, and finished ones
+  /// retention removed from the journal before it was read.
   std::size_t resumed = 0;
   std::size_t kept = 0;
+  std::int64_t expired = 0;
 };
 
 /// Checks what needs no state: the addresses, the notification options, the

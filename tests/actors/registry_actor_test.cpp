@@ -727,3 +727,79 @@ TEST_CASE_METHOD(registry_fixture,
   // A finished task cannot be paused.
   CHECK_FALSE(pause("t1"));
 }
+
+TEST_CASE_METHOD(registry_fixture,
+                 "retention: past the count the oldest finished task leaves "
+                 "status, which then says when and why",
+                 "[registry]") {
+  history_limit = 2;
+  start(builtin_config());
+  runtime->script("a", {exits(0)});
+  for (auto id : {"t1", "t2", "t3"})
+    CHECK(await(submit(task_with(id, {"a"}))).outcome ==
+          task_outcome::succeeded);
+  auto all = ask<std::vector<task_status>>(reg, status_atom::value);
+  REQUIRE(all);
+  REQUIRE(*all);
+  std::vector<std::string> ids;
+  for (auto& s : **all)
+    ids.push_back(s.task_id);
+  CHECK(ids == std::vector<std::string>{"t2", "t3"});
+  auto gone = ask<task_status>(reg, status_atom::value, std::string{"t1"});
+  REQUIRE(gone);
+  REQUIRE_FALSE(*gone);
+  CHECK(gone->error().code() ==
+        static_cast<std::uint8_t>(protocol_error::unknown_task));
+  auto text = error_text(gone->error());
+  CHECK_THAT(text, Catch::StartsWith("task 't1' expired at 20"));
+  CHECK_THAT(text, Catch::EndsWith(" UTC: the node keeps the 2 most recent "
+                                   "finished tasks (--retain-tasks)"));
+  // Its id is free again; an id never seen is simply unknown.
+  submit(task_with("t1", {"a"}));
+  CHECK(await("t1").outcome == task_outcome::succeeded);
+  auto never = ask<task_status>(reg, status_atom::value, std::string{"t9"});
+  REQUIRE(never);
+  REQUIRE_FALSE(*never);
+  CHECK(error_text(never->error()) == "no task with id 't9'");
+}
+
+TEST_CASE_METHOD(registry_fixture,
+                 "retention: a restored task past the age is not kept, the "
+                 "rest oldest first as they finished",
+                 "[registry]") {
+  history_max_age_s = 7 * 86400;
+  auto finished = [](const std::string& id, double at) {
+    journal_entry e;
+    e.task.spec.id = id;
+    task_status s;
+    s.task_id = id;
+    s.state = task_state::done;
+    task_result r;
+    r.task_id = id;
+    r.outcome = task_outcome::succeeded;
+    s.result = r;
+    e.finished = s;
+    e.finished_at = at;
+    return e;
+  };
+  using namespace std::chrono;
+  auto now = duration<double>(system_clock::now().time_since_epoch()).count();
+  // In submission order; "late" finished before "early".
+  restored.tasks.push_back(finished("old", now - 8 * 86400));
+  restored.tasks.push_back(finished("early", now - 60));
+  restored.tasks.push_back(finished("late", now - 120));
+  start(builtin_config());
+  auto all = ask<std::vector<task_status>>(reg, status_atom::value);
+  REQUIRE(all);
+  REQUIRE(*all);
+  std::vector<std::string> ids;
+  for (auto& s : **all)
+    ids.push_back(s.task_id);
+  CHECK(ids == std::vector<std::string>{"late", "early"});
+  auto old = ask<task_status>(reg, status_atom::value, std::string{"old"});
+  REQUIRE(old);
+  REQUIRE_FALSE(*old);
+  CHECK_THAT(error_text(old->error()),
+             Catch::EndsWith(" UTC: the node keeps finished tasks for 7 days "
+                             "(--retain-days)"));
+}

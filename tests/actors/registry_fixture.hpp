@@ -23,6 +23,10 @@ struct registry_fixture : fixture {
   std::shared_ptr<collected> seen = std::make_shared<collected>();
   caf::actor events = collector(seen);
   registry_actor reg;
+  /// The registry's retention (registry_options), set before `start`.
+  std::size_t history_limit = 10000;
+  double history_max_age_s = 0;
+  journal_snapshot restored;
 
   void start(config_set cfg, std::uint64_t seed = 7,
              std::string attempt_root = "/tmp/tasksup-actor-tests") {
@@ -32,6 +36,9 @@ struct registry_fixture : fixture {
     opts.runtimes["*"] = runtime;
     opts.seed = seed;
     opts.attempt_root = std::move(attempt_root);
+    opts.history_limit = history_limit;
+    opts.history_max_age_s = history_max_age_s;
+    opts.restored = std::move(restored);
     reg = keep(spawn_registry(sys(), std::move(opts)));
     run();
     auto ok = ask<bool>(reg, subscribe_atom::value,

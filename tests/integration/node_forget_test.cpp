@@ -90,3 +90,58 @@ TEST_CASE("forget: a finished task is gone for good, a running one is "
   submit("f1", "done");
   CHECK(f1_succeeds());
 }
+
+TEST_CASE("retention: past --retain-tasks the oldest finished task leaves "
+          "status and the journal, describe says when and why, and the "
+          "start's log line counts what the journal keeps",
+          "[forget]") {
+  scratch dir;
+  auto serve = process_node(dir, "#!/bin/sh\nexit 0\n");
+  serve.insert(serve.end(), {"--retain-tasks", "2"});
+  auto node = std::make_unique<tasksup_child>(dir, "node-0", serve);
+  auto port = listening_port(*node);
+  REQUIRE(port);
+  auto address = "127.0.0.1:" + std::to_string(*port);
+  // One after another: r1 finishes first.
+  for (std::string id : {"r1", "r2", "r3"}) {
+    tasksup_child sub{dir,
+                      "submit-" + id,
+                      {"submit", "--node", address, "-"},
+                      dir.write(id + ".jsonl", R"({"id": ")" + id +
+                                                 R"(", "prompt": "go"})" +
+                                                 std::string{"\n"})};
+    INFO(sub.err());
+    REQUIRE(sub.wait(30s) == 0);
+    auto waited = run_to_end(
+      dir, std::vector<std::string>{"wait", id, "--node", address}, 30s);
+    INFO(waited.err);
+    REQUIRE(waited.status == 0);
+  }
+  auto gone = run_to_end(dir, {"describe", "r1", "--node", address});
+  CHECK(gone.status == 3);
+  CHECK_THAT(gone.err, Catch::Contains("task 'r1' expired at 20"));
+  CHECK_THAT(gone.err, Catch::Contains("the node keeps the 2 most recent "
+                                       "finished tasks (--retain-tasks)"));
+  auto listed = run_to_end(dir, {"status", "--node", address});
+  CHECK(listed.out.find("r1") == std::string::npos);
+  CHECK(listed.out.find("r2") != std::string::npos);
+  CHECK(listed.out.find("r3") != std::string::npos);
+
+  // The journal kept what status showed: a restart with the same
+  // retention reads two finished tasks and expires none.
+  node->signal(SIGTERM);
+  REQUIRE(node->wait(60s) == 0);
+  node = std::make_unique<tasksup_child>(dir, "node-1", serve);
+  REQUIRE(listening_port(*node));
+  CHECK_THAT(node->err(),
+             Catch::Contains("0 unfinished task(s) resume, 2 finished kept, 0 "
+                             "expired now; retention: 7 day(s), 2 finished "
+                             "tasks"));
+  // A smaller count at the next start prunes the journal first.
+  node->signal(SIGTERM);
+  REQUIRE(node->wait(60s) == 0);
+  serve.back() = "1";
+  node = std::make_unique<tasksup_child>(dir, "node-2", serve);
+  REQUIRE(listening_port(*node));
+  CHECK_THAT(node->err(), Catch::Contains("1 finished kept, 1 expired now"));
+}

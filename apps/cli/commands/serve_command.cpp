@@ -81,14 +81,14 @@ void setup_serve(CLI::App& app, int& status) {
     ->capture_default_str();
   cmd
     ->add_option("--retain-days", opts->retain_days,
-                 "Finished tasks older than this leave the journal (0: no "
-                 "age limit)")
+                 "Finished tasks older than this leave the journal and "
+                 "status; describe says when and why (0: no age limit)")
     ->check(CLI::NonNegativeNumber)
     ->capture_default_str();
   cmd
     ->add_option("--retain-tasks", opts->retain_tasks,
-                 "At most this many finished tasks stay in the journal (0: "
-                 "no limit)")
+                 "At most this many finished tasks stay in the journal and "
+                 "status, the oldest leave first (0: no limit)")
     ->check(CLI::NonNegativeNumber)
     ->capture_default_str();
   cmd->add_flag("--allow-remote", opts->allow_remote,

@@ -46,6 +46,8 @@ struct journal_entry {
   std::vector<journaled_input> inputs;
   /// Present for a finished task.
   std::optional<task_status> finished;
+  /// When it finished (wall-clock seconds); 0 while unfinished.
+  double finished_at = 0;
   /// The number of its last journaled event.
   std::int64_t last_event = 0;
   double submitted_at = 0;

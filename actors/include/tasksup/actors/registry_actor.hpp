@@ -37,8 +37,14 @@ struct registry_options {
   std::uint64_t seed = 0;
   /// Root of the attempt directories (see supervisor_options).
   std::string attempt_root;
-  /// Finished tasks kept for `status` and `await`; the oldest go first.
+  /// Finished tasks kept for `status` and `await` (the node's retention,
+  /// `--retain-tasks`); the oldest go first, each told to the journal to
+  /// drop, and `status` of one says when and why it went.
   std::size_t history_limit = 10000;
+  /// Finished tasks older than this (seconds since they finished) go too
+  /// (`--retain-days`); 0: kept regardless of age. Checked when a task
+  /// finishes, at a restore and when `status` is asked.
+  double history_max_age_s = 0;
   /// This node's name, answered to worker nodes that join.
   std::string node_name = "coordinator";
   /// Seconds without a heartbeat after which a worker node's connection is
