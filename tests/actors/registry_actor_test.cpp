@@ -738,12 +738,7 @@ TEST_CASE_METHOD(registry_fixture,
   for (auto id : {"t1", "t2", "t3"})
     CHECK(await(submit(task_with(id, {"a"}))).outcome ==
           task_outcome::succeeded);
-  auto all = ask<std::vector<task_status>>(reg, status_atom::value);
-  REQUIRE(all);
-  REQUIRE(*all);
-  std::vector<std::string> ids;
-  for (auto& s : **all)
-    ids.push_back(s.task_id);
+  auto ids = listed_ids();
   CHECK(ids == std::vector<std::string>{"t2", "t3"});
   auto gone = ask<task_status>(reg, status_atom::value, std::string{"t1"});
   REQUIRE(gone);
@@ -789,12 +784,7 @@ TEST_CASE_METHOD(registry_fixture,
   restored.tasks.push_back(finished("early", now - 60));
   restored.tasks.push_back(finished("late", now - 120));
   start(builtin_config());
-  auto all = ask<std::vector<task_status>>(reg, status_atom::value);
-  REQUIRE(all);
-  REQUIRE(*all);
-  std::vector<std::string> ids;
-  for (auto& s : **all)
-    ids.push_back(s.task_id);
+  auto ids = listed_ids();
   CHECK(ids == std::vector<std::string>{"late", "early"});
   auto old = ask<task_status>(reg, status_atom::value, std::string{"old"});
   REQUIRE(old);

@@ -60,6 +60,17 @@ struct registry_fixture : fixture {
     return **s;
   }
 
+  /// The ids `status` lists, in its order.
+  std::vector<std::string> listed_ids() {
+    auto all = ask<std::vector<task_status>>(reg, status_atom::value);
+    REQUIRE(all);
+    REQUIRE(*all);
+    std::vector<std::string> out;
+    for (auto& s : **all)
+      out.push_back(s.task_id);
+    return out;
+  }
+
   task_result await(const std::string& id) {
     auto r = ask<task_result>(reg, await_atom::value, id);
     REQUIRE(r);

@@ -1344,6 +1344,19 @@ std::string post(int port, const std::string& path, const std::string& body,
                                std::to_string(body.size()) + "\r\n\r\n" + body);
 }
 
+/// A config directory for the webhook tests: `agent` the default agent
+/// (its prompt as its argument, on the process runtime), `secret` in
+/// github.secret, and an empty triggers/.
+void webhook_config(const scratch& dir, const std::string& agent,
+                    const std::string& secret) {
+  std::filesystem::create_directories(dir / "config/triggers");
+  dir.write("config/node.json",
+            R"({"default_agent": {"agent_id": "sh", "agent_cli": ")" + agent +
+              R"(", "cli_flags": "", "prompt_as_argument": true},
+               "default_runtime": "process"})");
+  dir.write("config/github.secret", secret + "\n");
+}
+
 /// GitHub's headers for a delivery of `event` signed with `secret`.
 std::string github_headers(const std::string& event,
                            const std::string& delivery,
@@ -1362,13 +1375,8 @@ TEST_CASE("serve --http: GitHub webhooks signed with a trigger's secret start "
   auto agent = dir.write_script(
     "agent.sh", "#!/bin/sh\nprintf '%s\\n' \"$1\" >> '" + dir / "ran.txt" +
                   "'\ncase \"$1\" in *hold*) exec sleep 60 ;; esac\n");
-  std::filesystem::create_directories(dir / "config/triggers");
-  dir.write("config/node.json",
-            R"({"default_agent": {"agent_id": "sh", "agent_cli": ")" + agent +
-              R"(", "cli_flags": "", "prompt_as_argument": true},
-               "default_runtime": "process"})");
   std::string secret = "It's a Secret to Everybody";
-  dir.write("config/github.secret", secret + "\n");
+  webhook_config(dir, agent, secret);
   dir.write("config/triggers/issues.json", R"({
     "source": "github", "secret_file": "github.secret",
     "on": {"event": "issues", "action": "labeled", "label": "agent"},
@@ -1472,13 +1480,8 @@ TEST_CASE("serve --http: a trigger's report takes each task's result to its "
     "agent.sh", "#!/bin/sh\nprintf '%s\\n' \"$1\" >> '" + dir / "ran.txt" +
                   "'\ncase \"$1\" in *hold*) while [ ! -f '" + dir / "go" +
                   "' ]; do sleep 0.1; done ;; esac\n");
-  std::filesystem::create_directories(dir / "config/triggers");
-  dir.write("config/node.json",
-            R"({"default_agent": {"agent_id": "sh", "agent_cli": ")" + agent +
-              R"(", "cli_flags": "", "prompt_as_argument": true},
-               "default_runtime": "process"})");
   std::string secret = "It's a Secret to Everybody";
-  dir.write("config/github.secret", secret + "\n");
+  webhook_config(dir, agent, secret);
   dir.write(
     "config/triggers/issues.json",
     R"({"source": "github", "secret_file": "github.secret",
