@@ -71,7 +71,8 @@ struct recording_node {
 } // namespace
 
 TEST_CASE("submit: 8 parallel batch clients x 2,000 tasks, every id back and "
-          "every task run once") {
+          "every task run once",
+          "[heavy]") {
   constexpr int clients = 8;
   constexpr int per_client = 2000;
   scratch dir;
