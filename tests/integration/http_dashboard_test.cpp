@@ -4,6 +4,7 @@
 // CSRF header, and the dashboard is loaded in headless Chromium.
 
 #include "../socket_read.hpp"
+#include "process_node.hpp"
 #include "tasksup_child.hpp"
 
 #include "tasksup/webhook/signature.hpp"
@@ -1552,11 +1553,8 @@ TEST_CASE("serve --http: a trigger's report takes each task's result to its "
       return slurp(dir / "ran.txt").find("Please hold") != std::string::npos;
     },
     30s));
-  node->signal(SIGKILL);
-  REQUIRE(node->wait(10s) == 128 + SIGKILL);
-
   // The restarted node remembers the deliveries and the waiting report.
-  node = std::make_unique<tasksup_child>(dir, "serve-again", args);
+  REQUIRE(kill_and_restart(dir, node, "serve-again", args));
   web = http_login(*node);
   REQUIRE(web);
   auto replay8 =
