@@ -29,6 +29,11 @@ namespace tasksup {
 
 namespace {
 
+/// What an attempt the node could not take over after its restart was lost
+/// with (`attempt_outcome::lost_node`; its rule reads `node_lost:this
+/// node`).
+constexpr std::string_view restarted_node_name = "this node";
+
 /// Longest noise line kept to name an `idle_noise` stop.
 constexpr std::size_t noise_line_bytes = 512;
 
@@ -465,6 +470,13 @@ worker_impl::behavior_type container_worker(worker_actor self,
         out.lost_node = st.lost_with_node;
         out.infrastructure_error =
           "worker node " + st.lost_with_node + " stopped during the attempt";
+      } else if (st.opts.adopt_id && !out.infrastructure_error.empty()) {
+        // Taken over after a restart but not watched to its end (its start
+        // was cut, its records unusable): lost with this node's earlier
+        // run, not failed by its agent. Like an attempt lost with a worker
+        // node it runs again at once and does not count against the
+        // agent's circuit breaker.
+        out.lost_node = std::string{restarted_node_name};
       }
       attempt_report report;
       report.attempt = st.attempt;

@@ -8,6 +8,7 @@
 #include "actor_fixture.hpp"
 
 #include "tasksup/supervisor/agent_profile.hpp"
+#include "tasksup/supervisor/classifier.hpp"
 #include "tasksup/supervisor/output_parser.hpp"
 
 #include <catch2/catch.hpp>
@@ -624,4 +625,35 @@ TEST_CASE_METHOD(fixture,
   REQUIRE(seen->reports.size() == 1);
   CHECK(seen->reports[0].container_id == "4242");
   CHECK(seen->reports[0].outcome.exit_code == 1);
+}
+
+TEST_CASE_METHOD(fixture,
+                 "an attempt the node could not take over after a restart is "
+                 "lost with the node, not failed by its agent",
+                 "[container_worker]") {
+  auto seen = std::make_shared<collected>();
+  auto sup = collector(seen);
+  worker_options w;
+  w.spec.task_id = "t1";
+  w.spec.attempt = 2;
+  w.spec.agent_id = "a";
+  w.runtime = runtime;
+  // The scripted runtime's attempts die with it: every adoption fails.
+  w.adopt_id = std::string{"scripted-1"};
+  spawn_container_worker(sys(), caf::actor_cast<attempt_owner_actor>(sup), w);
+  run();
+  REQUIRE(seen->reports.size() == 1);
+  auto& out = seen->reports[0].outcome;
+  CHECK_THAT(out.infrastructure_error,
+             Catch::StartsWith("node restarted and the attempt could not be "
+                               "adopted"));
+  CHECK(out.lost_node == "this node");
+  // So it classifies as a node loss: retried at once, and not counted
+  // against the agent's breaker (task_machine's `is_node_loss`).
+  auto c = classifier::make(default_classifier_rules());
+  REQUIRE(c);
+  auto cls = c->classify(out, "a-cli", std::chrono::system_clock::now());
+  CHECK(cls.cls == error_class::infrastructure);
+  CHECK(cls.rule == "node_lost:this node");
+  CHECK(is_node_loss(cls));
 }
