@@ -20,6 +20,7 @@
 #include "tasksup/actors/journal_actor.hpp"
 #include "tasksup/actors/protocol.hpp"
 #include "tasksup/actors/stats_actor.hpp"
+#include "tasksup/supervisor/role.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -38,7 +39,6 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <filesystem>
@@ -148,27 +148,26 @@ double wall_seconds() {
 }
 
 /// Hands the report of task `task_id`, which ended with `outcome` (its
-/// `task_done` event is `json`), to the reporter when its trigger waits
+/// `task_done` event is `done`), to the reporter when its trigger waits
 /// for it: the event with the trigger's `context`, to the trigger's
-/// command (`{{task.outcome}}` filled in) and/or URL.
+/// command (`{{task.outcome}}` filled in) and/or URL. The event's JSON is
+/// rendered only then.
 void report_end(node_parts& n, const std::string& task_id,
-                std::string_view outcome, const std::string& json) {
+                std::string_view outcome, const event& done) {
   if (!n.ledger || !n.reporter)
     return;
   auto r = n.ledger->take(task_id, outcome);
   if (!r)
     return;
   boost::system::error_code ec;
-  auto doc = boost::json::parse(json, ec);
+  auto doc = boost::json::parse(done.json(), ec);
   boost::json::object body;
   if (!ec && doc.is_object())
     body = std::move(doc.get_object());
   body["trigger"] = r->context;
   auto command = r->report.command;
   for (auto& arg : command)
-    for (auto at = arg.find("{{task.outcome}}"); at != std::string::npos;
-         at = arg.find("{{task.outcome}}", at + outcome.size()))
-      arg.replace(at, 16, outcome);
+    arg = render_template(arg, {{"task.outcome", outcome}});
   std::optional<http_url> url;
   if (!r->report.url.empty()) {
     if (auto u = parse_http_url(r->report.url)) {
@@ -212,23 +211,24 @@ bool start_webhooks(node_parts& n) {
       if (final)
         ledger->settled(r.task_id);
     });
-  for (auto& id : n.ledger->waiting()) {
-    auto t = std::find_if(
-      restored.tasks.begin(), restored.tasks.end(),
-      [&](const journal_entry& e) { return e.task.spec.id == id; });
-    if (t == restored.tasks.end()) {
-      spdlog::warn("[{}] the journal has no such task: its report is "
-                   "dropped",
-                   id);
-      n.ledger->withdraw(id);
-    } else if (t->finished && t->finished->result) {
-      auto& result = *t->finished->result;
-      // When it ended is in its result; the event is told now.
-      event_head head{
-        id, t->finished->attempt, t->finished->trace_id, {}, wall_seconds()};
-      report_end(n, id, to_string(result.outcome),
-                 task_done_event(head, result).json());
-    }
+  // One pass over the restored tasks, however many reports wait.
+  auto waiting = n.ledger->waiting();
+  std::set<std::string> unknown(waiting.begin(), waiting.end());
+  for (auto& t : restored.tasks) {
+    if (unknown.erase(t.task.spec.id) == 0 || !t.finished ||
+        !t.finished->result)
+      continue;
+    auto& id = t.task.spec.id;
+    auto& result = *t.finished->result;
+    // When it ended is in its result; the event is told now.
+    event_head head{
+      id, t.finished->attempt, t.finished->trace_id, {}, wall_seconds()};
+    report_end(n, id, to_string(result.outcome), task_done_event(head, result));
+  }
+  for (auto& id : unknown) {
+    spdlog::warn("[{}] the journal has no such task: its report is dropped",
+                 id);
+    n.ledger->withdraw(id);
   }
   return true;
 }
@@ -514,10 +514,9 @@ std::optional<std::string> outcome_of(const event& ev) {
 /// task's end goes to the notifier and, for a trigger's task, its report.
 void pass_on(node_parts& n, const event& ev) {
   if (auto outcome = outcome_of(ev)) {
-    auto json = ev.json();
     if (n.notify)
-      n.notify->offer(ev.task_id, *outcome, json);
-    report_end(n, ev.task_id, *outcome, json);
+      n.notify->offer(ev.task_id, *outcome, ev.json());
+    report_end(n, ev.task_id, *outcome, ev);
   }
   if (n.nats)
     n.nats->observe(ev);
