@@ -636,6 +636,16 @@ value_list placeholder_values(const trigger_spec& trigger,
   return out;
 }
 
+/// `values` as `render_template` takes them.
+std::vector<std::pair<std::string_view, std::string_view>>
+views_of(const value_list& values) {
+  std::vector<std::pair<std::string_view, std::string_view>> out;
+  out.reserve(values.size());
+  for (const auto& [name, value] : values)
+    out.emplace_back(name, value);
+  return out;
+}
+
 /// `v` with each placeholder of its string values replaced, in one pass:
 /// a replacement is never scanned again, and keys are left as they are.
 void fill(
@@ -659,11 +669,8 @@ void fill(
 /// set.
 json::object make_task(const trigger_spec& trigger, const value_list& values,
                        const std::string& task_id, std::string_view full_name) {
-  std::vector<std::pair<std::string_view, std::string_view>> views;
-  for (const auto& [name, value] : values)
-    views.emplace_back(name, value);
   json::value task(trigger.task);
-  fill(task, views);
+  fill(task, views_of(values));
   auto& obj = task.get_object();
   obj["id"] = task_id;
   if (!obj.contains("repo"))
@@ -726,16 +733,13 @@ trigger_report make_report(const trigger_spec& trigger,
     auto names = placeholders_in(arg);
     if (!names || names->empty())
       continue;
+    // `{{task.outcome}}`, given no value, stays as written.
     value_list values;
     for (auto name : *names)
-      values.emplace_back(
-        name, name == "task.outcome"
-                ? std::string{"{{task.outcome}}"}
-                : report_value(name, payload, subject, delivery_id, task_id));
-    std::vector<std::pair<std::string_view, std::string_view>> views;
-    for (const auto& [name, value] : values)
-      views.emplace_back(name, value);
-    arg = render_template(arg, views);
+      if (name != "task.outcome")
+        values.emplace_back(
+          name, report_value(name, payload, subject, delivery_id, task_id));
+    arg = render_template(arg, views_of(values));
   }
   return out;
 }
