@@ -461,6 +461,19 @@ void flush(journal_actor_t* self) {
   retry_flush(self);
 }
 
+/// Queues a node-state write; with a pending `rp`, someone waits for it to
+/// be synced, so it commits at once.
+void put_state(journal_actor_t* self, std::string key, std::string bytes,
+               caf::response_promise rp) {
+  bool waited_for = rp.pending();
+  self->state.batch.emplace_back(
+    state_op{std::move(key), std::move(bytes), std::move(rp)});
+  if (waited_for)
+    schedule_flush(self);
+  else
+    flush_later(self);
+}
+
 std::vector<event> history(journal_actor_t* self, std::int64_t seq,
                            const std::string& task_id) {
   std::vector<event> out;
@@ -584,22 +597,16 @@ journal_impl(journal_actor_t* self,
       flush_later(self);
     },
     [=](jstate_atom, std::string& key, std::string& bytes) {
-      self->state.batch.emplace_back(
-        state_op{std::move(key), std::move(bytes), caf::response_promise{}});
-      flush_later(self);
+      put_state(self, std::move(key), std::move(bytes), {});
     },
     [=](jstate_atom, std::string& key, std::string& bytes,
         bool durable) -> caf::result<bool> {
       if (!durable) {
-        self->state.batch.emplace_back(
-          state_op{std::move(key), std::move(bytes), caf::response_promise{}});
-        flush_later(self);
+        put_state(self, std::move(key), std::move(bytes), {});
         return true;
       }
       auto rp = self->make_response_promise<bool>();
-      self->state.batch.emplace_back(
-        state_op{std::move(key), std::move(bytes), rp});
-      schedule_flush(self);
+      put_state(self, std::move(key), std::move(bytes), rp);
       return rp;
     },
     [=](jhistory_atom, std::int64_t seq,
