@@ -184,6 +184,8 @@ int run_worker_node(const worker_node_options& opts) {
   // requests only time out.
   caf::strong_actor_ptr gone;
   int stale_answers = 0;
+  // Handshakes CAF cut since the last join (see below).
+  int cut_handshakes = 0;
   while (!stopping) {
     auto* addr = &coordinators[next];
     auto door = connect_to_node(sys, *addr, creds);
@@ -194,6 +196,21 @@ int run_worker_node(const worker_node_options& opts) {
       continue;
     }
     stale_answers = 0;
+    if (!door && door.error() == caf::sec::connection_timeout) {
+      // CAF (0.17) opens a connection as last heard from at time zero: the
+      // heartbeat tick that comes before the coordinator's handshake cuts
+      // it. That says nothing of the coordinator, only of where the tick
+      // fell: it is tried again at once, not after the back-off. The
+      // failure came at a tick, so the next try has a whole heartbeat for
+      // its handshake.
+      if (cut_handshakes++ == 0)
+        spdlog::info("the coordinator at {} did not answer the connection "
+                     "within a heartbeat; trying again",
+                     addr->to_string());
+      next = (next + 1) % coordinators.size();
+      pause(std::chrono::milliseconds{1}); // a signal meanwhile stops it
+      continue;
+    }
     if (!door) {
       if (!reported_unreachable)
         spdlog::warn("cannot reach the coordinator at {}: {}; trying again",
@@ -239,6 +256,7 @@ int run_worker_node(const worker_node_options& opts) {
     reported_unreachable = false;
     wait = std::chrono::milliseconds{250};
     tried = 0;
+    cut_handshakes = 0;
     self->monitor(*door);
     spdlog::info("joined the coordinator {} at {}", *joined, addr->to_string());
     bool connected = true;

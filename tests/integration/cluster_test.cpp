@@ -533,17 +533,26 @@ TEST_CASE("cluster: a worker joins a coordinator that is stopped for 2 s as "
           "[cluster]") {
   // CAF 0.17 closes a new connection whose peer's first bytes have not
   // arrived by the next heartbeat tick (its "last heard" time starts at
-  // zero). The worker's lease is CAF's connection timeout, so its first
-  // connection to a stopped coordinator fails that way; it tries again
-  // and joins once the coordinator answers.
+  // zero). The worker's lease is CAF's connection timeout, so its
+  // connections to a stopped coordinator fail that way; it says so once
+  // and tries again at once (no back-off: a handshake cut so says nothing
+  // of the coordinator), and joins once the coordinator answers.
   cluster c;
   c.coordinator().signal(SIGSTOP);
   std::thread thaw{[&] {
     std::this_thread::sleep_for(2s);
     c.coordinator().signal(SIGCONT);
   }};
-  c.add_worker("w1", 1);
+  auto& w1 = c.add_worker("w1", 1);
   thaw.join();
+  auto log = w1.err();
+  INFO(log);
+  auto said = log.find("did not answer the connection within a heartbeat; "
+                       "trying again");
+  CHECK(said != std::string::npos);
+  CHECK(log.find("did not answer the connection", said + 1) ==
+        std::string::npos);
+  CHECK(log.find("cannot reach the coordinator") == std::string::npos);
   // It works as a worker.
   c.submit("job", "0.1");
   CHECK(c.wait_done("job").at("result").at("outcome") == "succeeded");

@@ -160,7 +160,14 @@ TEST_CASE("control socket: status, submit and the control commands on the "
   CHECK(sub.status == 2);
   CHECK(sub.out == "demo-crash\n");
   CHECK(sub.err.find(dir / "missing.json") != std::string::npos);
-  // The same task again: rejected by the node, in its words, both ways.
+  REQUIRE(eventually(
+    [&] {
+      return run_alone(dir, alone, with_node({"status", "demo-crash"}))
+               .out.find(" done ") != std::string::npos;
+    },
+    60s));
+  // The same task again: rejected by the node, in its words, both ways
+  // (once it has finished: the words say whether it has).
   auto again =
     run_alone(dir, alone, with_node({"submit", example("demo-crash.json")}));
   auto again_tcp = n.tcp({"submit", example("demo-crash.json")});
@@ -171,12 +178,6 @@ TEST_CASE("control socket: status, submit and the control commands on the "
   CHECK(again.out == again_tcp.out);
   CHECK(again.err == again_tcp.err);
 
-  REQUIRE(eventually(
-    [&] {
-      return run_alone(dir, alone, with_node({"status", "demo-crash"}))
-               .out.find(" done ") != std::string::npos;
-    },
-    60s));
   // A finished task's record is stable: both paths print the same bytes.
   for (auto args : std::vector<std::vector<std::string>>{
          {"status", "--json"},
