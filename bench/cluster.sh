@@ -128,7 +128,7 @@ task() {
     "$1" "$2" "$3" $(($3 + 1))
 }
 unfinished() {
-  [ "$(ts status --json --node "$addr" --state queued,running,backoff)" != "[]" ]
+  [ -n "$(ts status --json --node "$addr" --state queued,running,backoff)" ]
 }
 # The records of the tasks whose ids start with PREFIX, one per line:
 # "id total_attempts outcome".

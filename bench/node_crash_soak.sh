@@ -105,7 +105,7 @@ done
 import json, sys, collections
 d, left, wall, tail, restarts = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5]
 expected = dict(l.split() for l in open(d + "/expected.txt"))
-final = json.load(open(d + "/final.json"))
+final = [json.loads(line) for line in open(d + "/final.json") if line.strip()]
 tasks = final if isinstance(final, list) else final.get("tasks", [])
 by_id = {t["task_id"]: t for t in tasks}
 starts = collections.Counter(tuple(l.split()) for l in open(d + "/ran.txt"))

@@ -2,12 +2,13 @@
 # `tasksup status` against a node with many finished tasks (issue 17,
 # client start): N one-attempt tasks of /bin/true are submitted and run,
 # then hyperfine times `status`, `status --json` (both over the node's
-# control socket) and `status --certs DIR` (the TCP port with mutual TLS).
+# control socket) and `status --certs DIR` (the TCP port with mutual TLS),
+# and the first page of 100 (`status --limit 100`) both ways.
 # With a second binary, a second node of that build gets the same tasks and
 # its commands alternate with the first's in one hyperfine run (the node's
 # side of `status` changes with the build too). Prints one RESULT line.
 #
-#   bench/status_scale.sh TASKSUP_BINARY [OTHER_TASKSUP_BINARY] [N=2001]
+#   [RUNS=20] [WARMUP=3] bench/status_scale.sh TASKSUP_BINARY [OTHER_TASKSUP_BINARY] [N=2001]
 set -euo pipefail
 bin=$1
 other=${2:-}
@@ -39,10 +40,11 @@ start_node() {
   # Until every task has finished (bounded: 10 minutes).
   for ((i = 0; i < 6000; i++)); do
     local left
+    # Records of unfinished tasks (a JSON array from builds before pages,
+    # one record per line since).
     left=$(TASKSUP_STATE_DIR=$work/$name/state "$program" status --json \
-      --node "127.0.0.1:$port" | python3 -c '
-import json, sys
-print(sum(1 for t in json.load(sys.stdin) if t["state"] != "done"))')
+      --state queued,running,backoff,paused,quota_wait,not_now \
+      --node "127.0.0.1:$port" | grep -o '"task_id"' | wc -l)
     [[ "$left" == 0 ]] && return 0
     sleep 0.1
   done
@@ -60,14 +62,17 @@ commands_for() { # NAME BINARY PORT
 cmds=()
 start_node a "$bin"
 commands_for a "$bin" "$port"
+# The first page of 100, over the socket and over TLS (this build only).
+cmds+=("env TASKSUP_STATE_DIR=$work/a/state $bin status --limit 100 --node 127.0.0.1:$port"
+  "env TASKSUP_STATE_DIR=$work/a/state $bin status --limit 100 --node 127.0.0.1:$port --certs $work/a/state/certs")
 if [[ -n "$other" ]]; then
   start_node b "$other"
   commands_for b "$other" "$port"
 fi
-hyperfine -N --warmup 3 --runs 20 --export-json "$work/h.json" "${cmds[@]}"
+hyperfine -N --warmup "${WARMUP:-3}" --runs "${RUNS:-20}" --export-json "$work/h.json" "${cmds[@]}"
 mean_ms() {
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]; print("%.1f" % (1000*r[int(sys.argv[2])]["mean"]))' "$work/h.json" "$1"
 }
 extra=
-[[ -n "$other" ]] && extra=" other_status_ms=$(mean_ms 3) other_json_ms=$(mean_ms 4) other_tcp_status_ms=$(mean_ms 5)"
-echo "RESULT name=status_scale tasks=$n status_ms=$(mean_ms 0) json_ms=$(mean_ms 1) tcp_status_ms=$(mean_ms 2)$extra load1=$(cut -d' ' -f1 /proc/loadavg)"
+[[ -n "$other" ]] && extra=" other_status_ms=$(mean_ms 5) other_json_ms=$(mean_ms 6) other_tcp_status_ms=$(mean_ms 7)"
+echo "RESULT name=status_scale tasks=$n status_ms=$(mean_ms 0) json_ms=$(mean_ms 1) tcp_status_ms=$(mean_ms 2) first_page_ms=$(mean_ms 3) tcp_first_page_ms=$(mean_ms 4)$extra load1=$(cut -d' ' -f1 /proc/loadavg)"

@@ -117,7 +117,7 @@ count_tasks() {
   ts status --json --state "$1" 2>/dev/null | python3 -c '
 import json, sys
 try:
-    d = json.load(sys.stdin)
+    d = [json.loads(line) for line in sys.stdin if line.strip()]
 except ValueError:
     print(-1); sys.exit()
 print(sum(1 for t in d if "." in t["task_id"] or t["task_id"].startswith("p")))'
@@ -125,7 +125,7 @@ print(sum(1 for t in d if "." in t["task_id"] or t["task_id"].startswith("p")))'
 succeeded() { # how many step or plain tasks succeeded
   ts status --json --outcome succeeded | python3 -c '
 import json, sys
-print(sum(1 for t in json.load(sys.stdin) if "." in t["task_id"] or t["task_id"].startswith("p")))'
+print(sum(1 for line in sys.stdin if line.strip() for t in [json.loads(line)] if "." in t["task_id"] or t["task_id"].startswith("p")))'
 }
 
 # The inputs: a chain, a fan-in and N plain tasks (JSON lines).

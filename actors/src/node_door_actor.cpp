@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -683,6 +684,49 @@ door_impl::behavior_type door(door_ptr self, registry_actor registry,
     },
     [=](status_atom, std::string& task_id) {
       return forward<task_status>(self, status_atom::value, std::move(task_id));
+    },
+    [=](status_atom, status_query& q) -> caf::result<status_page> {
+      // Checked again: an in-process sender skips the deserializer.
+      if (q.states >= (1u << all_task_states.size()) ||
+          q.outcomes >= (1u << all_task_outcomes.size()))
+        return caf::make_error(caf::sec::invalid_argument,
+                               "status: an unknown state or outcome");
+      auto rp = self->make_response_promise<status_page>();
+      self->request(self->state.registry, caf::infinite, status_atom::value, q)
+        .then(
+          [=](status_page& page) mutable {
+            if (!self->state.stats) {
+              page.now = wall_clock_s();
+              rp.deliver(std::move(page));
+              return;
+            }
+            // The page's times, from the statistics.
+            std::vector<std::string> ids;
+            ids.reserve(page.tasks.size());
+            for (auto& t : page.tasks)
+              ids.push_back(t.task_id);
+            auto shared = std::make_shared<status_page>(std::move(page));
+            self
+              ->request(self->state.stats, caf::infinite, clock_atom::value,
+                        std::move(ids))
+              .then(
+                [=](task_clocks& clocks) mutable {
+                  shared->now = clocks.now;
+                  shared->times.reserve(shared->tasks.size());
+                  for (auto& t : shared->tasks) {
+                    auto* x = clocks.find(t.task_id);
+                    shared->times.push_back(x ? *x : task_times{});
+                  }
+                  rp.deliver(std::move(*shared));
+                },
+                [=](caf::error&) mutable {
+                  // No statistics: no times.
+                  shared->now = wall_clock_s();
+                  rp.deliver(std::move(*shared));
+                });
+          },
+          [=](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
     },
     [=](submit_json_atom, std::string& text,
         bool replace) -> caf::result<std::string> {

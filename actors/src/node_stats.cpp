@@ -142,6 +142,20 @@ task_clocks node_stats::clocks(double now, const std::string& task_id) const {
   return out;
 }
 
+task_clocks node_stats::clocks(double now,
+                               std::vector<std::string> task_ids) const {
+  std::sort(task_ids.begin(), task_ids.end());
+  task_clocks out;
+  out.now = now;
+  for (auto& id : task_ids)
+    if (auto* t = times(id);
+        t && (out.task_ids.empty() || out.task_ids.back() != id)) {
+      out.task_ids.push_back(id);
+      out.times.push_back(*t);
+    }
+  return out;
+}
+
 const task_times* task_clocks::find(const std::string& task_id) const {
   auto i = std::lower_bound(task_ids.begin(), task_ids.end(), task_id);
   if (i == task_ids.end() || *i != task_id)

@@ -132,6 +132,8 @@ void register_protocol(caf::actor_system_config& cfg) {
     .add_message_type<task_status>("tasksup::task_status")
     .add_message_type<std::vector<task_status>>(
       "std::vector<tasksup::task_status>")
+    .add_message_type<status_query>("tasksup::status_query")
+    .add_message_type<status_page>("tasksup::status_page")
     .add_message_type<std::vector<classifier_rule>>(
       "std::vector<tasksup::classifier_rule>")
     .add_message_type<event>("tasksup::event")
@@ -171,6 +173,29 @@ void register_protocol(caf::actor_system_config& cfg) {
       }
       return out;
     });
+}
+
+} // namespace tasksup
+
+namespace tasksup {
+
+bool status_query::admits(const task_status& s) const {
+  if (states != 0 && (states & (1u << static_cast<unsigned>(s.state))) == 0)
+    return false;
+  if (outcomes != 0 &&
+      (!s.result ||
+       (outcomes & (1u << static_cast<unsigned>(s.result->outcome))) == 0))
+    return false;
+  return agent.empty() || s.agent_id == agent;
+}
+
+bool status_query::admits_unfinished() const {
+  auto done = 1u << static_cast<unsigned>(task_state::done);
+  return outcomes == 0 && (states == 0 || (states & ~done) != 0);
+}
+
+bool status_query::needs_unfinished_status() const {
+  return admits_unfinished() && (states != 0 || !agent.empty());
 }
 
 } // namespace tasksup

@@ -92,7 +92,6 @@ void release(registry_ptr self, const std::string& task_id) {
   deliver(self, st.slots.release(task_id));
 }
 
-/// Where a task runs or why it waits, added to its supervisor's status.
 void add_placement(registry_ptr self, task_status& s) {
   auto& st = self->state;
   if (auto node = st.slots.node_of(s.task_id))
@@ -243,9 +242,6 @@ const task_status* finished_status(const registry_state& st,
   return i == st.finished.end() ? nullptr : &i->second;
 }
 
-/// Runs `f` with `id`'s record once its result is recorded: at once when it
-/// is, or when the result the supervisor sent before it ended has come
-/// through the hub. Null for a task that is not known at all.
 void when_finished(registry_ptr self, const std::string& id,
                    std::function<void(const task_status*)> f) {
   auto& st = self->state;
@@ -301,46 +297,6 @@ caf::result<bool> control(registry_ptr self, const std::string& task_id,
   if (st.finished.count(task_id) > 0)
     return false;
   return unknown_task_error(st, task_id);
-}
-
-caf::result<std::vector<task_status>> all_status(registry_ptr self) {
-  auto& st = self->state;
-  expire_finished(self, wall_now());
-  auto acc = std::make_shared<std::vector<task_status>>();
-  for (auto& f : st.finished_order)
-    acc->push_back(st.finished[f.id]);
-  add_group_status(self, *acc);
-  if (st.active.empty())
-    return *acc;
-  auto rp = self->make_response_promise<std::vector<task_status>>();
-  auto pending = std::make_shared<std::size_t>(st.active.size());
-  auto done = [=]() mutable {
-    if (--*pending == 0) {
-      std::sort(acc->begin(), acc->end(),
-                [](auto& x, auto& y) { return x.task_id < y.task_id; });
-      rp.deliver(std::move(*acc));
-    }
-  };
-  for (auto& entry : st.active) {
-    auto id = entry.first;
-    self->request(entry.second.supervisor, caf::infinite, status_atom::value)
-      .then(
-        [=](task_status& s) mutable {
-          add_placement(self, s);
-          acc->push_back(std::move(s));
-          done();
-        },
-        [=](caf::error&) mutable {
-          // Finished between the question and the answer (see
-          // ask_supervisor).
-          when_finished(self, id, [=](const task_status* finished) mutable {
-            if (finished)
-              acc->push_back(*finished);
-            done();
-          });
-        });
-  }
-  return rp;
 }
 
 /// Whether the current message comes from the registry's node membership
@@ -458,6 +414,7 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
       return forget_finished(self, task_id);
     },
     [=](status_atom) { return all_status(self); },
+    [=](status_atom, const status_query& q) { return status_page_of(self, q); },
     [=](health_atom) {
       auto& st = self->state;
       auto now = now_s(self);

@@ -238,10 +238,38 @@ void record_result(registry_ptr self, task_result r);
 /// Each is dropped from the journal too and remembered in `expired`.
 void expire_finished(registry_ptr self, double now);
 
+/// Where a task runs or why it waits, added to its supervisor's status.
+void add_placement(registry_ptr self, task_status& s);
+
+/// Runs `f` with `id`'s record once its result is recorded: at once when it
+/// is, or when the result the supervisor sent before it ended has come
+/// through the hub. Null for a task that is not known at all.
+void when_finished(registry_ptr self, const std::string& id,
+                   std::function<void(const task_status*)> f);
+
 /// The error for a task id the registry does not know: when and why
 /// retention removed it, if it did.
 caf::error unknown_task_error(const registry_state& st,
                               const std::string& task_id);
+
+// -- registry_status.cpp ------------------------------------------------------
+
+/// Asks the supervisors of the active tasks `ids` for their status and
+/// calls `done` with the answers (a task that finished meanwhile answers
+/// with its record; one that is gone, not at all), at once when `ids` is
+/// empty.
+void ask_statuses(registry_ptr self, std::vector<std::string> ids,
+                  std::function<void(std::map<std::string, task_status>)> done);
+
+/// Every task and group, the finished first (oldest first) when no task
+/// is active, else all in ascending id order.
+caf::result<std::vector<task_status>> all_status(registry_ptr self);
+
+/// One page of the tasks and groups `q` admits, in ascending id order.
+/// Only the supervisors of the page's tasks are asked, unless the filter
+/// needs the state or agent of every unfinished task.
+caf::result<status_page> status_page_of(registry_ptr self,
+                                        const status_query& q);
 
 // -- registry_submit.cpp ------------------------------------------------------
 

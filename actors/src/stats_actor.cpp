@@ -216,6 +216,9 @@ stats_actor::behavior_type stats_behavior(stats_actor_t self,
     [=](clock_atom, const std::string& task_id) {
       return self->state.stats.clocks(wall_clock_s(), task_id);
     },
+    [=](clock_atom, std::vector<std::string>& task_ids) {
+      return self->state.stats.clocks(wall_clock_s(), std::move(task_ids));
+    },
     [=](view_atom) -> caf::result<std::string> {
       auto rp = self->make_response_promise<std::string>();
       self->request(self->state.registry, registry_timeout, status_atom::value)

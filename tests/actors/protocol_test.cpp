@@ -236,3 +236,65 @@ TEST_CASE("a number that is not finite, or beyond the wire's bound, is "
   o.duration_s = 2.5;
   CHECK(round_trip(sys, o).duration_s == 2.5);
 }
+
+TEST_CASE("a status page and its query round-trip, and a query or page that "
+          "breaks its bounds is refused on load",
+          "[protocol]") {
+  caf::actor_system_config cfg;
+  register_protocol(cfg);
+  caf::actor_system sys{cfg};
+  status_query q{100, "t-0099", 1u << 3, 1u << 1, "claude"};
+  auto q2 = round_trip(sys, q);
+  CHECK(q2.limit == 100);
+  CHECK(q2.after == "t-0099");
+  CHECK(q2.states == 8);
+  CHECK(q2.outcomes == 2);
+  CHECK(q2.agent == "claude");
+  status_page p;
+  p.tasks.resize(2);
+  p.tasks[0].task_id = "a";
+  p.tasks[1].task_id = "b";
+  p.times.resize(2);
+  p.times[1].submitted_ts = 1.8e9;
+  p.times[1].last_decision = "retry 1/3 in 5 s";
+  p.now = 1.8e9 + 5;
+  p.total = 10;
+  p.matched = 4;
+  p.more = 2;
+  auto p2 = round_trip(sys, p);
+  CHECK(p2.tasks.size() == 2);
+  CHECK(p2.times.at(1).last_decision == "retry 1/3 in 5 s");
+  CHECK(p2.times.at(1).submitted_ts == 1.8e9);
+  CHECK(p2.total == 10);
+  CHECK(p2.matched == 4);
+  CHECK(p2.more == 2);
+
+  auto refused = [&](auto x) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};
+    REQUIRE_FALSE(sink(x));
+    decltype(x) y;
+    caf::binary_deserializer source{sys, buf};
+    auto err = source(y);
+    return err ? caf::to_string(err) : std::string{};
+  };
+  // A state or outcome bit past the enums'.
+  CHECK_THAT(refused(status_query{0, "", 1u << all_task_states.size(), 0, ""}),
+             Catch::Contains("status_query.states"));
+  CHECK_THAT(
+    refused(status_query{0, "", 0, 1u << all_task_outcomes.size(), ""}),
+    Catch::Contains("status_query.outcomes"));
+  CHECK_THAT(refused(status_query{0, std::string(65, 'x'), 0, 0, ""}),
+             Catch::Contains("status_query.after"));
+  // Counts that cannot be: more matching than there are, more times than
+  // tasks.
+  auto bad = p;
+  bad.matched = 11;
+  CHECK_THAT(refused(bad), Catch::Contains("status_page.matched"));
+  bad = p;
+  bad.times.resize(3);
+  CHECK_THAT(refused(bad), Catch::Contains("status_page.times"));
+  bad = p;
+  bad.times[0].last_decision.assign(wire::max_text_bytes + 1, 'x');
+  CHECK_THAT(refused(bad), Catch::Contains("times.last_decision"));
+}

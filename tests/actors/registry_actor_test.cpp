@@ -793,3 +793,84 @@ TEST_CASE_METHOD(registry_fixture,
              Catch::EndsWith(" UTC: the node keeps finished tasks for 7 days "
                              "(--retain-days)"));
 }
+
+namespace {
+
+/// The ids of a page, in its order.
+std::vector<std::string> ids_of(const status_page& page) {
+  std::vector<std::string> out;
+  for (auto& t : page.tasks)
+    out.push_back(t.task_id);
+  return out;
+}
+
+} // namespace
+
+TEST_CASE_METHOD(registry_fixture,
+                 "status pages: ascending ids after a cursor, filtered by "
+                 "state, outcome and agent on the node, with the counts",
+                 "[registry]") {
+  auto cfg = builtin_config();
+  cfg.node.max_concurrent = 4;
+  start(cfg);
+  runtime->script("ok", {exits(0)});
+  runtime->script("bad", {exits(1)});
+  runtime->script("slow", {hangs()});
+  auto failing = task_with("d2", {"bad"});
+  failing.supervisor.max_retries_per_agent = 0;
+  submit(failing);
+  submit(task_with("d1", {"ok"}));
+  CHECK(await("d1").outcome == task_outcome::succeeded);
+  CHECK(await("d2").outcome == task_outcome::failed);
+  submit(task_with("r2", {"slow"}));
+  submit(task_with("r1", {"slow"}));
+  REQUIRE(status("r1").state == task_state::running);
+  REQUIRE(status("r2").state == task_state::running);
+  auto page = [&](status_query q) {
+    auto answer = ask<status_page>(reg, status_atom::value, q);
+    REQUIRE(answer);
+    REQUIRE(*answer);
+    return std::move(**answer);
+  };
+  auto bit = [](auto x) { return 1u << static_cast<unsigned>(x); };
+
+  // The first page: in id order, an active task with its supervisor's
+  // state, and how many follow.
+  auto first = page({3, "", 0, 0, ""});
+  CHECK(ids_of(first) == std::vector<std::string>{"d1", "d2", "r1"});
+  CHECK(first.tasks[2].state == task_state::running);
+  CHECK(first.tasks[2].agent_id == "slow");
+  CHECK(first.total == 4);
+  CHECK(first.matched == 4);
+  CHECK(first.more == 1);
+  // The next one, from the last id shown.
+  auto next = page({3, "r1", 0, 0, ""});
+  CHECK(ids_of(next) == std::vector<std::string>{"r2"});
+  CHECK(next.matched == 4);
+  CHECK(next.more == 0);
+  // No limit: all of them.
+  CHECK(ids_of(page({})).size() == 4);
+
+  // Filters, each counted against the node's total.
+  auto done = page({0, "", bit(task_state::done), 0, ""});
+  CHECK(ids_of(done) == std::vector<std::string>{"d1", "d2"});
+  CHECK(done.total == 4);
+  CHECK(done.matched == 2);
+  CHECK(ids_of(page({0, "", 0, bit(task_outcome::failed), ""})) ==
+        std::vector<std::string>{"d2"});
+  auto running = page({1, "", bit(task_state::running), 0, ""});
+  CHECK(ids_of(running) == std::vector<std::string>{"r1"});
+  CHECK(running.matched == 2);
+  CHECK(running.more == 1);
+  CHECK(ids_of(page({1, "r1", bit(task_state::running), 0, ""})) ==
+        std::vector<std::string>{"r2"});
+  CHECK(ids_of(page({0, "", 0, 0, "slow"})) ==
+        std::vector<std::string>{"r1", "r2"});
+  CHECK(ids_of(page({0, "", 0, 0, "ok"})) == std::vector<std::string>{"d1"});
+  auto none = page({0, "", bit(task_state::backoff), 0, ""});
+  CHECK(none.tasks.empty());
+  CHECK(none.matched == 0);
+  CHECK(none.total == 4);
+  // Past the last id: an empty page.
+  CHECK(page({10, "zz", 0, 0, ""}).tasks.empty());
+}

@@ -2,6 +2,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <iostream>
 #include <set>
 #include <sstream>
@@ -17,7 +18,7 @@ std::string printed(const status_answer& a, bool single, bool json,
                     const std::set<std::string>& outcomes = {}) {
   std::ostringstream out;
   auto* old = std::cout.rdbuf(out.rdbuf());
-  print_status(a, single, json, status_filter{states, outcomes});
+  print_status(a, single, json, status_filter{states, outcomes, {}});
   std::cout.rdbuf(old);
   return out.str();
 }
@@ -188,4 +189,71 @@ TEST_CASE("status_view: --outcome takes the outcome names and lists them "
   REQUIRE(err);
   CHECK(*err == "--outcome: expected succeeded, failed or stopped; got "
                 "'crashed'");
+}
+
+TEST_CASE("status_view: a page's counts travel, and the line under it names "
+          "the next page (on stderr with --json, one record per line)") {
+  status_answer a;
+  a.now = 1000;
+  a.rows.push_back(row("t1", "running", 990));
+  a.rows.push_back(row("t2", "done", 900));
+  a.paging = status_paging{10, 7, 5};
+  auto back = parse_status_answer(status_answer_json(a));
+  REQUIRE(back);
+  REQUIRE(back->paging);
+  CHECK(back->paging->total == 10);
+  CHECK(back->paging->matched == 7);
+  CHECK(back->paging->more == 5);
+  // A full listing (a node before pages) has none.
+  CHECK_FALSE(parse_status_answer(R"({"now":1,"tasks":[]})")->paging);
+
+  std::ostringstream out;
+  std::ostringstream err;
+  auto* old_out = std::cout.rdbuf(out.rdbuf());
+  auto* old_err = std::cerr.rdbuf(err.rdbuf());
+  print_status(a, false, false, {}, "tasksup status --limit 2");
+  std::cout.rdbuf(old_out);
+  std::cerr.rdbuf(old_err);
+  CHECK_THAT(out.str(), Catch::EndsWith("\n\n2 of 7 matching tasks; 5 more: "
+                                        "tasksup status --limit 2 --after "
+                                        "t2\n"));
+  CHECK(err.str().empty());
+
+  out.str("");
+  old_out = std::cout.rdbuf(out.rdbuf());
+  old_err = std::cerr.rdbuf(err.rdbuf());
+  print_status(a, false, true, {}, "tasksup status --limit 2");
+  std::cout.rdbuf(old_out);
+  std::cerr.rdbuf(old_err);
+  auto text = out.str();
+  CHECK(std::count(text.begin(), text.end(), '\n') == 2);
+  CHECK(text.rfind("{\"task_id\":\"t1\"", 0) == 0);
+  CHECK(text.find("\n{\"task_id\":\"t2\"") != std::string::npos);
+  CHECK(err.str() ==
+        "2 of 7 matching tasks; 5 more: tasksup status --limit 2 --after t2\n");
+  // The last page says nothing more.
+  a.paging->more = 0;
+  CHECK(printed(a, false, false).find("more:") == std::string::npos);
+}
+
+TEST_CASE("status_view: page options are checked, and the socket's query and "
+          "the next page's command say what was asked") {
+  status_page_options p;
+  CHECK_FALSE(check_page_options(p));
+  p.limit = max_status_limit + 1;
+  CHECK(check_page_options(p) ==
+        "--limit: at most " + std::to_string(max_status_limit));
+  p.limit = 50;
+  p.after = std::string(65, 'x');
+  CHECK(check_page_options(p) == "--after: a task id (at most 64 bytes)");
+  p.after = "t 1/2";
+  status_filter f{{"running", "backoff"}, {}, "claude"};
+  CHECK_FALSE(check_agent_filter("claude"));
+  CHECK(check_agent_filter(std::string(65, 'a')) ==
+        "--agent: an agent id (at most 64 bytes)");
+  CHECK(status_query_string(p, f) ==
+        "limit=50&after=t%201%2F2&agent=claude&state=backoff%2Crunning");
+  CHECK(next_page_command(p, f) ==
+        "tasksup status --limit 50 --state backoff,running --agent claude");
+  CHECK(status_query_string({}, {}).empty());
 }

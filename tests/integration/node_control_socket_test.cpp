@@ -20,11 +20,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -128,6 +130,28 @@ std::string ask(const std::string& path, const std::string& request) {
   auto answer = read_all(fd);
   ::close(fd);
   return answer;
+}
+
+/// A table's lines with its AGE column cut out (the rest of each row, and
+/// the lines under the table, whole).
+std::vector<std::string> rows_of(const std::string& table) {
+  std::vector<std::string> out;
+  std::istringstream in{table};
+  std::string line;
+  std::size_t age = std::string::npos;
+  std::size_t next = std::string::npos;
+  while (std::getline(in, line)) {
+    if (line.rfind("TASK", 0) == 0) {
+      age = line.find("AGE");
+      next = line.find("NEXT RETRY");
+    }
+    if (age != std::string::npos && next != std::string::npos &&
+        line.size() > next && line.rfind("TASK", 0) != 0 &&
+        line.find(' ') < age)
+      line = line.substr(0, age) + line.substr(next);
+    out.push_back(line);
+  }
+  return out;
 }
 
 std::string post_submit(const std::string& body) {
@@ -277,6 +301,93 @@ TEST_CASE("control socket: tasks from stdin go in batches, in input order, "
   REQUIRE(all.status == 0);
   for (auto id : {"\"t1\"", "\"t39\"", "\"t41\"", "\"t150\""})
     CHECK(all.out.find(std::string{"\"task_id\":"} + id) != std::string::npos);
+}
+
+TEST_CASE("status pages: --limit and --after walk the tasks in id order, "
+          "the line under a page names the next, and the socket and the TCP "
+          "port print the same") {
+  scratch dir;
+  socket_node n{dir, "serve"};
+  auto alone = alone_program(dir);
+  // Five quick tasks, submitted out of order; p3 fails.
+  std::ofstream lines{dir / "tasks.jsonl"};
+  for (auto id : {"p4", "p1", "p5", "p3", "p2"})
+    lines << R"({"id": ")" << id << R"(", "prompt": "x", )"
+          << R"("agent_selection": {"agents": [{"agent_id": ")"
+          << (id == std::string{"p3"} ? "f" : "t") << R"(", "agent_cli": ")"
+          << (id == std::string{"p3"} ? "/bin/false" : "/bin/true")
+          << R"("}]}, "supervisor": {"max_retries_per_agent": 0}})" << '\n';
+  lines.close();
+  REQUIRE(run_alone(dir, alone, {"submit", "-", "--node", n.address()},
+                    dir / "tasks.jsonl")
+            .status == 0);
+  REQUIRE(eventually(
+    [&] {
+      auto r = n.tcp({"status", "--state", "done", "--json"});
+      return std::count(r.out.begin(), r.out.end(), '\n') == 5;
+    },
+    60s));
+  auto both = [&](std::vector<std::string> args) {
+    auto node = std::vector<std::string>{"--node", n.address()};
+    auto with_node = args;
+    with_node.insert(with_node.end(), node.begin(), node.end());
+    auto local = run_alone(dir, alone, with_node);
+    auto tcp = n.tcp(args);
+    INFO(args[0] << " " << args[1] << " " << args[2]);
+    CHECK(local.status == tcp.status);
+    CHECK(local.err == tcp.err);
+    // A table's AGE moves on between the two: its rows are compared, a
+    // record (JSON) whole.
+    if (std::find(args.begin(), args.end(), "--json") != args.end())
+      CHECK(local.out == tcp.out);
+    else
+      CHECK(rows_of(local.out) == rows_of(tcp.out));
+    return tcp;
+  };
+  auto rows = [](const std::string& out) {
+    std::vector<std::string> ids;
+    for (auto& row : rows_of(out))
+      if (row.rfind("p", 0) == 0)
+        ids.push_back(row.substr(0, row.find(' ')));
+    return ids;
+  };
+  auto first = both({"status", "--limit", "2"});
+  CHECK(first.status == 0);
+  CHECK(rows(first.out) == std::vector<std::string>{"p1", "p2"});
+  CHECK_THAT(first.out,
+             Catch::EndsWith("\n2 of 5 tasks; 3 more: tasksup status "
+                             "--limit 2 --after p2\n"));
+  auto second = both({"status", "--limit", "2", "--after", "p2"});
+  CHECK(rows(second.out) == std::vector<std::string>{"p3", "p4"});
+  CHECK_THAT(second.out, Catch::EndsWith("1 more: tasksup status --limit 2 "
+                                         "--after p4\n"));
+  auto last = both({"status", "--limit", "2", "--after", "p4"});
+  CHECK(rows(last.out) == std::vector<std::string>{"p5"});
+  CHECK(last.out.find("more:") == std::string::npos);
+  // Filtered on the node: the count is of the tasks that match.
+  auto ok = both({"status", "--outcome", "succeeded", "--limit", "3"});
+  CHECK(rows(ok.out) == std::vector<std::string>{"p1", "p2", "p4"});
+  CHECK_THAT(ok.out, Catch::EndsWith("3 of 4 matching tasks; 1 more: tasksup "
+                                     "status --limit 3 --outcome succeeded "
+                                     "--after p4\n"));
+  auto by_agent = both({"status", "--agent", "f", "--json"});
+  CHECK(by_agent.out.find("\"task_id\":\"p3\"") != std::string::npos);
+  CHECK(std::count(by_agent.out.begin(), by_agent.out.end(), '\n') == 1);
+  // JSON: one record per line on stdout, the rest of the page on stderr.
+  auto js = both({"status", "--json", "--limit", "2"});
+  auto records = json_lines(js.out);
+  REQUIRE(records.size() == 2);
+  CHECK(records[0].at("task_id") == "p1");
+  CHECK(records[1].at("task_id") == "p2");
+  CHECK_THAT(js.err, Catch::Contains("3 more: tasksup status --limit 2 "
+                                     "--after p2"));
+  // Bad values are named (the whole program says so).
+  auto bad = n.tcp({"status", "--limit", "many"});
+  CHECK(bad.status == 2);
+  CHECK_THAT(bad.err, Catch::Contains("--limit"));
+  auto long_after = n.tcp({"status", "--after", std::string(65, 'x')});
+  CHECK(long_after.status == 2);
+  CHECK_THAT(long_after.err, Catch::Contains("--after: a task id"));
 }
 
 TEST_CASE("control socket: a killed node's socket is stale, commands use the "

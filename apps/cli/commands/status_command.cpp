@@ -41,6 +41,10 @@ struct status_options {
   std::vector<std::string> outcomes;
   /// Redraw as the node's tasks change, until Ctrl-C.
   bool watch = false;
+  /// Only tasks of this agent.
+  std::string agent;
+  /// The page: --limit, --after.
+  status_page_options page;
 };
 
 /// The statistics' `(view)` text with every task's times; empty when the
@@ -53,31 +57,34 @@ std::string fetch_times(node_session& s) {
   return out;
 }
 
-/// The node's tasks (or the one task of `opts`) with their times; nullopt,
-/// with the failure reported and its exit status in `rc`, when the node
-/// did not answer.
+/// The node's tasks (a page of those `filter` admits, or the one task of
+/// `opts`) with their times; nullopt, with the failure reported and its
+/// exit status in `rc`, when the node did not answer.
 std::optional<status_answer> fetch_status(node_session& s,
-                                          const status_options& opts, int& rc) {
+                                          const status_options& opts,
+                                          const status_filter& filter,
+                                          int& rc) {
   auto on_error = [&](caf::error& err) {
     rc = report_request_error(s, err, exit_status::unavailable);
   };
-  std::optional<std::vector<task_status>> all;
+  std::optional<status_answer> answer;
   if (!opts.task_id.empty())
     s.self
       ->request(s.node, node_request_timeout, status_atom::value, opts.task_id)
       .receive(
         [&](task_status& st) {
-          all.emplace();
-          all->push_back(std::move(st));
+          answer = make_status_answer({std::move(st)}, fetch_times(s));
         },
         on_error);
   else
-    s.self->request(s.node, node_request_timeout, status_atom::value)
-      .receive([&](std::vector<task_status>& x) { all = std::move(x); },
+    s.self
+      ->request(s.node, node_request_timeout, status_atom::value,
+                make_status_query(opts.page, filter))
+      .receive([&](status_page& page) { answer = make_status_answer(page); },
                on_error);
-  if (!all)
+  if (!answer)
     return std::nullopt;
-  auto out = make_status_answer(*all, fetch_times(s));
+  auto& out = *answer;
   if (opts.task_id.empty())
     // The schedules' next runs go under the table (none from a node that
     // runs none, or from one before schedules).
@@ -90,7 +97,12 @@ std::optional<status_answer> fetch_status(node_session& s,
             out.schedules.push_back(schedule_record(x));
         },
         [](caf::error&) {});
-  return out;
+  // Read back as the control socket's answer is: Boost.JSON (1.81) reads
+  // some numbers one unit in the last place off, and both paths must print
+  // the same bytes.
+  if (auto same = parse_status_answer(status_answer_json(out)))
+    return same;
+  return answer;
 }
 
 /// `status --watch`: the table again whenever the node's events say its
@@ -116,7 +128,7 @@ int watch_status(node_session& s, const status_options& opts,
     return v && v->is_string() ? std::string{v->get_string()} : std::string{};
   };
   auto draw = [&]() -> bool {
-    auto answer = fetch_status(s, opts, rc);
+    auto answer = fetch_status(s, opts, filter, rc);
     if (!answer)
       return false;
     if (single && !answer->rows.empty())
@@ -217,14 +229,20 @@ int status(const status_options& opts) {
     return bad(*err);
   if (auto err = parse_outcome_filter(opts.outcomes, filter.outcomes))
     return bad(*err);
+  filter.agent = opts.agent;
+  if (auto err = check_agent_filter(filter.agent))
+    return bad(*err);
+  if (auto err = check_page_options(opts.page))
+    return bad(*err);
   return with_node("status", opts.node, opts.watch, [&](node_session& s) {
     if (opts.watch)
       return watch_status(s, opts, filter);
     int rc = exit_status::ok;
-    auto answer = fetch_status(s, opts, rc);
+    auto answer = fetch_status(s, opts, filter, rc);
     if (!answer)
       return rc;
-    print_status(*answer, !opts.task_id.empty(), opts.json, filter);
+    print_status(*answer, !opts.task_id.empty(), opts.json, filter,
+                 next_page_command(opts.page, filter));
     return rc;
   });
 }
@@ -236,11 +254,12 @@ void setup_status(CLI::App& app, int& status_code) {
               "retries, age, next retry and outcome.");
   cmd->add_option("task", opts->task_id, "Only this task (by id)");
   cmd->add_flag("--json", opts->json,
-                "Print JSON instead of a table: an array of task records "
-                "(one object with TASK), with the final result of finished "
-                "tasks as `task_done` carries it and the times "
+                "Print JSON instead of a table: one task record per line "
+                "(JSON Lines; one object with TASK), with the final result "
+                "of finished tasks as `task_done` carries it and the times "
                 "submitted_ts, next_retry_ts, finished_ts (seconds since the "
-                "epoch, null when unknown)");
+                "epoch, null when unknown); how many more tasks a page "
+                "leaves goes to stderr");
   cmd->add_option("--state", opts->states,
                   "Only tasks in this state: queued, running, backoff, "
                   "paused, quota_wait, not_now or done (repeat or separate "
@@ -249,6 +268,17 @@ void setup_status(CLI::App& app, int& status_code) {
                   "Only finished tasks with this outcome: succeeded, failed "
                   "or stopped (repeat or separate with commas; combines "
                   "with --state)");
+  cmd->add_option("--agent", opts->agent,
+                  "Only tasks whose current (or last) attempt is this "
+                  "agent's");
+  cmd
+    ->add_option("--limit", opts->page.limit,
+                 "At most N tasks, in task id order, and how many more "
+                 "there are (default: all)")
+    ->check(CLI::Range(0u, max_status_limit));
+  cmd->add_option("--after", opts->page.after,
+                  "Only tasks whose id sorts after this one: the last task "
+                  "of the page before (what the line under a page names)");
   cmd->add_flag("--watch,-w", opts->watch,
                 "Keep watching: show the tasks again whenever they change "
                 "(on a terminal the table is redrawn in place; otherwise "
@@ -267,12 +297,21 @@ task in backoff tries again, or before a quota resets. With TASK, the
 times follow the table in ISO 8601 (UTC). On the node's machine, without
 --certs, --insecure or $TASKSUP_CERTS, the command asks over the node's
 control socket (<state dir>/control-PORT.sock; see `tasksup serve --help`)
-when it is there. The node remembers finished tasks up to its history
-limit. An unknown task id exits with status 3.
+when it is there. The node keeps finished tasks as its retention says
+(`tasksup serve --retain-tasks/--retain-days`); asked for one it no longer
+keeps, it says when and why that one expired. An unknown task id exits with
+status 3.
+
+Pages: the node filters (--state, --outcome, --agent) and pages (--limit,
+--after) itself and sends only the page, in task id order; under the table
+a line says how many more tasks there are and the command that shows them.
+Without --limit, every task is listed.
 
 Example:
   tasksup status
-  tasksup status --state running,backoff
+  tasksup status --limit 100
+  tasksup status --limit 100 --after t-0099
+  tasksup status --state running,backoff --agent claude
   tasksup status --outcome failed
   tasksup status --watch
   tasksup status demo-flaky --json)");

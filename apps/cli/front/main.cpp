@@ -153,23 +153,6 @@ std::optional<local_answer> ask(local_node& node, const std::string& command,
   return answer;
 }
 
-/// `text` as one path segment: everything but unreserved characters as %XX.
-std::string path_segment(std::string_view text) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  std::string out;
-  for (char ch : text) {
-    auto c = static_cast<unsigned char>(ch);
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += ch;
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
 std::optional<int> local_status(int argc, char** argv) {
   CLI::App app;
   auto* cmd = app.add_subcommand("status");
@@ -182,15 +165,25 @@ std::optional<int> local_status(int argc, char** argv) {
   cmd->add_flag("--json", json);
   cmd->add_option("--state", state_values);
   cmd->add_option("--outcome", outcome_values);
+  status_page_options page;
+  cmd->add_option("--limit", page.limit);
+  cmd->add_option("--after", page.after);
+  std::string agent;
+  cmd->add_option("--agent", agent);
   // --watch follows the node's events: tasksup-core does that.
   cmd->add_flag("--watch,-w", watch);
   auto node = parse_and_connect(app, cmd, argc, argv);
   status_filter filter;
+  filter.agent = agent;
+  // Bad values: tasksup-core says what is wrong with them.
   if (!node || watch || parse_state_filter(state_values, filter.states) ||
-      parse_outcome_filter(outcome_values, filter.outcomes))
+      parse_outcome_filter(outcome_values, filter.outcomes) ||
+      check_page_options(page) || check_agent_filter(agent))
     return std::nullopt;
-  auto target = task_id.empty() ? std::string{"/v1/status"}
-                                : "/v1/status/" + path_segment(task_id);
+  auto query = status_query_string(page, filter);
+  auto target = !task_id.empty()
+                  ? "/v1/status/" + percent_encoded(task_id)
+                  : "/v1/status" + (query.empty() ? "" : "?" + query);
   int rc = exit_status::ok;
   auto answer = ask(*node, "status", "GET", target, rc);
   if (!answer)
@@ -200,7 +193,8 @@ std::optional<int> local_status(int argc, char** argv) {
     return report_node_failure("status", node->address, false, false,
                                "an answer that is not a status",
                                exit_status::unavailable);
-  print_status(*status, !task_id.empty(), json, filter);
+  print_status(*status, !task_id.empty(), json, filter,
+               next_page_command(page, filter));
   return exit_status::ok;
 }
 
@@ -325,7 +319,7 @@ std::optional<int> local_control(const control_action& action, int argc,
   int rc = exit_status::ok;
   auto answer =
     ask(*node, action.name, "POST",
-        "/v1/tasks/" + path_segment(task_id) + "/" + action.name, rc);
+        "/v1/tasks/" + percent_encoded(task_id) + "/" + action.name, rc);
   if (!answer)
     return rc;
   boost::system::error_code ec;

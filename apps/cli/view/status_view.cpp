@@ -11,6 +11,7 @@
 #include <boost/json/parse.hpp>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <ctime>
 #include <iostream>
@@ -214,8 +215,85 @@ parse_state_filter(const std::vector<std::string>& values,
   return std::nullopt;
 }
 
+std::optional<std::string> check_page_options(const status_page_options& p) {
+  if (p.limit > max_status_limit)
+    return "--limit: at most " + std::to_string(max_status_limit);
+  if (p.after.size() > 64)
+    return "--after: a task id (at most 64 bytes)";
+  return std::nullopt;
+}
+
+std::string percent_encoded(std::string_view text) {
+  static constexpr char hex[] = "0123456789ABCDEF";
+  std::string out;
+  for (char ch : text) {
+    auto c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += ch;
+    } else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+namespace {
+
+/// The names in `set`, comma-separated.
+std::string joined(const std::set<std::string>& set) {
+  std::string out;
+  for (auto& x : set)
+    out += (out.empty() ? "" : ",") + x;
+  return out;
+}
+
+} // namespace
+
+std::string status_query_string(const status_page_options& p,
+                                const status_filter& filter) {
+  std::string out;
+  auto add = [&](const char* key, const std::string& value) {
+    if (value.empty())
+      return;
+    out += out.empty() ? "" : "&";
+    out += key;
+    out += '=';
+    out += percent_encoded(value);
+  };
+  add("limit", p.limit == 0 ? "" : std::to_string(p.limit));
+  add("after", p.after);
+  add("agent", filter.agent);
+  add("state", joined(filter.states));
+  add("outcome", joined(filter.outcomes));
+  return out;
+}
+
+std::string next_page_command(const status_page_options& p,
+                              const status_filter& filter) {
+  std::string out = "tasksup status";
+  if (p.limit != 0)
+    out += " --limit " + std::to_string(p.limit);
+  if (!filter.states.empty())
+    out += " --state " + joined(filter.states);
+  if (!filter.outcomes.empty())
+    out += " --outcome " + joined(filter.outcomes);
+  if (!filter.agent.empty())
+    out += " --agent " + cell(filter.agent);
+  return out;
+}
+
+std::optional<std::string> check_agent_filter(const std::string& agent) {
+  if (agent.size() > 64)
+    return "--agent: an agent id (at most 64 bytes)";
+  return std::nullopt;
+}
+
 bool status_filter::admits(const boost::json::object& record) const {
   if (!states.empty() && states.count(text_at(record, "state")) == 0)
+    return false;
+  if (!agent.empty() && text_at(record, "agent_id") != agent)
     return false;
   if (outcomes.empty())
     return true;
@@ -255,7 +333,7 @@ parse_outcome_filter(const std::vector<std::string>& values,
 }
 
 void print_status(const status_answer& answer, bool single, bool json,
-                  const status_filter& filter) {
+                  const status_filter& filter, const std::string& command) {
   std::vector<const status_row*> shown;
   for (auto& row : answer.rows)
     if (single || filter.admits(row.record))
@@ -272,20 +350,34 @@ void print_status(const status_answer& answer, bool single, bool json,
     return;
   }
   if (json) {
-    std::string out = "[";
+    // One record per line, written as they come: a node's thousands of
+    // tasks are never one document.
+    std::string out;
     for (auto* row : shown) {
-      if (out.size() > 1)
-        out += ',';
+      out.clear();
       append_json_text(out, row->record);
+      out += '\n';
+      std::cout << out;
     }
-    out += "]\n";
-    std::cout << out;
   } else if (shown.empty()) {
-    std::cout << (filter.empty()            ? "no tasks\n"
-                  : filter.outcomes.empty() ? "no tasks in that state\n"
-                                            : "no tasks match the filter\n");
+    auto past_the_end = answer.paging && answer.paging->matched > 0;
+    std::cout << (past_the_end     ? "no tasks after that one\n"
+                  : filter.empty() ? "no tasks\n"
+                  : filter.outcomes.empty() && filter.agent.empty()
+                    ? "no tasks in that state\n"
+                    : "no tasks match the filter\n");
   } else {
     print_table(shown, answer.now);
+  }
+  if (answer.paging && answer.paging->more > 0 && !shown.empty()) {
+    auto& p = *answer.paging;
+    auto line = std::to_string(shown.size()) + " of " +
+                std::to_string(p.matched) +
+                (p.matched == p.total ? " tasks" : " matching tasks") + "; " +
+                std::to_string(p.more) + " more: " + command + " --after " +
+                cell(text_at(shown.back()->record, "task_id")) + "\n";
+    // With --json, stdout holds records only.
+    (json ? std::cerr : std::cout) << (json ? "" : "\n") << line;
   }
   if (!json && filter.empty() && !answer.schedules.empty()) {
     std::cout << "\nschedules:\n";
@@ -337,7 +429,13 @@ std::string status_answer_json(const status_answer& answer) {
     append_json_string(out, row.last_decision);
     out += '}';
   }
-  out += "],\"schedules\":[";
+  out += ']';
+  if (answer.paging) {
+    out += ",\"total\":" + std::to_string(answer.paging->total) +
+           ",\"matched\":" + std::to_string(answer.paging->matched) +
+           ",\"more\":" + std::to_string(answer.paging->more);
+  }
+  out += ",\"schedules\":[";
   first = true;
   for (auto& x : answer.schedules) {
     if (!first)
@@ -370,6 +468,16 @@ std::optional<status_answer> parse_status_answer(const std::string& text) {
       return std::nullopt;
     out.rows.push_back(status_row{std::move(record->get_object()),
                                   text_at(*item, "last_decision")});
+  }
+  if (o.contains("total")) {
+    auto count = [&](const char* key) -> std::uint64_t {
+      auto* v = o.if_contains(key);
+      return v && v->is_uint64() ? v->get_uint64()
+             : v && v->is_int64() && v->get_int64() >= 0
+               ? static_cast<std::uint64_t>(v->get_int64())
+               : 0;
+    };
+    out.paging = status_paging{count("total"), count("matched"), count("more")};
   }
   // A node from before schedules sends none.
   if (auto* all = o.if_contains("schedules"); all && all->is_array())

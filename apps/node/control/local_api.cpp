@@ -17,9 +17,12 @@
 
 #include <unistd.h>
 
+#include <charconv>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace tasksup::app {
@@ -52,75 +55,98 @@ http_response bad_request(std::string why) {
                                               {"timeout", false}});
 }
 
-/// Answers `reply` with `all` (every task, or the one `task_id` names) and
-/// the times the node's statistics keep, asked of `stats` as typed values
-/// (the TCP path reads them from the view's JSON, `status_command.cpp`).
+/// Answers `reply` with the task `task_id` names and the times the node's
+/// statistics keep, asked of `stats` as typed values.
 void answer_status(caf::event_based_actor* self, const stats_actor& stats,
-                   std::vector<task_status> all, const std::string& task_id,
-                   const http_reply& reply,
-                   std::vector<boost::json::object> schedules = {}) {
-  // Shared by both handlers below, not copied into each (a node may have
-  // thousands of tasks).
-  auto shared =
-    std::make_shared<const std::vector<task_status>>(std::move(all));
-  auto answer = [shared, reply,
-                 schedules = std::move(schedules)](const task_clocks& clocks) {
+                   task_status one, const std::string& task_id,
+                   const http_reply& reply) {
+  auto answer = [one = std::move(one), reply](const task_clocks& clocks) {
     http_response r;
     r.content_type = "application/json";
-    auto out = make_status_answer(*shared, clocks);
-    out.schedules = schedules;
-    r.body = status_answer_json(out);
+    r.body = status_answer_json(make_status_answer({one}, clocks));
     reply.send(std::move(r));
   };
   if (!stats)
     return answer({});
-  auto got = [=](task_clocks& clocks) { answer(clocks); };
   // No statistics: no times.
-  auto failed = [=](caf::error&) { answer({}); };
-  if (task_id.empty())
-    self->request(stats, node_request_timeout, clock_atom::value)
-      .then(got, failed);
-  else
-    self->request(stats, node_request_timeout, clock_atom::value, task_id)
-      .then(got, failed);
+  self->request(stats, node_request_timeout, clock_atom::value, task_id)
+    .then([=](task_clocks& clocks) { answer(clocks); },
+          [=](caf::error&) { answer({}); });
 }
 
+/// `GET /v1/status/ID`: one task.
 void status(const local_api_context& ctx, std::string task_id,
             http_reply reply) {
   ctx.sys->spawn([door = ctx.door, stats = ctx.stats,
                   task_id = std::move(task_id),
                   reply](caf::event_based_actor* self) {
-    if (task_id.empty())
-      self->request(door, node_request_timeout, status_atom::value)
-        .then(
-          [=](std::vector<task_status>& all) {
-            // The schedules' next runs go under the table.
-            auto tasks =
-              std::make_shared<std::vector<task_status>>(std::move(all));
-            self
-              ->request(door, node_request_timeout, schedule_atom::value,
-                        schedule_request{})
-              .then(
-                [=](std::vector<schedule_info>& list) {
-                  std::vector<boost::json::object> schedules;
-                  for (auto& x : list)
-                    schedules.push_back(schedule_record(x));
-                  answer_status(self, stats, std::move(*tasks), {}, reply,
-                                std::move(schedules));
-                },
-                [=](caf::error&) {
-                  answer_status(self, stats, std::move(*tasks), {}, reply);
-                });
-          },
-          [=](caf::error& err) { reply.send(error_answer(err)); });
-    else
-      self->request(door, node_request_timeout, status_atom::value, task_id)
-        .then(
-          [=](task_status& one) {
-            answer_status(self, stats, {std::move(one)}, task_id, reply);
-          },
-          [=](caf::error& err) { reply.send(error_answer(err)); });
+    self->request(door, node_request_timeout, status_atom::value, task_id)
+      .then(
+        [=](task_status& one) {
+          answer_status(self, stats, std::move(one), task_id, reply);
+        },
+        [=](caf::error& err) { reply.send(error_answer(err)); });
   });
+}
+
+/// `GET /v1/status?...`: a page of the tasks, with the schedules' next runs
+/// (shown under the table).
+void status_list(const local_api_context& ctx, status_query q,
+                 http_reply reply) {
+  ctx.sys->spawn([door = ctx.door, q = std::move(q),
+                  reply](caf::event_based_actor* self) {
+    self->request(door, node_request_timeout, status_atom::value, q)
+      .then(
+        [=](status_page& page) {
+          auto out = std::make_shared<status_answer>(make_status_answer(page));
+          auto send = [out, reply] {
+            http_response r;
+            r.content_type = "application/json";
+            r.body = status_answer_json(*out);
+            reply.send(std::move(r));
+          };
+          self
+            ->request(door, node_request_timeout, schedule_atom::value,
+                      schedule_request{})
+            .then(
+              [=](std::vector<schedule_info>& list) {
+                for (auto& x : list)
+                  out->schedules.push_back(schedule_record(x));
+                send();
+              },
+              [=](caf::error&) { send(); });
+        },
+        [=](caf::error& err) { reply.send(error_answer(err)); });
+  });
+}
+
+/// The page `req`'s query asks for (limit, after, agent, state, outcome),
+/// or the error text.
+std::variant<status_query, std::string> page_query(const http_request& req) {
+  status_page_options page;
+  status_filter filter;
+  if (auto limit = req.query_param("limit")) {
+    std::uint64_t n = 0;
+    auto [end, ec] =
+      std::from_chars(limit->data(), limit->data() + limit->size(), n);
+    if (ec != std::errc{} || end != limit->data() + limit->size() ||
+        n > max_status_limit)
+      return "limit: expected 0 to " + std::to_string(max_status_limit);
+    page.limit = static_cast<std::uint32_t>(n);
+  }
+  page.after = req.query_param("after").value_or("");
+  filter.agent = req.query_param("agent").value_or("");
+  if (auto err = check_page_options(page))
+    return *err;
+  if (auto err = check_agent_filter(filter.agent))
+    return *err;
+  if (auto states = req.query_param("state"))
+    if (auto err = parse_state_filter({*states}, filter.states))
+      return *err;
+  if (auto outcomes = req.query_param("outcome"))
+    if (auto err = parse_outcome_filter({*outcomes}, filter.outcomes))
+      return *err;
+  return make_status_query(page, filter);
 }
 
 /// The answers of one batch, in the order of its tasks.
@@ -256,8 +282,13 @@ void handle_local_request(const local_api_context& ctx, const http_request& req,
     auto rest = path.substr(status_path.size());
     if (req.method != "GET")
       return reply.send(text_response(405, "use GET"));
-    if (rest.empty())
-      return status(ctx, {}, std::move(reply));
+    if (rest.empty()) {
+      auto q = page_query(req);
+      if (auto* err = std::get_if<std::string>(&q))
+        return reply.send(bad_request(std::move(*err)));
+      return status_list(ctx, std::move(std::get<status_query>(q)),
+                         std::move(reply));
+    }
     if (rest.front() == '/' && rest.size() > 1)
       return status(ctx, rest.substr(1), std::move(reply));
   }

@@ -190,6 +190,34 @@ status_answer make_status_answer(const std::vector<task_status>& all,
   return out;
 }
 
+status_query make_status_query(const status_page_options& p,
+                               const status_filter& filter) {
+  status_query q;
+  q.limit = p.limit;
+  q.after = p.after;
+  q.agent = filter.agent;
+  for (std::size_t i = 0; i < all_task_states.size(); ++i)
+    if (filter.states.count(std::string{to_string(all_task_states[i])}) > 0)
+      q.states |= 1u << i;
+  for (std::size_t i = 0; i < all_task_outcomes.size(); ++i)
+    if (filter.outcomes.count(std::string{to_string(all_task_outcomes[i])}) > 0)
+      q.outcomes |= 1u << i;
+  return q;
+}
+
+status_answer make_status_answer(const status_page& page) {
+  status_answer out;
+  out.now = page.now;
+  out.rows.reserve(page.tasks.size());
+  for (std::size_t i = 0; i < page.tasks.size(); ++i) {
+    auto* c = i < page.times.size() ? &page.times[i] : nullptr;
+    out.rows.push_back(status_row{to_json(page.tasks[i], c),
+                                  c ? c->last_decision : std::string{}});
+  }
+  out.paging = status_paging{page.total, page.matched, page.more};
+  return out;
+}
+
 boost::json::object schedule_record(const schedule_info& x) {
   boost::json::object o;
   o["name"] = x.name;

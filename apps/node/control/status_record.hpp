@@ -25,6 +25,14 @@ status_answer make_status_answer(const std::vector<task_status>& all,
 status_answer make_status_answer(const std::vector<task_status>& all,
                                  const task_clocks& clocks);
 
+/// The query for the page `p` of the tasks `filter` admits.
+status_query make_status_query(const status_page_options& p,
+                               const status_filter& filter);
+
+/// The rows of one page (`(status, status_query)`'s answer), with its
+/// times and counts.
+status_answer make_status_answer(const status_page& page);
+
 /// One schedule as `schedule list --json`, `status` and the dashboard show
 /// it: name, source, timing, overlap, paused, next_ts and last_ts (seconds
 /// since the epoch, null for none), running (a task id or null), runs and

@@ -27,6 +27,8 @@ struct attempt_report;
 struct attempt_options;
 struct node_info;
 struct schedule_request;
+struct status_query;
+struct status_page;
 struct schedule_info;
 struct node_offer;
 struct task_spec;
@@ -109,8 +111,8 @@ using node_agent_actor = caf::typed_actor<
 
 /// What a node answers its clients (the registry itself, and its door on the
 /// registry's behalf): submit (-> the task id), control requests on a task
-/// (-> whether they took effect), `forget` a finished task, status (all, or
-/// one), an attempt's log, `await` a task's result, subscriptions to the
+/// (-> whether they took effect), `forget` a finished task, status (all,
+/// one, or a page: `status_query`), an attempt's log, `await` a task's result, subscriptions to the
 /// node's events (all, or one task's, answered with its history so far),
 /// worker nodes that join (-> the node's name) or are listed, and the
 /// node's schedules (schedule_actor.hpp).
@@ -126,6 +128,7 @@ using node_client_actor = caf::typed_actor<
   caf::replies_to<resume_atom, std::string>::with<bool>,
   caf::replies_to<status_atom>::with<std::vector<task_status>>,
   caf::replies_to<status_atom, std::string>::with<task_status>,
+  caf::replies_to<status_atom, status_query>::with<status_page>,
   caf::replies_to<logs_atom, std::string, int,
                   std::uint64_t>::with<int, std::uint64_t, std::string, bool>,
   caf::replies_to<await_atom, std::string>::with<task_result>,

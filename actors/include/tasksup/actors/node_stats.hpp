@@ -118,26 +118,6 @@ struct fallback_suggestion {
   std::string why;
 };
 
-/// Times and the latest decision of one task, which `task_status` does not
-/// carry.
-struct task_times {
-  /// 0 when unknown (the task began before the statistics did).
-  double submitted_ts = 0;
-  double attempt_started_ts = 0;
-  /// When the pending retry starts; 0 when none is pending.
-  double next_retry_ts = 0;
-  double finished_ts = 0;
-  /// The latest decision in words ("retry 1/3 in 5 s: ...").
-  std::string last_decision;
-};
-
-template<class Inspector>
-typename Inspector::result_type inspect(Inspector& f, task_times& x) {
-  return f(caf::meta::type_name("task_times"), x.submitted_ts,
-           x.attempt_started_ts, x.next_retry_ts, x.finished_ts,
-           x.last_decision);
-}
-
 /// The times of every task the statistics keep, with the node's clock: the
 /// answer to `clock_atom`, which `status` on the node's own machine reads
 /// instead of the view's JSON. Local to a node (not registered for the
@@ -195,6 +175,9 @@ public:
 
   /// The times of `task_id` alone (none when it is unknown).
   task_clocks clocks(double now, const std::string& task_id) const;
+
+  /// The times of those of `task_ids` it knows.
+  task_clocks clocks(double now, std::vector<std::string> task_ids) const;
 
   /// Finished attempts kept, oldest first.
   const std::deque<attempt_record>& records() const noexcept {

@@ -569,4 +569,100 @@ typename Inspector::result_type inspect(Inspector& f, schedule_info& x) {
            }));
 }
 
+/// Times and the latest decision of one task, which `task_status` does not
+/// carry (the statistics keep them, see node_stats.hpp).
+struct task_times {
+  /// 0 when unknown (the task began before the statistics did).
+  double submitted_ts = 0;
+  double attempt_started_ts = 0;
+  /// When the pending retry starts; 0 when none is pending.
+  double next_retry_ts = 0;
+  double finished_ts = 0;
+  /// The latest decision in words ("retry 1/3 in 5 s: ...").
+  std::string last_decision;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, task_times& x) {
+  return f(caf::meta::type_name("task_times"),
+           detail::finite(x.submitted_ts, "times.submitted_ts"),
+           detail::finite(x.attempt_started_ts, "times.attempt_started_ts"),
+           detail::finite(x.next_retry_ts, "times.next_retry_ts"),
+           detail::finite(x.finished_ts, "times.finished_ts"), x.last_decision,
+           caf::meta::load_callback([&]() -> caf::error {
+             return detail::check_sizes({{x.last_decision, wire::max_text_bytes,
+                                          "times.last_decision"}});
+           }));
+}
+
+/// Which of a node's tasks `(status, status_query)` answers, a page at a
+/// time: ascending by id, those after `after`, at most `limit` (0: all),
+/// each in one of `states` and, when done, with one of `outcomes` (bit i:
+/// the enum's value i; 0 does not filter), of agent `agent` ("" does not
+/// filter; a task's agent is that of its current or last attempt).
+struct status_query {
+  std::uint32_t limit = 0;
+  std::string after;
+  std::uint32_t states = 0;
+  std::uint32_t outcomes = 0;
+  std::string agent;
+
+  /// Whether `s` passes the filter (not the page bounds).
+  bool admits(const task_status& s) const;
+
+  /// Whether the filter can admit a task that has not finished.
+  bool admits_unfinished() const;
+
+  /// Whether the filter needs an unfinished task's status (its state or
+  /// agent) to decide.
+  bool needs_unfinished_status() const;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, status_query& x) {
+  return f(caf::meta::type_name("status_query"), x.limit, x.after, x.states,
+           x.outcomes, x.agent, caf::meta::load_callback([&]() -> caf::error {
+             if (x.states >= (1u << all_task_states.size()))
+               return detail::wire_error("status_query.states",
+                                         "an unknown state");
+             if (x.outcomes >= (1u << all_task_outcomes.size()))
+               return detail::wire_error("status_query.outcomes",
+                                         "an unknown outcome");
+             return detail::check_sizes(
+               {{x.after, wire::max_id_bytes, "status_query.after"},
+                {x.agent, wire::max_id_bytes, "status_query.agent"}});
+           }));
+}
+
+/// One page of a node's tasks: `tasks` in ascending id order, with their
+/// times at the same index (`times`, filled by the node's door; empty from
+/// a node without statistics) and the node's clock `now`; how many tasks
+/// the node has (`total`), how many of them the filter admits (`matched`),
+/// and how many of those come after this page (`more`: ask again with
+/// `after` the last task's id).
+struct status_page {
+  std::vector<task_status> tasks;
+  std::vector<task_times> times;
+  double now = 0;
+  std::uint64_t total = 0;
+  std::uint64_t matched = 0;
+  std::uint64_t more = 0;
+};
+
+template<class Inspector>
+typename Inspector::result_type inspect(Inspector& f, status_page& x) {
+  return f(caf::meta::type_name("status_page"), x.tasks, x.times,
+           detail::finite(x.now, "status_page.now"), x.total, x.matched, x.more,
+           caf::meta::load_callback([&]() -> caf::error {
+             if (x.times.size() > x.tasks.size())
+               return detail::wire_error("status_page.times",
+                                         "more entries than tasks");
+             if (x.matched > x.total || x.more > x.matched ||
+                 x.tasks.size() > x.matched)
+               return detail::wire_error("status_page.matched",
+                                         "counts that do not add up");
+             return caf::none;
+           }));
+}
+
 } // namespace tasksup

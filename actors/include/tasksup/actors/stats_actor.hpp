@@ -25,7 +25,8 @@ using stats_actor = caf::typed_actor<
   caf::replies_to<view_atom, std::uint64_t, std::string>::with<std::string>,
   caf::replies_to<view_atom, std::string>::with<std::string>,
   caf::replies_to<clock_atom>::with<task_clocks>,
-  caf::replies_to<clock_atom, std::string>::with<task_clocks>>;
+  caf::replies_to<clock_atom, std::string>::with<task_clocks>,
+  caf::replies_to<clock_atom, std::vector<std::string>>::with<task_clocks>>;
 
 /// Spawns the node's statistics actor: it subscribes to `registry`'s event
 /// stream, folds every event into a `node_stats`, and on start replays the

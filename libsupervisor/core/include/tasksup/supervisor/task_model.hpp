@@ -60,6 +60,12 @@ enum class task_state : std::uint8_t {
   not_now,
 };
 
+/// Every task state, in declaration order.
+inline constexpr std::array<task_state, 7> all_task_states = {
+  task_state::queued, task_state::running,    task_state::backoff,
+  task_state::done,   task_state::paused,     task_state::quota_wait,
+  task_state::not_now};
+
 /// "queued", "running", "backoff", "done", "paused", "quota_wait" or
 /// "not_now".
 std::string_view to_string(task_state x) noexcept;
