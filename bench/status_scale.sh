@@ -8,7 +8,7 @@
 # its commands alternate with the first's in one hyperfine run (the node's
 # side of `status` changes with the build too). Prints one RESULT line.
 #
-#   [RUNS=20] [WARMUP=3] bench/status_scale.sh TASKSUP_BINARY [OTHER_TASKSUP_BINARY] [N=2001]
+#   [QUEUED=1] [RUNS=20] [WARMUP=3] bench/status_scale.sh TASKSUP_BINARY [OTHER_TASKSUP_BINARY] [N=2001]
 set -euo pipefail
 bin=$1
 other=${2:-}
@@ -16,19 +16,29 @@ n=${3:-2001}
 # Attempt directories and journals on tmpfs: the disk is not what is measured.
 SCRATCH_PARENT=/dev/shm source "$(dirname "${BASH_SOURCE[0]}")/scratch_nodes.sh"
 
+# QUEUED=1: the tasks' agent sleeps an hour, so all but the node's four
+# running ones stay queued (the registry asks an unfinished task's
+# supervisor for its status); else they run /bin/true and finish.
+queued=${QUEUED:-0}
 python3 -c '
 import json, sys
-for i in range(int(sys.argv[1])):
-    print(json.dumps({"id": "t-%d" % i, "prompt": "x", "agent_selection":
-        {"agents": [{"agent_id": "t", "agent_cli": "/bin/true"}]}}))' "$n" \
+n, queued = int(sys.argv[1]), sys.argv[2] == "1"
+agent = {"agent_id": "t", "agent_cli": "/bin/sleep", "cli_flags": "3600"} \
+    if queued else {"agent_id": "t", "agent_cli": "/bin/true"}
+for i in range(n):
+    print(json.dumps({"id": "t-%d" % i, "prompt": "x",
+                      "agent_selection": {"agents": [agent]}}))' "$n" "$queued" \
   >"$work/tasks.jsonl"
+# Every finished task kept (the default keeps 10,000).
+retain=()
+((n > 10000)) && retain=(--retain-tasks "$n")
 
 # start_node NAME BINARY: a node with its own state directory; sets $port.
 start_node() {
   local name=$1 program=$2
   port=$((20000 + RANDOM % 20000))
   "$program" serve --listen "127.0.0.1:$port" --work-dir "$work/$name/work" \
-    --state-dir "$work/$name/state" >"$work/$name.log" 2>&1 &
+    --state-dir "$work/$name/state" "${retain[@]}" >"$work/$name.log" 2>&1 &
   node_pids+=($!)
   for ((i = 0; i < 100; i++)); do
     TASKSUP_STATE_DIR=$work/$name/state "$program" status \
@@ -37,6 +47,7 @@ start_node() {
   done
   TASKSUP_STATE_DIR=$work/$name/state "$program" submit - \
     --node "127.0.0.1:$port" <"$work/tasks.jsonl" >/dev/null
+  [[ "$queued" == 1 ]] && return 0
   # Until every task has finished (bounded: 10 minutes).
   for ((i = 0; i < 6000; i++)); do
     local left
@@ -75,4 +86,4 @@ mean_ms() {
 }
 extra=
 [[ -n "$other" ]] && extra=" other_status_ms=$(mean_ms 5) other_json_ms=$(mean_ms 6) other_tcp_status_ms=$(mean_ms 7)"
-echo "RESULT name=status_scale tasks=$n status_ms=$(mean_ms 0) json_ms=$(mean_ms 1) tcp_status_ms=$(mean_ms 2) first_page_ms=$(mean_ms 3) tcp_first_page_ms=$(mean_ms 4)$extra load1=$(cut -d' ' -f1 /proc/loadavg)"
+echo "RESULT name=status_scale tasks=$n queued=$queued status_ms=$(mean_ms 0) json_ms=$(mean_ms 1) tcp_status_ms=$(mean_ms 2) first_page_ms=$(mean_ms 3) tcp_first_page_ms=$(mean_ms 4)$extra load1=$(cut -d' ' -f1 /proc/loadavg)"
