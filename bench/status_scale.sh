@@ -20,14 +20,17 @@ SCRATCH_PARENT=/dev/shm source "$(dirname "${BASH_SOURCE[0]}")/scratch_nodes.sh"
 # running ones stay queued (the registry asks an unfinished task's
 # supervisor for its status); else they run /bin/true and finish.
 queued=${QUEUED:-0}
+printf '#!/bin/sh\nexec sleep 3600\n' >"$work/sleeper"
+chmod +x "$work/sleeper"
 python3 -c '
 import json, sys
 n, queued = int(sys.argv[1]), sys.argv[2] == "1"
-agent = {"agent_id": "t", "agent_cli": "/bin/sleep", "cli_flags": "3600"} \
+agent = {"agent_id": "t", "agent_cli": sys.argv[3]} \
     if queued else {"agent_id": "t", "agent_cli": "/bin/true"}
 for i in range(n):
     print(json.dumps({"id": "t-%d" % i, "prompt": "x",
                       "agent_selection": {"agents": [agent]}}))' "$n" "$queued" \
+  "$work/sleeper" \
   >"$work/tasks.jsonl"
 # Every finished task kept (the default keeps 10,000).
 retain=()

@@ -390,6 +390,56 @@ TEST_CASE("status pages: --limit and --after walk the tasks in id order, "
   CHECK_THAT(long_after.err, Catch::Contains("--after: a task id"));
 }
 
+TEST_CASE("status without --limit asks a chunk at a time: 2,500 queued "
+          "tasks come back once each, in id order, both ways") {
+  scratch dir;
+  socket_node n{dir, "serve"};
+  auto alone = alone_program(dir);
+  // More than one chunk (status_chunk, 2,000); all but a few stay queued
+  // behind agents that sleep.
+  constexpr int count = 2500;
+  auto agent = dir.write_script("sleeper", "#!/bin/sh\nexec sleep 600\n");
+  std::ofstream lines{dir / "tasks.jsonl"};
+  for (int i = count; i >= 1; --i)
+    lines << R"({"id": "q)" << 10000 + i << R"(", "prompt": "x", )"
+          << R"("agent_selection": {"agents": [{"agent_id": "s", )"
+          << R"("agent_cli": ")" << agent << R"("}]}})" << '\n';
+  lines.close();
+  REQUIRE(run_alone(dir, alone, {"submit", "-", "--node", n.address()},
+                    dir / "tasks.jsonl")
+            .status == 0);
+  auto check = [&](const finished& r) {
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    auto records = json_lines(r.out);
+    REQUIRE(records.size() == count);
+    for (int i = 0; i < count; ++i)
+      CHECK(records[i].at("task_id").as_string() ==
+            ("q" + std::to_string(10001 + i)).c_str());
+    CHECK(r.err.empty());
+  };
+  // Four run (the node's four slots), the rest wait for one.
+  REQUIRE(eventually(
+    [&] {
+      auto r = n.tcp({"status", "--state", "running", "--json"});
+      return json_lines(r.out).size() == 4;
+    },
+    60s));
+  auto queued = n.tcp({"status", "--state", "queued", "--json"});
+  CHECK(json_lines(queued.out).size() == count - 4);
+  check(run_alone(dir, alone, {"status", "--json", "--node", n.address()}));
+  check(n.tcp({"status", "--json"}));
+  // The table holds them all too, and no line about more.
+  auto table = n.tcp({"status"});
+  // (A queued task's row has a "waits:" line under the table too.)
+  auto rows = rows_of(table.out);
+  CHECK(std::count_if(rows.begin(), rows.end(), [](const std::string& r) {
+          return r.rfind("q1", 0) == 0 &&
+                 r.find(" waits: ") == std::string::npos;
+        }) == count);
+  CHECK(table.out.find("more:") == std::string::npos);
+}
+
 TEST_CASE("control socket: a killed node's socket is stale, commands use the "
           "TCP port, and a restarted node replaces it") {
   scratch dir;

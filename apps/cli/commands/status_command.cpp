@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <optional>
@@ -57,51 +59,79 @@ std::string fetch_times(node_session& s) {
   return out;
 }
 
-/// The node's tasks (a page of those `filter` admits, or the one task of
-/// `opts`) with their times; nullopt, with the failure reported and its
-/// exit status in `rc`, when the node did not answer.
-std::optional<status_answer> fetch_status(node_session& s,
-                                          const status_options& opts,
-                                          const status_filter& filter,
-                                          int& rc) {
+/// `x` read back as the control socket's answer is: Boost.JSON (1.81) reads
+/// some numbers one unit in the last place off, and both paths must print
+/// the same bytes.
+status_answer as_socket_reads(status_answer x) {
+  if (auto same = parse_status_answer(status_answer_json(x)))
+    return std::move(*same);
+  return x;
+}
+
+/// The node's tasks (a page of those `filter` admits, all of them a chunk
+/// at a time, or the one task of `opts`) with their times; nullopt, with
+/// the failure reported and its exit status in `rc`, when the node did not
+/// answer. With `stream`, each chunk of an unlimited listing goes there as
+/// it comes and the answer keeps none of its rows.
+std::optional<status_answer>
+fetch_status(node_session& s, const status_options& opts,
+             const status_filter& filter, int& rc,
+             const std::function<void(const status_answer&)>& stream = {}) {
   auto on_error = [&](caf::error& err) {
     rc = report_request_error(s, err, exit_status::unavailable);
   };
   std::optional<status_answer> answer;
-  if (!opts.task_id.empty())
+  if (!opts.task_id.empty()) {
     s.self
       ->request(s.node, node_request_timeout, status_atom::value, opts.task_id)
       .receive(
         [&](task_status& st) {
-          answer = make_status_answer({std::move(st)}, fetch_times(s));
+          answer = as_socket_reads(
+            make_status_answer({std::move(st)}, fetch_times(s)));
         },
         on_error);
-  else
-    s.self
-      ->request(s.node, node_request_timeout, status_atom::value,
-                make_status_query(opts.page, filter))
-      .receive([&](status_page& page) { answer = make_status_answer(page); },
-               on_error);
-  if (!answer)
-    return std::nullopt;
-  auto& out = *answer;
-  if (opts.task_id.empty())
-    // The schedules' next runs go under the table (none from a node that
-    // runs none, or from one before schedules).
-    s.self
-      ->request(s.node, node_request_timeout, schedule_atom::value,
-                schedule_request{})
-      .receive(
-        [&](std::vector<schedule_info>& list) {
-          for (auto& x : list)
-            out.schedules.push_back(schedule_record(x));
-        },
-        [](caf::error&) {});
-  // Read back as the control socket's answer is: Boost.JSON (1.81) reads
-  // some numbers one unit in the last place off, and both paths must print
-  // the same bytes.
-  if (auto same = parse_status_answer(status_answer_json(out)))
-    return same;
+    return answer;
+  }
+  auto q = make_status_query(opts.page, filter);
+  bool all = q.limit == 0;
+  if (all)
+    q.limit = status_chunk;
+  answer.emplace();
+  for (bool more = true; more;) {
+    std::optional<status_page> page;
+    s.self->request(s.node, node_request_timeout, status_atom::value, q)
+      .receive([&](status_page& x) { page = std::move(x); }, on_error);
+    if (!page)
+      return std::nullopt;
+    more = all && page->more > 0 && !page->tasks.empty();
+    if (more)
+      q.after = page->tasks.back().task_id;
+    auto chunk = as_socket_reads(make_status_answer(*page));
+    if (all && chunk.paging)
+      chunk.paging->more = 0; // the next chunk follows: no "more" line
+    answer->now = chunk.now;
+    answer->paging = chunk.paging;
+    if (stream) {
+      stream(chunk);
+    } else {
+      auto& rows = answer->rows;
+      rows.insert(rows.end(), std::make_move_iterator(chunk.rows.begin()),
+                  std::make_move_iterator(chunk.rows.end()));
+    }
+  }
+  // The schedules' next runs go under the table (none from a node that
+  // runs none, or from one before schedules).
+  s.self
+    ->request(s.node, node_request_timeout, schedule_atom::value,
+              schedule_request{})
+    .receive(
+      [&](std::vector<schedule_info>& list) {
+        status_answer schedules;
+        for (auto& x : list)
+          schedules.schedules.push_back(schedule_record(x));
+        answer->schedules = as_socket_reads(std::move(schedules)).schedules;
+      },
+      [](caf::error&) {});
   return answer;
 }
 
@@ -123,16 +153,12 @@ int watch_status(node_session& s, const status_options& opts,
   std::map<std::string, std::string> shown;
   bool first = true;
   bool finished = false;
-  auto text_of = [](const boost::json::object& o, const char* key) {
-    auto* v = o.if_contains(key);
-    return v && v->is_string() ? std::string{v->get_string()} : std::string{};
-  };
   auto draw = [&]() -> bool {
     auto answer = fetch_status(s, opts, filter, rc);
     if (!answer)
       return false;
     if (single && !answer->rows.empty())
-      finished = text_of(answer->rows.front().record, "state") == "done";
+      finished = json_text_at(answer->rows.front().record, "state") == "done";
     if (terminal) {
       std::cout << "\x1b[H\x1b[2J"
                 << "tasksup status --watch: the node at " << s.address
@@ -146,7 +172,7 @@ int watch_status(node_session& s, const status_options& opts,
     for (auto& row : answer->rows) {
       if (!single && !filter.admits(row.record))
         continue;
-      auto id = text_of(row.record, "task_id");
+      auto id = json_text_at(row.record, "task_id");
       auto look = json_text(row.record) + row.last_decision;
       auto& before = shown[id];
       if (before != look) {
@@ -238,11 +264,18 @@ int status(const status_options& opts) {
     if (opts.watch)
       return watch_status(s, opts, filter);
     int rc = exit_status::ok;
-    auto answer = fetch_status(s, opts, filter, rc);
+    // Every task as JSON: printed a chunk at a time, as it comes.
+    std::function<void(const status_answer&)> stream;
+    if (opts.json && opts.task_id.empty() && opts.page.limit == 0)
+      stream = [&](const status_answer& chunk) {
+        print_status(chunk, false, true, filter);
+      };
+    auto answer = fetch_status(s, opts, filter, rc, stream);
     if (!answer)
       return rc;
-    print_status(*answer, !opts.task_id.empty(), opts.json, filter,
-                 next_page_command(opts.page, filter));
+    if (!stream)
+      print_status(*answer, !opts.task_id.empty(), opts.json, filter,
+                   next_page_command(opts.page, filter));
     return rc;
   });
 }

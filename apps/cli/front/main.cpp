@@ -10,6 +10,7 @@
 #include "control_actions.hpp"
 #include "current_node.hpp"
 #include "exit_status.hpp"
+#include "json_text.hpp"
 #include "local_control.hpp"
 #include "node_address.hpp"
 #include "state_dir.hpp"
@@ -28,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <optional>
 #include <set>
 #include <string>
@@ -180,21 +182,70 @@ std::optional<int> local_status(int argc, char** argv) {
       parse_outcome_filter(outcome_values, filter.outcomes) ||
       check_page_options(page) || check_agent_filter(agent))
     return std::nullopt;
-  auto query = status_query_string(page, filter);
-  auto target = !task_id.empty()
-                  ? "/v1/status/" + percent_encoded(task_id)
-                  : "/v1/status" + (query.empty() ? "" : "?" + query);
   int rc = exit_status::ok;
-  auto answer = ask(*node, "status", "GET", target, rc);
-  if (!answer)
-    return rc;
-  auto status = parse_status_answer(answer->body);
-  if (!status)
-    return report_node_failure("status", node->address, false, false,
+  bool connected = true;
+  // Asks for `target` (on a new connection after the first: the node
+  // closes each after its answer); the status it answers, or nullopt with
+  // `rc` set.
+  auto fetch = [&](const std::string& target) -> std::optional<status_answer> {
+    if (!std::exchange(connected, false)) {
+      local_failure failure;
+      auto again = local_connection::open(node->path, failure);
+      if (!again) {
+        rc =
+          report_node_failure("status", node->address, false, failure.timeout,
+                              failure.text, exit_status::unavailable);
+        return std::nullopt;
+      }
+      node->conn = std::move(*again);
+    }
+    auto answer = ask(*node, "status", "GET", target, rc);
+    if (!answer)
+      return std::nullopt;
+    auto status = parse_status_answer(answer->body);
+    if (!status)
+      rc = report_node_failure("status", node->address, false, false,
                                "an answer that is not a status",
                                exit_status::unavailable);
-  print_status(*status, !task_id.empty(), json, filter,
-               next_page_command(page, filter));
+    return status;
+  };
+  if (!task_id.empty()) {
+    auto one = fetch("/v1/status/" + percent_encoded(task_id));
+    if (!one)
+      return rc;
+    print_status(*one, true, json, filter);
+    return exit_status::ok;
+  }
+  // Without --limit, every task, a chunk at a time (as tasksup-core asks):
+  // with --json each chunk is printed as it comes.
+  bool all = page.limit == 0;
+  auto chunk = page;
+  if (all)
+    chunk.limit = status_chunk;
+  status_answer whole;
+  for (bool more = true; more;) {
+    auto status = fetch("/v1/status?" + status_query_string(chunk, filter));
+    if (!status)
+      return rc;
+    more = all && status->paging && status->paging->more > 0 &&
+           !status->rows.empty();
+    if (more)
+      chunk.after = json_text_at(status->rows.back().record, "task_id");
+    if (all && status->paging)
+      status->paging->more = 0; // the next chunk follows: no "more" line
+    if (all && json) {
+      print_status(*status, false, true, filter);
+      continue;
+    }
+    whole.now = status->now;
+    whole.paging = status->paging;
+    whole.schedules = std::move(status->schedules);
+    whole.rows.insert(whole.rows.end(),
+                      std::make_move_iterator(status->rows.begin()),
+                      std::make_move_iterator(status->rows.end()));
+  }
+  if (!(all && json))
+    print_status(whole, false, json, filter, next_page_command(page, filter));
   return exit_status::ok;
 }
 

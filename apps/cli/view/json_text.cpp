@@ -27,4 +27,9 @@ std::optional<double> json_number_at(const boost::json::object& o,
   return v->to_number<double>();
 }
 
+std::string json_text_at(const boost::json::object& o, std::string_view key) {
+  auto* v = o.if_contains(key);
+  return v && v->is_string() ? std::string{v->get_string()} : std::string{};
+}
+
 } // namespace tasksup::app

@@ -22,4 +22,7 @@ void append_json_text(std::string& out, const boost::json::value& v);
 std::optional<double> json_number_at(const boost::json::object& o,
                                      std::string_view key);
 
+/// The string at `key` in `o`; empty when it is absent or not a string.
+std::string json_text_at(const boost::json::object& o, std::string_view key);
+
 } // namespace tasksup::app

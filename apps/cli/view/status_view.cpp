@@ -22,11 +22,6 @@ namespace tasksup::app {
 
 namespace {
 
-std::string text_at(const boost::json::object& o, std::string_view key) {
-  auto* v = o.if_contains(key);
-  return v && v->is_string() ? std::string{v->get_string()} : std::string{};
-}
-
 long long count_at(const boost::json::object& o, std::string_view key) {
   auto* v = o.if_contains(key);
   if (!v)
@@ -66,7 +61,7 @@ std::string outcome_of(const boost::json::object& r) {
   if (!result || !result->is_object())
     return "-";
   auto& o = result->get_object();
-  auto text = text_at(o, "outcome");
+  auto text = json_text_at(o, "outcome");
   auto* code = o.if_contains("exit_code");
   if (text != "succeeded" && code && code->is_int64() && code->get_int64() >= 0)
     text += " (exit " + std::to_string(code->get_int64()) + ")";
@@ -85,7 +80,7 @@ bool restarting(const status_row& row) {
 /// a reason (no fitting worker node) get a line under the table.
 void print_table(const std::vector<const status_row*>& all, double now) {
   auto cluster = std::any_of(all.begin(), all.end(), [](auto* s) {
-    return !text_at(s->record, "node").empty();
+    return !json_text_at(s->record, "node").empty();
   });
   std::vector<std::vector<std::string>> rows;
   rows.push_back({"TASK", "STATE", "AGENT", "ATTEMPT", "RETRIES", "AGE",
@@ -94,7 +89,7 @@ void print_table(const std::vector<const status_row*>& all, double now) {
     rows.front().insert(rows.front().begin() + 2, "NODE");
   for (auto* s : all) {
     auto& r = s->record;
-    auto state = text_at(r, "state");
+    auto state = json_text_at(r, "state");
     auto retries = std::to_string(count_at(r, "retry_count"));
     if (auto max = count_at(r, "max_retries"); max > 0 && state != "done")
       retries += "/" + std::to_string(max);
@@ -114,18 +109,19 @@ void print_table(const std::vector<const status_row*>& all, double now) {
         again && state == "not_now")
       next =
         "not now, in " + short_duration(std::ceil(std::max(0.0, *again - now)));
-    rows.push_back({cell(text_at(r, "task_id")), cell(state),
-                    cell(text_at(r, "agent_id")),
+    rows.push_back({cell(json_text_at(r, "task_id")), cell(state),
+                    cell(json_text_at(r, "agent_id")),
                     std::to_string(count_at(r, "attempt")), retries, age, next,
                     cell(outcome_of(r))});
     if (cluster)
       rows.back().insert(rows.back().begin() + 2,
-                         state == "running" ? cell(text_at(r, "node")) : "-");
+                         state == "running" ? cell(json_text_at(r, "node"))
+                                            : "-");
   }
   print_columns(std::cout, rows);
   for (auto* s : all)
-    if (auto waits = text_at(s->record, "waiting_for"); !waits.empty())
-      std::cout << cell(text_at(s->record, "task_id"))
+    if (auto waits = json_text_at(s->record, "waiting_for"); !waits.empty())
+      std::cout << cell(json_text_at(s->record, "task_id"))
                 << " waits: " << cell(waits) << '\n';
 }
 
@@ -143,17 +139,17 @@ void print_tree(const boost::json::object& r) {
     auto& x = v.get_object();
     auto depth =
       static_cast<std::size_t>(std::clamp(count_at(x, "depth"), 0LL, 16LL));
-    auto kind = text_at(x, "kind");
+    auto kind = json_text_at(x, "kind");
     if (kind == "group")
-      kind += " " + text_at(x, "strategy");
-    auto restart = text_at(x, "restart");
+      kind += " " + json_text_at(x, "strategy");
+    auto restart = json_text_at(x, "restart");
     if (auto* sig = x.if_contains("significant");
         sig && sig->is_bool() && sig->get_bool())
       restart += ", significant";
-    auto last = text_at(x, "last");
-    rows.push_back({std::string(2 * depth, ' ') + cell(text_at(x, "id")),
+    auto last = json_text_at(x, "last");
+    rows.push_back({std::string(2 * depth, ' ') + cell(json_text_at(x, "id")),
                     cell(kind), cell(restart.empty() ? "-" : restart),
-                    cell(text_at(x, "phase")),
+                    cell(json_text_at(x, "phase")),
                     std::to_string(count_at(x, "restarts")),
                     cell(last.empty() ? "-" : last)});
   }
@@ -164,10 +160,10 @@ void print_tree(const boost::json::object& r) {
 /// The times of one task, as lines under its table.
 void print_details(const status_row& row, double now) {
   auto& r = row.record;
-  auto state = text_at(r, "state");
-  if (auto node = text_at(r, "node"); !node.empty() && state == "running")
+  auto state = json_text_at(r, "state");
+  if (auto node = json_text_at(r, "node"); !node.empty() && state == "running")
     std::cout << "node:          " << cell(node) << '\n';
-  if (auto waits = text_at(r, "waiting_for"); !waits.empty())
+  if (auto waits = json_text_at(r, "waiting_for"); !waits.empty())
     std::cout << "waits:         " << cell(waits) << '\n';
   if (auto submitted = json_number_at(r, "submitted_ts"))
     std::cout << "submitted:     " << iso8601(*submitted) << '\n';
@@ -291,15 +287,15 @@ std::optional<std::string> check_agent_filter(const std::string& agent) {
 }
 
 bool status_filter::admits(const boost::json::object& record) const {
-  if (!states.empty() && states.count(text_at(record, "state")) == 0)
+  if (!states.empty() && states.count(json_text_at(record, "state")) == 0)
     return false;
-  if (!agent.empty() && text_at(record, "agent_id") != agent)
+  if (!agent.empty() && json_text_at(record, "agent_id") != agent)
     return false;
   if (outcomes.empty())
     return true;
   auto* result = record.if_contains("result");
   return result && result->is_object() &&
-         outcomes.count(text_at(result->get_object(), "outcome")) > 0;
+         outcomes.count(json_text_at(result->get_object(), "outcome")) > 0;
 }
 
 std::optional<std::string>
@@ -375,7 +371,7 @@ void print_status(const status_answer& answer, bool single, bool json,
                 std::to_string(p.matched) +
                 (p.matched == p.total ? " tasks" : " matching tasks") + "; " +
                 std::to_string(p.more) + " more: " + command + " --after " +
-                cell(text_at(shown.back()->record, "task_id")) + "\n";
+                cell(json_text_at(shown.back()->record, "task_id")) + "\n";
     // With --json, stdout holds records only.
     (json ? std::cerr : std::cout) << (json ? "" : "\n") << line;
   }
@@ -404,9 +400,10 @@ void print_schedules(const std::vector<boost::json::object>& schedules,
     auto next = paused && paused->is_bool() && paused->get_bool()
                   ? std::string{"paused"}
                   : when(o, "next_ts");
-    auto running = text_at(o, "running");
-    rows.push_back({cell(text_at(o, "name")), cell(text_at(o, "timing")),
-                    cell(text_at(o, "overlap")), next, when(o, "last_ts"),
+    auto running = json_text_at(o, "running");
+    rows.push_back({cell(json_text_at(o, "name")),
+                    cell(json_text_at(o, "timing")),
+                    cell(json_text_at(o, "overlap")), next, when(o, "last_ts"),
                     running.empty() ? "-" : cell(running),
                     std::to_string(count_at(o, "runs")),
                     std::to_string(count_at(o, "skipped"))});
@@ -467,7 +464,7 @@ std::optional<status_answer> parse_status_answer(const std::string& text) {
     if (!record || !record->is_object())
       return std::nullopt;
     out.rows.push_back(status_row{std::move(record->get_object()),
-                                  text_at(*item, "last_decision")});
+                                  json_text_at(*item, "last_decision")});
   }
   if (o.contains("total")) {
     auto count = [&](const char* key) -> std::uint64_t {

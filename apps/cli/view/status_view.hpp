@@ -89,6 +89,11 @@ struct status_page_options {
 /// Largest `--limit`.
 inline constexpr std::uint32_t max_status_limit = 1000000;
 
+/// How many tasks `status` without `--limit` asks for at a time: no one
+/// request waits on all of a big node's tasks, and `--json` prints each
+/// chunk as it comes.
+inline constexpr std::uint32_t status_chunk = 2000;
+
 /// The error text for page options out of bounds (a task id is at most 64
 /// bytes), or nullopt.
 std::optional<std::string> check_page_options(const status_page_options& p);
