@@ -1,4 +1,5 @@
 #include "tasksup/runtime/detail/docker_api.hpp"
+#include "tasksup/supervisor/url_encode.hpp"
 
 #include <catch2/catch.hpp>
 
@@ -304,7 +305,7 @@ TEST_CASE("docker error messages are short, printable text") {
 }
 
 TEST_CASE("url_encode escapes everything outside the unreserved set") {
-  CHECK(url_encode(R"({"label":["a=b"]})") ==
+  CHECK(tasksup::url_encode(R"({"label":["a=b"]})") ==
         "%7B%22label%22%3A%5B%22a%3Db%22%5D%7D");
-  CHECK(url_encode("a-b_c.d~e") == "a-b_c.d~e");
+  CHECK(tasksup::url_encode("a-b_c.d~e") == "a-b_c.d~e");
 }

@@ -17,6 +17,8 @@
 #include "status_view.hpp"
 #include "task_source.hpp"
 
+#include "tasksup/supervisor/url_encode.hpp"
+
 #include <CLI/CLI.hpp>
 #include <boost/json/parse.hpp>
 #include <boost/json/serialize.hpp>
@@ -24,7 +26,6 @@
 
 #include <unistd.h>
 
-#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -210,7 +211,7 @@ std::optional<int> local_status(int argc, char** argv) {
     return status;
   };
   if (!task_id.empty()) {
-    auto one = fetch("/v1/status/" + percent_encoded(task_id));
+    auto one = fetch("/v1/status/" + url_encode(task_id));
     if (!one)
       return rc;
     print_status(*one, true, json, filter);
@@ -368,9 +369,8 @@ std::optional<int> local_control(const control_action& action, int argc,
   if (!node)
     return std::nullopt;
   int rc = exit_status::ok;
-  auto answer =
-    ask(*node, action.name, "POST",
-        "/v1/tasks/" + percent_encoded(task_id) + "/" + action.name, rc);
+  auto answer = ask(*node, action.name, "POST",
+                    "/v1/tasks/" + url_encode(task_id) + "/" + action.name, rc);
   if (!answer)
     return rc;
   boost::system::error_code ec;

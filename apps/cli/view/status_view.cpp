@@ -6,12 +6,12 @@
 #include "tasksup/supervisor/json_writer.hpp"
 #include "tasksup/supervisor/task_model.hpp"
 #include "tasksup/supervisor/time_words.hpp"
+#include "tasksup/supervisor/url_encode.hpp"
 
 #include <boost/json/array.hpp>
 #include <boost/json/parse.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <ctime>
 #include <iostream>
@@ -219,22 +219,6 @@ std::optional<std::string> check_page_options(const status_page_options& p) {
   return std::nullopt;
 }
 
-std::string percent_encoded(std::string_view text) {
-  static constexpr char hex[] = "0123456789ABCDEF";
-  std::string out;
-  for (char ch : text) {
-    auto c = static_cast<unsigned char>(ch);
-    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
-      out += ch;
-    } else {
-      out += '%';
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    }
-  }
-  return out;
-}
-
 namespace {
 
 /// The names in `set`, comma-separated.
@@ -256,7 +240,7 @@ std::string status_query_string(const status_page_options& p,
     out += out.empty() ? "" : "&";
     out += key;
     out += '=';
-    out += percent_encoded(value);
+    out += url_encode(value);
   };
   add("limit", p.limit == 0 ? "" : std::to_string(p.limit));
   add("after", p.after);

@@ -98,10 +98,6 @@ inline constexpr std::uint32_t status_chunk = 2000;
 /// bytes), or nullopt.
 std::optional<std::string> check_page_options(const status_page_options& p);
 
-/// `text` as one URL path segment or query value: all but unreserved
-/// characters as %XX.
-std::string percent_encoded(std::string_view text);
-
 /// The query string of `/v1/status` (the local control socket) for `p` and
 /// `filter`: limit, after, agent, state and outcome, each only when set.
 std::string status_query_string(const status_page_options& p,

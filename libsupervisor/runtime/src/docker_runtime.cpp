@@ -3,6 +3,7 @@
 #include "tasksup/runtime/detail/docker_api.hpp"
 #include "tasksup/runtime/detail/shim_record.hpp"
 #include "tasksup/runtime/private_files.hpp"
+#include "tasksup/supervisor/url_encode.hpp"
 
 #include <boost/asio/post.hpp>
 #include <boost/json.hpp>
@@ -168,10 +169,9 @@ reap_report docker_runtime::reap(const reap_spec& spec) {
       if (start && std::to_string(*start) == start_text)
         continue;
     }
-    auto resp =
-      sync_request(core_->options,
-                   "/containers/" + detail::url_encode(c.id) + "?force=1&v=1",
-                   verb::delete_);
+    auto resp = sync_request(core_->options,
+                             "/containers/" + url_encode(c.id) + "?force=1&v=1",
+                             verb::delete_);
     auto what = "container " + c.id.substr(0, 12) + " (task '" +
                 label("tasksup.task_id") + "' attempt " +
                 label("tasksup.attempt") + ", owner " + spec.owner + " pid " +
@@ -234,8 +234,7 @@ docker_engine_version(const docker_runtime_options& options) {
 
 expected<bool> docker_image_present(const docker_runtime_options& options,
                                     std::string_view image) {
-  auto resp =
-    sync_request(options, "/images/" + detail::url_encode(image) + "/json");
+  auto resp = sync_request(options, "/images/" + url_encode(image) + "/json");
   if (!resp.transport_error.empty())
     return error{"docker engine", "", resp.transport_error};
   if (resp.status == 404)
@@ -251,9 +250,9 @@ list_docker_containers(const docker_runtime_options& options,
                        std::string_view label) {
   boost::json::object filters;
   filters["label"] = boost::json::array{boost::json::string{label}};
-  auto resp = sync_request(
-    options, "/containers/json?all=1&filters=" +
-               detail::url_encode(boost::json::serialize(filters)));
+  auto resp =
+    sync_request(options, "/containers/json?all=1&filters=" +
+                            url_encode(boost::json::serialize(filters)));
   if (!resp.transport_error.empty())
     return error{"docker engine", "", resp.transport_error};
   if (!resp.ok())

@@ -66,7 +66,4 @@ parse_docker_container_list(std::string_view body);
 /// short and printable.
 std::string docker_error_message(unsigned status, std::string_view body);
 
-/// `text` percent-encoded for a URL query value.
-std::string url_encode(std::string_view text);
-
 } // namespace tasksup::runtime::detail
