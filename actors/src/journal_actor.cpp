@@ -109,7 +109,7 @@ expected<journal_snapshot> load_journal(journal::journal_store& store) {
     out.tasks.push_back(std::move(e));
   }
   for (auto* key : {"breakers", "budget", "rotation", "quotas", "workers",
-                    "schedules", "webhooks"}) {
+                    "schedules", "webhooks", "expired"}) {
     auto body = store.state(key);
     if (!body)
       return body.error();

@@ -17,11 +17,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -203,6 +205,50 @@ void expire_finished(registry_ptr self, double now) {
       st.expired.erase(st.expired_order.front());
       st.expired_order.pop_front();
     }
+    if (st.opts.journal && !st.expired_unsaved) {
+      st.expired_unsaved = true;
+      self->delayed_send(self, expired_save_delay, save_expired_atom::value);
+    }
+  }
+}
+
+std::string encode_expired(const registry_state& st) {
+  std::string out;
+  auto n = std::min(st.expired_order.size(), max_expired_saved);
+  for (auto i = st.expired_order.size() - n; i < st.expired_order.size(); ++i) {
+    auto& id = st.expired_order[i];
+    auto& x = st.expired.at(id);
+    char at[32];
+    std::snprintf(at, sizeof at, "%.3f", x.at);
+    out += id + '\t' + at + '\t' + x.why + '\n';
+  }
+  return out;
+}
+
+void restore_expired(registry_state& st, std::string_view text) {
+  while (!text.empty()) {
+    auto eol = text.find('\n');
+    auto line = text.substr(0, eol);
+    text =
+      eol == std::string_view::npos ? std::string_view{} : text.substr(eol + 1);
+    auto tab1 = line.find('\t');
+    auto tab2 =
+      tab1 == std::string_view::npos ? tab1 : line.find('\t', tab1 + 1);
+    if (tab2 == std::string_view::npos || tab1 == 0)
+      continue;
+    std::string id{line.substr(0, tab1)};
+    char* end = nullptr;
+    std::string at_text{line.substr(tab1 + 1, tab2 - tab1 - 1)};
+    auto at = std::strtod(at_text.c_str(), &end);
+    if (end == at_text.c_str() || *end != '\0' || !std::isfinite(at))
+      continue;
+    if (st.expired.count(id) == 0)
+      st.expired_order.push_back(id);
+    st.expired[id] = expired_task{at, std::string{line.substr(tab2 + 1)}};
+  }
+  while (st.expired_order.size() > max_expired_kept) {
+    st.expired.erase(st.expired_order.front());
+    st.expired_order.pop_front();
   }
 }
 
@@ -616,6 +662,10 @@ registry_impl::behavior_type registry_behavior(registry_ptr self,
     [=](node_left_atom, const std::string& name, const std::string& why) {
       if (from_membership(self))
         node_left(self, name, why);
+    },
+    [=](save_expired_atom) {
+      self->state.expired_unsaved = false;
+      save_state(self, "expired", encode_expired(self->state));
     },
     [=](worker_wait_atom) {
       auto& slots = self->state.slots;

@@ -73,6 +73,9 @@ void restore(registry_ptr self) {
   if (auto i = snapshot.node_state.find("budget");
       i != snapshot.node_state.end())
     st.budget.restore(i->second);
+  if (auto i = snapshot.node_state.find("expired");
+      i != snapshot.node_state.end())
+    restore_expired(st, i->second);
   if (auto i = snapshot.node_state.find("rotation");
       i != snapshot.node_state.end()) {
     // "environment\tposition\n" lines.

@@ -41,6 +41,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -129,6 +130,8 @@ struct registry_state {
   /// `expired_order`.
   std::map<std::string, expired_task> expired;
   std::deque<std::string> expired_order;
+  /// A `(save_expired)` is on its way.
+  bool expired_unsaved = false;
   std::map<std::string, std::vector<caf::typed_response_promise<task_result>>>
     awaiting;
   /// What waits for an active task's record (`when_finished`).
@@ -201,11 +204,22 @@ struct registry_state {
 /// after a restart is over (registry_options::worker_wait_s).
 using worker_wait_atom = caf::atom_constant<caf::atom("workerwait")>;
 
+/// `(save_expired)`, the registry to itself: journal the tasks retention
+/// removed (at most once a second, `expired_save_delay`).
+using save_expired_atom = caf::atom_constant<caf::atom("saveexpd")>;
+
+/// How long the registry gathers expiries before it journals them, and how
+/// many of the newest it journals (node state "expired"): a restarted node
+/// still says when and why those expired.
+inline constexpr std::chrono::seconds expired_save_delay{1};
+inline constexpr std::size_t max_expired_saved = 1000;
+
 /// The registry as its children see it: the public interface, what the
-/// membership reports, and its own timer.
+/// membership reports, and its own timers.
 using registry_impl =
   registry_actor::extend_with<membership_listener_actor>::extend_with<
     group_parent_actor>::extend<caf::reacts_to<worker_wait_atom>,
+                                caf::reacts_to<save_expired_atom>,
                                 caf::reacts_to<adopt_end_atom, std::string>>;
 
 using registry_ptr = registry_impl::stateful_pointer<registry_state>;
@@ -246,6 +260,13 @@ void add_placement(registry_ptr self, task_status& s);
 /// through the hub. Null for a task that is not known at all.
 void when_finished(registry_ptr self, const std::string& id,
                    std::function<void(const task_status*)> f);
+
+/// The newest `max_expired_saved` expired tasks as the journal keeps them:
+/// one "id\tat\twhy\n" line each, oldest first.
+std::string encode_expired(const registry_state& st);
+
+/// Reads what `encode_expired` wrote into `st.expired` (bad lines skipped).
+void restore_expired(registry_state& st, std::string_view text);
 
 /// The error for a task id the registry does not know: when and why
 /// retention removed it, if it did.

@@ -874,3 +874,23 @@ TEST_CASE_METHOD(registry_fixture,
   // Past the last id: an empty page.
   CHECK(page({10, "zz", 0, 0, ""}).tasks.empty());
 }
+
+TEST_CASE_METHOD(registry_fixture,
+                 "retention: a node started on the journaled expired tasks "
+                 "still says when and why they expired, bad lines skipped",
+                 "[registry]") {
+  restored.node_state["expired"] =
+    "old\t1800000000.000\tthe node keeps the 1 most recent finished tasks "
+    "(--retain-tasks)\nbad line\n\tx\ty\nz\tnot a time\tw\n";
+  start(builtin_config());
+  auto gone = ask<task_status>(reg, status_atom::value, std::string{"old"});
+  REQUIRE(gone);
+  REQUIRE_FALSE(*gone);
+  CHECK(error_text(gone->error()) ==
+        "task 'old' expired at 2027-01-15 08:00:00 UTC: the node keeps the 1 "
+        "most recent finished tasks (--retain-tasks)");
+  auto z = ask<task_status>(reg, status_atom::value, std::string{"z"});
+  REQUIRE(z);
+  REQUIRE_FALSE(*z);
+  CHECK(error_text(z->error()) == "no task with id 'z'");
+}

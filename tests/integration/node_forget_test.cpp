@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -127,16 +128,42 @@ TEST_CASE("retention: past --retain-tasks the oldest finished task leaves "
   CHECK(listed.out.find("r2") != std::string::npos);
   CHECK(listed.out.find("r3") != std::string::npos);
 
+  // Why r1 expired is journaled within a second (node state "expired"),
+  // read from the running node's journal, read-only.
+  dir.write("state.py",
+            "import sqlite3, sys\n"
+            "db = sqlite3.connect('file:' + sys.argv[1] + '?mode=ro', "
+            "uri=True)\n"
+            "row = db.execute(\"SELECT body FROM node_state WHERE key = "
+            "'expired'\").fetchone()\n"
+            "body = row[0] if row else b''\n"
+            "sys.stdout.write(body.decode() if isinstance(body, bytes) "
+            "else body)\n");
+  CHECK(eventually(
+    [&] {
+      auto read = "/usr/bin/python3 " + dir / "state.py" + " " +
+                  dir / "state/journal.db" + " > " + dir / "expired.txt";
+      return std::system(read.c_str()) == 0 &&
+             slurp(dir / "expired.txt").rfind("r1\t", 0) == 0;
+    },
+    10s));
+
   // The journal kept what status showed: a restart with the same
-  // retention reads two finished tasks and expires none.
+  // retention reads two finished tasks and expires none, and still says
+  // when and why r1 expired.
   node->signal(SIGTERM);
   REQUIRE(node->wait(60s) == 0);
   node = std::make_unique<tasksup_child>(dir, "node-1", serve);
-  REQUIRE(listening_port(*node));
+  auto again = listening_port(*node);
+  REQUIRE(again);
   CHECK_THAT(node->err(),
              Catch::Contains("0 unfinished task(s) resume, 2 finished kept, 0 "
                              "expired now; retention: 7 day(s), 2 finished "
                              "tasks"));
+  auto still = run_to_end(
+    dir, {"describe", "r1", "--node", "127.0.0.1:" + std::to_string(*again)});
+  CHECK(still.status == 3);
+  CHECK(still.err == gone.err);
   // A smaller count at the next start prunes the journal first.
   node->signal(SIGTERM);
   REQUIRE(node->wait(60s) == 0);
