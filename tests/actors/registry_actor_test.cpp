@@ -894,3 +894,69 @@ TEST_CASE_METHOD(registry_fixture,
   REQUIRE_FALSE(*z);
   CHECK(error_text(z->error()) == "no task with id 'z'");
 }
+
+TEST_CASE_METHOD(registry_fixture,
+                 "retention: an expiry is journaled a second later, with "
+                 "those before it",
+                 "[registry]") {
+  // A journal that keeps the "expired" states it is sent, numbers the
+  // tasks, takes their inputs and anything else without a word.
+  auto saved = std::make_shared<std::vector<std::string>>();
+  auto journal = keep(sys().spawn([saved](caf::event_based_actor* self) {
+    self->set_default_handler(
+      [](caf::scheduled_actor*,
+         caf::message_view&) -> caf::result<caf::message> {
+        return caf::message{};
+      });
+    auto seq = std::make_shared<std::int64_t>(100);
+    return caf::behavior{
+      [=](jstate_atom, const std::string& key, const std::string& bytes) {
+        if (key == "expired")
+          saved->push_back(bytes);
+      },
+      [=](jtask_atom, const std::string&, const std::string&, double, bool) {
+        return ++*seq;
+      },
+      [=](jinput_atom, std::int64_t, std::int64_t, const std::string&, bool) {
+        return true;
+      },
+    };
+  }));
+  journal_override = caf::actor_cast<journal_actor>(journal);
+  history_limit = 1;
+  auto finished = [](const std::string& id, double at) {
+    journal_entry e;
+    e.task.spec.id = id;
+    task_status s;
+    s.task_id = id;
+    s.state = task_state::done;
+    task_result r;
+    r.task_id = id;
+    r.outcome = task_outcome::succeeded;
+    s.result = r;
+    e.finished = s;
+    e.finished_at = at;
+    return e;
+  };
+  restored.tasks.push_back(finished("old", 1.8e9));
+  restored.tasks.push_back(finished("new", 1.8e9 + 60));
+  start(builtin_config());
+  // "old" expired at the start: journaled once its second has passed.
+  CHECK(saved->empty());
+  advance(1);
+  REQUIRE(saved->size() == 1);
+  CHECK_THAT(saved->back(),
+             Catch::StartsWith("old\t") &&
+               Catch::EndsWith("\tthe node keeps the 1 most recent finished "
+                               "tasks (--retain-tasks)\n"));
+  // The next expiry writes both, oldest first.
+  runtime->script("a", {exits(0)});
+  CHECK(await(submit(task_with("next", {"a"}))).outcome ==
+        task_outcome::succeeded);
+  CHECK(saved->size() == 1);
+  advance(1);
+  REQUIRE(saved->size() == 2);
+  auto both = saved->back();
+  CHECK(both.rfind("old\t", 0) == 0);
+  CHECK(both.find("\nnew\t") != std::string::npos);
+}

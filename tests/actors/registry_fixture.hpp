@@ -27,6 +27,8 @@ struct registry_fixture : fixture {
   std::size_t history_limit = 10000;
   double history_max_age_s = 0;
   journal_snapshot restored;
+  /// The registry's journal (none unless set before `start`).
+  journal_actor journal_override;
 
   void start(config_set cfg, std::uint64_t seed = 7,
              std::string attempt_root = "/tmp/tasksup-actor-tests") {
@@ -39,6 +41,7 @@ struct registry_fixture : fixture {
     opts.history_limit = history_limit;
     opts.history_max_age_s = history_max_age_s;
     opts.restored = std::move(restored);
+    opts.journal = journal_override;
     reg = keep(spawn_registry(sys(), std::move(opts)));
     run();
     auto ok = ask<bool>(reg, subscribe_atom::value,
