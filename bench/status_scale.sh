@@ -53,13 +53,20 @@ start_node() {
   [[ "$queued" == 1 ]] && return 0
   # Until every task has finished (bounded: 10 minutes).
   for ((i = 0; i < 6000; i++)); do
-    local left
-    # Records of unfinished tasks (a JSON array from builds before pages,
-    # one record per line since).
-    left=$(TASKSUP_STATE_DIR=$work/$name/state "$program" status --json \
-      --state queued,running,backoff,paused,quota_wait,not_now \
-      --node "127.0.0.1:$port" | grep -o '"task_id"' | wc -l)
-    [[ "$left" == 0 ]] && return 0
+    local page done_n left
+    # A build with pages: the line under a one-task page of the finished
+    # ones counts them, and the node asks no supervisor for it.
+    if page=$(TASKSUP_STATE_DIR=$work/$name/state "$program" status --json \
+      --state done --limit 1 --node "127.0.0.1:$port" 2>&1 >/dev/null); then
+      done_n=$(sed -n 's/^1 of \([0-9]*\) .*/\1/p' <<<"$page")
+      [[ "${done_n:-0}" -ge "$n" ]] && return 0
+    else
+      # Before pages: the records of the unfinished tasks (a JSON array).
+      left=$(TASKSUP_STATE_DIR=$work/$name/state "$program" status --json \
+        --state queued,running,backoff,paused,quota_wait,not_now \
+        --node "127.0.0.1:$port" | grep -o '"task_id"' | wc -l)
+      [[ "$left" == 0 ]] && return 0
+    fi
     sleep 0.1
   done
   echo "status_scale: $name's tasks did not finish" >&2
