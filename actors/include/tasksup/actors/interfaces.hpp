@@ -112,10 +112,10 @@ using node_agent_actor = caf::typed_actor<
 /// What a node answers its clients (the registry itself, and its door on the
 /// registry's behalf): submit (-> the task id), control requests on a task
 /// (-> whether they took effect), `forget` a finished task, status (all,
-/// one, or a page: `status_query`), an attempt's log, `await` a task's result, subscriptions to the
-/// node's events (all, or one task's, answered with its history so far),
-/// worker nodes that join (-> the node's name) or are listed, and the
-/// node's schedules (schedule_actor.hpp).
+/// one, or a page: `status_query`), an attempt's log, `await` a task's result,
+/// subscriptions to the node's events (all, or one task's, answered with its
+/// history so far), worker nodes that join (-> the node's name) or are listed,
+/// and the node's schedules (schedule_actor.hpp).
 using node_client_actor = caf::typed_actor<
   caf::replies_to<submit_atom, task_spec>::with<std::string>,
   caf::replies_to<submit_json_atom, std::string>::with<std::string>,

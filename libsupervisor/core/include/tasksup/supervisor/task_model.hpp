@@ -62,8 +62,8 @@ enum class task_state : std::uint8_t {
 
 /// Every task state, in declaration order.
 inline constexpr std::array<task_state, 7> all_task_states = {
-  task_state::queued, task_state::running,    task_state::backoff,
-  task_state::done,   task_state::paused,     task_state::quota_wait,
+  task_state::queued, task_state::running, task_state::backoff,
+  task_state::done,   task_state::paused,  task_state::quota_wait,
   task_state::not_now};
 
 /// "queued", "running", "backoff", "done", "paused", "quota_wait" or
