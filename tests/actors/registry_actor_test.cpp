@@ -20,7 +20,25 @@
 using namespace tasksup;
 using namespace tasksup::test;
 
-namespace {} // namespace
+namespace {
+
+/// A task the journal holds as succeeded, finished at `at`.
+journal_entry finished_journaled(const std::string& id, double at) {
+  journal_entry e;
+  e.task.spec.id = id;
+  task_status s;
+  s.task_id = id;
+  s.state = task_state::done;
+  task_result r;
+  r.task_id = id;
+  r.outcome = task_outcome::succeeded;
+  s.result = r;
+  e.finished = s;
+  e.finished_at = at;
+  return e;
+}
+
+} // namespace
 
 TEST_CASE_METHOD(registry_fixture,
                  "a breaker opened by one task's failures makes another "
@@ -763,26 +781,12 @@ TEST_CASE_METHOD(registry_fixture,
                  "rest oldest first as they finished",
                  "[registry]") {
   history_max_age_s = 7 * 86400;
-  auto finished = [](const std::string& id, double at) {
-    journal_entry e;
-    e.task.spec.id = id;
-    task_status s;
-    s.task_id = id;
-    s.state = task_state::done;
-    task_result r;
-    r.task_id = id;
-    r.outcome = task_outcome::succeeded;
-    s.result = r;
-    e.finished = s;
-    e.finished_at = at;
-    return e;
-  };
   using namespace std::chrono;
   auto now = duration<double>(system_clock::now().time_since_epoch()).count();
   // In submission order; "late" finished before "early".
-  restored.tasks.push_back(finished("old", now - 8 * 86400));
-  restored.tasks.push_back(finished("early", now - 60));
-  restored.tasks.push_back(finished("late", now - 120));
+  restored.tasks.push_back(finished_journaled("old", now - 8 * 86400));
+  restored.tasks.push_back(finished_journaled("early", now - 60));
+  restored.tasks.push_back(finished_journaled("late", now - 120));
   start(builtin_config());
   auto ids = listed_ids();
   CHECK(ids == std::vector<std::string>{"late", "early"});
@@ -924,22 +928,8 @@ TEST_CASE_METHOD(registry_fixture,
   }));
   journal_override = caf::actor_cast<journal_actor>(journal);
   history_limit = 1;
-  auto finished = [](const std::string& id, double at) {
-    journal_entry e;
-    e.task.spec.id = id;
-    task_status s;
-    s.task_id = id;
-    s.state = task_state::done;
-    task_result r;
-    r.task_id = id;
-    r.outcome = task_outcome::succeeded;
-    s.result = r;
-    e.finished = s;
-    e.finished_at = at;
-    return e;
-  };
-  restored.tasks.push_back(finished("old", 1.8e9));
-  restored.tasks.push_back(finished("new", 1.8e9 + 60));
+  restored.tasks.push_back(finished_journaled("old", 1.8e9));
+  restored.tasks.push_back(finished_journaled("new", 1.8e9 + 60));
   start(builtin_config());
   // "old" expired at the start: journaled once its second has passed.
   CHECK(saved->empty());
